@@ -1,0 +1,89 @@
+//! The fixed window counter.
+
+use super::{Evaluation, RateAlgorithm, dur};
+use crate::{Decision, Quota};
+use std::time::Duration;
+
+/// A counter per window of one `period`, windows aligned to the clock's
+/// origin (the Unix epoch for the system clocks, so every instance of an app
+/// agrees on where a window starts). A request of cost `c` passes iff
+/// `count + c ≤ limit`.
+///
+/// Cheap and easy to explain, but a client can spend a whole window's limit at
+/// its end and another at the start of the next: up to `2 × limit` in one
+/// period across a boundary. `burst` is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedWindow {
+    limit: u64,
+    period: u64,
+}
+
+/// A key's fixed-window state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FixedWindowState {
+    /// The window index, `now / period`, that `count` belongs to.
+    pub window: u64,
+    /// Cost admitted in that window.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// A fixed window for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        FixedWindow {
+            limit: quota.limit(),
+            period: quota.period_nanos(),
+        }
+    }
+}
+
+impl RateAlgorithm for FixedWindow {
+    type State = FixedWindowState;
+    type Admission = FixedWindowState;
+
+    fn evaluate(&self, state: &FixedWindowState, now: u64, cost: u32) -> Evaluation<FixedWindowState> {
+        let current = now / self.period;
+        // A state from an older window counts for nothing; one from a later
+        // window (the clock went back) is kept, conservatively.
+        let (window, count) = if state.window >= current {
+            (state.window, state.count)
+        } else {
+            (current, 0)
+        };
+        let cost = u64::from(cost);
+        let allowed = count.saturating_add(cost) <= self.limit;
+        let count_after = if allowed { count + cost } else { count };
+        let window_end = (u128::from(window) + 1) * u128::from(self.period);
+        let until_next_window = dur(window_end.saturating_sub(u128::from(now)));
+        let retry_after = if allowed {
+            Duration::ZERO
+        } else if cost > self.limit {
+            Decision::NEVER
+        } else {
+            until_next_window
+        };
+        let decision = Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self.limit.saturating_sub(count_after),
+            reset_after: if count_after == 0 {
+                Duration::ZERO
+            } else {
+                until_next_window
+            },
+            retry_after,
+            wait: Duration::ZERO,
+        };
+        Evaluation {
+            decision,
+            admission: allowed.then_some(FixedWindowState {
+                window,
+                count: count_after,
+            }),
+        }
+    }
+
+    fn commit(&self, state: &mut FixedWindowState, admission: FixedWindowState) {
+        *state = admission;
+    }
+}

@@ -1,0 +1,115 @@
+//! GCRA, the generic cell rate algorithm.
+
+use super::schedule::{schedule, to_u64};
+use super::{Evaluation, RateAlgorithm, dur};
+use crate::{Decision, Quota};
+use std::time::Duration;
+
+/// GCRA: a smooth rate of `limit` per `period` with a tolerance of `burst`
+/// requests, in 8 bytes of state per key.
+///
+/// With emission interval `T = period / limit` (rounded up to the nanosecond)
+/// and tolerance `τ = burst·T`, a request of cost `c` moves the key's
+/// theoretical arrival time to `TAT' = max(TAT, now) + c·T` and passes iff
+/// `TAT' − now ≤ τ`. Over any interval of length `w` it admits at most
+/// `burst + w / T` units of cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    interval: u64,
+    tolerance: u64,
+    burst: u64,
+}
+
+/// A key's GCRA state: its theoretical arrival time, in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GcraState {
+    /// The moment the key is fully rested; 0 for a key never seen.
+    pub tat: u64,
+}
+
+impl Gcra {
+    /// GCRA for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        let interval = quota.emission_interval_nanos();
+        Gcra {
+            interval,
+            // Quota guarantees burst·T ≤ 2^62.
+            tolerance: interval * quota.burst(),
+            burst: quota.burst(),
+        }
+    }
+
+    /// The emission interval `T`, in nanoseconds.
+    pub fn interval_nanos(&self) -> u64 {
+        self.interval
+    }
+}
+
+impl RateAlgorithm for Gcra {
+    type State = GcraState;
+    type Admission = GcraState;
+
+    fn evaluate(&self, state: &GcraState, now: u64, cost: u32) -> Evaluation<GcraState> {
+        let interval = u128::from(self.interval);
+        let tolerance = u128::from(self.tolerance);
+        let s = schedule(
+            u128::from(state.tat),
+            u128::from(now),
+            u128::from(cost) * interval,
+            tolerance,
+        );
+        let ahead = if s.allowed {
+            s.ahead_after
+        } else {
+            s.ahead_before
+        };
+        let decision = Decision {
+            allowed: s.allowed,
+            limit: self.burst,
+            remaining: to_u64(tolerance.saturating_sub(ahead) / interval),
+            reset_after: dur(ahead),
+            retry_after: s.retry.map_or(Decision::NEVER, dur),
+            wait: Duration::ZERO,
+        };
+        Evaluation {
+            decision,
+            admission: s.allowed.then(|| GcraState { tat: to_u64(s.end) }),
+        }
+    }
+
+    fn commit(&self, state: &mut GcraState, admission: GcraState) {
+        *state = admission;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    #[test]
+    fn admits_the_burst_then_one_per_interval() {
+        let gcra = Gcra::new(Quota::per_second(10).with_burst(3).unwrap());
+        let mut state = GcraState::default();
+        let now = 5 * SECOND;
+        let remaining: Vec<_> = (0..3)
+            .map(|_| gcra.check(&mut state, now, 1).remaining)
+            .collect();
+        assert_eq!(remaining, [2, 1, 0]);
+        let denied = gcra.check(&mut state, now, 1);
+        assert!(!denied.allowed);
+        assert_eq!(denied.retry_after, Duration::from_millis(100));
+        assert_eq!(denied.reset_after, Duration::from_millis(300));
+        assert!(!gcra.check(&mut state, now + SECOND / 10 - 1, 1).allowed);
+        assert!(gcra.check(&mut state, now + SECOND / 10, 1).allowed);
+    }
+
+    #[test]
+    fn a_cost_above_the_burst_never_passes() {
+        let gcra = Gcra::new(Quota::per_second(10));
+        let d = gcra.check(&mut GcraState::default(), 0, 11);
+        assert!(!d.allowed);
+        assert!(!d.can_ever_pass());
+    }
+}

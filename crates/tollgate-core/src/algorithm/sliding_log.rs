@@ -1,0 +1,157 @@
+//! The sliding log.
+
+use super::{Evaluation, RateAlgorithm, dur};
+use crate::{Decision, Quota};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Exact: a request of cost `c` passes iff the summed cost of the requests
+/// admitted in `(now − period, now]` plus `c` is at most `limit`.
+///
+/// The price of exactness is memory: one entry (16 bytes) per admitted
+/// request still inside the period, so up to `limit` entries per key. Use it
+/// for small limits that must never be exceeded ("500 per hour" on a login
+/// form), and a counter algorithm for large ones. `burst` is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingLog {
+    limit: u64,
+    period: u64,
+}
+
+/// A key's sliding-log state: the admitted requests, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlidingLogState {
+    entries: VecDeque<Entry>,
+    /// The summed cost of `entries`.
+    total: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    at: u64,
+    cost: u32,
+}
+
+impl SlidingLogState {
+    /// How many admitted requests the log holds (some may have expired since
+    /// the last admission; they are dropped at the next one).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// What a sliding log admission appends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogAdmission {
+    at: u64,
+    cost: u32,
+}
+
+impl SlidingLog {
+    /// A sliding log for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        SlidingLog {
+            limit: quota.limit(),
+            period: quota.period_nanos(),
+        }
+    }
+
+    /// Whether an entry admitted at `at` still counts at `now`.
+    fn in_window(&self, at: u64, now: u64) -> bool {
+        now.saturating_sub(at) < self.period
+    }
+
+    /// The summed cost of the entries that have left the window at `now`.
+    fn expired_cost(&self, state: &SlidingLogState, now: u64) -> u64 {
+        state
+            .entries
+            .iter()
+            .take_while(|e| !self.in_window(e.at, now))
+            .map(|e| u64::from(e.cost))
+            .sum()
+    }
+
+    /// How long until enough cost leaves the window for `excess` more to fit.
+    fn retry_nanos(&self, state: &SlidingLogState, now: u64, excess: u64) -> u128 {
+        let mut freed = 0;
+        for entry in state.entries.iter().filter(|e| self.in_window(e.at, now)) {
+            freed += u64::from(entry.cost);
+            if freed >= excess {
+                let leaves_at = u128::from(entry.at) + u128::from(self.period);
+                return leaves_at - u128::from(now);
+            }
+        }
+        0
+    }
+}
+
+impl RateAlgorithm for SlidingLog {
+    type State = SlidingLogState;
+    type Admission = LogAdmission;
+
+    fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u32) -> Evaluation<LogAdmission> {
+        let in_window = state.total - self.expired_cost(state, now);
+        let wanted = in_window + u64::from(cost);
+        let allowed = wanted <= self.limit;
+        let retry_after = if allowed {
+            Duration::ZERO
+        } else if u64::from(cost) > self.limit {
+            Decision::NEVER
+        } else {
+            dur(self.retry_nanos(state, now, wanted - self.limit))
+        };
+        let newest = if allowed && cost > 0 {
+            Some(now)
+        } else {
+            state
+                .entries
+                .back()
+                .filter(|e| self.in_window(e.at, now))
+                .map(|e| e.at)
+        };
+        let reset_after = newest.map_or(0, |at| {
+            (u128::from(at) + u128::from(self.period)).saturating_sub(u128::from(now))
+        });
+        let decision = Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self.limit - if allowed { wanted } else { in_window.min(self.limit) },
+            reset_after: dur(reset_after),
+            retry_after,
+            wait: Duration::ZERO,
+        };
+        Evaluation {
+            decision,
+            admission: allowed.then_some(LogAdmission { at: now, cost }),
+        }
+    }
+
+    fn commit(&self, state: &mut SlidingLogState, admission: LogAdmission) {
+        while let Some(oldest) = state.entries.front() {
+            if self.in_window(oldest.at, admission.at) {
+                break;
+            }
+            state.total -= u64::from(oldest.cost);
+            state.entries.pop_front();
+        }
+        if admission.cost == 0 {
+            return;
+        }
+        state.total += u64::from(admission.cost);
+        // Requests admitted in the same nanosecond share one entry.
+        match state.entries.back_mut() {
+            Some(last) if last.at == admission.at && last.cost.checked_add(admission.cost).is_some() => {
+                last.cost += admission.cost;
+            }
+            _ => state.entries.push_back(Entry {
+                at: admission.at,
+                cost: admission.cost,
+            }),
+        }
+    }
+}

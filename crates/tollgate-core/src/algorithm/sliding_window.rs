@@ -1,0 +1,159 @@
+//! The sliding window counter.
+
+use super::{Evaluation, RateAlgorithm, dur};
+use crate::{Decision, Quota};
+use std::time::Duration;
+
+/// Two fixed-window counters, the previous window's weighted by how much of
+/// it still overlaps the last `period`: with `elapsed` the time into the
+/// current window, the estimate is
+/// `E = cur + ⌊prev · (period − elapsed) / period⌋` and a request of cost `c`
+/// passes iff `E + c ≤ limit`.
+///
+/// An approximation of the sliding log in 24 bytes per key. It assumes the
+/// previous window's requests were spread evenly; when they were bunched at
+/// its end, up to `2 × limit` can pass in one period in the worst case, though
+/// far less in practice. Never more than `limit` in one aligned window.
+/// `burst` is ignored.
+///
+/// ```
+/// use tollgate_core::{Quota, RateAlgorithm, SlidingWindow, SlidingWindowState};
+///
+/// // limit 7, previous window 5, current 3, 30% into the window: E = 3 + ⌊5·0.7⌋ = 6.
+/// let sw = SlidingWindow::new(Quota::per_second(7));
+/// let mut state = SlidingWindowState { window: 10, previous: 5, current: 3 };
+/// assert!(sw.check(&mut state, 10_300_000_000, 1).allowed);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingWindow {
+    limit: u64,
+    period: u64,
+}
+
+/// A key's sliding-window state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SlidingWindowState {
+    /// The index (`now / period`) of the window `current` counts.
+    pub window: u64,
+    /// Cost admitted in window `window − 1`.
+    pub previous: u64,
+    /// Cost admitted in window `window`.
+    pub current: u64,
+}
+
+impl SlidingWindow {
+    /// A sliding window counter for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        SlidingWindow {
+            limit: quota.limit(),
+            period: quota.period_nanos(),
+        }
+    }
+
+    /// The counters as they stand at window `current`.
+    fn rolled(&self, state: &SlidingWindowState, current: u64) -> SlidingWindowState {
+        match current.checked_sub(state.window) {
+            // Same window, or the clock went back: keep the counts.
+            Some(0) | None => *state,
+            Some(1) => SlidingWindowState {
+                window: current,
+                previous: state.current,
+                current: 0,
+            },
+            Some(_) => SlidingWindowState {
+                window: current,
+                previous: 0,
+                current: 0,
+            },
+        }
+    }
+
+    /// `⌊previous · (period − elapsed) / period⌋`.
+    fn weighted(&self, previous: u64, elapsed: u64) -> u64 {
+        let remaining = u128::from(self.period - elapsed);
+        (u128::from(previous) * remaining / u128::from(self.period)) as u64
+    }
+
+    /// The least `elapsed` at which `⌊previous · (period − elapsed) / period⌋ ≤ budget`.
+    fn first_elapsed_within(&self, previous: u64, budget: u64) -> u64 {
+        if previous <= budget {
+            return 0;
+        }
+        // previous·(P − e) < (budget + 1)·P  ⟺  P − e < ⌈(budget + 1)·P / previous⌉.
+        let period = u128::from(self.period);
+        let span = ((u128::from(budget) + 1) * period).div_ceil(u128::from(previous));
+        (period + 1).saturating_sub(span) as u64
+    }
+
+    /// How long from `now` (at `elapsed` into the window) until a request of
+    /// `cost` fits. `cost ≤ limit`.
+    fn retry_nanos(&self, s: &SlidingWindowState, elapsed: u64, cost: u64) -> u128 {
+        let period = u128::from(self.period);
+        let to_window_end = period - u128::from(elapsed);
+        let budget = self.limit - cost;
+        if s.current <= budget {
+            // The previous window is what blocks: wait for its weight to fall.
+            let e = self.first_elapsed_within(s.previous, budget - s.current);
+            u128::from(e - elapsed)
+        } else {
+            // Only the next window can help; there `current` is the weighted one.
+            to_window_end + u128::from(self.first_elapsed_within(s.current, budget))
+        }
+    }
+}
+
+impl RateAlgorithm for SlidingWindow {
+    type State = SlidingWindowState;
+    type Admission = SlidingWindowState;
+
+    fn evaluate(&self, state: &SlidingWindowState, now: u64, cost: u32) -> Evaluation<SlidingWindowState> {
+        let current_window = now / self.period;
+        let s = self.rolled(state, current_window);
+        let elapsed = if s.window == current_window {
+            now % self.period
+        } else {
+            0
+        };
+        let estimate = s.current.saturating_add(self.weighted(s.previous, elapsed));
+        let cost = u64::from(cost);
+        let allowed = estimate.saturating_add(cost) <= self.limit;
+        let period = u128::from(self.period);
+        let to_window_end = period - u128::from(elapsed);
+        let current_after = if allowed { s.current + cost } else { s.current };
+        let reset = if current_after > 0 {
+            to_window_end + period
+        } else if s.previous > 0 {
+            to_window_end
+        } else {
+            0
+        };
+        let retry_after = if allowed {
+            Duration::ZERO
+        } else if cost > self.limit {
+            Decision::NEVER
+        } else {
+            dur(self.retry_nanos(&s, elapsed, cost))
+        };
+        let decision = Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self
+                .limit
+                .saturating_sub(estimate.saturating_add(if allowed { cost } else { 0 })),
+            reset_after: dur(reset),
+            retry_after,
+            wait: Duration::ZERO,
+        };
+        Evaluation {
+            decision,
+            admission: allowed.then_some(SlidingWindowState {
+                current: current_after,
+                ..s
+            }),
+        }
+    }
+
+    fn commit(&self, state: &mut SlidingWindowState, admission: SlidingWindowState) {
+        *state = admission;
+    }
+}

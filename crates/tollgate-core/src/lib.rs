@@ -1,0 +1,84 @@
+//! Rate-limiting algorithms as pure state machines over an injected clock.
+//!
+//! `tollgate-core` is the foundation of the tollgate crates: no async, no I/O,
+//! no allocation on a check (but for the sliding log's entries). Each
+//! algorithm takes a key's state, the time `now` in integer nanoseconds and
+//! the request's `cost`, and returns a [`Decision`]. A denied request changes
+//! nothing. The tower middleware, the in-memory store and the Redis scripts
+//! all implement exactly these semantics.
+//!
+//! ```
+//! use tollgate_core::{Algorithm, Clock, Limiter, ManualClock, Quota};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new(0);
+//! let limiter = Limiter::new(Algorithm::Gcra, "10/s".parse().unwrap());
+//! let mut state = limiter.new_state();
+//! let passed = (0..20).filter(|_| limiter.check(&mut state, clock.now(), 1).allowed).count();
+//! assert_eq!(passed, 10);
+//! clock.advance(Duration::from_millis(100));
+//! assert!(limiter.check(&mut state, clock.now(), 1).allowed);
+//! ```
+//!
+//! # Choosing an algorithm
+//!
+//! | algorithm | state per key | bursts | accuracy | distributed cost (Redis) |
+//! |---|---|---|---|---|
+//! | [`Gcra`] (default) | 8 bytes | up to `burst` at once, then smooth | exact to 1 ns of emission interval | one key, one small value |
+//! | [`TokenBucket`] | 32 bytes (enum of two 16-byte forms) | up to `burst`, refill continuous or per interval | exact | one key, two fields |
+//! | [`LeakyBucket`] | 8 bytes | none leave faster than the rate; up to `burst` wait | exact | one key, one value |
+//! | [`FixedWindow`] | 16 bytes | up to `2 × limit` across a window boundary | exact per aligned window | one counter, `INCRBY` |
+//! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`) | never over `limit` in any period | exact | a sorted set of up to `limit` members |
+//! | [`SlidingWindow`] | 24 bytes | approximates the log; ≤ `limit` per aligned window | estimate, assumes even spread | two counters |
+//!
+//! - **GCRA** is the default: the smallest state, smooth admission, a
+//!   configurable burst. Pick it unless you have a reason not to.
+//! - **Token bucket** admits the same sequences as GCRA, computed exactly in
+//!   tokens; its interval refill (all tokens back at each period boundary) is
+//!   what some APIs document.
+//! - **Leaky bucket** is a shaper: it admits requests but spaces them out
+//!   ([`Decision::wait`]), for protecting a backend that cannot take bursts.
+//! - **Fixed window** is what most people mean by "100 per minute" and is the
+//!   cheapest on Redis; accept the boundary burst.
+//! - **Sliding log** never exceeds the limit in any period: for small, strict
+//!   limits such as logins.
+//! - **Sliding window** approximates the sliding log in constant memory.
+//!
+//! # Semantics in one place
+//!
+//! With `T = period / limit` (rounded up to the nanosecond) and `b = burst`:
+//!
+//! - GCRA: `TAT' = max(TAT, now) + cost·T`; allowed iff `TAT' − now ≤ b·T`.
+//! - Token bucket: capacity `b`, refilled `limit` per `period`; allowed iff
+//!   `tokens ≥ cost`.
+//! - Leaky bucket: slot `max(last_slot + T, now)`; rejected iff its wait is
+//!   `b·T` or more; an admitted request waits until its slot.
+//! - Fixed window: allowed iff `count + cost ≤ limit` in window `now / period`.
+//! - Sliding log: allowed iff the cost admitted in `(now − period, now]` plus
+//!   `cost` is at most `limit`.
+//! - Sliding window: `E = cur + ⌊prev·(period − elapsed)/period⌋`; allowed iff
+//!   `E + cost ≤ limit`.
+//!
+//! Arithmetic is integer, in `u128` where products can grow, for limits and
+//! bursts up to 2^40, periods up to a year and costs up to `u32::MAX`. Quotas
+//! outside that are refused with a [`QuotaError`]; a cost larger than a limit
+//! can ever admit is denied with [`Decision::NEVER`] as its `retry_after`.
+//!
+//! Several limits on one request ("10 per minute and 500 per hour") are checked
+//! with [`check_all`]: all must pass, and all are charged or none.
+#![warn(missing_docs)]
+
+pub mod algorithm;
+mod clock;
+mod decision;
+mod limiter;
+mod quota;
+
+pub use algorithm::{
+    Algorithm, Evaluation, FixedWindow, Gcra, LeakyBucket, RateAlgorithm, Refill, SlidingLog,
+    SlidingWindow, TokenBucket, UnknownAlgorithm,
+};
+pub use clock::{Clock, ManualClock, MonotonicClock, WallClock};
+pub use decision::Decision;
+pub use limiter::{Admission, Limiter, State, ValueState, check_all};
+pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};

@@ -1,0 +1,279 @@
+//! [`Limiter`]: an algorithm chosen at run time, and several limits checked
+//! as one.
+
+use crate::algorithm::{
+    Evaluation, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, LeakyBucketState,
+    LogAdmission, RateAlgorithm, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
+    TokenBucket, TokenBucketState,
+};
+use crate::{Algorithm, Decision, Quota};
+
+/// One of the six algorithms with its quota, chosen at run time (from
+/// configuration, say). Dispatch is a `match`, not a virtual call.
+///
+/// ```
+/// use tollgate_core::{Algorithm, Limiter, Quota};
+///
+/// let limiter = Limiter::new(Algorithm::SlidingLog, "2/min".parse().unwrap());
+/// let mut state = limiter.new_state();
+/// assert!(limiter.check(&mut state, 0, 1).allowed);
+/// assert!(limiter.check(&mut state, 0, 1).allowed);
+/// assert!(!limiter.check(&mut state, 0, 1).allowed);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limiter {
+    /// See [`Gcra`].
+    Gcra(Gcra),
+    /// See [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// See [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// See [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// See [`SlidingLog`].
+    SlidingLog(SlidingLog),
+    /// See [`SlidingWindow`].
+    SlidingWindow(SlidingWindow),
+}
+
+/// A key's state under any [`Limiter`]: at most 32 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// See [`GcraState`].
+    Gcra(GcraState),
+    /// See [`TokenBucketState`].
+    TokenBucket(TokenBucketState),
+    /// See [`LeakyBucketState`].
+    LeakyBucket(LeakyBucketState),
+    /// See [`FixedWindowState`].
+    FixedWindow(FixedWindowState),
+    /// Boxed, so that the counters' states stay small.
+    SlidingLog(Box<SlidingLogState>),
+    /// See [`SlidingWindowState`].
+    SlidingWindow(SlidingWindowState),
+}
+
+/// What [`Limiter::evaluate`] found for an allowed request, to commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// The new state of a key whose state is a plain value.
+    Replace(ValueState),
+    /// An entry to append to a sliding log.
+    Log(LogAdmission),
+}
+
+/// The states that are plain values, replaced whole on admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum ValueState {
+    Gcra(GcraState),
+    TokenBucket(TokenBucketState),
+    LeakyBucket(LeakyBucketState),
+    FixedWindow(FixedWindowState),
+    SlidingWindow(SlidingWindowState),
+}
+
+impl Limiter {
+    /// `algorithm` over `quota`.
+    pub fn new(algorithm: Algorithm, quota: Quota) -> Self {
+        match algorithm {
+            Algorithm::Gcra => Limiter::Gcra(Gcra::new(quota)),
+            Algorithm::TokenBucket => Limiter::TokenBucket(TokenBucket::new(quota)),
+            Algorithm::LeakyBucket => Limiter::LeakyBucket(LeakyBucket::new(quota)),
+            Algorithm::FixedWindow => Limiter::FixedWindow(FixedWindow::new(quota)),
+            Algorithm::SlidingLog => Limiter::SlidingLog(SlidingLog::new(quota)),
+            Algorithm::SlidingWindow => Limiter::SlidingWindow(SlidingWindow::new(quota)),
+        }
+    }
+
+    /// Which algorithm this is.
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            Limiter::Gcra(_) => Algorithm::Gcra,
+            Limiter::TokenBucket(_) => Algorithm::TokenBucket,
+            Limiter::LeakyBucket(_) => Algorithm::LeakyBucket,
+            Limiter::FixedWindow(_) => Algorithm::FixedWindow,
+            Limiter::SlidingLog(_) => Algorithm::SlidingLog,
+            Limiter::SlidingWindow(_) => Algorithm::SlidingWindow,
+        }
+    }
+
+    /// The state of a key never seen.
+    pub fn new_state(&self) -> State {
+        match self {
+            Limiter::Gcra(_) => State::Gcra(Default::default()),
+            Limiter::TokenBucket(_) => State::TokenBucket(Default::default()),
+            Limiter::LeakyBucket(_) => State::LeakyBucket(Default::default()),
+            Limiter::FixedWindow(_) => State::FixedWindow(Default::default()),
+            Limiter::SlidingLog(_) => State::SlidingLog(Default::default()),
+            Limiter::SlidingWindow(_) => State::SlidingWindow(Default::default()),
+        }
+    }
+
+    /// Decides a request without changing `state`.
+    ///
+    /// A `state` made for another algorithm (the configuration changed) is
+    /// treated as a key never seen; [`commit`](Self::commit) then replaces it.
+    pub fn evaluate(&self, state: &State, now: u64, cost: u32) -> Evaluation<Admission> {
+        fn replace<A: RateAlgorithm>(
+            algorithm: &A,
+            state: Option<&A::State>,
+            now: u64,
+            cost: u32,
+            wrap: fn(A::Admission) -> ValueState,
+        ) -> Evaluation<Admission> {
+            let fresh;
+            let state = match state {
+                Some(state) => state,
+                None => {
+                    fresh = A::State::default();
+                    &fresh
+                }
+            };
+            let e = algorithm.evaluate(state, now, cost);
+            Evaluation {
+                decision: e.decision,
+                admission: e.admission.map(|a| Admission::Replace(wrap(a))),
+            }
+        }
+        match (self, state) {
+            (Limiter::Gcra(a), s) => {
+                let s = if let State::Gcra(s) = s { Some(s) } else { None };
+                replace(a, s, now, cost, ValueState::Gcra)
+            }
+            (Limiter::TokenBucket(a), s) => {
+                let s = if let State::TokenBucket(s) = s { Some(s) } else { None };
+                replace(a, s, now, cost, ValueState::TokenBucket)
+            }
+            (Limiter::LeakyBucket(a), s) => {
+                let s = if let State::LeakyBucket(s) = s { Some(s) } else { None };
+                replace(a, s, now, cost, ValueState::LeakyBucket)
+            }
+            (Limiter::FixedWindow(a), s) => {
+                let s = if let State::FixedWindow(s) = s { Some(s) } else { None };
+                replace(a, s, now, cost, ValueState::FixedWindow)
+            }
+            (Limiter::SlidingWindow(a), s) => {
+                let s = if let State::SlidingWindow(s) = s { Some(s) } else { None };
+                replace(a, s, now, cost, ValueState::SlidingWindow)
+            }
+            (Limiter::SlidingLog(a), State::SlidingLog(s)) => {
+                let e = a.evaluate(s, now, cost);
+                Evaluation {
+                    decision: e.decision,
+                    admission: e.admission.map(Admission::Log),
+                }
+            }
+            (Limiter::SlidingLog(a), _) => {
+                let e = a.evaluate(&SlidingLogState::default(), now, cost);
+                Evaluation {
+                    decision: e.decision,
+                    admission: e.admission.map(Admission::Log),
+                }
+            }
+        }
+    }
+
+    /// Applies an admission from [`evaluate`](Self::evaluate).
+    pub fn commit(&self, state: &mut State, admission: Admission) {
+        match (self, admission) {
+            (_, Admission::Replace(value)) => *state = value.into(),
+            (Limiter::SlidingLog(log), Admission::Log(entry)) => {
+                if !matches!(state, State::SlidingLog(_)) {
+                    *state = self.new_state();
+                }
+                if let State::SlidingLog(s) = state {
+                    log.commit(s, entry);
+                }
+            }
+            // A log admission for another limiter cannot come from
+            // `evaluate`; ignoring it keeps the state as it was.
+            (_, Admission::Log(_)) => {}
+        }
+    }
+
+    /// Evaluates and, if allowed, commits.
+    pub fn check(&self, state: &mut State, now: u64, cost: u32) -> Decision {
+        let e = self.evaluate(state, now, cost);
+        if let Some(admission) = e.admission {
+            self.commit(state, admission);
+        }
+        e.decision
+    }
+}
+
+impl From<ValueState> for State {
+    fn from(value: ValueState) -> State {
+        match value {
+            ValueState::Gcra(s) => State::Gcra(s),
+            ValueState::TokenBucket(s) => State::TokenBucket(s),
+            ValueState::LeakyBucket(s) => State::LeakyBucket(s),
+            ValueState::FixedWindow(s) => State::FixedWindow(s),
+            ValueState::SlidingWindow(s) => State::SlidingWindow(s),
+        }
+    }
+}
+
+/// Checks one request against several limits and charges it all-or-nothing:
+/// it passes only if every limit allows it, and then every limit is charged;
+/// if any denies, no state changes.
+///
+/// `limits` pairs each limiter with its key's state. Each limit's own decision
+/// is written to the matching slot of `decisions` (slots beyond its length
+/// are skipped; extra slots are left alone); the merged decision
+/// ([`Decision::merge`]) is returned. With no limits, the request is allowed.
+///
+/// ```
+/// use tollgate_core::{check_all, Algorithm, Decision, Limiter, Quota};
+///
+/// // "10 per minute and at least 2 s apart".
+/// let per_minute = Limiter::new(Algorithm::SlidingLog, Quota::per_minute(10));
+/// let apart = Limiter::new(Algorithm::Gcra, "1/2s".parse().unwrap());
+/// let (mut a, mut b) = (per_minute.new_state(), apart.new_state());
+/// let mut out = [Decision::default(); 2];
+/// assert!(check_all(&mut [(&per_minute, &mut a), (&apart, &mut b)], 0, 1, &mut out).allowed);
+/// let second = check_all(&mut [(&per_minute, &mut a), (&apart, &mut b)], 1_000_000_000, 1, &mut out);
+/// assert!(!second.allowed);
+/// assert!(out[0].allowed && !out[1].allowed);
+/// ```
+pub fn check_all(
+    limits: &mut [(&Limiter, &mut State)],
+    now: u64,
+    cost: u32,
+    decisions: &mut [Decision],
+) -> Decision {
+    // Admissions of the first few limits are kept on the stack; beyond that
+    // (rare) a limit is evaluated again at commit time, which gives the same
+    // answer because nothing changed in between.
+    const KEPT: usize = 8;
+    let mut admissions = [None; KEPT];
+    let mut merged: Option<Decision> = None;
+    for (i, (limiter, state)) in limits.iter().enumerate() {
+        let e = limiter.evaluate(state, now, cost);
+        if let Some(slot) = decisions.get_mut(i) {
+            *slot = e.decision;
+        }
+        if let Some(kept) = admissions.get_mut(i) {
+            *kept = e.admission;
+        }
+        merged = Some(merged.map_or(e.decision, |m| m.merge(e.decision)));
+    }
+    let Some(merged) = merged else {
+        return Decision {
+            allowed: true,
+            ..Decision::default()
+        };
+    };
+    if merged.allowed {
+        for (i, (limiter, state)) in limits.iter_mut().enumerate() {
+            let admission = match admissions.get(i) {
+                Some(kept) => *kept,
+                None => limiter.evaluate(state, now, cost).admission,
+            };
+            if let Some(admission) = admission {
+                limiter.commit(state, admission);
+            }
+        }
+    }
+    merged
+}
