@@ -27,6 +27,7 @@ pub trait Clock: Send + Sync + 'static {
 pub struct WallClock;
 
 impl Clock for WallClock {
+    #[inline]
     fn now(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -58,6 +59,7 @@ fn anchor() -> &'static Anchor {
 }
 
 impl Clock for MonotonicClock {
+    #[inline]
     fn now(&self) -> u64 {
         let anchor = anchor();
         anchor
@@ -98,23 +100,25 @@ impl ManualClock {
     }
 
     /// Moves the time forward (saturating at `u64::MAX`).
+    #[inline]
     pub fn advance(&self, by: Duration) {
         let by = saturating_nanos(by);
-        let _ = self
-            .nanos
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                Some(now.saturating_add(by))
-            });
+        let before = self.nanos.fetch_add(by, Ordering::AcqRel);
+        if before.checked_add(by).is_none() {
+            self.nanos.store(u64::MAX, Ordering::Release);
+        }
     }
 }
 
 impl Clock for ManualClock {
+    #[inline]
     fn now(&self) -> u64 {
         self.nanos.load(Ordering::Acquire)
     }
 }
 
 impl<C: Clock> Clock for Arc<C> {
+    #[inline]
     fn now(&self) -> u64 {
         (**self).now()
     }

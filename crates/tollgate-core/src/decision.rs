@@ -53,6 +53,7 @@ impl Decision {
     /// Folds the decisions of several limits on one request into one: allowed
     /// only if all are, with the smallest `remaining` (and its `limit`) and the
     /// longest of each wait.
+    #[inline]
     pub fn merge(self, other: Decision) -> Decision {
         let (limit, remaining) = if other.remaining < self.remaining {
             (other.limit, other.remaining)

@@ -69,15 +69,18 @@
 #![warn(missing_docs)]
 
 pub mod algorithm;
+mod atomic;
 mod clock;
 mod decision;
 mod limiter;
 mod quota;
 
 pub use algorithm::{
-    Algorithm, Evaluation, FixedWindow, Gcra, LeakyBucket, RateAlgorithm, Refill, SlidingLog,
-    SlidingWindow, TokenBucket, UnknownAlgorithm,
+    Algorithm, Evaluation, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket,
+    LeakyBucketState, RateAlgorithm, Refill, SlidingLog, SlidingLogState, SlidingWindow,
+    SlidingWindowState, TokenBucket, TokenBucketState, UnknownAlgorithm,
 };
+pub use atomic::{PackedState, check_atomic};
 pub use clock::{Clock, ManualClock, MonotonicClock, WallClock};
 pub use decision::Decision;
 pub use limiter::{Admission, Limiter, State, ValueState, check_all};

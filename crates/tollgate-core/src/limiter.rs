@@ -114,6 +114,7 @@ impl Limiter {
     ///
     /// A `state` made for another algorithm (the configuration changed) is
     /// treated as a key never seen; [`commit`](Self::commit) then replaces it.
+    #[inline]
     pub fn evaluate(&self, state: &State, now: u64, cost: u32) -> Evaluation<Admission> {
         fn replace<A: RateAlgorithm>(
             algorithm: &A,
@@ -138,23 +139,43 @@ impl Limiter {
         }
         match (self, state) {
             (Limiter::Gcra(a), s) => {
-                let s = if let State::Gcra(s) = s { Some(s) } else { None };
+                let s = if let State::Gcra(s) = s {
+                    Some(s)
+                } else {
+                    None
+                };
                 replace(a, s, now, cost, ValueState::Gcra)
             }
             (Limiter::TokenBucket(a), s) => {
-                let s = if let State::TokenBucket(s) = s { Some(s) } else { None };
+                let s = if let State::TokenBucket(s) = s {
+                    Some(s)
+                } else {
+                    None
+                };
                 replace(a, s, now, cost, ValueState::TokenBucket)
             }
             (Limiter::LeakyBucket(a), s) => {
-                let s = if let State::LeakyBucket(s) = s { Some(s) } else { None };
+                let s = if let State::LeakyBucket(s) = s {
+                    Some(s)
+                } else {
+                    None
+                };
                 replace(a, s, now, cost, ValueState::LeakyBucket)
             }
             (Limiter::FixedWindow(a), s) => {
-                let s = if let State::FixedWindow(s) = s { Some(s) } else { None };
+                let s = if let State::FixedWindow(s) = s {
+                    Some(s)
+                } else {
+                    None
+                };
                 replace(a, s, now, cost, ValueState::FixedWindow)
             }
             (Limiter::SlidingWindow(a), s) => {
-                let s = if let State::SlidingWindow(s) = s { Some(s) } else { None };
+                let s = if let State::SlidingWindow(s) = s {
+                    Some(s)
+                } else {
+                    None
+                };
                 replace(a, s, now, cost, ValueState::SlidingWindow)
             }
             (Limiter::SlidingLog(a), State::SlidingLog(s)) => {
@@ -175,6 +196,7 @@ impl Limiter {
     }
 
     /// Applies an admission from [`evaluate`](Self::evaluate).
+    #[inline]
     pub fn commit(&self, state: &mut State, admission: Admission) {
         match (self, admission) {
             (_, Admission::Replace(value)) => *state = value.into(),
@@ -193,6 +215,7 @@ impl Limiter {
     }
 
     /// Evaluates and, if allowed, commits.
+    #[inline]
     pub fn check(&self, state: &mut State, now: u64, cost: u32) -> Decision {
         let e = self.evaluate(state, now, cost);
         if let Some(admission) = e.admission {

@@ -1,5 +1,6 @@
 //! The fixed window counter.
 
+use super::divisor::Divisor;
 use super::{Evaluation, RateAlgorithm, dur};
 use crate::{Decision, Quota};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use std::time::Duration;
 pub struct FixedWindow {
     limit: u64,
     period: u64,
+    per_period: Divisor,
 }
 
 /// A key's fixed-window state.
@@ -33,6 +35,7 @@ impl FixedWindow {
         FixedWindow {
             limit: quota.limit(),
             period: quota.period_nanos(),
+            per_period: Divisor::new(quota.period_nanos()),
         }
     }
 }
@@ -41,8 +44,14 @@ impl RateAlgorithm for FixedWindow {
     type State = FixedWindowState;
     type Admission = FixedWindowState;
 
-    fn evaluate(&self, state: &FixedWindowState, now: u64, cost: u32) -> Evaluation<FixedWindowState> {
-        let current = now / self.period;
+    #[inline]
+    fn evaluate(
+        &self,
+        state: &FixedWindowState,
+        now: u64,
+        cost: u32,
+    ) -> Evaluation<FixedWindowState> {
+        let current = self.per_period.div(now);
         // A state from an older window counts for nothing; one from a later
         // window (the clock went back) is kept, conservatively.
         let (window, count) = if state.window >= current {
@@ -83,6 +92,7 @@ impl RateAlgorithm for FixedWindow {
         }
     }
 
+    #[inline]
     fn commit(&self, state: &mut FixedWindowState, admission: FixedWindowState) {
         *state = admission;
     }

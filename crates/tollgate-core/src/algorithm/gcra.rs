@@ -1,7 +1,8 @@
 //! GCRA, the generic cell rate algorithm.
 
-use super::schedule::{schedule, to_u64};
-use super::{Evaluation, RateAlgorithm, dur};
+use super::divisor::Divisor;
+use super::schedule::schedule;
+use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gcra {
     interval: u64,
+    per_interval: Divisor,
     tolerance: u64,
     burst: u64,
 }
@@ -33,7 +35,8 @@ impl Gcra {
         let interval = quota.emission_interval_nanos();
         Gcra {
             interval,
-            // Quota guarantees burst·T ≤ 2^62.
+            per_interval: Divisor::new(interval),
+            // Quota guarantees burst·T ≤ 2^61.
             tolerance: interval * quota.burst(),
             burst: quota.burst(),
         }
@@ -49,34 +52,30 @@ impl RateAlgorithm for Gcra {
     type State = GcraState;
     type Admission = GcraState;
 
+    #[inline]
     fn evaluate(&self, state: &GcraState, now: u64, cost: u32) -> Evaluation<GcraState> {
-        let interval = u128::from(self.interval);
-        let tolerance = u128::from(self.tolerance);
         let s = schedule(
-            u128::from(state.tat),
-            u128::from(now),
-            u128::from(cost) * interval,
-            tolerance,
+            state.tat,
+            now,
+            u64::from(cost).saturating_mul(self.interval),
+            self.tolerance,
         );
-        let ahead = if s.allowed {
-            s.ahead_after
-        } else {
-            s.ahead_before
-        };
+        let ahead = s.ahead();
         let decision = Decision {
             allowed: s.allowed,
             limit: self.burst,
-            remaining: to_u64(tolerance.saturating_sub(ahead) / interval),
-            reset_after: dur(ahead),
-            retry_after: s.retry.map_or(Decision::NEVER, dur),
+            remaining: self.per_interval.div(self.tolerance.saturating_sub(ahead)),
+            reset_after: Duration::from_nanos(ahead),
+            retry_after: s.retry.map_or(Decision::NEVER, Duration::from_nanos),
             wait: Duration::ZERO,
         };
         Evaluation {
             decision,
-            admission: s.allowed.then(|| GcraState { tat: to_u64(s.end) }),
+            admission: s.allowed.then_some(GcraState { tat: s.end }),
         }
     }
 
+    #[inline]
     fn commit(&self, state: &mut GcraState, admission: GcraState) {
         *state = admission;
     }

@@ -1,8 +1,10 @@
 //! The leaky bucket, as a shaper.
 
-use super::schedule::{schedule, to_u64};
-use super::{Evaluation, RateAlgorithm, dur};
+use super::divisor::Divisor;
+use super::schedule::schedule;
+use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
+use std::time::Duration;
 
 /// A leaky bucket used as a shaper: requests leave at a constant rate of one
 /// every `T = period / limit`, and at most `burst` wait in the queue.
@@ -27,7 +29,11 @@ use crate::{Decision, Quota};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeakyBucket {
     interval: u64,
+    per_interval: Divisor,
     burst: u64,
+    /// "The last slot's wait is under `burst·T`" is "its end lies at most
+    /// `(burst + 1)·T − 1` ahead of now".
+    tolerance: u64,
 }
 
 /// A key's leaky-bucket state.
@@ -41,9 +47,13 @@ pub struct LeakyBucketState {
 impl LeakyBucket {
     /// A leaky bucket for `quota`: leaks `limit` per `period`, holds `burst`.
     pub fn new(quota: Quota) -> Self {
+        let interval = quota.emission_interval_nanos();
         LeakyBucket {
-            interval: quota.emission_interval_nanos(),
+            interval,
+            per_interval: Divisor::new(interval),
             burst: quota.burst(),
+            // Quota guarantees burst·T ≤ 2^61, so this cannot overflow.
+            tolerance: (quota.burst() + 1) * interval - 1,
         }
     }
 }
@@ -52,42 +62,43 @@ impl RateAlgorithm for LeakyBucket {
     type State = LeakyBucketState;
     type Admission = LeakyBucketState;
 
-    fn evaluate(&self, state: &LeakyBucketState, now: u64, cost: u32) -> Evaluation<LeakyBucketState> {
-        let interval = u128::from(self.interval);
-        // "wait of the last slot < burst·T" is "its end − now ≤ (burst+1)·T − 1".
-        let tolerance = (u128::from(self.burst) + 1) * interval - 1;
+    #[inline]
+    fn evaluate(
+        &self,
+        state: &LeakyBucketState,
+        now: u64,
+        cost: u32,
+    ) -> Evaluation<LeakyBucketState> {
         let s = schedule(
-            u128::from(state.next_free),
-            u128::from(now),
-            u128::from(cost) * interval,
-            tolerance,
+            state.next_free,
+            now,
+            u64::from(cost).saturating_mul(self.interval),
+            self.tolerance,
         );
-        let ahead = if s.allowed {
-            s.ahead_after
-        } else {
-            s.ahead_before
-        };
-        let queued = ahead.div_ceil(interval);
+        let ahead = s.ahead();
         let decision = Decision {
             allowed: s.allowed,
             limit: self.burst,
-            remaining: to_u64(u128::from(self.burst).saturating_sub(queued)),
-            reset_after: dur(ahead),
-            retry_after: s.retry.map_or(Decision::NEVER, dur),
+            // ⌈ahead / T⌉ slots are taken; ahead + T < 2^62 by the quota bounds.
+            remaining: self.burst.saturating_sub(
+                self.per_interval
+                    .div(ahead.saturating_add(self.interval - 1)),
+            ),
+            reset_after: Duration::from_nanos(ahead),
+            retry_after: s.retry.map_or(Decision::NEVER, Duration::from_nanos),
             wait: if s.allowed {
-                dur(s.start - u128::from(now))
+                Duration::from_nanos(s.ahead_before)
             } else {
-                std::time::Duration::ZERO
+                Duration::ZERO
             },
         };
         Evaluation {
             decision,
-            admission: s.allowed.then(|| LeakyBucketState {
-                next_free: to_u64(s.end),
-            }),
+            admission: s.allowed.then_some(LeakyBucketState { next_free: s.end }),
         }
     }
 
+    #[inline]
     fn commit(&self, state: &mut LeakyBucketState, admission: LeakyBucketState) {
         *state = admission;
     }

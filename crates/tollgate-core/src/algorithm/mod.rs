@@ -6,6 +6,7 @@
 //! the two apart is what lets several limits on one request be charged
 //! all-or-nothing, and lets a store apply an admission with a compare-and-swap.
 
+mod divisor;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;

@@ -4,35 +4,72 @@
 //! A key's state is one "theoretical arrival time" `tat`: the moment the key
 //! would be fully rested. A request of cost `c` pushes it to
 //! `max(tat, now) + c·increment` and passes iff that lands at most `tolerance`
-//! ahead of `now`. All arguments are in one time unit chosen by the caller
-//! (nanoseconds, or nanoseconds × limit for the exact token bucket), as `u128`
-//! so that no product of a valid quota and a `u32` cost can overflow.
+//! ahead of `now`. All arguments are in one time unit chosen by the caller:
+//! nanoseconds in `u64` for GCRA and the leaky bucket (their tolerance is at
+//! most 2^62 ns, so everything that matters fits), nanoseconds × limit in
+//! `u128` for the exact token bucket.
+
+use std::ops::Sub;
+
+/// An unsigned integer time type.
+pub(crate) trait Ticks: Copy + Default + Ord + Sub<Output = Self> {
+    fn saturating_add(self, other: Self) -> Self;
+}
+
+impl Ticks for u64 {
+    fn saturating_add(self, other: Self) -> Self {
+        u64::saturating_add(self, other)
+    }
+}
+
+impl Ticks for u128 {
+    fn saturating_add(self, other: Self) -> Self {
+        u128::saturating_add(self, other)
+    }
+}
 
 /// The outcome of scheduling one request.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Schedule {
+pub(crate) struct Schedule<T> {
     /// Whether the request fits within the tolerance.
     pub allowed: bool,
-    /// The start of the request's slot: `max(tat, now)`.
-    pub start: u128,
-    /// The new `tat` if admitted: `start + cost·increment`.
-    pub end: u128,
-    /// How far the current `tat` lies ahead of `now` (0 when rested).
-    pub ahead_before: u128,
+    /// The new `tat` if admitted: `start + increment`.
+    pub end: T,
+    /// How far the current `tat` lies ahead of `now` (0 when rested): the
+    /// wait before the request's slot starts.
+    pub ahead_before: T,
     /// How far the new `tat` would lie ahead of `now`.
-    pub ahead_after: u128,
+    pub ahead_after: T,
     /// For a denied request, how long until the same request would pass;
-    /// `None` when it never can (`cost·increment > tolerance`).
-    pub retry: Option<u128>,
+    /// `None` when it never can (`increment > tolerance`).
+    pub retry: Option<T>,
 }
 
-pub(crate) fn schedule(tat: u128, now: u128, increment: u128, tolerance: u128) -> Schedule {
+impl<T: Ticks> Schedule<T> {
+    /// How far ahead the state is after this request: `ahead_after` if it
+    /// was admitted, `ahead_before` if not.
+    pub fn ahead(&self) -> T {
+        if self.allowed {
+            self.ahead_after
+        } else {
+            self.ahead_before
+        }
+    }
+}
+
+/// Schedules a request. `increment` should saturate rather than wrap; a
+/// saturated increment exceeds any tolerance and so is never admitted.
+#[inline]
+pub(crate) fn schedule<T: Ticks>(tat: T, now: T, increment: T, tolerance: T) -> Schedule<T> {
     let start = tat.max(now);
-    let end = start + increment;
+    // Saturation can only happen within `tolerance` of the type's maximum,
+    // centuries after any real clock's origin.
+    let end = start.saturating_add(increment);
     let ahead_after = end - now;
     let allowed = ahead_after <= tolerance;
+    let ahead_before = start - now;
     let retry = if allowed {
-        Some(0)
+        Some(T::default())
     } else if increment > tolerance {
         None
     } else {
@@ -40,16 +77,14 @@ pub(crate) fn schedule(tat: u128, now: u128, increment: u128, tolerance: u128) -
     };
     Schedule {
         allowed,
-        start,
         end,
-        ahead_before: start - now,
+        ahead_before,
         ahead_after,
         retry,
     }
 }
 
-/// A `u128` time stored back into a `u64` state field, saturating. Only a
-/// clock within 146 years of `u64::MAX` nanoseconds can reach saturation.
+/// A `u128` time stored back into a `u64` field, saturating.
 pub(crate) fn to_u64(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
 }

@@ -94,6 +94,7 @@ impl RateAlgorithm for SlidingLog {
     type State = SlidingLogState;
     type Admission = LogAdmission;
 
+    #[inline]
     fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u32) -> Evaluation<LogAdmission> {
         let in_window = state.total - self.expired_cost(state, now);
         let wanted = in_window + u64::from(cost);
@@ -120,7 +121,12 @@ impl RateAlgorithm for SlidingLog {
         let decision = Decision {
             allowed,
             limit: self.limit,
-            remaining: self.limit - if allowed { wanted } else { in_window.min(self.limit) },
+            remaining: self.limit
+                - if allowed {
+                    wanted
+                } else {
+                    in_window.min(self.limit)
+                },
             reset_after: dur(reset_after),
             retry_after,
             wait: Duration::ZERO,
@@ -131,6 +137,7 @@ impl RateAlgorithm for SlidingLog {
         }
     }
 
+    #[inline]
     fn commit(&self, state: &mut SlidingLogState, admission: LogAdmission) {
         while let Some(oldest) = state.entries.front() {
             if self.in_window(oldest.at, admission.at) {
@@ -145,7 +152,9 @@ impl RateAlgorithm for SlidingLog {
         state.total += u64::from(admission.cost);
         // Requests admitted in the same nanosecond share one entry.
         match state.entries.back_mut() {
-            Some(last) if last.at == admission.at && last.cost.checked_add(admission.cost).is_some() => {
+            Some(last)
+                if last.at == admission.at && last.cost.checked_add(admission.cost).is_some() =>
+            {
                 last.cost += admission.cost;
             }
             _ => state.entries.push_back(Entry {

@@ -1,5 +1,6 @@
 //! The sliding window counter.
 
+use super::divisor::Divisor;
 use super::{Evaluation, RateAlgorithm, dur};
 use crate::{Decision, Quota};
 use std::time::Duration;
@@ -28,6 +29,7 @@ use std::time::Duration;
 pub struct SlidingWindow {
     limit: u64,
     period: u64,
+    per_period: Divisor,
 }
 
 /// A key's sliding-window state.
@@ -47,6 +49,7 @@ impl SlidingWindow {
         SlidingWindow {
             limit: quota.limit(),
             period: quota.period_nanos(),
+            per_period: Divisor::new(quota.period_nanos()),
         }
     }
 
@@ -71,7 +74,8 @@ impl SlidingWindow {
     /// `⌊previous · (period − elapsed) / period⌋`.
     fn weighted(&self, previous: u64, elapsed: u64) -> u64 {
         let remaining = u128::from(self.period - elapsed);
-        (u128::from(previous) * remaining / u128::from(self.period)) as u64
+        // ≤ previous, so it fits in u64.
+        self.per_period.div_wide(u128::from(previous) * remaining) as u64
     }
 
     /// The least `elapsed` at which `⌊previous · (period − elapsed) / period⌋ ≤ budget`.
@@ -106,11 +110,17 @@ impl RateAlgorithm for SlidingWindow {
     type State = SlidingWindowState;
     type Admission = SlidingWindowState;
 
-    fn evaluate(&self, state: &SlidingWindowState, now: u64, cost: u32) -> Evaluation<SlidingWindowState> {
-        let current_window = now / self.period;
+    #[inline]
+    fn evaluate(
+        &self,
+        state: &SlidingWindowState,
+        now: u64,
+        cost: u32,
+    ) -> Evaluation<SlidingWindowState> {
+        let (current_window, into_window) = self.per_period.div_rem(now);
         let s = self.rolled(state, current_window);
         let elapsed = if s.window == current_window {
-            now % self.period
+            into_window
         } else {
             0
         };
@@ -153,6 +163,7 @@ impl RateAlgorithm for SlidingWindow {
         }
     }
 
+    #[inline]
     fn commit(&self, state: &mut SlidingWindowState, admission: SlidingWindowState) {
         *state = admission;
     }

@@ -1,7 +1,8 @@
 //! The token bucket.
 
+use super::divisor::Divisor;
 use super::schedule::{schedule, to_u64};
-use super::{Evaluation, RateAlgorithm, dur};
+use super::{Evaluation, Gcra, GcraState, RateAlgorithm, dur};
 use crate::{Decision, Quota};
 use std::time::Duration;
 
@@ -42,13 +43,25 @@ pub struct TokenBucket {
     period: u64,
     burst: u64,
     refill: Refill,
+    /// Continuous refill works in units of `1 / scale` ns, `scale = limit / g`
+    /// with `g = gcd(limit, period)`, so that one token takes an integer
+    /// `unit = period / g` of them: exact, with no rounding.
+    scale: u64,
+    unit: u64,
+    per_scale: Divisor,
+    per_unit: Divisor,
+    per_period: Divisor,
+    /// When `scale` is 1 the units are nanoseconds and the arithmetic is
+    /// GCRA's with an exact interval, done in 64 bits.
+    as_gcra: Option<Gcra>,
 }
 
 /// A key's token-bucket state. `Default` is a full bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TokenBucketState {
     /// For [`Refill::Continuous`]: the moment the bucket is full again, in
-    /// units of nanoseconds × limit, which makes the refill rate an integer.
+    /// units of `1 / (limit / gcd(limit, period))` ns, which makes the refill
+    /// rate an integer (plain nanoseconds when `limit` divides `period`).
     Continuous {
         /// The scaled moment of being full; 0 for a key never seen.
         full_at: u128,
@@ -72,11 +85,19 @@ impl TokenBucket {
     /// A continuously refilled bucket for `quota`: capacity `burst`, refill
     /// `limit` per `period`.
     pub fn new(quota: Quota) -> Self {
+        let g = gcd(quota.limit(), quota.period_nanos());
+        let (scale, unit) = (quota.limit() / g, quota.period_nanos() / g);
         TokenBucket {
             limit: quota.limit(),
             period: quota.period_nanos(),
             burst: quota.burst(),
             refill: Refill::Continuous,
+            scale,
+            unit,
+            per_scale: Divisor::new(scale),
+            per_unit: Divisor::new(unit),
+            per_period: Divisor::new(quota.period_nanos()),
+            as_gcra: (scale == 1).then(|| Gcra::new(quota)),
         }
     }
 
@@ -90,28 +111,37 @@ impl TokenBucket {
         self.refill
     }
 
-    fn evaluate_continuous(&self, full_at: u128, now: u64, cost: u32) -> Evaluation<TokenBucketState> {
-        let limit = u128::from(self.limit);
-        let period = u128::from(self.period);
+    fn evaluate_continuous(
+        &self,
+        full_at: u128,
+        now: u64,
+        cost: u32,
+    ) -> Evaluation<TokenBucketState> {
+        if let (Some(gcra), Ok(tat)) = (&self.as_gcra, u64::try_from(full_at)) {
+            let e = gcra.evaluate(&GcraState { tat }, now, cost);
+            return Evaluation {
+                decision: e.decision,
+                admission: e.admission.map(|a| TokenBucketState::Continuous {
+                    full_at: u128::from(a.tat),
+                }),
+            };
+        }
+        let unit = u128::from(self.unit);
+        let capacity = u128::from(self.burst) * unit;
         let s = schedule(
             full_at,
-            u128::from(now) * limit,
-            u128::from(cost) * period,
-            u128::from(self.burst) * period,
+            u128::from(now) * u128::from(self.scale),
+            u128::from(cost) * unit,
+            capacity,
         );
-        let missing = if s.allowed {
-            s.ahead_after
-        } else {
-            s.ahead_before
-        };
+        let missing = s.ahead();
+        let to_nanos = |scaled: u128| dur(self.per_scale.div_ceil_wide(scaled));
         let decision = Decision {
             allowed: s.allowed,
             limit: self.burst,
-            remaining: to_u64((u128::from(self.burst) * period - missing.min(u128::from(self.burst) * period)) / period),
-            reset_after: dur(missing.div_ceil(limit)),
-            retry_after: s
-                .retry
-                .map_or(Decision::NEVER, |r| dur(r.div_ceil(limit))),
+            remaining: to_u64(self.per_unit.div_wide(capacity - missing.min(capacity))),
+            reset_after: to_nanos(missing),
+            retry_after: s.retry.map_or(Decision::NEVER, to_nanos),
             wait: Duration::ZERO,
         };
         Evaluation {
@@ -122,10 +152,17 @@ impl TokenBucket {
         }
     }
 
-    fn evaluate_interval(&self, state: &TokenBucketState, now: u64, cost: u32) -> Evaluation<TokenBucketState> {
-        let current = now / self.period;
+    fn evaluate_interval(
+        &self,
+        state: &TokenBucketState,
+        now: u64,
+        cost: u32,
+    ) -> Evaluation<TokenBucketState> {
+        let current = self.per_period.div(now);
         let (interval, used) = match *state {
-            TokenBucketState::Interval { interval, used } if interval >= current => (interval, used),
+            TokenBucketState::Interval { interval, used } if interval >= current => {
+                (interval, used)
+            }
             TokenBucketState::Interval { interval, used } => {
                 let refilled = u128::from(current - interval) * u128::from(self.limit);
                 (current, to_u64(u128::from(used).saturating_sub(refilled)))
@@ -134,7 +171,11 @@ impl TokenBucket {
         };
         let available = self.burst.saturating_sub(used);
         let allowed = u64::from(cost) <= available;
-        let used_after = if allowed { used + u64::from(cost) } else { used };
+        let used_after = if allowed {
+            used + u64::from(cost)
+        } else {
+            used
+        };
         // The moment `n` refills from now have happened.
         let after_refills = |n: u64| {
             let boundary = (u128::from(interval) + u128::from(n)) * u128::from(self.period);
@@ -169,7 +210,13 @@ impl RateAlgorithm for TokenBucket {
     type State = TokenBucketState;
     type Admission = TokenBucketState;
 
-    fn evaluate(&self, state: &TokenBucketState, now: u64, cost: u32) -> Evaluation<TokenBucketState> {
+    #[inline]
+    fn evaluate(
+        &self,
+        state: &TokenBucketState,
+        now: u64,
+        cost: u32,
+    ) -> Evaluation<TokenBucketState> {
         match (self.refill, *state) {
             (Refill::Continuous, TokenBucketState::Continuous { full_at }) => {
                 self.evaluate_continuous(full_at, now, cost)
@@ -183,9 +230,17 @@ impl RateAlgorithm for TokenBucket {
         }
     }
 
+    #[inline]
     fn commit(&self, state: &mut TokenBucketState, admission: TokenBucketState) {
         *state = admission;
     }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 #[cfg(test)]
@@ -204,12 +259,19 @@ mod tests {
         assert_eq!(denied.retry_after, Duration::from_nanos(333_333_334));
         assert!(!bucket.check(&mut state, 333_333_333, 1).allowed);
         assert!(bucket.check(&mut state, 333_333_334, 1).allowed);
-        // Three seconds hold exactly nine more tokens' worth of time.
-        let mut admitted = 0;
-        for ms in 334..=3334 {
-            admitted += u32::from(bucket.check(&mut state, ms * MS, 1).allowed);
-        }
-        assert_eq!(admitted, 9);
+        // A drained bucket of 10 has exactly 3 tokens back after 1 s and 6
+        // after 2 s: no rounding of 1/3 s accumulates (GCRA, which rounds its
+        // interval up to 333 333 334 ns, has only 2 back after 1 s).
+        let bucket = TokenBucket::new(Quota::per_second(3).with_burst(10).unwrap());
+        let mut state = TokenBucketState::default();
+        let take_all = |state: &mut TokenBucketState, now| {
+            (0..20)
+                .filter(|_| bucket.check(state, now, 1).allowed)
+                .count()
+        };
+        assert_eq!(take_all(&mut state, 0), 10);
+        assert_eq!(take_all(&mut state, 1_000 * MS), 3);
+        assert_eq!(take_all(&mut state, 3_000 * MS), 6);
     }
 
     #[test]
@@ -218,12 +280,22 @@ mod tests {
             .with_refill(Refill::Interval);
         let mut state = TokenBucketState::default();
         let now = 10_000 * MS + 200 * MS;
-        assert_eq!((0..9).filter(|_| bucket.check(&mut state, now, 1).allowed).count(), 8);
+        assert_eq!(
+            (0..9)
+                .filter(|_| bucket.check(&mut state, now, 1).allowed)
+                .count(),
+            8
+        );
         let denied = bucket.check(&mut state, now, 1);
         assert_eq!(denied.retry_after, Duration::from_millis(800));
         assert_eq!(denied.reset_after, Duration::from_millis(1800));
         // At the boundary 5 tokens come back, not 8.
         let later = 11_000 * MS;
-        assert_eq!((0..9).filter(|_| bucket.check(&mut state, later, 1).allowed).count(), 5);
+        assert_eq!(
+            (0..9)
+                .filter(|_| bucket.check(&mut state, later, 1).allowed)
+                .count(),
+            5
+        );
     }
 }

@@ -1,0 +1,236 @@
+//! Property tests: random arrival times and costs on a manual clock, for every
+//! algorithm. Each test states the bound the algorithm documents and checks
+//! it over the admitted requests, plus three properties every algorithm
+//! shares: a denied request leaves the state unchanged, `retry_after` is the
+//! earliest moment the same request passes, and nothing panics at the
+//! extremes.
+
+use proptest::prelude::*;
+use std::time::Duration;
+use tollgate_core::{
+    Algorithm, Decision, Limiter, MAX_LIMIT, MAX_PERIOD, Quota, Refill, State, TokenBucket,
+};
+
+/// A random quota small enough that random traffic hits its limits.
+fn small_quota() -> impl Strategy<Value = Quota> {
+    (1u64..=12, 1_000u64..=5_000_000_000, 1u64..=15).prop_map(|(limit, period, burst)| {
+        Quota::new(limit, Duration::from_nanos(period))
+            .and_then(|q| q.with_burst(burst))
+            .expect("valid by construction")
+    })
+}
+
+/// Arrivals: a start time and (gap, cost) pairs, gaps scaled to the period.
+fn arrivals() -> impl Strategy<Value = (u64, Vec<(u32, u32)>)> {
+    (
+        0u64..4_000_000_000_000_000_000,
+        prop::collection::vec(
+            (0u32..=1000, prop_oneof![8 => 0u32..=3, 1 => 0u32..=20]),
+            1..150,
+        ),
+    )
+}
+
+/// One admitted or denied request, as the tests see it.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    at: u64,
+    cost: u64,
+    decision: Decision,
+}
+
+/// Runs the trace through `limiter`, checking the shared properties at every
+/// step, and returns every request with its decision.
+fn run(limiter: &Limiter, quota: Quota, start: u64, trace: &[(u32, u32)]) -> Vec<Seen> {
+    let mut state = limiter.new_state();
+    let mut now = start;
+    let mut seen = Vec::with_capacity(trace.len());
+    for &(gap_permille, cost) in trace {
+        now += quota.period_nanos() * u64::from(gap_permille) / 1000;
+        let before = state.clone();
+        let decision = limiter.check(&mut state, now, cost);
+        assert!(decision.remaining <= decision.limit, "{decision:?}");
+        if decision.allowed {
+            assert_eq!(decision.retry_after, Duration::ZERO);
+        } else {
+            assert_eq!(state, before, "a denied request changed the state");
+            assert_retry_is_earliest(limiter, &before, now, cost, decision.retry_after);
+        }
+        seen.push(Seen {
+            at: now,
+            cost: u64::from(cost),
+            decision,
+        });
+    }
+    seen
+}
+
+/// `retry_after` is exact: the same request passes then, and not 1 ns before.
+fn assert_retry_is_earliest(
+    limiter: &Limiter,
+    state: &State,
+    now: u64,
+    cost: u32,
+    retry: Duration,
+) {
+    if retry == Decision::NEVER {
+        return;
+    }
+    let retry = u64::try_from(retry.as_nanos()).unwrap();
+    let at = |t: u64| limiter.check(&mut state.clone(), t, cost).allowed;
+    assert!(at(now + retry), "denied at now + retry_after ({retry} ns)");
+    if retry > 0 {
+        assert!(
+            !at(now + retry - 1),
+            "allowed 1 ns before retry_after ({retry} ns)"
+        );
+    }
+}
+
+fn admitted(seen: &[Seen]) -> impl Iterator<Item = &Seen> + Clone {
+    seen.iter().filter(|s| s.decision.allowed)
+}
+
+/// For every pair of admitted requests `i ≤ j`: `Σ cost·unit ≤ (t_j − t_i)·rate + allowance`.
+fn assert_rate_bound(seen: &[Seen], unit: u128, rate: u128, allowance: u128) {
+    let admitted: Vec<_> = admitted(seen).collect();
+    for i in 0..admitted.len() {
+        let mut sum = 0u128;
+        for j in i..admitted.len() {
+            sum += u128::from(admitted[j].cost) * unit;
+            let span = u128::from(admitted[j].at - admitted[i].at) * rate;
+            assert!(sum <= span + allowance, "{} admitted too fast", j - i + 1);
+        }
+    }
+}
+
+/// The summed admitted cost per aligned window never exceeds `cap`.
+fn assert_window_cap(seen: &[Seen], period: u64, cap: u64) {
+    let mut per_window = std::collections::HashMap::<u64, u64>::new();
+    for s in admitted(seen) {
+        let count = per_window.entry(s.at / period).or_default();
+        *count += s.cost;
+        assert!(
+            *count <= cap,
+            "window {} holds {count} > {cap}",
+            s.at / period
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gcra_admits_at_most_burst_plus_elapsed_over_interval(quota in small_quota(), (start, trace) in arrivals()) {
+        let seen = run(&Limiter::new(Algorithm::Gcra, quota), quota, start, &trace);
+        let t = u128::from(quota.emission_interval_nanos());
+        assert_rate_bound(&seen, t, 1, u128::from(quota.burst()) * t);
+    }
+
+    #[test]
+    fn token_bucket_admits_at_most_capacity_plus_refill(quota in small_quota(), (start, trace) in arrivals()) {
+        let seen = run(&Limiter::new(Algorithm::TokenBucket, quota), quota, start, &trace);
+        // Σ cost ≤ burst + elapsed·limit/period, multiplied through by period.
+        let period = u128::from(quota.period_nanos());
+        assert_rate_bound(&seen, period, u128::from(quota.limit()), u128::from(quota.burst()) * period);
+    }
+
+    #[test]
+    fn interval_token_bucket_adds_at_most_limit_per_boundary(quota in small_quota(), (start, trace) in arrivals()) {
+        let limiter = Limiter::TokenBucket(TokenBucket::new(quota).with_refill(Refill::Interval));
+        let seen = run(&limiter, quota, start, &trace);
+        let admitted: Vec<_> = admitted(&seen).collect();
+        let period = quota.period_nanos();
+        for i in 0..admitted.len() {
+            let mut sum = 0;
+            for j in i..admitted.len() {
+                sum += admitted[j].cost;
+                let boundaries = admitted[j].at / period - admitted[i].at / period;
+                prop_assert!(sum <= quota.burst() + boundaries * quota.limit());
+            }
+        }
+    }
+
+    #[test]
+    fn leaky_bucket_releases_evenly_in_order_with_a_bounded_queue(quota in small_quota(), (start, trace) in arrivals()) {
+        let seen = run(&Limiter::new(Algorithm::LeakyBucket, quota), quota, start, &trace);
+        let t = quota.emission_interval_nanos();
+        let mut next_free = 0u64;
+        for s in admitted(&seen) {
+            let slot = s.at + u64::try_from(s.decision.wait.as_nanos()).unwrap();
+            prop_assert_eq!(slot, next_free.max(s.at), "FIFO slot at the constant rate");
+            if s.cost > 0 {
+                let last_wait = slot - s.at + (s.cost - 1) * t;
+                prop_assert!(last_wait < quota.burst() * t, "queue longer than burst");
+            }
+            next_free = slot + s.cost * t;
+        }
+    }
+
+    #[test]
+    fn fixed_window_never_exceeds_the_limit_in_a_window(quota in small_quota(), (start, trace) in arrivals()) {
+        let seen = run(&Limiter::new(Algorithm::FixedWindow, quota), quota, start, &trace);
+        // Exact: a request is denied only when it would not fit.
+        let mut per_window = std::collections::HashMap::<u64, u64>::new();
+        for s in &seen {
+            let count = per_window.entry(s.at / quota.period_nanos()).or_default();
+            prop_assert_eq!(s.decision.allowed, *count + s.cost <= quota.limit());
+            if s.decision.allowed { *count += s.cost; }
+        }
+        assert_window_cap(&seen, quota.period_nanos(), quota.limit());
+    }
+
+    #[test]
+    fn sliding_log_never_exceeds_the_limit_in_any_period(quota in small_quota(), (start, trace) in arrivals()) {
+        let seen = run(&Limiter::new(Algorithm::SlidingLog, quota), quota, start, &trace);
+        // Exact against a brute-force log: allowed iff it fits in (now − period, now].
+        for (j, s) in seen.iter().enumerate() {
+            let in_period: u64 = admitted(&seen[..j])
+                .filter(|p| s.at - p.at < quota.period_nanos())
+                .map(|p| p.cost)
+                .sum();
+            prop_assert_eq!(s.decision.allowed, in_period + s.cost <= quota.limit());
+        }
+    }
+
+    #[test]
+    fn sliding_window_matches_its_estimate_and_caps_each_window(quota in small_quota(), (start, trace) in arrivals()) {
+        let seen = run(&Limiter::new(Algorithm::SlidingWindow, quota), quota, start, &trace);
+        let period = quota.period_nanos();
+        for (j, s) in seen.iter().enumerate() {
+            let window = s.at / period;
+            let count = |w: u64| -> u64 {
+                admitted(&seen[..j]).filter(|p| p.at / period == w).map(|p| p.cost).sum()
+            };
+            let elapsed = s.at % period;
+            let previous = if window == 0 { 0 } else { count(window - 1) };
+            let estimate = count(window)
+                + (u128::from(previous) * u128::from(period - elapsed) / u128::from(period)) as u64;
+            prop_assert_eq!(s.decision.allowed, estimate + s.cost <= quota.limit());
+        }
+        assert_window_cap(&seen, period, quota.limit());
+    }
+
+    #[test]
+    fn extreme_values_never_panic(
+        algorithm in prop::sample::select(Algorithm::ALL.to_vec()),
+        limit in prop_oneof![Just(1u64), Just(MAX_LIMIT), 1u64..=MAX_LIMIT],
+        period in prop_oneof![Just(1u64), Just(MAX_PERIOD.as_nanos() as u64), 1u64..=MAX_PERIOD.as_nanos() as u64],
+        burst_scale in prop_oneof![Just(1u64), Just(MAX_LIMIT), 1u64..=MAX_LIMIT],
+        steps in prop::collection::vec(
+            (prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()], prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()]),
+            1..20,
+        ),
+    ) {
+        let quota = Quota::new(limit, Duration::from_nanos(period)).unwrap();
+        let quota = quota.with_burst(burst_scale).unwrap_or(quota);
+        for limiter in [Limiter::new(algorithm, quota), Limiter::TokenBucket(TokenBucket::new(quota).with_refill(Refill::Interval))] {
+            let mut state = limiter.new_state();
+            for &(now, cost) in &steps {
+                let d = limiter.check(&mut state, now, cost);
+                prop_assert!(d.remaining <= d.limit);
+            }
+        }
+    }
+}
