@@ -23,7 +23,10 @@ pub fn bursty_trace(rate: u64, burst: u64, seconds: u64) -> Vec<Arrival> {
     // A pause, then a burst across the boundary at (seconds − 1) s.
     let boundary = (seconds.max(4) - 1) * second;
     arrivals.extend(std::iter::repeat_n(boundary - MS, burst as usize / 2));
-    arrivals.extend(std::iter::repeat_n(boundary, burst as usize - burst as usize / 2));
+    arrivals.extend(std::iter::repeat_n(
+        boundary,
+        burst as usize - burst as usize / 2,
+    ));
     arrivals.sort_unstable();
     arrivals
 }
@@ -103,7 +106,10 @@ mod tests {
         for algorithm in Algorithm::ALL {
             let outcome = run_trace(algorithm, quota, 1_000 * SECOND, &trace);
             assert_eq!(outcome.offered, trace.len());
-            assert!(outcome.admitted < outcome.offered, "{algorithm} limited nothing");
+            assert!(
+                outcome.admitted < outcome.offered,
+                "{algorithm} limited nothing"
+            );
         }
     }
 

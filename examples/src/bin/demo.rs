@@ -11,7 +11,10 @@ fn main() {
     let trace = bursty_trace(10, 20, 5);
     // Start on a whole second of the clock so the windows line up with the trace.
     let origin = 1_700_000_000 * 1_000_000_000;
-    println!("quota {quota}, {} requests offered: steady at 2x the rate,", trace.len());
+    println!(
+        "quota {quota}, {} requests offered: steady at 2x the rate,",
+        trace.len()
+    );
     println!("a burst of 20, a pause, then 20 split across a window boundary\n");
     println!(
         "{:<16} {:>8} {:>9} {:>9} {:>22}",

@@ -1,0 +1,194 @@
+//! [`ResponseFuture`], the future of a rate-limited call.
+
+use crate::key::Key;
+use crate::layer::Shared;
+use crate::service::Action;
+use crate::store::Store;
+use http::{HeaderMap, Response};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::time::Sleep;
+use tower_service::Service;
+
+pin_project! {
+    /// The response future of [`RateLimit`](crate::RateLimit): the inner
+    /// service's future, a rejection, or (for stores that do I/O, and for the
+    /// leaky bucket's shaping) a wait before calling the inner service. No
+    /// allocation on the allowed path.
+    pub struct ResponseFuture<S, Req, K, St>
+    where
+        S: Service<Req>,
+        St: Store,
+    {
+        #[pin]
+        phase: Phase<S, Req, St::Future>,
+        fields: Option<HeaderMap>,
+        shared: Arc<Shared<K, St>>,
+    }
+}
+
+pin_project! {
+    #[project = PhaseProj]
+    enum Phase<S, Req, Check>
+    where
+        S: Service<Req>,
+    {
+        Calling { #[pin] future: S::Future },
+        Checking {
+            #[pin] check: Check,
+            #[pin] deadline: Sleep,
+            pending: Option<(S, Req)>,
+            key: Key,
+            cost: u32,
+        },
+        Waiting { #[pin] until: Sleep, pending: Option<(S, Req)> },
+        Rejected { response: Option<S::Response> },
+    }
+}
+
+impl<S, Req, K, St, B> ResponseFuture<S, Req, K, St>
+where
+    S: Service<Req, Response = Response<B>>,
+    St: Store,
+{
+    pub(crate) fn calling(
+        future: S::Future,
+        fields: Option<HeaderMap>,
+        shared: Arc<Shared<K, St>>,
+    ) -> Self {
+        ResponseFuture {
+            phase: Phase::Calling { future },
+            fields,
+            shared,
+        }
+    }
+
+    pub(crate) fn rejected(response: Response<B>, shared: Arc<Shared<K, St>>) -> Self {
+        ResponseFuture {
+            phase: Phase::Rejected {
+                response: Some(response),
+            },
+            fields: None,
+            shared,
+        }
+    }
+
+    pub(crate) fn checking(
+        check: St::Future,
+        pending: (S, Req),
+        key: Key,
+        cost: u32,
+        shared: Arc<Shared<K, St>>,
+    ) -> Self {
+        ResponseFuture {
+            phase: Phase::Checking {
+                check,
+                deadline: tokio::time::sleep(shared.store_timeout),
+                pending: Some(pending),
+                key,
+                cost,
+            },
+            fields: None,
+            shared,
+        }
+    }
+
+    pub(crate) fn waiting(
+        wait: Duration,
+        pending: (S, Req),
+        fields: Option<HeaderMap>,
+        shared: Arc<Shared<K, St>>,
+    ) -> Self {
+        ResponseFuture {
+            phase: Phase::Waiting {
+                until: tokio::time::sleep(wait),
+                pending: Some(pending),
+            },
+            fields,
+            shared,
+        }
+    }
+}
+
+impl<S, Req, K, St, B> Future for ResponseFuture<S, Req, K, St>
+where
+    S: Service<Req, Response = Response<B>>,
+    St: Store,
+    B: Default,
+{
+    type Output = Result<Response<B>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let mut this = self.as_mut().project();
+            let next = match this.phase.as_mut().project() {
+                PhaseProj::Calling { future } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    if let Some(fields) = this.fields.take() {
+                        response.headers_mut().extend(fields);
+                    }
+                    return Poll::Ready(Ok(response));
+                }
+                PhaseProj::Rejected { response } => {
+                    // Taken once; a second poll (a caller's bug) gets an empty 500
+                    // rather than a panic.
+                    let response = response.take().unwrap_or_else(|| {
+                        crate::service::status_response(http::StatusCode::INTERNAL_SERVER_ERROR)
+                    });
+                    return Poll::Ready(Ok(response));
+                }
+                PhaseProj::Checking {
+                    check,
+                    deadline,
+                    pending,
+                    key,
+                    cost,
+                } => {
+                    let action = match check.poll(cx) {
+                        Poll::Ready(Ok(verdict)) => this.shared.judge(&verdict),
+                        Poll::Ready(Err(error)) => this.shared.on_failure(key, *cost, &error),
+                        Poll::Pending => {
+                            ready!(deadline.poll(cx));
+                            this.shared
+                                .on_failure(key, *cost, &"the store did not answer in time")
+                        }
+                    };
+                    match (action, pending.take()) {
+                        (Action::Reject(response), _) => Phase::Rejected {
+                            response: Some(response),
+                        },
+                        (Action::Forward { fields, wait }, Some(pending)) => {
+                            *this.fields = fields;
+                            if wait.is_zero() {
+                                let (mut service, request) = pending;
+                                Phase::Calling {
+                                    future: service.call(request),
+                                }
+                            } else {
+                                Phase::Waiting {
+                                    until: tokio::time::sleep(wait),
+                                    pending: Some(pending),
+                                }
+                            }
+                        }
+                        (Action::Forward { .. }, None) => return Poll::Pending,
+                    }
+                }
+                PhaseProj::Waiting { until, pending } => {
+                    ready!(until.poll(cx));
+                    let Some((mut service, request)) = pending.take() else {
+                        return Poll::Pending;
+                    };
+                    Phase::Calling {
+                        future: service.call(request),
+                    }
+                }
+            };
+            this.phase.set(next);
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The rate-limit fields of HTTP responses.
+//!
+//! Follows draft-ietf-httpapi-ratelimit-headers-10: `RateLimit-Policy` names
+//! each limit's quota (`"api";q=100;w=60`) and `RateLimit` its current state
+//! (`"api";r=0;t=17`), several limits as one comma-separated list. The legacy
+//! `X-RateLimit-Limit/Remaining/Reset` trio reports the most constrained limit.
+
+use crate::Verdict;
+use crate::policy::Policy;
+use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use std::fmt::Write;
+use std::time::Duration;
+use tollgate_core::Decision;
+
+/// `RateLimit-Policy`.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit`.
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`.
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Which rate-limit fields responses carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderStyle {
+    /// The IETF draft's `RateLimit-Policy` and `RateLimit` (default on).
+    pub draft: bool,
+    /// `X-RateLimit-Limit/Remaining/Reset` (default off).
+    pub legacy: bool,
+    /// Whether allowed responses carry them too, not only rejections
+    /// (default on). `Retry-After` is only ever on rejections.
+    pub on_allowed: bool,
+}
+
+impl Default for HeaderStyle {
+    fn default() -> Self {
+        HeaderStyle {
+            draft: true,
+            legacy: false,
+            on_allowed: true,
+        }
+    }
+}
+
+impl HeaderStyle {
+    /// No rate-limit fields at all (but `Retry-After` on rejections).
+    pub const NONE: HeaderStyle = HeaderStyle {
+        draft: false,
+        legacy: false,
+        on_allowed: false,
+    };
+}
+
+/// Whole seconds, rounded up: a client that waits this long is never early.
+pub fn ceil_seconds(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `RateLimit-Policy` value for a policy: computed once per layer.
+pub(crate) fn policy_value(policy: &Policy) -> Option<HeaderValue> {
+    let mut text = String::new();
+    for limit in policy.limits() {
+        if !text.is_empty() {
+            text.push_str(", ");
+        }
+        let window = ceil_seconds(limit.quota().period()).max(1);
+        let _ = write!(
+            text,
+            "\"{}\";q={};w={}",
+            limit.name(),
+            limit.quota().limit(),
+            window
+        );
+    }
+    HeaderValue::from_str(&text).ok()
+}
+
+/// The `RateLimit` value for a verdict.
+fn state_value(policy: &Policy, verdict: &Verdict) -> Option<HeaderValue> {
+    let mut text = String::with_capacity(24 * verdict.each.len());
+    for (limit, decision) in policy.limits().iter().zip(&verdict.each) {
+        if !text.is_empty() {
+            text.push_str(", ");
+        }
+        let _ = write!(
+            text,
+            "\"{}\";r={};t={}",
+            limit.name(),
+            decision.remaining,
+            ceil_seconds(decision.reset_after)
+        );
+    }
+    HeaderValue::from_str(&text).ok()
+}
+
+/// The `Retry-After` value: delta-seconds, rounded up, never 0; `None` when
+/// the request can never pass at its cost.
+pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
+    decision
+        .can_ever_pass()
+        .then(|| HeaderValue::from(ceil_seconds(decision.retry_after).max(1)))
+}
+
+/// Writes the fields `style` asks for into `headers`.
+pub(crate) fn write_fields(
+    headers: &mut HeaderMap,
+    style: HeaderStyle,
+    policy: &Policy,
+    policy_value: Option<&HeaderValue>,
+    verdict: &Verdict,
+) {
+    if style.draft {
+        if let Some(value) = policy_value {
+            headers.insert(RATELIMIT_POLICY.clone(), value.clone());
+        }
+        if let Some(value) = state_value(policy, verdict) {
+            headers.insert(RATELIMIT.clone(), value);
+        }
+    }
+    if style.legacy {
+        // The limit with the least left is the one the client meets first.
+        let d = verdict
+            .each
+            .iter()
+            .min_by_key(|d| d.remaining)
+            .unwrap_or(&verdict.merged);
+        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit));
+        headers.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            HeaderValue::from(d.remaining),
+        );
+        headers.insert(
+            X_RATELIMIT_RESET.clone(),
+            HeaderValue::from(ceil_seconds(d.reset_after)),
+        );
+    }
+}
+
+/// Writes `Retry-After` for a rejection.
+pub(crate) fn write_retry_after(headers: &mut HeaderMap, decision: &Decision) {
+    if let Some(value) = retry_after_value(decision) {
+        headers.insert(RETRY_AFTER, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        let with = |d: Duration| {
+            let decision = Decision {
+                retry_after: d,
+                ..Decision::default()
+            };
+            retry_after_value(&decision).map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(with(Duration::from_millis(200)).as_deref(), Some("1"));
+        assert_eq!(with(Duration::ZERO).as_deref(), Some("1"));
+        assert_eq!(with(Duration::from_secs(2)).as_deref(), Some("2"));
+        assert_eq!(with(Duration::from_millis(2001)).as_deref(), Some("3"));
+        assert_eq!(with(Decision::NEVER), None);
+    }
+}

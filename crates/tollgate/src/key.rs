@@ -1,0 +1,368 @@
+//! Keys: which bucket a request is counted in.
+//!
+//! A [`KeyExtractor`] looks at a request and returns a [`Key`]. Built-ins
+//! cover the common cases ([`GlobalKey`], [`PeerIp`], [`HeaderKey`]), a
+//! closure covers the rest ([`key_fn`]), and a tuple of extractors combines
+//! them (`(PeerIp, HeaderKey::new("x-api-key"))` counts each API key per IP).
+
+use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+/// Keys up to this many bytes are stored inline, without a heap allocation.
+const INLINE: usize = 22;
+
+/// What a request is counted under. Cheap to clone and hash; IP addresses and
+/// values of up to 22 bytes do not allocate.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// One bucket shared by every request.
+    Global,
+    /// A client address.
+    Ip(IpAddr),
+    /// Arbitrary bytes of up to 22 bytes, held inline.
+    Short {
+        /// How many bytes of `bytes` are used.
+        len: u8,
+        /// The value, padded with zeros.
+        bytes: [u8; INLINE],
+    },
+    /// Arbitrary bytes, longer.
+    Long(Arc<[u8]>),
+}
+
+impl Key {
+    /// A key made of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Key {
+        if bytes.len() <= INLINE {
+            let mut inline = [0; INLINE];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            Key::Short {
+                len: bytes.len() as u8,
+                bytes: inline,
+            }
+        } else {
+            Key::Long(bytes.into())
+        }
+    }
+
+    /// The key's bytes, for stores that need a flat form; `Global` is empty
+    /// and an IP address is its 4 or 16 octets.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_bytes(&mut out);
+        out
+    }
+
+    fn write_bytes(&self, out: &mut Vec<u8>) {
+        match self {
+            Key::Global => {}
+            Key::Ip(IpAddr::V4(ip)) => out.extend_from_slice(&ip.octets()),
+            Key::Ip(IpAddr::V6(ip)) => out.extend_from_slice(&ip.octets()),
+            Key::Short { len, bytes } => out.extend_from_slice(&bytes[..usize::from(*len)]),
+            Key::Long(bytes) => out.extend_from_slice(bytes),
+        }
+    }
+
+    /// A key made of several, unambiguously: each part is written with a
+    /// kind tag and its length, so `("ab", "c")` and `("a", "bc")` differ.
+    pub fn composite(parts: &[Key]) -> Key {
+        let mut out = Vec::with_capacity(parts.len() * 8);
+        for part in parts {
+            let before = out.len();
+            out.push(part.tag());
+            out.extend_from_slice(&[0, 0, 0, 0]);
+            part.write_bytes(&mut out);
+            let len = (out.len() - before - 5) as u32;
+            out[before + 1..before + 5].copy_from_slice(&len.to_be_bytes());
+        }
+        Key::from_bytes(&out)
+    }
+
+    fn tag(&self) -> u8 {
+        match self {
+            Key::Global => 0,
+            Key::Ip(_) => 1,
+            Key::Short { .. } | Key::Long(_) => 2,
+        }
+    }
+}
+
+impl From<IpAddr> for Key {
+    fn from(ip: IpAddr) -> Key {
+        Key::Ip(ip)
+    }
+}
+
+impl From<&str> for Key {
+    fn from(text: &str) -> Key {
+        Key::from_bytes(text.as_bytes())
+    }
+}
+
+impl From<u64> for Key {
+    fn from(n: u64) -> Key {
+        Key::from_bytes(&n.to_be_bytes())
+    }
+}
+
+/// The parts of a request a key can be made from.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestInfo<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The URI.
+    pub uri: &'a Uri,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+    /// The extensions: connection info, route, whatever other layers added.
+    pub extensions: &'a Extensions,
+}
+
+impl<'a> RequestInfo<'a> {
+    /// A view of `request`.
+    pub fn new<B>(request: &'a Request<B>) -> Self {
+        RequestInfo {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+        }
+    }
+}
+
+/// Maps a request to the key it is counted under.
+///
+/// Return `None` when the request carries no key (a missing header, no
+/// connection info); the layer then applies its [`MissingKey`] behaviour.
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The request's key, or `None`.
+    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key>;
+}
+
+/// What the layer does with a request whose key cannot be extracted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Count it under one shared key. The default: such requests are still
+    /// limited (together), so a missing header is no way around the limit.
+    Shared(Key),
+    /// Let it through unlimited.
+    Skip,
+    /// Reject it with this status (and no body).
+    Reject(http::StatusCode),
+}
+
+impl Default for MissingKey {
+    fn default() -> Self {
+        MissingKey::Shared(Key::from("<no key>"))
+    }
+}
+
+/// Every request shares one key: a limit for the whole service.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GlobalKey;
+
+impl KeyExtractor for GlobalKey {
+    fn extract(&self, _: &RequestInfo<'_>) -> Option<Key> {
+        Some(Key::Global)
+    }
+}
+
+/// The address of the connection's peer, without any proxy header.
+///
+/// It reads, in order: a [`PeerAddr`] extension, a bare `SocketAddr`
+/// extension, and with the `axum` feature axum's `ConnectInfo<SocketAddr>`
+/// (serve with `into_make_service_with_connect_info::<SocketAddr>()`).
+/// Behind a proxy every request would come from the proxy; use the trusted
+/// client IP extractor of `tollgate-axum` there.
+///
+/// IPv4-mapped IPv6 addresses are unwrapped to IPv4.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeerIp;
+
+/// The peer address of a connection, as a request extension. Servers that are
+/// not axum can insert it for [`PeerIp`] to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl PeerIp {
+    /// The peer address the request's extensions carry.
+    pub fn peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
+        if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
+            return Some(*addr);
+        }
+        if let Some(addr) = extensions.get::<SocketAddr>() {
+            return Some(*addr);
+        }
+        #[cfg(feature = "axum")]
+        if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+            return Some(info.0);
+        }
+        None
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+        PeerIp::peer_addr(request.extensions).map(|addr| Key::Ip(addr.ip().to_canonical()))
+    }
+}
+
+/// The value of one request header, e.g. an API key.
+///
+/// A missing header gives no key. Values longer than `max_len` bytes (256 by
+/// default) also give no key rather than a huge one.
+#[derive(Clone, Debug)]
+pub struct HeaderKey {
+    name: HeaderName,
+    max_len: usize,
+}
+
+impl HeaderKey {
+    /// Keys on the header `name`.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name; use [`HeaderKey::from_name`] for
+    /// names from configuration.
+    pub fn new(name: &'static str) -> Self {
+        Self::from_name(HeaderName::from_static(name))
+    }
+
+    /// Keys on the header `name`.
+    pub fn from_name(name: HeaderName) -> Self {
+        HeaderKey { name, max_len: 256 }
+    }
+
+    /// Values longer than this give no key.
+    pub fn max_len(self, max_len: usize) -> Self {
+        HeaderKey { max_len, ..self }
+    }
+}
+
+impl KeyExtractor for HeaderKey {
+    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+        let value = request.headers.get(&self.name)?.as_bytes();
+        (!value.is_empty() && value.len() <= self.max_len).then(|| Key::from_bytes(value))
+    }
+}
+
+/// A key extractor from a closure.
+///
+/// ```
+/// use tollgate::{key_fn, Key};
+///
+/// // Key on the first path segment.
+/// let by_tenant = key_fn(|req| {
+///     req.uri.path().split('/').nth(1).filter(|s| !s.is_empty()).map(Key::from)
+/// });
+/// # let _ = by_tenant;
+/// ```
+pub fn key_fn<F>(f: F) -> FnKey<F>
+where
+    F: Fn(&RequestInfo<'_>) -> Option<Key> + Send + Sync + 'static,
+{
+    FnKey(f)
+}
+
+/// See [`key_fn`].
+#[derive(Clone, Copy, Debug)]
+pub struct FnKey<F>(F);
+
+impl<F> KeyExtractor for FnKey<F>
+where
+    F: Fn(&RequestInfo<'_>) -> Option<Key> + Send + Sync + 'static,
+{
+    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+        (self.0)(request)
+    }
+}
+
+impl<K: KeyExtractor + ?Sized> KeyExtractor for Arc<K> {
+    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+        (**self).extract(request)
+    }
+}
+
+impl<K: KeyExtractor + ?Sized> KeyExtractor for Box<K> {
+    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+        (**self).extract(request)
+    }
+}
+
+macro_rules! tuple_extractor {
+    ($($name:ident),+) => {
+        /// All parts must be present; the key is their [`Key::composite`].
+        impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+                let ($($name,)+) = self;
+                Some(Key::composite(&[$($name.extract(request)?),+]))
+            }
+        }
+    };
+}
+
+tuple_extractor!(A, B);
+tuple_extractor!(A, B, C);
+tuple_extractor!(A, B, C, D);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv6Addr;
+
+    fn info<'a>(req: &'a Request<()>) -> RequestInfo<'a> {
+        RequestInfo::new(req)
+    }
+
+    #[test]
+    fn short_keys_are_inline_and_long_keys_are_not() {
+        assert!(matches!(Key::from("abc"), Key::Short { len: 3, .. }));
+        assert!(matches!(Key::from("a".repeat(23).as_str()), Key::Long(_)));
+        assert_eq!(Key::from("abc").to_bytes(), b"abc");
+        assert!(std::mem::size_of::<Key>() <= 24);
+    }
+
+    #[test]
+    fn composite_keys_are_unambiguous() {
+        let ab_c = Key::composite(&[Key::from("ab"), Key::from("c")]);
+        let a_bc = Key::composite(&[Key::from("a"), Key::from("bc")]);
+        assert_ne!(ab_c, a_bc);
+    }
+
+    #[test]
+    fn peer_ip_unwraps_ipv4_mapped_addresses() {
+        let mut req = Request::new(());
+        let mapped = Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0x0102, 0x0304]);
+        req.extensions_mut()
+            .insert(PeerAddr(SocketAddr::new(mapped.into(), 9)));
+        assert_eq!(
+            PeerIp.extract(&info(&req)),
+            Some(Key::Ip("1.2.3.4".parse().unwrap()))
+        );
+        assert_eq!(PeerIp.extract(&info(&Request::new(()))), None);
+    }
+
+    #[test]
+    fn header_key_refuses_missing_empty_and_oversized_values() {
+        let extractor = HeaderKey::new("x-api-key").max_len(8);
+        let with = |v: &[u8]| {
+            let mut req = Request::new(());
+            req.headers_mut()
+                .insert("x-api-key", http::HeaderValue::from_bytes(v).unwrap());
+            extractor.extract(&info(&req))
+        };
+        assert_eq!(with(b"k1"), Some(Key::from("k1")));
+        assert_eq!(with(b""), None);
+        assert_eq!(with(b"123456789"), None);
+        assert_eq!(with(&[0xff, 0xfe]), Some(Key::from_bytes(&[0xff, 0xfe])));
+        assert_eq!(extractor.extract(&info(&Request::new(()))), None);
+    }
+
+    #[test]
+    fn tuples_need_every_part() {
+        let both = (GlobalKey, HeaderKey::new("x-user"));
+        assert_eq!(both.extract(&info(&Request::new(()))), None);
+    }
+}

@@ -1,0 +1,303 @@
+//! [`RateLimitLayer`] and its builder.
+
+use crate::headers::{HeaderStyle, policy_value};
+use crate::key::{KeyExtractor, MissingKey, PeerIp, RequestInfo};
+use crate::policy::{NamedLimit, Policy};
+use crate::service::RateLimit;
+use crate::store::{MemoryStore, Store};
+use http::{HeaderValue, StatusCode};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate_core::{Algorithm, Quota};
+use tower_layer::Layer;
+
+/// What the layer does when the store fails or does not answer in time.
+#[derive(Clone, Debug, Default)]
+pub enum OnStoreError {
+    /// Let the request through (the default): an outage of the store does not
+    /// become an outage of the service.
+    #[default]
+    Open,
+    /// Answer `503 Service Unavailable`.
+    Closed,
+    /// Decide with this local store instead: each instance limits alone.
+    Fallback(MemoryStore),
+}
+
+/// A per-request cost: how many units of the quota a request takes.
+pub type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
+/// A predicate for requests that are never limited.
+pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
+
+/// Everything the service needs, built once and shared by every clone.
+pub(crate) struct Shared<K, St> {
+    pub policy: Arc<Policy>,
+    pub policy_header: Option<HeaderValue>,
+    pub key: K,
+    pub store: St,
+    pub cost: Option<CostFn>,
+    pub allow: Option<AllowFn>,
+    pub headers: HeaderStyle,
+    pub status: StatusCode,
+    pub missing_key: MissingKey,
+    pub on_store_error: OnStoreError,
+    pub store_timeout: Duration,
+    pub shadow: bool,
+}
+
+/// Applies rate limits to every request of the service it wraps.
+///
+/// ```
+/// use tollgate::RateLimitLayer;
+/// use tollgate_core::Quota;
+///
+/// // 10 requests per second per client IP, in memory.
+/// let layer = RateLimitLayer::new(Quota::per_second(10));
+///
+/// // Two named limits on an API key, as a token bucket.
+/// use tollgate::{HeaderKey, NamedLimit};
+/// use tollgate_core::Algorithm;
+/// let layer = RateLimitLayer::builder()
+///     .limit(NamedLimit::new("burst", Quota::per_second(10)))
+///     .limit(NamedLimit::new("hourly", Quota::per_hour(1000)))
+///     .algorithm(Algorithm::TokenBucket)
+///     .key(HeaderKey::new("x-api-key"))
+///     .build();
+/// # let _ = layer;
+/// ```
+pub struct RateLimitLayer<K = PeerIp, St = MemoryStore> {
+    shared: Arc<Shared<K, St>>,
+}
+
+impl<K, St> Clone for RateLimitLayer<K, St> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K, St> fmt::Debug for RateLimitLayer<K, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("policy", &self.shared.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitLayer {
+    /// One limit called `"default"` of `quota` per client IP (the connection's
+    /// peer address), GCRA, in a [`MemoryStore`], with the IETF draft headers.
+    pub fn new(quota: Quota) -> Self {
+        Self::builder()
+            .limit(NamedLimit::new("default", quota))
+            .build()
+    }
+
+    /// A builder with the defaults of [`RateLimitLayer::new`] and no limit yet.
+    pub fn builder() -> RateLimitBuilder {
+        RateLimitBuilder {
+            limits: Vec::new(),
+            algorithm: None,
+            key: PeerIp,
+            store: MemoryStore::new(),
+            cost: None,
+            allow: None,
+            headers: HeaderStyle::default(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            missing_key: MissingKey::default(),
+            on_store_error: OnStoreError::default(),
+            store_timeout: Duration::from_millis(100),
+            shadow: false,
+        }
+    }
+}
+
+impl<K, St> RateLimitLayer<K, St> {
+    /// The limits this layer applies.
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.shared.policy
+    }
+
+    /// The store this layer counts in.
+    pub fn store(&self) -> &St {
+        &self.shared.store
+    }
+}
+
+impl<S, K, St> Layer<S> for RateLimitLayer<K, St> {
+    type Service = RateLimit<S, K, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::new(inner, self.shared.clone())
+    }
+}
+
+/// Builds a [`RateLimitLayer`]. Every setting has a default; see each method.
+#[must_use]
+pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore> {
+    limits: Vec<NamedLimit>,
+    algorithm: Option<Algorithm>,
+    key: K,
+    store: St,
+    cost: Option<CostFn>,
+    allow: Option<AllowFn>,
+    headers: HeaderStyle,
+    status: StatusCode,
+    missing_key: MissingKey,
+    on_store_error: OnStoreError,
+    store_timeout: Duration,
+    shadow: bool,
+}
+
+impl<K: KeyExtractor, St: Store> RateLimitBuilder<K, St> {
+    /// Adds a named limit; a request must pass every limit, and is charged to
+    /// all or none. With no limit at all the layer limits nothing.
+    pub fn limit(mut self, limit: NamedLimit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// Adds a limit called `name` of `quota`.
+    pub fn quota(self, name: &str, quota: Quota) -> Self {
+        self.limit(NamedLimit::new(name, quota))
+    }
+
+    /// Uses `algorithm` for every limit (default: each limit's own, GCRA
+    /// unless set on the [`NamedLimit`]).
+    pub fn algorithm(self, algorithm: Algorithm) -> Self {
+        RateLimitBuilder {
+            algorithm: Some(algorithm),
+            ..self
+        }
+    }
+
+    /// How requests map to keys (default [`PeerIp`]).
+    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitBuilder<K2, St> {
+        RateLimitBuilder {
+            limits: self.limits,
+            algorithm: self.algorithm,
+            key,
+            store: self.store,
+            cost: self.cost,
+            allow: self.allow,
+            headers: self.headers,
+            status: self.status,
+            missing_key: self.missing_key,
+            on_store_error: self.on_store_error,
+            store_timeout: self.store_timeout,
+            shadow: self.shadow,
+        }
+    }
+
+    /// Where the counters live (default a fresh [`MemoryStore`]).
+    pub fn store<St2: Store>(self, store: St2) -> RateLimitBuilder<K, St2> {
+        RateLimitBuilder {
+            limits: self.limits,
+            algorithm: self.algorithm,
+            key: self.key,
+            store,
+            cost: self.cost,
+            allow: self.allow,
+            headers: self.headers,
+            status: self.status,
+            missing_key: self.missing_key,
+            on_store_error: self.on_store_error,
+            store_timeout: self.store_timeout,
+            shadow: self.shadow,
+        }
+    }
+
+    /// How much of the quota a request takes (default 1 for every request).
+    pub fn cost(self, cost: impl Fn(&RequestInfo<'_>) -> u32 + Send + Sync + 'static) -> Self {
+        RateLimitBuilder {
+            cost: Some(Arc::new(cost)),
+            ..self
+        }
+    }
+
+    /// Requests for which `allow` returns true are never limited nor counted
+    /// (health checks, internal addresses).
+    pub fn allow(self, allow: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static) -> Self {
+        RateLimitBuilder {
+            allow: Some(Arc::new(allow)),
+            ..self
+        }
+    }
+
+    /// Which rate-limit fields responses carry (default: the draft's, on
+    /// every response).
+    pub fn headers(self, headers: HeaderStyle) -> Self {
+        RateLimitBuilder { headers, ..self }
+    }
+
+    /// Answers limited requests with `503 Service Unavailable` instead of
+    /// `429 Too Many Requests`.
+    pub fn reject_with_503(self) -> Self {
+        RateLimitBuilder {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            ..self
+        }
+    }
+
+    /// What to do with a request whose key cannot be extracted (default: count
+    /// all such requests under one shared key).
+    pub fn on_missing_key(self, missing_key: MissingKey) -> Self {
+        RateLimitBuilder {
+            missing_key,
+            ..self
+        }
+    }
+
+    /// What to do when the store fails or times out (default: let through).
+    pub fn on_store_error(self, on_store_error: OnStoreError) -> Self {
+        RateLimitBuilder {
+            on_store_error,
+            ..self
+        }
+    }
+
+    /// How long a store may take to answer (default 100 ms).
+    pub fn store_timeout(self, store_timeout: Duration) -> Self {
+        RateLimitBuilder {
+            store_timeout,
+            ..self
+        }
+    }
+
+    /// Shadow mode: count and report (headers, logs, metrics) but never
+    /// reject. For trying limits out on real traffic.
+    pub fn shadow(self, shadow: bool) -> Self {
+        RateLimitBuilder { shadow, ..self }
+    }
+
+    /// The layer.
+    pub fn build(self) -> RateLimitLayer<K, St> {
+        let limits = match self.algorithm {
+            Some(algorithm) => self
+                .limits
+                .into_iter()
+                .map(|l| l.algorithm(algorithm))
+                .collect(),
+            None => self.limits,
+        };
+        let policy = Arc::new(Policy::new(limits));
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                policy_header: policy_value(&policy),
+                policy,
+                key: self.key,
+                store: self.store,
+                cost: self.cost,
+                allow: self.allow,
+                headers: self.headers,
+                status: self.status,
+                missing_key: self.missing_key,
+                on_store_error: self.on_store_error,
+                store_timeout: self.store_timeout,
+                shadow: self.shadow,
+            }),
+        }
+    }
+}

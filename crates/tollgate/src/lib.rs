@@ -1,0 +1,53 @@
+//! Rate limiting middleware for tower, and so for axum and tonic.
+//!
+//! ```
+//! use tollgate::RateLimitLayer;
+//! use tollgate_core::Quota;
+//! use tower::ServiceBuilder;
+//! # use tower::service_fn;
+//! # async fn handle(_: http::Request<()>) -> Result<http::Response<String>, std::convert::Infallible> {
+//! #     Ok(http::Response::new("ok".into()))
+//! # }
+//!
+//! let service = ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(Quota::per_second(10)))
+//!     .service_fn(handle);
+//! # let _ = service;
+//! ```
+//!
+//! - [`RateLimitLayer`] wraps a service; its builder sets the limits, the
+//!   algorithm, the [`KeyExtractor`], the [`Store`], the cost of a request and
+//!   the behaviours below.
+//! - A limited request gets `429 Too Many Requests` (or 503) with
+//!   `Retry-After` in whole seconds, rounded up and never 0, and the
+//!   draft-ietf-httpapi-ratelimit-headers-10 fields `RateLimit-Policy` and
+//!   `RateLimit`, which allowed responses carry too (see [`HeaderStyle`]).
+//! - A request whose key cannot be extracted is counted under one shared key
+//!   by default ([`MissingKey`]), so a missing header is no way around a
+//!   limit.
+//! - Store failures and timeouts let requests through by default
+//!   ([`OnStoreError`]), and are logged with `tracing`.
+//! - With the leaky bucket, admitted requests are held until their slot, so
+//!   they reach the service evenly spaced (this needs a tokio runtime).
+#![warn(missing_docs)]
+
+mod future;
+pub mod headers;
+mod key;
+mod layer;
+mod observe;
+mod policy;
+mod service;
+pub mod store;
+
+pub use future::ResponseFuture;
+pub use headers::HeaderStyle;
+pub use key::{
+    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, MissingKey, PeerAddr, PeerIp, RequestInfo,
+    key_fn,
+};
+pub use layer::{AllowFn, CostFn, OnStoreError, RateLimitBuilder, RateLimitLayer};
+pub use policy::{NamedLimit, Policy};
+pub use service::RateLimit;
+pub use store::{MemoryStore, Store, StoreCheck, Verdict};
+pub use tollgate_core as core;

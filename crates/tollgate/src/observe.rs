@@ -1,0 +1,33 @@
+//! Counters through the `metrics` facade (with the `metrics` feature):
+//! `tollgate_requests_total{limit, outcome="allowed"|"limited"}` per named
+//! limit, and `tollgate_store_errors_total{policy}`.
+
+use crate::Verdict;
+use crate::policy::Policy;
+
+#[cfg(feature = "metrics")]
+pub(crate) fn decided(policy: &Policy, verdict: &Verdict) {
+    for (limit, decision) in policy.limits().iter().zip(&verdict.each) {
+        let outcome = if decision.allowed {
+            "allowed"
+        } else {
+            "limited"
+        };
+        metrics::counter!("tollgate_requests_total", "limit" => limit.name().to_owned(), "outcome" => outcome)
+            .increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn decided(_: &Policy, _: &Verdict) {}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn store_failed(policy: &Policy) {
+    metrics::counter!("tollgate_store_errors_total", "policy" => policy.id().to_string())
+        .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn store_failed(_: &Policy) {}

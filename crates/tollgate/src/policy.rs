@@ -1,0 +1,100 @@
+//! Named limits, and the policy: the limits one layer charges together.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tollgate_core::{Algorithm, Limiter, Quota};
+
+/// One limit with a name: the name appears in the `RateLimit-Policy` and
+/// `RateLimit` headers, in logs and in metrics.
+///
+/// ```
+/// use tollgate::NamedLimit;
+/// use tollgate_core::{Algorithm, Quota};
+///
+/// let burst = NamedLimit::new("burst", Quota::per_second(10)).algorithm(Algorithm::TokenBucket);
+/// assert_eq!(burst.name(), "burst");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedLimit {
+    name: Arc<str>,
+    quota: Quota,
+    limiter: Limiter,
+}
+
+impl NamedLimit {
+    /// A GCRA limit called `name`. The name should be a short token (letters,
+    /// digits, `-`, `_`): it is written into response headers.
+    pub fn new(name: impl Into<Arc<str>>, quota: Quota) -> Self {
+        NamedLimit {
+            name: name.into(),
+            quota,
+            limiter: Limiter::new(Algorithm::default(), quota),
+        }
+    }
+
+    /// The same limit with another algorithm.
+    pub fn algorithm(self, algorithm: Algorithm) -> Self {
+        NamedLimit {
+            limiter: Limiter::new(algorithm, self.quota),
+            ..self
+        }
+    }
+
+    /// The same limit with a limiter built by hand (a token bucket with
+    /// interval refill, say).
+    pub fn limiter(self, limiter: Limiter) -> Self {
+        NamedLimit { limiter, ..self }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The algorithm and its precomputed constants.
+    pub fn limiter_ref(&self) -> &Limiter {
+        &self.limiter
+    }
+}
+
+/// The limits a layer applies to every request, charged all-or-nothing, with
+/// an identity that keeps its counters apart from other policies' in a shared
+/// store.
+#[derive(Debug)]
+pub struct Policy {
+    id: u64,
+    limits: Vec<NamedLimit>,
+    limiters: Vec<Limiter>,
+}
+
+impl Policy {
+    /// A policy of `limits`, with a fresh identity.
+    pub fn new(limits: Vec<NamedLimit>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Policy {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            limiters: limits.iter().map(|l| l.limiter).collect(),
+            limits,
+        }
+    }
+
+    /// The identity: distinct for every policy built in this process.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The limits, in order.
+    pub fn limits(&self) -> &[NamedLimit] {
+        &self.limits
+    }
+
+    /// The limiters, in the same order as [`limits`](Self::limits).
+    pub fn limiters(&self) -> &[Limiter] {
+        &self.limiters
+    }
+}

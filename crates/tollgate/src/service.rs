@@ -1,0 +1,206 @@
+//! [`RateLimit`], the service the layer wraps around yours.
+
+use crate::future::ResponseFuture;
+use crate::headers::{write_fields, write_retry_after};
+use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
+use crate::layer::{OnStoreError, Shared};
+use crate::store::{Store, StoreCheck, Verdict};
+use http::{HeaderMap, Request, Response, StatusCode};
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tower_service::Service;
+
+/// Rate-limits requests to `S`. Made by [`RateLimitLayer`](crate::RateLimitLayer).
+///
+/// Clones share one state (the store, the counters). `poll_ready` is the
+/// inner service's.
+pub struct RateLimit<S, K, St> {
+    inner: S,
+    shared: Arc<Shared<K, St>>,
+}
+
+impl<S: Clone, K, St> Clone for RateLimit<S, K, St> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, St> fmt::Debug for RateLimit<S, K, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("policy", &self.shared.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, St> RateLimit<S, K, St> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<K, St>>) -> Self {
+        RateLimit { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// What to do with a request once its verdict is known.
+pub(crate) enum Action<B> {
+    /// Forward it, after `wait` (the leaky bucket's slot), adding `fields`.
+    Forward {
+        fields: Option<HeaderMap>,
+        wait: Duration,
+    },
+    /// Answer with this response instead.
+    Reject(Response<B>),
+}
+
+impl<K, St> Shared<K, St> {
+    /// The action for a verdict.
+    pub(crate) fn judge<B: Default>(&self, verdict: &Verdict) -> Action<B> {
+        let decision = &verdict.merged;
+        crate::observe::decided(&self.policy, verdict);
+        if decision.allowed || self.shadow {
+            if !decision.allowed {
+                tracing::info!(
+                    policy = ?self.policy.limits().iter().map(|l| l.name()).collect::<Vec<_>>(),
+                    retry_after_ms = decision.retry_after.as_millis() as u64,
+                    "shadow mode: this request would have been limited"
+                );
+            }
+            let fields = self.headers.on_allowed.then(|| self.fields(verdict));
+            return Action::Forward {
+                fields,
+                wait: decision.wait,
+            };
+        }
+        tracing::debug!(
+            retry_after_ms = decision.retry_after.as_millis() as u64,
+            "request limited"
+        );
+        let mut response = Response::new(B::default());
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.fields(verdict);
+        write_retry_after(response.headers_mut(), decision);
+        Action::Reject(response)
+    }
+
+    fn fields(&self, verdict: &Verdict) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        write_fields(
+            &mut headers,
+            self.headers,
+            &self.policy,
+            self.policy_header.as_ref(),
+            verdict,
+        );
+        headers
+    }
+
+    /// The action when the store failed or did not answer in time.
+    pub(crate) fn on_failure<B: Default>(
+        &self,
+        key: &Key,
+        cost: u32,
+        error: &dyn fmt::Display,
+    ) -> Action<B> {
+        tracing::warn!(%error, "rate-limit store failed; applying the configured fallback");
+        crate::observe::store_failed(&self.policy);
+        match &self.on_store_error {
+            OnStoreError::Open => Action::Forward {
+                fields: None,
+                wait: Duration::ZERO,
+            },
+            OnStoreError::Closed => {
+                Action::Reject(status_response(StatusCode::SERVICE_UNAVAILABLE))
+            }
+            OnStoreError::Fallback(local) => self.judge(&local.check_now(&self.policy, key, cost)),
+        }
+    }
+}
+
+pub(crate) fn status_response<B: Default>(status: StatusCode) -> Response<B> {
+    let mut response = Response::new(B::default());
+    *response.status_mut() = status;
+    response
+}
+
+impl<S, K, St, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K, St>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Default,
+    K: KeyExtractor,
+    St: Store,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, Request<ReqBody>, K, St>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let shared = &*self.shared;
+        let info = RequestInfo::new(&request);
+        if shared.allow.as_ref().is_some_and(|allow| allow(&info)) {
+            return ResponseFuture::calling(self.inner.call(request), None, self.shared.clone());
+        }
+        let key = match shared.key.extract(&info) {
+            Some(key) => key,
+            None => match &shared.missing_key {
+                MissingKey::Shared(key) => key.clone(),
+                MissingKey::Skip => {
+                    return ResponseFuture::calling(
+                        self.inner.call(request),
+                        None,
+                        self.shared.clone(),
+                    );
+                }
+                MissingKey::Reject(status) => {
+                    return ResponseFuture::rejected(status_response(*status), self.shared.clone());
+                }
+            },
+        };
+        let cost = shared.cost.as_ref().map_or(1, |cost| cost(&info));
+        let action = match shared.store.check(&shared.policy, &key, cost) {
+            StoreCheck::Ready(Ok(verdict)) => shared.judge(&verdict),
+            StoreCheck::Ready(Err(error)) => shared.on_failure(&key, cost, &error),
+            StoreCheck::Pending(check) => {
+                let inner = self.take_ready_inner();
+                return ResponseFuture::checking(
+                    check,
+                    (inner, request),
+                    key,
+                    cost,
+                    self.shared.clone(),
+                );
+            }
+        };
+        match action {
+            Action::Forward { fields, wait } if wait.is_zero() => {
+                ResponseFuture::calling(self.inner.call(request), fields, self.shared.clone())
+            }
+            Action::Forward { fields, wait } => {
+                let inner = self.take_ready_inner();
+                ResponseFuture::waiting(wait, (inner, request), fields, self.shared.clone())
+            }
+            Action::Reject(response) => ResponseFuture::rejected(response, self.shared.clone()),
+        }
+    }
+}
+
+impl<S: Clone, K, St> RateLimit<S, K, St> {
+    /// The inner service that `poll_ready` made ready, for a future that
+    /// calls it later; a fresh clone takes its place here.
+    fn take_ready_inner(&mut self) -> S {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
+    }
+}

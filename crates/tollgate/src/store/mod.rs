@@ -1,0 +1,57 @@
+//! Where the counters live.
+//!
+//! The layer is generic over a [`Store`], so the in-memory store costs no
+//! virtual call and no allocation. Stores that answer without I/O (like
+//! [`MemoryStore`]) return [`StoreCheck::Ready`] and the layer decides inside
+//! `call`; stores that do I/O (Redis) return a future, which the layer polls
+//! under a timeout.
+
+mod memory;
+
+pub use memory::{MemoryStore, MemoryStoreBuilder};
+
+use crate::{Key, Policy};
+use smallvec::SmallVec;
+use std::future::Future;
+use std::sync::Arc;
+use tollgate_core::Decision;
+
+/// The decisions of every limit of a policy for one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// All limits folded into one ([`Decision::merge`]): allowed only if every
+    /// limit allowed, and then every limit was charged.
+    pub merged: Decision,
+    /// Each limit's own decision, in the policy's order.
+    pub each: SmallVec<[Decision; 2]>,
+}
+
+/// A store's answer: at once, or later.
+// `Ready` is the hot path of the memory store; boxing it would allocate.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum StoreCheck<F, E> {
+    /// Decided without waiting.
+    Ready(Result<Verdict, E>),
+    /// Will be decided when the future completes.
+    Pending(F),
+}
+
+/// Keeps the state of every key and decides requests against a [`Policy`].
+///
+/// A store must charge a request's limits all-or-nothing and must never admit
+/// more than the algorithm allows, however many tasks call it at once.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// What can go wrong (`Infallible` for memory).
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// The future of a check that has to wait.
+    type Future: Future<Output = Result<Verdict, Self::Error>> + Send + 'static;
+
+    /// Checks one request of `cost` for `key` against every limit of `policy`.
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<Self::Future, Self::Error>;
+}

@@ -1,0 +1,359 @@
+//! The layer end to end, in process: admission under concurrency, the HTTP
+//! contract, the behaviours, and store failures.
+
+use http::{Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tollgate::{
+    GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, MissingKey, NamedLimit, OnStoreError,
+    Policy, RateLimitLayer, Store, StoreCheck, Verdict,
+};
+use tollgate_core::{Algorithm, ManualClock, Quota};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+type Body = String;
+
+async fn ok(_: Request<()>) -> Result<Response<Body>, Infallible> {
+    Ok(Response::new("ok".to_owned()))
+}
+
+fn frozen_store() -> MemoryStore<ManualClock> {
+    MemoryStore::builder()
+        .clock(ManualClock::new(1_700_000_000_000_000_000))
+        .build()
+}
+
+async fn send<S>(service: &mut S, request: Request<()>) -> Response<Body>
+where
+    S: Service<Request<()>, Response = Response<Body>, Error = Infallible>,
+{
+    service.ready().await.unwrap().call(request).await.unwrap()
+}
+
+fn header(response: &Response<Body>, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_tasks_admit_exactly_the_limit_for_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_second(100))
+            .algorithm(algorithm)
+            .key(GlobalKey)
+            .store(frozen_store())
+            .build();
+        let service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let mut service = service.clone();
+                let admitted = admitted.clone();
+                tokio::spawn(async move {
+                    for _ in 0..4 {
+                        let response = send(&mut service, Request::new(())).await;
+                        if response.status() == StatusCode::OK {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), 100, "{algorithm}");
+    }
+}
+
+#[tokio::test]
+async fn limited_responses_carry_exact_fields() {
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(100))
+        .key(GlobalKey)
+        .store(frozen_store())
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let first = send(&mut service, Request::new(())).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        header(&first, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=100;w=60")
+    );
+    // GCRA: one request occupies 600 ms of the minute; t rounds up.
+    assert_eq!(
+        header(&first, "ratelimit").as_deref(),
+        Some("\"api\";r=99;t=1")
+    );
+    assert_eq!(header(&first, "retry-after"), None);
+    for _ in 0..99 {
+        send(&mut service, Request::new(())).await;
+    }
+    let limited = send(&mut service, Request::new(())).await;
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&limited, "ratelimit").as_deref(),
+        Some("\"api\";r=0;t=60")
+    );
+    // The next request fits in 600 ms: Retry-After rounds up to 1, never 0.
+    assert_eq!(header(&limited, "retry-after").as_deref(), Some("1"));
+    assert_eq!(header(&limited, "x-ratelimit-limit"), None);
+}
+
+#[tokio::test]
+async fn several_limits_merge_into_one_field_of_each_kind() {
+    let layer = RateLimitLayer::builder()
+        .quota("burst", "2/s".parse().unwrap())
+        .limit(NamedLimit::new("hourly", "500/h".parse().unwrap()).algorithm(Algorithm::SlidingLog))
+        .key(GlobalKey)
+        .store(frozen_store())
+        .headers(HeaderStyle {
+            legacy: true,
+            ..HeaderStyle::default()
+        })
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let response = send(&mut service, Request::new(())).await;
+    assert_eq!(
+        header(&response, "ratelimit-policy").as_deref(),
+        Some("\"burst\";q=2;w=1, \"hourly\";q=500;w=3600")
+    );
+    assert_eq!(
+        header(&response, "ratelimit").as_deref(),
+        Some("\"burst\";r=1;t=1, \"hourly\";r=499;t=3600")
+    );
+    assert_eq!(header(&response, "x-ratelimit-limit").as_deref(), Some("2"));
+    assert_eq!(
+        header(&response, "x-ratelimit-remaining").as_deref(),
+        Some("1")
+    );
+    assert_eq!(header(&response, "x-ratelimit-reset").as_deref(), Some("1"));
+    assert_eq!(response.headers().get_all("ratelimit").iter().count(), 1);
+    send(&mut service, Request::new(())).await;
+    let limited = send(&mut service, Request::new(())).await;
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    // All-or-nothing: the rejected request was not charged to "hourly".
+    assert_eq!(
+        header(&limited, "ratelimit").as_deref(),
+        Some("\"burst\";r=0;t=1, \"hourly\";r=498;t=3600")
+    );
+}
+
+#[tokio::test]
+async fn shadow_mode_never_rejects_but_reports() {
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(2))
+        .key(GlobalKey)
+        .store(frozen_store())
+        .shadow(true)
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    for _ in 0..5 {
+        let response = send(&mut service, Request::new(())).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let response = send(&mut service, Request::new(())).await;
+    assert_eq!(
+        header(&response, "ratelimit").as_deref(),
+        Some("\"api\";r=0;t=60")
+    );
+}
+
+#[tokio::test]
+async fn allow_list_and_503_and_missing_keys() {
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(1))
+        .key(HeaderKey::new("x-api-key"))
+        .store(frozen_store())
+        .allow(|req| req.uri.path() == "/health")
+        .reject_with_503()
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let with_key = |key: &str, path: &str| {
+        Request::builder()
+            .uri(path)
+            .header("x-api-key", key)
+            .body(())
+            .unwrap()
+    };
+    assert_eq!(
+        send(&mut service, with_key("a", "/")).await.status(),
+        StatusCode::OK
+    );
+    let limited = send(&mut service, with_key("a", "/")).await;
+    assert_eq!(limited.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(header(&limited, "retry-after").is_some());
+    assert_eq!(
+        send(&mut service, with_key("b", "/")).await.status(),
+        StatusCode::OK
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            send(&mut service, with_key("a", "/health")).await.status(),
+            StatusCode::OK
+        );
+    }
+    // No key: by default all keyless requests share one bucket.
+    assert_eq!(
+        send(&mut service, Request::new(())).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&mut service, Request::new(())).await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    for (missing, expected) in [
+        (MissingKey::Skip, StatusCode::OK),
+        (
+            MissingKey::Reject(StatusCode::UNAUTHORIZED),
+            StatusCode::UNAUTHORIZED,
+        ),
+    ] {
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(1))
+            .key(HeaderKey::new("x-api-key"))
+            .on_missing_key(missing)
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        for _ in 0..3 {
+            assert_eq!(
+                send(&mut service, Request::new(())).await.status(),
+                expected
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn memory_store_holds_its_bound_under_a_flood_of_keys() {
+    let store = MemoryStore::builder().max_keys(10_000).build();
+    let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(10))]);
+    for i in 0..1_000_000u64 {
+        let verdict = store.check_now(&policy, &Key::from(i), 1);
+        assert!(verdict.merged.allowed);
+    }
+    assert!(
+        store.len() <= store.capacity(),
+        "{} > {}",
+        store.len(),
+        store.capacity()
+    );
+    assert!(store.capacity() < 10_000 + 1024);
+}
+
+#[tokio::test]
+async fn leaky_bucket_releases_requests_in_order_at_its_rate() {
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::builder()
+        .limit(
+            NamedLimit::new(
+                "shaped",
+                "10/s".parse::<Quota>().unwrap().with_burst(5).unwrap(),
+            )
+            .algorithm(Algorithm::LeakyBucket),
+        )
+        .key(GlobalKey)
+        .build();
+    let service = ServiceBuilder::new().layer(layer).service_fn({
+        let order = order.clone();
+        move |req: Request<()>| {
+            let order = order.clone();
+            async move {
+                let n: usize = req.uri().path()[1..].parse().unwrap();
+                order.lock().unwrap().push((n, Instant::now()));
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for n in 0..5 {
+        let mut service = service.clone();
+        let request = Request::builder().uri(format!("/{n}")).body(()).unwrap();
+        // Each call's slot is fixed when it is made, in this order.
+        let future = service.ready().await.unwrap().call(request);
+        tasks.push(tokio::spawn(future));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+    let order = order.lock().unwrap();
+    let arrivals: Vec<usize> = order.iter().map(|(n, _)| *n).collect();
+    assert_eq!(arrivals, [0, 1, 2, 3, 4]);
+    for (i, (_, at)) in order.iter().enumerate() {
+        let expected = Duration::from_millis(100 * i as u64);
+        assert!(
+            at.duration_since(start) + Duration::from_millis(5) >= expected,
+            "{i} came early"
+        );
+    }
+}
+
+/// A store that fails or hangs: fault injection a real store cannot give.
+#[derive(Clone)]
+enum BrokenStore {
+    Failing,
+    Hanging,
+}
+
+#[derive(Debug)]
+struct Broken;
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("store is broken")
+    }
+}
+
+impl std::error::Error for Broken {}
+
+impl Store for BrokenStore {
+    type Error = Broken;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Verdict, Broken>> + Send>>;
+
+    fn check(&self, _: &Arc<Policy>, _: &Key, _: u32) -> StoreCheck<Self::Future, Broken> {
+        match self {
+            BrokenStore::Failing => StoreCheck::Ready(Err(Broken)),
+            BrokenStore::Hanging => StoreCheck::Pending(Box::pin(std::future::pending())),
+        }
+    }
+}
+
+#[tokio::test]
+async fn store_failures_follow_the_configured_behaviour_within_the_timeout() {
+    let timeout = Duration::from_millis(50);
+    for store in [BrokenStore::Failing, BrokenStore::Hanging] {
+        for (on_error, expected) in [
+            (OnStoreError::Open, [StatusCode::OK; 3]),
+            (OnStoreError::Closed, [StatusCode::SERVICE_UNAVAILABLE; 3]),
+            (
+                OnStoreError::Fallback(MemoryStore::new()),
+                [
+                    StatusCode::OK,
+                    StatusCode::OK,
+                    StatusCode::TOO_MANY_REQUESTS,
+                ],
+            ),
+        ] {
+            let layer = RateLimitLayer::builder()
+                .quota("api", Quota::per_minute(2))
+                .key(GlobalKey)
+                .store(store.clone())
+                .on_store_error(on_error)
+                .store_timeout(timeout)
+                .build();
+            let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+            for status in expected {
+                let started = Instant::now();
+                assert_eq!(send(&mut service, Request::new(())).await.status(), status);
+                assert!(started.elapsed() < timeout + Duration::from_millis(50));
+            }
+        }
+    }
+}
