@@ -246,6 +246,10 @@ impl From<ValueState> for State {
 /// are skipped; extra slots are left alone); the merged decision
 /// ([`Decision::merge`]) is returned. With no limits, the request is allowed.
 ///
+/// When the request is denied, each decision describes the limit as it stands,
+/// uncharged: a limit that would have admitted the request says so, with the
+/// `remaining` it still has.
+///
 /// ```
 /// use tollgate_core::{check_all, Algorithm, Decision, Limiter, Quota};
 ///
@@ -297,6 +301,38 @@ pub fn check_all(
                 limiter.commit(state, admission);
             }
         }
+        merged
+    } else if limits.len() > 1 {
+        uncharged_view(limits, now, cost, decisions)
+    } else {
+        merged
     }
-    merged
+}
+
+/// For a request denied by some limit: what every limit holds now, with
+/// nothing charged. A limit that would have admitted the request reports
+/// `allowed` with its uncharged `remaining` and `reset_after`.
+fn uncharged_view(
+    limits: &[(&Limiter, &mut State)],
+    now: u64,
+    cost: u32,
+    decisions: &mut [Decision],
+) -> Decision {
+    let mut merged: Option<Decision> = None;
+    for (i, (limiter, state)) in limits.iter().enumerate() {
+        let charged = limiter.evaluate(state, now, cost).decision;
+        let decision = if charged.allowed {
+            Decision {
+                allowed: true,
+                ..limiter.evaluate(state, now, 0).decision
+            }
+        } else {
+            charged
+        };
+        if let Some(slot) = decisions.get_mut(i) {
+            *slot = decision;
+        }
+        merged = Some(merged.map_or(decision, |m| m.merge(decision)));
+    }
+    merged.unwrap_or_default()
 }

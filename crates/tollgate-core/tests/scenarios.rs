@@ -120,6 +120,8 @@ fn ten_per_minute_and_two_seconds_apart_on_one_key() {
     // 1 s later: the minute has room but the spacing does not.
     let (merged, each) = check(start + SECOND);
     assert!(!merged.allowed && each[0].allowed && !each[1].allowed);
+    // The per-minute limit reports what it holds, uncharged: 9 left, not 8.
+    assert_eq!(each[0].remaining, 9);
     assert_eq!(merged.retry_after, Duration::from_secs(1));
     // Every 2 s: nine more pass, then the minute is full even though spaced.
     for i in 1..10 {
