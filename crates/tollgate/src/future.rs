@@ -2,6 +2,7 @@
 
 use crate::key::Key;
 use crate::layer::Shared;
+use crate::rejection::Rejector;
 use crate::service::Action;
 use crate::store::Store;
 use http::{HeaderMap, Response};
@@ -19,7 +20,7 @@ pin_project! {
     /// service's future, a rejection, or (for stores that do I/O, and for the
     /// leaky bucket's shaping) a wait before calling the inner service. No
     /// allocation on the allowed path.
-    pub struct ResponseFuture<S, Req, K, St>
+    pub struct ResponseFuture<S, Req, K, St, R>
     where
         S: Service<Req>,
         St: Store,
@@ -27,7 +28,7 @@ pin_project! {
         #[pin]
         phase: Phase<S, Req, St::Future>,
         fields: Option<HeaderMap>,
-        shared: Arc<Shared<K, St>>,
+        shared: Arc<Shared<K, St, R>>,
     }
 }
 
@@ -50,7 +51,7 @@ pin_project! {
     }
 }
 
-impl<S, Req, K, St, B> ResponseFuture<S, Req, K, St>
+impl<S, Req, K, St, R, B> ResponseFuture<S, Req, K, St, R>
 where
     S: Service<Req, Response = Response<B>>,
     St: Store,
@@ -58,7 +59,7 @@ where
     pub(crate) fn calling(
         future: S::Future,
         fields: Option<HeaderMap>,
-        shared: Arc<Shared<K, St>>,
+        shared: Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: Phase::Calling { future },
@@ -67,7 +68,7 @@ where
         }
     }
 
-    pub(crate) fn rejected(response: Response<B>, shared: Arc<Shared<K, St>>) -> Self {
+    pub(crate) fn rejected(response: Response<B>, shared: Arc<Shared<K, St, R>>) -> Self {
         ResponseFuture {
             phase: Phase::Rejected {
                 response: Some(response),
@@ -82,7 +83,7 @@ where
         pending: (S, Req),
         key: Key,
         cost: u32,
-        shared: Arc<Shared<K, St>>,
+        shared: Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: Phase::Checking {
@@ -101,7 +102,7 @@ where
         wait: Duration,
         pending: (S, Req),
         fields: Option<HeaderMap>,
-        shared: Arc<Shared<K, St>>,
+        shared: Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: Phase::Waiting {
@@ -114,11 +115,12 @@ where
     }
 }
 
-impl<S, Req, K, St, B> Future for ResponseFuture<S, Req, K, St>
+impl<S, Req, K, St, R, B> Future for ResponseFuture<S, Req, K, St, R>
 where
     S: Service<Req, Response = Response<B>>,
     St: Store,
     B: Default,
+    R: Rejector<B>,
 {
     type Output = Result<Response<B>, S::Error>;
 

@@ -3,6 +3,7 @@
 use crate::headers::{HeaderStyle, policy_value};
 use crate::key::{KeyExtractor, MissingKey, PeerIp, RequestInfo};
 use crate::policy::{NamedLimit, Policy};
+use crate::rejection::{DefaultRejector, FnRejector, Rejection};
 use crate::service::RateLimit;
 use crate::store::{MemoryStore, Store};
 use http::{HeaderValue, StatusCode};
@@ -31,7 +32,8 @@ pub type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
 pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
 
 /// Everything the service needs, built once and shared by every clone.
-pub(crate) struct Shared<K, St> {
+pub(crate) struct Shared<K, St, R> {
+    pub rejector: R,
     pub policy: Arc<Policy>,
     pub policy_header: Option<HeaderValue>,
     pub key: K,
@@ -66,11 +68,11 @@ pub(crate) struct Shared<K, St> {
 ///     .build();
 /// # let _ = layer;
 /// ```
-pub struct RateLimitLayer<K = PeerIp, St = MemoryStore> {
-    shared: Arc<Shared<K, St>>,
+pub struct RateLimitLayer<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
+    shared: Arc<Shared<K, St, R>>,
 }
 
-impl<K, St> Clone for RateLimitLayer<K, St> {
+impl<K, St, R> Clone for RateLimitLayer<K, St, R> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             shared: self.shared.clone(),
@@ -78,7 +80,7 @@ impl<K, St> Clone for RateLimitLayer<K, St> {
     }
 }
 
-impl<K, St> fmt::Debug for RateLimitLayer<K, St> {
+impl<K, St, R> fmt::Debug for RateLimitLayer<K, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("policy", &self.shared.policy)
@@ -98,6 +100,7 @@ impl RateLimitLayer {
     /// A builder with the defaults of [`RateLimitLayer::new`] and no limit yet.
     pub fn builder() -> RateLimitBuilder {
         RateLimitBuilder {
+            rejector: DefaultRejector,
             limits: Vec::new(),
             algorithm: None,
             key: PeerIp,
@@ -114,7 +117,7 @@ impl RateLimitLayer {
     }
 }
 
-impl<K, St> RateLimitLayer<K, St> {
+impl<K, St, R> RateLimitLayer<K, St, R> {
     /// The limits this layer applies.
     pub fn policy(&self) -> &Arc<Policy> {
         &self.shared.policy
@@ -126,8 +129,8 @@ impl<K, St> RateLimitLayer<K, St> {
     }
 }
 
-impl<S, K, St> Layer<S> for RateLimitLayer<K, St> {
-    type Service = RateLimit<S, K, St>;
+impl<S, K, St, R> Layer<S> for RateLimitLayer<K, St, R> {
+    type Service = RateLimit<S, K, St, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(inner, self.shared.clone())
@@ -136,7 +139,8 @@ impl<S, K, St> Layer<S> for RateLimitLayer<K, St> {
 
 /// Builds a [`RateLimitLayer`]. Every setting has a default; see each method.
 #[must_use]
-pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore> {
+pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
+    rejector: R,
     limits: Vec<NamedLimit>,
     algorithm: Option<Algorithm>,
     key: K,
@@ -151,7 +155,7 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore> {
     shadow: bool,
 }
 
-impl<K: KeyExtractor, St: Store> RateLimitBuilder<K, St> {
+impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// Adds a named limit; a request must pass every limit, and is charged to
     /// all or none. With no limit at all the layer limits nothing.
     pub fn limit(mut self, limit: NamedLimit) -> Self {
@@ -174,8 +178,9 @@ impl<K: KeyExtractor, St: Store> RateLimitBuilder<K, St> {
     }
 
     /// How requests map to keys (default [`PeerIp`]).
-    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitBuilder<K2, St> {
+    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitBuilder<K2, St, R> {
         RateLimitBuilder {
+            rejector: self.rejector,
             limits: self.limits,
             algorithm: self.algorithm,
             key,
@@ -192,8 +197,9 @@ impl<K: KeyExtractor, St: Store> RateLimitBuilder<K, St> {
     }
 
     /// Where the counters live (default a fresh [`MemoryStore`]).
-    pub fn store<St2: Store>(self, store: St2) -> RateLimitBuilder<K, St2> {
+    pub fn store<St2: Store>(self, store: St2) -> RateLimitBuilder<K, St2, R> {
         RateLimitBuilder {
+            rejector: self.rejector,
             limits: self.limits,
             algorithm: self.algorithm,
             key: self.key,
@@ -272,8 +278,49 @@ impl<K: KeyExtractor, St: Store> RateLimitBuilder<K, St> {
         RateLimitBuilder { shadow, ..self }
     }
 
+    /// Answers limited requests with the response `reject` builds (a JSON
+    /// body, a redirect, ...). It gets the configured status and the
+    /// rate-limit fields with `Retry-After`, to keep or drop.
+    ///
+    /// ```
+    /// use http::Response;
+    /// use tollgate::{RateLimitLayer, Rejection};
+    /// use tollgate_core::Quota;
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota("api", Quota::per_second(5))
+    ///     .on_rejection(|rejection: Rejection<'_>| {
+    ///         let mut response = Response::new(String::from("slow down"));
+    ///         *response.status_mut() = rejection.status;
+    ///         *response.headers_mut() = rejection.headers;
+    ///         response
+    ///     })
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn on_rejection<F, B>(self, reject: F) -> RateLimitBuilder<K, St, FnRejector<F>>
+    where
+        F: Fn(Rejection<'_>) -> http::Response<B> + Send + Sync + 'static,
+    {
+        RateLimitBuilder {
+            rejector: FnRejector(reject),
+            limits: self.limits,
+            algorithm: self.algorithm,
+            key: self.key,
+            store: self.store,
+            cost: self.cost,
+            allow: self.allow,
+            headers: self.headers,
+            status: self.status,
+            missing_key: self.missing_key,
+            on_store_error: self.on_store_error,
+            store_timeout: self.store_timeout,
+            shadow: self.shadow,
+        }
+    }
+
     /// The layer.
-    pub fn build(self) -> RateLimitLayer<K, St> {
+    pub fn build(self) -> RateLimitLayer<K, St, R> {
         let limits = match self.algorithm {
             Some(algorithm) => self
                 .limits
@@ -285,6 +332,7 @@ impl<K: KeyExtractor, St: Store> RateLimitBuilder<K, St> {
         let policy = Arc::new(Policy::new(limits));
         RateLimitLayer {
             shared: Arc::new(Shared {
+                rejector: self.rejector,
                 policy_header: policy_value(&policy),
                 policy,
                 key: self.key,

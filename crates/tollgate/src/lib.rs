@@ -37,6 +37,7 @@ mod key;
 mod layer;
 mod observe;
 mod policy;
+mod rejection;
 mod service;
 pub mod store;
 
@@ -48,6 +49,7 @@ pub use key::{
 };
 pub use layer::{AllowFn, CostFn, OnStoreError, RateLimitBuilder, RateLimitLayer};
 pub use policy::{NamedLimit, Policy};
+pub use rejection::{DefaultRejector, FnRejector, Rejection, Rejector};
 pub use service::RateLimit;
 pub use store::{MemoryStore, Store, StoreCheck, Verdict};
 pub use tollgate_core as core;

@@ -4,6 +4,7 @@ use crate::future::ResponseFuture;
 use crate::headers::{write_fields, write_retry_after};
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::layer::{OnStoreError, Shared};
+use crate::rejection::{Rejection, Rejector};
 use crate::store::{Store, StoreCheck, Verdict};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
@@ -16,12 +17,12 @@ use tower_service::Service;
 ///
 /// Clones share one state (the store, the counters). `poll_ready` is the
 /// inner service's.
-pub struct RateLimit<S, K, St> {
+pub struct RateLimit<S, K, St, R> {
     inner: S,
-    shared: Arc<Shared<K, St>>,
+    shared: Arc<Shared<K, St, R>>,
 }
 
-impl<S: Clone, K, St> Clone for RateLimit<S, K, St> {
+impl<S: Clone, K, St, R> Clone for RateLimit<S, K, St, R> {
     fn clone(&self) -> Self {
         RateLimit {
             inner: self.inner.clone(),
@@ -30,7 +31,7 @@ impl<S: Clone, K, St> Clone for RateLimit<S, K, St> {
     }
 }
 
-impl<S: fmt::Debug, K, St> fmt::Debug for RateLimit<S, K, St> {
+impl<S: fmt::Debug, K, St, R> fmt::Debug for RateLimit<S, K, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -39,8 +40,8 @@ impl<S: fmt::Debug, K, St> fmt::Debug for RateLimit<S, K, St> {
     }
 }
 
-impl<S, K, St> RateLimit<S, K, St> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<K, St>>) -> Self {
+impl<S, K, St, R> RateLimit<S, K, St, R> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<K, St, R>>) -> Self {
         RateLimit { inner, shared }
     }
 
@@ -61,9 +62,12 @@ pub(crate) enum Action<B> {
     Reject(Response<B>),
 }
 
-impl<K, St> Shared<K, St> {
+impl<K, St, R> Shared<K, St, R> {
     /// The action for a verdict.
-    pub(crate) fn judge<B: Default>(&self, verdict: &Verdict) -> Action<B> {
+    pub(crate) fn judge<B: Default>(&self, verdict: &Verdict) -> Action<B>
+    where
+        R: Rejector<B>,
+    {
         let decision = &verdict.merged;
         crate::observe::decided(&self.policy, verdict);
         if decision.allowed || self.shadow {
@@ -84,11 +88,14 @@ impl<K, St> Shared<K, St> {
             retry_after_ms = decision.retry_after.as_millis() as u64,
             "request limited"
         );
-        let mut response = Response::new(B::default());
-        *response.status_mut() = self.status;
-        *response.headers_mut() = self.fields(verdict);
-        write_retry_after(response.headers_mut(), decision);
-        Action::Reject(response)
+        let mut headers = self.fields(verdict);
+        write_retry_after(&mut headers, decision);
+        Action::Reject(self.rejector.reject(Rejection {
+            status: self.status,
+            headers,
+            policy: &self.policy,
+            verdict,
+        }))
     }
 
     fn fields(&self, verdict: &Verdict) -> HeaderMap {
@@ -109,7 +116,10 @@ impl<K, St> Shared<K, St> {
         key: &Key,
         cost: u32,
         error: &dyn fmt::Display,
-    ) -> Action<B> {
+    ) -> Action<B>
+    where
+        R: Rejector<B>,
+    {
         tracing::warn!(%error, "rate-limit store failed; applying the configured fallback");
         crate::observe::store_failed(&self.policy);
         match &self.on_store_error {
@@ -131,16 +141,17 @@ pub(crate) fn status_response<B: Default>(status: StatusCode) -> Response<B> {
     response
 }
 
-impl<S, K, St, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K, St>
+impl<S, K, St, R, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K, St, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     ResBody: Default,
     K: KeyExtractor,
     St: Store,
+    R: Rejector<ResBody>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, Request<ReqBody>, K, St>;
+    type Future = ResponseFuture<S, Request<ReqBody>, K, St, R>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -196,7 +207,7 @@ where
     }
 }
 
-impl<S: Clone, K, St> RateLimit<S, K, St> {
+impl<S: Clone, K, St, R> RateLimit<S, K, St, R> {
     /// The inner service that `poll_ready` made ready, for a future that
     /// calls it later; a fresh clone takes its place here.
     fn take_ready_inner(&mut self) -> S {

@@ -6,8 +6,10 @@
 //! `call`; stores that do I/O (Redis) return a future, which the layer polls
 //! under a timeout.
 
+mod boxed;
 mod memory;
 
+pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 
 use crate::{Key, Policy};

@@ -1,0 +1,95 @@
+//! [`BoxStore`]: any store behind one type, chosen at run time.
+
+use super::{Store, StoreCheck, Verdict};
+use crate::{Key, Policy};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// The error of a [`BoxStore`]: the underlying store's, boxed.
+#[derive(Debug)]
+pub struct BoxStoreError(pub Box<dyn std::error::Error + Send + Sync>);
+
+impl fmt::Display for BoxStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BoxStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The future of a [`BoxStore`] check.
+pub type BoxStoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BoxStoreError>> + Send>>;
+
+/// Any [`Store`] behind one type, so that the store can be chosen from
+/// configuration at run time (memory or Redis) without changing the layer's
+/// type. Costs a virtual call per check, and a box for stores that wait.
+///
+/// ```
+/// use tollgate::store::BoxStore;
+/// use tollgate::MemoryStore;
+///
+/// let store = BoxStore::new(MemoryStore::new());
+/// # let _ = store;
+/// ```
+#[derive(Clone)]
+pub struct BoxStore(Arc<dyn ErasedStore>);
+
+impl fmt::Debug for BoxStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BoxStore")
+    }
+}
+
+impl BoxStore {
+    /// Boxes `store`.
+    pub fn new<St: Store>(store: St) -> Self {
+        BoxStore(Arc::new(store))
+    }
+}
+
+trait ErasedStore: Send + Sync {
+    fn check_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<BoxStoreFuture, BoxStoreError>;
+}
+
+impl<St: Store> ErasedStore for St {
+    fn check_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
+        match self.check(policy, key, cost) {
+            StoreCheck::Ready(result) => {
+                StoreCheck::Ready(result.map_err(|e| BoxStoreError(Box::new(e))))
+            }
+            StoreCheck::Pending(future) => StoreCheck::Pending(Box::pin(async move {
+                future.await.map_err(|e| BoxStoreError(Box::new(e)))
+            })),
+        }
+    }
+}
+
+impl Store for BoxStore {
+    type Error = BoxStoreError;
+    type Future = BoxStoreFuture;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
+        self.0.check_erased(policy, key, cost)
+    }
+}
