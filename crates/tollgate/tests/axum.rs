@@ -113,3 +113,39 @@ async fn peer_ip_keys_each_client_apart() {
         StatusCode::OK
     );
 }
+
+/// Over real TCP on loopback: axum's `ConnectInfo<SocketAddr>` gives the key.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn peer_ip_from_axum_connect_info_over_tcp() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(2))
+        .key(PeerIp)
+        .build();
+    let router = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.unwrap();
+        statuses.push(reply.split(' ').nth(1).unwrap_or_default().to_owned());
+    }
+    server.abort();
+    assert_eq!(statuses, ["200", "200", "429"]);
+}
