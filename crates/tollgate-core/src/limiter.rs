@@ -86,6 +86,21 @@ impl Limiter {
         }
     }
 
+    /// Delay mode, where the algorithm supports it: GCRA and the
+    /// continuous token bucket then admit a request that conforms within
+    /// `max_delay`, charge it now, and set [`Decision::wait`] to the time to
+    /// hold it; held requests leave in arrival order at the quota's rate. The
+    /// leaky bucket always shapes this way (its queue is its burst); the
+    /// window algorithms and the interval token bucket have no future slot
+    /// to reserve and are returned unchanged.
+    pub fn with_max_delay(self, max_delay: std::time::Duration) -> Self {
+        match self {
+            Limiter::Gcra(g) => Limiter::Gcra(g.with_max_delay(max_delay)),
+            Limiter::TokenBucket(t) => Limiter::TokenBucket(t.with_max_delay(max_delay)),
+            other => other,
+        }
+    }
+
     /// Which algorithm this is.
     pub fn algorithm(&self) -> Algorithm {
         match self {

@@ -113,6 +113,7 @@ impl RateLimitLayer {
             on_store_error: OnStoreError::default(),
             store_timeout: Duration::from_millis(100),
             shadow: false,
+            max_delay: None,
         }
     }
 }
@@ -153,6 +154,7 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
     on_store_error: OnStoreError,
     store_timeout: Duration,
     shadow: bool,
+    max_delay: Option<Duration>,
 }
 
 impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
@@ -193,6 +195,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             on_store_error: self.on_store_error,
             store_timeout: self.store_timeout,
             shadow: self.shadow,
+            max_delay: self.max_delay,
         }
     }
 
@@ -212,6 +215,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             on_store_error: self.on_store_error,
             store_timeout: self.store_timeout,
             shadow: self.shadow,
+            max_delay: self.max_delay,
         }
     }
 
@@ -316,19 +320,43 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             on_store_error: self.on_store_error,
             store_timeout: self.store_timeout,
             shadow: self.shadow,
+            max_delay: self.max_delay,
+        }
+    }
+
+    /// Delay mode: instead of rejecting a request that will conform within
+    /// `max_delay`, charge it now and hold it until then. Held requests
+    /// reach the service in arrival order at the quota's rate. Applies to
+    /// GCRA and the continuous token bucket (the leaky bucket always shapes);
+    /// the window algorithms have no future slot to reserve and keep
+    /// rejecting. Needs a tokio runtime for the timer.
+    pub fn delay(self, max_delay: Duration) -> Self {
+        RateLimitBuilder {
+            max_delay: Some(max_delay),
+            ..self
         }
     }
 
     /// The layer.
     pub fn build(self) -> RateLimitLayer<K, St, R> {
-        let limits = match self.algorithm {
-            Some(algorithm) => self
-                .limits
-                .into_iter()
-                .map(|l| l.algorithm(algorithm))
-                .collect(),
-            None => self.limits,
-        };
+        let (algorithm, max_delay) = (self.algorithm, self.max_delay);
+        let limits = self
+            .limits
+            .into_iter()
+            .map(|limit| {
+                let limit = match algorithm {
+                    Some(algorithm) => limit.algorithm(algorithm),
+                    None => limit,
+                };
+                match max_delay {
+                    Some(delay) => {
+                        let limiter = limit.limiter_ref().with_max_delay(delay);
+                        limit.limiter(limiter)
+                    }
+                    None => limit,
+                }
+            })
+            .collect();
         let policy = Arc::new(Policy::new(limits));
         RateLimitLayer {
             shared: Arc::new(Shared {

@@ -357,3 +357,54 @@ async fn store_failures_follow_the_configured_behaviour_within_the_timeout() {
         }
     }
 }
+
+#[tokio::test]
+async fn delay_mode_releases_requests_in_arrival_order_at_the_rate() {
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::builder()
+        .quota(
+            "api",
+            "10/s".parse::<Quota>().unwrap().with_burst(1).unwrap(),
+        )
+        .key(GlobalKey)
+        .delay(Duration::from_millis(450))
+        .build();
+    let service = ServiceBuilder::new().layer(layer).service_fn({
+        let served = served.clone();
+        move |req: Request<()>| {
+            let served = served.clone();
+            async move {
+                let n: usize = req.uri().path()[1..].parse().unwrap();
+                served.lock().unwrap().push((n, Instant::now()));
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut futures = Vec::new();
+    for n in 0..7 {
+        let mut service = service.clone();
+        let request = Request::builder().uri(format!("/{n}")).body(()).unwrap();
+        futures.push(tokio::spawn(service.ready().await.unwrap().call(request)));
+    }
+    let mut statuses = Vec::new();
+    for future in futures {
+        statuses.push(future.await.unwrap().unwrap().status());
+    }
+    // One passes at once, four more fit within 450 ms (at 100, 200, 300,
+    // 400 ms), the rest would wait longer and are rejected.
+    assert_eq!(statuses[..5], [StatusCode::OK; 5]);
+    assert_eq!(statuses[5..], [StatusCode::TOO_MANY_REQUESTS; 2]);
+    let served = served.lock().unwrap();
+    assert_eq!(
+        served.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4]
+    );
+    for (i, (_, at)) in served.iter().enumerate() {
+        let due = Duration::from_millis(100 * i as u64);
+        assert!(
+            at.duration_since(start) + Duration::from_millis(5) >= due,
+            "{i} early"
+        );
+    }
+}

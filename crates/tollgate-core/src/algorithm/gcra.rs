@@ -20,6 +20,9 @@ pub struct Gcra {
     per_interval: Divisor,
     tolerance: u64,
     burst: u64,
+    /// How far beyond the tolerance a request may be scheduled, held back
+    /// until its conformance time (delay mode); 0 to reject instead.
+    max_delay: u64,
 }
 
 /// A key's GCRA state: its theoretical arrival time, in nanoseconds.
@@ -39,6 +42,19 @@ impl Gcra {
             // Quota guarantees burst·T ≤ 2^61.
             tolerance: interval * quota.burst(),
             burst: quota.burst(),
+            max_delay: 0,
+        }
+    }
+
+    /// Delay mode: a request that would be rejected but conforms within
+    /// `max_delay` is admitted with [`Decision::wait`] set to the time until
+    /// it conforms, and charged now. Requests so delayed leave in arrival
+    /// order at the quota's rate. Capped at 2^61 ns.
+    pub fn with_max_delay(self, max_delay: Duration) -> Self {
+        let max_delay = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
+        Gcra {
+            max_delay: max_delay.min(crate::MAX_TOLERANCE_NANOS),
+            ..self
         }
     }
 
@@ -59,6 +75,7 @@ impl RateAlgorithm for Gcra {
             now,
             u64::from(cost).saturating_mul(self.interval),
             self.tolerance,
+            self.max_delay,
         );
         let ahead = s.ahead();
         let decision = Decision {
@@ -67,7 +84,12 @@ impl RateAlgorithm for Gcra {
             remaining: self.per_interval.div(self.tolerance.saturating_sub(ahead)),
             reset_after: Duration::from_nanos(ahead),
             retry_after: s.retry.map_or(Decision::NEVER, Duration::from_nanos),
-            wait: Duration::ZERO,
+            // Beyond the tolerance only in delay mode: hold until conforming.
+            wait: if s.allowed {
+                Duration::from_nanos(s.ahead_after.saturating_sub(self.tolerance))
+            } else {
+                Duration::ZERO
+            },
         };
         Evaluation {
             decision,

@@ -74,6 +74,7 @@ impl RateAlgorithm for LeakyBucket {
             now,
             u64::from(cost).saturating_mul(self.interval),
             self.tolerance,
+            0,
         );
         let ahead = s.ahead();
         let decision = Decision {

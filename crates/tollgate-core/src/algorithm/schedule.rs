@@ -60,20 +60,32 @@ impl<T: Ticks> Schedule<T> {
 /// Schedules a request. `increment` should saturate rather than wrap; a
 /// saturated increment exceeds any tolerance and so is never admitted.
 #[inline]
-pub(crate) fn schedule<T: Ticks>(tat: T, now: T, increment: T, tolerance: T) -> Schedule<T> {
+///
+/// `delay` lets the new `tat` land up to that much further ahead (delay
+/// mode: the request is held until it conforms); a request whose increment
+/// exceeds `tolerance` alone never passes, delay or not.
+pub(crate) fn schedule<T: Ticks>(
+    tat: T,
+    now: T,
+    increment: T,
+    tolerance: T,
+    delay: T,
+) -> Schedule<T> {
     let start = tat.max(now);
     // Saturation can only happen within `tolerance` of the type's maximum,
     // centuries after any real clock's origin.
     let end = start.saturating_add(increment);
     let ahead_after = end - now;
-    let allowed = ahead_after <= tolerance;
+    let bound = tolerance.saturating_add(delay);
+    let fits = increment <= tolerance;
+    let allowed = fits && ahead_after <= bound;
     let ahead_before = start - now;
     let retry = if allowed {
         Some(T::default())
-    } else if increment > tolerance {
+    } else if !fits {
         None
     } else {
-        Some(ahead_after - tolerance)
+        Some(ahead_after - bound)
     };
     Schedule {
         allowed,

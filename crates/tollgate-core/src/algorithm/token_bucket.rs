@@ -54,6 +54,8 @@ pub struct TokenBucket {
     /// When `scale` is 1 the units are nanoseconds and the arithmetic is
     /// GCRA's with an exact interval, done in 64 bits.
     as_gcra: Option<Gcra>,
+    /// Delay mode's bound, in the scaled units.
+    max_delay: u128,
 }
 
 /// A key's token-bucket state. `Default` is a full bucket.
@@ -98,12 +100,28 @@ impl TokenBucket {
             per_unit: Divisor::new(unit),
             per_period: Divisor::new(quota.period_nanos()),
             as_gcra: (scale == 1).then(|| Gcra::new(quota)),
+            max_delay: 0,
         }
     }
 
     /// The same bucket with another refill style.
     pub fn with_refill(self, refill: Refill) -> Self {
         TokenBucket { refill, ..self }
+    }
+
+    /// Delay mode for the continuous refill: a request for which the tokens
+    /// will be there within `max_delay` is admitted, takes them now, and gets
+    /// [`Decision::wait`] until they would have been there. See
+    /// [`Gcra::with_max_delay`]. No effect on [`Refill::Interval`].
+    pub fn with_max_delay(self, max_delay: Duration) -> Self {
+        let nanos = u64::try_from(max_delay.as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(crate::MAX_TOLERANCE_NANOS);
+        TokenBucket {
+            max_delay: u128::from(nanos) * u128::from(self.scale),
+            as_gcra: self.as_gcra.map(|g| g.with_max_delay(max_delay)),
+            ..self
+        }
     }
 
     /// The refill style.
@@ -133,6 +151,7 @@ impl TokenBucket {
             u128::from(now) * u128::from(self.scale),
             u128::from(cost) * unit,
             capacity,
+            self.max_delay,
         );
         let missing = s.ahead();
         let to_nanos = |scaled: u128| dur(self.per_scale.div_ceil_wide(scaled));
@@ -142,7 +161,11 @@ impl TokenBucket {
             remaining: to_u64(self.per_unit.div_wide(capacity - missing.min(capacity))),
             reset_after: to_nanos(missing),
             retry_after: s.retry.map_or(Decision::NEVER, to_nanos),
-            wait: Duration::ZERO,
+            wait: if s.allowed {
+                to_nanos(s.ahead_after.saturating_sub(capacity))
+            } else {
+                Duration::ZERO
+            },
         };
         Evaluation {
             decision,
