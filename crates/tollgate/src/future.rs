@@ -38,16 +38,44 @@ pin_project! {
     where
         S: Service<Req>,
     {
+        // The hot path (an in-memory store admitting at once) lives inline;
+        // the phases that wait anyway (store I/O, shaping) are boxed so that
+        // the future stays small and cheap to move.
         Calling { #[pin] future: S::Future },
-        Checking {
-            #[pin] check: Check,
-            #[pin] deadline: Sleep,
-            pending: Option<(S, Req)>,
-            key: Key,
-            cost: u32,
-        },
-        Waiting { #[pin] until: Sleep, pending: Option<(S, Req)> },
+        Checking { checking: Pin<Box<Checking<S, Req, Check>>> },
+        Waiting { waiting: Pin<Box<Waiting<S, Req>>> },
         Rejected { response: Option<S::Response> },
+    }
+}
+
+pin_project! {
+    #[project = CheckingProj]
+    struct Checking<S, Req, Check> {
+        #[pin] check: Check,
+        #[pin] deadline: Sleep,
+        pending: Option<(S, Req)>,
+        key: Key,
+        cost: u32,
+    }
+}
+
+pin_project! {
+    #[project = WaitingProj]
+    struct Waiting<S, Req> {
+        #[pin] until: Sleep,
+        pending: Option<(S, Req)>,
+    }
+}
+
+fn waiting<S, Req, Check>(wait: Duration, pending: (S, Req)) -> Phase<S, Req, Check>
+where
+    S: Service<Req>,
+{
+    Phase::Waiting {
+        waiting: Box::pin(Waiting {
+            until: tokio::time::sleep(wait),
+            pending: Some(pending),
+        }),
     }
 }
 
@@ -87,11 +115,13 @@ where
     ) -> Self {
         ResponseFuture {
             phase: Phase::Checking {
-                check,
-                deadline: tokio::time::sleep(shared.store_timeout),
-                pending: Some(pending),
-                key,
-                cost,
+                checking: Box::pin(Checking {
+                    check,
+                    deadline: tokio::time::sleep(shared.store_timeout),
+                    pending: Some(pending),
+                    key,
+                    cost,
+                }),
             },
             fields: None,
             shared,
@@ -105,10 +135,7 @@ where
         shared: Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
-            phase: Phase::Waiting {
-                until: tokio::time::sleep(wait),
-                pending: Some(pending),
-            },
+            phase: waiting(wait, pending),
             fields,
             shared,
         }
@@ -143,13 +170,14 @@ where
                     });
                     return Poll::Ready(Ok(response));
                 }
-                PhaseProj::Checking {
-                    check,
-                    deadline,
-                    pending,
-                    key,
-                    cost,
-                } => {
+                PhaseProj::Checking { checking } => {
+                    let CheckingProj {
+                        check,
+                        deadline,
+                        pending,
+                        key,
+                        cost,
+                    } = checking.as_mut().project();
                     let action = match check.poll(cx) {
                         Poll::Ready(Ok(verdict)) => this.shared.judge(&verdict),
                         Poll::Ready(Err(error)) => this.shared.on_failure(key, *cost, &error),
@@ -171,16 +199,14 @@ where
                                     future: service.call(request),
                                 }
                             } else {
-                                Phase::Waiting {
-                                    until: tokio::time::sleep(wait),
-                                    pending: Some(pending),
-                                }
+                                waiting(wait, pending)
                             }
                         }
                         (Action::Forward { .. }, None) => return Poll::Pending,
                     }
                 }
-                PhaseProj::Waiting { until, pending } => {
+                PhaseProj::Waiting { waiting } => {
+                    let WaitingProj { until, pending } = waiting.as_mut().project();
                     ready!(until.poll(cx));
                     let Some((mut service, request)) = pending.take() else {
                         return Poll::Pending;

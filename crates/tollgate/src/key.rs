@@ -188,17 +188,15 @@ pub struct PeerAddr(pub SocketAddr);
 impl PeerIp {
     /// The peer address the request's extensions carry.
     pub fn peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
-        if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
-            return Some(*addr);
-        }
-        if let Some(addr) = extensions.get::<SocketAddr>() {
-            return Some(*addr);
-        }
+        // axum's, when enabled, is by far the most common: look there first.
         #[cfg(feature = "axum")]
         if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
             return Some(info.0);
         }
-        None
+        if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
+            return Some(*addr);
+        }
+        extensions.get::<SocketAddr>().copied()
     }
 }
 

@@ -191,44 +191,31 @@ impl<C: Clock> MemoryStore<C> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let map_key = (policy.id(), key.clone());
-        if !shard.entries.contains_key(&map_key) {
+        if shard.entries.len() >= inner.per_shard && !shard.entries.contains_key(&map_key) {
             shard.make_room(inner.per_shard, now);
-            let states = policy.limiters().iter().map(Limiter::new_state).collect();
-            shard.entries.insert(
-                map_key.clone(),
-                Slot {
-                    states,
-                    rest_at: now,
-                },
-            );
         }
-        let Some(slot) = shard.entries.get_mut(&map_key) else {
-            // Unreachable: inserted just above under the same lock.
-            return Verdict::allowed_without_limits();
+        let slot = shard.entries.entry(map_key).or_insert_with(|| Slot {
+            states: policy.limiters().iter().map(Limiter::new_state).collect(),
+            rest_at: now,
+        });
+        let (merged, each) = match (policy.limiters(), slot.states.as_mut_slice()) {
+            // One limit, the common case: no pairing, no merging.
+            ([limiter], [state]) => {
+                let decision = limiter.check(state, now, cost);
+                (decision, smallvec::smallvec![decision])
+            }
+            (limiters, states) => {
+                let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
+                    limiters.iter().zip(states.iter_mut()).collect();
+                let mut each: SmallVec<[Decision; 2]> =
+                    smallvec::smallvec![Decision::default(); pairs.len()];
+                let merged = check_all(&mut pairs, now, cost, &mut each);
+                (merged, each)
+            }
         };
-        let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> = policy
-            .limiters()
-            .iter()
-            .zip(slot.states.iter_mut())
-            .collect();
-        let mut each: SmallVec<[Decision; 2]> =
-            smallvec::smallvec![Decision::default(); pairs.len()];
-        let merged = check_all(&mut pairs, now, cost, &mut each);
         let rest_after = u64::try_from(merged.reset_after.as_nanos()).unwrap_or(u64::MAX);
         slot.rest_at = now.saturating_add(rest_after);
         Verdict { merged, each }
-    }
-}
-
-impl Verdict {
-    fn allowed_without_limits() -> Verdict {
-        Verdict {
-            merged: Decision {
-                allowed: true,
-                ..Decision::default()
-            },
-            each: SmallVec::new(),
-        }
     }
 }
 
