@@ -58,7 +58,7 @@ pub fn run_trace(algorithm: Algorithm, quota: Quota, origin: u64, trace: &[Arriv
     let admitted_at: Vec<u64> = decisions
         .iter()
         .filter(|(_, d)| d.allowed)
-        .map(|(at, d)| at + duration_nanos(d.wait))
+        .map(|(at, d)| at + duration_nanos(d.wait()))
         .collect();
     Outcome {
         algorithm,

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// gcra.check(&mut state, 0, 1);
 /// let third = gcra.check(&mut state, 0, 1);
 /// assert!(!third.allowed);
-/// assert_eq!(third.retry_after.as_millis(), 500);
+/// assert_eq!(third.retry_after().as_millis(), 500);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Decision {
@@ -28,26 +28,50 @@ pub struct Decision {
     pub limit: u64,
     /// How many more requests of cost 1 would pass right now, after this one.
     pub remaining: u64,
-    /// How long until the limit is whole again (`remaining == limit`) if no
-    /// further request arrives.
-    pub reset_after: Duration,
-    /// For a denied request, the earliest moment a retry of the same cost
-    /// can pass; [`Duration::ZERO`] when allowed, and [`Decision::NEVER`] when
-    /// the cost is larger than the limit can ever admit.
-    pub retry_after: Duration,
-    /// For an allowed request under the leaky bucket (a shaper), how long to
-    /// hold the request before forwarding it; zero for every other algorithm.
-    pub wait: Duration,
+    /// Nanoseconds until the limit is whole again (`remaining == limit`) if
+    /// no further request arrives. See [`reset_after`](Self::reset_after).
+    pub reset_after_nanos: u64,
+    /// For a denied request, nanoseconds until a retry of the same cost can
+    /// pass; 0 when allowed, [`Decision::NEVER_NANOS`] when the cost is larger
+    /// than the limit can ever admit. See [`retry_after`](Self::retry_after).
+    pub retry_after_nanos: u64,
+    /// For an allowed request that must be held (the leaky bucket, delay
+    /// mode), nanoseconds to hold it before forwarding; otherwise 0. See
+    /// [`wait`](Self::wait).
+    pub wait_nanos: u64,
 }
 
 impl Decision {
-    /// The `retry_after` of a request whose cost exceeds what the limit can
-    /// ever admit: no retry of that cost will pass.
+    /// What [`retry_after`](Self::retry_after) returns for a request whose
+    /// cost exceeds what the limit can ever admit.
     pub const NEVER: Duration = Duration::MAX;
+
+    /// `retry_after_nanos` of a request that can never pass.
+    pub const NEVER_NANOS: u64 = u64::MAX;
+
+    /// How long until the limit is whole again.
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_nanos)
+    }
+
+    /// For a denied request, the earliest moment a retry of the same cost can
+    /// pass; zero when allowed, [`Decision::NEVER`] when it never can.
+    pub fn retry_after(&self) -> Duration {
+        if self.can_ever_pass() {
+            Duration::from_nanos(self.retry_after_nanos)
+        } else {
+            Self::NEVER
+        }
+    }
+
+    /// How long to hold an allowed request before forwarding it.
+    pub fn wait(&self) -> Duration {
+        Duration::from_nanos(self.wait_nanos)
+    }
 
     /// Whether a retry of the same cost can ever pass.
     pub fn can_ever_pass(&self) -> bool {
-        self.retry_after != Self::NEVER
+        self.retry_after_nanos != Self::NEVER_NANOS
     }
 
     /// Folds the decisions of several limits on one request into one: allowed
@@ -64,17 +88,9 @@ impl Decision {
             allowed: self.allowed && other.allowed,
             limit,
             remaining,
-            reset_after: self.reset_after.max(other.reset_after),
-            retry_after: self.retry_after.max(other.retry_after),
-            wait: self.wait.max(other.wait),
+            reset_after_nanos: self.reset_after_nanos.max(other.reset_after_nanos),
+            retry_after_nanos: self.retry_after_nanos.max(other.retry_after_nanos),
+            wait_nanos: self.wait_nanos.max(other.wait_nanos),
         }
-    }
-}
-
-/// A duration from nanoseconds that may exceed `u64`.
-pub(crate) fn duration_from_nanos(nanos: u128) -> Duration {
-    match u64::try_from(nanos) {
-        Ok(nanos) => Duration::from_nanos(nanos),
-        Err(_) => Decision::NEVER,
     }
 }

@@ -51,10 +51,10 @@ fn run(limiter: &Limiter, quota: Quota, start: u64, trace: &[(u32, u32)]) -> Vec
         let decision = limiter.check(&mut state, now, cost);
         assert!(decision.remaining <= decision.limit, "{decision:?}");
         if decision.allowed {
-            assert_eq!(decision.retry_after, Duration::ZERO);
+            assert_eq!(decision.retry_after(), Duration::ZERO);
         } else {
             assert_eq!(state, before, "a denied request changed the state");
-            assert_retry_is_earliest(limiter, &before, now, cost, decision.retry_after);
+            assert_retry_is_earliest(limiter, &before, now, cost, decision.retry_after());
         }
         seen.push(Seen {
             at: now,
@@ -158,7 +158,7 @@ proptest! {
         let t = quota.emission_interval_nanos();
         let mut next_free = 0u64;
         for s in admitted(&seen) {
-            let slot = s.at + u64::try_from(s.decision.wait.as_nanos()).unwrap();
+            let slot = s.at + u64::try_from(s.decision.wait().as_nanos()).unwrap();
             prop_assert_eq!(slot, next_free.max(s.at), "FIFO slot at the constant rate");
             if s.cost > 0 {
                 let last_wait = slot - s.at + (s.cost - 1) * t;
@@ -229,7 +229,7 @@ proptest! {
         let seen = run(&limiter, quota, start, &trace);
         let released: Vec<Seen> = admitted(&seen)
             .map(|s| {
-                let wait = u64::try_from(s.decision.wait.as_nanos()).unwrap();
+                let wait = u64::try_from(s.decision.wait().as_nanos()).unwrap();
                 assert!(wait <= max_delay, "held {wait} ns > {max_delay}");
                 Seen { at: s.at + wait, ..*s }
             })

@@ -25,7 +25,7 @@ fn token_bucket_capacity_10_refilling_2_per_second() {
     }
     let eleventh = bucket.check(&mut state, clock.now(), 1);
     assert!(!eleventh.allowed);
-    assert_eq!(eleventh.retry_after, Duration::from_millis(500));
+    assert_eq!(eleventh.retry_after(), Duration::from_millis(500));
     clock.advance(Duration::from_millis(500));
     assert!(bucket.check(&mut state, clock.now(), 1).allowed);
     assert!(!bucket.check(&mut state, clock.now(), 1).allowed);
@@ -43,7 +43,7 @@ fn leaky_bucket_capacity_10_leaking_2_per_second_hit_by_20_at_once() {
     let slots: Vec<Duration> = decisions
         .iter()
         .filter(|d| d.allowed)
-        .map(|d| d.wait)
+        .map(|d| d.wait())
         .collect();
     let expected: Vec<Duration> = (0..10).map(|i| Duration::from_millis(500 * i)).collect();
     assert_eq!(slots, expected, "slots at 0, 0.5 s, 1 s, …, 4.5 s");
@@ -51,10 +51,10 @@ fn leaky_bucket_capacity_10_leaking_2_per_second_hit_by_20_at_once() {
     assert!(decisions[10..].iter().all(|d| !d.allowed), "10 rejected");
     // The first request leaves at once, so 1 ns later the 11th would wait
     // just under 5 s and fits; after that, one more fits every 500 ms.
-    assert_eq!(decisions[19].retry_after, Duration::from_nanos(1));
+    assert_eq!(decisions[19].retry_after(), Duration::from_nanos(1));
     let eleventh = bucket.check(&mut state, now + 1, 1);
     assert!(eleventh.allowed);
-    assert_eq!(eleventh.wait, Duration::from_nanos(5 * SECOND - 1));
+    assert_eq!(eleventh.wait(), Duration::from_nanos(5 * SECOND - 1));
     assert!(!bucket.check(&mut state, now + SECOND / 2, 1).allowed);
     assert!(bucket.check(&mut state, now + SECOND / 2 + 1, 1).allowed);
 }
@@ -67,7 +67,7 @@ fn fixed_window_100_per_minute_admits_200_across_a_boundary() {
     assert!((0..100).all(|_| window.check(&mut state, clock.now(), 1).allowed));
     let hundred_first = window.check(&mut state, clock.now(), 1);
     assert!(!hundred_first.allowed);
-    assert_eq!(hundred_first.retry_after, Duration::from_secs(1));
+    assert_eq!(hundred_first.retry_after(), Duration::from_secs(1));
     clock.advance(Duration::from_secs(1)); // 1:00, a new window
     assert!((0..100).all(|_| window.check(&mut state, clock.now(), 1).allowed));
     assert!(!window.check(&mut state, clock.now(), 1).allowed);
@@ -97,7 +97,7 @@ fn sliding_window_counter_estimates_from_the_previous_window() {
     assert!(!d.allowed);
     assert_eq!(state, before, "a denied request consumes nothing");
     // It fits once ⌊9·(4 s − e)/4 s⌋ ≤ 4, i.e. 9·(4 s − e) < 20 s, e > 1.777… s.
-    assert_eq!(d.retry_after, Duration::from_nanos(777_777_778));
+    assert_eq!(d.retry_after(), Duration::from_nanos(777_777_778));
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn ten_per_minute_and_two_seconds_apart_on_one_key() {
     assert!(!merged.allowed && each[0].allowed && !each[1].allowed);
     // The per-minute limit reports what it holds, uncharged: 9 left, not 8.
     assert_eq!(each[0].remaining, 9);
-    assert_eq!(merged.retry_after, Duration::from_secs(1));
+    assert_eq!(merged.retry_after(), Duration::from_secs(1));
     // Every 2 s: nine more pass, then the minute is full even though spaced.
     for i in 1..10 {
         assert!(check(start + 2 * i * SECOND).0.allowed, "request {i}");
@@ -131,7 +131,7 @@ fn ten_per_minute_and_two_seconds_apart_on_one_key() {
     assert!(!merged.allowed && !each[0].allowed && each[1].allowed);
     // All-or-nothing: the denial above charged nothing to the spacing limit,
     // so at the minute's end a request passes without waiting 2 s more.
-    assert_eq!(merged.retry_after, Duration::from_secs(40));
+    assert_eq!(merged.retry_after(), Duration::from_secs(40));
     assert!(check(start + MINUTE).0.allowed);
 }
 
@@ -153,7 +153,7 @@ fn five_hundred_per_hour_with_a_sliding_log() {
     assert!(!full.allowed, "the 501st within the hour");
     // The oldest request (at `start`) leaves the hour at start + 1 h exactly.
     assert_eq!(
-        full.retry_after,
+        full.retry_after(),
         Duration::from_nanos(start + hour - (late + 30 * SECOND))
     );
     assert!(!log.check(&mut state, start + hour - 1, 1).allowed);

@@ -90,7 +90,7 @@ fn state_value(policy: &Policy, verdict: &Verdict) -> Option<HeaderValue> {
             "\"{}\";r={};t={}",
             limit.name(),
             decision.remaining,
-            ceil_seconds(decision.reset_after)
+            ceil_seconds(decision.reset_after())
         );
     }
     HeaderValue::from_str(&text).ok()
@@ -101,7 +101,7 @@ fn state_value(policy: &Policy, verdict: &Verdict) -> Option<HeaderValue> {
 pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
     decision
         .can_ever_pass()
-        .then(|| HeaderValue::from(ceil_seconds(decision.retry_after).max(1)))
+        .then(|| HeaderValue::from(ceil_seconds(decision.retry_after()).max(1)))
 }
 
 /// Writes the fields `style` asks for into `headers`.
@@ -134,7 +134,7 @@ pub(crate) fn write_fields(
         );
         headers.insert(
             X_RATELIMIT_RESET.clone(),
-            HeaderValue::from(ceil_seconds(d.reset_after)),
+            HeaderValue::from(ceil_seconds(d.reset_after())),
         );
     }
 }
@@ -154,7 +154,7 @@ mod tests {
     fn retry_after_rounds_up_and_is_never_zero() {
         let with = |d: Duration| {
             let decision = Decision {
-                retry_after: d,
+                retry_after_nanos: u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
                 ..Decision::default()
             };
             retry_after_value(&decision).map(|v| v.to_str().unwrap().to_owned())

@@ -74,18 +74,18 @@ impl<K, St, R> Shared<K, St, R> {
             if !decision.allowed {
                 tracing::info!(
                     policy = ?self.policy.limits().iter().map(|l| l.name()).collect::<Vec<_>>(),
-                    retry_after_ms = decision.retry_after.as_millis() as u64,
+                    retry_after_ms = decision.retry_after().as_millis() as u64,
                     "shadow mode: this request would have been limited"
                 );
             }
             let fields = self.headers.on_allowed.then(|| self.fields(verdict));
             return Action::Forward {
                 fields,
-                wait: decision.wait,
+                wait: decision.wait(),
             };
         }
         tracing::debug!(
-            retry_after_ms = decision.retry_after.as_millis() as u64,
+            retry_after_ms = decision.retry_after().as_millis() as u64,
             "request limited"
         );
         let mut headers = self.fields(verdict);

@@ -1,9 +1,9 @@
 //! The fixed window counter.
 
 use super::divisor::Divisor;
-use super::{Evaluation, RateAlgorithm, dur};
+use super::schedule::to_u64;
+use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
-use std::time::Duration;
 
 /// A counter per window of one `period`, windows aligned to the clock's
 /// origin (the Unix epoch for the system clocks, so every instance of an app
@@ -63,11 +63,11 @@ impl RateAlgorithm for FixedWindow {
         let allowed = count.saturating_add(cost) <= self.limit;
         let count_after = if allowed { count + cost } else { count };
         let window_end = (u128::from(window) + 1) * u128::from(self.period);
-        let until_next_window = dur(window_end.saturating_sub(u128::from(now)));
+        let until_next_window = to_u64(window_end.saturating_sub(u128::from(now)));
         let retry_after = if allowed {
-            Duration::ZERO
+            0
         } else if cost > self.limit {
-            Decision::NEVER
+            Decision::NEVER_NANOS
         } else {
             until_next_window
         };
@@ -75,13 +75,13 @@ impl RateAlgorithm for FixedWindow {
             allowed,
             limit: self.limit,
             remaining: self.limit.saturating_sub(count_after),
-            reset_after: if count_after == 0 {
-                Duration::ZERO
+            reset_after_nanos: if count_after == 0 {
+                0
             } else {
                 until_next_window
             },
-            retry_after,
-            wait: Duration::ZERO,
+            retry_after_nanos: retry_after,
+            wait_nanos: 0,
         };
         Evaluation {
             decision,

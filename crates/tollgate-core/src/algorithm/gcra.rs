@@ -82,13 +82,13 @@ impl RateAlgorithm for Gcra {
             allowed: s.allowed,
             limit: self.burst,
             remaining: self.per_interval.div(self.tolerance.saturating_sub(ahead)),
-            reset_after: Duration::from_nanos(ahead),
-            retry_after: s.retry.map_or(Decision::NEVER, Duration::from_nanos),
+            reset_after_nanos: ahead,
+            retry_after_nanos: s.retry.unwrap_or(Decision::NEVER_NANOS),
             // Beyond the tolerance only in delay mode: hold until conforming.
-            wait: if s.allowed {
-                Duration::from_nanos(s.ahead_after.saturating_sub(self.tolerance))
+            wait_nanos: if s.allowed {
+                s.ahead_after.saturating_sub(self.tolerance)
             } else {
-                Duration::ZERO
+                0
             },
         };
         Evaluation {
@@ -120,8 +120,8 @@ mod tests {
         assert_eq!(remaining, [2, 1, 0]);
         let denied = gcra.check(&mut state, now, 1);
         assert!(!denied.allowed);
-        assert_eq!(denied.retry_after, Duration::from_millis(100));
-        assert_eq!(denied.reset_after, Duration::from_millis(300));
+        assert_eq!(denied.retry_after(), Duration::from_millis(100));
+        assert_eq!(denied.reset_after(), Duration::from_millis(300));
         assert!(!gcra.check(&mut state, now + SECOND / 10 - 1, 1).allowed);
         assert!(gcra.check(&mut state, now + SECOND / 10, 1).allowed);
     }

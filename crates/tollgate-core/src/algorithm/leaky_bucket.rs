@@ -4,7 +4,6 @@ use super::divisor::Divisor;
 use super::schedule::schedule;
 use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
-use std::time::Duration;
 
 /// A leaky bucket used as a shaper: requests leave at a constant rate of one
 /// every `T = period / limit`, and at most `burst` wait in the queue.
@@ -23,7 +22,7 @@ use std::time::Duration;
 /// // Leaks 2 per second, holds 10.
 /// let bucket = LeakyBucket::new(Quota::per_second(2).with_burst(10).unwrap());
 /// let mut state = Default::default();
-/// let waits: Vec<_> = (0..3).map(|_| bucket.check(&mut state, 0, 1).wait).collect();
+/// let waits: Vec<_> = (0..3).map(|_| bucket.check(&mut state, 0, 1).wait()).collect();
 /// assert_eq!(waits, [Duration::ZERO, Duration::from_millis(500), Duration::from_secs(1)]);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,13 +84,9 @@ impl RateAlgorithm for LeakyBucket {
                 self.per_interval
                     .div(ahead.saturating_add(self.interval - 1)),
             ),
-            reset_after: Duration::from_nanos(ahead),
-            retry_after: s.retry.map_or(Decision::NEVER, Duration::from_nanos),
-            wait: if s.allowed {
-                Duration::from_nanos(s.ahead_before)
-            } else {
-                Duration::ZERO
-            },
+            reset_after_nanos: ahead,
+            retry_after_nanos: s.retry.unwrap_or(Decision::NEVER_NANOS),
+            wait_nanos: if s.allowed { s.ahead_before } else { 0 },
         };
         Evaluation {
             decision,

@@ -146,6 +146,3 @@ impl std::fmt::Display for UnknownAlgorithm {
 }
 
 impl std::error::Error for UnknownAlgorithm {}
-
-/// Nanoseconds as a `Duration`, saturating.
-pub(crate) use crate::decision::duration_from_nanos as dur;

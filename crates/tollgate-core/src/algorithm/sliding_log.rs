@@ -1,9 +1,9 @@
 //! The sliding log.
 
-use super::{Evaluation, RateAlgorithm, dur};
+use super::schedule::to_u64;
+use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
 use std::collections::VecDeque;
-use std::time::Duration;
 
 /// Exact: a request of cost `c` passes iff the summed cost of the requests
 /// admitted in `(now − period, now]` plus `c` is at most `limit`.
@@ -100,11 +100,11 @@ impl RateAlgorithm for SlidingLog {
         let wanted = in_window + u64::from(cost);
         let allowed = wanted <= self.limit;
         let retry_after = if allowed {
-            Duration::ZERO
+            0
         } else if u64::from(cost) > self.limit {
-            Decision::NEVER
+            Decision::NEVER_NANOS
         } else {
-            dur(self.retry_nanos(state, now, wanted - self.limit))
+            to_u64(self.retry_nanos(state, now, wanted - self.limit))
         };
         let newest = if allowed && cost > 0 {
             Some(now)
@@ -127,9 +127,9 @@ impl RateAlgorithm for SlidingLog {
                 } else {
                     in_window.min(self.limit)
                 },
-            reset_after: dur(reset_after),
-            retry_after,
-            wait: Duration::ZERO,
+            reset_after_nanos: to_u64(reset_after),
+            retry_after_nanos: retry_after,
+            wait_nanos: 0,
         };
         Evaluation {
             decision,

@@ -1,9 +1,9 @@
 //! The sliding window counter.
 
 use super::divisor::Divisor;
-use super::{Evaluation, RateAlgorithm, dur};
+use super::schedule::to_u64;
+use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
-use std::time::Duration;
 
 /// Two fixed-window counters, the previous window's weighted by how much of
 /// it still overlaps the last `period`: with `elapsed` the time into the
@@ -138,11 +138,11 @@ impl RateAlgorithm for SlidingWindow {
             0
         };
         let retry_after = if allowed {
-            Duration::ZERO
+            0
         } else if cost > self.limit {
-            Decision::NEVER
+            Decision::NEVER_NANOS
         } else {
-            dur(self.retry_nanos(&s, elapsed, cost))
+            to_u64(self.retry_nanos(&s, elapsed, cost))
         };
         let decision = Decision {
             allowed,
@@ -150,9 +150,9 @@ impl RateAlgorithm for SlidingWindow {
             remaining: self
                 .limit
                 .saturating_sub(estimate.saturating_add(if allowed { cost } else { 0 })),
-            reset_after: dur(reset),
-            retry_after,
-            wait: Duration::ZERO,
+            reset_after_nanos: to_u64(reset),
+            retry_after_nanos: retry_after,
+            wait_nanos: 0,
         };
         Evaluation {
             decision,

@@ -2,7 +2,7 @@
 
 use super::divisor::Divisor;
 use super::schedule::{schedule, to_u64};
-use super::{Evaluation, Gcra, GcraState, RateAlgorithm, dur};
+use super::{Evaluation, Gcra, GcraState, RateAlgorithm};
 use crate::{Decision, Quota};
 use std::time::Duration;
 
@@ -154,17 +154,17 @@ impl TokenBucket {
             self.max_delay,
         );
         let missing = s.ahead();
-        let to_nanos = |scaled: u128| dur(self.per_scale.div_ceil_wide(scaled));
+        let to_nanos = |scaled: u128| to_u64(self.per_scale.div_ceil_wide(scaled));
         let decision = Decision {
             allowed: s.allowed,
             limit: self.burst,
             remaining: to_u64(self.per_unit.div_wide(capacity - missing.min(capacity))),
-            reset_after: to_nanos(missing),
-            retry_after: s.retry.map_or(Decision::NEVER, to_nanos),
-            wait: if s.allowed {
+            reset_after_nanos: to_nanos(missing),
+            retry_after_nanos: s.retry.map_or(Decision::NEVER_NANOS, to_nanos),
+            wait_nanos: if s.allowed {
                 to_nanos(s.ahead_after.saturating_sub(capacity))
             } else {
-                Duration::ZERO
+                0
             },
         };
         Evaluation {
@@ -202,12 +202,12 @@ impl TokenBucket {
         // The moment `n` refills from now have happened.
         let after_refills = |n: u64| {
             let boundary = (u128::from(interval) + u128::from(n)) * u128::from(self.period);
-            dur(boundary.saturating_sub(u128::from(now)))
+            to_u64(boundary.saturating_sub(u128::from(now)))
         };
         let retry_after = if allowed {
-            Duration::ZERO
+            0
         } else if u64::from(cost) > self.burst {
-            Decision::NEVER
+            Decision::NEVER_NANOS
         } else {
             after_refills((u64::from(cost) - available).div_ceil(self.limit))
         };
@@ -215,9 +215,9 @@ impl TokenBucket {
             allowed,
             limit: self.burst,
             remaining: self.burst - used_after,
-            reset_after: after_refills(used_after.div_ceil(self.limit)),
-            retry_after,
-            wait: Duration::ZERO,
+            reset_after_nanos: after_refills(used_after.div_ceil(self.limit)),
+            retry_after_nanos: retry_after,
+            wait_nanos: 0,
         };
         Evaluation {
             decision,
@@ -279,7 +279,7 @@ mod tests {
         let mut state = TokenBucketState::default();
         assert!(bucket.check(&mut state, 0, 1).allowed);
         let denied = bucket.check(&mut state, 0, 1);
-        assert_eq!(denied.retry_after, Duration::from_nanos(333_333_334));
+        assert_eq!(denied.retry_after(), Duration::from_nanos(333_333_334));
         assert!(!bucket.check(&mut state, 333_333_333, 1).allowed);
         assert!(bucket.check(&mut state, 333_333_334, 1).allowed);
         // A drained bucket of 10 has exactly 3 tokens back after 1 s and 6
@@ -310,8 +310,8 @@ mod tests {
             8
         );
         let denied = bucket.check(&mut state, now, 1);
-        assert_eq!(denied.retry_after, Duration::from_millis(800));
-        assert_eq!(denied.reset_after, Duration::from_millis(1800));
+        assert_eq!(denied.retry_after(), Duration::from_millis(800));
+        assert_eq!(denied.reset_after(), Duration::from_millis(1800));
         // At the boundary 5 tokens come back, not 8.
         let later = 11_000 * MS;
         assert_eq!(

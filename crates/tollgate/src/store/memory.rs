@@ -213,7 +213,7 @@ impl<C: Clock> MemoryStore<C> {
                 (merged, each)
             }
         };
-        let rest_after = u64::try_from(merged.reset_after.as_nanos()).unwrap_or(u64::MAX);
+        let rest_after = u64::try_from(merged.reset_after().as_nanos()).unwrap_or(u64::MAX);
         slot.rest_at = now.saturating_add(rest_after);
         Verdict { merged, each }
     }
