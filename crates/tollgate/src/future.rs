@@ -1,11 +1,12 @@
 //! [`ResponseFuture`], the future of a rate-limited call.
 
+use crate::headers::Fields;
 use crate::key::Key;
 use crate::layer::Shared;
 use crate::rejection::Rejector;
 use crate::service::Action;
 use crate::store::Store;
-use http::{HeaderMap, Response};
+use http::Response;
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +28,7 @@ pin_project! {
     {
         #[pin]
         phase: Phase<S, Req, St::Future>,
-        fields: Option<HeaderMap>,
+        fields: Option<Fields>,
         shared: Arc<Shared<K, St, R>>,
     }
 }
@@ -86,7 +87,7 @@ where
 {
     pub(crate) fn calling(
         future: S::Future,
-        fields: Option<HeaderMap>,
+        fields: Option<Fields>,
         shared: Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
@@ -131,7 +132,7 @@ where
     pub(crate) fn waiting(
         wait: Duration,
         pending: (S, Req),
-        fields: Option<HeaderMap>,
+        fields: Option<Fields>,
         shared: Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
@@ -158,7 +159,7 @@ where
                 PhaseProj::Calling { future } => {
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(fields) = this.fields.take() {
-                        response.headers_mut().extend(fields);
+                        this.shared.write_fields(response.headers_mut(), &fields);
                     }
                     return Poll::Ready(Ok(response));
                 }

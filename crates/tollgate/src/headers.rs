@@ -7,8 +7,11 @@
 
 use crate::Verdict;
 use crate::policy::Policy;
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use std::fmt::Write;
+use smallvec::SmallVec;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::time::Duration;
 use tollgate_core::Decision;
 
@@ -78,22 +81,50 @@ pub(crate) fn policy_value(policy: &Policy) -> Option<HeaderValue> {
     HeaderValue::from_str(&text).ok()
 }
 
-/// The `RateLimit` value for a verdict.
-fn state_value(policy: &Policy, verdict: &Verdict) -> Option<HeaderValue> {
-    let mut text = String::with_capacity(24 * verdict.each.len());
-    for (limit, decision) in policy.limits().iter().zip(&verdict.each) {
-        if !text.is_empty() {
-            text.push_str(", ");
+/// What the fields report, taken from a verdict: small, copied into the
+/// response future, formatted only when the response is written.
+#[derive(Clone, Debug)]
+pub(crate) struct Fields {
+    /// Per limit: remaining, and seconds until reset (rounded up).
+    each: SmallVec<[(u64, u64); 2]>,
+    /// For the legacy trio, the limit the client meets first: limit,
+    /// remaining, reset seconds.
+    first_met: (u64, u64, u64),
+}
+
+impl Fields {
+    pub(crate) fn of(verdict: &Verdict) -> Fields {
+        // The limit with the least left is the one the client meets first.
+        let first = verdict
+            .each
+            .iter()
+            .min_by_key(|d| d.remaining)
+            .unwrap_or(&verdict.merged);
+        Fields {
+            each: verdict
+                .each
+                .iter()
+                .map(|d| (d.remaining, ceil_seconds(d.reset_after())))
+                .collect(),
+            first_met: (
+                first.limit,
+                first.remaining,
+                ceil_seconds(first.reset_after()),
+            ),
         }
-        let _ = write!(
-            text,
-            "\"{}\";r={};t={}",
-            limit.name(),
-            decision.remaining,
-            ceil_seconds(decision.reset_after())
-        );
     }
-    HeaderValue::from_str(&text).ok()
+}
+
+/// The `RateLimit` value: one allocation, no intermediate copies.
+fn state_value(policy: &Policy, fields: &Fields) -> Option<HeaderValue> {
+    let mut text = Vec::with_capacity(32 * fields.each.len());
+    for (limit, (remaining, reset)) in policy.limits().iter().zip(&fields.each) {
+        if !text.is_empty() {
+            text.extend_from_slice(b", ");
+        }
+        let _ = write!(text, "\"{}\";r={remaining};t={reset}", limit.name());
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(text)).ok()
 }
 
 /// The `Retry-After` value: delta-seconds, rounded up, never 0; `None` when
@@ -110,32 +141,21 @@ pub(crate) fn write_fields(
     style: HeaderStyle,
     policy: &Policy,
     policy_value: Option<&HeaderValue>,
-    verdict: &Verdict,
+    fields: &Fields,
 ) {
     if style.draft {
         if let Some(value) = policy_value {
             headers.insert(RATELIMIT_POLICY.clone(), value.clone());
         }
-        if let Some(value) = state_value(policy, verdict) {
+        if let Some(value) = state_value(policy, fields) {
             headers.insert(RATELIMIT.clone(), value);
         }
     }
     if style.legacy {
-        // The limit with the least left is the one the client meets first.
-        let d = verdict
-            .each
-            .iter()
-            .min_by_key(|d| d.remaining)
-            .unwrap_or(&verdict.merged);
-        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit));
-        headers.insert(
-            X_RATELIMIT_REMAINING.clone(),
-            HeaderValue::from(d.remaining),
-        );
-        headers.insert(
-            X_RATELIMIT_RESET.clone(),
-            HeaderValue::from(ceil_seconds(d.reset_after())),
-        );
+        let (limit, remaining, reset) = fields.first_met;
+        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(limit));
+        headers.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from(remaining));
+        headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`RateLimit`], the service the layer wraps around yours.
 
 use crate::future::ResponseFuture;
-use crate::headers::{write_fields, write_retry_after};
+use crate::headers::{Fields, write_fields, write_retry_after};
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::layer::{OnStoreError, Shared};
 use crate::rejection::{Rejection, Rejector};
@@ -55,7 +55,7 @@ impl<S, K, St, R> RateLimit<S, K, St, R> {
 pub(crate) enum Action<B> {
     /// Forward it, after `wait` (the leaky bucket's slot), adding `fields`.
     Forward {
-        fields: Option<HeaderMap>,
+        fields: Option<Fields>,
         wait: Duration,
     },
     /// Answer with this response instead.
@@ -78,7 +78,8 @@ impl<K, St, R> Shared<K, St, R> {
                     "shadow mode: this request would have been limited"
                 );
             }
-            let fields = self.headers.on_allowed.then(|| self.fields(verdict));
+            let wanted = self.headers.on_allowed && (self.headers.draft || self.headers.legacy);
+            let fields = wanted.then(|| Fields::of(verdict));
             return Action::Forward {
                 fields,
                 wait: decision.wait(),
@@ -88,7 +89,8 @@ impl<K, St, R> Shared<K, St, R> {
             retry_after_ms = decision.retry_after().as_millis() as u64,
             "request limited"
         );
-        let mut headers = self.fields(verdict);
+        let mut headers = HeaderMap::new();
+        self.write_fields(&mut headers, &Fields::of(verdict));
         write_retry_after(&mut headers, decision);
         Action::Reject(self.rejector.reject(Rejection {
             status: self.status,
@@ -98,16 +100,15 @@ impl<K, St, R> Shared<K, St, R> {
         }))
     }
 
-    fn fields(&self, verdict: &Verdict) -> HeaderMap {
-        let mut headers = HeaderMap::new();
+    /// Writes the rate-limit fields into `headers`.
+    pub(crate) fn write_fields(&self, headers: &mut HeaderMap, fields: &Fields) {
         write_fields(
-            &mut headers,
+            headers,
             self.headers,
             &self.policy,
             self.policy_header.as_ref(),
-            verdict,
+            fields,
         );
-        headers
     }
 
     /// The action when the store failed or did not answer in time.
