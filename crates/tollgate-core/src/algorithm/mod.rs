@@ -20,7 +20,7 @@ pub use gcra::{Gcra, GcraState};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use sliding_log::{LogAdmission, SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
-pub use token_bucket::{Refill, TokenBucket, TokenBucketState};
+pub use token_bucket::{Refill, ScaledTime, TokenBucket, TokenBucketState};
 
 use crate::Decision;
 
