@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate_core::{Algorithm, Limiter, Quota};
+use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, check_atomic};
 
 /// One limit with a name: the name appears in the `RateLimit-Policy` and
 /// `RateLimit` headers, in logs and in metrics.
@@ -70,15 +70,46 @@ pub struct Policy {
     id: u64,
     limits: Vec<NamedLimit>,
     limiters: Vec<Limiter>,
+    packed: Option<PackedLimiter>,
+}
+
+/// A policy of one limit whose per-key state is a single `u64`, which a
+/// store can keep in an atomic and update with a compare-and-swap.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PackedLimiter {
+    Gcra(Gcra),
+    LeakyBucket(LeakyBucket),
+}
+
+impl PackedLimiter {
+    fn of(limiters: &[Limiter]) -> Option<Self> {
+        match limiters {
+            [Limiter::Gcra(gcra)] => Some(PackedLimiter::Gcra(*gcra)),
+            [Limiter::LeakyBucket(bucket)] => Some(PackedLimiter::LeakyBucket(*bucket)),
+            _ => None,
+        }
+    }
+
+    /// Checks a request against the state in `cell`. The cell's value is
+    /// also the moment the key is back at rest.
+    #[inline]
+    pub(crate) fn check(&self, cell: &AtomicU64, now: u64, cost: u32) -> Decision {
+        match self {
+            PackedLimiter::Gcra(gcra) => check_atomic(gcra, cell, now, cost),
+            PackedLimiter::LeakyBucket(bucket) => check_atomic(bucket, cell, now, cost),
+        }
+    }
 }
 
 impl Policy {
     /// A policy of `limits`, with a fresh identity.
     pub fn new(limits: Vec<NamedLimit>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let limiters: Vec<Limiter> = limits.iter().map(|l| l.limiter).collect();
         Policy {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            limiters: limits.iter().map(|l| l.limiter).collect(),
+            packed: PackedLimiter::of(&limiters),
+            limiters,
             limits,
         }
     }
@@ -96,5 +127,10 @@ impl Policy {
     /// The limiters, in the same order as [`limits`](Self::limits).
     pub fn limiters(&self) -> &[Limiter] {
         &self.limiters
+    }
+
+    /// Set when the policy is one limit with a one-word state.
+    pub(crate) fn packed(&self) -> Option<&PackedLimiter> {
+        self.packed.as_ref()
     }
 }

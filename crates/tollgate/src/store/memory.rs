@@ -1,12 +1,14 @@
 //! [`MemoryStore`]: counters in process memory.
 
 use super::{Store, StoreCheck, Verdict};
+use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tollgate_core::{Clock, Decision, Limiter, MonotonicClock, State, check_all};
 
 /// How many entries are looked at to pick one to evict from a full shard.
@@ -20,12 +22,22 @@ const SWEEP_INTERVAL: u64 = 1_000_000_000;
 ///
 /// - **Sharded**: keys are spread over independent shards (4 per CPU), each
 ///   behind its own short-held lock, so threads rarely wait on each other.
+/// - **Lock-free per key where the state is one word**: a policy of a single
+///   GCRA or leaky-bucket limit keeps each key's state in an `AtomicU64`; a
+///   check takes the shard's lock for reading only and updates the state
+///   with a compare-and-swap, so checks on one shard run in parallel. Other
+///   policies update their state under the shard's write lock.
+/// - **Compact**: entries are keyed by a 64-bit fingerprint of (policy, key),
+///   hashed with a random per-process seed, so a key of any length costs 8
+///   bytes. Two keys with the same fingerprint would share a budget (never
+///   exceed it); with a seeded 64-bit hash, the chance among a million keys
+///   is about 3 in 100 million, and it cannot be aimed at.
 /// - **Bounded**: at most `max_keys` keys (default 1,000,000). When a shard is
 ///   full, keys whose state has returned to rest are dropped first (they hold
-///   nothing a fresh key would not); if none, the least recently used of a
-///   small sample is evicted. No timer or thread per key.
-/// - **Exact under concurrency**: a request's limits are checked and charged
-///   under one lock, so no interleaving admits more than the algorithm allows.
+///   nothing a fresh key would not); if none, of a small sample, the key
+///   closest to rest is evicted. No timer or thread per key.
+/// - **Exact under concurrency**: no interleaving of checks admits more than
+///   the algorithm allows; a request's limits are charged all-or-nothing.
 ///
 /// Evicting a key that was not at rest forgets its count: with a flood of
 /// distinct keys beyond `max_keys`, some keys may be admitted early. Size
@@ -52,17 +64,43 @@ impl<C> Clone for MemoryStore<C> {
 
 #[derive(Debug)]
 struct Inner<C> {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[RwLock<Shard>]>,
     per_shard: usize,
     hasher: foldhash::fast::RandomState,
     clock: C,
 }
 
-type Entries = HashMap<(u64, Key), Slot, foldhash::fast::RandomState>;
+/// A map keyed by fingerprints, which are already uniformly random.
+type ByFingerprint<V> = HashMap<u64, V, BuildHasherDefault<FingerprintHasher>>;
 
-#[derive(Debug)]
+/// Passes a fingerprint through as its own hash.
+#[derive(Clone, Copy, Debug, Default)]
+struct FingerprintHasher(u64);
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used; fold anything else rather than lose it.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+#[derive(Debug, Default)]
 struct Shard {
-    entries: Entries,
+    /// One-word states (a single GCRA or leaky-bucket limit). The value is
+    /// also the moment the key is at rest.
+    cells: ByFingerprint<AtomicU64>,
+    /// Every other policy's states.
+    slots: ByFingerprint<Slot>,
     last_sweep: u64,
 }
 
@@ -137,14 +175,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             .clamp(1, 1 << 16)
             .next_power_of_two();
         let per_shard = self.max_keys.div_ceil(shards).max(1);
-        let shards = (0..shards)
-            .map(|_| {
-                Mutex::new(Shard {
-                    entries: HashMap::with_hasher(Default::default()),
-                    last_sweep: 0,
-                })
-            })
-            .collect();
+        let shards = (0..shards).map(|_| RwLock::default()).collect();
         MemoryStore {
             inner: Arc::new(Inner {
                 shards,
@@ -159,16 +190,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 impl<C: Clock> MemoryStore<C> {
     /// How many keys the store holds now.
     pub fn len(&self) -> usize {
-        self.inner
-            .shards
-            .iter()
-            .map(|s| {
-                s.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entries
-                    .len()
-            })
-            .sum()
+        self.inner.shards.iter().map(|s| read(s).len()).sum()
     }
 
     /// Whether the store holds no key.
@@ -185,21 +207,64 @@ impl<C: Clock> MemoryStore<C> {
     pub fn check_now(&self, policy: &Policy, key: &Key, cost: u32) -> Verdict {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        let shard_index =
-            inner.hasher.hash_one((policy.id(), key)) as usize & (inner.shards.len() - 1);
-        let mut shard = inner.shards[shard_index]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let map_key = (policy.id(), key.clone());
-        if shard.entries.len() >= inner.per_shard && !shard.entries.contains_key(&map_key) {
-            shard.make_room(inner.per_shard, now);
+        let fingerprint = inner.hasher.hash_one((policy.id(), key));
+        // Shard by middle bits: the map uses the low bits for the bucket and
+        // the top seven as a tag, which must not be the same for a whole shard.
+        let shard = &inner.shards[(fingerprint >> 32) as usize & (inner.shards.len() - 1)];
+        match policy.packed() {
+            Some(limiter) => {
+                let decision = inner.check_cell(shard, fingerprint, limiter, now, cost);
+                Verdict {
+                    merged: decision,
+                    each: smallvec::smallvec![decision],
+                }
+            }
+            None => inner.check_slot(shard, fingerprint, policy, now, cost),
         }
-        let slot = shard.entries.entry(map_key).or_insert_with(|| Slot {
+    }
+}
+
+impl<C> Inner<C> {
+    /// A one-word state: the shard's read lock and a compare-and-swap; the
+    /// write lock only to add a key.
+    fn check_cell(
+        &self,
+        shard: &RwLock<Shard>,
+        fingerprint: u64,
+        limiter: &PackedLimiter,
+        now: u64,
+        cost: u32,
+    ) -> Decision {
+        if let Some(cell) = read(shard).cells.get(&fingerprint) {
+            return limiter.check(cell, now, cost);
+        }
+        let mut shard = write(shard);
+        if !shard.cells.contains_key(&fingerprint) {
+            shard.make_room(self.per_shard, now);
+        }
+        let cell = shard.cells.entry(fingerprint).or_default();
+        limiter.check(cell, now, cost)
+    }
+
+    /// Any other policy: its states under the shard's write lock.
+    fn check_slot(
+        &self,
+        shard: &RwLock<Shard>,
+        fingerprint: u64,
+        policy: &Policy,
+        now: u64,
+        cost: u32,
+    ) -> Verdict {
+        let mut shard = write(shard);
+        if !shard.slots.contains_key(&fingerprint) {
+            shard.make_room(self.per_shard, now);
+        }
+        let slot = shard.slots.entry(fingerprint).or_insert_with(|| Slot {
             states: policy.limiters().iter().map(Limiter::new_state).collect(),
             rest_at: now,
         });
         let (merged, each) = match (policy.limiters(), slot.states.as_mut_slice()) {
-            // One limit, the common case: no pairing, no merging.
+            // One limit: no pairing, no merging.
             ([limiter], [state]) => {
                 let decision = limiter.check(state, now, cost);
                 (decision, smallvec::smallvec![decision])
@@ -213,35 +278,57 @@ impl<C: Clock> MemoryStore<C> {
                 (merged, each)
             }
         };
-        let rest_after = u64::try_from(merged.reset_after().as_nanos()).unwrap_or(u64::MAX);
-        slot.rest_at = now.saturating_add(rest_after);
+        slot.rest_at = now.saturating_add(merged.reset_after_nanos);
         Verdict { merged, each }
     }
 }
 
+fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+    shard.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+    shard.write().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Shard {
+    fn len(&self) -> usize {
+        self.cells.len() + self.slots.len()
+    }
+
     /// Makes room for one more entry in a shard holding at most `capacity`.
     fn make_room(&mut self, capacity: usize, now: u64) {
-        if self.entries.len() < capacity {
+        if self.len() < capacity {
             return;
         }
         if now.saturating_sub(self.last_sweep) >= SWEEP_INTERVAL {
             self.last_sweep = now;
-            self.entries.retain(|_, slot| slot.rest_at > now);
-            if self.entries.len() < capacity {
+            self.cells
+                .retain(|_, cell| cell.load(Ordering::Relaxed) > now);
+            self.slots.retain(|_, slot| slot.rest_at > now);
+            if self.len() < capacity {
                 return;
             }
         }
         // Evict, of a small sample, the key closest to rest: it loses least.
-        let victim = self
-            .entries
+        let cell = self
+            .cells
             .iter()
             .take(EVICTION_SAMPLE)
-            .min_by_key(|(_, slot)| slot.rest_at)
-            .map(|(key, _)| key.clone());
-        if let Some(key) = victim {
-            self.entries.remove(&key);
-        }
+            .map(|(fp, cell)| (cell.load(Ordering::Relaxed), *fp))
+            .min();
+        let slot = self
+            .slots
+            .iter()
+            .take(EVICTION_SAMPLE)
+            .map(|(fp, slot)| (slot.rest_at, *fp))
+            .min();
+        match (cell, slot) {
+            (Some(c), Some(s)) if s < c => self.slots.remove(&s.1).map(drop),
+            (Some(c), _) => self.cells.remove(&c.1).map(drop),
+            (None, Some(s)) => self.slots.remove(&s.1).map(drop),
+            (None, None) => None,
+        };
     }
 }
 
