@@ -118,7 +118,7 @@ where
             phase: Phase::Checking {
                 checking: Box::pin(Checking {
                     check,
-                    deadline: tokio::time::sleep(shared.store_timeout),
+                    deadline: tokio::time::sleep(shared.settings.store_timeout),
                     pending: Some(pending),
                     key,
                     cost,

@@ -38,6 +38,12 @@ pub(crate) struct Shared<K, St, R> {
     pub policy_header: Option<HeaderValue>,
     pub key: K,
     pub store: St,
+    pub settings: Settings,
+}
+
+/// The builder's settings that do not change its type.
+#[derive(Clone)]
+pub(crate) struct Settings {
     pub cost: Option<CostFn>,
     pub allow: Option<AllowFn>,
     pub headers: HeaderStyle,
@@ -46,6 +52,21 @@ pub(crate) struct Shared<K, St, R> {
     pub on_store_error: OnStoreError,
     pub store_timeout: Duration,
     pub shadow: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            cost: None,
+            allow: None,
+            headers: HeaderStyle::default(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            missing_key: MissingKey::default(),
+            on_store_error: OnStoreError::default(),
+            store_timeout: Duration::from_millis(100),
+            shadow: false,
+        }
+    }
 }
 
 /// Applies rate limits to every request of the service it wraps.
@@ -100,20 +121,13 @@ impl RateLimitLayer {
     /// A builder with the defaults of [`RateLimitLayer::new`] and no limit yet.
     pub fn builder() -> RateLimitBuilder {
         RateLimitBuilder {
+            key: PeerIp,
+            store: MemoryStore::new(),
             rejector: DefaultRejector,
             limits: Vec::new(),
             algorithm: None,
-            key: PeerIp,
-            store: MemoryStore::new(),
-            cost: None,
-            allow: None,
-            headers: HeaderStyle::default(),
-            status: StatusCode::TOO_MANY_REQUESTS,
-            missing_key: MissingKey::default(),
-            on_store_error: OnStoreError::default(),
-            store_timeout: Duration::from_millis(100),
-            shadow: false,
             max_delay: None,
+            settings: Settings::default(),
         }
     }
 }
@@ -141,20 +155,13 @@ impl<S, K, St, R> Layer<S> for RateLimitLayer<K, St, R> {
 /// Builds a [`RateLimitLayer`]. Every setting has a default; see each method.
 #[must_use]
 pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
+    key: K,
+    store: St,
     rejector: R,
     limits: Vec<NamedLimit>,
     algorithm: Option<Algorithm>,
-    key: K,
-    store: St,
-    cost: Option<CostFn>,
-    allow: Option<AllowFn>,
-    headers: HeaderStyle,
-    status: StatusCode,
-    missing_key: MissingKey,
-    on_store_error: OnStoreError,
-    store_timeout: Duration,
-    shadow: bool,
     max_delay: Option<Duration>,
+    settings: Settings,
 }
 
 impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
@@ -172,114 +179,91 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 
     /// Uses `algorithm` for every limit (default: each limit's own, GCRA
     /// unless set on the [`NamedLimit`]).
-    pub fn algorithm(self, algorithm: Algorithm) -> Self {
-        RateLimitBuilder {
-            algorithm: Some(algorithm),
-            ..self
-        }
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = Some(algorithm);
+        self
     }
 
     /// How requests map to keys (default [`PeerIp`]).
     pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitBuilder<K2, St, R> {
         RateLimitBuilder {
+            key,
+            store: self.store,
             rejector: self.rejector,
             limits: self.limits,
             algorithm: self.algorithm,
-            key,
-            store: self.store,
-            cost: self.cost,
-            allow: self.allow,
-            headers: self.headers,
-            status: self.status,
-            missing_key: self.missing_key,
-            on_store_error: self.on_store_error,
-            store_timeout: self.store_timeout,
-            shadow: self.shadow,
             max_delay: self.max_delay,
+            settings: self.settings,
         }
     }
 
     /// Where the counters live (default a fresh [`MemoryStore`]).
     pub fn store<St2: Store>(self, store: St2) -> RateLimitBuilder<K, St2, R> {
         RateLimitBuilder {
+            key: self.key,
+            store,
             rejector: self.rejector,
             limits: self.limits,
             algorithm: self.algorithm,
-            key: self.key,
-            store,
-            cost: self.cost,
-            allow: self.allow,
-            headers: self.headers,
-            status: self.status,
-            missing_key: self.missing_key,
-            on_store_error: self.on_store_error,
-            store_timeout: self.store_timeout,
-            shadow: self.shadow,
             max_delay: self.max_delay,
+            settings: self.settings,
         }
     }
 
     /// How much of the quota a request takes (default 1 for every request).
-    pub fn cost(self, cost: impl Fn(&RequestInfo<'_>) -> u32 + Send + Sync + 'static) -> Self {
-        RateLimitBuilder {
-            cost: Some(Arc::new(cost)),
-            ..self
-        }
+    pub fn cost(mut self, cost: impl Fn(&RequestInfo<'_>) -> u32 + Send + Sync + 'static) -> Self {
+        self.settings.cost = Some(Arc::new(cost));
+        self
     }
 
     /// Requests for which `allow` returns true are never limited nor counted
     /// (health checks, internal addresses).
-    pub fn allow(self, allow: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static) -> Self {
-        RateLimitBuilder {
-            allow: Some(Arc::new(allow)),
-            ..self
-        }
+    pub fn allow(
+        mut self,
+        allow: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.settings.allow = Some(Arc::new(allow));
+        self
     }
 
     /// Which rate-limit fields responses carry (default: the draft's, on
     /// every response).
-    pub fn headers(self, headers: HeaderStyle) -> Self {
-        RateLimitBuilder { headers, ..self }
+    pub fn headers(mut self, headers: HeaderStyle) -> Self {
+        self.settings.headers = headers;
+        self
     }
 
     /// Answers limited requests with `503 Service Unavailable` instead of
     /// `429 Too Many Requests`.
-    pub fn reject_with_503(self) -> Self {
-        RateLimitBuilder {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            ..self
-        }
+    pub fn reject_with_503(mut self) -> Self {
+        self.settings.status = StatusCode::SERVICE_UNAVAILABLE;
+        self
     }
 
     /// What to do with a request whose key cannot be extracted (default: count
     /// all such requests under one shared key).
-    pub fn on_missing_key(self, missing_key: MissingKey) -> Self {
-        RateLimitBuilder {
-            missing_key,
-            ..self
-        }
+    pub fn on_missing_key(mut self, missing_key: MissingKey) -> Self {
+        self.settings.missing_key = missing_key;
+        self
     }
 
     /// What to do when the store fails or times out (default: let through).
-    pub fn on_store_error(self, on_store_error: OnStoreError) -> Self {
-        RateLimitBuilder {
-            on_store_error,
-            ..self
-        }
+    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
+        self.settings.on_store_error = on_store_error;
+        self
     }
 
     /// How long a store may take to answer (default 100 ms).
-    pub fn store_timeout(self, store_timeout: Duration) -> Self {
-        RateLimitBuilder {
-            store_timeout,
-            ..self
-        }
+    pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
+        self.settings.store_timeout = store_timeout;
+        self
     }
 
     /// Shadow mode: count and report (headers, logs, metrics) but never
     /// reject. For trying limits out on real traffic.
-    pub fn shadow(self, shadow: bool) -> Self {
-        RateLimitBuilder { shadow, ..self }
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.settings.shadow = shadow;
+        self
     }
 
     /// Answers limited requests with the response `reject` builds (a JSON
@@ -307,20 +291,13 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         F: Fn(Rejection<'_>) -> http::Response<B> + Send + Sync + 'static,
     {
         RateLimitBuilder {
+            key: self.key,
+            store: self.store,
             rejector: FnRejector(reject),
             limits: self.limits,
             algorithm: self.algorithm,
-            key: self.key,
-            store: self.store,
-            cost: self.cost,
-            allow: self.allow,
-            headers: self.headers,
-            status: self.status,
-            missing_key: self.missing_key,
-            on_store_error: self.on_store_error,
-            store_timeout: self.store_timeout,
-            shadow: self.shadow,
             max_delay: self.max_delay,
+            settings: self.settings,
         }
     }
 
@@ -330,11 +307,9 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// GCRA and the continuous token bucket (the leaky bucket always shapes);
     /// the window algorithms have no future slot to reserve and keep
     /// rejecting. Needs a tokio runtime for the timer.
-    pub fn delay(self, max_delay: Duration) -> Self {
-        RateLimitBuilder {
-            max_delay: Some(max_delay),
-            ..self
-        }
+    pub fn delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = Some(max_delay);
+        self
     }
 
     /// The layer.
@@ -365,14 +340,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 policy,
                 key: self.key,
                 store: self.store,
-                cost: self.cost,
-                allow: self.allow,
-                headers: self.headers,
-                status: self.status,
-                missing_key: self.missing_key,
-                on_store_error: self.on_store_error,
-                store_timeout: self.store_timeout,
-                shadow: self.shadow,
+                settings: self.settings,
             }),
         }
     }

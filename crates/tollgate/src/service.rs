@@ -70,7 +70,7 @@ impl<K, St, R> Shared<K, St, R> {
     {
         let decision = &verdict.merged;
         crate::observe::decided(&self.policy, verdict);
-        if decision.allowed || self.shadow {
+        if decision.allowed || self.settings.shadow {
             if !decision.allowed {
                 tracing::info!(
                     policy = ?self.policy.limits().iter().map(|l| l.name()).collect::<Vec<_>>(),
@@ -78,7 +78,8 @@ impl<K, St, R> Shared<K, St, R> {
                     "shadow mode: this request would have been limited"
                 );
             }
-            let wanted = self.headers.on_allowed && (self.headers.draft || self.headers.legacy);
+            let wanted = self.settings.headers.on_allowed
+                && (self.settings.headers.draft || self.settings.headers.legacy);
             let fields = wanted.then(|| Fields::of(verdict));
             return Action::Forward {
                 fields,
@@ -93,7 +94,7 @@ impl<K, St, R> Shared<K, St, R> {
         self.write_fields(&mut headers, &Fields::of(verdict));
         write_retry_after(&mut headers, decision);
         Action::Reject(self.rejector.reject(Rejection {
-            status: self.status,
+            status: self.settings.status,
             headers,
             policy: &self.policy,
             verdict,
@@ -104,7 +105,7 @@ impl<K, St, R> Shared<K, St, R> {
     pub(crate) fn write_fields(&self, headers: &mut HeaderMap, fields: &Fields) {
         write_fields(
             headers,
-            self.headers,
+            self.settings.headers,
             &self.policy,
             self.policy_header.as_ref(),
             fields,
@@ -123,7 +124,7 @@ impl<K, St, R> Shared<K, St, R> {
     {
         tracing::warn!(%error, "rate-limit store failed; applying the configured fallback");
         crate::observe::store_failed(&self.policy);
-        match &self.on_store_error {
+        match &self.settings.on_store_error {
             OnStoreError::Open => Action::Forward {
                 fields: None,
                 wait: Duration::ZERO,
@@ -161,12 +162,17 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let info = RequestInfo::new(&request);
-        if shared.allow.as_ref().is_some_and(|allow| allow(&info)) {
+        if shared
+            .settings
+            .allow
+            .as_ref()
+            .is_some_and(|allow| allow(&info))
+        {
             return ResponseFuture::calling(self.inner.call(request), None, self.shared.clone());
         }
         let key = match shared.key.extract(&info) {
             Some(key) => key,
-            None => match &shared.missing_key {
+            None => match &shared.settings.missing_key {
                 MissingKey::Shared(key) => key.clone(),
                 MissingKey::Skip => {
                     return ResponseFuture::calling(
@@ -180,7 +186,7 @@ where
                 }
             },
         };
-        let cost = shared.cost.as_ref().map_or(1, |cost| cost(&info));
+        let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
         let action = match shared.store.check(&shared.policy, &key, cost) {
             StoreCheck::Ready(Ok(verdict)) => shared.judge(&verdict),
             StoreCheck::Ready(Err(error)) => shared.on_failure(&key, cost, &error),

@@ -11,7 +11,7 @@ use tollgate::{
     Policy, RateLimitLayer, Store, StoreCheck, Verdict,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type Body = String;
 
@@ -247,54 +247,6 @@ async fn memory_store_holds_its_bound_under_a_flood_of_keys() {
     assert!(store.capacity() < 10_000 + 1024);
 }
 
-#[tokio::test]
-async fn leaky_bucket_releases_requests_in_order_at_its_rate() {
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let layer = RateLimitLayer::builder()
-        .limit(
-            NamedLimit::new(
-                "shaped",
-                "10/s".parse::<Quota>().unwrap().with_burst(5).unwrap(),
-            )
-            .algorithm(Algorithm::LeakyBucket),
-        )
-        .key(GlobalKey)
-        .build();
-    let service = ServiceBuilder::new().layer(layer).service_fn({
-        let order = order.clone();
-        move |req: Request<()>| {
-            let order = order.clone();
-            async move {
-                let n: usize = req.uri().path()[1..].parse().unwrap();
-                order.lock().unwrap().push((n, Instant::now()));
-                Ok::<_, Infallible>(Response::new(String::new()))
-            }
-        }
-    });
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for n in 0..5 {
-        let mut service = service.clone();
-        let request = Request::builder().uri(format!("/{n}")).body(()).unwrap();
-        // Each call's slot is fixed when it is made, in this order.
-        let future = service.ready().await.unwrap().call(request);
-        tasks.push(tokio::spawn(future));
-    }
-    for task in tasks {
-        assert_eq!(task.await.unwrap().unwrap().status(), StatusCode::OK);
-    }
-    let order = order.lock().unwrap();
-    let arrivals: Vec<usize> = order.iter().map(|(n, _)| *n).collect();
-    assert_eq!(arrivals, [0, 1, 2, 3, 4]);
-    for (i, (_, at)) in order.iter().enumerate() {
-        let expected = Duration::from_millis(100 * i as u64);
-        assert!(
-            at.duration_since(start) + Duration::from_millis(5) >= expected,
-            "{i} came early"
-        );
-    }
-}
-
 /// A store that fails or hangs: fault injection a real store cannot give.
 #[derive(Clone)]
 enum BrokenStore {
@@ -358,9 +310,79 @@ async fn store_failures_follow_the_configured_behaviour_within_the_timeout() {
     }
 }
 
+type Served = Arc<std::sync::Mutex<Vec<(usize, Instant)>>>;
+
+/// An inner service that records which request (`/N`) it was called with,
+/// and when: after the layer has held it, if it did.
+fn recorder(
+    served: Served,
+) -> impl Service<Request<()>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone
+{
+    tower::service_fn(move |req: Request<()>| {
+        let n = req.uri().path()[1..].parse().unwrap_or(usize::MAX);
+        served.lock().unwrap().push((n, Instant::now()));
+        std::future::ready(Ok(Response::new(String::new())))
+    })
+}
+
+/// Calls `service` with `/0` … `/count−1` in order, all at once, and
+/// returns each response's status, with the moment the calls were made.
+async fn fire<S>(service: S, count: usize) -> (Vec<StatusCode>, Instant)
+where
+    S: Service<Request<()>, Response = Response<Body>, Error = Infallible> + Clone,
+    S::Future: Send + 'static,
+{
+    let start = Instant::now();
+    let mut calls = Vec::new();
+    for n in 0..count {
+        let mut service = service.clone();
+        let request = Request::builder().uri(format!("/{n}")).body(()).unwrap();
+        // Each call's slot is fixed when it is made, in this order.
+        calls.push(tokio::spawn(service.ready().await.unwrap().call(request)));
+    }
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.unwrap().unwrap().status());
+    }
+    (statuses, start)
+}
+
+/// The served requests came in order `0..n`, request `i` no earlier than
+/// `i × spacing` after `start`.
+fn assert_released_in_order(served: &Served, n: usize, spacing: Duration, start: Instant) {
+    let served = served.lock().unwrap();
+    let order: Vec<usize> = served.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, (0..n).collect::<Vec<_>>());
+    for (i, (_, at)) in served.iter().enumerate() {
+        let due = spacing * i as u32;
+        assert!(
+            at.duration_since(start) + Duration::from_millis(5) >= due,
+            "{i} came early"
+        );
+    }
+}
+
+#[tokio::test]
+async fn leaky_bucket_releases_requests_in_order_at_its_rate() {
+    let served = Served::default();
+    let layer = RateLimitLayer::builder()
+        .limit(
+            NamedLimit::new(
+                "shaped",
+                "10/s".parse::<Quota>().unwrap().with_burst(5).unwrap(),
+            )
+            .algorithm(Algorithm::LeakyBucket),
+        )
+        .key(GlobalKey)
+        .build();
+    let (statuses, start) = fire(layer.layer(recorder(served.clone())), 5).await;
+    assert_eq!(statuses, [StatusCode::OK; 5]);
+    assert_released_in_order(&served, 5, Duration::from_millis(100), start);
+}
+
 #[tokio::test]
 async fn delay_mode_releases_requests_in_arrival_order_at_the_rate() {
-    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let served = Served::default();
     let layer = RateLimitLayer::builder()
         .quota(
             "api",
@@ -369,42 +391,10 @@ async fn delay_mode_releases_requests_in_arrival_order_at_the_rate() {
         .key(GlobalKey)
         .delay(Duration::from_millis(450))
         .build();
-    let service = ServiceBuilder::new().layer(layer).service_fn({
-        let served = served.clone();
-        move |req: Request<()>| {
-            let served = served.clone();
-            async move {
-                let n: usize = req.uri().path()[1..].parse().unwrap();
-                served.lock().unwrap().push((n, Instant::now()));
-                Ok::<_, Infallible>(Response::new(String::new()))
-            }
-        }
-    });
-    let start = Instant::now();
-    let mut futures = Vec::new();
-    for n in 0..7 {
-        let mut service = service.clone();
-        let request = Request::builder().uri(format!("/{n}")).body(()).unwrap();
-        futures.push(tokio::spawn(service.ready().await.unwrap().call(request)));
-    }
-    let mut statuses = Vec::new();
-    for future in futures {
-        statuses.push(future.await.unwrap().unwrap().status());
-    }
+    let (statuses, start) = fire(layer.layer(recorder(served.clone())), 7).await;
     // One passes at once, four more fit within 450 ms (at 100, 200, 300,
     // 400 ms), the rest would wait longer and are rejected.
     assert_eq!(statuses[..5], [StatusCode::OK; 5]);
     assert_eq!(statuses[5..], [StatusCode::TOO_MANY_REQUESTS; 2]);
-    let served = served.lock().unwrap();
-    assert_eq!(
-        served.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        [0, 1, 2, 3, 4]
-    );
-    for (i, (_, at)) in served.iter().enumerate() {
-        let due = Duration::from_millis(100 * i as u64);
-        assert!(
-            at.duration_since(start) + Duration::from_millis(5) >= due,
-            "{i} early"
-        );
-    }
+    assert_released_in_order(&served, 5, Duration::from_millis(100), start);
 }
