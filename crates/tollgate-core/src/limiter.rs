@@ -232,6 +232,18 @@ impl Limiter {
     /// Evaluates and, if allowed, commits.
     #[inline]
     pub fn check(&self, state: &mut State, now: u64, cost: u32) -> Decision {
+        // Each algorithm's own `check` where the state matches (some have a
+        // faster path than evaluate-then-commit); otherwise the general path,
+        // which also replaces a state made for another algorithm.
+        match (self, &mut *state) {
+            (Limiter::Gcra(a), State::Gcra(s)) => return a.check(s, now, cost),
+            (Limiter::TokenBucket(a), State::TokenBucket(s)) => return a.check(s, now, cost),
+            (Limiter::LeakyBucket(a), State::LeakyBucket(s)) => return a.check(s, now, cost),
+            (Limiter::FixedWindow(a), State::FixedWindow(s)) => return a.check(s, now, cost),
+            (Limiter::SlidingLog(a), State::SlidingLog(s)) => return a.check(s, now, cost),
+            (Limiter::SlidingWindow(a), State::SlidingWindow(s)) => return a.check(s, now, cost),
+            _ => {}
+        }
         let e = self.evaluate(state, now, cost);
         if let Some(admission) = e.admission {
             self.commit(state, admission);

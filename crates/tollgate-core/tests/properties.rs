@@ -250,6 +250,29 @@ proptest! {
     }
 
     #[test]
+    fn token_bucket_check_equals_evaluate_then_commit(
+        quota in small_quota(),
+        (start, trace) in arrivals(),
+        interval in any::<bool>(),
+    ) {
+        use tollgate_core::{RateAlgorithm, TokenBucketState};
+        let refill = if interval { Refill::Interval } else { Refill::Continuous };
+        let bucket = TokenBucket::new(quota).with_refill(refill);
+        let (mut fast, mut general) = (TokenBucketState::default(), TokenBucketState::default());
+        let mut now = start;
+        for &(gap_permille, cost) in &trace {
+            now += quota.period_nanos() * u64::from(gap_permille) / 1000;
+            let decision = bucket.check(&mut fast, now, cost);
+            let e = bucket.evaluate(&general, now, cost);
+            if let Some(admission) = e.admission {
+                bucket.commit(&mut general, admission);
+            }
+            prop_assert_eq!(decision, e.decision);
+            prop_assert_eq!(fast, general);
+        }
+    }
+
+    #[test]
     fn extreme_values_never_panic(
         algorithm in prop::sample::select(Algorithm::ALL.to_vec()),
         limit in prop_oneof![Just(1u64), Just(MAX_LIMIT), 1u64..=MAX_LIMIT],

@@ -55,6 +55,7 @@ pub trait RateAlgorithm {
     fn commit(&self, state: &mut Self::State, admission: Self::Admission);
 
     /// Evaluates and, if allowed, commits: one check of one request.
+    #[inline]
     fn check(&self, state: &mut Self::State, now: u64, cost: u32) -> Decision {
         let Evaluation {
             decision,

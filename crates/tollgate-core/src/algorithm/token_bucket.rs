@@ -290,6 +290,26 @@ impl RateAlgorithm for TokenBucket {
     fn commit(&self, state: &mut TokenBucketState, admission: TokenBucketState) {
         *state = admission;
     }
+
+    #[inline]
+    fn check(&self, state: &mut TokenBucketState, now: u64, cost: u32) -> Decision {
+        // The common case (`limit` divides `period`) is GCRA with an exact
+        // interval: run it on the state in place.
+        if let (Refill::Continuous, Some(gcra), TokenBucketState::Continuous { full_at }) =
+            (self.refill, &self.as_gcra, &mut *state)
+            && let Ok(tat) = u64::try_from(full_at.get())
+        {
+            let mut gcra_state = GcraState { tat };
+            let decision = gcra.check(&mut gcra_state, now, cost);
+            *full_at = ScaledTime::from(u128::from(gcra_state.tat));
+            return decision;
+        }
+        let e = self.evaluate(state, now, cost);
+        if let Some(admission) = e.admission {
+            *state = admission;
+        }
+        e.decision
+    }
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
