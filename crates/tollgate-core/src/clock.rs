@@ -7,7 +7,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+#[cfg(not(feature = "quanta"))]
+use std::time::Instant;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in nanoseconds.
 ///
@@ -37,34 +39,64 @@ impl Clock for WallClock {
 
 /// A monotonic clock whose origin is the Unix epoch.
 ///
-/// It reads the wall clock once per process and from then on advances with
-/// [`Instant`], so it never goes backwards when the system clock is stepped,
-/// and yet its windows (minute boundaries, for example) line up with other
+/// It reads the wall clock once per process and from then on advances with a
+/// monotonic source, so it never jumps when the system clock is stepped, and
+/// yet its windows (minute boundaries, for example) line up with other
 /// machines' up to their clock skew at start. All `MonotonicClock` values in a
 /// process share one origin and agree.
+///
+/// The monotonic source is the CPU's time-stamp counter through `quanta`
+/// (feature `quanta`, on by default; quanta falls back to the OS clock where
+/// the counter cannot be trusted), about 10 ns a reading; without the
+/// feature, [`Instant`](std::time::Instant), about 25 ns.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MonotonicClock;
 
 struct Anchor {
-    instant: Instant,
     wall_nanos: u64,
+    #[cfg(feature = "quanta")]
+    counter: quanta::Clock,
+    #[cfg(feature = "quanta")]
+    start: u64,
+    #[cfg(not(feature = "quanta"))]
+    start: Instant,
 }
 
 fn anchor() -> &'static Anchor {
     static ANCHOR: OnceLock<Anchor> = OnceLock::new();
-    ANCHOR.get_or_init(|| Anchor {
-        instant: Instant::now(),
-        wall_nanos: WallClock.now(),
+    ANCHOR.get_or_init(|| {
+        #[cfg(feature = "quanta")]
+        {
+            let counter = quanta::Clock::new();
+            Anchor {
+                wall_nanos: WallClock.now(),
+                start: counter.raw(),
+                counter,
+            }
+        }
+        #[cfg(not(feature = "quanta"))]
+        Anchor {
+            wall_nanos: WallClock.now(),
+            start: Instant::now(),
+        }
     })
+}
+
+impl Anchor {
+    #[inline]
+    fn elapsed_nanos(&self) -> u64 {
+        #[cfg(feature = "quanta")]
+        return self.counter.delta_as_nanos(self.start, self.counter.raw());
+        #[cfg(not(feature = "quanta"))]
+        return saturating_nanos(self.start.elapsed());
+    }
 }
 
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
         let anchor = anchor();
-        anchor
-            .wall_nanos
-            .saturating_add(saturating_nanos(anchor.instant.elapsed()))
+        anchor.wall_nanos.saturating_add(anchor.elapsed_nanos())
     }
 }
 
