@@ -27,15 +27,17 @@ pin_project! {
         St: Store,
     {
         #[pin]
-        phase: Phase<S, Req, St::Future>,
-        fields: Option<Fields>,
-        shared: Arc<Shared<K, St, R>>,
+        phase: Phase<S, Req, St::Future, Arc<Shared<K, St, R>>>,
+        // Rate-limit fields to add to the response, and what formats them.
+        // `None` when there are none: then the allowed path holds no
+        // reference to the shared state and pays no reference count.
+        fields: Option<(Fields, Arc<Shared<K, St, R>>)>,
     }
 }
 
 pin_project! {
     #[project = PhaseProj]
-    enum Phase<S, Req, Check>
+    enum Phase<S, Req, Check, Sh>
     where
         S: Service<Req>,
     {
@@ -43,7 +45,7 @@ pin_project! {
         // the phases that wait anyway (store I/O, shaping) are boxed so that
         // the future stays small and cheap to move.
         Calling { #[pin] future: S::Future },
-        Checking { checking: Pin<Box<Checking<S, Req, Check>>> },
+        Checking { checking: Pin<Box<Checking<S, Req, Check, Sh>>> },
         Waiting { waiting: Pin<Box<Waiting<S, Req>>> },
         Rejected { response: Option<S::Response> },
     }
@@ -51,8 +53,9 @@ pin_project! {
 
 pin_project! {
     #[project = CheckingProj]
-    struct Checking<S, Req, Check> {
+    struct Checking<S, Req, Check, Sh> {
         #[pin] check: Check,
+        shared: Sh,
         #[pin] deadline: Sleep,
         pending: Option<(S, Req)>,
         key: Key,
@@ -68,7 +71,7 @@ pin_project! {
     }
 }
 
-fn waiting<S, Req, Check>(wait: Duration, pending: (S, Req)) -> Phase<S, Req, Check>
+fn waiting<S, Req, Check, Sh>(wait: Duration, pending: (S, Req)) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
 {
@@ -88,22 +91,20 @@ where
     pub(crate) fn calling(
         future: S::Future,
         fields: Option<Fields>,
-        shared: Arc<Shared<K, St, R>>,
+        shared: &Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: Phase::Calling { future },
-            fields,
-            shared,
+            fields: fields.map(|fields| (fields, shared.clone())),
         }
     }
 
-    pub(crate) fn rejected(response: Response<B>, shared: Arc<Shared<K, St, R>>) -> Self {
+    pub(crate) fn rejected(response: Response<B>) -> Self {
         ResponseFuture {
             phase: Phase::Rejected {
                 response: Some(response),
             },
             fields: None,
-            shared,
         }
     }
 
@@ -112,12 +113,13 @@ where
         pending: (S, Req),
         key: Key,
         cost: u32,
-        shared: Arc<Shared<K, St, R>>,
+        shared: &Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: Phase::Checking {
                 checking: Box::pin(Checking {
                     check,
+                    shared: shared.clone(),
                     deadline: tokio::time::sleep(shared.settings.store_timeout),
                     pending: Some(pending),
                     key,
@@ -125,7 +127,6 @@ where
                 }),
             },
             fields: None,
-            shared,
         }
     }
 
@@ -133,12 +134,11 @@ where
         wait: Duration,
         pending: (S, Req),
         fields: Option<Fields>,
-        shared: Arc<Shared<K, St, R>>,
+        shared: &Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: waiting(wait, pending),
-            fields,
-            shared,
+            fields: fields.map(|fields| (fields, shared.clone())),
         }
     }
 }
@@ -158,8 +158,8 @@ where
             let next = match this.phase.as_mut().project() {
                 PhaseProj::Calling { future } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some(fields) = this.fields.take() {
-                        this.shared.write_fields(response.headers_mut(), &fields);
+                    if let Some((fields, shared)) = this.fields.take() {
+                        shared.write_fields(response.headers_mut(), &fields);
                     }
                     return Poll::Ready(Ok(response));
                 }
@@ -174,18 +174,18 @@ where
                 PhaseProj::Checking { checking } => {
                     let CheckingProj {
                         check,
+                        shared,
                         deadline,
                         pending,
                         key,
                         cost,
                     } = checking.as_mut().project();
                     let action = match check.poll(cx) {
-                        Poll::Ready(Ok(verdict)) => this.shared.judge(&verdict),
-                        Poll::Ready(Err(error)) => this.shared.on_failure(key, *cost, &error),
+                        Poll::Ready(Ok(verdict)) => shared.judge(&verdict),
+                        Poll::Ready(Err(error)) => shared.on_failure(key, *cost, &error),
                         Poll::Pending => {
                             ready!(deadline.poll(cx));
-                            this.shared
-                                .on_failure(key, *cost, &"the store did not answer in time")
+                            shared.on_failure(key, *cost, &"the store did not answer in time")
                         }
                     };
                     match (action, pending.take()) {
@@ -193,7 +193,7 @@ where
                             response: Some(response),
                         },
                         (Action::Forward { fields, wait }, Some(pending)) => {
-                            *this.fields = fields;
+                            *this.fields = fields.map(|fields| (fields, shared.clone()));
                             if wait.is_zero() {
                                 let (mut service, request) = pending;
                                 Phase::Calling {

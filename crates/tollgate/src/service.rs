@@ -168,21 +168,17 @@ where
             .as_ref()
             .is_some_and(|allow| allow(&info))
         {
-            return ResponseFuture::calling(self.inner.call(request), None, self.shared.clone());
+            return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
         }
         let key = match shared.key.extract(&info) {
             Some(key) => key,
             None => match &shared.settings.missing_key {
                 MissingKey::Shared(key) => key.clone(),
                 MissingKey::Skip => {
-                    return ResponseFuture::calling(
-                        self.inner.call(request),
-                        None,
-                        self.shared.clone(),
-                    );
+                    return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
                 }
                 MissingKey::Reject(status) => {
-                    return ResponseFuture::rejected(status_response(*status), self.shared.clone());
+                    return ResponseFuture::rejected(status_response(*status));
                 }
             },
         };
@@ -192,24 +188,18 @@ where
             StoreCheck::Ready(Err(error)) => shared.on_failure(&key, cost, &error),
             StoreCheck::Pending(check) => {
                 let inner = self.take_ready_inner();
-                return ResponseFuture::checking(
-                    check,
-                    (inner, request),
-                    key,
-                    cost,
-                    self.shared.clone(),
-                );
+                return ResponseFuture::checking(check, (inner, request), key, cost, &self.shared);
             }
         };
         match action {
             Action::Forward { fields, wait } if wait.is_zero() => {
-                ResponseFuture::calling(self.inner.call(request), fields, self.shared.clone())
+                ResponseFuture::calling(self.inner.call(request), fields, &self.shared)
             }
             Action::Forward { fields, wait } => {
                 let inner = self.take_ready_inner();
-                ResponseFuture::waiting(wait, (inner, request), fields, self.shared.clone())
+                ResponseFuture::waiting(wait, (inner, request), fields, &self.shared)
             }
-            Action::Reject(response) => ResponseFuture::rejected(response, self.shared.clone()),
+            Action::Reject(response) => ResponseFuture::rejected(response),
         }
     }
 }
