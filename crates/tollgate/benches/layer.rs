@@ -4,7 +4,10 @@
 //!
 //! Every row sends a `GET /` through the same router shape and awaits the
 //! response; `no-layer` is the baseline, so the layer's added cost is a row
-//! minus the baseline. The allowed rows use a quota no request exhausts; the
+//! minus the baseline. Rows come in pairs: without rate-limit headers on
+//! allowed responses (tower_governor's default), and with them (tollgate's
+//! default: the IETF draft's two fields; tower_governor's `use_headers`: its
+//! x-ratelimit fields). The allowed rows use a quota no request exhausts; the
 //! rejected rows one that every request after the first exceeds.
 
 use axum::Router;
@@ -55,6 +58,17 @@ fn theirs(interval: Duration, burst: u32) -> Router {
     app().layer(GovernorLayer::new(Arc::new(config)))
 }
 
+/// The same, with its `x-ratelimit-limit/remaining` headers on every response.
+fn theirs_with_headers(interval: Duration, burst: u32) -> Router {
+    let config = GovernorConfigBuilder::default()
+        .period(interval)
+        .burst_size(burst)
+        .use_headers()
+        .finish()
+        .unwrap();
+    app().layer(GovernorLayer::new(Arc::new(config)))
+}
+
 fn bench(c: &mut Criterion, group: &str, routers: Vec<(&str, Router)>, expect: u16) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -96,6 +110,10 @@ fn allowed(c: &mut Criterion) {
                 "tower_governor",
                 theirs(Duration::from_nanos(1), 1_000_000_000),
             ),
+            (
+                "tower_governor-headers",
+                theirs_with_headers(Duration::from_nanos(1), 1_000_000_000),
+            ),
             ("tollgate", ours(plenty, HeaderStyle::default())),
             ("tollgate-no-headers", ours(plenty, HeaderStyle::NONE)),
         ],
@@ -111,6 +129,10 @@ fn rejected(c: &mut Criterion) {
         vec![
             ("no-layer", app()),
             ("tower_governor", theirs(Duration::from_secs(3600), 1)),
+            (
+                "tower_governor-headers",
+                theirs_with_headers(Duration::from_secs(3600), 1),
+            ),
             ("tollgate", ours(scarce, HeaderStyle::default())),
             ("tollgate-no-headers", ours(scarce, HeaderStyle::NONE)),
         ],
