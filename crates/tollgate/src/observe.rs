@@ -1,6 +1,7 @@
 //! Counters through the `metrics` facade (with the `metrics` feature):
 //! `tollgate_requests_total{limit, outcome="allowed"|"limited"}` per named
-//! limit, and `tollgate_store_errors_total{policy}`.
+//! limit, and `tollgate_store_errors_total{policy}` where `policy` is the
+//! policy's [`label`](crate::Policy::label) (its limits' names).
 
 use crate::Verdict;
 use crate::policy::Policy;
@@ -24,7 +25,7 @@ pub(crate) fn decided(_: &Policy, _: &Verdict) {}
 
 #[cfg(feature = "metrics")]
 pub(crate) fn store_failed(policy: &Policy) {
-    metrics::counter!("tollgate_store_errors_total", "policy" => policy.id().to_string())
+    metrics::counter!("tollgate_store_errors_total", "policy" => policy.label().to_owned())
         .increment(1);
 }
 

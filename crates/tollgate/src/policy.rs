@@ -71,6 +71,7 @@ pub struct Policy {
     limits: Vec<NamedLimit>,
     limiters: Vec<Limiter>,
     packed: Option<PackedLimiter>,
+    label: String,
 }
 
 /// A policy of one limit whose per-key state is a single `u64`, which a
@@ -106,8 +107,10 @@ impl Policy {
     pub fn new(limits: Vec<NamedLimit>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let limiters: Vec<Limiter> = limits.iter().map(|l| l.limiter).collect();
+        let names: Vec<&str> = limits.iter().map(NamedLimit::name).collect();
         Policy {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            label: names.join(","),
             packed: PackedLimiter::of(&limiters),
             limiters,
             limits,
@@ -117,6 +120,12 @@ impl Policy {
     /// The identity: distinct for every policy built in this process.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The limits' names joined with commas, e.g. `"burst,hourly"`: how logs
+    /// and metrics name the policy.
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// The limits, in order.

@@ -73,7 +73,7 @@ impl<K, St, R> Shared<K, St, R> {
         if decision.allowed || self.settings.shadow {
             if !decision.allowed {
                 tracing::info!(
-                    policy = ?self.policy.limits().iter().map(|l| l.name()).collect::<Vec<_>>(),
+                    policy = self.policy.label(),
                     retry_after_ms = decision.retry_after().as_millis() as u64,
                     "shadow mode: this request would have been limited"
                 );
@@ -87,6 +87,7 @@ impl<K, St, R> Shared<K, St, R> {
             };
         }
         tracing::debug!(
+            policy = self.policy.label(),
             retry_after_ms = decision.retry_after().as_millis() as u64,
             "request limited"
         );
@@ -122,7 +123,11 @@ impl<K, St, R> Shared<K, St, R> {
     where
         R: Rejector<B>,
     {
-        tracing::warn!(%error, "rate-limit store failed; applying the configured fallback");
+        tracing::warn!(
+            policy = self.policy.label(),
+            %error,
+            "rate-limit store failed; applying the configured fallback"
+        );
         crate::observe::store_failed(&self.policy);
         match &self.settings.on_store_error {
             OnStoreError::Open => Action::Forward {

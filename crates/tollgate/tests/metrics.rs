@@ -1,0 +1,131 @@
+//! With the `metrics` feature, decisions and store failures are counted.
+#![cfg(feature = "metrics")]
+
+use http::{Request, Response};
+use metrics::{
+    Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tollgate::{GlobalKey, Policy, RateLimitLayer, Store, StoreCheck, Verdict};
+use tollgate_core::Quota;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+/// Counts every counter by name and labels.
+#[derive(Default)]
+struct Counts(Mutex<BTreeMap<String, Arc<AtomicU64>>>);
+
+struct Cell(Arc<AtomicU64>);
+
+impl CounterFn for Cell {
+    fn increment(&self, value: u64) {
+        self.0.fetch_add(value, Ordering::Relaxed);
+    }
+    fn absolute(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+}
+
+impl Counts {
+    fn get(&self, name: &str) -> u64 {
+        let map = self.0.lock().unwrap();
+        map.get(name).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+impl Recorder for Counts {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        let cell = self.0.lock().unwrap().entry(name).or_default().clone();
+        Counter::from_arc(Arc::new(Cell(cell)))
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
+    Ok(Response::new(String::new()))
+}
+
+#[derive(Clone)]
+struct Failing;
+
+#[derive(Debug)]
+struct Down;
+
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("down")
+    }
+}
+
+impl std::error::Error for Down {}
+
+impl Store for Failing {
+    type Error = Down;
+    type Future = std::future::Ready<Result<Verdict, Down>>;
+    fn check(&self, _: &Arc<Policy>, _: &tollgate::Key, _: u32) -> StoreCheck<Self::Future, Down> {
+        StoreCheck::Ready(Err(Down))
+    }
+}
+
+#[test]
+fn decisions_and_store_failures_are_counted_per_limit() {
+    let counts = Counts::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&counts, || {
+        runtime.block_on(async {
+            let layer = RateLimitLayer::builder()
+                .quota("api", Quota::per_minute(2))
+                .key(GlobalKey)
+                .build();
+            let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+            for _ in 0..5 {
+                service
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(Request::new(()))
+                    .await
+                    .unwrap();
+            }
+            let failing = RateLimitLayer::builder()
+                .quota("api", Quota::per_minute(2))
+                .key(GlobalKey)
+                .store(Failing)
+                .build();
+            let mut service = ServiceBuilder::new().layer(failing).service_fn(ok);
+            service
+                .ready()
+                .await
+                .unwrap()
+                .call(Request::new(()))
+                .await
+                .unwrap();
+        })
+    });
+    assert_eq!(
+        counts.get("tollgate_requests_total{limit=api,outcome=allowed}"),
+        2
+    );
+    assert_eq!(
+        counts.get("tollgate_requests_total{limit=api,outcome=limited}"),
+        3
+    );
+    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 1);
+}
