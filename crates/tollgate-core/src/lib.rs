@@ -25,7 +25,7 @@
 //! | algorithm | state per key | bursts | accuracy | distributed cost (Redis) |
 //! |---|---|---|---|---|
 //! | [`Gcra`] (default) | 8 bytes | up to `burst` at once, then smooth | exact to 1 ns of emission interval | one key, one small value |
-//! | [`TokenBucket`] | 32 bytes (enum of two 16-byte forms) | up to `burst`, refill continuous or per interval | exact | one key, two fields |
+//! | [`TokenBucket`] | 24 bytes | up to `burst`, refill continuous or per interval | exact | one key, two fields |
 //! | [`LeakyBucket`] | 8 bytes | none leave faster than the rate; up to `burst` wait | exact | one key, one value |
 //! | [`FixedWindow`] | 16 bytes | up to `2 × limit` across a window boundary | exact per aligned window | one counter, `INCRBY` |
 //! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`) | never over `limit` in any period | exact | a sorted set of up to `limit` members |

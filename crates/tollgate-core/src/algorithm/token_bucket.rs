@@ -26,7 +26,7 @@ pub enum Refill {
 /// would with an unrounded emission interval: the two are the same algorithm
 /// seen from two sides. Pick the token bucket when you think in tokens, need
 /// exact rates such as 3 per second, or want [`Refill::Interval`]; pick GCRA
-/// for the smallest state (8 bytes instead of 32).
+/// for the smallest state (8 bytes instead of 24).
 ///
 /// ```
 /// use tollgate_core::{Quota, RateAlgorithm, TokenBucket};
