@@ -1,6 +1,9 @@
 //! The layer end to end, in process: admission under concurrency, the HTTP
 //! contract, the behaviours, and store failures.
 
+mod common;
+
+use common::BrokenStore;
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -8,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tollgate::{
     GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, MissingKey, NamedLimit, OnStoreError,
-    Policy, RateLimitLayer, Store, StoreCheck, Verdict,
+    Policy, RateLimitLayer,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -245,36 +248,6 @@ async fn memory_store_holds_its_bound_under_a_flood_of_keys() {
         store.capacity()
     );
     assert!(store.capacity() < 10_000 + 1024);
-}
-
-/// A store that fails or hangs: fault injection a real store cannot give.
-#[derive(Clone)]
-enum BrokenStore {
-    Failing,
-    Hanging,
-}
-
-#[derive(Debug)]
-struct Broken;
-
-impl std::fmt::Display for Broken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("store is broken")
-    }
-}
-
-impl std::error::Error for Broken {}
-
-impl Store for BrokenStore {
-    type Error = Broken;
-    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Verdict, Broken>> + Send>>;
-
-    fn check(&self, _: &Arc<Policy>, _: &Key, _: u32) -> StoreCheck<Self::Future, Broken> {
-        match self {
-            BrokenStore::Failing => StoreCheck::Ready(Err(Broken)),
-            BrokenStore::Hanging => StoreCheck::Pending(Box::pin(std::future::pending())),
-        }
-    }
 }
 
 #[tokio::test]

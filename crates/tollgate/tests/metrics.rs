@@ -1,6 +1,9 @@
 //! With the `metrics` feature, decisions and store failures are counted.
 #![cfg(feature = "metrics")]
 
+mod common;
+
+use common::BrokenStore;
 use http::{Request, Response};
 use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
@@ -9,7 +12,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tollgate::{GlobalKey, Policy, RateLimitLayer, Store, StoreCheck, Verdict};
+use tollgate::{GlobalKey, MemoryStore, RateLimitLayer, Store};
 use tollgate_core::Quota;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -60,26 +63,13 @@ async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
     Ok(Response::new(String::new()))
 }
 
-#[derive(Clone)]
-struct Failing;
-
-#[derive(Debug)]
-struct Down;
-
-impl std::fmt::Display for Down {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("down")
-    }
-}
-
-impl std::error::Error for Down {}
-
-impl Store for Failing {
-    type Error = Down;
-    type Future = std::future::Ready<Result<Verdict, Down>>;
-    fn check(&self, _: &Arc<Policy>, _: &tollgate::Key, _: u32) -> StoreCheck<Self::Future, Down> {
-        StoreCheck::Ready(Err(Down))
-    }
+/// A layer of one limit, "api", 2 per minute, on one global key.
+fn api_layer<St: Store>(store: St) -> RateLimitLayer<GlobalKey, St> {
+    RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(2))
+        .key(GlobalKey)
+        .store(store)
+        .build()
 }
 
 #[test]
@@ -90,11 +80,9 @@ fn decisions_and_store_failures_are_counted_per_limit() {
         .unwrap();
     metrics::with_local_recorder(&counts, || {
         runtime.block_on(async {
-            let layer = RateLimitLayer::builder()
-                .quota("api", Quota::per_minute(2))
-                .key(GlobalKey)
-                .build();
-            let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+            let mut service = ServiceBuilder::new()
+                .layer(api_layer(MemoryStore::new()))
+                .service_fn(ok);
             for _ in 0..5 {
                 service
                     .ready()
@@ -104,12 +92,9 @@ fn decisions_and_store_failures_are_counted_per_limit() {
                     .await
                     .unwrap();
             }
-            let failing = RateLimitLayer::builder()
-                .quota("api", Quota::per_minute(2))
-                .key(GlobalKey)
-                .store(Failing)
-                .build();
-            let mut service = ServiceBuilder::new().layer(failing).service_fn(ok);
+            let mut service = ServiceBuilder::new()
+                .layer(api_layer(BrokenStore::Failing))
+                .service_fn(ok);
             service
                 .ready()
                 .await
