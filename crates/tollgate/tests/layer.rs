@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::BrokenStore;
+use common::{BrokenStore, send};
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,13 +26,6 @@ fn frozen_store() -> MemoryStore<ManualClock> {
     MemoryStore::builder()
         .clock(ManualClock::new(1_700_000_000_000_000_000))
         .build()
-}
-
-async fn send<S>(service: &mut S, request: Request<()>) -> Response<Body>
-where
-    S: Service<Request<()>, Response = Response<Body>, Error = Infallible>,
-{
-    service.ready().await.unwrap().call(request).await.unwrap()
 }
 
 fn header(response: &Response<Body>, name: &str) -> Option<String> {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::BrokenStore;
+use common::{BrokenStore, send};
 use http::{Request, Response};
 use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tollgate::{GlobalKey, MemoryStore, RateLimitLayer, Store};
 use tollgate_core::Quota;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 /// Counts every counter by name and labels.
 #[derive(Default)]
@@ -84,24 +84,12 @@ fn decisions_and_store_failures_are_counted_per_limit() {
                 .layer(api_layer(MemoryStore::new()))
                 .service_fn(ok);
             for _ in 0..5 {
-                service
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(Request::new(()))
-                    .await
-                    .unwrap();
+                send(&mut service, Request::new(())).await;
             }
             let mut service = ServiceBuilder::new()
                 .layer(api_layer(BrokenStore::Failing))
                 .service_fn(ok);
-            service
-                .ready()
-                .await
-                .unwrap()
-                .call(Request::new(()))
-                .await
-                .unwrap();
+            send(&mut service, Request::new(())).await;
         })
     });
     assert_eq!(

@@ -345,3 +345,70 @@ impl<C: Clock> Store for MemoryStore<C> {
         StoreCheck::Ready(Ok(self.check_now(policy, key, cost)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NamedLimit;
+    use std::time::Duration;
+    use tollgate_core::{Algorithm, ManualClock, Quota};
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn store(clock: &ManualClock) -> MemoryStore<ManualClock> {
+        MemoryStore::builder()
+            .shards(1)
+            .max_keys(100)
+            .clock(clock.clone())
+            .build()
+    }
+
+    #[test]
+    fn a_full_store_drops_keys_at_rest_before_busy_ones() {
+        for algorithm in [Algorithm::Gcra, Algorithm::SlidingLog] {
+            let clock = ManualClock::new(1_000 * SECOND);
+            let store = store(&clock);
+            let policy = Policy::new(vec![
+                NamedLimit::new("api", Quota::per_second(10)).algorithm(algorithm),
+            ]);
+            let busy = Policy::new(vec![
+                NamedLimit::new("busy", Quota::per_hour(1)).algorithm(algorithm),
+            ]);
+            for n in 0..50u64 {
+                store.check_now(&policy, &Key::from(n), 1);
+                store.check_now(&busy, &Key::from(n), 1);
+            }
+            assert_eq!(store.len(), 100);
+            // After 2 s the "api" keys are whole again, the "busy" ones are
+            // not: a new key sweeps out exactly the keys at rest.
+            clock.advance(Duration::from_secs(2));
+            store.check_now(&policy, &Key::from(1_000u64), 1);
+            assert_eq!(store.len(), 51, "{algorithm}");
+            // The busy keys kept their counts.
+            assert!(!store.check_now(&busy, &Key::from(7u64), 1).merged.allowed);
+        }
+    }
+
+    #[test]
+    fn a_full_store_of_busy_keys_evicts_one_per_new_key() {
+        let clock = ManualClock::new(1_000 * SECOND);
+        let store = store(&clock);
+        let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]);
+        for n in 0..150u64 {
+            store.check_now(&policy, &Key::from(n), 1);
+        }
+        assert_eq!(store.len(), 100);
+    }
+
+    #[test]
+    fn different_policies_count_the_same_key_apart() {
+        let clock = ManualClock::new(1_000 * SECOND);
+        let store = store(&clock);
+        let one = Policy::new(vec![NamedLimit::new("a", Quota::per_minute(1))]);
+        let other = Policy::new(vec![NamedLimit::new("b", Quota::per_minute(1))]);
+        let key = Key::from("client");
+        assert!(store.check_now(&one, &key, 1).merged.allowed);
+        assert!(store.check_now(&other, &key, 1).merged.allowed);
+        assert!(!store.check_now(&one, &key, 1).merged.allowed);
+    }
+}

@@ -1,7 +1,10 @@
 //! Test helpers shared by the integration tests of this crate.
 
+use http::{Request, Response};
+use std::convert::Infallible;
 use std::sync::Arc;
 use tollgate::{Key, Policy, Store, StoreCheck, Verdict};
+use tower::{Service, ServiceExt};
 
 /// A store that fails or hangs: fault injection a real store cannot give.
 #[derive(Clone)]
@@ -32,4 +35,13 @@ impl Store for BrokenStore {
             BrokenStore::Hanging => StoreCheck::Pending(Box::pin(std::future::pending())),
         }
     }
+}
+
+/// Sends one request through `service` once it is ready.
+#[allow(dead_code)] // not every test binary sends requests this way
+pub async fn send<S>(service: &mut S, request: Request<()>) -> Response<String>
+where
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
+{
+    service.ready().await.unwrap().call(request).await.unwrap()
 }
