@@ -1,1 +1,5 @@
-//! Cross-crate integration tests live in `tests/`; this library is empty.
+//! Support for the cross-crate integration tests in `tests/`: real
+//! `redis-server` processes on free loopback ports, standalone and as a
+//! Cluster, stopped when dropped.
+
+pub mod redis;

@@ -62,6 +62,11 @@ impl Gcra {
     pub fn interval_nanos(&self) -> u64 {
         self.interval
     }
+
+    /// How long a request may be held in delay mode (zero when off).
+    pub fn max_delay(&self) -> Duration {
+        Duration::from_nanos(self.max_delay)
+    }
 }
 
 impl RateAlgorithm for Gcra {

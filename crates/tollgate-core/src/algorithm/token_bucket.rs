@@ -154,6 +154,12 @@ impl TokenBucket {
         self.refill
     }
 
+    /// How long a request may be held in delay mode (zero when off).
+    pub fn max_delay(&self) -> Duration {
+        let nanos = self.max_delay / u128::from(self.scale);
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
     #[inline]
     fn evaluate_continuous(
         &self,

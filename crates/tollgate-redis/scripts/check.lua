@@ -1,0 +1,59 @@
+-- Checks one request against every limit of a policy and charges them all
+-- or none.
+--
+-- KEYS[i]: the state of limit i.
+-- ARGV[1]: the request's cost.
+-- ARGV[2]: "" to read the time from the server (always, in production); a
+--          number of microseconds only where tests set the clock.
+-- ARGV[3 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
+--
+-- Returns six integers per limit: allowed, limit, remaining, reset_after,
+-- retry_after, wait (times in µs; retry_after −1 = never).
+
+local cost = tonumber(ARGV[1])
+local now
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+else
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+
+local limits = {}
+local all_allowed = true
+for i = 1, #KEYS do
+  local base = 3 + 5 * (i - 1)
+  local algorithm = ALGORITHMS[ARGV[base]]
+  if not algorithm then
+    return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[base]))
+  end
+  local p = {
+    tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
+    tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]),
+  }
+  local state = algorithm.load(KEYS[i])
+  local d, admission = algorithm.evaluate(state, now, cost, p)
+  limits[i] = { algorithm = algorithm, p = p, state = state, decision = d, admission = admission }
+  all_allowed = all_allowed and d[1] == 1
+end
+
+for i, limit in ipairs(limits) do
+  if all_allowed then
+    -- Keep the key until its state is back at rest (reset_after), rounded up.
+    local ttl_ms = floor(limit.decision[4] / 1000) + 1
+    limit.algorithm.commit(KEYS[i], limit.admission, now, limit.p, ttl_ms)
+  elseif #limits > 1 and limit.decision[1] == 1 then
+    -- Denied by another limit: report this one's state with nothing charged.
+    local d = limit.algorithm.evaluate(limit.state, now, 0, limit.p)
+    d[1] = 1
+    limit.decision = d
+  end
+end
+
+local out = {}
+for _, limit in ipairs(limits) do
+  for _, field in ipairs(limit.decision) do
+    out[#out + 1] = field
+  end
+end
+return out

@@ -1,0 +1,33 @@
+-- The fixed window counter. Windows are aligned on multiples of the period
+-- since 1970, so every instance agrees on where one starts.
+-- p = { limit, period }; state "window count".
+ALGORITHMS.fixed = {
+  load = function(key)
+    return load_numbers(key, '^(%d+) (%d+)$')
+  end,
+
+  evaluate = function(state, now, cost, p)
+    local limit, period = p[1], p[2]
+    local current = div_floor(now, period)
+    local window, count = current, 0
+    -- An older window counts for nothing; a later one (the clock went
+    -- back) is kept, conservatively.
+    if state and state[1] and tonumber(state[1]) >= current then
+      window, count = tonumber(state[1]), tonumber(state[2])
+    end
+    local allowed = count + cost <= limit
+    local after = allowed and count + cost or count
+    local until_next = max((window + 1) * period - now, 0)
+    local retry = 0
+    if not allowed then
+      retry = (cost > limit) and NEVER or until_next
+    end
+    local reset = (after == 0) and 0 or until_next
+    return decision(allowed, limit, max(limit - after, 0), reset, retry, 0),
+      { window, after }
+  end,
+
+  commit = function(key, state, now, p, ttl_ms)
+    store(key, int(state[1]) .. ' ' .. int(state[2]), ttl_ms)
+  end,
+}

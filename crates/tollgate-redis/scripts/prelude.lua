@@ -1,0 +1,83 @@
+-- tollgate: what every algorithm shares. The Rust side joins this file, the
+-- files of the algorithms a policy uses, and check.lua into one script.
+--
+-- Times are whole microseconds. Redis runs Lua 5.1, whose numbers are
+-- doubles: integers up to 2^53 are exact, and microseconds since 1970 stay
+-- far below that (2^53 µs is year 2255). Nanoseconds would not fit.
+
+local NEVER = -1
+local floor = math.floor
+local max = math.max
+local min = math.min
+
+-- Each algorithm registers itself here under the code the Rust side sends:
+-- load(key) -> state, evaluate(state, now, cost, p) -> decision, admission,
+-- commit(key, admission, now, p, ttl_ms).
+local ALGORITHMS = {}
+
+-- ⌊a / b⌋ for non-negative integers, corrected for the rounding of the
+-- floating-point division.
+local function div_floor(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function div_ceil(a, b)
+  return div_floor(a + b - 1, b)
+end
+
+-- An integer as Redis stores it: every digit, never an exponent.
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- A decision as the Rust side reads it: allowed (1/0), limit, remaining,
+-- reset_after, retry_after (NEVER when the cost can never pass), wait.
+local function decision(allowed, limit, remaining, reset, retry, wait)
+  return { allowed and 1 or 0, limit, remaining, reset, retry, wait }
+end
+
+-- Virtual scheduling, as in tollgate-core: a request of `increment` moves
+-- the key's "theoretical arrival time" to max(tat, now) + increment, and
+-- passes iff that lands at most tolerance + delay ahead of now.
+local function schedule(tat, now, increment, tolerance, delay)
+  local start = max(tat, now)
+  local finish = start + increment
+  local ahead_after = finish - now
+  local fits = increment <= tolerance
+  local allowed = fits and ahead_after <= tolerance + delay
+  local retry
+  if allowed then
+    retry = 0
+  elseif not fits then
+    retry = NEVER
+  else
+    retry = ahead_after - tolerance - delay
+  end
+  return allowed, finish, start - now, ahead_after, retry
+end
+
+-- A state kept as one integer string (GCRA, leaky bucket).
+local function load_number(key)
+  local value = redis.call('GET', key)
+  return (value and tonumber(value)) or 0
+end
+
+-- A state kept as integers separated by spaces; a missing or unreadable
+-- value is the state at rest.
+local function load_numbers(key, pattern)
+  local value = redis.call('GET', key)
+  if not value then
+    return nil
+  end
+  return { string.match(value, pattern) }
+end
+
+local function store(key, value, ttl_ms)
+  redis.call('SET', key, value, 'PX', ttl_ms)
+end

@@ -1,0 +1,76 @@
+-- The sliding window counter: the current window's count plus the previous
+-- window's, weighted by how much of it the sliding window still covers.
+-- p = { limit, period }; state "window previous current".
+--
+-- ⌊previous × (period − elapsed) / period⌋ is exact while limit × period
+-- (in µs) stays below 2^53; beyond that the double's rounding can move an
+-- estimate that lands exactly on an integer by one.
+
+local function weighted(previous, elapsed, period)
+  return div_floor(previous * (period - elapsed), period)
+end
+
+-- The first elapsed time in a window at which `previous` weighs at most
+-- `budget`.
+local function first_elapsed_within(previous, budget, period)
+  if previous <= budget then
+    return 0
+  end
+  local span = div_ceil((budget + 1) * period, previous)
+  return max(period + 1 - span, 0)
+end
+
+ALGORITHMS.sliding = {
+  load = function(key)
+    return load_numbers(key, '^(%d+) (%d+) (%d+)$')
+  end,
+
+  evaluate = function(state, now, cost, p)
+    local limit, period = p[1], p[2]
+    local current = div_floor(now, period)
+    local into = now - current * period
+    local window, previous, count = current, 0, 0
+    if state and state[1] then
+      local w, prev, cur = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+      if w >= current then
+        -- Same window, or the clock went back: keep the counts.
+        window, previous, count = w, prev, cur
+      elseif w + 1 == current then
+        previous = cur
+      end
+    end
+    local elapsed = (window == current) and into or 0
+    local estimate = count + weighted(previous, elapsed, period)
+    local allowed = estimate + cost <= limit
+    local to_end = period - elapsed
+    local after = allowed and count + cost or count
+    local reset = 0
+    if after > 0 then
+      reset = to_end + period
+    elseif previous > 0 then
+      reset = to_end
+    end
+    local retry = 0
+    if not allowed then
+      if cost > limit then
+        retry = NEVER
+      else
+        local budget = limit - cost
+        if count <= budget then
+          -- The previous window is what blocks: wait for its weight to fall.
+          retry = first_elapsed_within(previous, budget - count, period) - elapsed
+        else
+          -- Only the next window helps; there `count` is the weighted one.
+          retry = to_end + first_elapsed_within(count, budget, period)
+        end
+      end
+    end
+    local used = estimate + (allowed and cost or 0)
+    return decision(allowed, limit, max(limit - used, 0), reset, retry, 0),
+      { window, previous, after }
+  end,
+
+  commit = function(key, state, now, p, ttl_ms)
+    store(key, int(state[1]) .. ' ' .. int(state[2]) .. ' ' .. int(state[3]), ttl_ms)
+  end,
+}

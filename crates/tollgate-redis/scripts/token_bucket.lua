@@ -1,0 +1,44 @@
+-- The token bucket with interval refill: `limit` tokens added at once at
+-- every multiple of the period, up to `burst`. (With continuous refill the
+-- token bucket is GCRA; see gcra.lua.)
+-- p = { limit, period, burst }; state "interval used".
+ALGORITHMS.interval = {
+  load = function(key)
+    return load_numbers(key, '^(%d+) (%d+)$')
+  end,
+
+  evaluate = function(state, now, cost, p)
+    local limit, period, burst = p[1], p[2], p[3]
+    local current = div_floor(now, period)
+    local interval, used = current, 0
+    if state and state[1] then
+      local i, u = tonumber(state[1]), tonumber(state[2])
+      if i >= current then
+        interval, used = i, u
+      else
+        used = max(u - (current - i) * limit, 0)
+      end
+    end
+    local available = max(burst - used, 0)
+    local allowed = cost <= available
+    local after = allowed and used + cost or used
+    -- How long until `n` refills from now have happened.
+    local function after_refills(n)
+      return max((interval + n) * period - now, 0)
+    end
+    local retry = 0
+    if not allowed then
+      if cost > burst then
+        retry = NEVER
+      else
+        retry = after_refills(div_ceil(cost - available, limit))
+      end
+    end
+    local reset = after_refills(div_ceil(after, limit))
+    return decision(allowed, burst, burst - after, reset, retry, 0), { interval, after }
+  end,
+
+  commit = function(key, state, now, p, ttl_ms)
+    store(key, int(state[1]) .. ' ' .. int(state[2]), ttl_ms)
+  end,
+}

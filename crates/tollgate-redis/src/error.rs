@@ -1,0 +1,80 @@
+//! What can go wrong talking to Redis.
+
+use std::fmt;
+
+/// An error of the Redis store: the layer answers it with its store-failure
+/// behaviour (fail open by default) and logs it.
+#[derive(Debug)]
+pub struct RedisStoreError {
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Config(String),
+    Redis(redis::RedisError),
+    UnexpectedReply(String),
+}
+
+impl RedisStoreError {
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        RedisStoreError {
+            kind: Kind::Config(message.into()),
+        }
+    }
+
+    pub(crate) fn unexpected_reply(message: impl Into<String>) -> Self {
+        RedisStoreError {
+            kind: Kind::UnexpectedReply(message.into()),
+        }
+    }
+
+    /// The error of the Redis client, if that is what failed.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match &self.kind {
+            Kind::Redis(error) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Whether the store was configured wrongly (bad URL, bad prefix), as
+    /// opposed to failing at run time.
+    pub fn is_config(&self) -> bool {
+        matches!(self.kind, Kind::Config(_))
+    }
+}
+
+impl From<redis::RedisError> for RedisStoreError {
+    fn from(error: redis::RedisError) -> Self {
+        RedisStoreError {
+            kind: Kind::Redis(error),
+        }
+    }
+}
+
+impl fmt::Display for RedisStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Config(message) => write!(f, "invalid Redis store configuration: {message}"),
+            Kind::Redis(error) => write!(
+                f,
+                "Redis call failed: {error} (is the server up and reachable? the layer \
+                 applies its store-failure behaviour meanwhile)"
+            ),
+            Kind::UnexpectedReply(message) => write!(
+                f,
+                "unexpected reply from the rate-limit script: {message} (is another program \
+                 writing to keys under this store's prefix?)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RedisStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            Kind::Redis(error) => Some(error),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! A Redis and Redis Cluster [`Store`](tollgate::Store) for tollgate: one
+//! rate limit shared by every instance of a service.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
+//! use tollgate::RateLimitLayer;
+//! use tollgate_redis::RedisStore;
+//!
+//! let store = RedisStore::connect("redis+cluster://10.0.0.1:6379,10.0.0.2:6379").await?;
+//! let layer = RateLimitLayer::builder().quota("api", "100/min".parse().unwrap()).store(store).build();
+//! # let _ = layer;
+//! # Ok(()) }
+//! ```
+//!
+//! # How a decision is made
+//!
+//! One round trip: `EVALSHA` of the policy's script with the keys of every
+//! limit of the request. The script reads the time from the server (`TIME`),
+//! so instances with skewed clocks agree; evaluates every limit; charges all
+//! of them only if all allow; writes each state with a TTL that ends when the
+//! key is back at rest; and returns every field of each limit's
+//! [`Decision`](tollgate_core::Decision). The scripts live under `scripts/`,
+//! one file per algorithm; a policy's script joins the ones it uses. When a
+//! server answers `NOSCRIPT` (restarted, flushed, a new cluster node), the
+//! client loads the script and calls again.
+//!
+//! # Keys
+//!
+//! `prefix:{user key}:limit name:algorithm`, e.g.
+//! `tollgate:{~203.0.113.7}:api:gcra`. The user key sits in a Cluster hash
+//! tag, so one request's keys share a slot while users spread over the
+//! cluster. Bytes outside printable ASCII and `%{}~#` are written `%XX`, so
+//! no key can close the tag early or pose as another; escaped keys longer
+//! than [`MAX_KEY_LEN`] bytes are replaced by `#` and their SHA-1 (a hostile
+//! 10 KB header costs Redis 41 bytes). The algorithm is part of the name, so
+//! changing a limit's algorithm starts it afresh instead of misreading the
+//! old state.
+//!
+//! # Time resolution
+//!
+//! Redis runs Lua 5.1, whose numbers are doubles, exact for integers up to
+//! 2^53: enough for microseconds since 1970, not nanoseconds. The scripts
+//! therefore work in whole microseconds, and emission intervals and periods
+//! are rounded *up* to a whole microsecond: `3/s` becomes one request per
+//! 333,334 µs instead of 333,333.3 µs, never faster than the quota. With a
+//! continuous token bucket whose period the limit does not divide, this is
+//! also the only difference from tollgate-core (which keeps exact fractions).
+//! The sliding window weighs the previous window exactly while limit ×
+//! period in µs stays below 2^53 (e.g. 100,000 per day); beyond that a
+//! rounding can move an estimate that lands exactly on an integer by one.
+//!
+//! # Why the `redis` crate
+//!
+//! redis-rs is the most used and most actively maintained Rust client. It
+//! has what this store needs in one package: a multiplexed tokio connection
+//! that reconnects by itself (`ConnectionManager`), an async Cluster client
+//! that follows `MOVED`/`ASK` and refreshes its slot map, and script
+//! invocation with `NOSCRIPT` handling. fred is a capable alternative with
+//! its own reconnection policies, but it is larger, and its cluster and
+//! script support brought nothing we needed that redis-rs lacks.
+//!
+//! # Failures
+//!
+//! A failed or slow call is an error of the store: the layer's
+//! `on_store_error` (fail open by default, fail closed, or a local fallback)
+//! and `store_timeout` decide what the request gets. The connection
+//! reconnects in the background with a pause of at most
+//! [`reconnect_max_delay`](RedisStoreBuilder::reconnect_max_delay), so
+//! limiting resumes soon after Redis is back, without a restart.
+
+mod connection;
+mod error;
+mod keys;
+mod script;
+mod store;
+
+pub use error::RedisStoreError;
+pub use keys::MAX_KEY_LEN;
+pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};

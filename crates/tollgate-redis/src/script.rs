@@ -1,0 +1,206 @@
+//! The Lua scripts, and what a policy sends to them.
+//!
+//! One file per algorithm under `scripts/`. A policy's script is the prelude,
+//! the files of the algorithms it uses, and `check.lua`, joined: one script,
+//! so that a request's limits are checked and charged in one atomic call.
+//! Parameters travel as `ARGV`, keys as `KEYS`: nothing a user sends ever
+//! becomes Lua source.
+
+use crate::RedisStoreError;
+use crate::keys::{escape_into, push_user_key};
+use smallvec::SmallVec;
+use tollgate::{Key, Policy, Verdict};
+use tollgate_core::{Decision, Limiter, Refill};
+
+const PRELUDE: &str = include_str!("../scripts/prelude.lua");
+const CHECK: &str = include_str!("../scripts/check.lua");
+
+/// The scripts' algorithms, in the order their files are joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Code {
+    Gcra,
+    LeakyBucket,
+    TokenBucketInterval,
+    FixedWindow,
+    SlidingLog,
+    SlidingWindow,
+}
+
+impl Code {
+    /// The name `check.lua` dispatches on.
+    fn name(self) -> &'static str {
+        match self {
+            Code::Gcra => "gcra",
+            Code::LeakyBucket => "leaky",
+            Code::TokenBucketInterval => "interval",
+            Code::FixedWindow => "fixed",
+            Code::SlidingLog => "log",
+            Code::SlidingWindow => "sliding",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Code::Gcra => include_str!("../scripts/gcra.lua"),
+            Code::LeakyBucket => include_str!("../scripts/leaky_bucket.lua"),
+            Code::TokenBucketInterval => include_str!("../scripts/token_bucket.lua"),
+            Code::FixedWindow => include_str!("../scripts/fixed_window.lua"),
+            Code::SlidingLog => include_str!("../scripts/sliding_log.lua"),
+            Code::SlidingWindow => include_str!("../scripts/sliding_window.lua"),
+        }
+    }
+}
+
+/// Nanoseconds to the scripts' microseconds, rounded up: a rate is never
+/// made faster by the coarser unit.
+fn micros_up(nanos: u64) -> u64 {
+    nanos.div_ceil(1_000).max(1)
+}
+
+/// One limit as the script sees it.
+#[derive(Clone, Debug)]
+struct LimitArgs {
+    code: Code,
+    params: [u64; 4],
+    /// `:name:algorithm`, the part of the Redis key after the user's key.
+    key_suffix: String,
+}
+
+impl LimitArgs {
+    fn new(name: &str, limiter: &Limiter, quota: tollgate_core::Quota) -> Self {
+        let interval = micros_up(quota.emission_interval_nanos());
+        let period = micros_up(quota.period_nanos());
+        let burst = quota.burst();
+        let delay = |max_delay: std::time::Duration| {
+            u64::try_from(max_delay.as_micros()).unwrap_or(u64::MAX)
+        };
+        let (code, params, algorithm) = match limiter {
+            Limiter::Gcra(gcra) => (
+                Code::Gcra,
+                [interval, interval * burst, burst, delay(gcra.max_delay())],
+                "gcra",
+            ),
+            Limiter::TokenBucket(bucket) if bucket.refill() == Refill::Interval => (
+                Code::TokenBucketInterval,
+                [quota.limit(), period, burst, 0],
+                "token-bucket-interval",
+            ),
+            Limiter::TokenBucket(bucket) => (
+                Code::Gcra,
+                [interval, interval * burst, burst, delay(bucket.max_delay())],
+                "token-bucket",
+            ),
+            Limiter::LeakyBucket(_) => (
+                Code::LeakyBucket,
+                [interval, (burst + 1) * interval - 1, burst, 0],
+                "leaky-bucket",
+            ),
+            Limiter::FixedWindow(_) => (Code::FixedWindow, [quota.limit(), period, 0, 0], "fixed-window"),
+            Limiter::SlidingLog(_) => (Code::SlidingLog, [quota.limit(), period, 0, 0], "sliding-log"),
+            Limiter::SlidingWindow(_) => (
+                Code::SlidingWindow,
+                [quota.limit(), period, 0, 0],
+                "sliding-window",
+            ),
+        };
+        let mut key_suffix = String::from("}:");
+        escape_into(&mut key_suffix, name.as_bytes());
+        key_suffix.push(':');
+        key_suffix.push_str(algorithm);
+        LimitArgs {
+            code,
+            params,
+            key_suffix,
+        }
+    }
+}
+
+/// Everything about a policy that is the same for every request: its
+/// script, its limits' arguments and the ends of its key names.
+#[derive(Debug)]
+pub(crate) struct PreparedPolicy {
+    pub(crate) script: redis::Script,
+    /// Five arguments per limit: the algorithm's name and four parameters.
+    pub(crate) args: Vec<Vec<u8>>,
+    key_suffixes: Vec<String>,
+}
+
+impl PreparedPolicy {
+    pub(crate) fn new(policy: &Policy) -> Self {
+        let limits: Vec<LimitArgs> = policy
+            .limits()
+            .iter()
+            .map(|l| LimitArgs::new(l.name(), l.limiter_ref(), l.quota()))
+            .collect();
+        let mut codes: Vec<Code> = limits.iter().map(|l| l.code).collect();
+        codes.sort();
+        codes.dedup();
+        let mut source = String::from(PRELUDE);
+        for code in codes {
+            source.push_str(code.source());
+        }
+        source.push_str(CHECK);
+        let mut args = Vec::with_capacity(limits.len() * 5);
+        for limit in &limits {
+            args.push(limit.code.name().as_bytes().to_vec());
+            args.extend(limit.params.iter().map(|p| p.to_string().into_bytes()));
+        }
+        PreparedPolicy {
+            script: redis::Script::new(&source),
+            args,
+            key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
+        }
+    }
+
+    /// The Redis keys of `key`'s state for each limit, under `prefix`.
+    pub(crate) fn keys(&self, prefix: &str, key: &Key) -> SmallVec<[String; 2]> {
+        let mut head = String::with_capacity(prefix.len() + 48);
+        head.push_str(prefix);
+        head.push_str(":{");
+        push_user_key(&mut head, key);
+        self.key_suffixes
+            .iter()
+            .map(|suffix| {
+                let mut name = String::with_capacity(head.len() + suffix.len());
+                name.push_str(&head);
+                name.push_str(suffix);
+                name
+            })
+            .collect()
+    }
+
+    /// Reads the script's reply: six integers per limit.
+    pub(crate) fn verdict(&self, reply: &[i64]) -> Result<Verdict, RedisStoreError> {
+        if reply.is_empty() || reply.len() != self.key_suffixes.len() * 6 {
+            return Err(RedisStoreError::unexpected_reply(format!(
+                "{} integers for {} limits",
+                reply.len(),
+                self.key_suffixes.len()
+            )));
+        }
+        let each: SmallVec<[Decision; 2]> = reply.chunks_exact(6).map(decision).collect();
+        let merged = each
+            .iter()
+            .copied()
+            .reduce(Decision::merge)
+            .unwrap_or_default();
+        Ok(Verdict { merged, each })
+    }
+}
+
+/// One limit's six integers as a [`Decision`]; times come in microseconds.
+fn decision(fields: &[i64]) -> Decision {
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    let nanos = |v: i64| match u64::try_from(v) {
+        Ok(micros) => micros.saturating_mul(1_000),
+        Err(_) => Decision::NEVER_NANOS,
+    };
+    Decision {
+        allowed: fields[0] == 1,
+        limit: count(fields[1]),
+        remaining: count(fields[2]),
+        reset_after_nanos: nanos(fields[3]),
+        retry_after_nanos: nanos(fields[4]),
+        wait_nanos: nanos(fields[5]),
+    }
+}

@@ -1,0 +1,226 @@
+//! The store: a policy's script called once per request.
+
+use crate::RedisStoreError;
+use crate::connection::{ConnectOptions, Connection};
+use crate::script::PreparedPolicy;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+use tollgate::{Key, Policy, Store, StoreCheck, Verdict};
+
+/// The future of one check: one `EVALSHA` round trip.
+pub type RedisCheckFuture = Pin<Box<dyn Future<Output = Result<Verdict, RedisStoreError>> + Send>>;
+
+/// A [`Store`] whose counters live in Redis or Redis Cluster, so every
+/// instance of a service that uses the same server and prefix shares one
+/// limit. Clones share one multiplexed connection.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
+/// use tollgate::RateLimitLayer;
+/// use tollgate_redis::RedisStore;
+///
+/// let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("myapp").connect().await?;
+/// let layer = RateLimitLayer::builder().quota("api", "100/min".parse().unwrap()).store(store).build();
+/// # let _ = layer;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connection: Connection,
+    prefix: String,
+    /// Each policy's script and arguments, prepared on its first request.
+    prepared: RwLock<HashMap<u64, Arc<PreparedPolicy>>>,
+    #[cfg(feature = "test-clock")]
+    clock: Option<tollgate_core::ManualClock>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.shared.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A builder for a store at `url`: `redis://host:port` (or with a
+    /// password and database, `redis://:secret@host:port/2`) for one
+    /// server, `redis+cluster://host:port,host:port` for a cluster.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: "tollgate".into(),
+            options: ConnectOptions {
+                connect_timeout: Duration::from_secs(1),
+                response_timeout: None,
+                reconnect_max_delay: Duration::from_millis(500),
+            },
+            #[cfg(feature = "test-clock")]
+            clock: None,
+        }
+    }
+
+    /// A store at `url` with the default settings.
+    pub async fn connect(url: impl Into<String>) -> Result<Self, RedisStoreError> {
+        Self::builder(url).connect().await
+    }
+
+    /// The prefix of every key this store writes.
+    pub fn prefix(&self) -> &str {
+        &self.shared.prefix
+    }
+
+    /// The Redis keys that hold `key`'s state under each limit of `policy`,
+    /// in the policy's order: for inspection (`MEMORY USAGE`, `TTL`) and
+    /// tests.
+    pub fn redis_keys(&self, policy: &Policy, key: &Key) -> Vec<String> {
+        self.prepared(policy)
+            .keys(&self.shared.prefix, key)
+            .into_vec()
+    }
+
+    /// The SHA-1 of `policy`'s script, the name `EVALSHA` calls it by.
+    pub fn script_hash(&self, policy: &Policy) -> String {
+        self.prepared(policy).script.get_hash().to_owned()
+    }
+
+    fn prepared(&self, policy: &Policy) -> Arc<PreparedPolicy> {
+        let id = policy.id();
+        let cached = self
+            .shared
+            .prepared
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        cached.unwrap_or_else(|| {
+            let mut map = self
+                .shared
+                .prepared
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            map.entry(id)
+                .or_insert_with(|| Arc::new(PreparedPolicy::new(policy)))
+                .clone()
+        })
+    }
+
+    /// `""` (the script reads the server's clock), or the test clock in µs.
+    fn now_arg(&self) -> String {
+        #[cfg(feature = "test-clock")]
+        if let Some(clock) = &self.shared.clock {
+            return (tollgate_core::Clock::now(clock) / 1_000).to_string();
+        }
+        String::new()
+    }
+}
+
+impl Store for RedisStore {
+    type Error = RedisStoreError;
+    type Future = RedisCheckFuture;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<Self::Future, Self::Error> {
+        let prepared = self.prepared(policy);
+        let keys = prepared.keys(&self.shared.prefix, key);
+        let now = self.now_arg();
+        let mut connection = self.shared.connection.clone();
+        StoreCheck::Pending(Box::pin(async move {
+            let mut call = prepared.script.prepare_invoke();
+            for key in &keys {
+                call.key(key.as_str());
+            }
+            call.arg(cost).arg(now);
+            for arg in &prepared.args {
+                call.arg(arg.as_slice());
+            }
+            // EVALSHA; on NOSCRIPT (a restarted or flushed server) the
+            // client loads the script and calls again.
+            let reply: Vec<i64> = call.invoke_async(&mut connection).await?;
+            prepared.verdict(&reply)
+        }))
+    }
+}
+
+/// Settings of a [`RedisStore`].
+#[derive(Debug)]
+#[must_use = "call `connect` to get the store"]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    options: ConnectOptions,
+    #[cfg(feature = "test-clock")]
+    clock: Option<tollgate_core::ManualClock>,
+}
+
+impl RedisStoreBuilder {
+    /// The first part of every key name (default `tollgate`): give each
+    /// service its own when several share a Redis. It may not contain `{`
+    /// or `}`, which would move the Cluster hash tag.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long connecting may take (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.options.connect_timeout = timeout;
+        self
+    }
+
+    /// How long the client waits for any reply before failing the call
+    /// (default: no limit of its own; the layer's store timeout bounds
+    /// every check).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.options.response_timeout = Some(timeout);
+        self
+    }
+
+    /// The longest pause between reconnection attempts (default 500 ms):
+    /// how soon limiting resumes after Redis comes back.
+    pub fn reconnect_max_delay(mut self, delay: Duration) -> Self {
+        self.options.reconnect_max_delay = delay;
+        self
+    }
+
+    /// Scripts take `now` from `clock` instead of the server's `TIME`.
+    /// Only for tests that compare decisions with tollgate-core at chosen
+    /// times; behind the `test-clock` feature.
+    #[cfg(feature = "test-clock")]
+    pub fn test_clock(mut self, clock: tollgate_core::ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Connects (failing if no server answers within the connect timeout)
+    /// and returns the store.
+    pub async fn connect(self) -> Result<RedisStore, RedisStoreError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(RedisStoreError::config(format!(
+                "the key prefix {:?} contains a brace; choose one without `{{` or `}}`",
+                self.prefix
+            )));
+        }
+        let connection = Connection::open(&self.url, &self.options).await?;
+        Ok(RedisStore {
+            shared: Arc::new(Shared {
+                connection,
+                prefix: self.prefix,
+                prepared: RwLock::default(),
+                #[cfg(feature = "test-clock")]
+                clock: self.clock,
+            }),
+        })
+    }
+}

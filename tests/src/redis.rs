@@ -1,0 +1,240 @@
+//! Real Redis servers for tests.
+//!
+//! Each server runs on a free loopback port, keeps nothing on disk beyond a
+//! temporary directory, and is killed when its handle is dropped. The
+//! binaries come from the system: `scripts/test.sh` installs them when they
+//! are missing.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a standalone server on a free port and waits until it answers.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut server = RedisServer {
+            port: free_port(),
+            dir: temp_dir(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the process (as a crash would: SIGKILL, no goodbye).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Sends one command and returns the raw reply (RESP), for checks the
+    /// store under test should not do itself (`MEMORY USAGE`, `DEBUG SLEEP`).
+    pub fn command(&self, args: &[&str]) -> String {
+        command(self.port, args)
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--enable-debug-command", "local"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!("cannot start redis-server ({e}); scripts/test.sh installs it when missing")
+        });
+        self.child = Some(child);
+        wait_until_ready(self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Three masters, no replicas, all 16384 slots assigned.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` servers with `--cluster-enabled yes` and joins them
+    /// with `redis-cli --cluster create`.
+    pub fn start(masters: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let status = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("cannot run redis-cli; scripts/test.sh installs it when missing");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// The servers.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    fn wait_until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let all_ok = self
+                .nodes
+                .iter()
+                .all(|n| n.command(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            if all_ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster never reached state ok");
+            sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Sends one command in RESP and reads what arrives within a short while.
+pub fn command(port: u16, args: &[&str]) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to redis-server");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("set a read timeout");
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{}\r\n", arg.len(), arg));
+    }
+    stream.write_all(request.as_bytes()).expect("send to redis-server");
+    let mut reply = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        let n = stream.read(&mut buf).unwrap_or(0);
+        reply.extend_from_slice(&buf[..n]);
+        if n == 0 || complete(&reply) {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// Whether a simple reply (status, error, integer or one bulk string) is whole.
+fn complete(reply: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(reply);
+    let Some(first_line_end) = text.find("\r\n") else {
+        return false;
+    };
+    match text.as_bytes()[0] {
+        b'$' => {
+            let len: i64 = text[1..first_line_end].parse().unwrap_or(-1);
+            len < 0 || text.len() >= first_line_end + 2 + len as usize + 2
+        }
+        _ => true,
+    }
+}
+
+fn wait_until_ready(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() && command(port, &["PING"]).contains("PONG")
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "redis-server on port {port} never answered");
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// A port nothing listens on now. Ports are taken from the kernel, so two
+/// tests running at once get different ones.
+fn free_port() -> u16 {
+    // Cluster nodes also listen on port + 10000, which must stay below 65536.
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().expect("local address").port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn temp_dir() -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-redis-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create a temporary directory");
+    dir
+}

@@ -1,0 +1,160 @@
+//! RedisStore decides as tollgate-core does: the same arrival trace through
+//! the core on a manual clock and through the scripts (given the same times)
+//! yields the same decisions, field by field, for every algorithm, for
+//! several limits charged together, on one server and on a 3-master Cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
+use tollgate_core::{Algorithm, Decision, Limiter, ManualClock, Quota, Refill, TokenBucket, check_all};
+use tollgate_redis::RedisStore;
+use tollgate_tests::redis::{RedisCluster, RedisServer};
+
+/// Gaps between arrivals in milliseconds, and each request's cost.
+fn trace() -> Vec<(u64, u32)> {
+    let mut trace = vec![(0, 1); 12];
+    trace.extend((0..30).map(|i| (50, 1 + i % 3)));
+    trace.push((2_000, 1));
+    trace.extend([(0, 2); 15]);
+    trace.extend((0..20).map(|i| (130, if i == 7 { 9 } else { 1 })));
+    trace.push((999, 1));
+    trace.extend([(1, 1); 10]);
+    trace.push((61_000, 1));
+    trace.extend([(0, 0), (0, 3), (250, 1)]);
+    trace
+}
+
+/// The limits under test: every algorithm on a quota whose intervals are
+/// whole microseconds (the scripts' unit), a token bucket of each refill
+/// style, GCRA in delay mode, and two policies of several limits.
+fn policies() -> Vec<Vec<NamedLimit>> {
+    let quota = Quota::per_second(8).with_burst(4).unwrap();
+    let mut policies: Vec<Vec<NamedLimit>> = Algorithm::ALL
+        .iter()
+        .map(|&a| vec![NamedLimit::new("api", quota).algorithm(a)])
+        .collect();
+    let interval = TokenBucket::new(quota).with_refill(Refill::Interval);
+    policies.push(vec![NamedLimit::new("api", quota).limiter(Limiter::TokenBucket(interval))]);
+    let delayed = Limiter::new(Algorithm::Gcra, quota).with_max_delay(Duration::from_millis(300));
+    policies.push(vec![NamedLimit::new("api", quota).limiter(delayed)]);
+    let per_10s: Quota = "20/10s".parse().unwrap();
+    policies.push(vec![
+        NamedLimit::new("burst", quota),
+        NamedLimit::new("steady", per_10s).algorithm(Algorithm::SlidingWindow),
+    ]);
+    policies.push(vec![
+        NamedLimit::new("a", quota).algorithm(Algorithm::FixedWindow),
+        NamedLimit::new("b", per_10s).algorithm(Algorithm::SlidingLog),
+        NamedLimit::new("c", "4/s".parse().unwrap()).algorithm(Algorithm::LeakyBucket),
+    ]);
+    policies
+}
+
+async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key, cost: u32) -> Verdict {
+    match store.check(policy, key, cost) {
+        StoreCheck::Pending(future) => future.await.expect("the store answers"),
+        StoreCheck::Ready(result) => result.expect("the store answers"),
+    }
+}
+
+/// Runs every policy's trace through the core and through `url`, asserting
+/// equal decisions; returns how many requests were admitted in all.
+async fn assert_conforms(url: &str, key: &Key) -> usize {
+    let start = 1_700_000_000_000_000_000 + 250_000_000;
+    let mut admitted = 0;
+    for limits in policies() {
+        let clock = ManualClock::new(start);
+        let store = RedisStore::builder(url)
+            .prefix(format!("conformance-{}", limits_label(&limits)))
+            .test_clock(clock.clone())
+            .connect()
+            .await
+            .expect("connect");
+        let policy = Arc::new(Policy::new(limits.clone()));
+        let limiters: Vec<Limiter> = limits.iter().map(|l| *l.limiter_ref()).collect();
+        let mut states: Vec<_> = limiters.iter().map(Limiter::new_state).collect();
+        let mut now = start;
+        let mut seen = [0usize; 2];
+        for (i, (gap, cost)) in trace().into_iter().enumerate() {
+            clock.advance(Duration::from_millis(gap));
+            now += gap * 1_000_000;
+            let mut expected_each = vec![Decision::default(); limiters.len()];
+            let mut pairs: Vec<_> = limiters.iter().zip(states.iter_mut()).collect();
+            let expected = in_micros(check_all(&mut pairs, now, cost, &mut expected_each));
+            let expected_each: Vec<Decision> = expected_each.into_iter().map(in_micros).collect();
+            let got = decide(&store, &policy, key, cost).await;
+            let label = limits_label(&limits);
+            assert_eq!(got.each.as_slice(), expected_each.as_slice(), "{label}, request {i}");
+            assert_eq!(got.merged, expected, "{label}, request {i}");
+            seen[usize::from(got.merged.allowed)] += 1;
+        }
+        assert!(seen[0] > 0 && seen[1] > 0, "the trace must both pass and limit");
+        admitted += seen[1];
+    }
+    admitted
+}
+
+/// A core decision at the scripts' resolution: times rounded up to whole
+/// microseconds (the leaky bucket's "1 ns later" is "1 µs later" there).
+fn in_micros(d: Decision) -> Decision {
+    let up = |nanos: u64| {
+        if nanos == Decision::NEVER_NANOS {
+            nanos
+        } else {
+            nanos.div_ceil(1_000) * 1_000
+        }
+    };
+    Decision {
+        reset_after_nanos: up(d.reset_after_nanos),
+        retry_after_nanos: up(d.retry_after_nanos),
+        wait_nanos: up(d.wait_nanos),
+        ..d
+    }
+}
+
+fn limits_label(limits: &[NamedLimit]) -> String {
+    let parts: Vec<String> = limits
+        .iter()
+        .map(|l| {
+            let limiter = l.limiter_ref();
+            let style = match limiter {
+                Limiter::TokenBucket(t) if t.refill() == Refill::Interval => "-interval",
+                Limiter::Gcra(g) if !g.max_delay().is_zero() => "-delay",
+                _ => "",
+            };
+            format!("{}-{}{}", l.name(), limiter.algorithm(), style)
+        })
+        .collect();
+    parts.join("+")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripts_decide_as_the_core_on_one_server() {
+    let server = RedisServer::start();
+    assert_conforms(&server.url(), &Key::from_bytes(b"alice")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_master_cluster_decides_as_one_server() {
+    let server = RedisServer::start();
+    let cluster = RedisCluster::start(3);
+    // Keys whose hash tags fall into different slots, and so (with three
+    // masters holding a third of the slots each) on different masters.
+    let mut keys: Vec<Key> = (0..10)
+        .map(|i| Key::from_bytes(format!("user-{i}").as_bytes()))
+        .collect();
+    keys.push(Key::Global);
+    keys.push(Key::Ip("203.0.113.9".parse().unwrap()));
+    let mut masters_used = std::collections::HashSet::new();
+    for key in &keys {
+        let standalone = assert_conforms(&server.url(), key).await;
+        let clustered = assert_conforms(&cluster.url(), key).await;
+        assert_eq!(standalone, clustered);
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            if node.command(&["DBSIZE"]) != ":0\r\n" {
+                masters_used.insert(i);
+            }
+        }
+    }
+    assert_eq!(masters_used.len(), 3, "the keys spread over every master");
+}
