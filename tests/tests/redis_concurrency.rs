@@ -1,0 +1,111 @@
+//! No over-admission: four app instances, each a `RateLimitLayer` with its
+//! own `RedisStore` client, share one limit of 100 per minute. 200
+//! concurrent requests on one key admit exactly 100, for every algorithm.
+
+use http::{Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::time::Duration;
+use tollgate::{GlobalKey, OnStoreError, RateLimitLayer};
+use tollgate_core::{Algorithm, ManualClock, Quota};
+use tollgate_redis::RedisStore;
+use tollgate_tests::redis::RedisServer;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+type App = BoxCloneSyncService<Request<()>, Response<String>, Infallible>;
+
+/// One app instance limiting on `store`. Store errors answer 503, so a
+/// failure can never pass for an admission.
+fn instance(algorithm: Algorithm, store: RedisStore) -> App {
+    let layer = RateLimitLayer::builder()
+        .quota("api", "100/min".parse::<Quota>().unwrap())
+        .algorithm(algorithm)
+        .key(GlobalKey)
+        .store(store)
+        .store_timeout(Duration::from_secs(5))
+        .on_store_error(OnStoreError::Closed)
+        .build();
+    BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .layer(layer)
+            .service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) }),
+    )
+}
+
+/// Sends 200 requests at once, spread over `instances`; returns how many
+/// were admitted and answered, admitted and still held, and limited. The leaky bucket shapes: it admits a
+/// request and holds it until its slot (one every 600 ms here), so a request
+/// still held after a while is counted as admitted; a request denied is
+/// answered at once.
+async fn flood(instances: &[App]) -> (usize, usize, usize) {
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let mut app = instances[i % instances.len()].clone();
+            tokio::spawn(async move {
+                let response = app.ready().await.unwrap().call(Request::new(())).await.unwrap();
+                response.status()
+            })
+        })
+        .collect();
+    let (mut admitted, mut held, mut limited) = (0, 0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    for task in tasks {
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(status) => match status.unwrap() {
+                StatusCode::OK => admitted += 1,
+                StatusCode::TOO_MANY_REQUESTS => limited += 1,
+                other => panic!("unexpected status {other}"),
+            },
+            // Held for its slot (dropping the handle leaves it to finish).
+            Err(_) => held += 1,
+        }
+    }
+    (admitted, held, limited)
+}
+
+async fn instances(url: &str, algorithm: Algorithm, clock: Option<&ManualClock>) -> Vec<App> {
+    let mut apps = Vec::new();
+    for _ in 0..4 {
+        let mut builder = RedisStore::builder(url).prefix(format!("flood-{algorithm}"));
+        if let Some(clock) = clock {
+            builder = builder.test_clock(clock.clone());
+        }
+        apps.push(instance(algorithm, builder.connect().await.unwrap()));
+    }
+    apps
+}
+
+// The time is held still, so the refills of the continuous algorithms (one
+// every 600 ms) cannot blur the count: what is tested is that concurrent
+// scripts never admit more than the state allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_instances_admit_exactly_the_limit_for_every_algorithm() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000_123_456_000);
+    for algorithm in Algorithm::ALL {
+        let apps = instances(&server.url(), algorithm, Some(&clock)).await;
+        let (answered, held, limited) = flood(&apps).await;
+        assert_eq!((answered + held, limited), (100, 100), "{algorithm}");
+        if algorithm != Algorithm::LeakyBucket {
+            assert_eq!(held, 0, "{algorithm} holds no request");
+        }
+    }
+}
+
+// The same on the server's own clock (`TIME`), for the fixed window, whose
+// count within one window does not depend on how long the flood takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_the_servers_clock_the_fixed_window_admits_exactly_the_limit() {
+    let server = RedisServer::start();
+    // Stay clear of a minute boundary, where a fresh window would begin.
+    let seconds_into_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        % 60;
+    if seconds_into_minute >= 50 {
+        tokio::time::sleep(Duration::from_secs(61 - seconds_into_minute)).await;
+    }
+    let apps = instances(&server.url(), Algorithm::FixedWindow, None).await;
+    assert_eq!(flood(&apps).await, (100, 0, 100));
+}
