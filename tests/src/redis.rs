@@ -188,18 +188,31 @@ pub fn command(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&reply).into_owned()
 }
 
-/// Whether a simple reply (status, error, integer or one bulk string) is whole.
+/// Whether `reply` holds one whole RESP value.
 fn complete(reply: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(reply);
-    let Some(first_line_end) = text.find("\r\n") else {
-        return false;
-    };
-    match text.as_bytes()[0] {
+    value_end(reply, 0).is_some()
+}
+
+/// Where the RESP value starting at `at` ends, if it is all there.
+fn value_end(reply: &[u8], at: usize) -> Option<usize> {
+    let line_end = at + reply.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+    let header = std::str::from_utf8(&reply[at + 1..line_end]).ok()?;
+    let after_line = line_end + 2;
+    match reply[at] {
         b'$' => {
-            let len: i64 = text[1..first_line_end].parse().unwrap_or(-1);
-            len < 0 || text.len() >= first_line_end + 2 + len as usize + 2
+            let len: i64 = header.parse().ok()?;
+            let end = if len < 0 { after_line } else { after_line + len as usize + 2 };
+            (reply.len() >= end).then_some(end)
         }
-        _ => true,
+        b'*' => {
+            let count: i64 = header.parse().ok()?;
+            let mut next = after_line;
+            for _ in 0..count.max(0) {
+                next = value_end(reply, next)?;
+            }
+            Some(next)
+        }
+        _ => Some(after_line),
     }
 }
 

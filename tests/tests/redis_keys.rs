@@ -1,0 +1,90 @@
+//! Hostile keys: braces, colons, newlines, invalid UTF-8, 10 KB of data.
+//! Each stays its own limit, cannot reach another key's state, and costs
+//! Redis a bounded key name inside one hash tag.
+
+use std::sync::Arc;
+use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+use tollgate_core::Quota;
+use tollgate_redis::{MAX_KEY_LEN, RedisStore};
+use tollgate_tests::redis::RedisServer;
+
+async fn allowed(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
+    match store.check(policy, key, 1) {
+        StoreCheck::Pending(future) => future.await.unwrap().merged.allowed,
+        StoreCheck::Ready(result) => result.unwrap().merged.allowed,
+    }
+}
+
+fn hostile_keys() -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = [
+        "alice",
+        "alice}",
+        "{alice}",
+        "alice}:api:gcra",
+        "}{",
+        "a:b:c",
+        "line\nbreak",
+        "line\r\nbreak",
+        "%7D",
+        "~",
+        "#",
+        "",
+        " ",
+        "\u{0}",
+    ]
+    .iter()
+    .map(|k| k.as_bytes().to_vec())
+    .collect();
+    keys.push(vec![0xff, 0xfe, b'{']);
+    keys.push(vec![0xc3]);
+    keys.push(vec![b'x'; 10 * 1024]);
+    keys.push([vec![b'x'; 10 * 1024 - 1], vec![b'y']].concat());
+    keys.push(vec![b'{'; 10 * 1024]);
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_keys_stay_isolated_and_bounded() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder(server.url()).prefix("app").connect().await.unwrap();
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        "1/min".parse::<Quota>().unwrap(),
+    )]));
+    let keys = hostile_keys();
+    // Each key gets its one request, and only one: no key shares state with
+    // another, whatever its bytes.
+    for bytes in &keys {
+        assert!(allowed(&store, &policy, &Key::from_bytes(bytes)).await, "{bytes:?}");
+    }
+    for bytes in &keys {
+        assert!(!allowed(&store, &policy, &Key::from_bytes(bytes)).await, "{bytes:?}");
+    }
+    // The global key and an IP are apart from the byte keys that spell them.
+    for key in [Key::Global, Key::Ip("10.0.0.1".parse().unwrap())] {
+        assert!(allowed(&store, &policy, &key).await);
+    }
+    assert!(allowed(&store, &policy, &Key::from_bytes(b"10.0.0.1")).await);
+
+    // One Redis key per user key, each with one hash tag that closes before
+    // the limit's name, each bounded in length.
+    let listed = server.command(&["KEYS", "*"]);
+    let names: Vec<&str> = listed.lines().filter(|l| l.starts_with("app:")).collect();
+    assert_eq!(names.len(), keys.len() + 3);
+    for name in &names {
+        assert!(name.len() <= "app:{".len() + MAX_KEY_LEN + "}:api:gcra".len(), "{name}");
+        let tag_start = name.find('{').unwrap();
+        let tag_end = name.find('}').unwrap();
+        assert_eq!(tag_start, "app:".len());
+        assert!(name[tag_end..].starts_with("}:api:gcra"), "{name}");
+        assert_eq!(name.matches('{').count(), 1, "{name}");
+        assert!(!name.contains('\n') && !name.contains('\r'), "{name}");
+        // Every key expires.
+        let ttl = server.command(&["PTTL", name]);
+        let ttl: i64 = ttl.trim().trim_start_matches(':').parse().unwrap();
+        assert!(ttl > 0 && ttl <= 60_001, "{name}: ttl {ttl}");
+    }
+    // The script's keys are passed as KEYS, never spliced into its source:
+    // one script serves every key.
+    assert_eq!(server.command(&["SCRIPT", "EXISTS", &store.script_hash(&policy)]), "*1\r\n:1\r\n");
+}
