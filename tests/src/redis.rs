@@ -159,7 +159,10 @@ impl RedisCluster {
             if all_ok {
                 return;
             }
-            assert!(Instant::now() < deadline, "the cluster never reached state ok");
+            assert!(
+                Instant::now() < deadline,
+                "the cluster never reached state ok"
+            );
             sleep(Duration::from_millis(50));
         }
     }
@@ -175,7 +178,9 @@ pub fn command(port: u16, args: &[&str]) -> String {
     for arg in args {
         request.push_str(&format!("${}\r\n{}\r\n", arg.len(), arg));
     }
-    stream.write_all(request.as_bytes()).expect("send to redis-server");
+    stream
+        .write_all(request.as_bytes())
+        .expect("send to redis-server");
     let mut reply = Vec::new();
     let mut buf = [0; 4096];
     loop {
@@ -201,7 +206,11 @@ fn value_end(reply: &[u8], at: usize) -> Option<usize> {
     match reply[at] {
         b'$' => {
             let len: i64 = header.parse().ok()?;
-            let end = if len < 0 { after_line } else { after_line + len as usize + 2 };
+            let end = if len < 0 {
+                after_line
+            } else {
+                after_line + len as usize + 2
+            };
             (reply.len() >= end).then_some(end)
         }
         b'*' => {
@@ -219,11 +228,15 @@ fn value_end(reply: &[u8], at: usize) -> Option<usize> {
 fn wait_until_ready(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() && command(port, &["PING"]).contains("PONG")
+        if TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && command(port, &["PING"]).contains("PONG")
         {
             return;
         }
-        assert!(Instant::now() < deadline, "redis-server on port {port} never answered");
+        assert!(
+            Instant::now() < deadline,
+            "redis-server on port {port} never answered"
+        );
         sleep(Duration::from_millis(20));
     }
 }

@@ -28,7 +28,9 @@ fn instance(algorithm: Algorithm, store: RedisStore) -> App {
     BoxCloneSyncService::new(
         ServiceBuilder::new()
             .layer(layer)
-            .service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) }),
+            .service_fn(|_: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }),
     )
 }
 
@@ -42,7 +44,13 @@ async fn flood(instances: &[App]) -> (usize, usize, usize) {
         .map(|i| {
             let mut app = instances[i % instances.len()].clone();
             tokio::spawn(async move {
-                let response = app.ready().await.unwrap().call(Request::new(())).await.unwrap();
+                let response = app
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(Request::new(()))
+                    .await
+                    .unwrap();
                 response.status()
             })
         })

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
-use tollgate_core::{Algorithm, Decision, Limiter, ManualClock, Quota, Refill, TokenBucket, check_all};
+use tollgate_core::{
+    Algorithm, Decision, Limiter, ManualClock, Quota, Refill, TokenBucket, check_all,
+};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
 
@@ -34,7 +36,9 @@ fn policies() -> Vec<Vec<NamedLimit>> {
         .map(|&a| vec![NamedLimit::new("api", quota).algorithm(a)])
         .collect();
     let interval = TokenBucket::new(quota).with_refill(Refill::Interval);
-    policies.push(vec![NamedLimit::new("api", quota).limiter(Limiter::TokenBucket(interval))]);
+    policies.push(vec![
+        NamedLimit::new("api", quota).limiter(Limiter::TokenBucket(interval)),
+    ]);
     let delayed = Limiter::new(Algorithm::Gcra, quota).with_max_delay(Duration::from_millis(300));
     policies.push(vec![NamedLimit::new("api", quota).limiter(delayed)]);
     let per_10s: Quota = "20/10s".parse().unwrap();
@@ -84,11 +88,18 @@ async fn assert_conforms(url: &str, key: &Key) -> usize {
             let expected_each: Vec<Decision> = expected_each.into_iter().map(in_micros).collect();
             let got = decide(&store, &policy, key, cost).await;
             let label = limits_label(&limits);
-            assert_eq!(got.each.as_slice(), expected_each.as_slice(), "{label}, request {i}");
+            assert_eq!(
+                got.each.as_slice(),
+                expected_each.as_slice(),
+                "{label}, request {i}"
+            );
             assert_eq!(got.merged, expected, "{label}, request {i}");
             seen[usize::from(got.merged.allowed)] += 1;
         }
-        assert!(seen[0] > 0 && seen[1] > 0, "the trace must both pass and limit");
+        assert!(
+            seen[0] > 0 && seen[1] > 0,
+            "the trace must both pass and limit"
+        );
         admitted += seen[1];
     }
     admitted

@@ -10,7 +10,7 @@ use tollgate_core::Quota;
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::RedisServer;
 use tower::util::BoxCloneSyncService;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 
 type App = BoxCloneSyncService<Request<()>, Response<String>, Infallible>;
 
@@ -28,7 +28,9 @@ fn app(store: RedisStore, quota: &str, on_error: OnStoreError) -> App {
     BoxCloneSyncService::new(
         ServiceBuilder::new()
             .layer(layer)
-            .service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) }),
+            .service_fn(|_: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }),
     )
 }
 
@@ -60,7 +62,10 @@ async fn time_until_limiting_resumes(app: &App) -> Duration {
         if first == StatusCode::OK && second == StatusCode::TOO_MANY_REQUESTS {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "limiting never resumed");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "limiting never resumed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     started.elapsed()
@@ -96,7 +101,8 @@ async fn a_killed_redis_gets_the_configured_behaviour_within_the_timeout() {
             for (status, took) in task.await.unwrap() {
                 assert!(took <= TIMEOUT + SLACK, "{name}: a request took {took:?}");
                 assert!(
-                    status == StatusCode::OK || (name == "closed" && status == StatusCode::SERVICE_UNAVAILABLE),
+                    status == StatusCode::OK
+                        || (name == "closed" && status == StatusCode::SERVICE_UNAVAILABLE),
                     "{name}: {status}"
                 );
             }
@@ -115,7 +121,11 @@ async fn a_killed_redis_gets_the_configured_behaviour_within_the_timeout() {
         let expected: Vec<StatusCode> = match name {
             "open" => vec![StatusCode::OK; 7],
             "closed" => vec![StatusCode::SERVICE_UNAVAILABLE; 7],
-            _ => [vec![StatusCode::OK; 5], vec![StatusCode::TOO_MANY_REQUESTS; 2]].concat(),
+            _ => [
+                vec![StatusCode::OK; 5],
+                vec![StatusCode::TOO_MANY_REQUESTS; 2],
+            ]
+            .concat(),
         };
         assert_eq!(statuses, expected, "{name}");
     }
@@ -134,7 +144,10 @@ async fn limiting_resumes_within_two_seconds_of_a_restart() {
     }
     server.restart();
     let resumed = time_until_limiting_resumes(&app).await;
-    assert!(resumed < Duration::from_secs(2), "limiting resumed after {resumed:?}");
+    assert!(
+        resumed < Duration::from_secs(2),
+        "limiting resumed after {resumed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,7 +157,8 @@ async fn a_stalled_redis_times_out_without_a_pile_up() {
     assert!(time_until_limiting_resumes(&app).await < Duration::from_secs(1));
     // DEBUG SLEEP blocks the server (and this connection) for a second.
     let port = server.port();
-    let stall = std::thread::spawn(move || tollgate_tests::redis::command(port, &["DEBUG", "SLEEP", "1"]));
+    let stall =
+        std::thread::spawn(move || tollgate_tests::redis::command(port, &["DEBUG", "SLEEP", "1"]));
     tokio::time::sleep(Duration::from_millis(50)).await;
     let stalled: Vec<_> = (0..100)
         .map(|i| {
@@ -160,7 +174,10 @@ async fn a_stalled_redis_times_out_without_a_pile_up() {
     assert!(stall.join().unwrap().starts_with("+OK"));
     // Once the server wakes, decisions come from Redis again, promptly.
     let resumed = time_until_limiting_resumes(&app).await;
-    assert!(resumed < Duration::from_secs(2), "limiting resumed after {resumed:?}");
+    assert!(
+        resumed < Duration::from_secs(2),
+        "limiting resumed after {resumed:?}"
+    );
     for i in 0..20 {
         let (_, took) = send(&app, &format!("after-{i}")).await;
         assert!(took < TIMEOUT, "a request after the stall took {took:?}");

@@ -46,7 +46,11 @@ fn hostile_keys() -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_keys_stay_isolated_and_bounded() {
     let server = RedisServer::start();
-    let store = RedisStore::builder(server.url()).prefix("app").connect().await.unwrap();
+    let store = RedisStore::builder(server.url())
+        .prefix("app")
+        .connect()
+        .await
+        .unwrap();
     let policy = Arc::new(Policy::new(vec![NamedLimit::new(
         "api",
         "1/min".parse::<Quota>().unwrap(),
@@ -55,10 +59,16 @@ async fn hostile_keys_stay_isolated_and_bounded() {
     // Each key gets its one request, and only one: no key shares state with
     // another, whatever its bytes.
     for bytes in &keys {
-        assert!(allowed(&store, &policy, &Key::from_bytes(bytes)).await, "{bytes:?}");
+        assert!(
+            allowed(&store, &policy, &Key::from_bytes(bytes)).await,
+            "{bytes:?}"
+        );
     }
     for bytes in &keys {
-        assert!(!allowed(&store, &policy, &Key::from_bytes(bytes)).await, "{bytes:?}");
+        assert!(
+            !allowed(&store, &policy, &Key::from_bytes(bytes)).await,
+            "{bytes:?}"
+        );
     }
     // The global key and an IP are apart from the byte keys that spell them.
     for key in [Key::Global, Key::Ip("10.0.0.1".parse().unwrap())] {
@@ -72,7 +82,10 @@ async fn hostile_keys_stay_isolated_and_bounded() {
     let names: Vec<&str> = listed.lines().filter(|l| l.starts_with("app:")).collect();
     assert_eq!(names.len(), keys.len() + 3);
     for name in &names {
-        assert!(name.len() <= "app:{".len() + MAX_KEY_LEN + "}:api:gcra".len(), "{name}");
+        assert!(
+            name.len() <= "app:{".len() + MAX_KEY_LEN + "}:api:gcra".len(),
+            "{name}"
+        );
         let tag_start = name.find('{').unwrap();
         let tag_end = name.find('}').unwrap();
         assert_eq!(tag_start, "app:".len());
@@ -86,5 +99,8 @@ async fn hostile_keys_stay_isolated_and_bounded() {
     }
     // The script's keys are passed as KEYS, never spliced into its source:
     // one script serves every key.
-    assert_eq!(server.command(&["SCRIPT", "EXISTS", &store.script_hash(&policy)]), "*1\r\n:1\r\n");
+    assert_eq!(
+        server.command(&["SCRIPT", "EXISTS", &store.script_hash(&policy)]),
+        "*1\r\n:1\r\n"
+    );
 }

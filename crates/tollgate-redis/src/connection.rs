@@ -63,7 +63,9 @@ impl Connection {
         }
         let mut builder = ClusterClient::builder(nodes)
             .connection_timeout(options.connect_timeout)
-            .max_retry_wait(u64::try_from(options.reconnect_max_delay.as_millis()).unwrap_or(u64::MAX))
+            .max_retry_wait(
+                u64::try_from(options.reconnect_max_delay.as_millis()).unwrap_or(u64::MAX),
+            )
             .min_retry_wait(10);
         if let Some(timeout) = options.response_timeout {
             builder = builder.response_timeout(timeout);

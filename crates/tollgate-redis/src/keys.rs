@@ -93,7 +93,10 @@ mod tests {
         let other = user_key(&Key::from_bytes(&[b'b'; 10_000]));
         assert_ne!(long, other);
         // At the bound the key is kept; one escaped byte more and it is hashed.
-        assert_eq!(user_key(&Key::from_bytes(&[b'a'; MAX_KEY_LEN])).len(), MAX_KEY_LEN);
+        assert_eq!(
+            user_key(&Key::from_bytes(&[b'a'; MAX_KEY_LEN])).len(),
+            MAX_KEY_LEN
+        );
         let mut over = vec![b'a'; MAX_KEY_LEN - 2];
         over.push(b'{');
         assert!(user_key(&Key::from_bytes(&over)).starts_with('#'));

@@ -95,8 +95,16 @@ impl LimitArgs {
                 [interval, (burst + 1) * interval - 1, burst, 0],
                 "leaky-bucket",
             ),
-            Limiter::FixedWindow(_) => (Code::FixedWindow, [quota.limit(), period, 0, 0], "fixed-window"),
-            Limiter::SlidingLog(_) => (Code::SlidingLog, [quota.limit(), period, 0, 0], "sliding-log"),
+            Limiter::FixedWindow(_) => (
+                Code::FixedWindow,
+                [quota.limit(), period, 0, 0],
+                "fixed-window",
+            ),
+            Limiter::SlidingLog(_) => (
+                Code::SlidingLog,
+                [quota.limit(), period, 0, 0],
+                "sliding-log",
+            ),
             Limiter::SlidingWindow(_) => (
                 Code::SlidingWindow,
                 [quota.limit(), period, 0, 0],

@@ -91,6 +91,31 @@ impl RedisStore {
         self.prepared(policy).script.get_hash().to_owned()
     }
 
+    /// The command this store sends for one request of `cost` for `key`,
+    /// as arguments (`EVALSHA sha numkeys keys… cost now params…`): to
+    /// replay a decision with `redis-cli`, or load the server with
+    /// `redis-benchmark`. `now` is empty: the script reads the server's
+    /// clock.
+    pub fn script_command(&self, policy: &Policy, key: &Key, cost: u32) -> Vec<String> {
+        let prepared = self.prepared(policy);
+        let keys = prepared.keys(&self.shared.prefix, key);
+        let mut command = vec![
+            "EVALSHA".to_owned(),
+            prepared.script.get_hash().to_owned(),
+            keys.len().to_string(),
+        ];
+        command.extend(keys);
+        command.push(cost.to_string());
+        command.push(String::new());
+        command.extend(
+            prepared
+                .args
+                .iter()
+                .map(|arg| String::from_utf8_lossy(arg).into_owned()),
+        );
+        command
+    }
+
     fn prepared(&self, policy: &Policy) -> Arc<PreparedPolicy> {
         let id = policy.id();
         let cached = self
