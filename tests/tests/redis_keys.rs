@@ -104,3 +104,29 @@ async fn hostile_keys_stay_isolated_and_bounded() {
         "*1\r\n:1\r\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(server.url()).await.unwrap();
+    for algorithm in tollgate_core::Algorithm::ALL {
+        let policy = Arc::new(Policy::new(vec![
+            NamedLimit::new("api", "10/min".parse::<Quota>().unwrap()).algorithm(algorithm),
+        ]));
+        let key = Key::from_bytes(b"carol");
+        assert!(allowed(&store, &policy, &key).await);
+        for name in store.redis_keys(&policy, &key) {
+            let ttl = server.command(&["PTTL", &name]);
+            let ttl: i64 = ttl.trim().trim_start_matches(':').parse().unwrap();
+            // At most until the state is at rest again: two windows for the
+            // sliding window, one period for the others.
+            assert!(ttl > 0 && ttl <= 120_001, "{algorithm}: {name} ttl {ttl}");
+        }
+        // The server forgets every script (as after a restart or failover):
+        // the next call gets NOSCRIPT, loads the script and succeeds.
+        assert_eq!(server.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+        assert!(allowed(&store, &policy, &key).await, "{algorithm}");
+        let hash = store.script_hash(&policy);
+        assert_eq!(server.command(&["SCRIPT", "EXISTS", &hash]), "*1\r\n:1\r\n");
+    }
+}

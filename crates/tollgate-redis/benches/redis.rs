@@ -157,7 +157,10 @@ async fn main() {
     for algorithm in Algorithm::ALL {
         let one = memory_per_key(&server, algorithm, 1).await;
         let full = memory_per_key(&server, algorithm, 100).await;
-        println!("  {algorithm:<15} {one:>5} B after 1 request, {full:>5} B after 100");
+        println!(
+            "  {:<15} {one:>5} B after 1 request, {full:>5} B after 100",
+            algorithm.name()
+        );
     }
     server.command(&["FLUSHALL"]);
 

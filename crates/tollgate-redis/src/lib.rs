@@ -59,6 +59,15 @@
 //! its own reconnection policies, but it is larger, and its cluster and
 //! script support brought nothing we needed that redis-rs lacks.
 //!
+//! # Figures
+//!
+//! `MEMORY USAGE` per key (limit 100/min, key `user-000001`): GCRA 72 B,
+//! token and leaky bucket 88 B, fixed window 104 B, sliding window 104–120
+//! B, sliding log 200 B with one entry and 2,216 B with 100. 64 tasks on
+//! one connection make 0.94× the decisions per second of `redis-benchmark
+//! -P 16 -c 50` running the same script on the same server (109,600/s on
+//! two cores). `cargo bench -p tollgate-redis --bench redis` measures both.
+//!
 //! # Failures
 //!
 //! A failed or slow call is an error of the store: the layer's
@@ -67,6 +76,11 @@
 //! reconnects in the background with a pause of at most
 //! [`reconnect_max_delay`](RedisStoreBuilder::reconnect_max_delay), so
 //! limiting resumes soon after Redis is back, without a restart.
+
+// The README's examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod connection;
 mod error;
