@@ -3,12 +3,11 @@
 //! `MemoryStore` on a manual clock, gives the same status for every request,
 //! for every algorithm.
 
-use http::{Request, Response, StatusCode};
-use std::convert::Infallible;
+use http::{Request, StatusCode};
 use std::time::Duration;
 use tollgate::{GlobalKey, MemoryStore, RateLimitLayer};
 use tollgate_core::{Algorithm, Limiter, ManualClock, Quota};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tollgate_tests::app::{behind, status};
 
 /// Gaps between arrivals, in milliseconds: bursts, steady traffic, pauses.
 fn trace() -> Vec<u64> {
@@ -36,11 +35,7 @@ async fn every_algorithm_gives_the_same_decisions_through_the_layer() {
             .key(GlobalKey)
             .store(MemoryStore::builder().clock(clock.clone()).build())
             .build();
-        let mut service = ServiceBuilder::new()
-            .layer(layer)
-            .service_fn(|_: Request<()>| async {
-                Ok::<_, Infallible>(Response::new(String::new()))
-            });
+        let mut service = behind(layer);
 
         let limiter = Limiter::new(algorithm, quota);
         let mut state = limiter.new_state();
@@ -50,14 +45,7 @@ async fn every_algorithm_gives_the_same_decisions_through_the_layer() {
             clock.advance(Duration::from_millis(gap));
             now += gap * 1_000_000;
             let expected = limiter.check(&mut state, now, 1).allowed;
-            let response = service
-                .ready()
-                .await
-                .unwrap()
-                .call(Request::new(()))
-                .await
-                .unwrap();
-            let got = response.status() == StatusCode::OK;
+            let got = status(&mut service, Request::new(())).await == StatusCode::OK;
             assert_eq!(got, expected, "{algorithm}, request {i}");
             seen[usize::from(got)] += 1;
         }

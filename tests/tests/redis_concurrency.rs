@@ -2,17 +2,13 @@
 //! own `RedisStore` client, share one limit of 100 per minute. 200
 //! concurrent requests on one key admit exactly 100, for every algorithm.
 
-use http::{Request, Response, StatusCode};
-use std::convert::Infallible;
+use http::{Request, StatusCode};
 use std::time::Duration;
 use tollgate::{GlobalKey, OnStoreError, RateLimitLayer};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::RedisStore;
+use tollgate_tests::app::{App, behind, status};
 use tollgate_tests::redis::RedisServer;
-use tower::util::BoxCloneSyncService;
-use tower::{Service, ServiceBuilder, ServiceExt};
-
-type App = BoxCloneSyncService<Request<()>, Response<String>, Infallible>;
 
 /// One app instance limiting on `store`. Store errors answer 503, so a
 /// failure can never pass for an admission.
@@ -25,13 +21,7 @@ fn instance(algorithm: Algorithm, store: RedisStore) -> App {
         .store_timeout(Duration::from_secs(5))
         .on_store_error(OnStoreError::Closed)
         .build();
-    BoxCloneSyncService::new(
-        ServiceBuilder::new()
-            .layer(layer)
-            .service_fn(|_: Request<()>| async {
-                Ok::<_, Infallible>(Response::new(String::new()))
-            }),
-    )
+    behind(layer)
 }
 
 /// Sends 200 requests at once, spread over `instances`; returns how many
@@ -43,16 +33,7 @@ async fn flood(instances: &[App]) -> (usize, usize, usize) {
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             let mut app = instances[i % instances.len()].clone();
-            tokio::spawn(async move {
-                let response = app
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(Request::new(()))
-                    .await
-                    .unwrap();
-                response.status()
-            })
+            tokio::spawn(async move { status(&mut app, Request::new(())).await })
         })
         .collect();
     let (mut admitted, mut held, mut limited) = (0, 0, 0);

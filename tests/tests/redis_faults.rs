@@ -2,17 +2,14 @@
 //! request is answered within the store timeout (plus 50 ms) with the
 //! configured behaviour, and limiting resumes by itself when Redis is back.
 
-use http::{Request, Response, StatusCode};
-use std::convert::Infallible;
+use http::{Request, StatusCode};
 use std::time::{Duration, Instant};
 use tollgate::{HeaderKey, MemoryStore, OnStoreError, RateLimitLayer};
 use tollgate_core::Quota;
 use tollgate_redis::RedisStore;
+use tollgate_tests::app::{App, behind};
 use tollgate_tests::redis::RedisServer;
-use tower::util::BoxCloneSyncService;
-use tower::{ServiceBuilder, ServiceExt};
-
-type App = BoxCloneSyncService<Request<()>, Response<String>, Infallible>;
+use tower::ServiceExt;
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 const SLACK: Duration = Duration::from_millis(50);
@@ -25,13 +22,7 @@ fn app(store: RedisStore, quota: &str, on_error: OnStoreError) -> App {
         .store_timeout(TIMEOUT)
         .on_store_error(on_error)
         .build();
-    BoxCloneSyncService::new(
-        ServiceBuilder::new()
-            .layer(layer)
-            .service_fn(|_: Request<()>| async {
-                Ok::<_, Infallible>(Response::new(String::new()))
-            }),
-    )
+    behind(layer)
 }
 
 /// Sends one request for `user`; returns its status and how long it took.
