@@ -1,0 +1,186 @@
+//! The hops a request's proxy headers list, nearest first.
+
+use super::node::{Node, parse_node};
+use http::HeaderMap;
+use http::header::{FORWARDED, HeaderName};
+
+/// A header that proxies use to pass on the client's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProxyHeader {
+    /// `Forwarded` (RFC 7239): its `for=` parameters.
+    Forwarded,
+    /// `X-Forwarded-For`: a comma-separated list, client first.
+    XForwardedFor,
+    /// `X-Real-IP`: one address.
+    XRealIp,
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+impl ProxyHeader {
+    /// All of them, in the default order of preference: the standard one
+    /// first.
+    pub const ALL: [ProxyHeader; 3] = [
+        ProxyHeader::Forwarded,
+        ProxyHeader::XForwardedFor,
+        ProxyHeader::XRealIp,
+    ];
+
+    /// The header's name.
+    pub fn name(self) -> &'static HeaderName {
+        match self {
+            ProxyHeader::Forwarded => &FORWARDED,
+            ProxyHeader::XForwardedFor => &X_FORWARDED_FOR,
+            ProxyHeader::XRealIp => &X_REAL_IP,
+        }
+    }
+
+    /// The hops the header lists, nearest (right-most) first, over every
+    /// occurrence of the header in order. `None` when the request does not
+    /// carry it.
+    pub fn hops_nearest_first(self, headers: &HeaderMap) -> Option<Vec<Node>> {
+        let mut values = headers.get_all(self.name()).iter().peekable();
+        values.peek()?;
+        let mut hops = Vec::new();
+        for value in values {
+            let bytes = value.as_bytes();
+            match self {
+                ProxyHeader::XForwardedFor => {
+                    hops.extend(split_outside_quotes(bytes, b',').map(parse_node))
+                }
+                ProxyHeader::Forwarded => {
+                    hops.extend(split_outside_quotes(bytes, b',').map(forwarded_for))
+                }
+                ProxyHeader::XRealIp => hops.push(parse_node(bytes)),
+            }
+        }
+        hops.reverse();
+        Some(hops)
+    }
+}
+
+/// The `for=` node of one `Forwarded` element (`for=…;proto=…;by=…`); an
+/// element without one is an unknown hop.
+fn forwarded_for(element: &[u8]) -> Node {
+    for pair in split_outside_quotes(element, b';') {
+        let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        let (name, value) = (trim(&pair[..eq]), &pair[eq + 1..]);
+        if name.eq_ignore_ascii_case(b"for") {
+            return parse_node(value);
+        }
+    }
+    Node::Unknown
+}
+
+fn trim(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &bytes[start..end.max(start)]
+}
+
+/// Splits on `separator` except inside double quotes (a backslash escapes
+/// the next byte inside quotes, as in HTTP quoted-strings).
+fn split_outside_quotes(bytes: &[u8], separator: u8) -> impl Iterator<Item = &[u8]> {
+    let mut start = 0;
+    let mut quoted = false;
+    let mut escaped = false;
+    let mut done = false;
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        while i < bytes.len() {
+            let b = bytes[i];
+            i += 1;
+            if escaped {
+                escaped = false;
+            } else if quoted && b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                quoted = !quoted;
+            } else if b == separator && !quoted {
+                let part = &bytes[start..i - 1];
+                start = i;
+                return Some(part);
+            }
+        }
+        done = true;
+        Some(&bytes[start..])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn hops(header: ProxyHeader, values: &[&[u8]]) -> Vec<Node> {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(header.name(), HeaderValue::from_bytes(value).unwrap());
+        }
+        header.hops_nearest_first(&headers).unwrap()
+    }
+
+    fn ip(text: &str) -> Node {
+        Node::Ip(text.parse().unwrap())
+    }
+
+    #[test]
+    fn x_forwarded_for_lists_nearest_first_over_every_line() {
+        assert_eq!(
+            hops(
+                ProxyHeader::XForwardedFor,
+                &[b"1.2.3.4, 5.6.7.8", b"9.9.9.9"]
+            ),
+            [ip("9.9.9.9"), ip("5.6.7.8"), ip("1.2.3.4")]
+        );
+        assert_eq!(
+            hops(ProxyHeader::XForwardedFor, &[b"1.2.3.4,,x"]),
+            [Node::Invalid, Node::Invalid, ip("1.2.3.4")]
+        );
+    }
+
+    #[test]
+    fn forwarded_reads_for_parameters_with_quotes() {
+        assert_eq!(
+            hops(
+                ProxyHeader::Forwarded,
+                &[b"for=192.0.2.43, For=\"[2001:db8:cafe::17]:4711\";proto=https, by=10.0.0.1;for=unknown"],
+            ),
+            [Node::Unknown, ip("2001:db8:cafe::17"), ip("192.0.2.43")]
+        );
+        // A quoted comma does not split the element.
+        assert_eq!(
+            hops(ProxyHeader::Forwarded, &[b"for=\"_a,b\";proto=http"]),
+            [Node::Invalid]
+        );
+        assert_eq!(
+            hops(ProxyHeader::Forwarded, &[b"proto=http"]),
+            [Node::Unknown]
+        );
+        assert_eq!(
+            hops(ProxyHeader::Forwarded, &[b"for=_hidden"]),
+            [Node::Obfuscated]
+        );
+    }
+
+    #[test]
+    fn absent_headers_give_none() {
+        assert_eq!(
+            ProxyHeader::XRealIp.hops_nearest_first(&HeaderMap::new()),
+            None
+        );
+    }
+}
