@@ -40,23 +40,23 @@ impl ProxyHeader {
     /// The hops the header lists, nearest (right-most) first, over every
     /// occurrence of the header in order. `None` when the request does not
     /// carry it.
+    ///
+    /// Values are read from the right, so whatever a client put to the
+    /// left (an unclosed quote, say) cannot change how the hops its proxies
+    /// appended are read.
     pub fn hops_nearest_first(self, headers: &HeaderMap) -> Option<Vec<Node>> {
-        let mut values = headers.get_all(self.name()).iter().peekable();
+        let mut values = headers.get_all(self.name()).iter().rev().peekable();
         values.peek()?;
         let mut hops = Vec::new();
         for value in values {
             let bytes = value.as_bytes();
             match self {
-                ProxyHeader::XForwardedFor => {
-                    hops.extend(split_outside_quotes(bytes, b',').map(parse_node))
-                }
-                ProxyHeader::Forwarded => {
-                    hops.extend(split_outside_quotes(bytes, b',').map(forwarded_for))
-                }
+                // No quoting in X-Forwarded-For: every comma separates.
+                ProxyHeader::XForwardedFor => hops.extend(bytes.rsplit(|&b| b == b',').map(parse_node)),
+                ProxyHeader::Forwarded => hops.extend(rsplit_outside_quotes(bytes, b',').map(forwarded_for)),
                 ProxyHeader::XRealIp => hops.push(parse_node(bytes)),
             }
         }
-        hops.reverse();
         Some(hops)
     }
 }
@@ -120,6 +120,37 @@ fn split_outside_quotes(bytes: &[u8], separator: u8) -> impl Iterator<Item = &[u
     })
 }
 
+/// Splits on `separator` except inside double quotes, from the right: the
+/// last part first. A quote preceded by an odd number of backslashes is
+/// escaped.
+fn rsplit_outside_quotes(bytes: &[u8], separator: u8) -> impl Iterator<Item = &[u8]> {
+    let mut end = bytes.len();
+    let mut quoted = false;
+    let mut i = bytes.len();
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        while i > 0 {
+            i -= 1;
+            let b = bytes[i];
+            if b == b'"' {
+                let backslashes = bytes[..i].iter().rev().take_while(|&&c| c == b'\\').count();
+                if backslashes % 2 == 0 {
+                    quoted = !quoted;
+                }
+            } else if b == separator && !quoted {
+                let part = &bytes[i + 1..end];
+                end = i;
+                return Some(part);
+            }
+        }
+        done = true;
+        Some(&bytes[..end])
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +180,12 @@ mod tests {
         assert_eq!(
             hops(ProxyHeader::XForwardedFor, &[b"1.2.3.4,,x"]),
             [Node::Invalid, Node::Invalid, ip("1.2.3.4")]
+        );
+        // Quotes mean nothing here: a client's stray quote cannot swallow
+        // the address its proxy appended.
+        assert_eq!(
+            hops(ProxyHeader::XForwardedFor, &[b"\"x, 5.6.7.8"]),
+            [ip("5.6.7.8"), Node::Invalid]
         );
     }
 

@@ -1,0 +1,99 @@
+//! Properties of the client-IP resolution over arbitrary input: no header
+//! can make it panic, and nothing a client sends can displace the address
+//! its trusted proxy appended.
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use proptest::prelude::*;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use tollgate_axum::{ClientIp, ProxyHeader, parse_node};
+
+fn header_value() -> impl Strategy<Value = Vec<u8>> {
+    // Header values may hold any byte but CR, LF and NUL; bias towards the
+    // bytes the parsers care about.
+    let interesting = prop_oneof![
+        Just(b','),
+        Just(b';'),
+        Just(b'"'),
+        Just(b'='),
+        Just(b':'),
+        Just(b'['),
+        Just(b']'),
+        Just(b'\\'),
+        Just(b' '),
+        Just(b'_'),
+        b'0'..=b'9',
+        b'a'..=b'f',
+        any::<u8>().prop_filter("header byte", |b| !matches!(b, b'\r' | b'\n' | 0)),
+    ];
+    prop::collection::vec(interesting, 0..200)
+}
+
+fn client_ips() -> Vec<ClientIp> {
+    vec![
+        ClientIp::default(),
+        ClientIp::trusting(["10.0.0.0/8".parse().unwrap(), "2001:db8::/32".parse().unwrap()]),
+        ClientIp::trusting_hops(1),
+        ClientIp::trusting_hops(3),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn any_header_resolves_without_panicking(
+        values in prop::collection::vec((0usize..3, header_value()), 0..4),
+        peer_v4 in any::<u32>(),
+    ) {
+        let mut headers = HeaderMap::new();
+        for (which, value) in &values {
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                headers.append(ProxyHeader::ALL[*which].name().clone(), value);
+            }
+        }
+        let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::from(peer_v4)), 1);
+        let trusted_peer = SocketAddr::new("10.0.0.1".parse().unwrap(), 1);
+        for client_ip in client_ips() {
+            let _ = client_ip.key_for(client_ip.resolve(peer, &headers));
+            let _ = client_ip.key_for(client_ip.resolve(trusted_peer, &headers));
+        }
+    }
+
+    #[test]
+    fn any_node_parses_without_panicking(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        let _ = parse_node(&bytes);
+    }
+
+    /// Whatever a client puts into `X-Forwarded-For`, the proxy in
+    /// 10.0.0.0/8 appends the real address, and that is the answer.
+    #[test]
+    fn a_client_cannot_displace_the_address_its_proxy_appended(
+        spoofed in header_value(),
+        real in any::<u32>().prop_filter("untrusted", |ip| Ipv4Addr::from(*ip).octets()[0] != 10),
+    ) {
+        let real = IpAddr::V4(Ipv4Addr::from(real));
+        let mut value = spoofed.clone();
+        value.extend_from_slice(format!(", {real}").as_bytes());
+        let Ok(value) = HeaderValue::from_bytes(&value) else { return Ok(()) };
+        let mut headers = HeaderMap::new();
+        headers.insert(HeaderName::from_static("x-forwarded-for"), value);
+        let client_ip = ClientIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+        let proxy = SocketAddr::new("10.0.0.1".parse().unwrap(), 1);
+        prop_assert_eq!(client_ip.resolve(proxy, &headers), real);
+    }
+
+    /// The same for `Forwarded`, where quotes do mean something.
+    #[test]
+    fn a_client_cannot_displace_the_forwarded_element_its_proxy_appended(
+        spoofed in header_value(),
+        real in any::<u32>().prop_filter("untrusted", |ip| Ipv4Addr::from(*ip).octets()[0] != 10),
+    ) {
+        let real = IpAddr::V4(Ipv4Addr::from(real));
+        let mut value = spoofed.clone();
+        value.extend_from_slice(format!(", for={real};proto=https").as_bytes());
+        let Ok(value) = HeaderValue::from_bytes(&value) else { return Ok(()) };
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::FORWARDED, value);
+        let client_ip = ClientIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+        let proxy = SocketAddr::new("10.0.0.1".parse().unwrap(), 1);
+        prop_assert_eq!(client_ip.resolve(proxy, &headers), real);
+    }
+}
