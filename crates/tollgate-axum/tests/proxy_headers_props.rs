@@ -31,7 +31,10 @@ fn header_value() -> impl Strategy<Value = Vec<u8>> {
 fn client_ips() -> Vec<ClientIp> {
     vec![
         ClientIp::default(),
-        ClientIp::trusting(["10.0.0.0/8".parse().unwrap(), "2001:db8::/32".parse().unwrap()]),
+        ClientIp::trusting([
+            "10.0.0.0/8".parse().unwrap(),
+            "2001:db8::/32".parse().unwrap(),
+        ]),
         ClientIp::trusting_hops(1),
         ClientIp::trusting_hops(3),
     ]

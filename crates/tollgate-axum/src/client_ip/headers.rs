@@ -52,8 +52,12 @@ impl ProxyHeader {
             let bytes = value.as_bytes();
             match self {
                 // No quoting in X-Forwarded-For: every comma separates.
-                ProxyHeader::XForwardedFor => hops.extend(bytes.rsplit(|&b| b == b',').map(parse_node)),
-                ProxyHeader::Forwarded => hops.extend(rsplit_outside_quotes(bytes, b',').map(forwarded_for)),
+                ProxyHeader::XForwardedFor => {
+                    hops.extend(bytes.rsplit(|&b| b == b',').map(parse_node))
+                }
+                ProxyHeader::Forwarded => {
+                    hops.extend(rsplit_outside_quotes(bytes, b',').map(forwarded_for))
+                }
                 ProxyHeader::XRealIp => hops.push(parse_node(bytes)),
             }
         }

@@ -1,0 +1,170 @@
+//! `ClientIp` in an axum app: in process with `oneshot` (connection info
+//! inserted by hand), and over real TCP with
+//! `into_make_service_with_connect_info::<SocketAddr>()`.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use http::{Request, StatusCode};
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate::RateLimitLayer;
+use tollgate_axum::ClientIp;
+use tower::ServiceExt;
+
+/// An app allowing 3 requests a minute per client, as `client_ip` sees it.
+fn app(client_ip: ClientIp) -> Router {
+    let layer = RateLimitLayer::builder()
+        .quota("api", "3/min".parse().unwrap())
+        .key(client_ip)
+        .build();
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+fn behind_proxy() -> ClientIp {
+    ClientIp::trusting(["10.0.0.0/8".parse().unwrap()])
+}
+
+async fn status(app: &Router, peer: &str, headers: &[(&str, &[u8])]) -> StatusCode {
+    let mut request = Request::builder().uri("/");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut request = request.body(Body::empty()).unwrap();
+    let peer: SocketAddr = peer.parse().unwrap();
+    request.extensions_mut().insert(ConnectInfo(peer));
+    app.clone().oneshot(request).await.unwrap().status()
+}
+
+#[tokio::test]
+async fn a_new_x_forwarded_for_on_every_request_does_not_reset_the_limit() {
+    for client_ip in [ClientIp::default(), behind_proxy()] {
+        let app = app(client_ip);
+        let mut statuses = Vec::new();
+        for i in 0..5 {
+            let spoofed = format!("198.51.100.{i}");
+            let forwarded = format!("for={spoofed}");
+            let headers: [(&str, &[u8]); 3] = [
+                ("x-forwarded-for", spoofed.as_bytes()),
+                ("forwarded", forwarded.as_bytes()),
+                ("x-real-ip", spoofed.as_bytes()),
+            ];
+            statuses.push(status(&app, "203.0.113.9:5000", &headers).await);
+        }
+        assert_eq!(statuses[3..], [StatusCode::TOO_MANY_REQUESTS; 2]);
+    }
+}
+
+#[tokio::test]
+async fn from_a_trusted_proxy_the_right_most_untrusted_address_is_the_key() {
+    let app = app(behind_proxy());
+    let chain: &[(&str, &[u8])] = &[("x-forwarded-for", b"1.2.3.4, 5.6.7.8")];
+    for _ in 0..3 {
+        assert_eq!(status(&app, "10.0.0.1:80", chain).await, StatusCode::OK);
+    }
+    // Keyed on 5.6.7.8: whatever stands to its left, it is spent.
+    let other_left: &[(&str, &[u8])] = &[("x-forwarded-for", b"9.9.9.9, 5.6.7.8")];
+    assert_eq!(
+        status(&app, "10.0.0.2:80", other_left).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // 1.2.3.4 is a client of its own.
+    let swapped: &[(&str, &[u8])] = &[("x-forwarded-for", b"5.6.7.8, 1.2.3.4")];
+    assert_eq!(status(&app, "10.0.0.1:80", swapped).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_forwarded_ipv6_client_is_keyed_by_its_slash_64() {
+    let app = app(behind_proxy());
+    let client: &[(&str, &[u8])] = &[("forwarded", b"for=\"[2001:db8::17]:4711\"")];
+    for _ in 0..3 {
+        assert_eq!(status(&app, "10.0.0.1:80", client).await, StatusCode::OK);
+    }
+    let same_64: &[(&str, &[u8])] = &[("forwarded", b"for=\"[2001:db8::ffff:1]\"")];
+    assert_eq!(
+        status(&app, "10.0.0.1:80", same_64).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let next_64: &[(&str, &[u8])] = &[("forwarded", b"for=\"[2001:db8:0:1::17]\"")];
+    assert_eq!(status(&app, "10.0.0.1:80", next_64).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn garbage_in_any_header_is_never_a_panic_or_a_500() {
+    let long = vec![b'a'; 8 * 1024];
+    let commas = vec![b','; 4 * 1024];
+    let mixed = b"1.2.3.4,,,, ,\"[::1]\",unknown,_x,300.1.1.1,[::1,::ffff:1.2.3.4:1:2".to_vec();
+    let garbage: Vec<&[u8]> = vec![
+        b"",
+        b" ",
+        &long,
+        &commas,
+        &[0xff, 0xfe, 0x80],
+        b"not-an-ip",
+        b"999.999.999.999",
+        b"for=",
+        b"for=\"",
+        b"\"\"\"",
+        &mixed,
+    ];
+    let app = app(behind_proxy());
+    for name in ["x-forwarded-for", "forwarded", "x-real-ip"] {
+        for value in &garbage {
+            for peer in ["10.0.0.1:80", "203.0.113.5:80"] {
+                let got = status(&app, peer, &[(name, value)]).await;
+                assert!(
+                    got == StatusCode::OK || got == StatusCode::TOO_MANY_REQUESTS,
+                    "{name}: {got}"
+                );
+            }
+        }
+    }
+    // The documented fallback: a trusted proxy's unreadable hop is keyed on
+    // the proxy. The proxy 10.0.0.1 sent garbage 11 times in each header:
+    // its own key was spent long ago.
+    assert_eq!(
+        status(&app, "10.0.0.1:80", &[("x-forwarded-for", b"junk")]).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// Sends `GET /` with `headers` over a fresh TCP connection; returns the
+/// status code.
+async fn get_over_tcp(addr: SocketAddr, headers: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET / HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    reply.split(' ').nth(1).unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn over_tcp_the_peer_address_and_trusted_headers_give_the_key() {
+    for (client_ip, trusted) in [
+        (ClientIp::default(), false),
+        (ClientIp::trusting(["127.0.0.1/32".parse().unwrap()]), true),
+    ] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let service = app(client_ip).into_make_service_with_connect_info::<SocketAddr>();
+        let server = tokio::spawn(async move { axum::serve(listener, service).await });
+        let mut statuses = Vec::new();
+        for i in 0..5 {
+            statuses
+                .push(get_over_tcp(addr, &format!("x-forwarded-for: 198.51.100.{i}\r\n")).await);
+        }
+        server.abort();
+        // Untrusted loopback peer: one client, limited after 3. Trusted:
+        // five clients of one request each.
+        let expected = if trusted {
+            vec!["200"; 5]
+        } else {
+            vec!["200", "200", "200", "429", "429"]
+        };
+        assert_eq!(statuses, expected, "trusted: {trusted}");
+    }
+}
