@@ -143,9 +143,9 @@ where
     }
 }
 
-impl<S, Req, K, St, R, B> Future for ResponseFuture<S, Req, K, St, R>
+impl<S, ReqBody, K, St, R, B> Future for ResponseFuture<S, http::Request<ReqBody>, K, St, R>
 where
-    S: Service<Req, Response = Response<B>>,
+    S: Service<http::Request<ReqBody>, Response = Response<B>>,
     St: Store,
     B: Default,
     R: Rejector<B>,
@@ -192,8 +192,11 @@ where
                         (Action::Reject(response), _) => Phase::Rejected {
                             response: Some(response),
                         },
-                        (Action::Forward { fields, wait }, Some(pending)) => {
+                        (Action::Forward { fields, wait, info }, Some(mut pending)) => {
                             *this.fields = fields.map(|fields| (fields, shared.clone()));
+                            if let Some(info) = info {
+                                pending.1.extensions_mut().insert(info);
+                            }
                             if wait.is_zero() {
                                 let (mut service, request) = pending;
                                 Phase::Calling {

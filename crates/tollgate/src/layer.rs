@@ -52,6 +52,7 @@ pub(crate) struct Settings {
     pub on_store_error: OnStoreError,
     pub store_timeout: Duration,
     pub shadow: bool,
+    pub request_info: bool,
 }
 
 impl Default for Settings {
@@ -65,6 +66,7 @@ impl Default for Settings {
             on_store_error: OnStoreError::default(),
             store_timeout: Duration::from_millis(100),
             shadow: false,
+            request_info: false,
         }
     }
 }
@@ -257,6 +259,31 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
         self.settings.store_timeout = store_timeout;
         self
+    }
+
+    /// Puts a [`RateLimitInfo`](crate::RateLimitInfo) into the extensions of
+    /// every request let through, so a handler can read its limit,
+    /// remaining and reset (in axum: a `RateLimitInfo` argument). Off by
+    /// default: it costs an allocation per request.
+    pub fn request_info(mut self, on: bool) -> Self {
+        self.settings.request_info = on;
+        self
+    }
+
+    /// Answers limited requests with the response `rejector` builds: for a
+    /// [`Rejector`](crate::Rejector) type of your own or another crate's
+    /// (tollgate-axum's `problem+json`, say). For a closure, see
+    /// [`on_rejection`](Self::on_rejection).
+    pub fn rejector<R2>(self, rejector: R2) -> RateLimitBuilder<K, St, R2> {
+        RateLimitBuilder {
+            key: self.key,
+            store: self.store,
+            rejector,
+            limits: self.limits,
+            algorithm: self.algorithm,
+            max_delay: self.max_delay,
+            settings: self.settings,
+        }
     }
 
     /// Shadow mode: count and report (headers, logs, metrics) but never

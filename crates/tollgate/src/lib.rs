@@ -33,6 +33,7 @@
 
 mod future;
 pub mod headers;
+mod info;
 mod key;
 mod layer;
 mod observe;
@@ -43,6 +44,7 @@ pub mod store;
 
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
+pub use info::RateLimitInfo;
 pub use key::{
     FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, MissingKey, PeerAddr, PeerIp, RequestInfo,
     key_fn,

@@ -2,6 +2,7 @@
 
 use crate::future::ResponseFuture;
 use crate::headers::{Fields, write_fields, write_retry_after};
+use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::layer::{OnStoreError, Shared};
 use crate::rejection::{Rejection, Rejector};
@@ -53,10 +54,12 @@ impl<S, K, St, R> RateLimit<S, K, St, R> {
 
 /// What to do with a request once its verdict is known.
 pub(crate) enum Action<B> {
-    /// Forward it, after `wait` (the leaky bucket's slot), adding `fields`.
+    /// Forward it, after `wait` (the leaky bucket's slot), adding `fields`
+    /// to the response and `info` to the request.
     Forward {
         fields: Option<Fields>,
         wait: Duration,
+        info: Option<RateLimitInfo>,
     },
     /// Answer with this response instead.
     Reject(Response<B>),
@@ -81,9 +84,14 @@ impl<K, St, R> Shared<K, St, R> {
             let wanted = self.settings.headers.on_allowed
                 && (self.settings.headers.draft || self.settings.headers.legacy);
             let fields = wanted.then(|| Fields::of(verdict));
+            let info = self
+                .settings
+                .request_info
+                .then(|| RateLimitInfo::new(&self.policy, verdict));
             return Action::Forward {
                 fields,
                 wait: decision.wait(),
+                info,
             };
         }
         tracing::debug!(
@@ -133,6 +141,7 @@ impl<K, St, R> Shared<K, St, R> {
             OnStoreError::Open => Action::Forward {
                 fields: None,
                 wait: Duration::ZERO,
+                info: None,
             },
             OnStoreError::Closed => {
                 Action::Reject(status_response(StatusCode::SERVICE_UNAVAILABLE))
@@ -164,7 +173,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let info = RequestInfo::new(&request);
         if shared
@@ -197,12 +206,16 @@ where
             }
         };
         match action {
-            Action::Forward { fields, wait } if wait.is_zero() => {
-                ResponseFuture::calling(self.inner.call(request), fields, &self.shared)
-            }
-            Action::Forward { fields, wait } => {
-                let inner = self.take_ready_inner();
-                ResponseFuture::waiting(wait, (inner, request), fields, &self.shared)
+            Action::Forward { fields, wait, info } => {
+                if let Some(info) = info {
+                    request.extensions_mut().insert(info);
+                }
+                if wait.is_zero() {
+                    ResponseFuture::calling(self.inner.call(request), fields, &self.shared)
+                } else {
+                    let inner = self.take_ready_inner();
+                    ResponseFuture::waiting(wait, (inner, request), fields, &self.shared)
+                }
             }
             Action::Reject(response) => ResponseFuture::rejected(response),
         }

@@ -1,0 +1,137 @@
+//! Rejections as axum responses.
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::header::{CONTENT_TYPE, HeaderValue};
+use std::fmt::Write;
+use tollgate::{Rejection, Rejector};
+
+/// The problem type of the rate-limit headers draft for an exceeded quota.
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// Answers limited requests with an `application/problem+json` body (RFC
+/// 9457) of the draft's `quota-exceeded` type, besides the usual status and
+/// fields:
+///
+/// ```json
+/// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+///  "title":"Request cannot be satisfied as assigned quota has been exceeded",
+///  "status":429,"detail":"Too many requests: retry in 17 s.",
+///  "violated-policies":["api"]}
+/// ```
+///
+/// Use it with `RateLimitLayer::builder().rejector(ProblemJson)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProblemJson;
+
+impl Rejector<Body> for ProblemJson {
+    fn reject(&self, rejection: Rejection<'_>) -> Response<Body> {
+        let body = problem_body(&rejection);
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = rejection.status;
+        *response.headers_mut() = rejection.headers;
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}
+
+fn problem_body(rejection: &Rejection<'_>) -> String {
+    let decision = &rejection.verdict.merged;
+    let detail = if decision.can_ever_pass() {
+        let seconds = decision.retry_after().as_secs_f64().ceil().max(1.0) as u64;
+        format!("Too many requests: retry in {seconds} s.")
+    } else {
+        "This request costs more than the whole quota: it can never pass.".to_owned()
+    };
+    let mut body = String::with_capacity(256);
+    let _ = write!(
+        body,
+        "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as assigned quota \
+         has been exceeded\",\"status\":{},\"detail\":\"{detail}\",\"violated-policies\":[",
+        rejection.status.as_u16()
+    );
+    let violated = rejection
+        .policy
+        .limits()
+        .iter()
+        .zip(rejection.verdict.each.iter())
+        .filter(|(_, decision)| !decision.allowed);
+    for (i, (limit, _)) in violated.enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        push_json_string(&mut body, limit.name());
+    }
+    body.push_str("]}");
+    body
+}
+
+/// Appends `text` as a JSON string literal.
+fn push_json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Answers limited requests with whatever `respond` returns, as any axum
+/// handler would (`IntoResponse`). The rate-limit fields and `Retry-After`
+/// are added unless the response sets them itself, and a response left at
+/// `200 OK` gets the layer's status (429 or 503).
+///
+/// ```
+/// use axum::response::Html;
+/// use tollgate::{GlobalKey, RateLimitLayer};
+/// use tollgate_axum::respond_with;
+///
+/// let layer = RateLimitLayer::builder()
+///     .quota("api", "100/min".parse().unwrap())
+///     .key(GlobalKey)
+///     .rejector(respond_with(|rejection| {
+///         Html(format!("<p>Slow down: retry in {:?}.</p>", rejection.verdict.merged.retry_after()))
+///     }))
+///     .build();
+/// # let _ = layer;
+/// ```
+pub fn respond_with<F, T>(respond: F) -> RespondWith<F>
+where
+    F: Fn(&Rejection<'_>) -> T + Send + Sync + 'static,
+    T: IntoResponse,
+{
+    RespondWith(respond)
+}
+
+/// See [`respond_with`].
+#[derive(Clone, Copy, Debug)]
+pub struct RespondWith<F>(F);
+
+impl<F, T> Rejector<Body> for RespondWith<F>
+where
+    F: Fn(&Rejection<'_>) -> T + Send + Sync + 'static,
+    T: IntoResponse,
+{
+    fn reject(&self, rejection: Rejection<'_>) -> Response<Body> {
+        let mut response = (self.0)(&rejection).into_response();
+        if response.status() == http::StatusCode::OK {
+            *response.status_mut() = rejection.status;
+        }
+        let headers = response.headers_mut();
+        for (name, value) in &rejection.headers {
+            if !headers.contains_key(name) {
+                headers.insert(name.clone(), value.clone());
+            }
+        }
+        response
+    }
+}
