@@ -195,7 +195,7 @@ where
                         (Action::Forward { fields, wait, info }, Some(mut pending)) => {
                             *this.fields = fields.map(|fields| (fields, shared.clone()));
                             if let Some(info) = info {
-                                pending.1.extensions_mut().insert(info);
+                                pending.1.extensions_mut().insert(*info);
                             }
                             if wait.is_zero() {
                                 let (mut service, request) = pending;

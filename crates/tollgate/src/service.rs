@@ -59,7 +59,8 @@ pub(crate) enum Action<B> {
     Forward {
         fields: Option<Fields>,
         wait: Duration,
-        info: Option<RateLimitInfo>,
+        // Boxed: it is rare (opt-in) and would triple the size of the action.
+        info: Option<Box<RateLimitInfo>>,
     },
     /// Answer with this response instead.
     Reject(Response<B>),
@@ -87,7 +88,7 @@ impl<K, St, R> Shared<K, St, R> {
             let info = self
                 .settings
                 .request_info
-                .then(|| RateLimitInfo::new(&self.policy, verdict));
+                .then(|| Box::new(RateLimitInfo::new(&self.policy, verdict)));
             return Action::Forward {
                 fields,
                 wait: decision.wait(),
@@ -208,7 +209,7 @@ where
         match action {
             Action::Forward { fields, wait, info } => {
                 if let Some(info) = info {
-                    request.extensions_mut().insert(info);
+                    request.extensions_mut().insert(*info);
                 }
                 if wait.is_zero() {
                     ResponseFuture::calling(self.inner.call(request), fields, &self.shared)

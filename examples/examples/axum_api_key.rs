@@ -1,0 +1,47 @@
+//! A limit per API key, falling back to the client IP for requests without
+//! one (they share nothing with keyed requests: an IP key and a byte key
+//! never collide). The handler reads its remaining quota.
+//!
+//! `cargo run -p tollgate-examples --example axum_api_key`, then
+//! `curl -H 'x-api-key: k1' localhost:3000/` and `curl localhost:3000/`
+
+use axum::Router;
+use axum::routing::get;
+use std::net::SocketAddr;
+use tollgate::{HeaderKey, KeyExtractor, RateLimitInfo, RateLimitLayer, key_fn};
+use tollgate_axum::ClientIp;
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let api_key = HeaderKey::new("x-api-key");
+    let client_ip = ClientIp::default();
+    let key = key_fn(move |request| {
+        api_key
+            .extract(request)
+            .or_else(|| client_ip.extract(request))
+    });
+    let layer = RateLimitLayer::builder()
+        .quota("api", "60/min".parse().expect("a valid quota"))
+        .key(key)
+        .request_info(true)
+        .build();
+    let app = Router::new()
+        .route(
+            "/",
+            get(|info: RateLimitInfo| async move {
+                format!(
+                    "{} of {} requests left this minute\n",
+                    info.remaining(),
+                    info.limit()
+                )
+            }),
+        )
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}

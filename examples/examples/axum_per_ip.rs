@@ -1,0 +1,33 @@
+//! A global limit per client IP: 10 requests a second, bursts of 20.
+//!
+//! `cargo run -p tollgate-examples --example axum_per_ip`, then
+//! `for i in $(seq 25); do curl -s -o /dev/null -w '%{http_code} ' localhost:3000/; done`
+
+use axum::Router;
+use axum::routing::get;
+use std::net::SocketAddr;
+use tollgate::RateLimitLayer;
+use tollgate::core::Quota;
+use tollgate_axum::ClientIp;
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let quota = Quota::per_second(10).with_burst(20).expect("a valid burst");
+    let app = Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        // The default ClientIp keys on the peer address and ignores proxy
+        // headers: right for an app that faces the internet directly.
+        .layer(
+            RateLimitLayer::builder()
+                .quota("per-ip", quota)
+                .key(ClientIp::default())
+                .build(),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}
