@@ -2,18 +2,24 @@
 //!
 //! - [`ClientIp`]: the client's address behind proxies, with an explicit
 //!   trust model (trusted networks or a hop count; `X-Forwarded-For`,
-//!   `Forwarded`, `X-Real-IP` read right to left), as a key extractor.
+//!   `Forwarded`, `X-Real-IP` read right to left), as a key extractor; and
+//!   [`ClientAddr`], the same answer as a handler argument.
 //! - [`RouteKey`]: one limit per matched route.
 //! - [`RateLimitInfo`]: the decision, for a handler (`request_info(true)`
 //!   on the layer).
 //! - [`ProblemJson`] and [`respond_with`]: rejections as
 //!   `application/problem+json` or as any `IntoResponse`.
 
+// The README's examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod client_ip;
 mod rejection;
 mod route;
 
-pub use client_ip::{ClientIp, InvalidPrefix, Node, ProxyHeader, parse_node};
+pub use client_ip::{ClientAddr, ClientIp, InvalidPrefix, Node, ProxyHeader, parse_node};
 pub use rejection::{ProblemJson, QUOTA_EXCEEDED, RespondWith, respond_with};
 pub use route::RouteKey;
 pub use tollgate::RateLimitInfo;

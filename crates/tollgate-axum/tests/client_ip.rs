@@ -168,3 +168,32 @@ async fn over_tcp_the_peer_address_and_trusted_headers_give_the_key() {
         assert_eq!(statuses, expected, "trusted: {trusted}");
     }
 }
+
+#[tokio::test]
+async fn handlers_get_the_same_client_address() {
+    use axum::Extension;
+    use tollgate_axum::ClientAddr;
+    let handler = get(|ClientAddr(ip): ClientAddr| async move { ip.to_string() });
+    let trusted = Router::new()
+        .route("/", handler.clone())
+        .layer(Extension(behind_proxy()));
+    let default = Router::new().route("/", handler);
+    let body = |app: Router, peer: &'static str| async move {
+        let mut request = Request::builder()
+            .uri("/")
+            .header("x-forwarded-for", "1.2.3.4, 5.6.7.8")
+            .body(Body::empty())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
+        let response = app.oneshot(request).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    };
+    assert_eq!(body(trusted.clone(), "10.0.0.1:80").await, "5.6.7.8");
+    assert_eq!(body(trusted, "203.0.113.3:80").await, "203.0.113.3");
+    assert_eq!(body(default, "10.0.0.1:80").await, "10.0.0.1");
+}

@@ -8,9 +8,11 @@
 //! client. A spoofed `X-Forwarded-For: 1.1.1.1` from a client sits to the
 //! left of what your proxy appended, and is never reached.
 
+mod extract;
 mod headers;
 mod node;
 
+pub use extract::ClientAddr;
 pub use headers::ProxyHeader;
 pub use node::{Node, parse_node};
 
