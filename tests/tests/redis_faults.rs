@@ -174,3 +174,31 @@ async fn a_stalled_redis_times_out_without_a_pile_up() {
         assert!(took < TIMEOUT, "a request after the stall took {took:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_response_timeout_fails_a_call_on_its_own() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder(server.url())
+        .response_timeout(Duration::from_millis(50))
+        .connect()
+        .await
+        .unwrap();
+    // The layer would wait 5 s; the client gives up after 50 ms, and the
+    // request gets the fail-closed answer long before the layer's timeout.
+    let layer = RateLimitLayer::builder()
+        .quota("api", "1/min".parse::<Quota>().unwrap())
+        .key(HeaderKey::new("x-user"))
+        .store(store)
+        .store_timeout(Duration::from_secs(5))
+        .on_store_error(OnStoreError::Closed)
+        .build();
+    let app = behind(layer);
+    let port = server.port();
+    let stall =
+        std::thread::spawn(move || tollgate_tests::redis::command(port, &["DEBUG", "SLEEP", "1"]));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, took) = send(&app, "someone").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    stall.join().unwrap();
+}

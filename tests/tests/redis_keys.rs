@@ -130,3 +130,35 @@ async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush(
         assert_eq!(server.command(&["SCRIPT", "EXISTS", &hash]), "*1\r\n:1\r\n");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_mistakes_are_errors_that_say_what_to_do() {
+    let server = RedisServer::start();
+    let braces = RedisStore::builder(server.url())
+        .prefix("app{1}")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(braces.is_config());
+    assert!(
+        braces.to_string().contains("without `{` or `}`"),
+        "{braces}"
+    );
+    let not_a_url = RedisStore::connect("localhost:6379").await.unwrap_err();
+    assert!(not_a_url.is_config(), "{not_a_url}");
+    let no_nodes = RedisStore::connect("redis+cluster://").await.unwrap_err();
+    assert!(no_nodes.is_config(), "{no_nodes}");
+
+    // Nobody listening: a run-time error of the client, not a config one.
+    let port = server.port();
+    drop(server);
+    let refused = RedisStore::connect(format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert!(!refused.is_config());
+    assert!(refused.redis_error().is_some());
+    assert!(
+        refused.to_string().contains("is the server up"),
+        "{refused}"
+    );
+}

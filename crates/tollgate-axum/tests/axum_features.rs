@@ -7,7 +7,7 @@ use axum::response::Html;
 use axum::routing::get;
 use http::{Request, StatusCode};
 use std::net::SocketAddr;
-use tollgate::{GlobalKey, RateLimitInfo, RateLimitLayer};
+use tollgate::{GlobalKey, MissingKey, RateLimitInfo, RateLimitLayer};
 use tollgate_axum::{ClientIp, ProblemJson, RouteKey, respond_with};
 use tower::ServiceExt;
 
@@ -51,6 +51,24 @@ async fn route_keys_give_each_route_its_own_limit_under_layer_and_route_layer() 
         );
         assert_eq!(get_path(&app, "/health").await.0, StatusCode::OK);
     }
+}
+
+#[tokio::test]
+async fn a_request_that_matched_no_route_has_no_route_key() {
+    let layer = RateLimitLayer::builder()
+        .quota("route", "1/min".parse().unwrap())
+        .key(RouteKey)
+        .on_missing_key(MissingKey::Reject(StatusCode::BAD_REQUEST))
+        .build();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "nothing here") })
+        .layer(layer);
+    // The fallback's requests reach the layer without a route: no key, so
+    // the MissingKey behaviour answers. The route's requests are limited.
+    assert_eq!(get_path(&app, "/nope").await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(get_path(&app, "/").await.0, StatusCode::OK);
+    assert_eq!(get_path(&app, "/").await.0, StatusCode::TOO_MANY_REQUESTS);
 }
 
 #[tokio::test]
@@ -170,4 +188,25 @@ async fn any_into_response_can_be_the_rejection() {
         .layer(teapot);
     get_path(&app, "/").await;
     assert_eq!(get_path(&app, "/").await.0, StatusCode::IM_A_TEAPOT);
+}
+
+#[tokio::test]
+async fn problem_json_says_when_a_request_can_never_pass() {
+    let layer = RateLimitLayer::builder()
+        .quota("api", "2/min".parse().unwrap())
+        .key(GlobalKey)
+        .cost(|_| 5)
+        .rejector(ProblemJson)
+        .build();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let (status, _, body) = get_path(&app, "/").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        body.contains(
+            "\"detail\":\"This request costs more than the whole quota: it can never pass.\""
+        ),
+        "{body}"
+    );
 }

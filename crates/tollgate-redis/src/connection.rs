@@ -1,6 +1,7 @@
 //! One connection type for standalone Redis and Redis Cluster.
 
 use crate::RedisStoreError;
+use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -38,6 +39,16 @@ impl Connection {
     async fn open_single(url: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
         let client = redis::Client::open(url)
             .map_err(|e| RedisStoreError::config(format!("{url:?} is not a Redis URL: {e}")))?;
+        // One plain attempt first: the manager retries without end (what
+        // reconnection wants), which would make a wrong address hang here
+        // instead of failing.
+        let probe =
+            AsyncConnectionConfig::new().set_connection_timeout(Some(options.connect_timeout));
+        drop(
+            client
+                .get_multiplexed_async_connection_with_config(&probe)
+                .await?,
+        );
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(options.response_timeout)

@@ -51,13 +51,12 @@
 //!
 //! # Why the `redis` crate
 //!
-//! redis-rs is the most used and most actively maintained Rust client. It
-//! has what this store needs in one package: a multiplexed tokio connection
-//! that reconnects by itself (`ConnectionManager`), an async Cluster client
-//! that follows `MOVED`/`ASK` and refreshes its slot map, and script
-//! invocation with `NOSCRIPT` handling. fred is a capable alternative with
-//! its own reconnection policies, but it is larger, and its cluster and
-//! script support brought nothing we needed that redis-rs lacks.
+//! redis-rs is the most used and most actively maintained Rust client, and
+//! it has what this store needs in one package: a multiplexed tokio
+//! connection that reconnects by itself (`ConnectionManager`), an async
+//! Cluster client that follows `MOVED`/`ASK` and refreshes its slot map,
+//! and script invocation with `NOSCRIPT` handling. Other clients were not
+//! evaluated in depth; nothing here needed more than redis-rs gives.
 //!
 //! # Figures
 //!

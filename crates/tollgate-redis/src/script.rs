@@ -74,47 +74,39 @@ impl LimitArgs {
         let delay = |max_delay: std::time::Duration| {
             u64::try_from(max_delay.as_micros()).unwrap_or(u64::MAX)
         };
-        let (code, params, algorithm) = match limiter {
+        // Quota bounds keep these products far below 2^63: burst × interval
+        // ≤ 2^61 ns.
+        let (code, params) = match limiter {
             Limiter::Gcra(gcra) => (
                 Code::Gcra,
                 [interval, interval * burst, burst, delay(gcra.max_delay())],
-                "gcra",
             ),
-            Limiter::TokenBucket(bucket) if bucket.refill() == Refill::Interval => (
-                Code::TokenBucketInterval,
-                [quota.limit(), period, burst, 0],
-                "token-bucket-interval",
-            ),
+            Limiter::TokenBucket(bucket) if bucket.refill() == Refill::Interval => {
+                (Code::TokenBucketInterval, [quota.limit(), period, burst, 0])
+            }
             Limiter::TokenBucket(bucket) => (
                 Code::Gcra,
                 [interval, interval * burst, burst, delay(bucket.max_delay())],
-                "token-bucket",
             ),
             Limiter::LeakyBucket(_) => (
                 Code::LeakyBucket,
                 [interval, (burst + 1) * interval - 1, burst, 0],
-                "leaky-bucket",
             ),
-            Limiter::FixedWindow(_) => (
-                Code::FixedWindow,
-                [quota.limit(), period, 0, 0],
-                "fixed-window",
-            ),
-            Limiter::SlidingLog(_) => (
-                Code::SlidingLog,
-                [quota.limit(), period, 0, 0],
-                "sliding-log",
-            ),
-            Limiter::SlidingWindow(_) => (
-                Code::SlidingWindow,
-                [quota.limit(), period, 0, 0],
-                "sliding-window",
-            ),
+            Limiter::FixedWindow(_) => (Code::FixedWindow, [quota.limit(), period, 0, 0]),
+            Limiter::SlidingLog(_) => (Code::SlidingLog, [quota.limit(), period, 0, 0]),
+            Limiter::SlidingWindow(_) => (Code::SlidingWindow, [quota.limit(), period, 0, 0]),
+        };
+        // The two token-bucket styles keep different states: different keys.
+        let style = if code == Code::TokenBucketInterval {
+            "-interval"
+        } else {
+            ""
         };
         let mut key_suffix = String::from("}:");
         escape_into(&mut key_suffix, name.as_bytes());
         key_suffix.push(':');
-        key_suffix.push_str(algorithm);
+        key_suffix.push_str(limiter.algorithm().name());
+        key_suffix.push_str(style);
         LimitArgs {
             code,
             params,

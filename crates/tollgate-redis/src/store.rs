@@ -36,6 +36,8 @@ struct Shared {
     connection: Connection,
     prefix: String,
     /// Each policy's script and arguments, prepared on its first request.
+    /// One entry per layer built against this store (policies are made
+    /// when layers are), so it stays as small as the app's set of layers.
     prepared: RwLock<HashMap<u64, Arc<PreparedPolicy>>>,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,

@@ -317,15 +317,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     where
         F: Fn(Rejection<'_>) -> http::Response<B> + Send + Sync + 'static,
     {
-        RateLimitBuilder {
-            key: self.key,
-            store: self.store,
-            rejector: FnRejector(reject),
-            limits: self.limits,
-            algorithm: self.algorithm,
-            max_delay: self.max_delay,
-            settings: self.settings,
-        }
+        self.rejector(FnRejector(reject))
     }
 
     /// Delay mode: instead of rejecting a request that will conform within

@@ -348,4 +348,36 @@ mod tests {
         );
         assert_eq!(client.key_for(ip("192.0.2.1")), Key::Ip(ip("192.0.2.1")));
     }
+
+    #[test]
+    fn proxy_headers_with_nobody_trusted_warn_once_and_change_nothing() {
+        let client = ClientIp::default();
+        client.resolve(peer("203.0.113.9"), &HeaderMap::new());
+        assert!(
+            !client.warned.load(Ordering::Relaxed),
+            "no headers, no warning"
+        );
+        let xff = headers(&[("x-forwarded-for", "1.1.1.1")]);
+        assert_eq!(client.resolve(peer("203.0.113.9"), &xff), ip("203.0.113.9"));
+        assert!(client.warned.load(Ordering::Relaxed));
+        // Clones share the flag: one warning for the app, not per clone.
+        assert!(client.clone().warned.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn without_connection_info_there_is_no_key() {
+        let request = http::Request::new(());
+        assert_eq!(
+            ClientIp::default().extract(&RequestInfo::new(&request)),
+            None
+        );
+        let mut request = http::Request::new(());
+        request
+            .extensions_mut()
+            .insert(tollgate::PeerAddr(peer("10.0.0.1")));
+        assert_eq!(
+            behind_proxy().extract(&RequestInfo::new(&request)),
+            Some(Key::Ip(ip("10.0.0.1")))
+        );
+    }
 }

@@ -327,6 +327,20 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn max_delay_reads_back_what_was_set() {
+        let delay = Duration::from_millis(300);
+        // 10/s: the GCRA fast path; 7/s: the scaled path.
+        for quota in [Quota::per_second(10), Quota::per_second(7)] {
+            let bucket = TokenBucket::new(quota);
+            assert_eq!(bucket.max_delay(), Duration::ZERO);
+            assert_eq!(bucket.with_max_delay(delay).max_delay(), delay);
+        }
+        let gcra = Gcra::new(Quota::per_second(7));
+        assert_eq!(gcra.max_delay(), Duration::ZERO);
+        assert_eq!(gcra.with_max_delay(delay).max_delay(), delay);
+    }
     use super::*;
 
     const MS: u64 = 1_000_000;
