@@ -1,0 +1,321 @@
+//! `server`: a rate-limited HTTP playground that scripts and tests can drive.
+//!
+//! ```text
+//! cargo run -p tollgate-examples --bin server -- --limit api=3/min
+//! curl -i localhost:3000/anything
+//! ```
+//!
+//! Every route answers `200 ok` unless limited; every route is limited. The
+//! flags are a contract (scripts rely on them):
+//!
+//! ```text
+//! --listen ADDR            default 127.0.0.1:3000; prints "listening on http://ADDR" once it accepts connections
+//! --limit NAME=QUOTA       repeatable; default api=10/s
+//! --algorithm ALG          gcra | token-bucket | leaky-bucket | fixed-window | sliding-log | sliding-window (default gcra)
+//! --key KIND               ip | global | header:NAME (default ip)
+//! --trust-proxy CIDR       repeatable; proxy headers are read only from these peers
+//! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]
+//! --on-store-error MODE    open | closed (default open)
+//! --store-timeout-ms N     default 100
+//! --headers STYLE          draft | legacy | both | none (default draft)
+//! --max-keys N             bound for the memory store
+//! ```
+//!
+//! Details a script may need:
+//!
+//! - `--listen 127.0.0.1:0` picks a free port; the printed line has the real
+//!   one. The line is printed after the socket is bound, so a connection made
+//!   after reading it is accepted.
+//! - Several `--limit` flags all apply (a request must pass each); the
+//!   fields list them in the order given. Names are tokens (letters, digits,
+//!   `-`, `_`, `.`) because they are written into headers, and must differ.
+//! - `--key ip` keys on the peer address; with `--trust-proxy`, on the
+//!   client address that trusted peers report in `X-Forwarded-For`,
+//!   `Forwarded` or `X-Real-IP`. From other peers those headers are ignored.
+//!   `--trust-proxy` takes CIDRs or single addresses; it only affects `ip`.
+//! - `--key header:NAME`: requests without the header (or with an empty or
+//!   oversized one) share one budget, so leaving it out is no way around the
+//!   limit.
+//! - `--max-keys` applies to the memory store only; Redis expires its keys.
+//! - Bad flags or values: a message and exit code 2. A store or address that
+//!   cannot be used at startup (Redis down, port taken): a message and exit
+//!   code 1.
+
+use axum::Router;
+use axum::http::HeaderName;
+use clap::{CommandFactory, Parser, ValueEnum};
+use ipnet::IpNet;
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+use tollgate::core::{Algorithm, Quota};
+use tollgate::store::BoxStore;
+use tollgate::{
+    GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit, OnStoreError,
+    RateLimitLayer,
+};
+use tollgate_axum::ClientIp;
+use tollgate_redis::RedisStore;
+
+/// The command line (see the module docs for the contract).
+#[derive(Debug, Parser)]
+#[command(
+    name = "server",
+    about = "A rate-limited HTTP playground: every route answers `200 ok` unless limited."
+)]
+struct Args {
+    /// Address to listen on; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:3000")]
+    listen: SocketAddr,
+
+    /// A limit, e.g. api=10/s or hourly=500/h; repeat for several.
+    #[arg(long = "limit", value_name = "NAME=QUOTA", default_value = "api=10/s", value_parser = parse_limit)]
+    limits: Vec<NamedLimit>,
+
+    /// gcra | token-bucket | leaky-bucket | fixed-window | sliding-log | sliding-window.
+    #[arg(long, value_name = "ALG", default_value = "gcra")]
+    algorithm: Algorithm,
+
+    /// ip | global | header:NAME.
+    #[arg(long, value_name = "KIND", default_value = "ip", value_parser = parse_key)]
+    key: KeyKind,
+
+    /// A proxy network whose proxy headers are believed; repeat for several.
+    #[arg(long = "trust-proxy", value_name = "CIDR", value_parser = parse_network)]
+    trust_proxy: Vec<IpNet>,
+
+    /// memory | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...].
+    #[arg(long, value_name = "URL", default_value = "memory", value_parser = parse_store)]
+    store: StoreUrl,
+
+    /// What requests get when the store fails or is slow.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = FailMode::Open)]
+    on_store_error: FailMode,
+
+    /// How long a store may take to answer, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    store_timeout_ms: u64,
+
+    /// Which rate-limit fields responses carry.
+    #[arg(long, value_name = "STYLE", value_enum, default_value_t = Headers::Draft)]
+    headers: Headers,
+
+    /// The most keys the memory store keeps.
+    #[arg(long, value_name = "N")]
+    max_keys: Option<usize>,
+}
+
+/// How requests map to keys.
+#[derive(Clone, Debug)]
+enum KeyKind {
+    /// The client IP (the peer, or what trusted proxies report).
+    Ip,
+    /// One budget for everybody.
+    Global,
+    /// The value of this header.
+    Header(HeaderName),
+}
+
+/// Where the counters live.
+#[derive(Clone, Debug)]
+enum StoreUrl {
+    /// In this process.
+    Memory,
+    /// In Redis or Redis Cluster at this URL.
+    Redis(String),
+}
+
+/// `--on-store-error`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FailMode {
+    /// Let requests through.
+    Open,
+    /// Answer 503.
+    Closed,
+}
+
+/// `--headers`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Headers {
+    /// `RateLimit-Policy` and `RateLimit` (IETF draft).
+    Draft,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
+    Legacy,
+    /// Both sets.
+    Both,
+    /// None (`Retry-After` is still sent on rejections).
+    None,
+}
+
+/// Parses `NAME=QUOTA`.
+fn parse_limit(text: &str) -> Result<NamedLimit, String> {
+    let (name, quota) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=QUOTA, such as api=10/s, not {text:?}"))?;
+    // The name is written into header fields, so only token characters.
+    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || !name.chars().all(is_token) {
+        return Err(format!(
+            "the limit name {name:?} must be letters, digits, '-', '_' or '.'"
+        ));
+    }
+    let quota: Quota = quota.parse().map_err(|e| format!("{e}"))?;
+    Ok(NamedLimit::new(name, quota))
+}
+
+/// Parses `ip`, `global` or `header:NAME`.
+fn parse_key(text: &str) -> Result<KeyKind, String> {
+    match text {
+        "ip" => Ok(KeyKind::Ip),
+        "global" => Ok(KeyKind::Global),
+        _ => {
+            let name = text
+                .strip_prefix("header:")
+                .ok_or_else(|| format!("expected ip, global or header:NAME, not {text:?}"))?;
+            HeaderName::try_from(name)
+                .map(KeyKind::Header)
+                .map_err(|_| format!("{name:?} is not a valid header name"))
+        }
+    }
+}
+
+/// Parses a CIDR, or a single address (a /32 or /128).
+fn parse_network(text: &str) -> Result<IpNet, String> {
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("expected a network such as 10.0.0.0/8 or an address, not {text:?}"))
+}
+
+/// Parses `memory` or a Redis URL.
+fn parse_store(text: &str) -> Result<StoreUrl, String> {
+    if text == "memory" {
+        return Ok(StoreUrl::Memory);
+    }
+    // rediss:// (TLS) is left out: the redis client is built without TLS.
+    if text.starts_with("redis://") || text.starts_with("redis+cluster://") {
+        return Ok(StoreUrl::Redis(text.to_owned()));
+    }
+    Err(format!(
+        "expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT[,...], not {text:?}"
+    ))
+}
+
+/// Exits with a usage error (code 2) if two limits share a name: they would
+/// be indistinguishable in the headers and share one key in Redis.
+fn reject_duplicate_names(limits: &[NamedLimit]) {
+    let mut seen = HashSet::new();
+    if let Some(dup) = limits.iter().find(|l| !seen.insert(l.name())) {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "two limits are called {:?}; give each its own name",
+                    dup.name()
+                ),
+            )
+            .exit();
+    }
+}
+
+/// The key extractor `--key` and `--trust-proxy` ask for.
+fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
+    match kind {
+        // No trusted proxy: the peer address, proxy headers ignored.
+        KeyKind::Ip if trusted.is_empty() => Box::new(ClientIp::default()),
+        KeyKind::Ip => Box::new(ClientIp::trusting(trusted.iter().copied())),
+        KeyKind::Global => Box::new(GlobalKey),
+        KeyKind::Header(name) => Box::new(HeaderKey::from_name(name.clone())),
+    }
+}
+
+/// The store `--store` and `--max-keys` ask for; fails if Redis is absent.
+async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, String> {
+    match url {
+        StoreUrl::Memory => {
+            let builder = MemoryStore::builder();
+            let builder = match max_keys {
+                Some(n) => builder.max_keys(n),
+                None => builder,
+            };
+            Ok(BoxStore::new(builder.build()))
+        }
+        StoreUrl::Redis(url) => RedisStore::connect(url.as_str())
+            .await
+            .map(BoxStore::new)
+            .map_err(|e| format!("cannot use the Redis store at {url}: {e}")),
+    }
+}
+
+/// The response fields `--headers` asks for.
+fn header_style(headers: Headers) -> HeaderStyle {
+    let (draft, legacy) = match headers {
+        Headers::Draft => (true, false),
+        Headers::Legacy => (false, true),
+        Headers::Both => (true, true),
+        Headers::None => return HeaderStyle::NONE,
+    };
+    HeaderStyle {
+        draft,
+        legacy,
+        on_allowed: true,
+    }
+}
+
+/// The app: `ok` on every route, behind the layer the flags describe.
+async fn app(args: &Args) -> Result<Router, String> {
+    let on_store_error = match args.on_store_error {
+        FailMode::Open => OnStoreError::Open,
+        FailMode::Closed => OnStoreError::Closed,
+    };
+    let layer = args
+        .limits
+        .iter()
+        .cloned()
+        .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
+        .algorithm(args.algorithm)
+        .key(key_extractor(&args.key, &args.trust_proxy))
+        .store(store(&args.store, args.max_keys).await?)
+        .on_store_error(on_store_error)
+        .store_timeout(Duration::from_millis(args.store_timeout_ms))
+        .headers(header_style(args.headers))
+        .build();
+    // A fallback, not a route, so that every path is answered and limited.
+    Ok(Router::new().fallback(|| async { "ok" }).layer(layer))
+}
+
+/// Binds, announces the address, and serves until killed.
+async fn run(args: Args) -> Result<(), String> {
+    let app = app(&args).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    // Bound before printed: a client that reads this line can connect.
+    println!("listening on http://{addr}");
+    // Scripts read this through a pipe; make sure it is not held back.
+    let _ = std::io::stdout().flush();
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+    .map_err(|e| format!("serving failed: {e}"))
+}
+
+/// Parses the flags, then runs; startup failures exit with code 1.
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    reject_duplicate_names(&args.limits);
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("server: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
