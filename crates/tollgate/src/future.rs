@@ -4,6 +4,7 @@ use crate::headers::Fields;
 use crate::key::Key;
 use crate::layer::Shared;
 use crate::rejection::Rejector;
+use crate::routes::EntryId;
 use crate::service::Action;
 use crate::store::Store;
 use http::Response;
@@ -28,10 +29,11 @@ pin_project! {
     {
         #[pin]
         phase: Phase<S, Req, St::Future, Arc<Shared<K, St, R>>>,
-        // Rate-limit fields to add to the response, and what formats them.
-        // `None` when there are none: then the allowed path holds no
-        // reference to the shared state and pays no reference count.
-        fields: Option<(Fields, Arc<Shared<K, St, R>>)>,
+        // Rate-limit fields to add to the response, the policy they are of,
+        // and what formats them. `None` when there are none: then the
+        // allowed path holds no reference to the shared state and pays no
+        // reference count.
+        fields: Option<(Fields, EntryId, Arc<Shared<K, St, R>>)>,
     }
 }
 
@@ -58,6 +60,7 @@ pin_project! {
         shared: Sh,
         #[pin] deadline: Sleep,
         pending: Option<(S, Req)>,
+        entry: EntryId,
         key: Key,
         cost: u32,
     }
@@ -90,12 +93,12 @@ where
 {
     pub(crate) fn calling(
         future: S::Future,
-        fields: Option<Fields>,
+        fields: Option<(Fields, EntryId)>,
         shared: &Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: Phase::Calling { future },
-            fields: fields.map(|fields| (fields, shared.clone())),
+            fields: fields.map(|(fields, entry)| (fields, entry, shared.clone())),
         }
     }
 
@@ -111,6 +114,7 @@ where
     pub(crate) fn checking(
         check: St::Future,
         pending: (S, Req),
+        entry: EntryId,
         key: Key,
         cost: u32,
         shared: &Arc<Shared<K, St, R>>,
@@ -122,6 +126,7 @@ where
                     shared: shared.clone(),
                     deadline: tokio::time::sleep(shared.settings.store_timeout),
                     pending: Some(pending),
+                    entry,
                     key,
                     cost,
                 }),
@@ -133,12 +138,12 @@ where
     pub(crate) fn waiting(
         wait: Duration,
         pending: (S, Req),
-        fields: Option<Fields>,
+        fields: Option<(Fields, EntryId)>,
         shared: &Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
             phase: waiting(wait, pending),
-            fields: fields.map(|fields| (fields, shared.clone())),
+            fields: fields.map(|(fields, entry)| (fields, entry, shared.clone())),
         }
     }
 }
@@ -158,8 +163,8 @@ where
             let next = match this.phase.as_mut().project() {
                 PhaseProj::Calling { future } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some((fields, shared)) = this.fields.take() {
-                        shared.write_fields(response.headers_mut(), &fields);
+                    if let Some((fields, entry, shared)) = this.fields.take() {
+                        shared.write_fields(entry, response.headers_mut(), &fields);
                     }
                     return Poll::Ready(Ok(response));
                 }
@@ -177,15 +182,18 @@ where
                         shared,
                         deadline,
                         pending,
+                        entry,
                         key,
                         cost,
                     } = checking.as_mut().project();
+                    let entry = *entry;
                     let action = match check.poll(cx) {
-                        Poll::Ready(Ok(verdict)) => shared.judge(&verdict),
-                        Poll::Ready(Err(error)) => shared.on_failure(key, *cost, &error),
+                        Poll::Ready(Ok(verdict)) => shared.judge(entry, &verdict),
+                        Poll::Ready(Err(error)) => shared.on_failure(entry, key, *cost, &error),
                         Poll::Pending => {
                             ready!(deadline.poll(cx));
-                            shared.on_failure(key, *cost, &"the store did not answer in time")
+                            let error = &"the store did not answer in time";
+                            shared.on_failure(entry, key, *cost, error)
                         }
                     };
                     match (action, pending.take()) {
@@ -193,7 +201,7 @@ where
                             response: Some(response),
                         },
                         (Action::Forward { fields, wait, info }, Some(mut pending)) => {
-                            *this.fields = fields.map(|fields| (fields, shared.clone()));
+                            *this.fields = fields.map(|fields| (fields, entry, shared.clone()));
                             if let Some(info) = info {
                                 pending.1.extensions_mut().insert(*info);
                             }

@@ -1,12 +1,13 @@
 //! [`RateLimitLayer`] and its builder.
 
-use crate::headers::{HeaderStyle, policy_value};
+use crate::headers::HeaderStyle;
 use crate::key::{KeyExtractor, MissingKey, PeerIp, RequestInfo};
 use crate::policy::{NamedLimit, Policy};
 use crate::rejection::{DefaultRejector, FnRejector, Rejection};
+use crate::routes::{RouteMatch, Routes, path_is};
 use crate::service::RateLimit;
 use crate::store::{MemoryStore, Store};
-use http::{HeaderValue, StatusCode};
+use http::StatusCode;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +35,7 @@ pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
 /// Everything the service needs, built once and shared by every clone.
 pub(crate) struct Shared<K, St, R> {
     pub rejector: R,
-    pub policy: Arc<Policy>,
-    pub policy_header: Option<HeaderValue>,
+    pub routes: Routes,
     pub key: K,
     pub store: St,
     pub settings: Settings,
@@ -106,7 +106,7 @@ impl<K, St, R> Clone for RateLimitLayer<K, St, R> {
 impl<K, St, R> fmt::Debug for RateLimitLayer<K, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("policy", &self.shared.policy)
+            .field("policy", self.policy())
             .finish_non_exhaustive()
     }
 }
@@ -127,6 +127,7 @@ impl RateLimitLayer {
             store: MemoryStore::new(),
             rejector: DefaultRejector,
             limits: Vec::new(),
+            routes: Vec::new(),
             algorithm: None,
             max_delay: None,
             settings: Settings::default(),
@@ -135,9 +136,19 @@ impl RateLimitLayer {
 }
 
 impl<K, St, R> RateLimitLayer<K, St, R> {
-    /// The limits this layer applies.
+    /// The limits this layer applies to requests that no route matches.
     pub fn policy(&self) -> &Arc<Policy> {
-        &self.shared.policy
+        &self.shared.routes.default_entry().policy
+    }
+
+    /// Every policy of this layer: the default first, then each route's in
+    /// the order they were added.
+    pub fn policies(&self) -> impl Iterator<Item = &Arc<Policy>> {
+        self.shared
+            .routes
+            .entries()
+            .iter()
+            .map(|entry| &entry.policy)
     }
 
     /// The store this layer counts in.
@@ -161,6 +172,7 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
     store: St,
     rejector: R,
     limits: Vec<NamedLimit>,
+    routes: Vec<(RouteMatch, Vec<NamedLimit>)>,
     algorithm: Option<Algorithm>,
     max_delay: Option<Duration>,
     settings: Settings,
@@ -179,6 +191,60 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self.limit(NamedLimit::new(name, quota))
     }
 
+    /// Requests that `matches` are charged `limits` instead of the layer's
+    /// own (under the same key, in the same store). Routes are tried in the
+    /// order they are added and the first match wins; no limits at all means
+    /// such requests are not limited. The builder's
+    /// [`algorithm`](Self::algorithm) and [`delay`](Self::delay) apply to
+    /// routes' limits too.
+    ///
+    /// Give a route's limits names of their own: the names are what clients
+    /// see in the headers, and in a shared store (Redis) limits with the
+    /// same name and key share one counter.
+    ///
+    /// ```
+    /// use tollgate::{NamedLimit, RateLimitLayer};
+    /// use tollgate_core::Quota;
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota("api", Quota::per_second(20))
+    ///     .route(
+    ///         |request| request.method == http::Method::POST,
+    ///         [NamedLimit::new("writes", Quota::per_second(2))],
+    ///     )
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn route(
+        mut self,
+        matches: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static,
+        limits: impl IntoIterator<Item = NamedLimit>,
+    ) -> Self {
+        self.routes
+            .push((Arc::new(matches), limits.into_iter().collect()));
+        self
+    }
+
+    /// Requests for exactly the URI path `path` are charged `limits` instead
+    /// of the layer's own; see [`route`](Self::route). For a gRPC method
+    /// the path is `/package.Service/Method`.
+    ///
+    /// ```
+    /// use tollgate::{NamedLimit, RateLimitLayer};
+    /// use tollgate_core::Quota;
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota("api", Quota::per_second(20))
+    ///     .path("/login", [NamedLimit::new("login", Quota::per_minute(5))])
+    ///     .path("/health", []) // never limited
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn path(self, path: &str, limits: impl IntoIterator<Item = NamedLimit>) -> Self {
+        let matches = path_is(path);
+        self.route(move |request| matches(request), limits)
+    }
+
     /// Uses `algorithm` for every limit (default: each limit's own, GCRA
     /// unless set on the [`NamedLimit`]).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
@@ -193,6 +259,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             store: self.store,
             rejector: self.rejector,
             limits: self.limits,
+            routes: self.routes,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -206,6 +273,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             store,
             rejector: self.rejector,
             limits: self.limits,
+            routes: self.routes,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -280,6 +348,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             store: self.store,
             rejector,
             limits: self.limits,
+            routes: self.routes,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -334,33 +403,46 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// The layer.
     pub fn build(self) -> RateLimitLayer<K, St, R> {
         let (algorithm, max_delay) = (self.algorithm, self.max_delay);
-        let limits = self
-            .limits
+        let policy = |limits: Vec<NamedLimit>| {
+            Policy::new(
+                limits
+                    .into_iter()
+                    .map(|limit| with_overrides(limit, algorithm, max_delay))
+                    .collect(),
+            )
+        };
+        let routes = self
+            .routes
             .into_iter()
-            .map(|limit| {
-                let limit = match algorithm {
-                    Some(algorithm) => limit.algorithm(algorithm),
-                    None => limit,
-                };
-                match max_delay {
-                    Some(delay) => {
-                        let limiter = limit.limiter_ref().with_max_delay(delay);
-                        limit.limiter(limiter)
-                    }
-                    None => limit,
-                }
-            })
+            .map(|(matches, limits)| (matches, policy(limits)))
             .collect();
-        let policy = Arc::new(Policy::new(limits));
         RateLimitLayer {
             shared: Arc::new(Shared {
                 rejector: self.rejector,
-                policy_header: policy_value(&policy),
-                policy,
+                routes: Routes::new(policy(self.limits), routes),
                 key: self.key,
                 store: self.store,
                 settings: self.settings,
             }),
         }
+    }
+}
+
+/// `limit` with the builder-wide algorithm and delay bound, where set.
+fn with_overrides(
+    limit: NamedLimit,
+    algorithm: Option<Algorithm>,
+    max_delay: Option<Duration>,
+) -> NamedLimit {
+    let limit = match algorithm {
+        Some(algorithm) => limit.algorithm(algorithm),
+        None => limit,
+    };
+    match max_delay {
+        Some(delay) => {
+            let limiter = limit.limiter_ref().with_max_delay(delay);
+            limit.limiter(limiter)
+        }
+        None => limit,
     }
 }

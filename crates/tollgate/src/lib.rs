@@ -39,6 +39,7 @@ mod layer;
 mod observe;
 mod policy;
 mod rejection;
+mod routes;
 mod service;
 pub mod store;
 
@@ -51,7 +52,7 @@ pub use key::{
 };
 pub use layer::{AllowFn, CostFn, OnStoreError, RateLimitBuilder, RateLimitLayer};
 pub use policy::{NamedLimit, Policy};
-pub use rejection::{DefaultRejector, FnRejector, Rejection, Rejector};
+pub use rejection::{DefaultRejector, FnRejector, Refusal, Rejection, Rejector};
 pub use service::RateLimit;
 pub use store::{MemoryStore, Store, StoreCheck, Verdict};
 pub use tollgate_core as core;

@@ -17,10 +17,46 @@ pub struct Rejection<'a> {
     pub verdict: &'a Verdict,
 }
 
+/// Why the layer turned a request away without a verdict of its limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The store failed or timed out and the layer fails closed
+    /// ([`OnStoreError::Closed`](crate::OnStoreError::Closed)).
+    StoreFailed,
+    /// The request had no key and the layer rejects such requests
+    /// ([`MissingKey::Reject`](crate::MissingKey::Reject)).
+    MissingKey,
+}
+
+impl Refusal {
+    /// A sentence for the client.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::StoreFailed => "the rate limiter is unavailable; retry later",
+            Refusal::MissingKey => "the request carries no rate-limit key",
+        }
+    }
+}
+
 /// Builds the response to a limited request, for a response body type `B`.
 pub trait Rejector<B>: Send + Sync + 'static {
-    /// The response.
+    /// The response to a request its limits rejected.
     fn reject(&self, rejection: Rejection<'_>) -> Response<B>;
+
+    /// The response to a request turned away for another reason (see
+    /// [`Refusal`]), with the configured `status`. By default: that status
+    /// and an empty body. Protocols with their own error shape (gRPC)
+    /// override it.
+    fn refuse(&self, status: StatusCode, why: Refusal) -> Response<B>
+    where
+        B: Default,
+    {
+        let _ = why;
+        let mut response = Response::new(B::default());
+        *response.status_mut() = status;
+        response
+    }
 }
 
 /// The default rejection: the configured status, the fields, an empty body.

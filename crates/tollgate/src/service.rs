@@ -5,7 +5,8 @@ use crate::headers::{Fields, write_fields, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::layer::{OnStoreError, Shared};
-use crate::rejection::{Rejection, Rejector};
+use crate::rejection::{Refusal, Rejection, Rejector};
+use crate::routes::EntryId;
 use crate::store::{Store, StoreCheck, Verdict};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
@@ -36,7 +37,7 @@ impl<S: fmt::Debug, K, St, R> fmt::Debug for RateLimit<S, K, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policy", &self.shared.policy)
+            .field("policy", &self.shared.routes.default_entry().policy)
             .finish_non_exhaustive()
     }
 }
@@ -67,17 +68,26 @@ pub(crate) enum Action<B> {
 }
 
 impl<K, St, R> Shared<K, St, R> {
-    /// The action for a verdict.
-    pub(crate) fn judge<B: Default>(&self, verdict: &Verdict) -> Action<B>
+    /// Whether the allow-list predicate exempts this request.
+    fn is_allowed_always(&self, request: &RequestInfo<'_>) -> bool {
+        self.settings
+            .allow
+            .as_ref()
+            .is_some_and(|allow| allow(request))
+    }
+
+    /// The action for a verdict on the limits of entry `entry`.
+    pub(crate) fn judge<B: Default>(&self, entry: EntryId, verdict: &Verdict) -> Action<B>
     where
         R: Rejector<B>,
     {
         let decision = &verdict.merged;
-        crate::observe::decided(&self.policy, verdict);
+        let policy = &self.routes.get(entry).policy;
+        crate::observe::decided(policy, verdict);
         if decision.allowed || self.settings.shadow {
             if !decision.allowed {
                 tracing::info!(
-                    policy = self.policy.label(),
+                    policy = policy.label(),
                     retry_after_ms = decision.retry_after().as_millis() as u64,
                     "shadow mode: this request would have been limited"
                 );
@@ -88,7 +98,7 @@ impl<K, St, R> Shared<K, St, R> {
             let info = self
                 .settings
                 .request_info
-                .then(|| Box::new(RateLimitInfo::new(&self.policy, verdict)));
+                .then(|| Box::new(RateLimitInfo::new(policy, verdict)));
             return Action::Forward {
                 fields,
                 wait: decision.wait(),
@@ -96,28 +106,29 @@ impl<K, St, R> Shared<K, St, R> {
             };
         }
         tracing::debug!(
-            policy = self.policy.label(),
+            policy = policy.label(),
             retry_after_ms = decision.retry_after().as_millis() as u64,
             "request limited"
         );
         let mut headers = HeaderMap::new();
-        self.write_fields(&mut headers, &Fields::of(verdict));
+        self.write_fields(entry, &mut headers, &Fields::of(verdict));
         write_retry_after(&mut headers, decision);
         Action::Reject(self.rejector.reject(Rejection {
             status: self.settings.status,
             headers,
-            policy: &self.policy,
+            policy,
             verdict,
         }))
     }
 
-    /// Writes the rate-limit fields into `headers`.
-    pub(crate) fn write_fields(&self, headers: &mut HeaderMap, fields: &Fields) {
+    /// Writes the rate-limit fields of entry `entry` into `headers`.
+    pub(crate) fn write_fields(&self, entry: EntryId, headers: &mut HeaderMap, fields: &Fields) {
+        let entry = self.routes.get(entry);
         write_fields(
             headers,
             self.settings.headers,
-            &self.policy,
-            self.policy_header.as_ref(),
+            &entry.policy,
+            entry.policy_header.as_ref(),
             fields,
         );
     }
@@ -125,6 +136,7 @@ impl<K, St, R> Shared<K, St, R> {
     /// The action when the store failed or did not answer in time.
     pub(crate) fn on_failure<B: Default>(
         &self,
+        entry: EntryId,
         key: &Key,
         cost: u32,
         error: &dyn fmt::Display,
@@ -132,22 +144,24 @@ impl<K, St, R> Shared<K, St, R> {
     where
         R: Rejector<B>,
     {
+        let policy = &self.routes.get(entry).policy;
         tracing::warn!(
-            policy = self.policy.label(),
+            policy = policy.label(),
             %error,
             "rate-limit store failed; applying the configured fallback"
         );
-        crate::observe::store_failed(&self.policy);
+        crate::observe::store_failed(policy);
         match &self.settings.on_store_error {
             OnStoreError::Open => Action::Forward {
                 fields: None,
                 wait: Duration::ZERO,
                 info: None,
             },
-            OnStoreError::Closed => {
-                Action::Reject(status_response(StatusCode::SERVICE_UNAVAILABLE))
-            }
-            OnStoreError::Fallback(local) => self.judge(&local.check_now(&self.policy, key, cost)),
+            OnStoreError::Closed => Action::Reject(
+                self.rejector
+                    .refuse(StatusCode::SERVICE_UNAVAILABLE, Refusal::StoreFailed),
+            ),
+            OnStoreError::Fallback(local) => self.judge(entry, &local.check_now(policy, key, cost)),
         }
     }
 }
@@ -177,12 +191,8 @@ where
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let info = RequestInfo::new(&request);
-        if shared
-            .settings
-            .allow
-            .as_ref()
-            .is_some_and(|allow| allow(&info))
-        {
+        let entry = shared.routes.select(&info);
+        if shared.routes.get(entry).is_unlimited() || shared.is_allowed_always(&info) {
             return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
         }
         let key = match shared.key.extract(&info) {
@@ -193,17 +203,20 @@ where
                     return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
                 }
                 MissingKey::Reject(status) => {
-                    return ResponseFuture::rejected(status_response(*status));
+                    let response = shared.rejector.refuse(*status, Refusal::MissingKey);
+                    return ResponseFuture::rejected(response);
                 }
             },
         };
         let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
-        let action = match shared.store.check(&shared.policy, &key, cost) {
-            StoreCheck::Ready(Ok(verdict)) => shared.judge(&verdict),
-            StoreCheck::Ready(Err(error)) => shared.on_failure(&key, cost, &error),
+        let policy = &shared.routes.get(entry).policy;
+        let action = match shared.store.check(policy, &key, cost) {
+            StoreCheck::Ready(Ok(verdict)) => shared.judge(entry, &verdict),
+            StoreCheck::Ready(Err(error)) => shared.on_failure(entry, &key, cost, &error),
             StoreCheck::Pending(check) => {
                 let inner = self.take_ready_inner();
-                return ResponseFuture::checking(check, (inner, request), key, cost, &self.shared);
+                let pending = (inner, request);
+                return ResponseFuture::checking(check, pending, entry, key, cost, &self.shared);
             }
         };
         match action {
@@ -211,6 +224,7 @@ where
                 if let Some(info) = info {
                     request.extensions_mut().insert(*info);
                 }
+                let fields = fields.map(|fields| (fields, entry));
                 if wait.is_zero() {
                     ResponseFuture::calling(self.inner.call(request), fields, &self.shared)
                 } else {

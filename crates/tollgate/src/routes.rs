@@ -1,0 +1,102 @@
+//! Which limits a request gets: the layer's own, or those of the first
+//! matching route.
+//!
+//! A layer holds one policy by default. With
+//! [`RateLimitBuilder::route`](crate::RateLimitBuilder::route) (and
+//! [`path`](crate::RateLimitBuilder::path)) it holds a table: requests that a
+//! route's predicate matches are charged that route's limits instead, under
+//! the same key. Routes are tried in the order they were added; the first
+//! match wins; a request no route matches gets the layer's own limits.
+
+use crate::headers::policy_value;
+use crate::key::RequestInfo;
+use crate::policy::Policy;
+use http::HeaderValue;
+use std::sync::Arc;
+
+/// A predicate over requests, deciding whether a route applies.
+pub(crate) type RouteMatch = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
+
+/// A policy and what is computed for it once, when the layer is built.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub policy: Arc<Policy>,
+    /// The `RateLimit-Policy` value, which never changes.
+    pub policy_header: Option<HeaderValue>,
+}
+
+impl Entry {
+    pub(crate) fn new(policy: Policy) -> Self {
+        Entry {
+            policy_header: policy_value(&policy),
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// Whether the entry limits nothing (a route declared unlimited).
+    pub(crate) fn is_unlimited(&self) -> bool {
+        self.policy.limits().is_empty()
+    }
+}
+
+/// The layer's policies: `entries[0]` is the default, `entries[i + 1]`
+/// belongs to `matchers[i]`.
+pub(crate) struct Routes {
+    entries: Vec<Entry>,
+    matchers: Vec<RouteMatch>,
+}
+
+/// Which of a layer's policies a request got: an index, so futures carry a
+/// word rather than a reference count.
+pub(crate) type EntryId = usize;
+
+impl Routes {
+    /// A table with `default` for every request that no route matches.
+    pub(crate) fn new(default: Policy, routes: Vec<(RouteMatch, Policy)>) -> Self {
+        let mut entries = Vec::with_capacity(routes.len() + 1);
+        let mut matchers = Vec::with_capacity(routes.len());
+        entries.push(Entry::new(default));
+        for (matcher, policy) in routes {
+            matchers.push(matcher);
+            entries.push(Entry::new(policy));
+        }
+        Routes { entries, matchers }
+    }
+
+    /// The entry for a request.
+    #[inline]
+    pub(crate) fn select(&self, request: &RequestInfo<'_>) -> EntryId {
+        // The common case, a layer without routes, costs one branch.
+        if self.matchers.is_empty() {
+            return 0;
+        }
+        self.matchers
+            .iter()
+            .position(|matches| matches(request))
+            .map_or(0, |index| index + 1)
+    }
+
+    /// The entry `id` names. Ids come from [`select`](Self::select) on the
+    /// same table, so they are always in range.
+    #[inline]
+    pub(crate) fn get(&self, id: EntryId) -> &Entry {
+        &self.entries[id]
+    }
+
+    /// The default entry.
+    pub(crate) fn default_entry(&self) -> &Entry {
+        &self.entries[0]
+    }
+
+    /// Every entry, the default first.
+    pub(crate) fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+}
+
+/// A route predicate: the request's URI path is exactly `path`. For a gRPC
+/// method, the path is `/package.Service/Method`.
+pub(crate) fn path_is(path: &str) -> RouteMatch {
+    let path: Box<str> = path.into();
+    Arc::new(move |request: &RequestInfo<'_>| request.uri.path() == &*path)
+}
