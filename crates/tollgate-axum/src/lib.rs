@@ -4,7 +4,8 @@
 //!   trust model (trusted networks or a hop count; `X-Forwarded-For`,
 //!   `Forwarded`, `X-Real-IP` read right to left), as a key extractor; and
 //!   [`ClientAddr`], the same answer as a handler argument.
-//! - [`RouteKey`]: one limit per matched route.
+//! - [`RouteKey`]: one limit per matched route; [`matched_path`]: one layer
+//!   with a table of route → limits.
 //! - [`RateLimitInfo`]: the decision, for a handler (`request_info(true)`
 //!   on the layer).
 //! - [`ProblemJson`] and [`respond_with`]: rejections as
@@ -21,5 +22,5 @@ mod route;
 
 pub use client_ip::{ClientAddr, ClientIp, InvalidPrefix, Node, ProxyHeader, parse_node};
 pub use rejection::{ProblemJson, QUOTA_EXCEEDED, RespondWith, respond_with};
-pub use route::RouteKey;
+pub use route::{RouteKey, matched_path};
 pub use tollgate::RateLimitInfo;

@@ -7,8 +7,8 @@ use axum::response::Html;
 use axum::routing::get;
 use http::{Request, StatusCode};
 use std::net::SocketAddr;
-use tollgate::{GlobalKey, MissingKey, RateLimitInfo, RateLimitLayer};
-use tollgate_axum::{ClientIp, ProblemJson, RouteKey, respond_with};
+use tollgate::{GlobalKey, MissingKey, NamedLimit, RateLimitInfo, RateLimitLayer};
+use tollgate_axum::{ClientIp, ProblemJson, RouteKey, matched_path, respond_with};
 use tower::ServiceExt;
 
 async fn get_path(app: &Router, path: &str) -> (StatusCode, http::HeaderMap, String) {
@@ -69,6 +69,53 @@ async fn a_request_that_matched_no_route_has_no_route_key() {
     assert_eq!(get_path(&app, "/nope").await.0, StatusCode::BAD_REQUEST);
     assert_eq!(get_path(&app, "/").await.0, StatusCode::OK);
     assert_eq!(get_path(&app, "/").await.0, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn one_layer_holds_a_table_of_route_limits() {
+    let quota = |text: &str| text.parse().unwrap();
+    let layer = RateLimitLayer::builder()
+        .quota("api", quota("3/min"))
+        .route(
+            matched_path("/login"),
+            [NamedLimit::new("login", quota("1/min"))],
+        )
+        .route(
+            matched_path("/users/{id}"),
+            [NamedLimit::new("users", quota("2/min"))],
+        )
+        .route(matched_path("/health"), [])
+        .key(ClientIp::default())
+        .build();
+    let app = Router::new()
+        .route("/login", get(|| async { "welcome" }))
+        .route("/users/{id}", get(|| async { "user" }))
+        .route("/health", get(|| async { "ok" }))
+        .route("/", get(|| async { "home" }))
+        .route("/about", get(|| async { "about" }))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "nothing here") })
+        .layer(layer);
+    let statuses = async |paths: &[&str]| {
+        let mut out = Vec::new();
+        for path in paths {
+            out.push(get_path(&app, path).await.0.as_u16());
+        }
+        out
+    };
+    assert_eq!(statuses(&["/login", "/login"]).await, [200, 429]);
+    // One template, whatever the id.
+    assert_eq!(
+        statuses(&["/users/1", "/users/2", "/users/3"]).await,
+        [200, 200, 429]
+    );
+    let (_, headers, _) = get_path(&app, "/users/9").await;
+    assert_eq!(headers["ratelimit-policy"], "\"users\";q=2;w=60");
+    assert_eq!(statuses(&["/health"; 10]).await, [200; 10]);
+    // The other routes and the fallback share the layer's own limit.
+    assert_eq!(
+        statuses(&["/", "/about", "/nope", "/"]).await,
+        [200, 200, 404, 429]
+    );
 }
 
 #[tokio::test]
