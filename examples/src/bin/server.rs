@@ -36,6 +36,9 @@
 //! - `--key header:NAME`: requests without the header (or with an empty or
 //!   oversized one) share one budget, so leaving it out is no way around the
 //!   limit.
+//! - `--algorithm leaky-bucket` shapes: an admitted request may be held
+//!   until its slot, so one client sending one request at a time sees delays
+//!   rather than 429s; concurrent requests beyond the queue get 429.
 //! - `--max-keys` applies to the memory store only; Redis expires its keys.
 //! - Bad flags or values: a message and exit code 2. A store or address that
 //!   cannot be used at startup (Redis down, port taken): a message and exit

@@ -1,0 +1,411 @@
+//! The `server` playground's flag contract, checked against the built
+//! binary: each test starts it on `127.0.0.1:0`, reads the address it
+//! prints, and sends plain HTTP/1.1 requests over loopback.
+//!
+//! Every request comes from 127.0.0.1, so keys that differ by client are
+//! told apart through headers: `X-Forwarded-For` with a trusted proxy,
+//! or an API key header.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long any one step (startup, a request, an exit) may take.
+const STEP: Duration = Duration::from_secs(30);
+
+/// A running `server`, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    /// Starts `server --listen 127.0.0.1:0 ARGS...` and waits for its address.
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the server binary starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        // The guard exists before the wait, so a failed wait still kills it.
+        let mut server = Server {
+            child,
+            addr: String::new(),
+        };
+        server.addr = first_line_within(stdout, STEP)
+            .strip_prefix("listening on http://")
+            .expect("the first line announces the address")
+            .trim()
+            .to_owned();
+        server
+    }
+
+    /// `GET path` with `headers`.
+    fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        request(&self.addr, path, headers)
+    }
+
+    /// The statuses of `n` plain `GET /` requests.
+    fn statuses(&self, n: usize, headers: &[(&str, &str)]) -> Vec<u16> {
+        (0..n).map(|_| self.get("/", headers).status).collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first line `stdout` writes, read on a thread so a silent child
+/// fails the test after `timeout` instead of hanging it.
+fn first_line_within(stdout: impl Read + Send + 'static, timeout: Duration) -> String {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(timeout)
+        .expect("the server prints its address in time")
+}
+
+/// A response: status, headers (names lowercased) and body.
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    /// The value of header `name` (lowercase), if present.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection, read until the server
+/// closes it (`Connection: close`).
+fn request(addr: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut stream = TcpStream::connect(addr).expect("connect to the server");
+    stream.set_read_timeout(Some(STEP)).expect("set a timeout");
+    stream.set_write_timeout(Some(STEP)).expect("set a timeout");
+    let mut text = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("\r\n");
+    stream.write_all(text.as_bytes()).expect("send the request");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("read the response");
+    parse_response(&raw)
+}
+
+/// Parses a response with a `Content-Length` body (all the server sends).
+fn parse_response(raw: &str) -> Response {
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a complete head");
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Response {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+/// Runs `server ARGS...` expecting it to exit by itself; its status and
+/// stderr. Killed (and the test failed) if it is still running after `STEP`.
+fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the server binary starts");
+    let deadline = Instant::now() + STEP;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("server {args:?} kept running; it should have refused to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr is piped")
+        .read_to_string(&mut stderr);
+    (status, stderr)
+}
+
+/// Splits a `RateLimit` value into (name, r, t) per limit.
+fn rate_limit_fields(value: &str) -> Vec<(String, u64, u64)> {
+    value
+        .split(", ")
+        .map(|item| {
+            let mut parts = item.split(';');
+            let name = parts.next().expect("a name").trim_matches('"').to_owned();
+            let mut param = |key: &str| {
+                parts
+                    .next()
+                    .and_then(|p| p.strip_prefix(key))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("{key} in {value:?}"))
+            };
+            let r = param("r=");
+            let t = param("t=");
+            (name, r, t)
+        })
+        .collect()
+}
+
+/// Asserts the `RateLimit` field of `response` for one GCRA limit: exact
+/// remaining; reset at `t` seconds, or one less if the requests before took
+/// over a second (rounding up makes it exact otherwise).
+fn assert_rate_limit(response: &Response, name: &str, r: u64, t: u64) {
+    let value = response.header("ratelimit").expect("a RateLimit field");
+    let fields = rate_limit_fields(value);
+    assert_eq!(fields.len(), 1, "{value}");
+    let (got_name, got_r, got_t) = &fields[0];
+    assert_eq!((got_name.as_str(), *got_r), (name, r), "{value}");
+    assert!((t - 1..=t).contains(got_t), "{value}: t should be {t}");
+}
+
+#[test]
+fn three_per_minute_admits_three_then_429_with_the_draft_fields() {
+    let server = Server::start(&["--limit", "api=3/min"]);
+    // Different paths: every route is answered and shares the one limit.
+    for (i, path) in ["/", "/a", "/b/c?d=e"].into_iter().enumerate() {
+        let response = server.get(path, &[]);
+        assert_eq!((response.status, response.body.as_str()), (200, "ok"));
+        assert_eq!(
+            response.header("ratelimit-policy"),
+            Some("\"api\";q=3;w=60")
+        );
+        // GCRA: one request every 20 s; each one moves the reset 20 s on.
+        assert_rate_limit(&response, "api", 2 - i as u64, 20 * (i as u64 + 1));
+        assert_eq!(response.header("retry-after"), None);
+    }
+    let limited = server.get("/anything", &[]);
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.header("ratelimit-policy"), Some("\"api\";q=3;w=60"));
+    assert_rate_limit(&limited, "api", 0, 60);
+    let retry: u64 = limited
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a numeric Retry-After");
+    assert!((19..=20).contains(&retry), "Retry-After {retry}");
+}
+
+#[test]
+fn several_limits_are_listed_in_order() {
+    let server = Server::start(&["--limit", "burst=2/s", "--limit", "hourly=100/h"]);
+    let response = server.get("/", &[]);
+    assert_eq!(response.status, 200);
+    assert_eq!(
+        response.header("ratelimit-policy"),
+        Some("\"burst\";q=2;w=1, \"hourly\";q=100;w=3600")
+    );
+    let fields = rate_limit_fields(response.header("ratelimit").expect("RateLimit"));
+    let summary: Vec<(&str, u64)> = fields.iter().map(|(n, r, _)| (n.as_str(), *r)).collect();
+    assert_eq!(summary, [("burst", 1), ("hourly", 99)]);
+}
+
+#[test]
+fn the_default_limit_is_api_ten_per_second() {
+    let server = Server::start(&[]);
+    let response = server.get("/", &[]);
+    assert_eq!(
+        response.header("ratelimit-policy"),
+        Some("\"api\";q=10;w=1")
+    );
+}
+
+#[test]
+fn legacy_headers_replace_the_draft_fields() {
+    let server = Server::start(&["--limit", "api=3/min", "--headers", "legacy"]);
+    let response = server.get("/", &[]);
+    assert_eq!(response.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(response.header("x-ratelimit-remaining"), Some("2"));
+    assert!(response.header("x-ratelimit-reset").is_some());
+    assert_eq!(response.header("ratelimit-policy"), None);
+    assert_eq!(response.header("ratelimit"), None);
+}
+
+#[test]
+fn both_header_styles_together() {
+    let server = Server::start(&["--limit", "api=3/min", "--headers", "both"]);
+    let response = server.get("/", &[]);
+    assert_eq!(response.header("x-ratelimit-remaining"), Some("2"));
+    assert_eq!(
+        response.header("ratelimit-policy"),
+        Some("\"api\";q=3;w=60")
+    );
+    assert_rate_limit(&response, "api", 2, 20);
+}
+
+#[test]
+fn no_headers_but_retry_after_on_rejections() {
+    let server = Server::start(&["--limit", "api=1/min", "--headers", "none"]);
+    let allowed = server.get("/", &[]);
+    let limited = server.get("/", &[]);
+    assert_eq!((allowed.status, limited.status), (200, 429));
+    for response in [&allowed, &limited] {
+        for name in ["ratelimit-policy", "ratelimit", "x-ratelimit-limit"] {
+            assert_eq!(response.header(name), None, "{name}");
+        }
+    }
+    assert!(limited.header("retry-after").is_some());
+}
+
+#[test]
+fn a_header_key_gives_each_api_key_its_own_budget() {
+    let server = Server::start(&["--limit", "api=2/min", "--key", "header:x-api-key"]);
+    let k1 = [("x-api-key", "k1")];
+    assert_eq!(server.statuses(3, &k1), [200, 200, 429]);
+    assert_eq!(server.statuses(3, &[("x-api-key", "k2")]), [200, 200, 429]);
+    // Without the header: one shared budget, not a way around the limit.
+    assert_eq!(server.statuses(3, &[]), [200, 200, 429]);
+}
+
+#[test]
+fn a_trusted_proxy_makes_x_forwarded_for_the_key() {
+    let server = Server::start(&["--limit", "api=1/min", "--trust-proxy", "127.0.0.1/32"]);
+    let client = |ip| [("x-forwarded-for", ip)];
+    assert_eq!(server.statuses(2, &client("203.0.113.1")), [200, 429]);
+    assert_eq!(server.statuses(2, &client("203.0.113.2")), [200, 429]);
+}
+
+#[test]
+fn without_a_trusted_proxy_x_forwarded_for_changes_nothing() {
+    let server = Server::start(&["--limit", "api=1/min"]);
+    let client = |ip| [("x-forwarded-for", ip)];
+    assert_eq!(server.statuses(1, &client("203.0.113.1")), [200]);
+    // A spoofed address is still the same peer, 127.0.0.1.
+    assert_eq!(server.statuses(1, &client("203.0.113.2")), [429]);
+}
+
+#[test]
+fn a_global_key_shares_one_budget_even_across_clients() {
+    // The same setup that separates clients with `--key ip` above.
+    let server = Server::start(&[
+        "--limit",
+        "api=1/min",
+        "--key",
+        "global",
+        "--trust-proxy",
+        "127.0.0.1/32",
+    ]);
+    let client = |ip| [("x-forwarded-for", ip)];
+    assert_eq!(server.statuses(1, &client("203.0.113.1")), [200]);
+    assert_eq!(server.statuses(1, &client("203.0.113.2")), [429]);
+}
+
+#[test]
+fn every_rejecting_algorithm_admits_one_per_minute() {
+    // The leaky bucket shapes instead; see the next test.
+    for name in [
+        "gcra",
+        "token-bucket",
+        "fixed-window",
+        "sliding-log",
+        "sliding-window",
+    ] {
+        let server = Server::start(&["--limit", "api=1/min", "--algorithm", name]);
+        assert_eq!(server.statuses(2, &[]), [200, 429], "{name}");
+    }
+}
+
+#[test]
+fn the_leaky_bucket_holds_a_request_and_rejects_one_beyond_its_queue() {
+    let server = Server::start(&["--limit", "api=1/2s", "--algorithm", "leaky-bucket"]);
+    assert_eq!(server.statuses(1, &[]), [200]);
+    // Two at once: one waits for the next slot (2 s on), the other finds
+    // the queue of one full. Which is which depends on arrival order.
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = server.addr.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                (request(&addr, "/", &[]).status, started.elapsed())
+            })
+        })
+        .collect();
+    let mut results: Vec<(u16, Duration)> = both
+        .into_iter()
+        .map(|t| t.join().expect("the request thread"))
+        .collect();
+    results.sort();
+    let statuses: Vec<u16> = results.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 429]);
+    assert!(results[0].1 >= Duration::from_secs(1), "held: {results:?}");
+}
+
+#[test]
+fn the_other_settings_are_accepted() {
+    let server = Server::start(&[
+        "--store",
+        "memory",
+        "--max-keys",
+        "1000",
+        "--on-store-error",
+        "closed",
+        "--store-timeout-ms",
+        "50",
+        "--trust-proxy",
+        "10.0.0.0/8",
+        "--trust-proxy",
+        "::1",
+    ]);
+    assert_eq!(server.get("/", &[]).status, 200);
+}
+
+#[test]
+fn bad_flags_exit_with_a_usage_error() {
+    let cases: [(&[&str], &str); 8] = [
+        (&["--bogus"], "--bogus"),
+        (&["--algorithm", "nope"], "unknown algorithm"),
+        (&["--limit", "api=0/s"], "at least 1"),
+        (&["--limit", "api"], "NAME=QUOTA"),
+        (&["--limit", "a=1/s", "--limit", "a=2/s"], "two limits"),
+        (&["--key", "cookie"], "header:NAME"),
+        (&["--trust-proxy", "10.0.0.0/99"], "network"),
+        (&["--headers", "fancy"], "fancy"),
+    ];
+    for (args, message) in cases {
+        let (status, stderr) = run_to_exit(args);
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn an_unreachable_redis_fails_at_startup() {
+    // Port 1 on loopback: nothing listens, the connection is refused.
+    let (status, stderr) = run_to_exit(&["--store", "redis://127.0.0.1:1"]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("redis://127.0.0.1:1"), "{stderr}");
+}
