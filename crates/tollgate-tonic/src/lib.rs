@@ -1,1 +1,88 @@
-//! tollgate for tonic.
+//! tollgate for tonic: rate-limited gRPC calls that gRPC clients can read.
+//!
+//! The tower layer of [`tollgate`] works in a tonic server as it is; this
+//! crate adds what gRPC needs:
+//!
+//! - [`GrpcRejector`]: a limited call ends with `RESOURCE_EXHAUSTED` (or
+//!   `UNAVAILABLE`), a message that names the limit, `google.rpc.RetryInfo`
+//!   and `google.rpc.QuotaFailure` details, and the rate-limit fields as
+//!   metadata — not with an HTTP 429 that gRPC clients cannot read.
+//! - Keys: [`GrpcPeerIp`] (tonic's connection info), [`MetadataKey`] (an
+//!   API key), [`BearerToken`], [`GrpcMethod`] (`/package.Service/Method`),
+//!   and tuples of them.
+//! - Per-method quotas: one layer, a table of method → limits, with the
+//!   layer's own limits as the default
+//!   ([`RateLimitBuilder::path`](tollgate::RateLimitBuilder::path) with the
+//!   method's path, or [`method`]).
+//!
+//! ```no_run
+//! use tollgate::NamedLimit;
+//! use tollgate::core::Quota;
+//! use tollgate_tonic::{GrpcPeerIp, MetadataKey};
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! # let (_, health) = tonic_health::server::health_reporter();
+//!
+//! let limits = tollgate_tonic::builder()
+//!     // Every method: 100 calls per second per API key...
+//!     .quota("api", Quota::per_second(100))
+//!     // ...but Check: 5 per second.
+//!     .path("/grpc.health.v1.Health/Check", [NamedLimit::new("check", Quota::per_second(5))])
+//!     .key(MetadataKey::new("x-api-key"))
+//!     .build();
+//!
+//! tonic::transport::Server::builder()
+//!     .layer(limits)
+//!     .add_service(health)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A call is counted once, when it starts: a server-streaming call that
+//! sends a thousand messages costs what a unary call costs. Limiting the
+//! messages of a stream is the service's own business.
+//!
+//! The layer also wraps one generated service, keeping its name, so
+//! `add_service(layer.layer(GreeterServer::new(...)))` limits that service
+//! alone.
+#![warn(missing_docs)]
+
+// The README's examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+mod key;
+mod rejection;
+
+pub use key::{BearerToken, GrpcMethod, GrpcPeerIp, MetadataKey};
+pub use rejection::GrpcRejector;
+
+use tollgate::{MemoryStore, RateLimitBuilder, RateLimitLayer};
+
+/// A layer builder with gRPC defaults: calls keyed by [`GrpcPeerIp`],
+/// rejected with [`GrpcRejector`], counted in memory, and no limit yet. Every
+/// setting of [`RateLimitBuilder`] is available; a later
+/// [`key`](RateLimitBuilder::key) or
+/// [`rejector`](RateLimitBuilder::rejector) replaces these defaults.
+pub fn builder() -> RateLimitBuilder<GrpcPeerIp, MemoryStore, GrpcRejector> {
+    RateLimitLayer::builder()
+        .key(GrpcPeerIp)
+        .rejector(GrpcRejector::default())
+}
+
+/// The path of a gRPC method, `/package.Service/Method`, for
+/// [`RateLimitBuilder::path`], from a service name (as in the `.proto`
+/// file, with its package, or `NamedService::NAME` of a generated server)
+/// and a method name as written in the `.proto` file.
+///
+/// ```
+/// assert_eq!(
+///     tollgate_tonic::method("grpc.health.v1.Health", "Check"),
+///     "/grpc.health.v1.Health/Check"
+/// );
+/// ```
+pub fn method(service: &str, method: &str) -> String {
+    format!("/{service}/{method}")
+}

@@ -188,7 +188,7 @@ where
                     } = checking.as_mut().project();
                     let entry = *entry;
                     let action = match check.poll(cx) {
-                        Poll::Ready(Ok(verdict)) => shared.judge(entry, &verdict),
+                        Poll::Ready(Ok(verdict)) => shared.judge(entry, key, &verdict),
                         Poll::Ready(Err(error)) => shared.on_failure(entry, key, *cost, &error),
                         Poll::Pending => {
                             ready!(deadline.poll(cx));

@@ -1,6 +1,7 @@
 //! How a limited request is answered.
 
 use crate::Verdict;
+use crate::key::Key;
 use crate::policy::Policy;
 use http::{HeaderMap, Response, StatusCode};
 
@@ -13,6 +14,8 @@ pub struct Rejection<'a> {
     pub headers: HeaderMap,
     /// The limits that applied.
     pub policy: &'a Policy,
+    /// The key the request was counted under.
+    pub key: &'a Key,
     /// What each limit decided.
     pub verdict: &'a Verdict,
 }

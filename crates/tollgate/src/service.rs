@@ -77,7 +77,12 @@ impl<K, St, R> Shared<K, St, R> {
     }
 
     /// The action for a verdict on the limits of entry `entry`.
-    pub(crate) fn judge<B: Default>(&self, entry: EntryId, verdict: &Verdict) -> Action<B>
+    pub(crate) fn judge<B: Default>(
+        &self,
+        entry: EntryId,
+        key: &Key,
+        verdict: &Verdict,
+    ) -> Action<B>
     where
         R: Rejector<B>,
     {
@@ -117,6 +122,7 @@ impl<K, St, R> Shared<K, St, R> {
             status: self.settings.status,
             headers,
             policy,
+            key,
             verdict,
         }))
     }
@@ -161,7 +167,9 @@ impl<K, St, R> Shared<K, St, R> {
                 self.rejector
                     .refuse(StatusCode::SERVICE_UNAVAILABLE, Refusal::StoreFailed),
             ),
-            OnStoreError::Fallback(local) => self.judge(entry, &local.check_now(policy, key, cost)),
+            OnStoreError::Fallback(local) => {
+                self.judge(entry, key, &local.check_now(policy, key, cost))
+            }
         }
     }
 }
@@ -211,7 +219,7 @@ where
         let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
         let policy = &shared.routes.get(entry).policy;
         let action = match shared.store.check(policy, &key, cost) {
-            StoreCheck::Ready(Ok(verdict)) => shared.judge(entry, &verdict),
+            StoreCheck::Ready(Ok(verdict)) => shared.judge(entry, &key, &verdict),
             StoreCheck::Ready(Err(error)) => shared.on_failure(entry, &key, cost, &error),
             StoreCheck::Pending(check) => {
                 let inner = self.take_ready_inner();
@@ -235,6 +243,15 @@ where
             Action::Reject(response) => ResponseFuture::rejected(response),
         }
     }
+}
+
+/// Wrapping one generated gRPC service keeps its name, which tonic's
+/// `Server::builder().add_service(...)` routes by.
+#[cfg(feature = "tonic")]
+impl<S: tonic::server::NamedService, K, St, R> tonic::server::NamedService
+    for RateLimit<S, K, St, R>
+{
+    const NAME: &'static str = S::NAME;
 }
 
 impl<S: Clone, K, St, R> RateLimit<S, K, St, R> {
