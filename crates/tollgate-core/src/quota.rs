@@ -156,7 +156,7 @@ impl fmt::Display for Quota {
         ];
         let (unit, count) = UNITS
             .iter()
-            .find(|(_, nanos)| self.period_nanos % nanos == 0)
+            .find(|(_, nanos)| self.period_nanos.is_multiple_of(*nanos))
             .map(|(unit, nanos)| (*unit, self.period_nanos / nanos))
             .unwrap_or(("ns", self.period_nanos));
         if count == 1 {
