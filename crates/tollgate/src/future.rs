@@ -4,7 +4,7 @@ use crate::headers::Fields;
 use crate::key::Key;
 use crate::layer::Shared;
 use crate::rejection::Rejector;
-use crate::routes::EntryId;
+use crate::routes::EntryRef;
 use crate::service::Action;
 use crate::store::Store;
 use http::Response;
@@ -33,7 +33,7 @@ pin_project! {
         // and what formats them. `None` when there are none: then the
         // allowed path holds no reference to the shared state and pays no
         // reference count.
-        fields: Option<(Fields, EntryId, Arc<Shared<K, St, R>>)>,
+        fields: Option<(Fields, EntryRef, Arc<Shared<K, St, R>>)>,
     }
 }
 
@@ -60,7 +60,7 @@ pin_project! {
         shared: Sh,
         #[pin] deadline: Sleep,
         pending: Option<(S, Req)>,
-        entry: EntryId,
+        entry: EntryRef,
         key: Key,
         cost: u32,
     }
@@ -93,7 +93,7 @@ where
 {
     pub(crate) fn calling(
         future: S::Future,
-        fields: Option<(Fields, EntryId)>,
+        fields: Option<(Fields, EntryRef)>,
         shared: &Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
@@ -114,7 +114,7 @@ where
     pub(crate) fn checking(
         check: St::Future,
         pending: (S, Req),
-        entry: EntryId,
+        entry: EntryRef,
         key: Key,
         cost: u32,
         shared: &Arc<Shared<K, St, R>>,
@@ -138,7 +138,7 @@ where
     pub(crate) fn waiting(
         wait: Duration,
         pending: (S, Req),
-        fields: Option<(Fields, EntryId)>,
+        fields: Option<(Fields, EntryRef)>,
         shared: &Arc<Shared<K, St, R>>,
     ) -> Self {
         ResponseFuture {
@@ -164,7 +164,7 @@ where
                 PhaseProj::Calling { future } => {
                     let mut response = ready!(future.poll(cx))?;
                     if let Some((fields, entry, shared)) = this.fields.take() {
-                        shared.write_fields(entry, response.headers_mut(), &fields);
+                        shared.write_fields(&entry, response.headers_mut(), &fields);
                     }
                     return Poll::Ready(Ok(response));
                 }
@@ -186,7 +186,6 @@ where
                         key,
                         cost,
                     } = checking.as_mut().project();
-                    let entry = *entry;
                     let action = match check.poll(cx) {
                         Poll::Ready(Ok(verdict)) => shared.judge(entry, key, &verdict),
                         Poll::Ready(Err(error)) => shared.on_failure(entry, key, *cost, &error),
@@ -201,6 +200,7 @@ where
                             response: Some(response),
                         },
                         (Action::Forward { fields, wait, info }, Some(mut pending)) => {
+                            let entry = entry.clone();
                             *this.fields = fields.map(|fields| (fields, entry, shared.clone()));
                             if let Some(info) = info {
                                 pending.1.extensions_mut().insert(*info);

@@ -36,6 +36,8 @@ pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
 pub(crate) struct Shared<K, St, R> {
     pub rejector: R,
     pub routes: Routes,
+    #[cfg(feature = "quotas")]
+    pub quotas: Option<Arc<crate::quotas::Resolver>>,
     pub key: K,
     pub store: St,
     pub settings: Settings,
@@ -128,6 +130,8 @@ impl RateLimitLayer {
             rejector: DefaultRejector,
             limits: Vec::new(),
             routes: Vec::new(),
+            #[cfg(feature = "quotas")]
+            quotas: None,
             algorithm: None,
             max_delay: None,
             settings: Settings::default(),
@@ -173,6 +177,8 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
     rejector: R,
     limits: Vec<NamedLimit>,
     routes: Vec<(RouteMatch, Vec<NamedLimit>)>,
+    #[cfg(feature = "quotas")]
+    quotas: Option<crate::quotas::KeyQuotas>,
     algorithm: Option<Algorithm>,
     max_delay: Option<Duration>,
     settings: Settings,
@@ -225,6 +231,15 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
+    /// Per-key quotas: each key's limits come from `quotas` (through its
+    /// cache) instead of the layer's own, which remain the default for keys
+    /// the source does not name. See [`quotas`](crate::quotas).
+    #[cfg(feature = "quotas")]
+    pub fn quotas(mut self, quotas: crate::quotas::KeyQuotas) -> Self {
+        self.quotas = Some(quotas);
+        self
+    }
+
     /// Requests for exactly the URI path `path` are charged `limits` instead
     /// of the layer's own; see [`route`](Self::route). For a gRPC method
     /// the path is `/package.Service/Method`.
@@ -260,6 +275,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             rejector: self.rejector,
             limits: self.limits,
             routes: self.routes,
+            #[cfg(feature = "quotas")]
+            quotas: self.quotas,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -274,6 +291,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             rejector: self.rejector,
             limits: self.limits,
             routes: self.routes,
+            #[cfg(feature = "quotas")]
+            quotas: self.quotas,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -349,6 +368,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             rejector,
             limits: self.limits,
             routes: self.routes,
+            #[cfg(feature = "quotas")]
+            quotas: self.quotas,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -416,10 +437,20 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             .into_iter()
             .map(|(matches, limits)| (matches, policy(limits)))
             .collect();
+        let default = policy(self.limits);
+        #[cfg(feature = "quotas")]
+        let quotas = self.quotas.map(|quotas| {
+            let base_name = default.limits().first().map_or("quota", NamedLimit::name);
+            Arc::new(crate::quotas::Resolver::new(
+                quotas, base_name, algorithm, max_delay,
+            ))
+        });
         RateLimitLayer {
             shared: Arc::new(Shared {
                 rejector: self.rejector,
-                routes: Routes::new(policy(self.limits), routes),
+                routes: Routes::new(default, routes),
+                #[cfg(feature = "quotas")]
+                quotas,
                 key: self.key,
                 store: self.store,
                 settings: self.settings,
@@ -429,7 +460,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 }
 
 /// `limit` with the builder-wide algorithm and delay bound, where set.
-fn with_overrides(
+pub(crate) fn with_overrides(
     limit: NamedLimit,
     algorithm: Option<Algorithm>,
     max_delay: Option<Duration>,

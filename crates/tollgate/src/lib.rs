@@ -38,6 +38,8 @@ mod key;
 mod layer;
 mod observe;
 mod policy;
+#[cfg(feature = "quotas")]
+pub mod quotas;
 mod rejection;
 mod routes;
 mod service;

@@ -1,7 +1,8 @@
 //! Counters through the `metrics` facade (with the `metrics` feature):
 //! `tollgate_requests_total{limit, outcome="allowed"|"limited"}` per named
 //! limit, and `tollgate_store_errors_total{policy}` where `policy` is the
-//! policy's [`label`](crate::Policy::label) (its limits' names).
+//! policy's [`label`](crate::Policy::label) (its limits' names), and
+//! `tollgate_quota_errors_total` for failed per-key quota lookups.
 
 use crate::Verdict;
 use crate::policy::Policy;
@@ -32,3 +33,12 @@ pub(crate) fn store_failed(policy: &Policy) {
 #[cfg(not(feature = "metrics"))]
 #[inline]
 pub(crate) fn store_failed(_: &Policy) {}
+
+#[cfg(all(feature = "metrics", feature = "quotas"))]
+pub(crate) fn quota_lookup_failed() {
+    metrics::counter!("tollgate_quota_errors_total").increment(1);
+}
+
+#[cfg(all(not(feature = "metrics"), feature = "quotas"))]
+#[inline]
+pub(crate) fn quota_lookup_failed() {}

@@ -17,7 +17,8 @@ use std::sync::Arc;
 /// A predicate over requests, deciding whether a route applies.
 pub(crate) type RouteMatch = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
 
-/// A policy and what is computed for it once, when the layer is built.
+/// A policy and what is computed for it once, when the layer is built (or,
+/// for a per-key quota, when the quota is fetched).
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub policy: Arc<Policy>,
@@ -46,9 +47,15 @@ pub(crate) struct Routes {
     matchers: Vec<RouteMatch>,
 }
 
-/// Which of a layer's policies a request got: an index, so futures carry a
-/// word rather than a reference count.
-pub(crate) type EntryId = usize;
+/// Which policy a request got: one of the layer's own (an index, so the
+/// common case carries a word rather than a reference count), or a per-key
+/// quota's.
+#[derive(Clone, Debug)]
+pub(crate) enum EntryRef {
+    Table(usize),
+    #[cfg_attr(not(feature = "quotas"), allow(dead_code))]
+    Key(Arc<Entry>),
+}
 
 impl Routes {
     /// A table with `default` for every request that no route matches.
@@ -63,24 +70,29 @@ impl Routes {
         Routes { entries, matchers }
     }
 
-    /// The entry for a request.
+    /// The entry for a request: `Table(0)` is the layer's own limits.
     #[inline]
-    pub(crate) fn select(&self, request: &RequestInfo<'_>) -> EntryId {
+    pub(crate) fn select(&self, request: &RequestInfo<'_>) -> EntryRef {
         // The common case, a layer without routes, costs one branch.
         if self.matchers.is_empty() {
-            return 0;
+            return EntryRef::Table(0);
         }
-        self.matchers
+        let index = self
+            .matchers
             .iter()
             .position(|matches| matches(request))
-            .map_or(0, |index| index + 1)
+            .map_or(0, |index| index + 1);
+        EntryRef::Table(index)
     }
 
-    /// The entry `id` names. Ids come from [`select`](Self::select) on the
-    /// same table, so they are always in range.
+    /// The entry `entry` names. Table indexes come from
+    /// [`select`](Self::select) on the same table, so they are in range.
     #[inline]
-    pub(crate) fn get(&self, id: EntryId) -> &Entry {
-        &self.entries[id]
+    pub(crate) fn get<'a>(&'a self, entry: &'a EntryRef) -> &'a Entry {
+        match entry {
+            EntryRef::Table(index) => &self.entries[*index],
+            EntryRef::Key(entry) => entry,
+        }
     }
 
     /// The default entry.

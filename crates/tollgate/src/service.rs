@@ -6,7 +6,7 @@ use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::layer::{OnStoreError, Shared};
 use crate::rejection::{Refusal, Rejection, Rejector};
-use crate::routes::EntryId;
+use crate::routes::EntryRef;
 use crate::store::{Store, StoreCheck, Verdict};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
@@ -76,10 +76,26 @@ impl<K, St, R> Shared<K, St, R> {
             .is_some_and(|allow| allow(request))
     }
 
+    /// The limits a request with `key` is charged, given the entry its
+    /// route chose; `None` when its key's quota is "unlimited".
+    #[inline]
+    fn limits_for_key(&self, entry: EntryRef, key: &Key) -> Option<EntryRef> {
+        #[cfg(feature = "quotas")]
+        if let (Some(quotas), EntryRef::Table(0)) = (&self.quotas, &entry) {
+            return match quotas.resolve(key) {
+                crate::quotas::Resolution::Default => Some(entry),
+                crate::quotas::Resolution::Unlimited => None,
+                crate::quotas::Resolution::Limits(limits) => Some(EntryRef::Key(limits)),
+            };
+        }
+        let _ = key;
+        Some(entry)
+    }
+
     /// The action for a verdict on the limits of entry `entry`.
     pub(crate) fn judge<B: Default>(
         &self,
-        entry: EntryId,
+        entry: &EntryRef,
         key: &Key,
         verdict: &Verdict,
     ) -> Action<B>
@@ -128,7 +144,7 @@ impl<K, St, R> Shared<K, St, R> {
     }
 
     /// Writes the rate-limit fields of entry `entry` into `headers`.
-    pub(crate) fn write_fields(&self, entry: EntryId, headers: &mut HeaderMap, fields: &Fields) {
+    pub(crate) fn write_fields(&self, entry: &EntryRef, headers: &mut HeaderMap, fields: &Fields) {
         let entry = self.routes.get(entry);
         write_fields(
             headers,
@@ -142,7 +158,7 @@ impl<K, St, R> Shared<K, St, R> {
     /// The action when the store failed or did not answer in time.
     pub(crate) fn on_failure<B: Default>(
         &self,
-        entry: EntryId,
+        entry: &EntryRef,
         key: &Key,
         cost: u32,
         error: &dyn fmt::Display,
@@ -200,7 +216,7 @@ where
         let shared = &*self.shared;
         let info = RequestInfo::new(&request);
         let entry = shared.routes.select(&info);
-        if shared.routes.get(entry).is_unlimited() || shared.is_allowed_always(&info) {
+        if shared.routes.get(&entry).is_unlimited() || shared.is_allowed_always(&info) {
             return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
         }
         let key = match shared.key.extract(&info) {
@@ -216,11 +232,14 @@ where
                 }
             },
         };
+        let Some(entry) = shared.limits_for_key(entry, &key) else {
+            return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
+        };
         let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
-        let policy = &shared.routes.get(entry).policy;
+        let policy = &shared.routes.get(&entry).policy;
         let action = match shared.store.check(policy, &key, cost) {
-            StoreCheck::Ready(Ok(verdict)) => shared.judge(entry, &key, &verdict),
-            StoreCheck::Ready(Err(error)) => shared.on_failure(entry, &key, cost, &error),
+            StoreCheck::Ready(Ok(verdict)) => shared.judge(&entry, &key, &verdict),
+            StoreCheck::Ready(Err(error)) => shared.on_failure(&entry, &key, cost, &error),
             StoreCheck::Pending(check) => {
                 let inner = self.take_ready_inner();
                 let pending = (inner, request);

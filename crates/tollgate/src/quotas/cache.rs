@@ -1,0 +1,273 @@
+//! The cache in front of a quota source, and how the layer reads it.
+
+use super::{QuotaAnswer, QuotaSource};
+use crate::Key;
+use crate::policy::{NamedLimit, Policy};
+use crate::routes::Entry;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+// tokio's clock, so tests can move time by hand; the real clock otherwise.
+use tokio::time::Instant;
+use tollgate_core::{Algorithm, Quota};
+
+/// Per-key quotas from a [`QuotaSource`], behind a bounded in-memory cache
+/// with a TTL; give it to
+/// [`RateLimitBuilder::quotas`](crate::RateLimitBuilder::quotas). See the
+/// [module docs](super) for what a request gets when the source is slow,
+/// failing, or has not answered yet.
+///
+/// Clones share their counters ([`errors`](Self::errors),
+/// [`lookups`](Self::lookups)), so keep one to watch the source.
+#[derive(Clone)]
+pub struct KeyQuotas {
+    source: Arc<dyn QuotaSource>,
+    ttl: Duration,
+    error_ttl: Duration,
+    lookup_timeout: Duration,
+    max_keys: u64,
+    stats: Arc<Stats>,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    lookups: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl fmt::Debug for KeyQuotas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyQuotas")
+            .field("ttl", &self.ttl)
+            .field("error_ttl", &self.error_ttl)
+            .field("lookup_timeout", &self.lookup_timeout)
+            .field("max_keys", &self.max_keys)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyQuotas {
+    /// Quotas from `source`, cached for 60 s, failures remembered for 5 s,
+    /// lookups given up after 5 s, at most 100,000 keys cached.
+    pub fn new(source: impl QuotaSource) -> Self {
+        KeyQuotas {
+            source: Arc::new(source),
+            ttl: Duration::from_secs(60),
+            error_ttl: Duration::from_secs(5),
+            lookup_timeout: Duration::from_secs(5),
+            max_keys: 100_000,
+            stats: Arc::default(),
+        }
+    }
+
+    /// How long an answer is fresh; after that the next request of the key
+    /// starts a refresh (and still gets the old answer).
+    pub fn ttl(self, ttl: Duration) -> Self {
+        KeyQuotas { ttl, ..self }
+    }
+
+    /// How long a failed lookup is remembered before the key is looked up
+    /// again.
+    pub fn error_ttl(self, error_ttl: Duration) -> Self {
+        KeyQuotas { error_ttl, ..self }
+    }
+
+    /// How long a lookup may take before it counts as failed.
+    pub fn lookup_timeout(self, lookup_timeout: Duration) -> Self {
+        KeyQuotas {
+            lookup_timeout,
+            ..self
+        }
+    }
+
+    /// How many keys the cache holds at most; beyond that the least used
+    /// are dropped (and looked up again when they return).
+    pub fn max_keys(self, max_keys: u64) -> Self {
+        KeyQuotas { max_keys, ..self }
+    }
+
+    /// How many lookups failed or timed out so far.
+    pub fn errors(&self) -> u64 {
+        self.stats.errors.load(Ordering::Relaxed)
+    }
+
+    /// How many lookups were started so far.
+    pub fn lookups(&self) -> u64 {
+        self.stats.lookups.load(Ordering::Relaxed)
+    }
+}
+
+/// What the layer should charge a request, per its key's quota.
+#[derive(Clone, Debug)]
+pub(crate) enum Resolution {
+    /// The layer's own limits.
+    Default,
+    /// Nothing.
+    Unlimited,
+    /// These.
+    Limits(Arc<Entry>),
+}
+
+/// A cached answer.
+struct Cached {
+    resolution: Resolution,
+    /// After this the answer is stale: still served, but refreshed.
+    fresh_until: Instant,
+    /// Set while a lookup for the key runs, so a key has one at a time.
+    refreshing: AtomicBool,
+}
+
+/// Policies built for per-key quotas are shared by every key with the same
+/// quotas, so a key keeps its counters across refreshes. Past this many
+/// distinct quota sets, new ones are built per lookup instead.
+const MAX_INTERNED: usize = 10_000;
+
+/// The layer's side of [`KeyQuotas`]: the cache, and how answers become
+/// policies (with the layer's algorithm, delay and limit names).
+pub(crate) struct Resolver {
+    config: KeyQuotas,
+    cache: moka::sync::Cache<Key, Arc<Cached>>,
+    interned: Mutex<HashMap<Vec<Quota>, Arc<Entry>>>,
+    base_name: Arc<str>,
+    algorithm: Option<Algorithm>,
+    max_delay: Option<Duration>,
+    warned_no_runtime: AtomicBool,
+}
+
+impl Resolver {
+    pub(crate) fn new(
+        config: KeyQuotas,
+        base_name: &str,
+        algorithm: Option<Algorithm>,
+        max_delay: Option<Duration>,
+    ) -> Self {
+        Resolver {
+            cache: moka::sync::Cache::builder()
+                .max_capacity(config.max_keys)
+                .build(),
+            config,
+            interned: Mutex::default(),
+            base_name: base_name.into(),
+            algorithm,
+            max_delay,
+            warned_no_runtime: AtomicBool::new(false),
+        }
+    }
+
+    /// What `key` is charged now. Reads the cache only; starts a background
+    /// lookup when the key is missing or stale.
+    pub(crate) fn resolve(self: &Arc<Self>, key: &Key) -> Resolution {
+        let now = Instant::now();
+        if let Some(cached) = self.cache.get(key) {
+            if now >= cached.fresh_until && !cached.refreshing.swap(true, Ordering::AcqRel) {
+                self.spawn_lookup(key, Some(cached.clone()));
+            }
+            return cached.resolution.clone();
+        }
+        // A placeholder marks the lookup as running, so that the key's other
+        // requests meanwhile do not start lookups of their own.
+        let entry = self.cache.entry(key.clone()).or_insert_with(|| {
+            Arc::new(Cached {
+                resolution: Resolution::Default,
+                fresh_until: now,
+                refreshing: AtomicBool::new(true),
+            })
+        });
+        if entry.is_fresh() {
+            self.spawn_lookup(key, None);
+        }
+        entry.into_value().resolution.clone()
+    }
+
+    fn spawn_lookup(self: &Arc<Self>, key: &Key, previous: Option<Arc<Cached>>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            if !self.warned_no_runtime.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "per-key quotas need a tokio runtime to look quotas up; using the default limits"
+                );
+            }
+            if let Some(cached) = self.cache.get(key) {
+                cached.refreshing.store(false, Ordering::Release);
+            }
+            return;
+        };
+        self.config.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        let resolver = self.clone();
+        let key = key.clone();
+        runtime.spawn(async move {
+            let lookup = resolver.config.source.lookup(&key);
+            let result = match tokio::time::timeout(resolver.config.lookup_timeout, lookup).await {
+                Ok(result) => result,
+                Err(_) => Err("the quota source did not answer in time".into()),
+            };
+            let cached = match result {
+                Ok(answer) => Cached {
+                    resolution: resolver.resolution_of(answer),
+                    fresh_until: Instant::now() + resolver.config.ttl,
+                    refreshing: AtomicBool::new(false),
+                },
+                Err(error) => {
+                    resolver.config.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    crate::observe::quota_lookup_failed();
+                    tracing::warn!(%error, "quota lookup failed; keeping the last answer or the default limits");
+                    Cached {
+                        resolution: previous.map_or(Resolution::Default, |p| p.resolution.clone()),
+                        fresh_until: Instant::now() + resolver.config.error_ttl,
+                        refreshing: AtomicBool::new(false),
+                    }
+                }
+            };
+            resolver.cache.insert(key, Arc::new(cached));
+        });
+    }
+
+    /// The resolution for a source's answer.
+    fn resolution_of(&self, answer: QuotaAnswer) -> Resolution {
+        match answer {
+            QuotaAnswer::Default => Resolution::Default,
+            QuotaAnswer::Unlimited => Resolution::Unlimited,
+            // An empty list would limit nothing by accident: read it as the
+            // default.
+            QuotaAnswer::Quotas(quotas) if quotas.is_empty() => Resolution::Default,
+            QuotaAnswer::Quotas(quotas) => Resolution::Limits(self.entry_for(quotas)),
+        }
+    }
+
+    /// The shared entry for a set of quotas.
+    fn entry_for(&self, quotas: Vec<Quota>) -> Arc<Entry> {
+        let mut interned = self
+            .interned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(entry) = interned.get(&quotas) {
+            return entry.clone();
+        }
+        let entry = Arc::new(Entry::new(self.policy_for(&quotas)));
+        if interned.len() < MAX_INTERNED {
+            interned.insert(quotas, entry.clone());
+        }
+        entry
+    }
+
+    fn policy_for(&self, quotas: &[Quota]) -> Policy {
+        let limits = quotas
+            .iter()
+            .enumerate()
+            .map(|(i, quota)| {
+                let name = match i {
+                    0 => self.base_name.to_string(),
+                    _ => format!("{}-{}", self.base_name, i + 1),
+                };
+                crate::layer::with_overrides(
+                    NamedLimit::new(name, *quota),
+                    self.algorithm,
+                    self.max_delay,
+                )
+            })
+            .collect();
+        Policy::new(limits)
+    }
+}

@@ -1,0 +1,139 @@
+//! Per-key quotas, looked up at request time: "user:241531 may make 5
+//! requests per second", a paid plan gets more than a free one.
+//!
+//! A [`QuotaSource`] says what a key's quota is: the layer's default
+//! limits, no limit at all, or its own quotas. Sources are slow (a file, a
+//! Redis hash, a database), so the layer never asks one on the request
+//! path: [`KeyQuotas`] puts a bounded in-memory cache in front, and the
+//! request path reads only that cache.
+//!
+//! ```
+//! use tollgate::quotas::{KeyQuotas, QuotaAnswer, StaticQuotas};
+//! use tollgate::{HeaderKey, RateLimitLayer};
+//! use tollgate::core::Quota;
+//! use std::time::Duration;
+//!
+//! let plans = StaticQuotas::new()
+//!     .with("free-key", "10/min".parse::<QuotaAnswer>().unwrap())
+//!     .with("paid-key", "5/s;1000/h".parse().unwrap())
+//!     .with("internal", QuotaAnswer::Unlimited);
+//! let layer = RateLimitLayer::builder()
+//!     .quota("api", Quota::per_minute(5)) // keys the source does not name
+//!     .key(HeaderKey::new("x-api-key"))
+//!     .quotas(KeyQuotas::new(plans).ttl(Duration::from_secs(30)))
+//!     .build();
+//! # let _ = layer;
+//! ```
+//!
+//! How a request gets its limits:
+//!
+//! - A key with a fresh cache entry gets that entry's answer.
+//! - A key whose entry is older than the TTL gets the entry's answer too
+//!   (stale), and one background lookup refreshes it: a change at the source
+//!   takes effect within the TTL plus one lookup of the key's next request.
+//! - A key with no entry gets the layer's default limits, and one background
+//!   lookup fetches its own. The first requests of a key are never held
+//!   waiting for a slow source.
+//! - A lookup that fails is counted ([`KeyQuotas::errors`], a `tracing`
+//!   warning, and `tollgate_quota_errors_total` with the `metrics`
+//!   feature). A stale entry then stays in use; a key with no entry gets
+//!   the default limits, remembered for the error TTL so a failing source
+//!   is not asked again on every request.
+//! - "Default" and "unlimited" answers are cached like any other (negative
+//!   caching), so keys the source does not know cost one lookup per TTL.
+//!
+//! Per-key quotas replace the layer's own limits; requests that match a
+//! [route](crate::RateLimitBuilder::route) keep the route's limits. The
+//! builder's algorithm and delay apply to per-key limits too. The limits
+//! are named after the layer's first limit (`api`, then `api-2`, ...), so
+//! headers and metrics read the same for every key.
+//!
+//! A key's counters are kept per quota: in a [`MemoryStore`](crate::MemoryStore)
+//! a key whose quota changes starts a fresh count under the new quota (it
+//! cannot exceed the new quota from then on, but earlier requests are not
+//! carried over); in Redis the count carries over, as counters there are
+//! named by limit, not by quota.
+
+mod cache;
+mod source;
+
+pub use cache::KeyQuotas;
+pub(crate) use cache::{Resolution, Resolver};
+pub use source::{
+    AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError, StaticQuotas, quota_fn,
+    quota_fn_async,
+};
+
+use std::fmt;
+use std::str::FromStr;
+use tollgate_core::{Quota, QuotaError};
+
+/// What a [`QuotaSource`] says about a key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum QuotaAnswer {
+    /// The layer's own limits.
+    Default,
+    /// No limit at all.
+    Unlimited,
+    /// These quotas, all of which a request must pass (at least one).
+    Quotas(Vec<Quota>),
+}
+
+impl FromStr for QuotaAnswer {
+    type Err = QuotaError;
+
+    /// Reads `"5/s"`, several quotas separated by `;` (`"5/s;500/h"`),
+    /// `"unlimited"`, or `"default"` (also the empty string).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "" | "default" => Ok(QuotaAnswer::Default),
+            "unlimited" => Ok(QuotaAnswer::Unlimited),
+            quotas => quotas
+                .split(';')
+                .map(|quota| quota.trim().parse())
+                .collect::<Result<Vec<Quota>, _>>()
+                .map(QuotaAnswer::Quotas),
+        }
+    }
+}
+
+impl fmt::Display for QuotaAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaAnswer::Default => f.write_str("default"),
+            QuotaAnswer::Unlimited => f.write_str("unlimited"),
+            QuotaAnswer::Quotas(quotas) => {
+                for (i, quota) in quotas.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(";")?;
+                    }
+                    write!(f, "{quota}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse_from_the_text_a_config_store_holds() {
+        assert_eq!("".parse(), Ok(QuotaAnswer::Default));
+        assert_eq!(" default ".parse(), Ok(QuotaAnswer::Default));
+        assert_eq!("unlimited".parse(), Ok(QuotaAnswer::Unlimited));
+        assert_eq!(
+            "5/s; 500/h".parse(),
+            Ok(QuotaAnswer::Quotas(vec![
+                Quota::per_second(5),
+                Quota::per_hour(500)
+            ]))
+        );
+        assert!("5/s;".parse::<QuotaAnswer>().is_err());
+        assert!("five per second".parse::<QuotaAnswer>().is_err());
+        let answer: QuotaAnswer = "5/s;500/h".parse().unwrap();
+        assert_eq!(answer.to_string(), "5/s;500/h");
+    }
+}

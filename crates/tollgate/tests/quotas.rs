@@ -1,0 +1,211 @@
+//! Per-key quotas: each key's limits from a source, through the cache; a
+//! slow or failing source never stalls a request.
+#![cfg(feature = "quotas")]
+
+mod common;
+
+use common::send;
+use http::{Request, Response, StatusCode};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tollgate::quotas::{KeyQuotas, QuotaAnswer, QuotaSourceError, StaticQuotas, quota_fn_async};
+use tollgate::{HeaderKey, RateLimitLayer};
+use tollgate_core::Quota;
+use tower::{Service, ServiceBuilder};
+
+async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
+    Ok(Response::new("ok".to_owned()))
+}
+
+fn from(key: &str) -> Request<()> {
+    Request::builder()
+        .header("x-api-key", key)
+        .body(())
+        .unwrap()
+}
+
+/// Sends `n` requests for `key`; the statuses.
+async fn statuses<S>(service: &mut S, key: &str, n: usize) -> Vec<u16>
+where
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
+{
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(send(service, from(key)).await.status().as_u16());
+    }
+    out
+}
+
+/// Lets background lookups that are ready run to completion.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn each_key_gets_its_own_quota_and_unknown_keys_the_default() {
+    let source = StaticQuotas::new()
+        .with("paid", "5/min".parse().unwrap())
+        .with("internal", QuotaAnswer::Unlimited)
+        .with("two", "3/min;2/s".parse().unwrap());
+    let quotas = KeyQuotas::new(source);
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(2))
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(quotas.clone())
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+
+    // A key's first request is charged the default while its quota is
+    // looked up; from then on its own quota applies.
+    let first = send(&mut service, from("paid")).await;
+    assert_eq!(first.headers()["ratelimit-policy"], "\"api\";q=2;w=60");
+    settle().await;
+    let second = send(&mut service, from("paid")).await;
+    assert_eq!(second.headers()["ratelimit-policy"], "\"api\";q=5;w=60");
+    assert_eq!(
+        statuses(&mut service, "paid", 5).await,
+        [200, 200, 200, 200, 429]
+    );
+
+    for key in ["internal", "two", "nobody"] {
+        send(&mut service, from(key)).await;
+    }
+    settle().await;
+    assert_eq!(statuses(&mut service, "internal", 50).await, [200; 50]);
+    let two = send(&mut service, from("two")).await;
+    assert_eq!(
+        two.headers()["ratelimit-policy"],
+        "\"api\";q=3;w=60, \"api-2\";q=2;w=1"
+    );
+    // "nobody" had 1 of the default 2.
+    assert_eq!(statuses(&mut service, "nobody", 2).await, [200, 429]);
+    assert_eq!(quotas.lookups(), 4);
+    assert_eq!(quotas.errors(), 0);
+}
+
+/// A source whose answers an test changes, answering after `delay`, or
+/// failing while `failing` is set.
+#[derive(Clone, Default)]
+struct Plans {
+    answers: Arc<Mutex<HashMap<String, String>>>,
+    failing: Arc<Mutex<bool>>,
+}
+
+impl Plans {
+    fn set(&self, key: &str, quota: &str) {
+        self.answers
+            .lock()
+            .unwrap()
+            .insert(key.into(), quota.into());
+    }
+
+    fn fail(&self, failing: bool) {
+        *self.failing.lock().unwrap() = failing;
+    }
+
+    fn source(&self, delay: Duration) -> KeyQuotas {
+        let plans = self.clone();
+        KeyQuotas::new(quota_fn_async(move |key| {
+            let plans = plans.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                if *plans.failing.lock().unwrap() {
+                    return Err(QuotaSourceError::from("plans database is down"));
+                }
+                let key = String::from_utf8(key.to_bytes())?;
+                let text = plans.answers.lock().unwrap().get(&key).cloned();
+                Ok(text.unwrap_or_default().parse::<QuotaAnswer>()?)
+            }
+        }))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_or_failing_source_never_stalls_a_request() {
+    let plans = Plans::default();
+    plans.set("user:241531", "3/min");
+    let quotas = plans
+        .source(Duration::from_millis(200))
+        .ttl(Duration::from_secs(1))
+        .error_ttl(Duration::from_secs(2));
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(100))
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(quotas.clone())
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let timed = async |service: &mut _| {
+        // Time is paused: it moves only when every task waits on a timer,
+        // so a request that waited on the source would take 200 ms here.
+        let start = tokio::time::Instant::now();
+        let response: Response<String> = send(service, from("user:241531")).await;
+        (start.elapsed(), response)
+    };
+
+    // The first request does not wait for the 200 ms lookup.
+    let (took, first) = timed(&mut service).await;
+    assert_eq!(took, Duration::ZERO);
+    assert_eq!(first.headers()["ratelimit-policy"], "\"api\";q=100;w=60");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let (took, hit) = timed(&mut service).await;
+    assert_eq!(took, Duration::ZERO);
+    assert_eq!(hit.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
+
+    // Past the TTL, with the source failing: the stale answer is served,
+    // at once, and the failure counted.
+    plans.fail(true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for _ in 0..3 {
+        let (took, stale) = timed(&mut service).await;
+        assert_eq!(took, Duration::ZERO);
+        assert_eq!(stale.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        quotas.errors(),
+        1,
+        "one lookup per error TTL, not per request"
+    );
+
+    // A key never seen, with the source down: the default, counted.
+    let unknown = send(&mut service, from("user:7")).await;
+    assert_eq!(unknown.headers()["ratelimit-policy"], "\"api\";q=100;w=60");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let unknown = send(&mut service, from("user:7")).await;
+    assert_eq!(unknown.status(), StatusCode::OK);
+    assert_eq!(unknown.headers()["ratelimit-policy"], "\"api\";q=100;w=60");
+    assert_eq!(quotas.errors(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_quota_applies_within_the_ttl_and_a_lowered_one_is_never_exceeded() {
+    let plans = Plans::default();
+    plans.set("tenant", "10/min");
+    let ttl = Duration::from_secs(5);
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(100))
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(plans.source(Duration::from_millis(10)).ttl(ttl))
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    send(&mut service, from("tenant")).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(statuses(&mut service, "tenant", 8).await, [200; 8]);
+
+    // Lowered to 3 a minute. After the TTL, the next request starts the
+    // refresh (and is still charged the old quota); once the lookup is
+    // back, the new quota holds.
+    plans.set("tenant", "3/min");
+    tokio::time::sleep(ttl).await;
+    send(&mut service, from("tenant")).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let after = statuses(&mut service, "tenant", 10).await;
+    let admitted = after.iter().filter(|s| **s == 200).count();
+    assert!(admitted <= 3, "{after:?}");
+    let last = send(&mut service, from("tenant")).await;
+    assert_eq!(last.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
+}
