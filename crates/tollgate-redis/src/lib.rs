@@ -84,9 +84,13 @@ struct ReadmeDoctests;
 mod connection;
 mod error;
 mod keys;
+#[cfg(feature = "quotas")]
+mod quotas;
 mod script;
 mod store;
 
 pub use error::RedisStoreError;
 pub use keys::MAX_KEY_LEN;
+#[cfg(feature = "quotas")]
+pub use quotas::RedisQuotas;
 pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};

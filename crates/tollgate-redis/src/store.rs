@@ -74,6 +74,12 @@ impl RedisStore {
         Self::builder(url).connect().await
     }
 
+    /// The store's connection, for other commands on the same server.
+    #[cfg(feature = "quotas")]
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.shared.connection
+    }
+
     /// The prefix of every key this store writes.
     pub fn prefix(&self) -> &str {
         &self.shared.prefix

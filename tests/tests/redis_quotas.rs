@@ -1,0 +1,83 @@
+//! Per-key quotas from a Redis hash, end to end with a real redis-server:
+//! set a quota, see it applied; change it, see the change within the TTL.
+
+use http::Request;
+use std::time::Duration;
+use tollgate::quotas::KeyQuotas;
+use tollgate::{HeaderKey, RateLimitLayer};
+use tollgate_core::Quota;
+use tollgate_redis::{RedisQuotas, RedisStore};
+use tollgate_tests::app::{App, behind};
+use tollgate_tests::redis::RedisServer;
+use tower::ServiceExt;
+
+const TTL: Duration = Duration::from_millis(300);
+/// Long enough for a background HGET on loopback to come back.
+const LOOKUP: Duration = Duration::from_millis(100);
+
+/// Sends one request for `user`: its status and `RateLimit-Policy`.
+async fn send(app: &App, user: &str) -> (u16, String) {
+    let request = Request::builder().header("x-user", user).body(()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let policy = response
+        .headers()
+        .get("ratelimit-policy")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (response.status().as_u16(), policy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_from_a_redis_hash_apply_and_changes_apply_within_the_ttl() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(server.url()).await.unwrap();
+    let source = RedisQuotas::new(&store);
+    assert_eq!(source.hash(), "tollgate:quotas");
+    let quotas = KeyQuotas::new(source).ttl(TTL);
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(100))
+        .key(HeaderKey::new("x-user"))
+        .store(store)
+        .quotas(quotas.clone())
+        .build();
+    let app = behind(layer);
+
+    server.command(&["HSET", "tollgate:quotas", "user:241531", "3/min"]);
+    server.command(&["HSET", "tollgate:quotas", "user:internal", "unlimited"]);
+    server.command(&["HSET", "tollgate:quotas", "user:typo", "five a minute"]);
+
+    // The first request of a key is charged the default while the quota is
+    // fetched; then the hash's quota applies.
+    assert_eq!(send(&app, "user:241531").await.1, "\"api\";q=100;w=60");
+    tokio::time::sleep(LOOKUP).await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let (status, policy) = send(&app, "user:241531").await;
+        assert_eq!(policy, "\"api\";q=3;w=60");
+        statuses.push(status);
+    }
+    // Counters in Redis are named by limit, so the first request's GCRA
+    // state (0.6 s of a 100/min budget) carries over into the 3/min quota:
+    // two more fit, never three.
+    assert_eq!(statuses, [200, 200, 429, 429, 429]);
+
+    // Raise it; the next request after the TTL starts the refresh.
+    server.command(&["HSET", "tollgate:quotas", "user:241531", "10/min;1000/h"]);
+    tokio::time::sleep(TTL).await;
+    send(&app, "user:241531").await;
+    tokio::time::sleep(LOOKUP).await;
+    let (status, policy) = send(&app, "user:241531").await;
+    assert_eq!(status, 200);
+    assert_eq!(policy, "\"api\";q=10;w=60, \"api-2\";q=1000;w=3600");
+
+    // "unlimited" is never limited; a field that does not parse is an
+    // error, counted, and the key keeps the default limits.
+    send(&app, "user:internal").await;
+    send(&app, "user:typo").await;
+    tokio::time::sleep(LOOKUP).await;
+    for _ in 0..120 {
+        assert_eq!(send(&app, "user:internal").await.0, 200);
+    }
+    assert_eq!(send(&app, "user:typo").await.1, "\"api\";q=100;w=60");
+    assert_eq!(quotas.errors(), 1);
+}
