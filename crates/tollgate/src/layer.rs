@@ -132,6 +132,7 @@ impl RateLimitLayer {
             routes: Vec::new(),
             #[cfg(feature = "quotas")]
             quotas: None,
+            policy_seed: None,
             algorithm: None,
             max_delay: None,
             settings: Settings::default(),
@@ -161,6 +162,14 @@ impl<K, St, R> RateLimitLayer<K, St, R> {
     }
 }
 
+impl<K, St, R> RateLimitLayer<K, St, R> {
+    /// What every service of this layer shares.
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
+    pub(crate) fn into_shared(self) -> Arc<Shared<K, St, R>> {
+        self.shared
+    }
+}
+
 impl<S, K, St, R> Layer<S> for RateLimitLayer<K, St, R> {
     type Service = RateLimit<S, K, St, R>;
 
@@ -179,6 +188,7 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
     routes: Vec<(RouteMatch, Vec<NamedLimit>)>,
     #[cfg(feature = "quotas")]
     quotas: Option<crate::quotas::KeyQuotas>,
+    policy_seed: Option<u64>,
     algorithm: Option<Algorithm>,
     max_delay: Option<Duration>,
     settings: Settings,
@@ -277,6 +287,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             routes: self.routes,
             #[cfg(feature = "quotas")]
             quotas: self.quotas,
+            policy_seed: self.policy_seed,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -293,6 +304,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             routes: self.routes,
             #[cfg(feature = "quotas")]
             quotas: self.quotas,
+            policy_seed: self.policy_seed,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -370,6 +382,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             routes: self.routes,
             #[cfg(feature = "quotas")]
             quotas: self.quotas,
+            policy_seed: self.policy_seed,
             algorithm: self.algorithm,
             max_delay: self.max_delay,
             settings: self.settings,
@@ -421,23 +434,34 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
+    /// Gives the layer's own policy an identity derived from `seed`, so a
+    /// layer rebuilt with the same seed keeps its counters in a memory
+    /// store (rules reloads).
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
+    pub(crate) fn stable_policy_id(mut self, seed: u64) -> Self {
+        self.policy_seed = Some(seed);
+        self
+    }
+
     /// The layer.
     pub fn build(self) -> RateLimitLayer<K, St, R> {
         let (algorithm, max_delay) = (self.algorithm, self.max_delay);
-        let policy = |limits: Vec<NamedLimit>| {
-            Policy::new(
-                limits
-                    .into_iter()
-                    .map(|limit| with_overrides(limit, algorithm, max_delay))
-                    .collect(),
-            )
+        let apply = |limits: Vec<NamedLimit>| -> Vec<NamedLimit> {
+            limits
+                .into_iter()
+                .map(|limit| with_overrides(limit, algorithm, max_delay))
+                .collect()
         };
+        let policy = |limits| Policy::new(apply(limits));
         let routes = self
             .routes
             .into_iter()
             .map(|(matches, limits)| (matches, policy(limits)))
             .collect();
-        let default = policy(self.limits);
+        let default = match self.policy_seed {
+            Some(seed) => Policy::with_seed(seed, apply(self.limits)),
+            None => policy(self.limits),
+        };
         #[cfg(feature = "quotas")]
         let quotas = self.quotas.map(|quotas| {
             let base_name = default.limits().first().map_or("quota", NamedLimit::name);

@@ -42,6 +42,8 @@ mod policy;
 pub mod quotas;
 mod rejection;
 mod routes;
+#[cfg(feature = "rules")]
+pub mod rules;
 mod service;
 pub mod store;
 

@@ -106,10 +106,22 @@ impl Policy {
     /// A policy of `limits`, with a fresh identity.
     pub fn new(limits: Vec<NamedLimit>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Self::with_id(NEXT_ID.fetch_add(1, Ordering::Relaxed), limits)
+    }
+
+    /// A policy whose identity is derived from `seed`: the same seed gives
+    /// the same identity, so the counters of a policy rebuilt unchanged (a
+    /// rules reload) carry on. Seeded identities never equal fresh ones.
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
+    pub(crate) fn with_seed(seed: u64, limits: Vec<NamedLimit>) -> Self {
+        Self::with_id(seed | 1 << 63, limits)
+    }
+
+    fn with_id(id: u64, limits: Vec<NamedLimit>) -> Self {
         let limiters: Vec<Limiter> = limits.iter().map(|l| l.limiter).collect();
         let names: Vec<&str> = limits.iter().map(NamedLimit::name).collect();
         Policy {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id,
             label: names.join(","),
             packed: PackedLimiter::of(&limiters),
             limiters,

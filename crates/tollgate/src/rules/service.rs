@@ -1,0 +1,74 @@
+//! [`Rules`], the service a [`RulesLayer`](super::RulesLayer) wraps around
+//! yours.
+
+use super::layer::RuleSet;
+use crate::future::ResponseFuture;
+use crate::key::{KeyExtractor, RequestInfo};
+use crate::rejection::DefaultRejector;
+use crate::service::RateLimit;
+use crate::store::Store;
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// Applies the first matching rule's limits to each request; requests no
+/// rule matches pass unlimited. Clones share the rules (and their reloads).
+pub struct Rules<S, St> {
+    inner: S,
+    rules: Arc<ArcSwap<RuleSet<St>>>,
+}
+
+impl<S: Clone, St> Clone for Rules<S, St> {
+    fn clone(&self) -> Self {
+        Rules {
+            inner: self.inner.clone(),
+            rules: self.rules.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, St> std::fmt::Debug for Rules<S, St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, St> Rules<S, St> {
+    pub(crate) fn new(inner: S, rules: Arc<ArcSwap<RuleSet<St>>>) -> Self {
+        Rules { inner, rules }
+    }
+}
+
+impl<S, St, ReqBody, ResBody> Service<Request<ReqBody>> for Rules<S, St>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Default,
+    St: Store,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, Request<ReqBody>, Box<dyn KeyExtractor>, St, DefaultRejector>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The rule set of this moment: a reload while the request is in
+        // flight does not change the limiter it was given.
+        let rules = self.rules.load();
+        let info = RequestInfo::new(&request);
+        let Some(rule) = rules.iter().find(|rule| rule.matcher.matches(&info)) else {
+            return ResponseFuture::passed(self.inner.call(request));
+        };
+        let ready = {
+            let clone = self.inner.clone();
+            std::mem::replace(&mut self.inner, clone)
+        };
+        RateLimit::new(ready, rule.shared.clone()).call(request)
+    }
+}
