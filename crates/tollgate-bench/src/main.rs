@@ -1,1 +1,190 @@
-fn main() {}
+//! tollgate side by side with the limiters a user would pick instead, in
+//! one run: `governor`, `tower_governor` and raw `redis-benchmark`.
+//!
+//! ```sh
+//! cargo run --release -p tollgate-bench -- --json target/bench.json
+//! cargo run --release -p tollgate-bench -- --quick          # under 2 minutes
+//! cargo run --release -p tollgate-bench -- --only core,layer
+//! ```
+//!
+//! Every scenario runs tollgate and its anchor back to back, in several
+//! rounds that alternate which goes first, and reports the medians and the
+//! ratio ours/anchor. The JSON file is an array of rows
+//! `{"scenario", "ours", "anchor", "unit", "ratio"}`; the table printed at
+//! the end (and written with `--markdown`) adds which way is better and the
+//! issue's target where there is one. `BENCHMARKS.md` at the repository
+//! root explains every row.
+
+mod chart;
+mod measure;
+mod report;
+mod scenario;
+
+use clap::Parser;
+use measure::Settings;
+use report::Outcome;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tollgate-bench",
+    about = "tollgate beside governor, tower_governor and redis-benchmark, in one run"
+)]
+struct Args {
+    /// Where to write the JSON rows (a relative path is taken from the
+    /// current directory).
+    #[arg(long, value_name = "PATH", default_value = "target/bench.json")]
+    json: PathBuf,
+    /// Fewer rounds and smaller batches: the whole run takes under two
+    /// minutes on a 2-core machine. Noisier; use the full run for figures.
+    #[arg(long)]
+    quick: bool,
+    /// Only these scenarios, comma-separated: core, memory, contention,
+    /// layer, http, redis.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    only: Vec<String>,
+    /// Also write the Markdown table, with the machine, to this file.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+    /// Also draw SVG charts of the ratios into this directory
+    /// (`BENCHMARKS.md` shows those in `docs/bench`).
+    #[arg(long, value_name = "DIR")]
+    charts: Option<PathBuf>,
+    /// Internal: measure one side of a scenario in this child process
+    /// (`memory-ours`, `memory-anchor`) and print its report.
+    #[arg(long, hide = true)]
+    child: Option<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let settings = Settings { quick: args.quick };
+    if let Some(child) = &args.child {
+        run_child(child, settings);
+        return;
+    }
+    if let Some(unknown) = args
+        .only
+        .iter()
+        .find(|name| !scenario::ALL.contains(&name.as_str()))
+    {
+        eprintln!(
+            "unknown scenario {unknown:?}; the scenarios are: {}",
+            scenario::ALL.join(", ")
+        );
+        std::process::exit(2);
+    }
+
+    let started = Instant::now();
+    let machine = machine();
+    eprintln!(
+        "tollgate-bench ({} run) on {machine}",
+        if args.quick { "quick" } else { "full" }
+    );
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for name in scenario::ALL {
+        if !args.only.is_empty() && !args.only.iter().any(|o| o == name) {
+            continue;
+        }
+        let scenario_started = Instant::now();
+        eprintln!("{name}: running");
+        let rows = match name {
+            "core" => scenario::core::run(settings),
+            "memory" => scenario::memory::run(settings),
+            "contention" => scenario::contention::run(settings),
+            "layer" => scenario::layer::run(settings),
+            "http" => scenario::http::run(settings),
+            "redis" => match scenario::redis::missing_tools() {
+                Some(why) => {
+                    eprintln!("{why}");
+                    notes.push(why);
+                    Vec::new()
+                }
+                None => scenario::redis::run(settings),
+            },
+            _ => unreachable!("names were checked against scenario::ALL"),
+        };
+        for o in &rows {
+            eprintln!(
+                "  {:<52} {:>14.2} {:>14.2} {:<12} ratio {:.3} {}",
+                o.row.scenario,
+                o.row.ours,
+                o.row.anchor,
+                o.row.unit,
+                o.row.ratio,
+                o.verdict()
+            );
+        }
+        eprintln!("{name}: {:.1} s", scenario_started.elapsed().as_secs_f64());
+        outcomes.extend(rows);
+    }
+
+    if let Some(parent) = args.json.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).expect("create the JSON file's directory");
+    }
+    std::fs::write(&args.json, report::to_json(&outcomes) + "\n").expect("write the JSON file");
+
+    let mut table = format!(
+        "Machine: {machine}. Mode: {}.\n\n{}",
+        if args.quick { "`--quick`" } else { "full" },
+        report::to_markdown(&outcomes)
+    );
+    for note in &notes {
+        table.push_str(&format!("\n{note}\n"));
+    }
+    println!("{table}");
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &table).expect("write the Markdown file");
+    }
+    if let Some(dir) = &args.charts {
+        chart::draw_all(dir, &outcomes).expect("draw the charts");
+        eprintln!("charts in {}", dir.display());
+    }
+    eprintln!(
+        "rows in {}; whole run {:.1} s",
+        args.json.display(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Runs the child side named on the command line.
+fn run_child(name: &str, settings: Settings) {
+    use scenario::memory::{Side, child};
+    match name {
+        "memory-ours" => child(Side::Ours, settings),
+        "memory-anchor" => child(Side::Anchor, settings),
+        other => {
+            eprintln!("unknown child {other:?}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// The machine in one line: CPU model, logical CPUs, memory, kernel, read
+/// from `/proc` (each part left out where it cannot be read).
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_, model)| model.trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| format!(", {:.0} GiB RAM", kb as f64 / 1024.0 / 1024.0))
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| format!(", Linux {}", k.trim()))
+        .unwrap_or_default();
+    format!("{model}, {cpus} logical CPUs{memory}{kernel}")
+}

@@ -1,0 +1,151 @@
+//! core: one check per algorithm on a manual clock, vs governor's direct
+//! (single-key) limiter on its fake clock.
+//!
+//! governor's direct limiter keeps its GCRA state in an atomic shared by
+//! every thread, so the like-for-like row (the one with the target)
+//! is tollgate's [`check_atomic`] on an `AtomicU64`: the same state, the
+//! same compare-and-swap. The `Limiter` rows (an enum over the six
+//! algorithms, state behind `&mut`, no atomics) are there to show what each
+//! algorithm costs; governor has only GCRA, so its GCRA stays the anchor.
+//!
+//! Every iteration advances the fake clock by 1 µs on both sides and checks
+//! against 1,000,000/s, so each check is allowed and writes new state. The
+//! whole result goes to `black_box` on both sides: our full `Decision` and
+//! governor's `Result`.
+
+use crate::measure::{Settings, ns_per_op, pair};
+use crate::report::{Better, Outcome};
+use governor::clock::FakeRelativeClock;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+use tollgate_core::{Algorithm, Clock, Gcra, Limiter, ManualClock, Quota, check_atomic};
+
+/// The quota of the allowed rows: one check per microsecond fits exactly.
+const RATE: u32 = 1_000_000;
+/// How far the fake clocks move per check.
+const STEP: Duration = Duration::from_micros(1);
+/// The quota of the denied rows: exhausted before timing starts.
+const SCARCE: u32 = 10;
+
+/// Runs the scenario.
+pub fn run(settings: Settings) -> Vec<Outcome> {
+    let n: u64 = settings.pick(2_000_000, 500_000);
+    let rounds = settings.rounds();
+    let mut out = Vec::new();
+
+    let (ours, theirs) = pair(rounds, || gcra_atomic_allowed(n), || governor_allowed(n));
+    out.push(
+        Outcome::new(
+            "core: GCRA, atomic cell, allowed",
+            ours,
+            theirs,
+            "ns/check",
+            Better::Lower,
+        )
+        .target(1.0)
+        .against("governor direct"),
+    );
+
+    let (ours, theirs) = pair(rounds, || gcra_atomic_denied(n), || governor_denied(n));
+    out.push(
+        Outcome::new(
+            "core: GCRA, atomic cell, denied",
+            ours,
+            theirs,
+            "ns/check",
+            Better::Lower,
+        )
+        .against("governor direct"),
+    );
+
+    for algorithm in Algorithm::ALL {
+        let (ours, theirs) = pair(
+            rounds,
+            || limiter_allowed(algorithm, n),
+            || governor_allowed(n),
+        );
+        out.push(
+            Outcome::new(
+                &format!("core: {algorithm} (Limiter, &mut state)"),
+                ours,
+                theirs,
+                "ns/check",
+                Better::Lower,
+            )
+            .against("governor direct (GCRA)"),
+        );
+    }
+    out
+}
+
+/// tollgate's GCRA on an atomic cell, every check allowed.
+fn gcra_atomic_allowed(n: u64) -> f64 {
+    let clock = ManualClock::new(0);
+    let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
+    let cell = AtomicU64::new(0);
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.advance(STEP);
+        black_box(&check_atomic(&gcra, &cell, clock.now(), 1));
+    }
+    ns_per_op(start, n)
+}
+
+/// governor's direct limiter, every check allowed.
+fn governor_allowed(n: u64) -> f64 {
+    let clock = FakeRelativeClock::default();
+    let limiter = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero")),
+        clock.clone(),
+    );
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.advance(STEP);
+        let _ = black_box(&limiter.check());
+    }
+    ns_per_op(start, n)
+}
+
+/// tollgate's GCRA on an atomic cell, every check denied. The clock stands
+/// still on both sides: a denied check reads it and computes when to retry.
+fn gcra_atomic_denied(n: u64) -> f64 {
+    let clock = ManualClock::new(0);
+    let gcra = Gcra::new(Quota::per_second(u64::from(SCARCE)));
+    let cell = AtomicU64::new(0);
+    while check_atomic(&gcra, &cell, clock.now(), 1).allowed {}
+    let start = Instant::now();
+    for _ in 0..n {
+        black_box(&check_atomic(&gcra, &cell, clock.now(), 1));
+    }
+    ns_per_op(start, n)
+}
+
+/// governor's direct limiter, every check denied.
+fn governor_denied(n: u64) -> f64 {
+    let clock = FakeRelativeClock::default();
+    let limiter = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(SCARCE).expect("non-zero")),
+        clock,
+    );
+    while limiter.check().is_ok() {}
+    let start = Instant::now();
+    for _ in 0..n {
+        let _ = black_box(&limiter.check());
+    }
+    ns_per_op(start, n)
+}
+
+/// Any algorithm through `Limiter` (enum dispatch, `&mut` state).
+fn limiter_allowed(algorithm: Algorithm, n: u64) -> f64 {
+    let clock = ManualClock::new(0);
+    let limiter = Limiter::new(algorithm, Quota::per_second(u64::from(RATE)));
+    let mut state = limiter.new_state();
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.advance(STEP);
+        black_box(&limiter.check(&mut state, clock.now(), 1));
+    }
+    ns_per_op(start, n)
+}

@@ -1,0 +1,265 @@
+//! layer in process: a `GET /` through an axum `Router` with and without
+//! the layer, allowed path and rejected path, vs tower_governor with the
+//! same quota and the same key (the peer IP, from axum's `ConnectInfo`).
+//!
+//! Each batch builds a fresh router (fresh limiter state), sends two
+//! untimed requests (which exhaust the quota of the rejected rows, and check
+//! the status is the one the row claims to measure), then times `n`
+//! requests, each built, called and its response awaited and consumed, on a
+//! current-thread tokio runtime. The router without a layer runs in the same
+//! rounds: the added cost of a layer is (with − without) round by round, and
+//! the figure is the median of those differences.
+//!
+//! Headers are compared like for like: tollgate without headers vs
+//! tower_governor's default (none on allowed responses), and tollgate's
+//! default (the IETF draft's `RateLimit-Policy` and `RateLimit`) vs
+//! tower_governor's `use_headers` (`x-ratelimit-limit`/`-remaining`). A
+//! rejection carries headers on both sides by default (`Retry-After` and the
+//! draft fields; `retry-after` and `x-ratelimit-after`).
+
+use crate::measure::{Settings, Side, alternate, differences, ns_per_op};
+use crate::report::{Better, Outcome, median};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use http::{Request, StatusCode};
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tollgate::{HeaderStyle, PeerIp, RateLimitLayer};
+use tollgate_core::Quota;
+use tower::{Service, ServiceExt};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+/// The shape of a router under test.
+#[derive(Clone, Copy, Debug)]
+pub enum Variant {
+    /// The bare router: the baseline.
+    NoLayer,
+    /// tollgate with a header style.
+    Tollgate(HeaderStyle),
+    /// tower_governor, with (`true`) or without its `use_headers`.
+    TowerGovernor(bool),
+}
+
+/// Whether a router's quota lets every request through or none past the
+/// first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// 1,000,000,000 per second: never exhausted.
+    Allowed,
+    /// 1 per hour with a burst of 1: every request after the first is denied.
+    Rejected,
+}
+
+/// The request both sides see: `GET /` from 10.0.0.1, as axum's
+/// `into_make_service_with_connect_info` would hand it over.
+pub fn request() -> Request<Body> {
+    let mut request = Request::builder()
+        .uri("/")
+        .body(Body::empty())
+        .expect("a valid request");
+    request
+        .extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 4000))));
+    request
+}
+
+/// A hello-world router.
+fn app() -> Router {
+    Router::new().route("/", get(|| async { "ok" }))
+}
+
+/// The router of `variant` with the quota of `path`. Shared with the HTTP
+/// scenario, so both measure the same stacks.
+pub fn router(variant: Variant, path: Path) -> Router {
+    let (quota, interval, burst) = match path {
+        Path::Allowed => (
+            Quota::new(1_000_000_000, Duration::from_secs(1)).expect("a valid quota"),
+            Duration::from_nanos(1),
+            1_000_000_000,
+        ),
+        Path::Rejected => (
+            Quota::per_hour(1).with_burst(1).expect("a valid quota"),
+            Duration::from_secs(3600),
+            1,
+        ),
+    };
+    match variant {
+        Variant::NoLayer => app(),
+        Variant::Tollgate(headers) => app().layer(
+            RateLimitLayer::builder()
+                .quota("api", quota)
+                .key(PeerIp)
+                .headers(headers)
+                .build(),
+        ),
+        Variant::TowerGovernor(false) => {
+            let config = GovernorConfigBuilder::default()
+                .period(interval)
+                .burst_size(burst)
+                .finish()
+                .expect("a valid config");
+            app().layer(GovernorLayer::new(Arc::new(config)))
+        }
+        Variant::TowerGovernor(true) => {
+            let config = GovernorConfigBuilder::default()
+                .period(interval)
+                .burst_size(burst)
+                .use_headers()
+                .finish()
+                .expect("a valid config");
+            app().layer(GovernorLayer::new(Arc::new(config)))
+        }
+    }
+}
+
+/// The status every timed request of `variant` on `path` must get.
+pub fn expected_status(variant: Variant, path: Path) -> StatusCode {
+    match (variant, path) {
+        (Variant::NoLayer, _) | (_, Path::Allowed) => StatusCode::OK,
+        (_, Path::Rejected) => StatusCode::TOO_MANY_REQUESTS,
+    }
+}
+
+/// One batch: ns per request through a fresh router.
+fn batch(runtime: &tokio::runtime::Runtime, variant: Variant, path: Path, n: u64) -> f64 {
+    let router = router(variant, path);
+    runtime.block_on(async move {
+        for _ in 0..2 {
+            black_box(router.clone().oneshot(request()).await.expect("infallible"));
+        }
+        let status = router
+            .clone()
+            .oneshot(request())
+            .await
+            .expect("infallible")
+            .status();
+        let expected = expected_status(variant, path);
+        assert_eq!(status, expected, "{variant:?} on the {path:?} path");
+        let mut service = router;
+        let start = Instant::now();
+        for _ in 0..n {
+            let response = service.call(request()).await.expect("infallible");
+            black_box(response);
+        }
+        ns_per_op(start, n)
+    })
+}
+
+/// Runs the scenario.
+pub fn run(settings: Settings) -> Vec<Outcome> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let rounds = settings.rounds();
+    let mut out = Vec::new();
+
+    // Allowed: the baseline, then like-for-like pairs.
+    let n: u64 = settings.pick(200_000, 50_000);
+    let variants = [
+        Variant::NoLayer,
+        Variant::Tollgate(HeaderStyle::NONE),
+        Variant::TowerGovernor(false),
+        Variant::Tollgate(HeaderStyle::default()),
+        Variant::TowerGovernor(true),
+    ];
+    let figures = measure(&runtime, &variants, Path::Allowed, rounds, n);
+    let added = |i: usize| median(&differences(&figures[i], &figures[0]));
+    out.push(
+        Outcome::new(
+            "layer: allowed, added cost, no headers",
+            added(1),
+            added(2),
+            "ns/request",
+            Better::Lower,
+        )
+        .target(1.0)
+        .against("tower_governor"),
+    );
+    out.push(
+        Outcome::new(
+            "layer: allowed, added cost, with headers",
+            added(3),
+            added(4),
+            "ns/request",
+            Better::Lower,
+        )
+        .target(1.0)
+        .against("tower_governor use_headers"),
+    );
+    out.push(
+        Outcome::new(
+            "layer: allowed, whole request, no headers",
+            median(&figures[1]),
+            median(&figures[2]),
+            "ns/request",
+            Better::Lower,
+        )
+        .against("tower_governor"),
+    );
+    out.push(
+        Outcome::new(
+            "layer: allowed, tollgate vs no layer",
+            median(&figures[3]),
+            median(&figures[0]),
+            "ns/request",
+            Better::Lower,
+        )
+        .against("no layer"),
+    );
+
+    // Rejected: fewer requests, as tower_governor takes ~25 µs to reject.
+    let n: u64 = settings.pick(50_000, 20_000);
+    let variants = [
+        Variant::NoLayer,
+        Variant::Tollgate(HeaderStyle::default()),
+        Variant::TowerGovernor(false),
+    ];
+    let figures = measure(&runtime, &variants, Path::Rejected, rounds, n);
+    let added = |i: usize| median(&differences(&figures[i], &figures[0]));
+    out.push(
+        Outcome::new(
+            "layer: rejected, added cost",
+            added(1),
+            added(2),
+            "ns/request",
+            Better::Lower,
+        )
+        .target(0.1)
+        .against("tower_governor"),
+    );
+    out.push(
+        Outcome::new(
+            "layer: rejected, whole request",
+            median(&figures[1]),
+            median(&figures[2]),
+            "ns/request",
+            Better::Lower,
+        )
+        .against("tower_governor"),
+    );
+    out
+}
+
+/// Every variant's batches over alternating rounds, in the order given.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    variants: &[Variant],
+    path: Path,
+    rounds: usize,
+    n: u64,
+) -> Vec<Vec<f64>> {
+    let mut closures: Vec<Box<dyn FnMut() -> f64 + '_>> = variants
+        .iter()
+        .map(|&variant| {
+            Box::new(move || batch(runtime, variant, path, n)) as Box<dyn FnMut() -> f64>
+        })
+        .collect();
+    let mut sides: Vec<Side<'_>> = closures.iter_mut().map(|c| &mut **c as Side<'_>).collect();
+    alternate(rounds, &mut sides)
+}

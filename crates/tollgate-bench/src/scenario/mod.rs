@@ -1,0 +1,14 @@
+//! The scenarios, one module each. Every scenario runs tollgate and its
+//! anchor back to back in alternating rounds and returns one
+//! [`Outcome`](crate::report::Outcome) per row of the table.
+
+pub mod contention;
+pub mod core;
+pub mod http;
+pub mod layer;
+pub mod memory;
+pub mod redis;
+
+/// Every scenario's name, in the order they run (cheap and short first, so
+/// that a broken build fails fast).
+pub const ALL: [&str; 6] = ["core", "memory", "contention", "layer", "http", "redis"];

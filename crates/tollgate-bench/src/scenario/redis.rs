@@ -1,0 +1,193 @@
+//! Redis: GCRA decisions per second from 64 concurrent tasks sharing one
+//! `RedisStore` (one multiplexed connection), vs `redis-benchmark -P 16
+//! -c 50` calling the very same script (`EVALSHA`, the store's own command
+//! from `RedisStore::script_command`) with the same kind of arguments, on
+//! the same `redis-server`, in alternating rounds.
+//!
+//! Keys: 10,000, random, 12 digits on both sides (redis-benchmark's
+//! `__rand_int__` placeholder is 12 digits). Quota 1,000/s per key, which
+//! this load never exhausts. A script error is answered as fast as a
+//! decision, so each redis-benchmark run checks `failed_calls` of `EVALSHA`
+//! in `INFO commandstats`: a run with failures would measure less work
+//! than it claims, and stops the program.
+//!
+//! Needs `redis-server` and `redis-benchmark` (Debian: `redis-server`,
+//! `redis-tools`); without them the scenario is skipped with a message.
+
+use crate::measure::Settings;
+use crate::report::{Better, Outcome, median};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+use tollgate_core::{Algorithm, Quota};
+use tollgate_redis::RedisStore;
+use tollgate_tests::redis::RedisServer;
+
+/// Distinct keys, on both sides.
+const KEYS: u64 = 10_000;
+/// Concurrent tasks on our side.
+const TASKS: u64 = 64;
+
+/// Why the scenario cannot run here, if it cannot.
+pub fn missing_tools() -> Option<String> {
+    let missing: Vec<&str> = ["redis-server", "redis-benchmark"]
+        .into_iter()
+        .filter(|tool| Command::new(tool).arg("--version").output().is_err())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "redis scenario skipped: {} not found (install the redis-server and redis-tools packages)",
+            missing.join(" and ")
+        )
+    })
+}
+
+/// Runs the scenario; the caller has checked [`missing_tools`].
+pub fn run(settings: Settings) -> Vec<Outcome> {
+    let seconds = settings.pick(3.0, 1.0);
+    let rounds = settings.pick(5, 3);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let server = RedisServer::start();
+    let store = runtime
+        .block_on(RedisStore::connect(server.url()))
+        .expect("connect to the redis-server just started");
+    let policy = Arc::new(Policy::new(vec![
+        NamedLimit::new("api", "1000/s".parse::<Quota>().expect("a valid quota"))
+            .algorithm(Algorithm::Gcra),
+    ]));
+    // Loads the script, so that both sides find it, and gives redis-benchmark
+    // its first request count.
+    let mut estimate = runtime.block_on(ours(&store, &policy, 0.5));
+    let (mut ours_rates, mut raw_rates) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Alternate which side goes first.
+        for which in [round % 2, (round + 1) % 2] {
+            if which == 0 {
+                estimate = runtime.block_on(ours(&store, &policy, seconds));
+                ours_rates.push(estimate);
+            } else {
+                // As many requests as our side did in its time, so both run
+                // about as long.
+                let requests = ((estimate * seconds) as u64).max(50_000);
+                raw_rates.push(raw(&server, &store, &policy, requests));
+            }
+        }
+    }
+    vec![
+        Outcome::new(
+            "redis: GCRA decisions, 64 tasks",
+            median(&ours_rates),
+            median(&raw_rates),
+            "decisions/s",
+            Better::Higher,
+        )
+        .target(0.7)
+        .against("redis-benchmark -P 16 -c 50, same EVALSHA"),
+    ]
+}
+
+/// One decision through the store: the layer's call, without the layer.
+async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
+    match store.check(policy, key, 1) {
+        StoreCheck::Pending(future) => future.await.expect("the store answers").merged.allowed,
+        StoreCheck::Ready(result) => result.expect("the store answers").merged.allowed,
+    }
+}
+
+/// Decisions per second of `TASKS` tasks over one store for `seconds`.
+async fn ours(store: &RedisStore, policy: &Arc<Policy>, seconds: f64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (store, policy) = (store.clone(), policy.clone());
+            let (done, stop) = (done.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    // A different pseudo-random key each time (an LCG).
+                    i = i
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let key = Key::from_bytes(format!("{:012}", (i >> 33) % KEYS).as_bytes());
+                    std::hint::black_box(check(&store, &policy, &key).await);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("a task ends");
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// `redis-benchmark -P 16 -c 50` calling the policy's script: requests per
+/// second.
+fn raw(server: &RedisServer, store: &RedisStore, policy: &Policy, requests: u64) -> f64 {
+    // The store's own call, with redis-benchmark's random placeholder where
+    // the user key goes.
+    let call = store.script_command(policy, &Key::from_bytes(b"__rand_int__"), 1);
+    let failed_before = failed_script_calls(server);
+    let output = Command::new("redis-benchmark")
+        .args(["-p", &server.port().to_string()])
+        .args(["-P", "16", "-c", "50", "-q"])
+        .args(["-n", &requests.to_string(), "-r", &KEYS.to_string()])
+        .args(&call)
+        .output()
+        .expect("run redis-benchmark");
+    assert_eq!(
+        failed_script_calls(server),
+        failed_before,
+        "redis-benchmark's script calls failed: its figure would not be decisions"
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    parse_rate(&text).unwrap_or_else(|| panic!("cannot read redis-benchmark's output: {text}"))
+}
+
+/// The rate in redis-benchmark's quiet output, e.g. `"EVALSHA ...:
+/// 123456.78 requests per second, p50=0.191 msec"`. With `-q` it redraws a
+/// progress line with `\r` first; the figure is on the last one.
+pub fn parse_rate(text: &str) -> Option<f64> {
+    let last = text.rsplit('\r').next()?;
+    let (head, _) = last.split_once(" requests per second")?;
+    head.rsplit([' ', ':'])
+        .find(|s| !s.is_empty())?
+        .parse()
+        .ok()
+}
+
+/// How many `EVALSHA` calls have failed on `server` so far.
+fn failed_script_calls(server: &RedisServer) -> u64 {
+    let stats = server.command(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or("")
+        .trim()
+        .split(',')
+        .find_map(|field| field.strip_prefix("failed_calls="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_rate_after_progress_lines() {
+        let text = "EVALSHA abc 1 k: rps=0.0 (overall: nan) avg_msec=nan\r\
+                    EVALSHA abc 1 k: 154320.98 requests per second, p50=2.263 msec\n";
+        assert_eq!(parse_rate(text), Some(154_320.98));
+        assert_eq!(parse_rate("ERR unknown command\n"), None);
+    }
+}
