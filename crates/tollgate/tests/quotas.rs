@@ -209,3 +209,39 @@ async fn a_changed_quota_applies_within_the_ttl_and_a_lowered_one_is_never_excee
     let last = send(&mut service, from("tenant")).await;
     assert_eq!(last.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_key_in_use_sees_a_change_within_the_ttl() {
+    let plans = Plans::default();
+    plans.set("tenant", "50/min");
+    let ttl = Duration::from_secs(4);
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(100))
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(plans.source(Duration::from_millis(50)).ttl(ttl))
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    send(&mut service, from("tenant")).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // A request every 500 ms; the quota changes; within the TTL of the
+    // change every response shows the new quota.
+    plans.set("tenant", "20/min");
+    let changed = tokio::time::Instant::now();
+    let mut seen_at = None;
+    while changed.elapsed() <= ttl + Duration::from_secs(2) {
+        let response = send(&mut service, from("tenant")).await;
+        let policy = response.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        match (&seen_at, policy.as_str()) {
+            (None, "\"api\";q=20;w=60") => seen_at = Some(changed.elapsed()),
+            (Some(_), other) => assert_eq!(other, "\"api\";q=20;w=60", "never back"),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let seen_at = seen_at.expect("the change reached the key");
+    assert!(seen_at <= ttl, "seen after {seen_at:?}");
+}

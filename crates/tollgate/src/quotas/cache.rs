@@ -63,8 +63,9 @@ impl KeyQuotas {
         }
     }
 
-    /// How long an answer is fresh; after that the next request of the key
-    /// starts a refresh (and still gets the old answer).
+    /// How soon a change at the source reaches a key in use: once half the
+    /// TTL has passed since a lookup, the key's next request starts a
+    /// refresh in the background (and is still charged the cached answer).
     pub fn ttl(self, ttl: Duration) -> Self {
         KeyQuotas { ttl, ..self }
     }
@@ -114,8 +115,10 @@ pub(crate) enum Resolution {
 /// A cached answer.
 struct Cached {
     resolution: Resolution,
-    /// After this the answer is stale: still served, but refreshed.
-    fresh_until: Instant,
+    /// From this moment the next request starts a refresh (the answer is
+    /// still served meanwhile): half the TTL after the lookup, so that a
+    /// key in use sees a change at its source within the TTL.
+    refresh_at: Instant,
     /// Set while a lookup for the key runs, so a key has one at a time.
     refreshing: AtomicBool,
 }
@@ -162,7 +165,7 @@ impl Resolver {
     pub(crate) fn resolve(self: &Arc<Self>, key: &Key) -> Resolution {
         let now = Instant::now();
         if let Some(cached) = self.cache.get(key) {
-            if now >= cached.fresh_until && !cached.refreshing.swap(true, Ordering::AcqRel) {
+            if now >= cached.refresh_at && !cached.refreshing.swap(true, Ordering::AcqRel) {
                 self.spawn_lookup(key, Some(cached.clone()));
             }
             return cached.resolution.clone();
@@ -172,7 +175,7 @@ impl Resolver {
         let entry = self.cache.entry(key.clone()).or_insert_with(|| {
             Arc::new(Cached {
                 resolution: Resolution::Default,
-                fresh_until: now,
+                refresh_at: now,
                 refreshing: AtomicBool::new(true),
             })
         });
@@ -206,7 +209,7 @@ impl Resolver {
             let cached = match result {
                 Ok(answer) => Cached {
                     resolution: resolver.resolution_of(answer),
-                    fresh_until: Instant::now() + resolver.config.ttl,
+                    refresh_at: Instant::now() + resolver.config.ttl / 2,
                     refreshing: AtomicBool::new(false),
                 },
                 Err(error) => {
@@ -215,7 +218,7 @@ impl Resolver {
                     tracing::warn!(%error, "quota lookup failed; keeping the last answer or the default limits");
                     Cached {
                         resolution: previous.map_or(Resolution::Default, |p| p.resolution.clone()),
-                        fresh_until: Instant::now() + resolver.config.error_ttl,
+                        refresh_at: Instant::now() + resolver.config.error_ttl,
                         refreshing: AtomicBool::new(false),
                     }
                 }

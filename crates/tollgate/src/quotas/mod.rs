@@ -28,9 +28,11 @@
 //! How a request gets its limits:
 //!
 //! - A key with a fresh cache entry gets that entry's answer.
-//! - A key whose entry is older than the TTL gets the entry's answer too
-//!   (stale), and one background lookup refreshes it: a change at the source
-//!   takes effect within the TTL plus one lookup of the key's next request.
+//! - A key whose entry is older than half the TTL gets the entry's answer
+//!   too, and one background lookup refreshes it: for a key in use, a change
+//!   at the source takes effect within the TTL (as long as a lookup takes
+//!   less than half of it). A key idle for longer sees the change from its
+//!   second request after the idle spell.
 //! - A key with no entry gets the layer's default limits, and one background
 //!   lookup fetches its own. The first requests of a key are never held
 //!   waiting for a slow source.
