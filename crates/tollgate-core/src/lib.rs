@@ -86,8 +86,3 @@ pub use decision::Decision;
 pub use limiter::{Admission, Limiter, State, ValueState, check_all};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
 
-/// The workspace README's Rust examples, compiled and run as doctests so
-/// that they cannot rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

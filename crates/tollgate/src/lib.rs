@@ -31,6 +31,13 @@
 //!   they reach the service evenly spaced (this needs a tokio runtime).
 #![warn(missing_docs)]
 
+/// The workspace README's Rust examples, compiled and run as doctests so
+/// that they cannot rot (here, where both the core and the layer are in
+/// reach).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 mod future;
 pub mod headers;
 mod info;
