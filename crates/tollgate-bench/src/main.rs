@@ -79,6 +79,7 @@ fn main() {
 
     let started = Instant::now();
     let machine = machine();
+    let load_at_start = load_average();
     eprintln!(
         "tollgate-bench ({} run) on {machine}",
         if args.quick { "quick" } else { "full" }
@@ -128,8 +129,9 @@ fn main() {
     std::fs::write(&args.json, report::to_json(&outcomes) + "\n").expect("write the JSON file");
 
     let mut table = format!(
-        "Machine: {machine}. Mode: {}.\n\n{}",
+        "Machine: {machine}. Mode: {}. Load average at start: {load_at_start}, at the end: {}.\n\n{}",
         if args.quick { "`--quick`" } else { "full" },
+        load_average(),
         report::to_markdown(&outcomes)
     );
     for note in &notes {
@@ -187,4 +189,13 @@ fn machine() -> String {
         .map(|k| format!(", Linux {}", k.trim()))
         .unwrap_or_default();
     format!("{model}, {cpus} logical CPUs{memory}{kernel}")
+}
+
+/// The 1-minute load average, as a warning sign: on a shared machine, a
+/// busy neighbour during the run makes every figure noisier.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".to_string())
 }
