@@ -62,7 +62,7 @@ pub use key::{
     key_fn,
 };
 pub use layer::{AllowFn, CostFn, OnStoreError, RateLimitBuilder, RateLimitLayer};
-pub use policy::{NamedLimit, Policy};
+pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use rejection::{DefaultRejector, FnRejector, Refusal, Rejection, Rejector};
 pub use service::RateLimit;
 pub use store::{MemoryStore, Store, StoreCheck, Verdict};

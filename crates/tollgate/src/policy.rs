@@ -13,6 +13,7 @@ use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, chec
 ///
 /// let burst = NamedLimit::new("burst", Quota::per_second(10)).algorithm(Algorithm::TokenBucket);
 /// assert_eq!(burst.name(), "burst");
+/// assert!(NamedLimit::try_new("my \"api\"", Quota::per_second(10)).is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamedLimit {
@@ -21,15 +22,56 @@ pub struct NamedLimit {
     limiter: Limiter,
 }
 
+/// A limit name that cannot be written into a header: see
+/// [`NamedLimit::try_new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidLimitName(pub String);
+
+impl std::fmt::Display for InvalidLimitName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} is not a limit name: use 1 to 64 letters, digits, `-`, `_` or `.` \
+             (names are written into the RateLimit headers)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidLimitName {}
+
 impl NamedLimit {
-    /// A GCRA limit called `name`. The name should be a short token (letters,
-    /// digits, `-`, `_`): it is written into response headers.
+    /// A GCRA limit called `name`.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a short token (1 to 64 letters, digits, `-`, `_`,
+    /// `.`): it is written into response headers, where a quote or a
+    /// non-ASCII character would break them. For names from configuration,
+    /// use [`try_new`](Self::try_new).
     pub fn new(name: impl Into<Arc<str>>, quota: Quota) -> Self {
-        NamedLimit {
-            name: name.into(),
+        match Self::try_new(name, quota) {
+            Ok(limit) => limit,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// A GCRA limit called `name`, or an error if the name is not a short
+    /// token (1 to 64 letters, digits, `-`, `_`, `.`).
+    pub fn try_new(name: impl Into<Arc<str>>, quota: Quota) -> Result<Self, InvalidLimitName> {
+        let name = name.into();
+        let is_token = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !is_token {
+            return Err(InvalidLimitName(name.to_string()));
+        }
+        Ok(NamedLimit {
+            name,
             quota,
             limiter: Limiter::new(Algorithm::default(), quota),
-        }
+        })
     }
 
     /// The same limit with another algorithm.

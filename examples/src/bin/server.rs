@@ -157,15 +157,9 @@ fn parse_limit(text: &str) -> Result<NamedLimit, String> {
     let (name, quota) = text
         .split_once('=')
         .ok_or_else(|| format!("expected NAME=QUOTA, such as api=10/s, not {text:?}"))?;
-    // The name is written into header fields, so only token characters.
-    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    if name.is_empty() || !name.chars().all(is_token) {
-        return Err(format!(
-            "the limit name {name:?} must be letters, digits, '-', '_' or '.'"
-        ));
-    }
     let quota: Quota = quota.parse().map_err(|e| format!("{e}"))?;
-    Ok(NamedLimit::new(name, quota))
+    // The name is written into header fields: the crate checks it.
+    NamedLimit::try_new(name, quota).map_err(|e| e.to_string())
 }
 
 /// Parses `ip`, `global` or `header:NAME`.

@@ -153,7 +153,9 @@ impl Resolver {
                 .build(),
             config,
             interned: Mutex::default(),
-            base_name: base_name.into(),
+            // Room for a "-N" suffix within the 64 bytes a name may take
+            // (names are ASCII tokens, so any cut is on a char boundary).
+            base_name: base_name[..base_name.len().min(60)].into(),
             algorithm,
             max_delay,
             warned_no_runtime: AtomicBool::new(false),
