@@ -85,4 +85,3 @@ pub use clock::{Clock, ManualClock, MonotonicClock, WallClock};
 pub use decision::Decision;
 pub use limiter::{Admission, Limiter, State, ValueState, check_all};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
-
