@@ -11,9 +11,10 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Rounds per scenario. Odd, so that the median is one measured round.
+    /// Rounds of the in-process scenarios (batches of milliseconds each).
+    /// Odd, so that the median is one measured round.
     pub fn rounds(&self) -> usize {
-        self.pick(7, 3)
+        self.pick(9, 5)
     }
 
     /// `full` normally, `quick` under `--quick`.

@@ -143,7 +143,11 @@ fn load(address: SocketAddr, duration: Duration, expected: u16) -> f64 {
             tasks.spawn(async move {
                 let mut buf = Vec::with_capacity(4096);
                 while Instant::now() < deadline {
-                    stream.write_all(REQUEST).await.expect("send a request");
+                    if stream.write_all(REQUEST).await.is_err() {
+                        // The server closed the connection: open another.
+                        stream = connect(address).await;
+                        continue;
+                    }
                     match read_response(&mut stream, &mut buf).await {
                         Ok(Some(head)) => {
                             done.fetch_add(1, Ordering::Relaxed);

@@ -160,7 +160,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     let mut out = Vec::new();
 
     // Allowed: the baseline, then like-for-like pairs.
-    let n: u64 = settings.pick(200_000, 50_000);
+    let n: u64 = settings.pick(500_000, 50_000);
     let variants = [
         Variant::NoLayer,
         Variant::Tollgate(HeaderStyle::NONE),
