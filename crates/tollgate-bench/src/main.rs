@@ -58,6 +58,8 @@ struct Args {
     child: Option<String>,
 }
 
+/// Runs the scenarios asked for (or one child side), then writes the JSON
+/// rows, prints the table, and draws the charts when asked.
 fn main() {
     let args = Args::parse();
     let settings = Settings { quick: args.quick };
