@@ -48,6 +48,7 @@ impl PackedState for LeakyBucketState {
 /// let passed = (0..10).filter(|_| check_atomic(&gcra, &cell, 0, 1).allowed).count();
 /// assert_eq!(passed, 5);
 /// ```
+#[inline(always)]
 pub fn check_atomic<A>(algorithm: &A, cell: &AtomicU64, now: u64, cost: u32) -> Decision
 where
     A: RateAlgorithm<Admission = <A as RateAlgorithm>::State>,

@@ -206,7 +206,7 @@ where
                     };
                     match (action, pending.take()) {
                         (Action::Reject(response), _) => Phase::Rejected {
-                            response: Some(response),
+                            response: Some(*response),
                         },
                         (Action::Forward { fields, wait, info }, Some(mut pending)) => {
                             let entry = entry.clone();

@@ -63,8 +63,9 @@ pub(crate) enum Action<B> {
         // Boxed: it is rare (opt-in) and would triple the size of the action.
         info: Option<Box<RateLimitInfo>>,
     },
-    /// Answer with this response instead.
-    Reject(Response<B>),
+    /// Answer with this response instead. Boxed: a response is large, and
+    /// every allowed request would otherwise move an action that size.
+    Reject(Box<Response<B>>),
 }
 
 impl<K, St, R> Shared<K, St, R> {
@@ -134,13 +135,13 @@ impl<K, St, R> Shared<K, St, R> {
         let mut headers = HeaderMap::new();
         self.write_fields(entry, &mut headers, &Fields::of(verdict));
         write_retry_after(&mut headers, decision);
-        Action::Reject(self.rejector.reject(Rejection {
+        Action::Reject(Box::new(self.rejector.reject(Rejection {
             status: self.settings.status,
             headers,
             policy,
             key,
             verdict,
-        }))
+        })))
     }
 
     /// Writes the rate-limit fields of entry `entry` into `headers`.
@@ -179,10 +180,10 @@ impl<K, St, R> Shared<K, St, R> {
                 wait: Duration::ZERO,
                 info: None,
             },
-            OnStoreError::Closed => Action::Reject(
+            OnStoreError::Closed => Action::Reject(Box::new(
                 self.rejector
                     .refuse(StatusCode::SERVICE_UNAVAILABLE, Refusal::StoreFailed),
-            ),
+            )),
             OnStoreError::Fallback(local) => {
                 self.judge(entry, key, &local.check_now(policy, key, cost))
             }
@@ -259,7 +260,7 @@ where
                     ResponseFuture::waiting(wait, (inner, request), fields, &self.shared)
                 }
             }
-            Action::Reject(response) => ResponseFuture::rejected(response),
+            Action::Reject(response) => ResponseFuture::rejected(*response),
         }
     }
 }
