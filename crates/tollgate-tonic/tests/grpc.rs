@@ -289,8 +289,7 @@ async fn a_server_streaming_call_is_counted_once_when_it_starts() {
         .await
         .unwrap()
         .into_inner();
-    // Many messages on one stream...
-    let mut received = 0;
+    // Five messages on one stream...
     for status in [
         ServingStatus::NotServing,
         ServingStatus::Serving,
@@ -298,12 +297,9 @@ async fn a_server_streaming_call_is_counted_once_when_it_starts() {
         ServingStatus::Serving,
     ] {
         assert!(stream.message().await.unwrap().is_some());
-        received += 1;
         server.reporter.set_service_status("", status).await;
     }
     assert!(stream.message().await.unwrap().is_some());
-    received += 1;
-    assert_eq!(received, 5);
     // ...cost one call: one more fits, then the limit.
     check(&mut client).await.expect("the second call of two");
     assert_eq!(

@@ -128,14 +128,7 @@ impl RateLimitLayer {
             key: PeerIp,
             store: MemoryStore::new(),
             rejector: DefaultRejector,
-            limits: Vec::new(),
-            routes: Vec::new(),
-            #[cfg(feature = "quotas")]
-            quotas: None,
-            policy_seed: None,
-            algorithm: None,
-            max_delay: None,
-            settings: Settings::default(),
+            config: Config::default(),
         }
     }
 }
@@ -184,6 +177,12 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
     key: K,
     store: St,
     rejector: R,
+    config: Config,
+}
+
+/// The builder's settings that do not change its type.
+#[derive(Default)]
+struct Config {
     limits: Vec<NamedLimit>,
     routes: Vec<(RouteMatch, Vec<NamedLimit>)>,
     #[cfg(feature = "quotas")]
@@ -198,7 +197,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// Adds a named limit; a request must pass every limit, and is charged to
     /// all or none. With no limit at all the layer limits nothing.
     pub fn limit(mut self, limit: NamedLimit) -> Self {
-        self.limits.push(limit);
+        self.config.limits.push(limit);
         self
     }
 
@@ -236,7 +235,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         matches: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static,
         limits: impl IntoIterator<Item = NamedLimit>,
     ) -> Self {
-        self.routes
+        self.config
+            .routes
             .push((Arc::new(matches), limits.into_iter().collect()));
         self
     }
@@ -246,7 +246,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// the source does not name. See [`quotas`](crate::quotas).
     #[cfg(feature = "quotas")]
     pub fn quotas(mut self, quotas: crate::quotas::KeyQuotas) -> Self {
-        self.quotas = Some(quotas);
+        self.config.quotas = Some(quotas);
         self
     }
 
@@ -265,15 +265,17 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     ///     .build();
     /// # let _ = layer;
     /// ```
-    pub fn path(self, path: &str, limits: impl IntoIterator<Item = NamedLimit>) -> Self {
-        let matches = path_is(path);
-        self.route(move |request| matches(request), limits)
+    pub fn path(mut self, path: &str, limits: impl IntoIterator<Item = NamedLimit>) -> Self {
+        self.config
+            .routes
+            .push((path_is(path), limits.into_iter().collect()));
+        self
     }
 
     /// Uses `algorithm` for every limit (default: each limit's own, GCRA
     /// unless set on the [`NamedLimit`]).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = Some(algorithm);
+        self.config.algorithm = Some(algorithm);
         self
     }
 
@@ -283,14 +285,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             key,
             store: self.store,
             rejector: self.rejector,
-            limits: self.limits,
-            routes: self.routes,
-            #[cfg(feature = "quotas")]
-            quotas: self.quotas,
-            policy_seed: self.policy_seed,
-            algorithm: self.algorithm,
-            max_delay: self.max_delay,
-            settings: self.settings,
+            config: self.config,
         }
     }
 
@@ -300,20 +295,13 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             key: self.key,
             store,
             rejector: self.rejector,
-            limits: self.limits,
-            routes: self.routes,
-            #[cfg(feature = "quotas")]
-            quotas: self.quotas,
-            policy_seed: self.policy_seed,
-            algorithm: self.algorithm,
-            max_delay: self.max_delay,
-            settings: self.settings,
+            config: self.config,
         }
     }
 
     /// How much of the quota a request takes (default 1 for every request).
     pub fn cost(mut self, cost: impl Fn(&RequestInfo<'_>) -> u32 + Send + Sync + 'static) -> Self {
-        self.settings.cost = Some(Arc::new(cost));
+        self.config.settings.cost = Some(Arc::new(cost));
         self
     }
 
@@ -323,40 +311,40 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         mut self,
         allow: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.settings.allow = Some(Arc::new(allow));
+        self.config.settings.allow = Some(Arc::new(allow));
         self
     }
 
     /// Which rate-limit fields responses carry (default: the draft's, on
     /// every response).
     pub fn headers(mut self, headers: HeaderStyle) -> Self {
-        self.settings.headers = headers;
+        self.config.settings.headers = headers;
         self
     }
 
     /// Answers limited requests with `503 Service Unavailable` instead of
     /// `429 Too Many Requests`.
     pub fn reject_with_503(mut self) -> Self {
-        self.settings.status = StatusCode::SERVICE_UNAVAILABLE;
+        self.config.settings.status = StatusCode::SERVICE_UNAVAILABLE;
         self
     }
 
     /// What to do with a request whose key cannot be extracted (default: count
     /// all such requests under one shared key).
     pub fn on_missing_key(mut self, missing_key: MissingKey) -> Self {
-        self.settings.missing_key = missing_key;
+        self.config.settings.missing_key = missing_key;
         self
     }
 
     /// What to do when the store fails or times out (default: let through).
     pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.settings.on_store_error = on_store_error;
+        self.config.settings.on_store_error = on_store_error;
         self
     }
 
     /// How long a store may take to answer (default 100 ms).
     pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
-        self.settings.store_timeout = store_timeout;
+        self.config.settings.store_timeout = store_timeout;
         self
     }
 
@@ -365,7 +353,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// remaining and reset (in axum: a `RateLimitInfo` argument). Off by
     /// default: it costs an allocation per request.
     pub fn request_info(mut self, on: bool) -> Self {
-        self.settings.request_info = on;
+        self.config.settings.request_info = on;
         self
     }
 
@@ -378,21 +366,14 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             key: self.key,
             store: self.store,
             rejector,
-            limits: self.limits,
-            routes: self.routes,
-            #[cfg(feature = "quotas")]
-            quotas: self.quotas,
-            policy_seed: self.policy_seed,
-            algorithm: self.algorithm,
-            max_delay: self.max_delay,
-            settings: self.settings,
+            config: self.config,
         }
     }
 
     /// Shadow mode: count and report (headers, logs, metrics) but never
     /// reject. For trying limits out on real traffic.
     pub fn shadow(mut self, shadow: bool) -> Self {
-        self.settings.shadow = shadow;
+        self.config.settings.shadow = shadow;
         self
     }
 
@@ -430,7 +411,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// the window algorithms have no future slot to reserve and keep
     /// rejecting. Needs a tokio runtime for the timer.
     pub fn delay(mut self, max_delay: Duration) -> Self {
-        self.max_delay = Some(max_delay);
+        self.config.max_delay = Some(max_delay);
         self
     }
 
@@ -439,31 +420,31 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// store (rules reloads).
     #[cfg_attr(not(feature = "rules"), allow(dead_code))]
     pub(crate) fn stable_policy_id(mut self, seed: u64) -> Self {
-        self.policy_seed = Some(seed);
+        self.config.policy_seed = Some(seed);
         self
     }
 
     /// The layer.
     pub fn build(self) -> RateLimitLayer<K, St, R> {
-        let (algorithm, max_delay) = (self.algorithm, self.max_delay);
+        let config = self.config;
+        let (algorithm, max_delay) = (config.algorithm, config.max_delay);
         let apply = |limits: Vec<NamedLimit>| -> Vec<NamedLimit> {
             limits
                 .into_iter()
                 .map(|limit| with_overrides(limit, algorithm, max_delay))
                 .collect()
         };
-        let policy = |limits| Policy::new(apply(limits));
-        let routes = self
+        let routes = config
             .routes
             .into_iter()
-            .map(|(matches, limits)| (matches, policy(limits)))
+            .map(|(matches, limits)| (matches, Policy::new(apply(limits))))
             .collect();
-        let default = match self.policy_seed {
-            Some(seed) => Policy::with_seed(seed, apply(self.limits)),
-            None => policy(self.limits),
+        let default = match config.policy_seed {
+            Some(seed) => Policy::with_seed(seed, apply(config.limits)),
+            None => Policy::new(apply(config.limits)),
         };
         #[cfg(feature = "quotas")]
-        let quotas = self.quotas.map(|quotas| {
+        let quotas = config.quotas.map(|quotas| {
             let base_name = default.limits().first().map_or("quota", NamedLimit::name);
             Arc::new(crate::quotas::Resolver::new(
                 quotas, base_name, algorithm, max_delay,
@@ -477,7 +458,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 quotas,
                 key: self.key,
                 store: self.store,
-                settings: self.settings,
+                settings: config.settings,
             }),
         }
     }

@@ -1,6 +1,8 @@
 //! The layer unchanged under axum: `Router::layer`, `route_layer`, a custom
 //! rejection, a boxed store, and the peer address over real TCP.
 
+mod common;
+
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
@@ -118,7 +120,6 @@ async fn peer_ip_keys_each_client_apart() {
 #[cfg(feature = "axum")]
 #[tokio::test]
 async fn peer_ip_from_axum_connect_info_over_tcp() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let layer = RateLimitLayer::builder()
         .quota("api", Quota::per_minute(2))
         .key(PeerIp)
@@ -137,15 +138,8 @@ async fn peer_ip_from_axum_connect_info_over_tcp() {
     });
     let mut statuses = Vec::new();
     for _ in 0..3 {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut reply = String::new();
-        stream.read_to_string(&mut reply).await.unwrap();
-        statuses.push(reply.split(' ').nth(1).unwrap_or_default().to_owned());
+        statuses.push(common::http_over_tcp(addr, "GET", "/").await.0);
     }
     server.abort();
-    assert_eq!(statuses, ["200", "200", "429"]);
+    assert_eq!(statuses, [200, 200, 429]);
 }

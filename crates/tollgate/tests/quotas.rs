@@ -10,8 +10,10 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tollgate::quotas::{KeyQuotas, QuotaAnswer, QuotaSourceError, StaticQuotas, quota_fn_async};
-use tollgate::{HeaderKey, RateLimitLayer};
+use tollgate::quotas::{
+    KeyQuotas, QuotaAnswer, QuotaSourceError, StaticQuotas, quota_fn, quota_fn_async,
+};
+use tollgate::{HeaderKey, NamedLimit, RateLimitLayer};
 use tollgate_core::Quota;
 use tower::{Service, ServiceBuilder};
 
@@ -244,4 +246,51 @@ async fn a_key_in_use_sees_a_change_within_the_ttl() {
     }
     let seen_at = seen_at.expect("the change reached the key");
     assert!(seen_at <= ttl, "seen after {seen_at:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_that_never_answers_times_out_and_counts_as_an_error() {
+    let quotas = KeyQuotas::new(quota_fn_async(|_| std::future::pending()))
+        .lookup_timeout(Duration::from_secs(1));
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(2))
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(quotas.clone())
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    assert_eq!(statuses(&mut service, "k", 1).await, [200]);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(quotas.errors(), 0, "still waiting");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(quotas.errors(), 1);
+    // The key keeps the default: one more of 2, then limited.
+    assert_eq!(statuses(&mut service, "k", 2).await, [200, 429]);
+}
+
+#[tokio::test]
+async fn a_synchronous_closure_is_a_source() {
+    let source = quota_fn(|key| match key.to_bytes().starts_with(b"internal:") {
+        true => QuotaAnswer::Unlimited,
+        false => QuotaAnswer::Default,
+    });
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(1))
+        .path("/login", [NamedLimit::new("login", Quota::per_minute(3))])
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(KeyQuotas::new(source))
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    send(&mut service, from("internal:batch")).await;
+    send(&mut service, from("customer")).await;
+    settle().await;
+    assert_eq!(statuses(&mut service, "internal:batch", 5).await, [200; 5]);
+    assert_eq!(statuses(&mut service, "customer", 1).await, [429]);
+    // A route keeps its own limits, whatever the key's quota.
+    let login = Request::builder()
+        .uri("/login")
+        .header("x-api-key", "internal:batch")
+        .body(())
+        .unwrap();
+    let login = send(&mut service, login).await;
+    assert_eq!(login.headers()["ratelimit-policy"], "\"login\";q=3;w=60");
 }

@@ -2,15 +2,17 @@
 //! over HTTP, mistakes that name file, rule and field, and reloads.
 #![cfg(all(feature = "rules", feature = "axum"))]
 
+mod common;
+
 use axum::Router;
 use axum::routing::{get, post};
+use common::http_over_tcp as http;
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::rules::{RulesError, RulesLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -61,32 +63,6 @@ limits = [
   { name = "login-spacing", quota = "1/2s" },
 ]
 "#;
-
-/// One HTTP/1.1 request over a fresh TCP connection: status and headers.
-async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut reply = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut reply))
-        .await
-        .unwrap()
-        .unwrap();
-    let status = reply
-        .split(' ')
-        .nth(1)
-        .unwrap_or_default()
-        .parse()
-        .unwrap_or(0);
-    let head = reply
-        .split("\r\n\r\n")
-        .next()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    (status, head)
-}
 
 #[tokio::test]
 async fn the_two_scenarios_written_as_rules_hold_over_http() {
@@ -417,4 +393,112 @@ async fn a_watched_file_is_reloaded_when_it_changes() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(handle.rule_names(), ["renamed"]);
     watcher.abort();
+}
+
+/// The rule a request got, by the limit named in its `RateLimit-Policy`
+/// ("" when no rule matched).
+async fn rule_for(app: &Router, method: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut request = Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(axum::body::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let policy = response
+        .headers()
+        .get("ratelimit-policy")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    policy.split('"').nth(1).unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn every_kind_of_condition_selects_its_rule() {
+    let rules = r#"
+[[rule]]
+name = "grpc"
+match = { grpc_method = "pkg.Greeter/SayHello" }
+key = "method"
+limits = [{ name = "grpc", quota = "100/min" }]
+
+[[rule]]
+name = "user"
+match = { route = "/users/{id}" }
+key = ["route", "global"]
+limits = [{ name = "user", quota = "100/min" }]
+
+[[rule]]
+name = "free"
+match = { path = "/api/*", header = "x-plan=free" }
+key = "header:x-api-key"
+limits = [{ name = "free", quota = "100/min" }]
+
+[[rule]]
+name = "keyed"
+match = { path = "/api/*", header = "x-api-key" }
+key = "header:x-api-key"
+limits = [{ name = "keyed", quota = "100/min" }]
+
+[[rule]]
+name = "writes"
+match = { method = ["POST", "put"] }
+key = "global"
+limits = [{ name = "writes", quota = "100/min" }]
+"#;
+    let layer = RulesLayer::from_toml(rules).unwrap();
+    let ok = || async { "ok" };
+    let app = Router::new()
+        .route("/pkg.Greeter/SayHello", post(ok))
+        .route("/users/{id}", get(ok))
+        .route("/api/items", get(ok).post(ok))
+        .route("/other", get(ok).put(ok))
+        .layer(layer);
+    assert_eq!(
+        rule_for(&app, "POST", "/pkg.Greeter/SayHello", &[]).await,
+        "grpc"
+    );
+    assert_eq!(rule_for(&app, "GET", "/users/7", &[]).await, "user");
+    let free = [("x-api-key", "k1"), ("x-plan", "free")];
+    assert_eq!(rule_for(&app, "GET", "/api/items", &free).await, "free");
+    let paid = [("x-api-key", "k1"), ("x-plan", "paid")];
+    assert_eq!(rule_for(&app, "GET", "/api/items", &paid).await, "keyed");
+    // No API key: neither /api rule; a POST falls to "writes", a GET to none.
+    assert_eq!(rule_for(&app, "POST", "/api/items", &[]).await, "writes");
+    assert_eq!(rule_for(&app, "GET", "/api/items", &[]).await, "");
+    assert_eq!(rule_for(&app, "PUT", "/other", &[]).await, "writes");
+    assert_eq!(rule_for(&app, "GET", "/other", &[]).await, "");
+}
+
+#[tokio::test]
+async fn each_key_kind_counts_apart() {
+    let rules = r#"
+[[rule]]
+name = "per-key"
+key = "header:x-api-key"
+limits = [{ name = "per-key", quota = "1/min" }]
+"#;
+    let layer = RulesLayer::from_toml(rules).unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let status = async |key: &str| {
+        let request = Request::builder()
+            .uri("/")
+            .header("x-api-key", key)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        app.clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(
+        [status("a").await, status("a").await, status("b").await],
+        [200, 429, 200]
+    );
 }

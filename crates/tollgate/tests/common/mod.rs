@@ -45,3 +45,31 @@ where
 {
     service.ready().await.unwrap().call(request).await.unwrap()
 }
+
+/// One HTTP/1.1 request over a fresh TCP connection to `addr`: the status
+/// and the response head, lower-cased.
+#[allow(dead_code)] // not every test binary talks TCP
+pub async fn http_over_tcp(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        stream.read_to_string(&mut reply),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let status = reply
+        .split(' ')
+        .nth(1)
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or(0);
+    let head = reply.split("\r\n\r\n").next().unwrap_or_default();
+    (status, head.to_ascii_lowercase())
+}
