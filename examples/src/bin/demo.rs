@@ -1,36 +1,77 @@
-//! The demo: the same bursty traffic through each of the six algorithms, and
-//! what each admitted.
+//! The demo: the same bursty traffic through each of the six algorithms,
+//! over an axum and a tonic server on loopback, and what each let through.
 //!
-//! Run it with `cargo run --release -p tollgate-examples --bin demo`.
+//! ```sh
+//! cargo run --release -p tollgate-examples --bin demo
+//! cargo run --release -p tollgate-examples --bin demo -- --redis redis://127.0.0.1:6379
+//! ```
+//!
+//! The logic lives in `tollgate_examples::demo`; this file reads the flags
+//! and prints.
 
-use tollgate_core::{Algorithm, Quota};
-use tollgate_examples::{bursty_trace, run_trace};
+use clap::Parser;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tollgate_examples::demo::{self, Config};
 
-fn main() {
-    let quota = Quota::per_second(10);
-    let trace = bursty_trace(10, 20, 5);
-    // Start on a whole second of the clock so the windows line up with the trace.
-    let origin = 1_700_000_000 * 1_000_000_000;
-    println!(
-        "quota {quota}, {} requests offered: steady at 2x the rate,",
-        trace.len()
-    );
-    println!("a burst of 20, a pause, then 20 split across a window boundary\n");
-    println!(
-        "{:<16} {:>8} {:>9} {:>9} {:>22}",
-        "algorithm", "offered", "admitted", "rejected", "max in any 1 s window"
-    );
-    for algorithm in Algorithm::ALL {
-        let outcome = run_trace(algorithm, quota, origin, &trace);
-        println!(
-            "{:<16} {:>8} {:>9} {:>9} {:>22}",
-            algorithm.name(),
-            outcome.offered,
-            outcome.admitted,
-            outcome.offered - outcome.admitted,
-            outcome.max_in_any_period
-        );
+/// The same bursty trace through GCRA, token bucket, leaky bucket, fixed
+/// window, sliding log and sliding window, over real HTTP and gRPC servers.
+#[derive(Debug, Parser)]
+#[command(name = "demo")]
+struct Args {
+    /// Run against Redis (redis://HOST:PORT or redis+cluster://...): one
+    /// instance, two instances sharing the limit, two that do not.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Where to write algorithms.svg.
+    #[arg(long, value_name = "DIR", default_value = "target/tollgate-demo")]
+    out: PathBuf,
+    /// Twice as fast: 10 requests per 500 ms, about 2 s of traffic.
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> ExitCode {
+    // Usage errors exit 2 with clap's message; --help exits 0.
+    let args = Args::parse();
+    let mut config = if args.quick {
+        Config::quick(&args.out)
+    } else {
+        Config::standard(&args.out)
+    };
+    config.progress = true;
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("demo: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = runtime.block_on(async {
+        match &args.redis {
+            Some(url) => demo::redis::run(url, &config)
+                .await
+                .map(|comparison| demo::redis::render(&comparison)),
+            None => demo::run(&config).await.map(|demo| {
+                let path = std::path::absolute(&demo.svg).unwrap_or(demo.svg.clone());
+                format!(
+                    "{}\nPicture: {}",
+                    demo::report::render(&demo),
+                    path.display()
+                )
+            }),
+        }
+    });
+    match report {
+        Ok(report) => {
+            // A closed pipe (`demo | head`) is not worth a panic.
+            let _ = writeln!(std::io::stdout().lock(), "{report}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("demo: {error}");
+            ExitCode::FAILURE
+        }
     }
-    println!("\nFixed window lets up to twice the limit through across a boundary;");
-    println!("the sliding log never lets more than the limit through in any second.");
 }

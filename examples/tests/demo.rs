@@ -1,0 +1,167 @@
+//! The demo's logic with a short trace (10 per 500 ms, about 2 s), real
+//! servers on loopback, real HTTP and gRPC clients: what its table
+//! reports must be what each algorithm promises.
+//!
+//! The per-period figures come from the server's own record of when each
+//! decision was made, on the limiter's clock, so they are exact however
+//! late the clients are on a busy machine.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+use tollgate_core::Algorithm;
+use tollgate_examples::demo::{self, Config, Demo, RunResult};
+
+/// The demos run in real time: one at a time, so they do not slow each
+/// other down.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn out_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-{name}-{}", std::process::id()))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn quick_config(name: &str) -> Config {
+    let mut config = Config::quick(out_dir(name));
+    config.progress = false;
+    config
+}
+
+fn run_demo() -> Demo {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    runtime()
+        .block_on(demo::run(&quick_config("memory")))
+        .expect("the demo runs")
+}
+
+fn runs(demo: &Demo, algorithm: Algorithm) -> [(&'static str, &RunResult); 2] {
+    let result = demo
+        .results
+        .iter()
+        .find(|r| r.algorithm == algorithm)
+        .expect("every algorithm has a result");
+    [("HTTP", &result.http), ("gRPC", &result.grpc)]
+}
+
+#[test]
+fn the_demo_reports_what_each_algorithm_promises() {
+    let demo = run_demo();
+    let quota = demo.trace.quota;
+    let limit = quota.limit() as usize;
+    let offered = demo.trace.arrivals.len();
+    assert_eq!(demo.results.len(), Algorithm::ALL.len());
+
+    for algorithm in Algorithm::ALL {
+        for (transport, run) in runs(&demo, algorithm) {
+            let what = format!("{algorithm} over {transport}");
+            assert_eq!(run.failed, 0, "{what}: {:?}", run.first_failure);
+            assert_eq!(run.offered, offered, "{what}");
+            assert_eq!(run.admitted + run.rejected, run.offered, "{what}");
+            assert!(run.rejected > 0, "{what} limited nothing");
+            // The client and the server agree on every request.
+            assert_eq!(run.decisions.len(), run.offered, "{what}");
+            assert_eq!(run.server_admitted(), run.admitted, "{what}");
+            // A rejection carries the whole header contract.
+            let seen = run.first_rejection.as_ref().expect("a rejection was seen");
+            let names: Vec<&str> = seen.fields.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, demo::clients::FIELDS, "{what}: {seen:?}");
+            let policy = &seen.fields[0].1;
+            assert_eq!(
+                policy,
+                &format!("\"{}\";q=10;w=1", algorithm.name()),
+                "{what}"
+            );
+            let retry_after: u64 = seen.fields[2].1.parse().expect("delta-seconds");
+            assert!(retry_after >= 1, "{what}: Retry-After is never 0");
+        }
+    }
+
+    for (transport, run) in runs(&demo, Algorithm::FixedWindow) {
+        // Across the boundary the fixed window lets a second limit through
+        // right after the first; never more than two.
+        assert!(
+            run.max_in_any_period > limit && run.max_in_any_period <= 2 * limit,
+            "fixed window over {transport}: {} in one period",
+            run.max_in_any_period
+        );
+    }
+    for (transport, run) in runs(&demo, Algorithm::SlidingLog) {
+        assert!(
+            run.max_in_any_period <= limit,
+            "sliding log over {transport}: {} in one period",
+            run.max_in_any_period
+        );
+    }
+    for (transport, run) in runs(&demo, Algorithm::LeakyBucket) {
+        // A shaper: requests leave one emission interval apart at least.
+        let gap = run.min_spacing().expect("several admitted");
+        assert!(
+            gap >= quota.emission_interval_nanos(),
+            "leaky bucket over {transport}: {gap} ns between two requests"
+        );
+        assert!(
+            run.max_in_any_period <= limit,
+            "leaky bucket over {transport}"
+        );
+    }
+
+    let report = demo::report::render(&demo);
+    for algorithm in Algorithm::ALL {
+        assert!(report.contains(algorithm.name()), "{report}");
+    }
+    assert!(
+        report.contains("RateLimit-Policy: \"fixed-window\";q=10;w=1"),
+        "{report}"
+    );
+
+    let svg = std::fs::read_to_string(&demo.svg).expect("the picture is written");
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(100)]);
+    assert!(svg.trim_end().ends_with("</svg>"));
+    for algorithm in Algorithm::ALL {
+        assert!(svg.contains(algorithm.name()), "a panel for {algorithm}");
+    }
+}
+
+#[test]
+fn two_instances_sharing_redis_admit_what_one_does() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let comparison = {
+        let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        runtime()
+            .block_on(demo::redis::run(&redis.url(), &quick_config("redis")))
+            .expect("the Redis demo runs")
+    };
+    let offered = comparison.trace.arrivals.len();
+    for result in &comparison.results {
+        let name = result.algorithm.name();
+        assert_eq!(result.failed(), 0, "{name}: {result:?}");
+        assert_eq!(result.one.offered, offered, "{name}");
+        assert_eq!(result.shared[0].offered + result.shared[1].offered, offered);
+        // Each sharing instance took part of the limit.
+        assert!(
+            result.shared.iter().all(|c| c.admitted > 0),
+            "{name}: {result:?}"
+        );
+        // Shared: what one instance admits. The runs are real time, so a
+        // request on the very edge of a slot may fall either way: one of
+        // slack.
+        assert!(
+            result.shared_admitted() <= result.one.admitted + 1,
+            "{name}: two sharing admitted {}, one alone {}",
+            result.shared_admitted(),
+            result.one.admitted
+        );
+        // Not shared: clearly more.
+        assert!(
+            result.separate_admitted() > result.one.admitted + 1,
+            "{name}: {result:?}"
+        );
+    }
+    let report = demo::redis::render(&comparison);
+    assert!(report.contains("two sharing"), "{report}");
+}
