@@ -49,7 +49,7 @@ pin_project! {
         Calling { #[pin] future: S::Future },
         Checking { checking: Pin<Box<Checking<S, Req, Check, Sh>>> },
         Waiting { waiting: Pin<Box<Waiting<S, Req>>> },
-        Rejected { response: Option<S::Response> },
+        Rejected { response: Option<Box<S::Response>> },
     }
 }
 
@@ -111,7 +111,7 @@ where
         }
     }
 
-    pub(crate) fn rejected(response: Response<B>) -> Self {
+    pub(crate) fn rejected(response: Box<Response<B>>) -> Self {
         ResponseFuture {
             phase: Phase::Rejected {
                 response: Some(response),
@@ -169,6 +169,8 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             let mut this = self.as_mut().project();
+            // Only the phases every request meets are handled inline; the
+            // waiting ones live out of line so this frame stays small.
             let next = match this.phase.as_mut().project() {
                 PhaseProj::Calling { future } => {
                     let mut response = ready!(future.poll(cx))?;
@@ -180,64 +182,104 @@ where
                 PhaseProj::Rejected { response } => {
                     // Taken once; a second poll (a caller's bug) gets an empty 500
                     // rather than a panic.
-                    let response = response.take().unwrap_or_else(|| {
-                        crate::service::status_response(http::StatusCode::INTERNAL_SERVER_ERROR)
-                    });
+                    let response = response.take().map_or_else(
+                        || crate::service::status_response(http::StatusCode::INTERNAL_SERVER_ERROR),
+                        |response| *response,
+                    );
                     return Poll::Ready(Ok(response));
                 }
                 PhaseProj::Checking { checking } => {
-                    let CheckingProj {
-                        check,
-                        shared,
-                        deadline,
-                        pending,
-                        entry,
-                        key,
-                        cost,
-                    } = checking.as_mut().project();
-                    let action = match check.poll(cx) {
-                        Poll::Ready(Ok(verdict)) => shared.judge(entry, key, &verdict),
-                        Poll::Ready(Err(error)) => shared.on_failure(entry, key, *cost, &error),
-                        Poll::Pending => {
-                            ready!(deadline.poll(cx));
-                            let error = &"the store did not answer in time";
-                            shared.on_failure(entry, key, *cost, error)
-                        }
-                    };
-                    match (action, pending.take()) {
-                        (Action::Reject(response), _) => Phase::Rejected {
-                            response: Some(*response),
-                        },
-                        (Action::Forward { fields, wait, info }, Some(mut pending)) => {
-                            let entry = entry.clone();
-                            *this.fields = fields.map(|fields| (fields, entry, shared.clone()));
-                            if let Some(info) = info {
-                                pending.1.extensions_mut().insert(*info);
-                            }
-                            if wait.is_zero() {
-                                let (mut service, request) = pending;
-                                Phase::Calling {
-                                    future: service.call(request),
-                                }
-                            } else {
-                                waiting(wait, pending)
-                            }
-                        }
-                        (Action::Forward { .. }, None) => return Poll::Pending,
-                    }
+                    ready!(poll_checking(checking.as_mut(), this.fields, cx))
                 }
-                PhaseProj::Waiting { waiting } => {
-                    let WaitingProj { until, pending } = waiting.as_mut().project();
-                    ready!(until.poll(cx));
-                    let Some((mut service, request)) = pending.take() else {
-                        return Poll::Pending;
-                    };
-                    Phase::Calling {
-                        future: service.call(request),
-                    }
-                }
+                PhaseProj::Waiting { waiting } => ready!(poll_waiting(waiting.as_mut(), cx)),
             };
             this.phase.set(next);
         }
     }
+}
+
+/// The fields a response future adds to its response, with what formats them.
+type FieldsToAdd<K, St, R> = Option<(Fields, EntryRef, Arc<Shared<K, St, R>>)>;
+
+/// Polls the store's pending check (and its deadline); once it answers, the
+/// phase that follows.
+#[inline(never)]
+fn poll_checking<S, ReqBody, K, St, R, B>(
+    checking: Pin<&mut Checking<S, http::Request<ReqBody>, St::Future, Arc<Shared<K, St, R>>>>,
+    fields: &mut FieldsToAdd<K, St, R>,
+    cx: &mut Context<'_>,
+) -> Poll<Phase<S, http::Request<ReqBody>, St::Future, Arc<Shared<K, St, R>>>>
+where
+    S: Service<http::Request<ReqBody>, Response = Response<B>>,
+    St: Store,
+    B: Default,
+    R: Rejector<B>,
+{
+    let CheckingProj {
+        check,
+        shared,
+        deadline,
+        pending,
+        entry,
+        key,
+        cost,
+    } = checking.project();
+    let action = match check.poll(cx) {
+        Poll::Ready(Ok(verdict)) => shared.judge(entry, key, &verdict),
+        Poll::Ready(Err(error)) => shared.on_failure(entry, key, *cost, &error),
+        Poll::Pending => {
+            ready!(deadline.poll(cx));
+            let error = &"the store did not answer in time";
+            shared.on_failure(entry, key, *cost, error)
+        }
+    };
+    let next = match (action, pending.take()) {
+        (Action::Reject(response), _) => Phase::Rejected {
+            response: Some(response),
+        },
+        (
+            Action::Forward {
+                fields: add,
+                wait,
+                info,
+            },
+            Some(mut pending),
+        ) => {
+            let entry = entry.clone();
+            *fields = add.map(|add| (add, entry, shared.clone()));
+            if let Some(info) = info {
+                pending.1.extensions_mut().insert(*info);
+            }
+            if wait.is_zero() {
+                let (mut service, request) = pending;
+                Phase::Calling {
+                    future: service.call(request),
+                }
+            } else {
+                waiting(wait, pending)
+            }
+        }
+        // Polled again after it moved on: cannot happen through `poll`.
+        (Action::Forward { .. }, None) => return Poll::Pending,
+    };
+    Poll::Ready(next)
+}
+
+/// Holds the request until its slot, then calls the inner service.
+#[inline(never)]
+fn poll_waiting<S, Req, Check, Sh>(
+    waiting: Pin<&mut Waiting<S, Req>>,
+    cx: &mut Context<'_>,
+) -> Poll<Phase<S, Req, Check, Sh>>
+where
+    S: Service<Req>,
+{
+    let WaitingProj { until, pending } = waiting.project();
+    ready!(until.poll(cx));
+    let Some((mut service, request)) = pending.take() else {
+        return Poll::Pending;
+    };
+    Poll::Ready(Phase::Calling {
+        future: service.call(request),
+    })
 }

@@ -41,6 +41,10 @@ pub(crate) struct Shared<K, St, R> {
     pub key: K,
     pub store: St,
     pub settings: Settings,
+    /// Whether an allowed request that need not wait is forwarded as it is:
+    /// no fields on the response, no [`RateLimitInfo`](crate::RateLimitInfo)
+    /// on the request. Decided once, here, so the hot path tests one flag.
+    pub forwards_bare: bool,
 }
 
 /// The builder's settings that do not change its type.
@@ -450,6 +454,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 quotas, base_name, algorithm, max_delay,
             ))
         });
+        let settings = config.settings;
+        let headers = settings.headers;
+        let forwards_bare =
+            !settings.request_info && !(headers.on_allowed && (headers.draft || headers.legacy));
         RateLimitLayer {
             shared: Arc::new(Shared {
                 rejector: self.rejector,
@@ -458,7 +466,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 quotas,
                 key: self.key,
                 store: self.store,
-                settings: config.settings,
+                settings,
+                forwards_bare,
             }),
         }
     }

@@ -6,6 +6,8 @@
 
 use crate::Verdict;
 use crate::policy::Policy;
+#[cfg(feature = "metrics")]
+use std::sync::Arc;
 
 #[cfg(feature = "metrics")]
 pub(crate) fn decided(policy: &Policy, verdict: &Verdict) {
@@ -15,7 +17,8 @@ pub(crate) fn decided(policy: &Policy, verdict: &Verdict) {
         } else {
             "limited"
         };
-        metrics::counter!("tollgate_requests_total", "limit" => limit.name().to_owned(), "outcome" => outcome)
+        let name = metrics::SharedString::from(Arc::clone(limit.shared_name()));
+        metrics::counter!("tollgate_requests_total", "limit" => name, "outcome" => outcome)
             .increment(1);
     }
 }

@@ -93,6 +93,12 @@ impl NamedLimit {
         &self.name
     }
 
+    /// The name, shared: a metrics label without a copy per request.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
     /// The quota.
     pub fn quota(&self) -> Quota {
         self.quota

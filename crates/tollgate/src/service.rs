@@ -77,6 +77,13 @@ impl<K, St, R> Shared<K, St, R> {
             .is_some_and(|allow| allow(request))
     }
 
+    /// Whether `verdict` lets the request through at once with nothing to
+    /// add to it or to its response.
+    #[inline]
+    fn passes_bare(&self, verdict: &Verdict) -> bool {
+        self.forwards_bare && verdict.merged.allowed && verdict.merged.wait_nanos == 0
+    }
+
     /// The limits a request with `key` is charged, given the entry its
     /// route chose; `None` when its key's quota is "unlimited".
     #[inline]
@@ -229,7 +236,7 @@ where
                 }
                 MissingKey::Reject(status) => {
                     let response = shared.rejector.refuse(*status, Refusal::MissingKey);
-                    return ResponseFuture::rejected(response);
+                    return ResponseFuture::rejected(Box::new(response));
                 }
             },
         };
@@ -239,6 +246,11 @@ where
         let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
         let policy = &shared.routes.get(&entry).policy;
         let action = match shared.store.check(policy, &key, cost) {
+            // The hot path: admitted at once, nothing to add.
+            StoreCheck::Ready(Ok(verdict)) if shared.passes_bare(&verdict) => {
+                crate::observe::decided(policy, &verdict);
+                return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
+            }
             StoreCheck::Ready(Ok(verdict)) => shared.judge(&entry, &key, &verdict),
             StoreCheck::Ready(Err(error)) => shared.on_failure(&entry, &key, cost, &error),
             StoreCheck::Pending(check) => {
@@ -260,7 +272,7 @@ where
                     ResponseFuture::waiting(wait, (inner, request), fields, &self.shared)
                 }
             }
-            Action::Reject(response) => ResponseFuture::rejected(*response),
+            Action::Reject(response) => ResponseFuture::rejected(response),
         }
     }
 }
