@@ -91,6 +91,7 @@ impl Key {
 /// One or two word-sized writes per key, where the derived `Hash` would
 /// make several small ones: this hash runs on every request.
 impl std::hash::Hash for Key {
+    #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         match self {
             Key::Global => state.write_u8(0),
@@ -187,6 +188,7 @@ impl Default for MissingKey {
 pub struct GlobalKey;
 
 impl KeyExtractor for GlobalKey {
+    #[inline]
     fn extract(&self, _: &RequestInfo<'_>) -> Option<Key> {
         Some(Key::Global)
     }
@@ -211,6 +213,7 @@ pub struct PeerAddr(pub SocketAddr);
 
 impl PeerIp {
     /// The peer address the request's extensions carry.
+    #[inline]
     pub fn peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
         // axum's, when enabled, is by far the most common: look there first.
         #[cfg(feature = "axum")]
@@ -225,6 +228,7 @@ impl PeerIp {
 }
 
 impl KeyExtractor for PeerIp {
+    #[inline]
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
         PeerIp::peer_addr(request.extensions).map(|addr| Key::Ip(addr.ip().to_canonical()))
     }

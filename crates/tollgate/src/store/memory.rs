@@ -283,6 +283,7 @@ impl<C> Inner<C> {
     }
 }
 
+#[inline]
 fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
     shard.read().unwrap_or_else(PoisonError::into_inner)
 }
