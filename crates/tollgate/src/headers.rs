@@ -38,11 +38,7 @@ pub struct HeaderStyle {
 
 impl Default for HeaderStyle {
     fn default() -> Self {
-        HeaderStyle {
-            draft: true,
-            legacy: false,
-            on_allowed: true,
-        }
+        HeaderStyle::DRAFT
     }
 }
 
@@ -53,6 +49,42 @@ impl HeaderStyle {
         legacy: false,
         on_allowed: false,
     };
+
+    /// The IETF draft's fields on every response: the default.
+    pub const DRAFT: HeaderStyle = HeaderStyle {
+        draft: true,
+        legacy: false,
+        on_allowed: true,
+    };
+
+    /// Only the legacy `X-RateLimit-Limit/Remaining/Reset`, on every
+    /// response, for clients written against them.
+    pub const LEGACY: HeaderStyle = HeaderStyle {
+        draft: false,
+        legacy: true,
+        on_allowed: true,
+    };
+
+    /// Both the draft's fields and the legacy trio, on every response: for
+    /// moving clients from one to the other.
+    pub const BOTH: HeaderStyle = HeaderStyle {
+        draft: true,
+        legacy: true,
+        on_allowed: true,
+    };
+
+    /// The same fields, but only on rejections.
+    ///
+    /// ```
+    /// use tollgate::HeaderStyle;
+    /// assert!(!HeaderStyle::DRAFT.only_on_rejections().on_allowed);
+    /// ```
+    pub const fn only_on_rejections(self) -> HeaderStyle {
+        HeaderStyle {
+            on_allowed: false,
+            ..self
+        }
+    }
 }
 
 /// Whole seconds, rounded up: a client that waits this long is never early.

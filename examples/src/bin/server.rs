@@ -247,16 +247,11 @@ async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, Stri
 
 /// The response fields `--headers` asks for.
 fn header_style(headers: Headers) -> HeaderStyle {
-    let (draft, legacy) = match headers {
-        Headers::Draft => (true, false),
-        Headers::Legacy => (false, true),
-        Headers::Both => (true, true),
-        Headers::None => return HeaderStyle::NONE,
-    };
-    HeaderStyle {
-        draft,
-        legacy,
-        on_allowed: true,
+    match headers {
+        Headers::Draft => HeaderStyle::DRAFT,
+        Headers::Legacy => HeaderStyle::LEGACY,
+        Headers::Both => HeaderStyle::BOTH,
+        Headers::None => HeaderStyle::NONE,
     }
 }
 
