@@ -21,6 +21,9 @@ mod rejection;
 mod route;
 
 pub use client_ip::{ClientAddr, ClientIp, InvalidPrefix, Node, ProxyHeader, parse_node};
+/// A network in CIDR form (`"10.0.0.0/8".parse()`), for
+/// [`ClientIp::trusting`]; re-exported so an app need not depend on `ipnet`.
+pub use ipnet::IpNet;
 pub use rejection::{ProblemJson, QUOTA_EXCEEDED, RespondWith, respond_with};
 pub use route::{RouteKey, matched_path};
 pub use tollgate::RateLimitInfo;

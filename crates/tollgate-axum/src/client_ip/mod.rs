@@ -106,6 +106,18 @@ impl std::error::Error for InvalidPrefix {}
 impl ClientIp {
     /// Trusts peers and hops in `networks` (CIDRs such as `10.0.0.0/8`,
     /// `2001:db8::/32`; a single address is a /32 or /128).
+    ///
+    /// ```
+    /// use tollgate_axum::{ClientIp, IpNet};
+    ///
+    /// let proxies: Vec<IpNet> = ["10.0.0.0/8", "2001:db8::/32"]
+    ///     .iter()
+    ///     .map(|cidr| cidr.parse())
+    ///     .collect::<Result<_, _>>()?;
+    /// let client_ip = ClientIp::trusting(proxies);
+    /// # let _ = client_ip;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn trusting(networks: impl IntoIterator<Item = IpNet>) -> Self {
         ClientIp {
             trust: Trust::Networks(networks.into_iter().map(|n| n.trunc()).collect()),
