@@ -276,3 +276,29 @@ impl Resolver {
         Policy::new(limits)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quotas::StaticQuotas;
+
+    /// A flood of distinct keys keeps at most `max_keys` answers cached.
+    #[tokio::test]
+    async fn the_cache_holds_at_most_max_keys() {
+        let quotas = KeyQuotas::new(StaticQuotas::new()).max_keys(100);
+        let resolver = Arc::new(Resolver::new(quotas, "api", None, None));
+        for i in 0..10_000u32 {
+            let key = Key::from_bytes(&i.to_be_bytes());
+            assert!(matches!(resolver.resolve(&key), Resolution::Default));
+            if i % 1_000 == 999 {
+                // Let the background lookups land, as they would between requests.
+                tokio::task::yield_now().await;
+            }
+        }
+        tokio::task::yield_now().await;
+        resolver.cache.run_pending_tasks();
+        let cached = resolver.cache.entry_count();
+        assert!(cached <= 100, "{cached} answers cached, bound 100");
+        assert!(cached > 0, "nothing cached");
+    }
+}
