@@ -137,6 +137,8 @@ fn two_instances_sharing_redis_admit_what_one_does() {
             .expect("the Redis demo runs")
     };
     let offered = comparison.trace.arrivals.len();
+    let limit = comparison.trace.quota.limit() as usize;
+    let report = demo::redis::render(&comparison);
     for result in &comparison.results {
         let name = result.algorithm.name();
         assert_eq!(result.failed(), 0, "{name}: {result:?}");
@@ -147,21 +149,23 @@ fn two_instances_sharing_redis_admit_what_one_does() {
             result.shared.iter().all(|c| c.admitted > 0),
             "{name}: {result:?}"
         );
-        // Shared: what one instance admits. The runs are real time, so a
-        // request on the very edge of a slot may fall either way: one of
-        // slack.
+        // Shared: what one instance admits, give or take timing. The runs
+        // are real time and only as simultaneous as the machine allows: a
+        // request the scheduler delays can land in a later slot in one
+        // setup and not in the other (seen: up to 3 apart on a 2-core
+        // machine under full load). Without sharing they admit 20 to 40
+        // more on this trace; the test asks for one limit more.
+        let slack = limit / 2;
         assert!(
-            result.shared_admitted() <= result.one.admitted + 1,
-            "{name}: two sharing admitted {}, one alone {}",
+            result.shared_admitted() <= result.one.admitted + slack,
+            "{name}: two sharing admitted {}, one alone {}\n{report}",
             result.shared_admitted(),
             result.one.admitted
         );
-        // Not shared: clearly more.
         assert!(
-            result.separate_admitted() > result.one.admitted + 1,
-            "{name}: {result:?}"
+            result.separate_admitted() >= result.shared_admitted() + limit,
+            "{name}: without sharing not clearly more\n{report}"
         );
     }
-    let report = demo::redis::render(&comparison);
     assert!(report.contains("two sharing"), "{report}");
 }

@@ -250,12 +250,15 @@ pub fn render(comparison: &RedisComparison) -> String {
              one instance alone."
         );
     } else {
-        // The runs are real time: a request landing a hair either side of a
-        // slot can move one admission. Said plainly rather than hidden.
+        // The setups run at the same moments only as far as the machine
+        // allows: a request landing a hair either side of a slot, or
+        // delayed by a busy scheduler, can move an admission. Said plainly
+        // rather than hidden.
         let _ = writeln!(
             out,
             "The two sharing instances admitted more than one instance alone for: {} \
-             (requests on the edge of a slot fall either way in real time).",
+             (real time: a request on the edge of a slot, or delayed by a busy machine, \
+             can fall either way).",
             over.join(", ")
         );
     }
