@@ -207,24 +207,33 @@ pub fn render(demo: &Demo) -> String {
             }
         }
     }
-    if let Some(result) = demo.results.first() {
-        if let Some(seen) = &result.http.last_admitted {
-            let _ = writeln!(
-                out,
-                "and on its last 200 ({}): {}",
-                result.algorithm.name(),
-                fields_line(seen)
-            );
-        }
-        if let Some(seen) = &result.grpc.first_rejection {
-            let _ = writeln!(
-                out,
-                "A gRPC client's first limited call ({}): {}\n  metadata: {}",
-                result.algorithm.name(),
-                seen.status,
-                fields_line(seen)
-            );
-        }
+    if let Some(seen) = demo
+        .results
+        .first()
+        .and_then(|r| r.http.last_admitted.as_ref())
+    {
+        let _ = writeln!(
+            out,
+            "and on its last 200 ({}): {}",
+            demo.results[0].algorithm.name(),
+            fields_line(seen)
+        );
+    }
+    // The fixed window's first refusal comes halfway through a window
+    // (20/s against 10/s), so its RetryInfo delay is easy to check: the
+    // rest of the window. (GCRA's first refusal in the steady phase can
+    // fall a hair before a slot opens and show a delay of 0.000 s.)
+    let fixed = demo
+        .results
+        .iter()
+        .find(|r| r.algorithm == Algorithm::FixedWindow);
+    if let Some(seen) = fixed.and_then(|r| r.grpc.first_rejection.as_ref()) {
+        let _ = writeln!(
+            out,
+            "A gRPC client's first limited call (fixed-window): {}\n  metadata: {}",
+            seen.status,
+            fields_line(seen)
+        );
     }
 
     let failures: Vec<String> = demo
@@ -257,7 +266,7 @@ pub fn render(demo: &Demo) -> String {
     if let Some(fixed) = of(Algorithm::FixedWindow) {
         let _ = writeln!(
             out,
-            "fixed-window let {} through within one {period} across the boundary at {} \
+            "fixed-window let {} through within {period} across the boundary at {} \
              (limit {limit}: up to 2x).",
             fixed.http.max_in_any_period,
             period_label(Duration::from_nanos(trace.boundary())),
