@@ -66,9 +66,9 @@ fn main() {
     };
     {
         use tower::Layer;
-        let inner = tower::service_fn(|_r: Request<Body>| async {
+        let inner = axum::routing::Route::new(tower::service_fn(|_r: Request<Body>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
-        });
+        }));
         let mut t = RateLimitLayer::builder()
             .quota("api", quota)
             .key(PeerIp)
@@ -82,6 +82,7 @@ fn main() {
         let ft = t.call(request());
         let fg = g.call(request());
         let fi = inner.clone().call(request());
+        let _ = (&mut t, &mut g);
         println!(
             "future sizes: tollgate {} governor {} inner {}",
             std::mem::size_of_val(&ft),
