@@ -201,14 +201,22 @@ where
 /// The fields a response future adds to its response, with what formats them.
 type FieldsToAdd<K, St, R> = Option<(Fields, EntryRef, Arc<Shared<K, St, R>>)>;
 
+/// The phase of a future over an HTTP request.
+type HttpPhase<S, ReqBody, K, St, R> =
+    Phase<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Shared<K, St, R>>>;
+
+/// A pending store check over an HTTP request.
+type HttpChecking<S, ReqBody, K, St, R> =
+    Checking<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Shared<K, St, R>>>;
+
 /// Polls the store's pending check (and its deadline); once it answers, the
 /// phase that follows.
 #[inline(never)]
 fn poll_checking<S, ReqBody, K, St, R, B>(
-    checking: Pin<&mut Checking<S, http::Request<ReqBody>, St::Future, Arc<Shared<K, St, R>>>>,
+    checking: Pin<&mut HttpChecking<S, ReqBody, K, St, R>>,
     fields: &mut FieldsToAdd<K, St, R>,
     cx: &mut Context<'_>,
-) -> Poll<Phase<S, http::Request<ReqBody>, St::Future, Arc<Shared<K, St, R>>>>
+) -> Poll<HttpPhase<S, ReqBody, K, St, R>>
 where
     S: Service<http::Request<ReqBody>, Response = Response<B>>,
     St: Store,
