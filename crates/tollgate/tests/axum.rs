@@ -127,15 +127,7 @@ async fn peer_ip_from_axum_connect_info_over_tcp() {
     let router = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (addr, server) = common::serve_on_loopback(router).await;
     let mut statuses = Vec::new();
     for _ in 0..3 {
         statuses.push(common::http_over_tcp(addr, "GET", "/").await.0);

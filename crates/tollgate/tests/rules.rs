@@ -9,7 +9,6 @@ use axum::routing::{get, post};
 use common::http_over_tcp as http;
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -74,15 +73,7 @@ async fn the_two_scenarios_written_as_rules_hold_over_http() {
         .route("/login", post(|| async { "welcome" }))
         .route("/other", get(|| async { "other" }))
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (addr, server) = common::serve_on_loopback(app).await;
 
     // 500 per hour and 10 per minute: the minute binds first.
     let mut statuses = Vec::new();

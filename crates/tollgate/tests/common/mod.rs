@@ -73,3 +73,17 @@ pub async fn http_over_tcp(addr: std::net::SocketAddr, method: &str, path: &str)
     let head = reply.split("\r\n\r\n").next().unwrap_or_default();
     (status, head.to_ascii_lowercase())
 }
+
+/// Serves `router` on a free loopback port, with the peer address in each
+/// request (as `axum::serve` with connect info gives it): the address, and
+/// the server's task to abort at the end.
+#[allow(dead_code)] // not every test binary serves over TCP
+pub async fn serve_on_loopback(
+    router: axum::Router,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = tokio::spawn(async move { axum::serve(listener, service).await });
+    (addr, server)
+}
