@@ -1,5 +1,5 @@
 //! An app behind a load balancer in 10.0.0.0/8 (or on this machine): the
-//! client is the right-most address in `X-Forwarded-For` / `Forwarded` that
+//! client is the right-most address in `X-Forwarded-For` that
 //! the trusted proxies did not write. A client's own forged header changes
 //! nothing.
 //!

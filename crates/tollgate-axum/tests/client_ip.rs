@@ -10,7 +10,7 @@ use http::{Request, StatusCode};
 use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::RateLimitLayer;
-use tollgate_axum::ClientIp;
+use tollgate_axum::{ClientIp, ProxyHeader};
 use tower::ServiceExt;
 
 /// An app allowing 3 requests a minute per client, as `client_ip` sees it.
@@ -76,9 +76,29 @@ async fn from_a_trusted_proxy_the_right_most_untrusted_address_is_the_key() {
     assert_eq!(status(&app, "10.0.0.1:80", swapped).await, StatusCode::OK);
 }
 
+/// The proxy writes X-Forwarded-For; the client adds a `Forwarded` (or
+/// `X-Real-IP`) of its own, which the proxy passes through. By default only
+/// X-Forwarded-For is read, so the client cannot choose its key.
+#[tokio::test]
+async fn a_header_the_proxy_does_not_write_cannot_choose_the_key() {
+    let app = app(behind_proxy());
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        let spoofed = format!("for=198.51.100.{i}");
+        let real_ip = format!("198.51.100.{i}");
+        let headers: [(&str, &[u8]); 3] = [
+            ("forwarded", spoofed.as_bytes()),
+            ("x-real-ip", real_ip.as_bytes()),
+            ("x-forwarded-for", b"203.0.113.50"),
+        ];
+        statuses.push(status(&app, "10.0.0.1:80", &headers).await);
+    }
+    assert_eq!(statuses[3..], [StatusCode::TOO_MANY_REQUESTS; 2]);
+}
+
 #[tokio::test]
 async fn a_forwarded_ipv6_client_is_keyed_by_its_slash_64() {
-    let app = app(behind_proxy());
+    let app = app(behind_proxy().headers([ProxyHeader::Forwarded]));
     let client: &[(&str, &[u8])] = &[("forwarded", b"for=\"[2001:db8::17]:4711\"")];
     for _ in 0..3 {
         assert_eq!(status(&app, "10.0.0.1:80", client).await, StatusCode::OK);

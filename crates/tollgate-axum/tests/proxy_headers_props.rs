@@ -45,9 +45,13 @@ fn untrusted_ip() -> impl Strategy<Value = IpAddr> {
 /// header value at all.
 fn resolve_appended(header: HeaderName, spoofed: &[u8], appended: &str) -> Option<IpAddr> {
     let value = HeaderValue::from_bytes(&[spoofed, appended.as_bytes()].concat()).ok()?;
+    let which: Vec<ProxyHeader> = ProxyHeader::ALL
+        .into_iter()
+        .filter(|h| *h.name() == header)
+        .collect();
     let mut headers = HeaderMap::new();
     headers.insert(header, value);
-    let client_ip = ClientIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+    let client_ip = ClientIp::trusting(["10.0.0.0/8".parse().unwrap()]).headers(which);
     Some(client_ip.resolve(SocketAddr::new("10.0.0.1".parse().unwrap(), 1), &headers))
 }
 
@@ -59,7 +63,7 @@ fn client_ips() -> Vec<ClientIp> {
             "2001:db8::/32".parse().unwrap(),
         ]),
         ClientIp::trusting_hops(1),
-        ClientIp::trusting_hops(3),
+        ClientIp::trusting_hops(3).headers(ProxyHeader::ALL),
     ]
 }
 

@@ -42,6 +42,8 @@ pub struct Outcome {
     pub target: Option<f64>,
     /// What the anchor is, in words, for the table (`"governor direct"`).
     pub anchor_name: String,
+    /// The ratio before rounding, which the target is judged on.
+    exact_ratio: f64,
 }
 
 impl Outcome {
@@ -59,6 +61,7 @@ impl Outcome {
             better,
             target: None,
             anchor_name: String::new(),
+            exact_ratio: ratio(ours, anchor),
         }
     }
 
@@ -74,10 +77,11 @@ impl Outcome {
         self
     }
 
-    /// Whether the row meets its target; `None` when it has none.
+    /// Whether the row meets its target; `None` when it has none. A row
+    /// without a meaningful ratio (NaN) never meets it.
     pub fn met(&self) -> Option<bool> {
         let bound = self.target?;
-        let ratio = self.row.ratio;
+        let ratio = self.exact_ratio;
         Some(match self.better {
             Better::Lower => ratio <= bound,
             Better::Higher => ratio >= bound,
@@ -116,10 +120,13 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
-/// `ours / anchor`; NaN (written as `null` in JSON) when the anchor is not
-/// positive, rather than an infinity that would look like a result.
+/// `ours / anchor`; NaN (written as `null` in JSON) when either is not
+/// positive, rather than an infinity or a negative that would look like a
+/// result.
 pub fn ratio(ours: f64, anchor: f64) -> f64 {
-    if anchor > 0.0 {
+    // A cost or a rate of zero or less (an added cost can come out
+    // negative on a noisy machine) is no measurement: no ratio.
+    if anchor > 0.0 && ours > 0.0 {
         ours / anchor
     } else {
         f64::NAN
@@ -226,6 +233,11 @@ mod tests {
     fn ratio_is_ours_over_anchor() {
         assert_eq!(ratio(50.0, 100.0), 0.5);
         assert!(ratio(1.0, 0.0).is_nan());
+        assert!(ratio(-3.0, 100.0).is_nan());
+        let negative = Outcome::new("x", -3.0, 100.0, "ns/request", Better::Lower).target(0.1);
+        assert_eq!(negative.met(), Some(false), "a negative cost is no win");
+        let just_over = Outcome::new("x", 1.00004, 1.0, "ns/check", Better::Lower).target(1.0);
+        assert_eq!(just_over.met(), Some(false), "judged before rounding");
         let o = Outcome::new("x", 12.0, 8.0, "ns/check", Better::Lower);
         assert_eq!(o.row.ratio, 1.5);
     }

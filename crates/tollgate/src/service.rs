@@ -84,6 +84,18 @@ impl<K, St, R> Shared<K, St, R> {
         self.forwards_bare && verdict.merged.allowed && verdict.merged.wait_nanos == 0
     }
 
+    /// Whether requests on `entry` may have per-key quotas of their own
+    /// (the layer's default entry, with quotas configured).
+    #[inline]
+    fn has_key_quotas(&self, entry: &EntryRef) -> bool {
+        #[cfg(feature = "quotas")]
+        if self.quotas.is_some() && matches!(entry, EntryRef::Table(0)) {
+            return true;
+        }
+        let _ = entry;
+        false
+    }
+
     /// The limits a request with `key` is charged, given the entry its
     /// route chose; `None` when its key's quota is "unlimited".
     #[inline]
@@ -224,7 +236,8 @@ where
         let shared = &*self.shared;
         let info = RequestInfo::new(&request);
         let entry = shared.routes.select(&info);
-        if shared.routes.get(&entry).is_unlimited() || shared.is_allowed_always(&info) {
+        let unlimited = shared.routes.get(&entry).is_unlimited() && !shared.has_key_quotas(&entry);
+        if unlimited || shared.is_allowed_always(&info) {
             return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
         }
         let key = match shared.key.extract(&info) {
@@ -240,7 +253,10 @@ where
                 }
             },
         };
-        let Some(entry) = shared.limits_for_key(entry, &key) else {
+        let Some(entry) = shared
+            .limits_for_key(entry, &key)
+            .filter(|entry| !shared.routes.get(entry).is_unlimited())
+        else {
             return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
         };
         let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));

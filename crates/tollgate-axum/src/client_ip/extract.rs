@@ -5,6 +5,7 @@ use axum::extract::FromRequestParts;
 use http::StatusCode;
 use http::request::Parts;
 use std::net::IpAddr;
+use std::sync::LazyLock;
 use tollgate::PeerIp;
 
 /// The client's IP address, resolved as [`ClientIp`] does, for a handler.
@@ -36,10 +37,11 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
             "no connection info: serve the app with \
              into_make_service_with_connect_info::<SocketAddr>()",
         ))?;
-        let ip = match parts.extensions.get::<ClientIp>() {
-            Some(client_ip) => client_ip.resolve(peer, &parts.headers),
-            None => ClientIp::default().resolve(peer, &parts.headers),
-        };
+        // One default for the process: built per request, its "warn once"
+        // about ignored proxy headers would warn on every request.
+        static DEFAULT: LazyLock<ClientIp> = LazyLock::new(ClientIp::default);
+        let client_ip = parts.extensions.get::<ClientIp>().unwrap_or(&DEFAULT);
+        let ip = client_ip.resolve(peer, &parts.headers);
         Ok(ClientAddr(ip))
     }
 }

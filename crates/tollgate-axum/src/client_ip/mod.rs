@@ -52,9 +52,9 @@ enum Trust {
 ///
 /// - The peer address (from `ConnectInfo<SocketAddr>`), unless the peer is
 ///   trusted.
-/// - From a trusted peer: the first header of the configured preference
-///   order that the request carries ([`ProxyHeader::ALL`] by default), read
-///   nearest hop first, skipping trusted hops; the first untrusted address.
+/// - From a trusted peer: the configured header (`X-Forwarded-For` by
+///   default; see [`headers`](Self::headers)), read nearest hop first,
+///   skipping trusted hops; the first untrusted address.
 /// - If every hop is trusted, the furthest one.
 /// - Fallback: when the hop to read is not an address (`unknown`, an
 ///   obfuscated identifier, garbage, non-UTF-8), the answer is the nearest
@@ -80,7 +80,11 @@ impl Default for ClientIp {
     fn default() -> Self {
         ClientIp {
             trust: Trust::Nobody,
-            headers: ProxyHeader::ALL.to_vec(),
+            // Only the header proxies most often write. A header the proxy
+            // passes through untouched is the client's to choose, so
+            // reading more than the proxy writes would let clients pick
+            // their own key.
+            headers: vec![ProxyHeader::XForwardedFor],
             ipv6_prefix: 64,
             warned: Arc::default(),
         }
@@ -140,7 +144,14 @@ impl ClientIp {
     }
 
     /// Which headers to read, in order of preference: the first one a
-    /// request carries is used. An empty list ignores headers altogether.
+    /// request carries is used (default: `X-Forwarded-For` only). An empty
+    /// list ignores headers altogether.
+    ///
+    /// Name only headers that your proxy writes or strips on every request:
+    /// a header it passes through untouched comes from the client, and if
+    /// it is earlier in this list than the one your proxy writes, the
+    /// client chooses its own key. Behind a proxy that writes `Forwarded`
+    /// (RFC 7239), say `.headers([ProxyHeader::Forwarded])`.
     pub fn headers(mut self, headers: impl IntoIterator<Item = ProxyHeader>) -> Self {
         self.headers = headers.into_iter().collect();
         self
@@ -320,8 +331,13 @@ mod tests {
             ("forwarded", "for=\"[2001:db8::17]:4711\""),
             ("x-real-ip", "7.7.7.7"),
         ]);
+        // By default only X-Forwarded-For is read: the others may be the
+        // client's own, passed through by a proxy that does not write them.
+        assert_eq!(behind_proxy().resolve(peer("10.0.0.1"), &h), ip("5.6.7.8"));
+        let forwarded_first =
+            behind_proxy().headers([ProxyHeader::Forwarded, ProxyHeader::XForwardedFor]);
         assert_eq!(
-            behind_proxy().resolve(peer("10.0.0.1"), &h),
+            forwarded_first.resolve(peer("10.0.0.1"), &h),
             ip("2001:db8::17")
         );
         let xff_first =
@@ -333,7 +349,8 @@ mod tests {
         let h = headers(&[("x-forwarded-for", "1.1.1.1, not-an-ip, 10.2.2.2")]);
         assert_eq!(behind_proxy().resolve(peer("10.0.0.1"), &h), ip("10.2.2.2"));
         let h = headers(&[("forwarded", "for=unknown")]);
-        assert_eq!(behind_proxy().resolve(peer("10.0.0.1"), &h), ip("10.0.0.1"));
+        let forwarded = behind_proxy().headers([ProxyHeader::Forwarded]);
+        assert_eq!(forwarded.resolve(peer("10.0.0.1"), &h), ip("10.0.0.1"));
     }
 
     #[test]

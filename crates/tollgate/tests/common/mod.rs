@@ -80,7 +80,10 @@ pub async fn http_over_tcp(addr: std::net::SocketAddr, method: &str, path: &str)
 #[allow(dead_code)] // not every test binary serves over TCP
 pub async fn serve_on_loopback(
     router: axum::Router,
-) -> (std::net::SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>) {
+) -> (
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
