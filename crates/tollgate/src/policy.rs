@@ -160,7 +160,7 @@ impl Policy {
     /// A policy whose identity is derived from `seed`: the same seed gives
     /// the same identity, so the counters of a policy rebuilt unchanged (a
     /// rules reload) carry on. Seeded identities never equal fresh ones.
-    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "rules", feature = "quotas")), allow(dead_code))]
     pub(crate) fn with_seed(seed: u64, limits: Vec<NamedLimit>) -> Self {
         Self::with_id(seed | 1 << 63, limits)
     }
@@ -177,7 +177,10 @@ impl Policy {
         }
     }
 
-    /// The identity: distinct for every policy built in this process.
+    /// The identity: distinct for every policy built with [`Policy::new`]
+    /// in this process. Policies a rules file or per-key quotas build derive
+    /// theirs from what they contain, so that rebuilding one unchanged keeps
+    /// its counters.
     pub fn id(&self) -> u64 {
         self.id
     }

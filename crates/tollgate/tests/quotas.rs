@@ -310,3 +310,48 @@ async fn without_default_limits_only_keys_with_quotas_are_limited() {
     assert_eq!(statuses(&mut service, "metered", 3).await, [200, 200, 429]);
     assert_eq!(statuses(&mut service, "free", 5).await, [200; 5]);
 }
+
+/// A source that panics is a failed lookup, not a key stuck on the default:
+/// the next request asks again.
+#[tokio::test]
+async fn a_source_that_panics_is_asked_again() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let source = quota_fn(move |_| {
+        if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            panic!("a bug in the quota source (expected by this test)");
+        }
+        "1/min".parse().unwrap()
+    });
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(100))
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(KeyQuotas::new(source))
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    send(&mut service, from("k")).await;
+    settle().await;
+    send(&mut service, from("k")).await;
+    settle().await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(statuses(&mut service, "k", 2).await, [200, 429]);
+}
+
+/// An answer with more quotas than a key may have is a failed lookup: the
+/// default applies, and the error is counted.
+#[tokio::test]
+async fn an_answer_with_too_many_quotas_is_an_error() {
+    let source = quota_fn(|_| QuotaAnswer::Quotas(vec![Quota::per_minute(5); 17]));
+    let quotas = KeyQuotas::new(source);
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(100))
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(quotas.clone())
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    send(&mut service, from("k")).await;
+    settle().await;
+    let response = send(&mut service, from("k")).await;
+    assert_eq!(response.headers()["ratelimit-policy"], "\"api\";q=100;w=60");
+    assert_eq!(quotas.errors(), 1);
+}

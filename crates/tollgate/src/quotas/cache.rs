@@ -1,11 +1,12 @@
 //! The cache in front of a quota source, and how the layer reads it.
 
-use super::{QuotaAnswer, QuotaSource};
+use super::{QuotaAnswer, QuotaSource, QuotaSourceError};
 use crate::Key;
 use crate::policy::{NamedLimit, Policy};
 use crate::routes::Entry;
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -124,9 +125,14 @@ struct Cached {
 }
 
 /// Policies built for per-key quotas are shared by every key with the same
-/// quotas, so a key keeps its counters across refreshes. Past this many
-/// distinct quota sets, new ones are built per lookup instead.
+/// quotas. Past this many distinct quota sets, new ones are built per
+/// lookup instead; their identity is derived from the quotas either way, so
+/// a key keeps its counters across refreshes.
 const MAX_INTERNED: usize = 10_000;
+
+/// The most quotas one answer may hold (each is checked on every request
+/// of its key); an answer with more is a failed lookup.
+const MAX_QUOTAS_PER_KEY: usize = 16;
 
 /// The layer's side of [`KeyQuotas`]: the cache, and how answers become
 /// policies (with the layer's algorithm, delay and limit names).
@@ -138,6 +144,9 @@ pub(crate) struct Resolver {
     algorithm: Option<Algorithm>,
     max_delay: Option<Duration>,
     warned_no_runtime: AtomicBool,
+    /// Mixed into every per-key policy's identity, so that two layers with
+    /// the same quotas over one store keep apart.
+    salt: u64,
 }
 
 impl Resolver {
@@ -159,6 +168,7 @@ impl Resolver {
             algorithm,
             max_delay,
             warned_no_runtime: AtomicBool::new(false),
+            salt: Policy::new(Vec::new()).id(),
         }
     }
 
@@ -203,14 +213,21 @@ impl Resolver {
         let resolver = self.clone();
         let key = key.clone();
         runtime.spawn(async move {
+            // A source that panics ends this task early: the guard then
+            // clears the key's mark, so a later request looks it up again.
+            let guard = LookupGuard {
+                resolver: &resolver,
+                key: &key,
+            };
             let lookup = resolver.config.source.lookup(&key);
             let result = match tokio::time::timeout(resolver.config.lookup_timeout, lookup).await {
                 Ok(result) => result,
                 Err(_) => Err("the quota source did not answer in time".into()),
             };
+            let result = result.and_then(|answer| resolver.resolution_of(answer));
             let cached = match result {
-                Ok(answer) => Cached {
-                    resolution: resolver.resolution_of(answer),
+                Ok(resolution) => Cached {
+                    resolution,
                     refresh_at: Instant::now() + resolver.config.ttl / 2,
                     refreshing: AtomicBool::new(false),
                 },
@@ -225,20 +242,28 @@ impl Resolver {
                     }
                 }
             };
+            std::mem::forget(guard);
             resolver.cache.insert(key, Arc::new(cached));
         });
     }
 
     /// The resolution for a source's answer.
-    fn resolution_of(&self, answer: QuotaAnswer) -> Resolution {
-        match answer {
+    fn resolution_of(&self, answer: QuotaAnswer) -> Result<Resolution, QuotaSourceError> {
+        Ok(match answer {
             QuotaAnswer::Default => Resolution::Default,
             QuotaAnswer::Unlimited => Resolution::Unlimited,
             // An empty list would limit nothing by accident: read it as the
             // default.
             QuotaAnswer::Quotas(quotas) if quotas.is_empty() => Resolution::Default,
+            QuotaAnswer::Quotas(quotas) if quotas.len() > MAX_QUOTAS_PER_KEY => {
+                return Err(format!(
+                    "{} quotas for one key; at most {MAX_QUOTAS_PER_KEY}",
+                    quotas.len()
+                )
+                .into());
+            }
             QuotaAnswer::Quotas(quotas) => Resolution::Limits(self.entry_for(quotas)),
-        }
+        })
     }
 
     /// The shared entry for a set of quotas.
@@ -273,7 +298,26 @@ impl Resolver {
                 )
             })
             .collect();
-        Policy::new(limits)
+        // The same quotas give the same identity, interned or not.
+        let mut seed = std::hash::DefaultHasher::new();
+        (self.salt, quotas).hash(&mut seed);
+        Policy::with_seed(seed.finish(), limits)
+    }
+}
+
+/// Clears a key's "lookup running" mark unless the lookup finished (then
+/// it is forgotten): a lookup that panicked must not leave the key waiting
+/// for an answer that never comes.
+struct LookupGuard<'a> {
+    resolver: &'a Resolver,
+    key: &'a Key,
+}
+
+impl Drop for LookupGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(cached) = self.resolver.cache.get(self.key) {
+            cached.refreshing.store(false, Ordering::Release);
+        }
     }
 }
 
