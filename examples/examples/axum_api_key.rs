@@ -28,12 +28,17 @@ async fn main() -> std::io::Result<()> {
     let app = Router::new()
         .route(
             "/",
-            get(|info: RateLimitInfo| async move {
-                format!(
-                    "{} of {} requests left this minute\n",
-                    info.remaining(),
-                    info.limit()
-                )
+            // An Option: a request passed unchecked (say, while a store is
+            // down and the layer fails open) carries no info.
+            get(|info: Option<RateLimitInfo>| async move {
+                match info {
+                    Some(info) => format!(
+                        "{} of {} requests left this minute\n",
+                        info.remaining(),
+                        info.limit()
+                    ),
+                    None => "not counted\n".to_owned(),
+                }
             }),
         )
         .layer(layer);

@@ -267,8 +267,10 @@ where
                 waiting(wait, pending)
             }
         }
-        // Polled again after it moved on: cannot happen through `poll`.
-        (Action::Forward { .. }, None) => return Poll::Pending,
+        // The request was already handed on: cannot happen through `poll`.
+        // Were it to, an empty 500 (as for a second poll after a rejection)
+        // beats a request that hangs without a waker.
+        (Action::Forward { .. }, None) => Phase::Rejected { response: None },
     };
     Poll::Ready(next)
 }
@@ -285,7 +287,9 @@ where
     let WaitingProj { until, pending } = waiting.project();
     ready!(until.poll(cx));
     let Some((mut service, request)) = pending.take() else {
-        return Poll::Pending;
+        // Already handed on (cannot happen through `poll`): an empty 500
+        // rather than a hang.
+        return Poll::Ready(Phase::Rejected { response: None });
     };
     Poll::Ready(Phase::Calling {
         future: service.call(request),

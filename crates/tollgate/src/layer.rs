@@ -353,9 +353,15 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     }
 
     /// Puts a [`RateLimitInfo`](crate::RateLimitInfo) into the extensions of
-    /// every request let through, so a handler can read its limit,
-    /// remaining and reset (in axum: a `RateLimitInfo` argument). Off by
-    /// default: it costs an allocation per request.
+    /// every request the limiter checked and let through, so a handler can
+    /// read its limit, remaining and reset. Off by default: it costs an
+    /// allocation per request.
+    ///
+    /// Requests let through unchecked carry none: on an unlimited route or
+    /// key, allow-listed, skipped for a missing key, or passed because the
+    /// store failed and the layer fails open. In axum, take an
+    /// `Option<RateLimitInfo>` argument, so that those requests are served
+    /// rather than refused by the extractor.
     pub fn request_info(mut self, on: bool) -> Self {
         self.config.settings.request_info = on;
         self

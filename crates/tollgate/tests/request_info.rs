@@ -2,6 +2,8 @@
 //! request, whether the store answered at once or later; shadow mode shows
 //! what would have been limited; without the option there is none.
 
+mod common;
+
 use http::{Request, Response};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -111,4 +113,18 @@ async fn without_the_option_there_is_no_info() {
     let layer = builder().build();
     let got = bodies(ServiceBuilder::new().layer(layer).service_fn(report), 1).await;
     assert_eq!(got, ["none"]);
+}
+
+/// A request passed unchecked because the store failed (fail open) carries
+/// no info, as documented: handlers must take it as optional.
+#[tokio::test]
+async fn a_request_passed_because_the_store_failed_carries_none() {
+    let layer = RateLimitLayer::builder()
+        .quota("api", "10/min".parse().unwrap())
+        .key(GlobalKey)
+        .store(common::BrokenStore::Failing)
+        .request_info(true)
+        .build();
+    let service = ServiceBuilder::new().layer(layer).service_fn(report);
+    assert_eq!(bodies(service, 1).await, ["none"]);
 }
