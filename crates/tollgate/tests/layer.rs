@@ -101,6 +101,50 @@ async fn limited_responses_carry_exact_fields() {
     assert_eq!(header(&limited, "x-ratelimit-limit"), None);
 }
 
+/// The header styles: what allowed and limited responses carry. `NONE`
+/// takes the layer's bare path for allowed requests.
+#[tokio::test]
+async fn header_styles_choose_the_fields_of_allowed_and_limited_responses() {
+    let cases = [
+        (HeaderStyle::NONE, false, false, false),
+        (HeaderStyle::DRAFT.only_on_rejections(), false, true, false),
+        (HeaderStyle::LEGACY, true, false, true),
+        (HeaderStyle::BOTH, true, true, true),
+    ];
+    for (style, fields_on_allowed, draft_on_limited, legacy_on_limited) in cases {
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(2))
+            .key(GlobalKey)
+            .store(frozen_store())
+            .headers(style)
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        let allowed = send(&mut service, Request::new(())).await;
+        assert_eq!(allowed.status(), StatusCode::OK, "{style:?}");
+        let allowed_fields = ["ratelimit", "ratelimit-policy", "x-ratelimit-remaining"]
+            .iter()
+            .any(|name| header(&allowed, name).is_some());
+        assert_eq!(allowed_fields, fields_on_allowed, "{style:?}");
+        assert_eq!(header(&allowed, "retry-after"), None);
+
+        send(&mut service, Request::new(())).await;
+        let limited = send(&mut service, Request::new(())).await;
+        assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS, "{style:?}");
+        // Retry-After on every rejection, whatever the style.
+        assert_eq!(header(&limited, "retry-after").as_deref(), Some("30"));
+        assert_eq!(
+            header(&limited, "ratelimit").is_some(),
+            draft_on_limited,
+            "{style:?}"
+        );
+        assert_eq!(
+            header(&limited, "x-ratelimit-limit").is_some(),
+            legacy_on_limited,
+            "{style:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn several_limits_merge_into_one_field_of_each_kind() {
     let layer = RateLimitLayer::builder()
