@@ -194,15 +194,21 @@ pub fn child(side: Side, settings: Settings) {
         Side::Ours => {
             let store = MemoryStore::builder().max_keys(2 * KEYS as usize).build();
             let policy = policy();
-            measure_child(passes, |n| {
+            let report = measure_child(passes, |n| {
                 black_box(&store.check_now(&policy, &Key::Ip(ip(n)), 1));
-            })
+            });
+            // Had the bound evicted keys, this side would hold fewer and
+            // look smaller and faster than it is.
+            assert_eq!(store.len(), KEYS as usize, "tollgate evicted keys");
+            report
         }
         Side::Anchor => {
             let limiter = governor_keyed();
-            measure_child(passes, |n| {
+            let report = measure_child(passes, |n| {
                 let _ = black_box(&limiter.check_key(&ip(n)));
-            })
+            });
+            assert_eq!(limiter.len(), KEYS as usize, "governor lost keys");
+            report
         }
     };
     println!(

@@ -71,8 +71,9 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
                 estimate = runtime.block_on(ours(&store, &policy, seconds));
                 ours_rates.push(estimate);
             } else {
-                // As many requests as our side did in its time, so both run
-                // about as long.
+                // As many requests as our side made in its time: the same
+                // work on both sides (redis-benchmark's run then lasts
+                // `seconds / ratio`).
                 let requests = ((estimate * seconds) as u64).max(50_000);
                 raw_rates.push(raw(&server, &store, &policy, requests));
             }
@@ -136,7 +137,7 @@ fn raw(server: &RedisServer, store: &RedisStore, policy: &Policy, requests: u64)
     // The store's own call, with redis-benchmark's random placeholder where
     // the user key goes.
     let call = store.script_command(policy, &Key::from_bytes(b"__rand_int__"), 1);
-    let failed_before = failed_script_calls(server);
+    let before = evalsha_stats(server);
     let output = Command::new("redis-benchmark")
         .args(["-p", &server.port().to_string()])
         .args(["-P", "16", "-c", "50", "-q"])
@@ -144,9 +145,21 @@ fn raw(server: &RedisServer, store: &RedisStore, policy: &Policy, requests: u64)
         .args(&call)
         .output()
         .expect("run redis-benchmark");
+    assert!(
+        output.status.success(),
+        "redis-benchmark failed: {output:?}"
+    );
+    // A script error is answered as fast as a decision: every call must
+    // have run the script, and none may have failed or been refused.
+    let after = evalsha_stats(server);
+    assert!(
+        after.calls - before.calls >= requests,
+        "redis-benchmark ran {} script calls of {requests}",
+        after.calls - before.calls
+    );
     assert_eq!(
-        failed_script_calls(server),
-        failed_before,
+        (after.failed, after.rejected),
+        (before.failed, before.rejected),
         "redis-benchmark's script calls failed: its figure would not be decisions"
     );
     let text = String::from_utf8_lossy(&output.stdout);
@@ -165,23 +178,59 @@ pub fn parse_rate(text: &str) -> Option<f64> {
         .ok()
 }
 
-/// How many `EVALSHA` calls have failed on `server` so far.
-fn failed_script_calls(server: &RedisServer) -> u64 {
-    let stats = server.command(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("")
-        .trim()
-        .split(',')
-        .find_map(|field| field.strip_prefix("failed_calls="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+/// `EVALSHA` counts on a server, from `INFO commandstats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct EvalshaStats {
+    calls: u64,
+    failed: u64,
+    rejected: u64,
+}
+
+/// The server's `EVALSHA` counts so far: zero before the first call; a
+/// line without the counts (a Redis too old to report them) stops the
+/// program, since failures could not be told from decisions.
+fn evalsha_stats(server: &RedisServer) -> EvalshaStats {
+    parse_evalsha(&server.command(&["INFO", "commandstats"]))
+}
+
+/// [`EvalshaStats`] from the text of `INFO commandstats`.
+fn parse_evalsha(stats: &str) -> EvalshaStats {
+    let Some(line) = stats.lines().find(|l| l.starts_with("cmdstat_evalsha:")) else {
+        return EvalshaStats::default();
+    };
+    let field = |name: &str| -> u64 {
+        line.trim()
+            .split([':', ','])
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line:?}: Redis 7 or later is needed"))
+    };
+    EvalshaStats {
+        calls: field("calls"),
+        failed: field("failed_calls"),
+        rejected: field("rejected_calls"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evalsha_counts_are_read_field_by_field() {
+        let info = "# Commandstats\r\ncmdstat_get:calls=1,usec=2,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_evalsha:calls=120,usec=900,usec_per_call=7.50,rejected_calls=2,failed_calls=3\r\n";
+        let stats = parse_evalsha(info);
+        assert_eq!(
+            stats,
+            EvalshaStats {
+                calls: 120,
+                failed: 3,
+                rejected: 2
+            }
+        );
+        assert_eq!(parse_evalsha("# Commandstats\r\n"), EvalshaStats::default());
+    }
 
     #[test]
     fn reads_the_rate_after_progress_lines() {
