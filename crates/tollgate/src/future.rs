@@ -173,10 +173,13 @@ where
             // waiting ones live out of line so this frame stays small.
             let next = match this.phase.as_mut().project() {
                 PhaseProj::Calling { future } => {
+                    // Nothing to add (the common case): the inner poll's
+                    // own result, not unpacked and packed again.
+                    let Some((fields, entry, shared)) = this.fields.as_ref() else {
+                        return future.poll(cx);
+                    };
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some((fields, entry, shared)) = this.fields.take() {
-                        shared.write_fields(&entry, response.headers_mut(), &fields);
-                    }
+                    shared.write_fields(entry, response.headers_mut(), fields);
                     return Poll::Ready(Ok(response));
                 }
                 PhaseProj::Rejected { response } => {
