@@ -30,9 +30,10 @@ pub type Side<'a> = &'a mut dyn FnMut() -> f64;
 
 /// Runs every side once untimed (to fault in code and memory), then
 /// `rounds` rounds of one batch per side. Each round starts with the next
-/// side in turn, so that no side always runs first (or right after the
-/// other's allocations) on a machine whose clock speed and caches change.
-/// Returns each side's figures, in the order of `sides`.
+/// side in turn, and every other round goes through the sides backwards, so
+/// that no side always runs first, or always right after the same other side
+/// (its allocations, its code in the caches), on a machine whose clock speed
+/// and caches change. Returns each side's figures, in the order of `sides`.
 pub fn alternate(rounds: usize, sides: &mut [Side<'_>]) -> Vec<Vec<f64>> {
     for side in sides.iter_mut() {
         std::hint::black_box(side());
@@ -41,7 +42,11 @@ pub fn alternate(rounds: usize, sides: &mut [Side<'_>]) -> Vec<Vec<f64>> {
     let mut figures = vec![Vec::with_capacity(rounds); n];
     for round in 0..rounds {
         for i in 0..n {
-            let which = (round + i) % n;
+            let which = if round % 2 == 0 {
+                (round + i) % n
+            } else {
+                (round + n - i) % n
+            };
             figures[which].push(sides[which]());
         }
     }
@@ -122,6 +127,27 @@ mod tests {
         assert_eq!(figures, vec![vec![1.0; 3], vec![2.0; 3]]);
         // One warm-up each, then a, b / b, a / a, b.
         assert_eq!(order.into_inner().iter().collect::<String>(), "ababbaab");
+    }
+
+    #[test]
+    fn alternate_varies_the_side_before_each() {
+        let order = std::cell::RefCell::new(String::new());
+        let mut a = || {
+            order.borrow_mut().push('a');
+            0.0
+        };
+        let mut b = || {
+            order.borrow_mut().push('b');
+            0.0
+        };
+        let mut c = || {
+            order.borrow_mut().push('c');
+            0.0
+        };
+        alternate(4, &mut [&mut a, &mut b, &mut c]);
+        // Warm-up, then forwards from a, backwards from b, forwards from c,
+        // backwards from a: b follows a, then c, in turn.
+        assert_eq!(order.into_inner(), "abc|abc|bac|cab|acb".replace('|', ""));
     }
 
     #[test]
