@@ -103,7 +103,6 @@ where
     }
 
     /// The inner service's future, with nothing to add to its response.
-    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
     pub(crate) fn passed(future: S::Future) -> Self {
         ResponseFuture {
             phase: Phase::Calling { future },

@@ -238,14 +238,14 @@ where
         let entry = shared.routes.select(&info);
         let unlimited = shared.routes.get(&entry).is_unlimited() && !shared.has_key_quotas(&entry);
         if unlimited || shared.is_allowed_always(&info) {
-            return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
+            return ResponseFuture::passed(self.inner.call(request));
         }
         let key = match shared.key.extract(&info) {
             Some(key) => key,
             None => match &shared.settings.missing_key {
                 MissingKey::Shared(key) => key.clone(),
                 MissingKey::Skip => {
-                    return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
+                    return ResponseFuture::passed(self.inner.call(request));
                 }
                 MissingKey::Reject(status) => {
                     let response = shared.rejector.refuse(*status, Refusal::MissingKey);
@@ -257,7 +257,7 @@ where
             .limits_for_key(entry, &key)
             .filter(|entry| !shared.routes.get(entry).is_unlimited())
         else {
-            return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
+            return ResponseFuture::passed(self.inner.call(request));
         };
         let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
         let policy = &shared.routes.get(&entry).policy;
@@ -265,7 +265,7 @@ where
             // The hot path: admitted at once, nothing to add.
             StoreCheck::Ready(Ok(verdict)) if shared.passes_bare(&verdict) => {
                 crate::observe::decided(policy, &verdict);
-                return ResponseFuture::calling(self.inner.call(request), None, &self.shared);
+                return ResponseFuture::passed(self.inner.call(request));
             }
             StoreCheck::Ready(Ok(verdict)) => shared.judge(&entry, &key, &verdict),
             StoreCheck::Ready(Err(error)) => shared.on_failure(&entry, &key, cost, &error),
