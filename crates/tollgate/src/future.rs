@@ -1,6 +1,6 @@
 //! [`ResponseFuture`], the future of a rate-limited call.
 
-use crate::headers::Fields;
+use crate::headers::FieldValues;
 use crate::key::Key;
 use crate::layer::Shared;
 use crate::rejection::Rejector;
@@ -29,11 +29,10 @@ pin_project! {
     {
         #[pin]
         phase: Phase<S, Req, St::Future, Arc<Shared<K, St, R>>>,
-        // Rate-limit fields to add to the response, the policy they are of,
-        // and what formats them. `None` when there are none: then the
-        // allowed path holds no reference to the shared state and pays no
-        // reference count.
-        fields: Option<(Fields, EntryRef, Arc<Shared<K, St, R>>)>,
+        // Rate-limit fields to add to the response, formatted already: the
+        // future holds no reference to the shared state and pays no
+        // reference count. Empty when there are none.
+        fields: FieldValues,
     }
 }
 
@@ -91,23 +90,16 @@ where
     S: Service<Req, Response = Response<B>>,
     St: Store,
 {
-    pub(crate) fn calling(
-        future: S::Future,
-        fields: Option<(Fields, EntryRef)>,
-        shared: &Arc<Shared<K, St, R>>,
-    ) -> Self {
+    pub(crate) fn calling(future: S::Future, fields: FieldValues) -> Self {
         ResponseFuture {
             phase: Phase::Calling { future },
-            fields: fields.map(|(fields, entry)| (fields, entry, shared.clone())),
+            fields,
         }
     }
 
     /// The inner service's future, with nothing to add to its response.
     pub(crate) fn passed(future: S::Future) -> Self {
-        ResponseFuture {
-            phase: Phase::Calling { future },
-            fields: None,
-        }
+        Self::calling(future, FieldValues::default())
     }
 
     pub(crate) fn rejected(response: Box<Response<B>>) -> Self {
@@ -115,7 +107,7 @@ where
             phase: Phase::Rejected {
                 response: Some(response),
             },
-            fields: None,
+            fields: FieldValues::default(),
         }
     }
 
@@ -139,19 +131,14 @@ where
                     cost,
                 }),
             },
-            fields: None,
+            fields: FieldValues::default(),
         }
     }
 
-    pub(crate) fn waiting(
-        wait: Duration,
-        pending: (S, Req),
-        fields: Option<(Fields, EntryRef)>,
-        shared: &Arc<Shared<K, St, R>>,
-    ) -> Self {
+    pub(crate) fn waiting(wait: Duration, pending: (S, Req), fields: FieldValues) -> Self {
         ResponseFuture {
             phase: waiting(wait, pending),
-            fields: fields.map(|(fields, entry)| (fields, entry, shared.clone())),
+            fields,
         }
     }
 }
@@ -174,11 +161,11 @@ where
                 PhaseProj::Calling { future } => {
                     // Nothing to add (the common case): the inner poll's
                     // own result, not unpacked and packed again.
-                    let Some((fields, entry, shared)) = this.fields.as_ref() else {
+                    if this.fields.is_empty() {
                         return future.poll(cx);
-                    };
+                    }
                     let mut response = ready!(future.poll(cx))?;
-                    shared.write_fields(entry, response.headers_mut(), fields);
+                    std::mem::take(this.fields).write_into(response.headers_mut());
                     return Poll::Ready(Ok(response));
                 }
                 PhaseProj::Rejected { response } => {
@@ -200,9 +187,6 @@ where
     }
 }
 
-/// The fields a response future adds to its response, with what formats them.
-type FieldsToAdd<K, St, R> = Option<(Fields, EntryRef, Arc<Shared<K, St, R>>)>;
-
 /// The phase of a future over an HTTP request.
 type HttpPhase<S, ReqBody, K, St, R> =
     Phase<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Shared<K, St, R>>>;
@@ -216,7 +200,7 @@ type HttpChecking<S, ReqBody, K, St, R> =
 #[inline(never)]
 fn poll_checking<S, ReqBody, K, St, R, B>(
     checking: Pin<&mut HttpChecking<S, ReqBody, K, St, R>>,
-    fields: &mut FieldsToAdd<K, St, R>,
+    fields: &mut FieldValues,
     cx: &mut Context<'_>,
 ) -> Poll<HttpPhase<S, ReqBody, K, St, R>>
 where
@@ -255,8 +239,7 @@ where
             },
             Some(mut pending),
         ) => {
-            let entry = entry.clone();
-            *fields = add.map(|add| (add, entry, shared.clone()));
+            *fields = add;
             if let Some(info) = info {
                 pending.1.extensions_mut().insert(*info);
             }

@@ -111,55 +111,80 @@ pub(crate) fn policy_value(policy: &Policy) -> Option<HeaderValue> {
     HeaderValue::from_str(&text).ok()
 }
 
-/// What the fields report, taken from a verdict: small, copied into the
-/// response future, formatted only when the response is written.
-#[derive(Clone, Debug)]
-pub(crate) struct Fields {
-    /// Per limit: remaining, and seconds until reset (rounded up).
-    each: SmallVec<[(u64, u64); 2]>,
-    /// For the legacy trio, the limit the client meets first: limit,
-    /// remaining, reset seconds.
-    first_met: (u64, u64, u64),
-}
+/// The rate-limit fields of one response, formatted when the verdict is
+/// known (where the policy is at hand), carried by the response future and
+/// written once the inner service answers. Empty when there are none. Two
+/// fields (the draft's) fit inline.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FieldValues(SmallVec<[(&'static HeaderName, HeaderValue); 2]>);
 
-impl Fields {
-    pub(crate) fn of(verdict: &Verdict) -> Fields {
-        // The limit with the least left is the one the client meets first.
-        let first = verdict
-            .each
-            .iter()
-            .min_by_key(|d| d.remaining)
-            .unwrap_or(&verdict.merged);
-        Fields {
-            each: verdict
+impl FieldValues {
+    /// The fields `style` asks for, reporting `verdict` on `policy`;
+    /// `policy_value` is the policy's `RateLimit-Policy`, computed when the
+    /// layer was built.
+    pub(crate) fn of(
+        style: HeaderStyle,
+        policy: &Policy,
+        policy_value: Option<&HeaderValue>,
+        verdict: &Verdict,
+    ) -> FieldValues {
+        let mut values = SmallVec::new();
+        if style.draft {
+            if let Some(value) = policy_value {
+                values.push((&RATELIMIT_POLICY, value.clone()));
+            }
+            if let Some(value) = state_value(policy, verdict) {
+                values.push((&RATELIMIT, value));
+            }
+        }
+        if style.legacy {
+            // The limit with the least left is the one the client meets first.
+            let first = verdict
                 .each
                 .iter()
-                .map(|d| (d.remaining, ceil_seconds(d.reset_after())))
-                .collect(),
-            first_met: (
-                first.limit,
-                first.remaining,
-                ceil_seconds(first.reset_after()),
-            ),
+                .min_by_key(|d| d.remaining)
+                .unwrap_or(&verdict.merged);
+            let reset = ceil_seconds(first.reset_after());
+            values.push((&X_RATELIMIT_LIMIT, HeaderValue::from(first.limit)));
+            values.push((&X_RATELIMIT_REMAINING, HeaderValue::from(first.remaining)));
+            values.push((&X_RATELIMIT_RESET, HeaderValue::from(reset)));
+        }
+        FieldValues(values)
+    }
+
+    /// Whether there is nothing to write.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Writes the fields into `headers`, replacing any of the same names.
+    pub(crate) fn write_into(self, headers: &mut HeaderMap) {
+        for (name, value) in self.0 {
+            headers.insert(name.clone(), value);
         }
     }
 }
 
 /// The `RateLimit` value, assembled on the stack and copied once into the
 /// value (`core::fmt` would cost several times as much per request).
-fn state_value(policy: &Policy, fields: &Fields) -> Option<HeaderValue> {
+fn state_value(policy: &Policy, verdict: &Verdict) -> Option<HeaderValue> {
     let mut text = SmallVec::<[u8; 96]>::new();
     let mut digits = itoa::Buffer::new();
-    for (limit, (remaining, reset)) in policy.limits().iter().zip(&fields.each) {
+    for (limit, decision) in policy.limits().iter().zip(&verdict.each) {
         if !text.is_empty() {
             text.extend_from_slice(b", ");
         }
         text.push(b'"');
         text.extend_from_slice(limit.name().as_bytes());
         text.extend_from_slice(b"\";r=");
-        text.extend_from_slice(digits.format(*remaining).as_bytes());
+        text.extend_from_slice(digits.format(decision.remaining).as_bytes());
         text.extend_from_slice(b";t=");
-        text.extend_from_slice(digits.format(*reset).as_bytes());
+        text.extend_from_slice(
+            digits
+                .format(ceil_seconds(decision.reset_after()))
+                .as_bytes(),
+        );
     }
     HeaderValue::from_bytes(&text).ok()
 }
@@ -170,30 +195,6 @@ pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
     decision
         .can_ever_pass()
         .then(|| HeaderValue::from(ceil_seconds(decision.retry_after()).max(1)))
-}
-
-/// Writes the fields `style` asks for into `headers`.
-pub(crate) fn write_fields(
-    headers: &mut HeaderMap,
-    style: HeaderStyle,
-    policy: &Policy,
-    policy_value: Option<&HeaderValue>,
-    fields: &Fields,
-) {
-    if style.draft {
-        if let Some(value) = policy_value {
-            headers.insert(RATELIMIT_POLICY.clone(), value.clone());
-        }
-        if let Some(value) = state_value(policy, fields) {
-            headers.insert(RATELIMIT.clone(), value);
-        }
-    }
-    if style.legacy {
-        let (limit, remaining, reset) = fields.first_met;
-        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(limit));
-        headers.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from(remaining));
-        headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
-    }
 }
 
 /// Writes `Retry-After` for a rejection.

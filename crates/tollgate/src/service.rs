@@ -1,7 +1,7 @@
 //! [`RateLimit`], the service the layer wraps around yours.
 
 use crate::future::ResponseFuture;
-use crate::headers::{Fields, write_fields, write_retry_after};
+use crate::headers::{FieldValues, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::layer::{OnStoreError, Shared};
@@ -58,7 +58,7 @@ pub(crate) enum Action<B> {
     /// Forward it, after `wait` (the leaky bucket's slot), adding `fields`
     /// to the response and `info` to the request.
     Forward {
-        fields: Option<Fields>,
+        fields: FieldValues,
         wait: Duration,
         // Boxed: it is rare (opt-in) and would triple the size of the action.
         info: Option<Box<RateLimitInfo>>,
@@ -135,7 +135,11 @@ impl<K, St, R> Shared<K, St, R> {
             }
             let wanted = self.settings.headers.on_allowed
                 && (self.settings.headers.draft || self.settings.headers.legacy);
-            let fields = wanted.then(|| Fields::of(verdict));
+            let fields = if wanted {
+                self.field_values(entry, verdict)
+            } else {
+                FieldValues::default()
+            };
             let info = self
                 .settings
                 .request_info
@@ -152,7 +156,7 @@ impl<K, St, R> Shared<K, St, R> {
             "request limited"
         );
         let mut headers = HeaderMap::new();
-        self.write_fields(entry, &mut headers, &Fields::of(verdict));
+        self.field_values(entry, verdict).write_into(&mut headers);
         write_retry_after(&mut headers, decision);
         Action::Reject(Box::new(self.rejector.reject(Rejection {
             status: self.settings.status,
@@ -163,16 +167,16 @@ impl<K, St, R> Shared<K, St, R> {
         })))
     }
 
-    /// Writes the rate-limit fields of entry `entry` into `headers`.
-    pub(crate) fn write_fields(&self, entry: &EntryRef, headers: &mut HeaderMap, fields: &Fields) {
+    /// The rate-limit fields reporting `verdict` on the limits of entry
+    /// `entry`, in the layer's header style.
+    pub(crate) fn field_values(&self, entry: &EntryRef, verdict: &Verdict) -> FieldValues {
         let entry = self.routes.get(entry);
-        write_fields(
-            headers,
+        FieldValues::of(
             self.settings.headers,
             &entry.policy,
             entry.policy_header.as_ref(),
-            fields,
-        );
+            verdict,
+        )
     }
 
     /// The action when the store failed or did not answer in time.
@@ -195,7 +199,7 @@ impl<K, St, R> Shared<K, St, R> {
         crate::observe::store_failed(policy);
         match &self.settings.on_store_error {
             OnStoreError::Open => Action::Forward {
-                fields: None,
+                fields: FieldValues::default(),
                 wait: Duration::ZERO,
                 info: None,
             },
@@ -280,12 +284,11 @@ where
                 if let Some(info) = info {
                     request.extensions_mut().insert(*info);
                 }
-                let fields = fields.map(|fields| (fields, entry));
                 if wait.is_zero() {
-                    ResponseFuture::calling(self.inner.call(request), fields, &self.shared)
+                    ResponseFuture::calling(self.inner.call(request), fields)
                 } else {
                     let inner = self.take_ready_inner();
-                    ResponseFuture::waiting(wait, (inner, request), fields, &self.shared)
+                    ResponseFuture::waiting(wait, (inner, request), fields)
                 }
             }
             Action::Reject(response) => ResponseFuture::rejected(response),
