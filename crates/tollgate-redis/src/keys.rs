@@ -26,8 +26,7 @@ pub(crate) fn push_user_key(out: &mut String, key: &Key) {
             // Writing to a String cannot fail.
             let _ = write!(out, "~{ip}");
         }
-        Key::Short { len, bytes } => push_bytes(out, &bytes[..usize::from(*len).min(bytes.len())]),
-        Key::Long(bytes) => push_bytes(out, bytes),
+        Key::Short { .. } | Key::Long(_) => push_bytes(out, key.as_slice().unwrap_or(&[])),
     }
 }
 
@@ -73,6 +72,15 @@ mod tests {
         assert_eq!(user_key(&Key::Global), "~");
         let ip: IpAddr = "2001:db8::1".parse().unwrap();
         assert_eq!(user_key(&Key::Ip(ip)), "~2001:db8::1");
+    }
+
+    #[test]
+    fn a_hand_built_short_key_with_a_bad_length_is_read_whole() {
+        let bad = Key::Short {
+            len: 255,
+            bytes: [b'a'; 22],
+        };
+        assert_eq!(user_key(&bad), "a".repeat(22));
     }
 
     #[test]

@@ -54,13 +54,33 @@ impl Key {
         out
     }
 
+    /// The bytes of a [`Short`](Key::Short) or [`Long`](Key::Long) key;
+    /// `None` for [`Global`](Key::Global) and [`Ip`](Key::Ip). A `Short`
+    /// built by hand with a `len` past its array gives the whole array.
+    ///
+    /// ```
+    /// use tollgate::Key;
+    ///
+    /// assert_eq!(Key::from("alice").as_slice(), Some(&b"alice"[..]));
+    /// assert_eq!(Key::Global.as_slice(), None);
+    /// ```
+    #[inline]
+    pub fn as_slice(&self) -> Option<&[u8]> {
+        match self {
+            Key::Global | Key::Ip(_) => None,
+            Key::Short { len, bytes } => Some(&bytes[..usize::from(*len).min(INLINE)]),
+            Key::Long(bytes) => Some(bytes),
+        }
+    }
+
     fn write_bytes(&self, out: &mut Vec<u8>) {
         match self {
             Key::Global => {}
             Key::Ip(IpAddr::V4(ip)) => out.extend_from_slice(&ip.octets()),
             Key::Ip(IpAddr::V6(ip)) => out.extend_from_slice(&ip.octets()),
-            Key::Short { len, bytes } => out.extend_from_slice(&bytes[..usize::from(*len)]),
-            Key::Long(bytes) => out.extend_from_slice(bytes),
+            Key::Short { .. } | Key::Long(_) => {
+                out.extend_from_slice(self.as_slice().unwrap_or(&[]))
+            }
         }
     }
 
@@ -101,8 +121,8 @@ impl std::hash::Hash for Key {
                 state.write_u128(ip.to_bits());
             }
             // Equal keys have equal bytes and lengths, whichever variant.
-            Key::Short { len, bytes } => {
-                state.write(&bytes[..usize::from(*len)]);
+            Key::Short { len, .. } => {
+                state.write(self.as_slice().unwrap_or(&[]));
                 state.write_u8(*len);
             }
             Key::Long(bytes) => {
@@ -348,6 +368,26 @@ mod tests {
         assert!(matches!(Key::from("a".repeat(23).as_str()), Key::Long(_)));
         assert_eq!(Key::from("abc").to_bytes(), b"abc");
         assert!(std::mem::size_of::<Key>() <= 24);
+    }
+
+    #[test]
+    fn a_hand_built_short_key_with_a_bad_length_does_not_panic() {
+        // `Key::Short`'s fields are public: a `len` past the array must be
+        // read as the whole array, not index out of bounds on a request.
+        let bad = Key::Short {
+            len: 200,
+            bytes: [7; INLINE],
+        };
+        assert_eq!(bad.as_slice(), Some(&[7; INLINE][..]));
+        assert_eq!(bad.to_bytes(), vec![7; INLINE]);
+        use std::hash::BuildHasher as _;
+        let hasher = std::hash::RandomState::new();
+        assert_eq!(hasher.hash_one(&bad), hasher.hash_one(bad.clone()));
+        let store = crate::MemoryStore::new();
+        let limit = crate::NamedLimit::new("k", tollgate_core::Quota::per_second(1));
+        let policy = crate::Policy::new(vec![limit]);
+        assert!(store.check_now(&policy, &bad, 1).merged.allowed);
+        assert!(!store.check_now(&policy, &bad, 1).merged.allowed);
     }
 
     #[test]
