@@ -132,6 +132,20 @@ async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_without_limits_is_allowed_and_writes_nothing() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(server.url()).await.unwrap();
+    let empty = Arc::new(Policy::new(Vec::new()));
+    for _ in 0..3 {
+        let StoreCheck::Ready(Ok(verdict)) = store.check(&empty, &Key::Global, 1) else {
+            panic!("an empty policy is answered at once");
+        };
+        assert!(verdict.merged.allowed && verdict.each.is_empty());
+    }
+    assert_eq!(server.command(&["DBSIZE"]), ":0\r\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configuration_mistakes_are_errors_that_say_what_to_do() {
     let server = RedisServer::start();
     let braces = RedisStore::builder(server.url())

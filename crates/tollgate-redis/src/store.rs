@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tollgate::{Key, Policy, Store, StoreCheck, Verdict};
+use tollgate_core::Decision;
 
 /// The future of one check: one `EVALSHA` round trip.
 pub type RedisCheckFuture = Pin<Box<dyn Future<Output = Result<Verdict, RedisStoreError>> + Send>>;
@@ -36,9 +37,7 @@ struct Shared {
     connection: Connection,
     prefix: String,
     /// Each policy's script and arguments, prepared on its first request.
-    /// One entry per layer built against this store (policies are made
-    /// when layers are), so it stays as small as the app's set of layers.
-    prepared: RwLock<HashMap<u64, Arc<PreparedPolicy>>>,
+    prepared: PreparedCache,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
 }
@@ -125,24 +124,7 @@ impl RedisStore {
     }
 
     fn prepared(&self, policy: &Policy) -> Arc<PreparedPolicy> {
-        let id = policy.id();
-        let cached = self
-            .shared
-            .prepared
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .cloned();
-        cached.unwrap_or_else(|| {
-            let mut map = self
-                .shared
-                .prepared
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            map.entry(id)
-                .or_insert_with(|| Arc::new(PreparedPolicy::new(policy)))
-                .clone()
-        })
+        self.shared.prepared.get_or_prepare(policy)
     }
 
     /// `""` (the script reads the server's clock), or the test clock in µs.
@@ -165,6 +147,17 @@ impl Store for RedisStore {
         key: &Key,
         cost: u32,
     ) -> StoreCheck<Self::Future, Self::Error> {
+        // Nothing to count: allowed, as by the core and the memory store
+        // (a layer never asks; a caller of the trait may).
+        if policy.limits().is_empty() {
+            return StoreCheck::Ready(Ok(Verdict {
+                merged: Decision {
+                    allowed: true,
+                    ..Decision::default()
+                },
+                each: Default::default(),
+            }));
+        }
         let prepared = self.prepared(policy);
         let keys = prepared.keys(&self.shared.prefix, key);
         let now = self.now_arg();
@@ -250,10 +243,77 @@ impl RedisStoreBuilder {
             shared: Arc::new(Shared {
                 connection,
                 prefix: self.prefix,
-                prepared: RwLock::default(),
+                prepared: PreparedCache::default(),
                 #[cfg(feature = "test-clock")]
                 clock: self.clock,
             }),
         })
+    }
+}
+
+/// The prepared policies of one store, by policy id. Layers make their
+/// policies once, but per-key quotas make one per distinct set of quotas and
+/// each changed rules file makes new ones: past [`PreparedCache::MAX`]
+/// entries the cache starts afresh (preparing a policy again costs only a
+/// string join; the script is already on the server), so it stays bounded.
+#[derive(Default)]
+struct PreparedCache {
+    map: RwLock<HashMap<u64, Arc<PreparedPolicy>>>,
+}
+
+impl PreparedCache {
+    /// The most policies kept.
+    const MAX: usize = 1024;
+
+    fn get_or_prepare(&self, policy: &Policy) -> Arc<PreparedPolicy> {
+        let id = policy.id();
+        let cached = self
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        cached.unwrap_or_else(|| {
+            let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+            if map.len() >= Self::MAX && !map.contains_key(&id) {
+                map.clear();
+            }
+            map.entry(id)
+                .or_insert_with(|| Arc::new(PreparedPolicy::new(policy)))
+                .clone()
+        })
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::NamedLimit;
+    use tollgate_core::Quota;
+
+    #[test]
+    fn the_prepared_cache_stays_bounded_and_reuses_entries() {
+        let cache = PreparedCache::default();
+        let policy = |n: u64| Policy::new(vec![NamedLimit::new("api", Quota::per_second(n))]);
+        let first = policy(1);
+        let a = cache.get_or_prepare(&first);
+        assert!(Arc::ptr_eq(&a, &cache.get_or_prepare(&first)));
+        for n in 2..=3000 {
+            cache.get_or_prepare(&policy(n));
+            assert!(cache.len() <= PreparedCache::MAX);
+        }
+        // Prepared again after the cache started afresh: the same script.
+        assert_eq!(
+            cache.get_or_prepare(&first).script.get_hash(),
+            a.script.get_hash()
+        );
     }
 }
