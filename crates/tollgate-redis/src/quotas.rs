@@ -13,7 +13,11 @@ use tollgate::quotas::{QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
 ///
 /// The field is the key as text: the bytes of a header or closure key as
 /// they are (`user:241531`), an IP address as usual text (`203.0.113.7`,
-/// `2001:db8::1`), and `~global` for the global key. An operator changes a
+/// `2001:db8::1`), and `~global` for the global key. So that a client cannot
+/// send a header value that reads another key's field, a byte key that
+/// starts with `~` or reads as an IP address gets a `~` in front
+/// (`~203.0.113.7` is the field of the header value `203.0.113.7`, never of
+/// that address). An operator changes a
 /// quota with `HSET tollgate:quotas user:241531 10/s`; it applies within
 /// the cache's TTL. A field that does not parse is a lookup error (counted,
 /// logged with the text), not a silent default.
@@ -70,12 +74,34 @@ impl RedisQuotas {
         &self.hash
     }
 
-    /// The hash field that holds `key`'s quota.
+    /// The hash field that holds `key`'s quota (see the type's doc: no two
+    /// keys share a field).
+    ///
+    /// ```
+    /// use tollgate::Key;
+    /// use tollgate_redis::RedisQuotas;
+    ///
+    /// assert_eq!(RedisQuotas::field(&Key::from("user:241531")), b"user:241531");
+    /// assert_eq!(RedisQuotas::field(&Key::Ip("203.0.113.7".parse().unwrap())), b"203.0.113.7");
+    /// assert_eq!(RedisQuotas::field(&Key::from("203.0.113.7")), b"~203.0.113.7");
+    /// assert_eq!(RedisQuotas::field(&Key::Global), b"~global");
+    /// assert_eq!(RedisQuotas::field(&Key::from("~global")), b"~~global");
+    /// ```
     pub fn field(key: &Key) -> Vec<u8> {
         match key {
             Key::Global => b"~global".to_vec(),
             Key::Ip(ip) => ip.to_string().into_bytes(),
-            other => other.to_bytes(),
+            other => {
+                let bytes = other.as_slice().unwrap_or_default();
+                let reads_as_ip = std::str::from_utf8(bytes)
+                    .is_ok_and(|text| text.parse::<std::net::IpAddr>().is_ok());
+                let mut field = Vec::with_capacity(bytes.len() + 1);
+                if reads_as_ip || bytes.starts_with(b"~") {
+                    field.push(b'~');
+                }
+                field.extend_from_slice(bytes);
+                field
+            }
         }
     }
 }
