@@ -135,10 +135,12 @@ impl ManualClock {
     #[inline]
     pub fn advance(&self, by: Duration) {
         let by = saturating_nanos(by);
-        let before = self.nanos.fetch_add(by, Ordering::AcqRel);
-        if before.checked_add(by).is_none() {
-            self.nanos.store(u64::MAX, Ordering::Release);
-        }
+        // One atomic update: a reader never sees a wrapped (earlier) time.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                Some(now.saturating_add(by))
+            });
     }
 }
 
@@ -175,6 +177,24 @@ mod tests {
             assert!(now >= last);
             last = now;
         }
+    }
+
+    #[test]
+    fn a_saturated_manual_clock_never_reads_earlier() {
+        let clock = Arc::new(ManualClock::new(u64::MAX - 1));
+        let writer = {
+            let clock = Arc::clone(&clock);
+            std::thread::spawn(move || {
+                for _ in 0..200_000 {
+                    clock.advance(Duration::from_secs(1));
+                }
+            })
+        };
+        for _ in 0..200_000 {
+            assert!(clock.now() >= u64::MAX - 1);
+        }
+        writer.join().unwrap();
+        assert_eq!(clock.now(), u64::MAX);
     }
 
     #[test]
