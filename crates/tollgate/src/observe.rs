@@ -1,6 +1,8 @@
 //! Counters through the `metrics` facade (with the `metrics` feature):
 //! `tollgate_requests_total{limit, outcome="allowed"|"limited"}` per named
-//! limit, and `tollgate_store_errors_total{policy}` where `policy` is the
+//! limit — "allowed" counts the requests a limit admitted and was charged
+//! for, "limited" those it refused; a limit that would have admitted a
+//! request another limit refused was not charged and counts nothing — and `tollgate_store_errors_total{policy}` where `policy` is the
 //! policy's [`label`](crate::Policy::label) (its limits' names), and
 //! `tollgate_quota_errors_total` for failed per-key quota lookups.
 
@@ -11,11 +13,13 @@ use std::sync::Arc;
 
 #[cfg(feature = "metrics")]
 pub(crate) fn decided(policy: &Policy, verdict: &Verdict) {
+    let admitted = verdict.merged.allowed;
     for (limit, decision) in policy.limits().iter().zip(&verdict.each) {
-        let outcome = if decision.allowed {
-            "allowed"
-        } else {
-            "limited"
+        let outcome = match (admitted, decision.allowed) {
+            (true, _) => "allowed",
+            (false, false) => "limited",
+            // Refused by another limit: this one was not charged.
+            (false, true) => continue,
         };
         let name = metrics::SharedString::from(Arc::clone(limit.shared_name()));
         metrics::counter!("tollgate_requests_total", "limit" => name, "outcome" => outcome)

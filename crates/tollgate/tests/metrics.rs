@@ -102,3 +102,32 @@ fn decisions_and_store_failures_are_counted_per_limit() {
     );
     assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 1);
 }
+
+#[test]
+fn a_limit_that_another_refused_counts_nothing() {
+    let counts = Counts::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&counts, || {
+        runtime.block_on(async {
+            let layer = RateLimitLayer::builder()
+                .quota("burst", Quota::per_minute(2))
+                .quota("daily", Quota::per_day(100))
+                .key(GlobalKey)
+                .build();
+            let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+            for _ in 0..5 {
+                send(&mut service, Request::new(())).await;
+            }
+        })
+    });
+    // "burst" admits 2 and refuses 3; "daily" was charged for the 2 only.
+    let get = |limit: &str, outcome: &str| {
+        counts.get(&format!(
+            "tollgate_requests_total{{limit={limit},outcome={outcome}}}"
+        ))
+    };
+    assert_eq!((get("burst", "allowed"), get("burst", "limited")), (2, 3));
+    assert_eq!((get("daily", "allowed"), get("daily", "limited")), (2, 0));
+}
