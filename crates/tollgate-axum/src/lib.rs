@@ -11,6 +11,8 @@
 //! - [`ProblemJson`] and [`respond_with`]: rejections as
 //!   `application/problem+json` or as any `IntoResponse`.
 
+#![warn(missing_docs)]
+
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

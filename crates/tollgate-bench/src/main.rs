@@ -15,6 +15,8 @@
 //! issue's target where there is one. `BENCHMARKS.md` at the repository
 //! root explains every row.
 
+#![warn(missing_docs)]
+
 mod chart;
 mod measure;
 mod report;

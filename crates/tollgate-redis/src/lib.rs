@@ -76,6 +76,8 @@
 //! [`reconnect_max_delay`](RedisStoreBuilder::reconnect_max_delay), so
 //! limiting resumes soon after Redis is back, without a restart.
 
+#![warn(missing_docs)]
+
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
