@@ -24,6 +24,12 @@
 //! server answers `NOSCRIPT` (restarted, flushed, a new cluster node), the
 //! client loads the script and calls again.
 //!
+//! # Server version
+//!
+//! Redis 5.0 or later, one server or Redis Cluster: the scripts read `TIME`
+//! and then write, which needs script effects replication, the default
+//! since 5.0. Tested with Redis 7.0.
+//!
 //! # Keys
 //!
 //! `prefix:{user key}:limit name:algorithm`, e.g.
