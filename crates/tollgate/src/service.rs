@@ -236,63 +236,81 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        let shared = &*self.shared;
-        let info = RequestInfo::new(&request);
-        let entry = shared.routes.select(&info);
-        let unlimited = shared.routes.get(&entry).is_unlimited() && !shared.has_key_quotas(&entry);
-        if unlimited || shared.is_allowed_always(&info) {
-            return ResponseFuture::passed(self.inner.call(request));
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        limit(&mut self.inner, &self.shared, request)
+    }
+}
+
+/// Rate-limits one request to `inner` under `shared`'s limits: the body of
+/// [`RateLimit::call`], shared with the rules layer, which picks `shared`
+/// per request.
+pub(crate) fn limit<S, K, St, R, ReqBody, ResBody>(
+    inner: &mut S,
+    shared_arc: &Arc<Shared<K, St, R>>,
+    mut request: Request<ReqBody>,
+) -> ResponseFuture<S, Request<ReqBody>, K, St, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Default,
+    K: KeyExtractor,
+    St: Store,
+    R: Rejector<ResBody>,
+{
+    let shared = &**shared_arc;
+    let info = RequestInfo::new(&request);
+    let entry = shared.routes.select(&info);
+    let unlimited = shared.routes.get(&entry).is_unlimited() && !shared.has_key_quotas(&entry);
+    if unlimited || shared.is_allowed_always(&info) {
+        return ResponseFuture::passed(inner.call(request));
+    }
+    let key = match shared.key.extract(&info) {
+        Some(key) => key,
+        None => match &shared.settings.missing_key {
+            MissingKey::Shared(key) => key.clone(),
+            MissingKey::Skip => {
+                return ResponseFuture::passed(inner.call(request));
+            }
+            MissingKey::Reject(status) => {
+                let response = shared.rejector.refuse(*status, Refusal::MissingKey);
+                return ResponseFuture::rejected(Box::new(response));
+            }
+        },
+    };
+    let Some(entry) = shared
+        .limits_for_key(entry, &key)
+        .filter(|entry| !shared.routes.get(entry).is_unlimited())
+    else {
+        return ResponseFuture::passed(inner.call(request));
+    };
+    let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
+    let policy = &shared.routes.get(&entry).policy;
+    let action = match shared.store.check(policy, &key, cost) {
+        // The hot path: admitted at once, nothing to add.
+        StoreCheck::Ready(Ok(verdict)) if shared.passes_bare(&verdict) => {
+            crate::observe::decided(policy, &verdict);
+            return ResponseFuture::passed(inner.call(request));
         }
-        let key = match shared.key.extract(&info) {
-            Some(key) => key,
-            None => match &shared.settings.missing_key {
-                MissingKey::Shared(key) => key.clone(),
-                MissingKey::Skip => {
-                    return ResponseFuture::passed(self.inner.call(request));
-                }
-                MissingKey::Reject(status) => {
-                    let response = shared.rejector.refuse(*status, Refusal::MissingKey);
-                    return ResponseFuture::rejected(Box::new(response));
-                }
-            },
-        };
-        let Some(entry) = shared
-            .limits_for_key(entry, &key)
-            .filter(|entry| !shared.routes.get(entry).is_unlimited())
-        else {
-            return ResponseFuture::passed(self.inner.call(request));
-        };
-        let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
-        let policy = &shared.routes.get(&entry).policy;
-        let action = match shared.store.check(policy, &key, cost) {
-            // The hot path: admitted at once, nothing to add.
-            StoreCheck::Ready(Ok(verdict)) if shared.passes_bare(&verdict) => {
-                crate::observe::decided(policy, &verdict);
-                return ResponseFuture::passed(self.inner.call(request));
-            }
-            StoreCheck::Ready(Ok(verdict)) => shared.judge(&entry, &key, &verdict),
-            StoreCheck::Ready(Err(error)) => shared.on_failure(&entry, &key, cost, &error),
-            StoreCheck::Pending(check) => {
-                let inner = self.take_ready_inner();
-                let pending = (inner, request);
-                return ResponseFuture::checking(check, pending, entry, key, cost, &self.shared);
-            }
-        };
-        match action {
-            Action::Forward { fields, wait, info } => {
-                if let Some(info) = info {
-                    request.extensions_mut().insert(*info);
-                }
-                if wait.is_zero() {
-                    ResponseFuture::calling(self.inner.call(request), fields)
-                } else {
-                    let inner = self.take_ready_inner();
-                    ResponseFuture::waiting(wait, (inner, request), fields)
-                }
-            }
-            Action::Reject(response) => ResponseFuture::rejected(response),
+        StoreCheck::Ready(Ok(verdict)) => shared.judge(&entry, &key, &verdict),
+        StoreCheck::Ready(Err(error)) => shared.on_failure(&entry, &key, cost, &error),
+        StoreCheck::Pending(check) => {
+            let ready = take_ready(inner);
+            let pending = (ready, request);
+            return ResponseFuture::checking(check, pending, entry, key, cost, shared_arc);
         }
+    };
+    match action {
+        Action::Forward { fields, wait, info } => {
+            if let Some(info) = info {
+                request.extensions_mut().insert(*info);
+            }
+            if wait.is_zero() {
+                ResponseFuture::calling(inner.call(request), fields)
+            } else {
+                let ready = take_ready(inner);
+                ResponseFuture::waiting(wait, (ready, request), fields)
+            }
+        }
+        Action::Reject(response) => ResponseFuture::rejected(response),
     }
 }
 
@@ -305,11 +323,9 @@ impl<S: tonic::server::NamedService, K, St, R> tonic::server::NamedService
     const NAME: &'static str = S::NAME;
 }
 
-impl<S: Clone, K, St, R> RateLimit<S, K, St, R> {
-    /// The inner service that `poll_ready` made ready, for a future that
-    /// calls it later; a fresh clone takes its place here.
-    fn take_ready_inner(&mut self) -> S {
-        let clone = self.inner.clone();
-        std::mem::replace(&mut self.inner, clone)
-    }
+/// The inner service that `poll_ready` made ready, for a future that calls
+/// it later; a fresh clone takes its place.
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
 }

@@ -5,7 +5,6 @@ use super::layer::RuleSet;
 use crate::future::ResponseFuture;
 use crate::key::{KeyExtractor, RequestInfo};
 use crate::rejection::DefaultRejector;
-use crate::service::RateLimit;
 use crate::store::Store;
 use arc_swap::ArcSwap;
 use http::{Request, Response};
@@ -65,10 +64,6 @@ where
         let Some(rule) = rules.iter().find(|rule| rule.matcher.matches(&info)) else {
             return ResponseFuture::passed(self.inner.call(request));
         };
-        let ready = {
-            let clone = self.inner.clone();
-            std::mem::replace(&mut self.inner, clone)
-        };
-        RateLimit::new(ready, rule.shared.clone()).call(request)
+        crate::service::limit(&mut self.inner, &rule.shared, request)
     }
 }
