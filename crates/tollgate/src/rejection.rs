@@ -56,9 +56,7 @@ pub trait Rejector<B>: Send + Sync + 'static {
         B: Default,
     {
         let _ = why;
-        let mut response = Response::new(B::default());
-        *response.status_mut() = status;
-        response
+        crate::service::status_response(status)
     }
 }
 
@@ -68,8 +66,7 @@ pub struct DefaultRejector;
 
 impl<B: Default> Rejector<B> for DefaultRejector {
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
-        let mut response = Response::new(B::default());
-        *response.status_mut() = rejection.status;
+        let mut response = crate::service::status_response(rejection.status);
         *response.headers_mut() = rejection.headers;
         response
     }

@@ -214,6 +214,7 @@ impl<K, St, R> Shared<K, St, R> {
     }
 }
 
+/// A response with `status` and an empty body.
 pub(crate) fn status_response<B: Default>(status: StatusCode) -> Response<B> {
     let mut response = Response::new(B::default());
     *response.status_mut() = status;
