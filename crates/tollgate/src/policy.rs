@@ -60,11 +60,7 @@ impl NamedLimit {
     /// token (1 to 64 letters, digits, `-`, `_`, `.`).
     pub fn try_new(name: impl Into<Arc<str>>, quota: Quota) -> Result<Self, InvalidLimitName> {
         let name = name.into();
-        let is_token = (1..=64).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !is_token {
+        if !is_token(&name) {
             return Err(InvalidLimitName(name.to_string()));
         }
         Ok(NamedLimit {
@@ -205,4 +201,14 @@ impl Policy {
     pub(crate) fn packed(&self) -> Option<&PackedLimiter> {
         self.packed.as_ref()
     }
+}
+
+/// Whether `text` is a short token (1 to 64 letters, digits, `-`, `_`,
+/// `.`): what limit and rule names must be, as they are written into
+/// response headers and Redis keys.
+pub(crate) fn is_token(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }

@@ -171,6 +171,18 @@ fn each_kind_of_mistake_names_the_file_the_rule_and_the_field() {
             "needs a name",
         ),
         (
+            rule("limits = [{ name = \"per user\", quota = \"10/min\" }]"),
+            Some("\"api\" (#1)"),
+            Some("limits[0].name"),
+            "`-`, `_`, `.`",
+        ),
+        (
+            format!("[[rule]]\nname = \"my api\"\n{limits}"),
+            Some("#1"),
+            Some("name"),
+            "short token",
+        ),
+        (
             rule("limits = []"),
             Some("\"api\" (#1)"),
             Some("limits"),
@@ -492,4 +504,13 @@ limits = [{ name = "per-key", quota = "1/min" }]
         [status("a").await, status("a").await, status("b").await],
         [200, 429, 200]
     );
+}
+
+#[test]
+fn names_follow_the_same_rule_as_the_builder() {
+    // `NamedLimit::new("v1.read", …)` is a valid name; so it is in a file.
+    let file = RulesFile::new(
+        "[[rule]]\nname = \"v1.api\"\nlimits = [{ name = \"v1.read\", quota = \"10/min\" }]\n",
+    );
+    RulesLayer::from_file(&file.0).expect("dotted names are tokens");
 }

@@ -3,7 +3,7 @@
 
 use super::matcher::{Condition, Matcher};
 use crate::key::{GlobalKey, HeaderKey, Key, KeyExtractor, PeerIp, RequestInfo};
-use crate::policy::NamedLimit;
+use crate::policy::{NamedLimit, is_token};
 use http::{HeaderName, HeaderValue, Method};
 use std::collections::HashSet;
 use std::fmt;
@@ -150,7 +150,7 @@ fn parse_rule(value: &Value, index: usize, file: &Path) -> Result<RuleSpec, Rule
         Some(_) => {
             return Err(cx.error(
                 Some("name".into()),
-                "a rule's name is a short token: letters, digits, `-`, `_`",
+                "a rule's name is a short token: 1 to 64 letters, digits, `-`, `_`, `.`",
             ));
         }
         None => return Err(cx.error(Some("name".into()), "every rule needs a name")),
@@ -176,14 +176,6 @@ fn parse_rule(value: &Value, index: usize, file: &Path) -> Result<RuleSpec, Rule
         behaviour,
         limits,
     })
-}
-
-fn is_token(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 fn string<'v>(value: &'v Value, field: &str, cx: &Context<'_>) -> Result<&'v str, RulesError> {
@@ -432,7 +424,7 @@ fn parse_limit(value: &Value, path: &str, cx: &Context<'_>) -> Result<NamedLimit
         _ => {
             return Err(cx.error(
                 field("name"),
-                "every limit needs a name: a short token of letters, digits, `-`, `_`",
+                "every limit needs a name: a short token of 1 to 64 letters, digits, `-`, `_`, `.`",
             ));
         }
     };
