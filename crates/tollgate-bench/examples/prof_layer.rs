@@ -4,107 +4,47 @@
 //! `cargo run --release -p tollgate-bench --example prof_layer -- VARIANT [N]`:
 //! VARIANT is `bare` (no layer), `none` (tollgate, no headers), `draft`
 //! (tollgate's default headers), `gov` or `govh` (tower_governor without and
-//! with its headers); three rounds of N requests (default 5,000,000).
-use axum::Router;
+//! with its headers); three rounds of N requests (default 5,000,000), through
+//! the scenario's own routers. `sizes` prints the size of each layer's
+//! response future around a 1-byte inner future instead.
 use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::routing::get;
 use http::Request;
 use std::hint::black_box;
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Instant;
 use tollgate::{HeaderStyle, PeerIp, RateLimitLayer};
-use tollgate_core::Quota;
-use tower::Service;
+use tollgate_bench::scenario::layer::{Path, Variant, request, router};
+use tower::{Layer, Service};
 
-fn request() -> Request<Body> {
-    let mut request = Request::builder().uri("/").body(Body::empty()).unwrap();
-    request
-        .extensions_mut()
-        .insert(ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 4000))));
-    request
-}
-
-fn main() {
+fn main() -> ExitCode {
     let which = std::env::args().nth(1).unwrap_or_else(|| "none".into());
-    let n: u64 = std::env::args()
-        .nth(2)
-        .map_or(5_000_000, |s| s.parse().unwrap());
-    let quota = Quota::new(1_000_000_000, Duration::from_secs(1)).unwrap();
-    let app = || Router::new().route("/", get(|| async { "ok" }));
-    let router = match which.as_str() {
-        "bare" => app(),
-        "draft" => app().layer(
-            RateLimitLayer::builder()
-                .quota("api", quota)
-                .key(PeerIp)
-                .build(),
-        ),
-        "govh" => {
-            let config = tower_governor::governor::GovernorConfigBuilder::default()
-                .period(Duration::from_nanos(1))
-                .burst_size(1_000_000_000)
-                .use_headers()
-                .finish()
-                .unwrap();
-            app().layer(tower_governor::GovernorLayer::new(std::sync::Arc::new(
-                config,
-            )))
-        }
-        "gov" => {
-            let config = tower_governor::governor::GovernorConfigBuilder::default()
-                .period(Duration::from_nanos(1))
-                .burst_size(1_000_000_000)
-                .finish()
-                .unwrap();
-            app().layer(tower_governor::GovernorLayer::new(std::sync::Arc::new(
-                config,
-            )))
-        }
-        _ => app().layer(
-            RateLimitLayer::builder()
-                .quota("api", quota)
-                .key(PeerIp)
-                .headers(HeaderStyle::NONE)
-                .build(),
-        ),
+    let n = match std::env::args().nth(2).map(|s| s.parse::<u64>()) {
+        None => 5_000_000,
+        Some(Ok(n)) => n,
+        Some(Err(error)) => return usage(&format!("N: {error}")),
     };
-    {
-        use tower::Layer;
-        // The layers' own share of the future: around a 1-byte inner future.
-        let inner = tower::service_fn(|_r: Request<Body>| async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
-        });
-        let mut t = RateLimitLayer::builder()
-            .quota("api", quota)
-            .key(PeerIp)
-            .headers(HeaderStyle::NONE)
-            .build()
-            .layer(inner);
-        let config = tower_governor::governor::GovernorConfigBuilder::default()
-            .finish()
-            .unwrap();
-        let mut g = tower_governor::GovernorLayer::new(std::sync::Arc::new(config)).layer(inner);
-        let ft = t.call(request());
-        let fg = g.call(request());
-        let fi = inner.clone().call(request());
-        println!(
-            "future sizes: tollgate {} governor {} inner {}",
-            std::mem::size_of_val(&ft),
-            std::mem::size_of_val(&fg),
-            std::mem::size_of_val(&fi)
-        );
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let variant = match which.as_str() {
+        "bare" => Variant::NoLayer,
+        "none" => Variant::Tollgate(HeaderStyle::NONE),
+        "draft" => Variant::Tollgate(HeaderStyle::DRAFT),
+        "gov" => Variant::TowerGovernor(false),
+        "govh" => Variant::TowerGovernor(true),
+        "sizes" => {
+            print_future_sizes();
+            return ExitCode::SUCCESS;
+        }
+        other => return usage(&format!("unknown variant {other:?}")),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async move {
-        let mut service = router.with_state::<()>(());
+        .expect("a tokio runtime");
+    runtime.block_on(async move {
+        let mut service = router(variant, Path::Allowed).with_state::<()>(());
         for _ in 0..3 {
             let start = Instant::now();
             for _ in 0..n {
-                black_box(service.call(request()).await.unwrap());
+                black_box(service.call(request()).await.expect("infallible"));
             }
             println!(
                 "{which}: {:.1} ns/request",
@@ -112,4 +52,34 @@ fn main() {
             );
         }
     });
+    ExitCode::SUCCESS
+}
+
+fn usage(problem: &str) -> ExitCode {
+    eprintln!("prof_layer: {problem}\nusage: prof_layer bare|none|draft|gov|govh|sizes [N]");
+    ExitCode::from(2)
+}
+
+/// The layers' own share of a response future: each around the same 1-byte
+/// inner future.
+fn print_future_sizes() {
+    let inner = tower::service_fn(|_: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+    });
+    let quota = "1000/s".parse().expect("a valid quota");
+    let mut tollgate = RateLimitLayer::builder()
+        .quota("api", quota)
+        .key(PeerIp)
+        .build()
+        .layer(inner);
+    let config = tower_governor::governor::GovernorConfigBuilder::default()
+        .finish()
+        .expect("a valid config");
+    let mut governor = tower_governor::GovernorLayer::new(std::sync::Arc::new(config)).layer(inner);
+    println!(
+        "future sizes: tollgate {} tower_governor {} inner {}",
+        std::mem::size_of_val(&tollgate.call(request())),
+        std::mem::size_of_val(&governor.call(request())),
+        std::mem::size_of_val(&inner.clone().call(request())),
+    );
 }

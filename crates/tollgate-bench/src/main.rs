@@ -17,16 +17,12 @@
 
 #![warn(missing_docs)]
 
-mod chart;
-mod measure;
-mod report;
-mod scenario;
-
 use clap::Parser;
-use measure::Settings;
-use report::Outcome;
 use std::path::PathBuf;
 use std::time::Instant;
+use tollgate_bench::measure::Settings;
+use tollgate_bench::report::Outcome;
+use tollgate_bench::{chart, report, scenario};
 
 /// The command line.
 #[derive(Debug, Parser)]
