@@ -72,25 +72,29 @@ fn api_layer<St: Store>(store: St) -> RateLimitLayer<GlobalKey, St> {
         .build()
 }
 
-#[test]
-fn decisions_and_store_failures_are_counted_per_limit() {
+/// What `traffic` counts, on a recorder of its own.
+fn counted<F: std::future::Future<Output = ()>>(traffic: F) -> Counts {
     let counts = Counts::default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    metrics::with_local_recorder(&counts, || {
-        runtime.block_on(async {
-            let mut service = ServiceBuilder::new()
-                .layer(api_layer(MemoryStore::new()))
-                .service_fn(ok);
-            for _ in 0..5 {
-                send(&mut service, Request::new(())).await;
-            }
-            let mut service = ServiceBuilder::new()
-                .layer(api_layer(BrokenStore::Failing))
-                .service_fn(ok);
+    metrics::with_local_recorder(&counts, || runtime.block_on(traffic));
+    counts
+}
+
+#[test]
+fn decisions_and_store_failures_are_counted_per_limit() {
+    let counts = counted(async {
+        let mut service = ServiceBuilder::new()
+            .layer(api_layer(MemoryStore::new()))
+            .service_fn(ok);
+        for _ in 0..5 {
             send(&mut service, Request::new(())).await;
-        })
+        }
+        let mut service = ServiceBuilder::new()
+            .layer(api_layer(BrokenStore::Failing))
+            .service_fn(ok);
+        send(&mut service, Request::new(())).await;
     });
     assert_eq!(
         counts.get("tollgate_requests_total{limit=api,outcome=allowed}"),
@@ -105,22 +109,16 @@ fn decisions_and_store_failures_are_counted_per_limit() {
 
 #[test]
 fn a_limit_that_another_refused_counts_nothing() {
-    let counts = Counts::default();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    metrics::with_local_recorder(&counts, || {
-        runtime.block_on(async {
-            let layer = RateLimitLayer::builder()
-                .quota("burst", Quota::per_minute(2))
-                .quota("daily", Quota::per_day(100))
-                .key(GlobalKey)
-                .build();
-            let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
-            for _ in 0..5 {
-                send(&mut service, Request::new(())).await;
-            }
-        })
+    let counts = counted(async {
+        let layer = RateLimitLayer::builder()
+            .quota("burst", Quota::per_minute(2))
+            .quota("daily", Quota::per_day(100))
+            .key(GlobalKey)
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        for _ in 0..5 {
+            send(&mut service, Request::new(())).await;
+        }
     });
     // "burst" admits 2 and refuses 3; "daily" was charged for the 2 only.
     let get = |limit: &str, outcome: &str| {
