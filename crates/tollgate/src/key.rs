@@ -408,6 +408,14 @@ mod tests {
             Some(Key::Ip("1.2.3.4".parse().unwrap()))
         );
         assert_eq!(PeerIp.extract(&info(&Request::new(()))), None);
+        // A bare `SocketAddr` extension (what some servers insert) works too.
+        let mut req = Request::new(());
+        req.extensions_mut()
+            .insert(SocketAddr::from(([192, 0, 2, 9], 443)));
+        assert_eq!(
+            PeerIp.extract(&info(&req)),
+            Some(Key::Ip("192.0.2.9".parse().unwrap()))
+        );
     }
 
     #[test]

@@ -9,9 +9,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use tollgate::store::BoxStore;
 use tollgate::{
     GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, MissingKey, NamedLimit, OnStoreError,
-    Policy, RateLimitLayer,
+    Policy, RateLimitLayer, Store, StoreCheck,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -238,6 +239,15 @@ async fn allow_list_and_503_and_missing_keys() {
             StatusCode::OK
         );
     }
+    // Allow-listed requests are not counted either: key "c" still has its
+    // one request after three to /health.
+    for _ in 0..3 {
+        send(&mut service, with_key("c", "/health")).await;
+    }
+    assert_eq!(
+        send(&mut service, with_key("c", "/")).await.status(),
+        StatusCode::OK
+    );
     // No key: by default all keyless requests share one bucket.
     assert_eq!(
         send(&mut service, Request::new(())).await.status(),
@@ -407,4 +417,92 @@ async fn delay_mode_releases_requests_in_arrival_order_at_the_rate() {
     assert_eq!(statuses[..5], [StatusCode::OK; 5]);
     assert_eq!(statuses[5..], [StatusCode::TOO_MANY_REQUESTS; 2]);
     assert_released_in_order(&served, 5, Duration::from_millis(100), start);
+}
+
+#[tokio::test]
+async fn delay_mode_keeps_rejecting_at_once_for_window_algorithms() {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+    ] {
+        let layer = RateLimitLayer::builder()
+            .limit(NamedLimit::new("api", Quota::per_minute(2)).algorithm(algorithm))
+            .key(GlobalKey)
+            .store(frozen_store())
+            .delay(Duration::from_secs(120))
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        for _ in 0..2 {
+            assert_eq!(
+                send(&mut service, Request::new(())).await.status(),
+                StatusCode::OK
+            );
+        }
+        // A window has no later slot to reserve: the third is refused now,
+        // not held (the frozen clock would hold it forever).
+        let third =
+            tokio::time::timeout(Duration::from_secs(5), send(&mut service, Request::new(())))
+                .await
+                .unwrap_or_else(|_| panic!("{algorithm}: the request was held"));
+        assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS, "{algorithm}");
+    }
+}
+
+/// A memory store that answers through a future, as a networked one does.
+#[derive(Clone)]
+struct Deferred(MemoryStore);
+
+impl Store for Deferred {
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<tollgate::Verdict, Infallible>>;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<Self::Future, Infallible> {
+        StoreCheck::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
+    }
+}
+
+#[tokio::test]
+async fn a_boxed_store_passes_on_answers_later_and_failures() {
+    let layer = |store: BoxStore| {
+        RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(2))
+            .key(GlobalKey)
+            .store(store)
+            .on_store_error(OnStoreError::Closed)
+            .store_timeout(Duration::from_millis(50))
+            .build()
+    };
+    let statuses = |service| async move {
+        let mut service = ServiceBuilder::new().layer(service).service_fn(ok);
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.push(send(&mut service, Request::new(())).await.status());
+        }
+        out
+    };
+    let limited = [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ];
+    assert_eq!(
+        statuses(layer(BoxStore::new(Deferred(MemoryStore::new())))).await,
+        limited
+    );
+    assert_eq!(
+        statuses(layer(BoxStore::new(MemoryStore::new()))).await,
+        limited
+    );
+    for broken in [BrokenStore::Failing, BrokenStore::Hanging] {
+        assert_eq!(
+            statuses(layer(BoxStore::new(broken))).await,
+            [StatusCode::SERVICE_UNAVAILABLE; 3]
+        );
+    }
 }
