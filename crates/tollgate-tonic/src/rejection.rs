@@ -174,3 +174,110 @@ fn trailers_only<B: Default>(status: &Status) -> Response<B> {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::core::Quota;
+    use tollgate::{MemoryStore, NamedLimit, Policy};
+
+    /// The gRPC status a trailers-only response carries.
+    fn status_of(response: &Response<()>) -> Status {
+        Status::from_header_map(response.headers()).expect("a grpc-status header")
+    }
+
+    #[test]
+    fn refusals_map_http_statuses_to_grpc_codes() {
+        let rejector = GrpcRejector::new();
+        for (status, why, code) in [
+            (
+                StatusCode::UNAUTHORIZED,
+                Refusal::MissingKey,
+                Code::Unauthenticated,
+            ),
+            (
+                StatusCode::FORBIDDEN,
+                Refusal::MissingKey,
+                Code::PermissionDenied,
+            ),
+            (
+                StatusCode::BAD_REQUEST,
+                Refusal::MissingKey,
+                Code::InvalidArgument,
+            ),
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                Refusal::MissingKey,
+                Code::ResourceExhausted,
+            ),
+            (
+                StatusCode::IM_A_TEAPOT,
+                Refusal::MissingKey,
+                Code::Unavailable,
+            ),
+            (
+                StatusCode::FORBIDDEN,
+                Refusal::StoreFailed,
+                Code::Unavailable,
+            ),
+        ] {
+            let response: Response<()> = rejector.refuse(status, why);
+            assert_eq!(response.status(), StatusCode::OK);
+            let grpc = status_of(&response);
+            assert_eq!(grpc.code(), code, "{status} {why:?}");
+            assert_eq!(grpc.message(), why.message());
+        }
+    }
+
+    /// The rejection of a call of `cost` for `key` on a limit of 5 per
+    /// minute that has just been used up.
+    fn rejected(key: &Key, cost: u32) -> Status {
+        let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(5))]);
+        let store = MemoryStore::new();
+        store.check_now(&policy, key, 5);
+        let verdict = store.check_now(&policy, key, cost);
+        assert!(!verdict.merged.allowed);
+        let response: Response<()> = GrpcRejector::new().reject(Rejection {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            headers: HeaderMap::new(),
+            policy: &policy,
+            key,
+            verdict: &verdict,
+        });
+        status_of(&response)
+    }
+
+    #[test]
+    fn a_call_that_can_never_pass_says_so_and_carries_no_retry_info() {
+        let status = rejected(&Key::Global, 6);
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(
+            status.message().contains("can never pass"),
+            "{}",
+            status.message()
+        );
+        let details = status.get_error_details();
+        assert!(details.retry_info().is_none());
+        assert_eq!(details.quota_failure().map(|q| q.violations.len()), Some(1));
+
+        let status = rejected(&Key::Global, 1);
+        assert!(status.get_error_details().retry_info().is_some());
+    }
+
+    #[test]
+    fn an_api_key_is_never_echoed() {
+        let secret = "sk-live-0123456789";
+        let status = rejected(&Key::from(secret), 1);
+        let details = status.get_error_details();
+        let violations = &details.quota_failure().expect("a quota failure").violations;
+        assert_eq!(violations[0].subject, "key");
+        assert!(!status.message().contains(secret));
+        assert!(!String::from_utf8_lossy(status.details()).contains(secret));
+        let ip = rejected(&Key::Ip("203.0.113.7".parse().unwrap()), 1);
+        let details = ip.get_error_details();
+        assert_eq!(
+            details.quota_failure().unwrap().violations[0].subject,
+            "ip:203.0.113.7"
+        );
+    }
+}
