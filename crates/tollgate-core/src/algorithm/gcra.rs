@@ -83,10 +83,18 @@ impl RateAlgorithm for Gcra {
             self.max_delay,
         );
         let ahead = s.ahead();
+        let spare = self.tolerance.saturating_sub(ahead);
         let decision = Decision {
             allowed: s.allowed,
             limit: self.burst,
-            remaining: self.per_interval.div(self.tolerance.saturating_sub(ahead)),
+            // Less than one interval to spare (every denied request of cost
+            // 1, every request that used the last slot): none left, without
+            // the division.
+            remaining: if spare < self.interval {
+                0
+            } else {
+                self.per_interval.div(spare)
+            },
             reset_after_nanos: ahead,
             retry_after_nanos: s.retry.unwrap_or(Decision::NEVER_NANOS),
             // Beyond the tolerance only in delay mode: hold until conforming.
