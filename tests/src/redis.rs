@@ -27,7 +27,9 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
-    /// Starts a server with extra `redis-server` arguments.
+    /// Starts a server with extra `redis-server` arguments. A server that
+    /// exits at once (another process took the free port first) is started
+    /// again on another port, twice at most.
     pub fn start_with(extra: &[&str]) -> Self {
         let mut server = RedisServer {
             port: free_port(),
@@ -35,6 +37,12 @@ impl RedisServer {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
         };
+        for _ in 0..2 {
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(_) => server.port = free_port(),
+            }
+        }
         server.spawn();
         server
     }
@@ -69,7 +77,16 @@ impl RedisServer {
         command(self.port, args)
     }
 
+    /// Starts the process on `self.port`; panics, with the server's log, if
+    /// it does not come up.
     fn spawn(&mut self) {
+        if let Err(why) = self.try_spawn() {
+            panic!("{why}");
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
+        let log = self.dir.join("redis.log");
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
@@ -78,14 +95,25 @@ impl RedisServer {
             .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!("cannot start redis-server ({e}); scripts/test.sh installs it when missing")
         });
-        self.child = Some(child);
-        wait_until_ready(self.port);
+        let child = self.child.insert(child);
+        wait_until_ready(self.port, child).map_err(|exit| {
+            self.child = None;
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            format!(
+                "redis-server on port {} {exit}; its log ends:\n{}",
+                self.port,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )
+        })
     }
 }
 
@@ -225,18 +253,24 @@ fn value_end(reply: &[u8], at: usize) -> Option<usize> {
     }
 }
 
-fn wait_until_ready(port: u16) {
+/// Waits until the server on `port` answers `PING`; an error saying what
+/// happened if `child` exits first or nothing answers within 10 s.
+fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited at start ({status})"));
+        }
         if TcpStream::connect(("127.0.0.1", port)).is_ok()
             && command(port, &["PING"]).contains("PONG")
         {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "redis-server on port {port} never answered"
-        );
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("never answered within 10 s".to_owned());
+        }
         sleep(Duration::from_millis(20));
     }
 }
@@ -263,4 +297,29 @@ fn temp_dir() -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).expect("create a temporary directory");
     dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_exits_at_start_is_noticed_at_once() {
+        // A configuration redis-server refuses: it exits at once.
+        let mut server = RedisServer {
+            port: free_port(),
+            dir: temp_dir(),
+            extra: vec!["--no-such-directive".into(), "1".into()],
+            child: None,
+        };
+        let started = Instant::now();
+        let error = server.try_spawn().unwrap_err();
+        assert!(error.contains("exited at start"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(server.child.is_none());
+        // Starting afresh picks another port and works.
+        drop(server);
+        let server = RedisServer::start();
+        assert!(server.command(&["PING"]).contains("PONG"));
+    }
 }
