@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{BrokenStore, send};
+use common::{BrokenStore, Later, send};
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tollgate::store::BoxStore;
 use tollgate::{
     GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, MissingKey, NamedLimit, OnStoreError,
-    Policy, RateLimitLayer, Store, StoreCheck,
+    Policy, RateLimitLayer,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -449,24 +449,6 @@ async fn delay_mode_keeps_rejecting_at_once_for_window_algorithms() {
     }
 }
 
-/// A memory store that answers through a future, as a networked one does.
-#[derive(Clone)]
-struct Deferred(MemoryStore);
-
-impl Store for Deferred {
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<tollgate::Verdict, Infallible>>;
-
-    fn check(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-    ) -> StoreCheck<Self::Future, Infallible> {
-        StoreCheck::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
-    }
-}
-
 #[tokio::test]
 async fn a_boxed_store_passes_on_answers_later_and_failures() {
     let layer = |store: BoxStore| {
@@ -492,7 +474,7 @@ async fn a_boxed_store_passes_on_answers_later_and_failures() {
         StatusCode::TOO_MANY_REQUESTS,
     ];
     assert_eq!(
-        statuses(layer(BoxStore::new(Deferred(MemoryStore::new())))).await,
+        statuses(layer(BoxStore::new(Later(MemoryStore::new())))).await,
         limited
     );
     assert_eq!(

@@ -4,13 +4,11 @@
 
 mod common;
 
+use common::Later;
 use http::{Request, Response};
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
-use tollgate::{
-    GlobalKey, Key, MemoryStore, Policy, RateLimitInfo, RateLimitLayer, Store, StoreCheck, Verdict,
-};
+use tollgate::{GlobalKey, MemoryStore, RateLimitInfo, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 /// Reports what the handler saw: `allowed remaining/limit reset_ms names`.
@@ -30,25 +28,6 @@ async fn report(request: Request<()>) -> Result<Response<String>, Infallible> {
         None => "none".to_owned(),
     };
     Ok(Response::new(body))
-}
-
-/// A memory store that answers through a future, as a networked store
-/// does: the layer's checking path.
-#[derive(Clone)]
-struct Later(MemoryStore);
-
-impl Store for Later {
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Verdict, Infallible>>;
-
-    fn check(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-    ) -> StoreCheck<Self::Future, Infallible> {
-        StoreCheck::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
-    }
 }
 
 async fn bodies<S>(mut service: S, n: usize) -> Vec<String>

@@ -3,7 +3,7 @@
 use http::{Request, Response};
 use std::convert::Infallible;
 use std::sync::Arc;
-use tollgate::{Key, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, MemoryStore, Policy, Store, StoreCheck, Verdict};
 use tower::{Service, ServiceExt};
 
 /// A store that fails or hangs: fault injection a real store cannot give.
@@ -34,6 +34,26 @@ impl Store for BrokenStore {
             BrokenStore::Failing => StoreCheck::Ready(Err(Broken)),
             BrokenStore::Hanging => StoreCheck::Pending(Box::pin(std::future::pending())),
         }
+    }
+}
+
+/// A memory store that answers through a future, as a networked store
+/// does: the layer's checking path, with real decisions.
+#[derive(Clone)]
+#[allow(dead_code)] // not every test binary uses it
+pub struct Later(pub MemoryStore);
+
+impl Store for Later {
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Verdict, Infallible>>;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<Self::Future, Infallible> {
+        StoreCheck::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
     }
 }
 
