@@ -28,6 +28,20 @@ fn from(key: &str) -> Request<()> {
         .unwrap()
 }
 
+/// The service under test: `default` for every key, and `quotas` per key,
+/// keys read from `x-api-key`.
+fn keyed(
+    default: Quota,
+    quotas: KeyQuotas,
+) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible> {
+    let layer = RateLimitLayer::builder()
+        .quota("api", default)
+        .key(HeaderKey::new("x-api-key"))
+        .quotas(quotas)
+        .build();
+    ServiceBuilder::new().layer(layer).service_fn(ok)
+}
+
 /// Sends `n` requests for `key`; the statuses.
 async fn statuses<S>(service: &mut S, key: &str, n: usize) -> Vec<u16>
 where
@@ -54,12 +68,7 @@ async fn each_key_gets_its_own_quota_and_unknown_keys_the_default() {
         .with("internal", QuotaAnswer::Unlimited)
         .with("two", "3/min;2/s".parse().unwrap());
     let quotas = KeyQuotas::new(source);
-    let layer = RateLimitLayer::builder()
-        .quota("api", Quota::per_minute(2))
-        .key(HeaderKey::new("x-api-key"))
-        .quotas(quotas.clone())
-        .build();
-    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let mut service = keyed(Quota::per_minute(2), quotas.clone());
 
     // A key's first request is charged the default while its quota is
     // looked up; from then on its own quota applies.
@@ -134,12 +143,7 @@ async fn a_slow_or_failing_source_never_stalls_a_request() {
         .source(Duration::from_millis(200))
         .ttl(Duration::from_secs(1))
         .error_ttl(Duration::from_secs(2));
-    let layer = RateLimitLayer::builder()
-        .quota("api", Quota::per_minute(100))
-        .key(HeaderKey::new("x-api-key"))
-        .quotas(quotas.clone())
-        .build();
-    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let mut service = keyed(Quota::per_minute(100), quotas.clone());
     let timed = async |service: &mut _| {
         // Time is paused: it moves only when every task waits on a timer,
         // so a request that waited on the source would take 200 ms here.
@@ -188,12 +192,10 @@ async fn a_changed_quota_applies_within_the_ttl_and_a_lowered_one_is_never_excee
     let plans = Plans::default();
     plans.set("tenant", "10/min");
     let ttl = Duration::from_secs(5);
-    let layer = RateLimitLayer::builder()
-        .quota("api", Quota::per_minute(100))
-        .key(HeaderKey::new("x-api-key"))
-        .quotas(plans.source(Duration::from_millis(10)).ttl(ttl))
-        .build();
-    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let mut service = keyed(
+        Quota::per_minute(100),
+        plans.source(Duration::from_millis(10)).ttl(ttl),
+    );
     send(&mut service, from("tenant")).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(statuses(&mut service, "tenant", 8).await, [200; 8]);
@@ -217,12 +219,10 @@ async fn a_key_in_use_sees_a_change_within_the_ttl() {
     let plans = Plans::default();
     plans.set("tenant", "50/min");
     let ttl = Duration::from_secs(4);
-    let layer = RateLimitLayer::builder()
-        .quota("api", Quota::per_minute(100))
-        .key(HeaderKey::new("x-api-key"))
-        .quotas(plans.source(Duration::from_millis(50)).ttl(ttl))
-        .build();
-    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let mut service = keyed(
+        Quota::per_minute(100),
+        plans.source(Duration::from_millis(50)).ttl(ttl),
+    );
     send(&mut service, from("tenant")).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
 
@@ -252,12 +252,7 @@ async fn a_key_in_use_sees_a_change_within_the_ttl() {
 async fn a_source_that_never_answers_times_out_and_counts_as_an_error() {
     let quotas = KeyQuotas::new(quota_fn_async(|_| std::future::pending()))
         .lookup_timeout(Duration::from_secs(1));
-    let layer = RateLimitLayer::builder()
-        .quota("api", Quota::per_minute(2))
-        .key(HeaderKey::new("x-api-key"))
-        .quotas(quotas.clone())
-        .build();
-    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let mut service = keyed(Quota::per_minute(2), quotas.clone());
     assert_eq!(statuses(&mut service, "k", 1).await, [200]);
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(quotas.errors(), 0, "still waiting");
@@ -323,12 +318,7 @@ async fn a_source_that_panics_is_asked_again() {
         }
         "1/min".parse().unwrap()
     });
-    let layer = RateLimitLayer::builder()
-        .quota("api", Quota::per_minute(100))
-        .key(HeaderKey::new("x-api-key"))
-        .quotas(KeyQuotas::new(source))
-        .build();
-    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let mut service = keyed(Quota::per_minute(100), KeyQuotas::new(source));
     send(&mut service, from("k")).await;
     settle().await;
     send(&mut service, from("k")).await;
@@ -343,12 +333,7 @@ async fn a_source_that_panics_is_asked_again() {
 async fn an_answer_with_too_many_quotas_is_an_error() {
     let source = quota_fn(|_| QuotaAnswer::Quotas(vec![Quota::per_minute(5); 17]));
     let quotas = KeyQuotas::new(source);
-    let layer = RateLimitLayer::builder()
-        .quota("api", Quota::per_minute(100))
-        .key(HeaderKey::new("x-api-key"))
-        .quotas(quotas.clone())
-        .build();
-    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let mut service = keyed(Quota::per_minute(100), quotas.clone());
     send(&mut service, from("k")).await;
     settle().await;
     let response = send(&mut service, from("k")).await;
