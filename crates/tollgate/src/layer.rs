@@ -41,6 +41,9 @@ pub(crate) struct Shared<K, St, R> {
     pub key: K,
     pub store: St,
     pub settings: Settings,
+    /// Whether allowed responses carry rate-limit fields (the header style
+    /// asks for some, and on allowed responses). Decided once, here.
+    pub fields_on_allowed: bool,
     /// Whether an allowed request that need not wait is forwarded as it is:
     /// no fields on the response, no [`RateLimitInfo`](crate::RateLimitInfo)
     /// on the request. Decided once, here, so the hot path tests one flag.
@@ -462,8 +465,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         });
         let settings = config.settings;
         let headers = settings.headers;
-        let forwards_bare =
-            !settings.request_info && !(headers.on_allowed && (headers.draft || headers.legacy));
+        let fields_on_allowed = headers.on_allowed && (headers.draft || headers.legacy);
+        let forwards_bare = !settings.request_info && !fields_on_allowed;
         RateLimitLayer {
             shared: Arc::new(Shared {
                 rejector: self.rejector,
@@ -473,6 +476,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 key: self.key,
                 store: self.store,
                 settings,
+                fields_on_allowed,
                 forwards_bare,
             }),
         }

@@ -133,9 +133,7 @@ impl<K, St, R> Shared<K, St, R> {
                     "shadow mode: this request would have been limited"
                 );
             }
-            let wanted = self.settings.headers.on_allowed
-                && (self.settings.headers.draft || self.settings.headers.legacy);
-            let fields = if wanted {
+            let fields = if self.fields_on_allowed {
                 self.field_values(entry, verdict)
             } else {
                 FieldValues::default()
