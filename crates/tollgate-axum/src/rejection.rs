@@ -41,7 +41,8 @@ impl Rejector<Body> for ProblemJson {
 fn problem_body(rejection: &Rejection<'_>) -> String {
     let decision = &rejection.verdict.merged;
     let detail = if decision.can_ever_pass() {
-        let seconds = decision.retry_after().as_secs_f64().ceil().max(1.0) as u64;
+        // As `Retry-After` says: whole seconds, rounded up, never 0.
+        let seconds = tollgate::headers::ceil_seconds(decision.retry_after()).max(1);
         format!("Too many requests: retry in {seconds} s.")
     } else {
         "This request costs more than the whole quota: it can never pass.".to_owned()

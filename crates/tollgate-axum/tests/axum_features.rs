@@ -184,8 +184,10 @@ async fn handlers_read_the_decision() {
 
 #[tokio::test]
 async fn problem_json_rejections_follow_rfc_9457_and_the_draft() {
+    // Two limits, one of which refuses: only that one is a violated policy.
     let layer = RateLimitLayer::builder()
         .quota("api", "1/min".parse().unwrap())
+        .quota("daily", "100/day".parse().unwrap())
         .key(GlobalKey)
         .rejector(ProblemJson)
         .build();
@@ -197,7 +199,12 @@ async fn problem_json_rejections_follow_rfc_9457_and_the_draft() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(headers["content-type"], "application/problem+json");
     assert_eq!(headers["retry-after"], "60");
-    assert_eq!(headers["ratelimit"], "\"api\";r=0;t=60");
+    assert!(
+        headers["ratelimit"]
+            .to_str()
+            .unwrap()
+            .starts_with("\"api\";r=0;t=60, \"daily\";r=99;")
+    );
     assert_eq!(
         body,
         "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\
@@ -235,6 +242,19 @@ async fn any_into_response_can_be_the_rejection() {
         .layer(teapot);
     get_path(&app, "/").await;
     assert_eq!(get_path(&app, "/").await.0, StatusCode::IM_A_TEAPOT);
+
+    // A field the response sets itself is kept; the others are added.
+    let own = RateLimitLayer::builder()
+        .quota("api", "1/min".parse().unwrap())
+        .key(GlobalKey)
+        .rejector(respond_with(|_| ([("retry-after", "5")], "later")))
+        .build();
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(own);
+    get_path(&app, "/").await;
+    let (_, headers, _) = get_path(&app, "/").await;
+    assert_eq!(headers.get_all("retry-after").iter().count(), 1);
+    assert_eq!(headers["retry-after"], "5");
+    assert_eq!(headers["ratelimit"], "\"api\";r=0;t=60");
 }
 
 #[tokio::test]

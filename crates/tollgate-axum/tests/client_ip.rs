@@ -130,25 +130,51 @@ async fn garbage_in_any_header_is_never_a_panic_or_a_500() {
         b"\"\"\"",
         &mixed,
     ];
-    let app = app(behind_proxy());
-    for name in ["x-forwarded-for", "forwarded", "x-real-ip"] {
+    let readers: [(&str, ProxyHeader, &[u8]); 3] = [
+        (
+            "x-forwarded-for",
+            ProxyHeader::XForwardedFor,
+            b"198.51.100.7",
+        ),
+        ("forwarded", ProxyHeader::Forwarded, b"for=198.51.100.7"),
+        ("x-real-ip", ProxyHeader::XRealIp, b"198.51.100.7"),
+    ];
+    for (name, header, readable) in readers {
+        // A layer that reads this header, so its parser sees the garbage.
+        let reader = app(behind_proxy().headers([header]));
         for value in &garbage {
             for peer in ["10.0.0.1:80", "203.0.113.5:80"] {
-                let got = status(&app, peer, &[(name, value)]).await;
+                let got = status(&reader, peer, &[(name, value)]).await;
                 assert!(
                     got == StatusCode::OK || got == StatusCode::TOO_MANY_REQUESTS,
                     "{name}: {got}"
                 );
             }
         }
+        // The documented fallback: a trusted proxy's unreadable hop is keyed
+        // on the proxy, so the proxy's own key runs out after 3, while a
+        // client it reports readably keeps its own.
+        let fresh = app(behind_proxy().headers([header]));
+        let junk: &[(&str, &[u8])] = &[(name, b"junk")];
+        for _ in 0..3 {
+            assert_eq!(
+                status(&fresh, "10.0.0.1:80", junk).await,
+                StatusCode::OK,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            status(&fresh, "10.0.0.1:80", junk).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{name}"
+        );
+        let client: &[(&str, &[u8])] = &[(name, readable)];
+        assert_eq!(
+            status(&fresh, "10.0.0.1:80", client).await,
+            StatusCode::OK,
+            "{name}"
+        );
     }
-    // The documented fallback: a trusted proxy's unreadable hop is keyed on
-    // the proxy. The proxy 10.0.0.1 sent garbage 11 times in each header:
-    // its own key was spent long ago.
-    assert_eq!(
-        status(&app, "10.0.0.1:80", &[("x-forwarded-for", b"junk")]).await,
-        StatusCode::TOO_MANY_REQUESTS
-    );
 }
 
 /// Sends `GET /` with `headers` over a fresh TCP connection; returns the

@@ -23,11 +23,12 @@ pub struct GrpcPeerIp;
 
 impl KeyExtractor for GrpcPeerIp {
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
-        let addr = match request.extensions.get::<TcpConnectInfo>() {
-            Some(info) => info.remote_addr(),
-            None => PeerIp::peer_addr(request.extensions),
-        }?;
-        Some(Key::Ip(addr.ip().to_canonical()))
+        request
+            .extensions
+            .get::<TcpConnectInfo>()
+            .and_then(TcpConnectInfo::remote_addr)
+            .map(|addr| Key::Ip(addr.ip().to_canonical()))
+            .or_else(|| PeerIp.extract(request))
     }
 }
 
@@ -153,6 +154,24 @@ mod tests {
         assert_eq!(key_of(&GrpcPeerIp, &request), None);
         let addr: std::net::SocketAddr = "[::ffff:192.0.2.7]:5000".parse().unwrap();
         request.extensions_mut().insert(tollgate::PeerAddr(addr));
+        assert_eq!(
+            key_of(&GrpcPeerIp, &request),
+            Some(Key::Ip("192.0.2.7".parse().unwrap()))
+        );
+        // tonic's own connection info comes first...
+        request.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some("203.0.113.4:9".parse().unwrap()),
+        });
+        assert_eq!(
+            key_of(&GrpcPeerIp, &request),
+            Some(Key::Ip("203.0.113.4".parse().unwrap()))
+        );
+        // ...and without a remote address, the extension is the fallback.
+        request.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: None,
+        });
         assert_eq!(
             key_of(&GrpcPeerIp, &request),
             Some(Key::Ip("192.0.2.7".parse().unwrap()))

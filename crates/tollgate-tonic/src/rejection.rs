@@ -159,7 +159,8 @@ fn subject(key: &Key) -> String {
 }
 
 /// An HTTP 200 response whose headers carry the whole gRPC status: what
-/// gRPC calls a trailers-only response.
+/// gRPC calls a trailers-only response. (tonic's `Status::into_http` does
+/// the same but unwraps the header encoding; this never panics.)
 fn trailers_only<B: Default>(status: &Status) -> Response<B> {
     let mut response = Response::new(B::default());
     let headers = response.headers_mut();
@@ -262,6 +263,32 @@ mod tests {
 
         let status = rejected(&Key::Global, 1);
         assert!(status.get_error_details().retry_info().is_some());
+    }
+
+    #[test]
+    fn only_the_limits_that_refused_are_violations() {
+        let policy = Policy::new(vec![
+            NamedLimit::new("burst", Quota::per_minute(2)),
+            NamedLimit::new("daily", Quota::per_day(100)),
+        ]);
+        let store = MemoryStore::new();
+        store.check_now(&policy, &Key::Global, 2);
+        let verdict = store.check_now(&policy, &Key::Global, 1);
+        let response: Response<()> = GrpcRejector::new().reject(Rejection {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            headers: HeaderMap::new(),
+            policy: &policy,
+            key: &Key::Global,
+            verdict: &verdict,
+        });
+        let status = status_of(&response);
+        let details = status.get_error_details();
+        let violations = &details.quota_failure().expect("a quota failure").violations;
+        assert_eq!(violations.len(), 1);
+        assert_eq!(violations[0].quota_id, "burst");
+        assert_eq!(violations[0].quota_value, 2);
+        assert_eq!(violations[0].subject, "global");
+        assert!(!status.message().contains("daily"), "{}", status.message());
     }
 
     #[test]

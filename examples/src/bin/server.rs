@@ -30,8 +30,8 @@
 //!   fields list them in the order given. Names are tokens (letters, digits,
 //!   `-`, `_`, `.`) because they are written into headers, and must differ.
 //! - `--key ip` keys on the peer address; with `--trust-proxy`, on the
-//!   client address that trusted peers report in `X-Forwarded-For`,
-//!   `Forwarded` or `X-Real-IP`. From other peers those headers are ignored.
+//!   client address that trusted peers report in `X-Forwarded-For`. From
+//!   other peers that header is ignored.
 //!   `--trust-proxy` takes CIDRs or single addresses; it only affects `ip`.
 //! - `--key header:NAME`: requests without the header (or with an empty or
 //!   oversized one) share one budget, so leaving it out is no way around the
@@ -219,8 +219,8 @@ fn reject_duplicate_names(limits: &[NamedLimit]) {
 /// The key extractor `--key` and `--trust-proxy` ask for.
 fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
     match kind {
-        // No trusted proxy: the peer address, proxy headers ignored.
-        KeyKind::Ip if trusted.is_empty() => Box::new(ClientIp::default()),
+        // No trusted proxy (an empty list): the peer address, proxy headers
+        // ignored.
         KeyKind::Ip => Box::new(ClientIp::trusting(trusted.iter().copied())),
         KeyKind::Global => Box::new(GlobalKey),
         KeyKind::Header(name) => Box::new(HeaderKey::from_name(name.clone())),

@@ -20,8 +20,10 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 impl ProxyHeader {
-    /// All of them, in the default order of preference: the standard one
-    /// first.
+    /// Every supported header, the standard one first. Not the default
+    /// (`X-Forwarded-For` only): list only the headers your proxy writes or
+    /// strips, or a client can send one it passes through and choose its
+    /// own key.
     pub const ALL: [ProxyHeader; 3] = [
         ProxyHeader::Forwarded,
         ProxyHeader::XForwardedFor,

@@ -122,9 +122,16 @@ impl ClientIp {
     /// # let _ = client_ip;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    /// No networks trusts nobody, like [`trusting_hops(0)`](Self::trusting_hops)
+    /// and the default.
     pub fn trusting(networks: impl IntoIterator<Item = IpNet>) -> Self {
+        let networks: Vec<IpNet> = networks.into_iter().collect();
         ClientIp {
-            trust: Trust::Networks(networks.into_iter().map(|n| n.trunc()).collect()),
+            trust: if networks.is_empty() {
+                Trust::Nobody
+            } else {
+                Trust::Networks(networks)
+            },
             ..ClientIp::default()
         }
     }
@@ -290,6 +297,22 @@ mod tests {
             behind_proxy().resolve(peer("203.0.113.9"), &xff),
             ip("203.0.113.9")
         );
+    }
+
+    #[test]
+    fn no_networks_zero_hops_and_no_headers_trust_nobody() {
+        let xff = headers(&[("x-forwarded-for", "1.1.1.1")]);
+        for client in [
+            ClientIp::trusting([]),
+            ClientIp::trusting_hops(0),
+            behind_proxy().headers([]),
+        ] {
+            assert_eq!(client.resolve(peer("10.0.0.1"), &xff), ip("10.0.0.1"));
+        }
+        // Like the default, the first two warn that headers are ignored.
+        let empty = ClientIp::trusting([]);
+        empty.resolve(peer("10.0.0.1"), &xff);
+        assert!(empty.warned.load(Ordering::Relaxed));
     }
 
     #[test]
