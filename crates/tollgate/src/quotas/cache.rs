@@ -7,7 +7,7 @@ use crate::routes::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 // tokio's clock, so tests can move time by hand; the real clock otherwise.
@@ -29,6 +29,7 @@ pub struct KeyQuotas {
     error_ttl: Duration,
     lookup_timeout: Duration,
     max_keys: u64,
+    max_lookups: usize,
     stats: Arc<Stats>,
 }
 
@@ -45,6 +46,7 @@ impl fmt::Debug for KeyQuotas {
             .field("error_ttl", &self.error_ttl)
             .field("lookup_timeout", &self.lookup_timeout)
             .field("max_keys", &self.max_keys)
+            .field("max_lookups", &self.max_lookups)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -52,7 +54,8 @@ impl fmt::Debug for KeyQuotas {
 
 impl KeyQuotas {
     /// Quotas from `source`, cached for 60 s, failures remembered for 5 s,
-    /// lookups given up after 5 s, at most 100,000 keys cached.
+    /// lookups given up after 5 s, at most 100,000 keys cached and 64
+    /// lookups running at once.
     pub fn new(source: impl QuotaSource) -> Self {
         KeyQuotas {
             source: Arc::new(source),
@@ -60,6 +63,7 @@ impl KeyQuotas {
             error_ttl: Duration::from_secs(5),
             lookup_timeout: Duration::from_secs(5),
             max_keys: 100_000,
+            max_lookups: 64,
             stats: Arc::default(),
         }
     }
@@ -89,6 +93,18 @@ impl KeyQuotas {
     /// are dropped (and looked up again when they return).
     pub fn max_keys(self, max_keys: u64) -> Self {
         KeyQuotas { max_keys, ..self }
+    }
+
+    /// How many lookups may run at once (default 64). Keys come from
+    /// requests, so a flood of new keys would otherwise be a flood of
+    /// queries to the source: past the bound a new key is charged the
+    /// default limits and looked up by a later request, once a lookup has
+    /// finished.
+    pub fn max_lookups(self, max_lookups: usize) -> Self {
+        KeyQuotas {
+            max_lookups,
+            ..self
+        }
     }
 
     /// How many lookups failed or timed out so far.
@@ -144,6 +160,8 @@ pub(crate) struct Resolver {
     algorithm: Option<Algorithm>,
     max_delay: Option<Duration>,
     warned_no_runtime: AtomicBool,
+    /// Lookups running now, at most `config.max_lookups`.
+    running: Arc<AtomicUsize>,
     /// Mixed into every per-key policy's identity, so that two layers with
     /// the same quotas over one store keep apart.
     salt: u64,
@@ -168,6 +186,7 @@ impl Resolver {
             algorithm,
             max_delay,
             warned_no_runtime: AtomicBool::new(false),
+            running: Arc::default(),
             salt: Policy::new(Vec::new()).id(),
         }
     }
@@ -209,10 +228,18 @@ impl Resolver {
             }
             return;
         };
+        let Some(slot) = LookupSlot::take(&self.running, self.config.max_lookups) else {
+            tracing::debug!("quota lookups at their bound; this key is looked up later");
+            if let Some(cached) = self.cache.get(key) {
+                cached.refreshing.store(false, Ordering::Release);
+            }
+            return;
+        };
         self.config.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let resolver = self.clone();
         let key = key.clone();
         runtime.spawn(async move {
+            let _slot = slot;
             // A source that panics ends this task early: the guard then
             // clears the key's mark, so a later request looks it up again.
             let guard = LookupGuard {
@@ -228,7 +255,7 @@ impl Resolver {
             let cached = match result {
                 Ok(resolution) => Cached {
                     resolution,
-                    refresh_at: Instant::now() + resolver.config.ttl / 2,
+                    refresh_at: after(resolver.config.ttl / 2),
                     refreshing: AtomicBool::new(false),
                 },
                 Err(error) => {
@@ -237,7 +264,7 @@ impl Resolver {
                     tracing::warn!(%error, "quota lookup failed; keeping the last answer or the default limits");
                     Cached {
                         resolution: previous.map_or(Resolution::Default, |p| p.resolution.clone()),
-                        refresh_at: Instant::now() + resolver.config.error_ttl,
+                        refresh_at: after(resolver.config.error_ttl),
                         refreshing: AtomicBool::new(false),
                     }
                 }
@@ -305,6 +332,35 @@ impl Resolver {
     }
 }
 
+/// `delay` from now; a delay past what the clock can hold (a TTL of
+/// `Duration::MAX`, "never") is decades.
+fn after(delay: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(delay)
+        .unwrap_or_else(|| now + Duration::from_secs(1 << 30))
+}
+
+/// One of the bounded number of lookups that may run at once; the slot is
+/// given back when the lookup ends, however it ends.
+struct LookupSlot(Arc<AtomicUsize>);
+
+impl LookupSlot {
+    fn take(running: &Arc<AtomicUsize>, max: usize) -> Option<LookupSlot> {
+        running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| LookupSlot(running.clone()))
+    }
+}
+
+impl Drop for LookupSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Clears a key's "lookup running" mark unless the lookup finished (then
 /// it is forgotten): a lookup that panicked must not leave the key waiting
 /// for an answer that never comes.
@@ -344,5 +400,45 @@ mod tests {
         let cached = resolver.cache.entry_count();
         assert!(cached <= 100, "{cached} answers cached, bound 100");
         assert!(cached > 0, "nothing cached");
+    }
+
+    /// A flood of new keys against a slow source runs at most
+    /// `max_lookups` lookups at once; a key turned away is looked up later.
+    #[tokio::test(start_paused = true)]
+    async fn lookups_at_once_are_bounded() {
+        let source = crate::quotas::quota_fn_async(|_| async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(QuotaAnswer::Unlimited)
+        });
+        let quotas = KeyQuotas::new(source).max_lookups(3);
+        let resolver = Arc::new(Resolver::new(quotas.clone(), "api", None, None));
+        let key = |i: u32| Key::from_bytes(&i.to_be_bytes());
+        for i in 0..100 {
+            resolver.resolve(&key(i));
+        }
+        assert_eq!(quotas.lookups(), 3);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(resolver.running.load(Ordering::Acquire), 0);
+        // Key 50 was turned away: its next request looks it up.
+        assert!(matches!(resolver.resolve(&key(50)), Resolution::Default));
+        assert_eq!(quotas.lookups(), 4);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(matches!(resolver.resolve(&key(50)), Resolution::Unlimited));
+    }
+
+    /// A TTL of `Duration::MAX` ("never refresh") is not a panic.
+    #[tokio::test]
+    async fn a_ttl_past_the_clock_is_far_away_not_a_panic() {
+        let quotas = KeyQuotas::new(StaticQuotas::new())
+            .ttl(Duration::MAX)
+            .error_ttl(Duration::MAX);
+        let resolver = Arc::new(Resolver::new(quotas.clone(), "api", None, None));
+        resolver.resolve(&Key::Global);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        resolver.resolve(&Key::Global);
+        assert_eq!(quotas.lookups(), 1, "answered once, not refreshed");
+        assert_eq!(resolver.running.load(Ordering::Acquire), 0);
     }
 }
