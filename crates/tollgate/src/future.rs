@@ -20,8 +20,10 @@ use tower_service::Service;
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): the inner
     /// service's future, a rejection, or (for stores that do I/O, and for the
-    /// leaky bucket's shaping) a wait before calling the inner service. No
-    /// allocation on the allowed path.
+    /// leaky bucket's shaping) a wait before calling the inner service. Not
+    /// boxed: an allowed request with an in-memory store allocates nothing
+    /// for the future (header values, when the style asks for them, are
+    /// allocated by `http`).
     pub struct ResponseFuture<S, Req, K, St, R>
     where
         S: Service<Req>,

@@ -349,7 +349,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
-    /// How long a store may take to answer (default 100 ms).
+    /// How long a store may take to answer (default 100 ms). A store that
+    /// answers later (Redis, any `StoreCheck::Pending`) is timed with
+    /// tokio's timer, so it needs a tokio runtime with time enabled, as
+    /// axum and tonic servers have.
     pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
         self.config.settings.store_timeout = store_timeout;
         self
@@ -357,8 +360,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 
     /// Puts a [`RateLimitInfo`](crate::RateLimitInfo) into the extensions of
     /// every request the limiter checked and let through, so a handler can
-    /// read its limit, remaining and reset. Off by default: it costs an
-    /// allocation per request.
+    /// read its limit, remaining and reset. Off by default: it costs a few
+    /// allocations per request (the value and the extensions' map).
     ///
     /// Requests let through unchecked carry none: on an unlimited route or
     /// key, allow-listed, skipped for a missing key, or passed because the

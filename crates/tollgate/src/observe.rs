@@ -2,29 +2,69 @@
 //! `tollgate_requests_total{limit, outcome="allowed"|"limited"}` per named
 //! limit — "allowed" counts the requests a limit admitted and was charged
 //! for, "limited" those it refused; a limit that would have admitted a
-//! request another limit refused was not charged and counts nothing — and `tollgate_store_errors_total{policy}` where `policy` is the
+//! request another limit refused was not charged and counts nothing — and
+//! `tollgate_store_errors_total{policy}` where `policy` is the
 //! policy's [`label`](crate::Policy::label) (its limits' names), and
 //! `tollgate_quota_errors_total` for failed per-key quota lookups.
 
 use crate::Verdict;
 use crate::policy::Policy;
+
+/// A policy's counter keys, built with the policy so that counting a
+/// decision allocates nothing: per limit, its "allowed" and "limited" keys,
+/// and the policy's store-error key.
 #[cfg(feature = "metrics")]
-use std::sync::Arc;
+#[derive(Debug)]
+pub(crate) struct PolicyMetrics {
+    per_limit: Vec<(metrics::Key, metrics::Key)>,
+    store_errors: metrics::Key,
+}
+
+#[cfg(feature = "metrics")]
+impl PolicyMetrics {
+    pub(crate) fn new(limits: &[crate::NamedLimit], label: &str) -> Self {
+        let key = |limit: &crate::NamedLimit, outcome: &'static str| {
+            let name = metrics::SharedString::from(std::sync::Arc::clone(limit.shared_name()));
+            metrics::Key::from_parts(
+                "tollgate_requests_total",
+                vec![
+                    metrics::Label::new("limit", name),
+                    metrics::Label::new("outcome", outcome),
+                ],
+            )
+        };
+        PolicyMetrics {
+            per_limit: limits
+                .iter()
+                .map(|limit| (key(limit, "allowed"), key(limit, "limited")))
+                .collect(),
+            store_errors: metrics::Key::from_parts(
+                "tollgate_store_errors_total",
+                vec![metrics::Label::new("policy", label.to_owned())],
+            ),
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
 #[cfg(feature = "metrics")]
 pub(crate) fn decided(policy: &Policy, verdict: &Verdict) {
     let admitted = verdict.merged.allowed;
-    for (limit, decision) in policy.limits().iter().zip(&verdict.each) {
-        let outcome = match (admitted, decision.allowed) {
-            (true, _) => "allowed",
-            (false, false) => "limited",
-            // Refused by another limit: this one was not charged.
-            (false, true) => continue,
-        };
-        let name = metrics::SharedString::from(Arc::clone(limit.shared_name()));
-        metrics::counter!("tollgate_requests_total", "limit" => name, "outcome" => outcome)
-            .increment(1);
-    }
+    let keys = &policy.metrics().per_limit;
+    metrics::with_recorder(|recorder| {
+        for ((allowed, limited), decision) in keys.iter().zip(&verdict.each) {
+            let key = match (admitted, decision.allowed) {
+                (true, _) => allowed,
+                (false, false) => limited,
+                // Refused by another limit: this one was not charged.
+                (false, true) => continue,
+            };
+            recorder.register_counter(key, &METADATA).increment(1);
+        }
+    });
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -33,8 +73,11 @@ pub(crate) fn decided(_: &Policy, _: &Verdict) {}
 
 #[cfg(feature = "metrics")]
 pub(crate) fn store_failed(policy: &Policy) {
-    metrics::counter!("tollgate_store_errors_total", "policy" => policy.label().to_owned())
-        .increment(1);
+    metrics::with_recorder(|recorder| {
+        recorder
+            .register_counter(&policy.metrics().store_errors, &METADATA)
+            .increment(1);
+    });
 }
 
 #[cfg(not(feature = "metrics"))]

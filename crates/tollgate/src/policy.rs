@@ -116,6 +116,8 @@ pub struct Policy {
     limiters: Vec<Limiter>,
     packed: Option<PackedLimiter>,
     label: String,
+    #[cfg(feature = "metrics")]
+    metrics: crate::observe::PolicyMetrics,
 }
 
 /// A policy of one limit whose per-key state is a single `u64`, which a
@@ -164,13 +166,22 @@ impl Policy {
     fn with_id(id: u64, limits: Vec<NamedLimit>) -> Self {
         let limiters: Vec<Limiter> = limits.iter().map(|l| l.limiter).collect();
         let names: Vec<&str> = limits.iter().map(NamedLimit::name).collect();
+        let label = names.join(",");
         Policy {
             id,
-            label: names.join(","),
+            #[cfg(feature = "metrics")]
+            metrics: crate::observe::PolicyMetrics::new(&limits, &label),
+            label,
             packed: PackedLimiter::of(&limiters),
             limiters,
             limits,
         }
+    }
+
+    /// The policy's counter keys.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics(&self) -> &crate::observe::PolicyMetrics {
+        &self.metrics
     }
 
     /// The identity: distinct for every policy built with [`Policy::new`]

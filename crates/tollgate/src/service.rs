@@ -129,7 +129,7 @@ impl<K, St, R> Shared<K, St, R> {
             if !decision.allowed {
                 tracing::info!(
                     policy = policy.label(),
-                    retry_after_ms = decision.retry_after().as_millis() as u64,
+                    retry_after_ms = decision.retry_after_nanos / 1_000_000,
                     "shadow mode: this request would have been limited"
                 );
             }
@@ -150,7 +150,7 @@ impl<K, St, R> Shared<K, St, R> {
         }
         tracing::debug!(
             policy = policy.label(),
-            retry_after_ms = decision.retry_after().as_millis() as u64,
+            retry_after_ms = decision.retry_after_nanos / 1_000_000,
             "request limited"
         );
         let mut headers = HeaderMap::new();

@@ -1,0 +1,65 @@
+//! What the allowed path allocates, counted by a global allocator: nothing
+//! with `HeaderStyle::NONE` and the memory store (the response future is
+//! not boxed); header values when a style asks for them.
+
+use http::{Request, Response};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tollgate::{GlobalKey, HeaderStyle, RateLimitLayer};
+use tollgate_core::Quota;
+use tower::{Service, ServiceBuilder};
+
+/// The system allocator, counting allocations.
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations per allowed request through a layer with `headers`, after
+/// the key's first request (which adds it to the store).
+fn allocations_per_request(headers: HeaderStyle) -> usize {
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_second(1_000_000_000))
+        .key(GlobalKey)
+        .headers(headers)
+        .build();
+    let mut service = ServiceBuilder::new()
+        .layer(layer)
+        .service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let first = service.call(Request::new(())).await.unwrap();
+        assert!(first.status().is_success());
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..100 {
+            let response = service.call(Request::new(())).await.unwrap();
+            assert!(response.status().is_success());
+        }
+        (ALLOCATIONS.load(Ordering::Relaxed) - before) / 100
+    })
+}
+
+#[test]
+fn the_bare_allowed_path_allocates_nothing_and_headers_allocate_their_values() {
+    assert_eq!(allocations_per_request(HeaderStyle::NONE), 0);
+    // The counter counts: the draft's `RateLimit` value is allocated.
+    assert!(allocations_per_request(HeaderStyle::DRAFT) > 0);
+}
