@@ -6,10 +6,9 @@
 //! the clock the limiter used.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate::{Key, MemoryStore, Policy, Store, StoreCheck, Verdict};
-use tollgate_core::{Clock, MonotonicClock};
+use tollgate_core::{Clock, ManualClock, MonotonicClock};
 
 /// One decision, as the store made it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,26 +47,17 @@ pub struct RecordingStore {
 
 #[derive(Debug)]
 struct Inner {
-    store: MemoryStore<PinnedClock>,
-    pinned: PinnedClock,
+    /// The memory store's clock: it reads whatever the recorder pinned for
+    /// the check in progress.
+    store: MemoryStore<ManualClock>,
+    pinned: ManualClock,
     log: Mutex<Vec<Record>>,
-}
-
-/// The memory store's clock: it reads whatever the recorder pinned for the
-/// check in progress.
-#[derive(Clone, Debug, Default)]
-struct PinnedClock(Arc<AtomicU64>);
-
-impl Clock for PinnedClock {
-    fn now(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
-    }
 }
 
 impl RecordingStore {
     /// An empty store on [`MonotonicClock`].
     pub fn new() -> Self {
-        let pinned = PinnedClock::default();
+        let pinned = ManualClock::new(0);
         RecordingStore {
             inner: Arc::new(Inner {
                 store: MemoryStore::builder().clock(pinned.clone()).build(),
@@ -115,7 +105,7 @@ impl Store for RecordingStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let now = MonotonicClock.now();
-        self.inner.pinned.0.store(now, Ordering::Release);
+        self.inner.pinned.set(now);
         let verdict = self.inner.store.check_now(policy, key, cost);
         log.push(Record {
             limit: policy.label().to_owned(),

@@ -225,7 +225,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         .against("no layer"),
     );
 
-    // Rejected: fewer requests, as tower_governor takes ~25 µs to reject.
+    // Rejected: fewer requests, as tower_governor takes ~18 µs to reject.
     let rounds = settings.rounds();
     let n: u64 = settings.pick(50_000, 20_000);
     let variants = [
