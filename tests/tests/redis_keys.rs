@@ -97,8 +97,8 @@ async fn hostile_keys_stay_isolated_and_bounded() {
         let ttl: i64 = ttl.trim().trim_start_matches(':').parse().unwrap();
         assert!(ttl > 0 && ttl <= 60_001, "{name}: ttl {ttl}");
     }
-    // The script's keys are passed as KEYS, never spliced into its source:
-    // one script serves every key.
+    // The policy's script is loaded on the server (by the first EVALSHA's
+    // NOSCRIPT) and is the one every key above ran.
     assert_eq!(
         server.command(&["SCRIPT", "EXISTS", &store.script_hash(&policy)]),
         "*1\r\n:1\r\n"

@@ -25,11 +25,11 @@
 //! | algorithm | state per key | bursts | accuracy | distributed cost (Redis) |
 //! |---|---|---|---|---|
 //! | [`Gcra`] (default) | 8 bytes | up to `burst` at once, then smooth | exact to 1 ns of emission interval | one key, one small value |
-//! | [`TokenBucket`] | 24 bytes | up to `burst`, refill continuous or per interval | exact | one key, two fields |
+//! | [`TokenBucket`] | 24 bytes | up to `burst`, refill continuous or per interval | exact | one key, one string (the GCRA time, or tokens and time for interval refill) |
 //! | [`LeakyBucket`] | 8 bytes | none leave faster than the rate; up to `burst` wait | exact | one key, one value |
-//! | [`FixedWindow`] | 16 bytes | up to `2 × limit` across a window boundary | exact per aligned window | one counter, `INCRBY` |
-//! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`) | never over `limit` in any period | exact | a sorted set of up to `limit` members |
-//! | [`SlidingWindow`] | 24 bytes | approximates the log; ≤ `limit` per aligned window | estimate, assumes even spread | two counters |
+//! | [`FixedWindow`] | 16 bytes | up to `2 × limit` across a window boundary | exact per aligned window | one key, one string (window and count) |
+//! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`) | never over `limit` in any period | exact | one list of up to `limit` entries |
+//! | [`SlidingWindow`] | 24 bytes | approximates the log; ≤ `limit` per aligned window | estimate, assumes even spread | one key, one string (window and two counts) |
 //!
 //! - **GCRA** is the default: the smallest state, smooth admission, a
 //!   configurable burst. Pick it unless you have a reason not to.

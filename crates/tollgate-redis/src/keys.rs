@@ -19,6 +19,9 @@ pub const MAX_KEY_LEN: usize = 128;
 ///
 /// The escaping is injective: `~` and `#` start only the global, IP and
 /// hashed forms, and `}` never appears, so the first `}` closes the tag.
+/// The empty key is written `%` (escapes are always three characters, so
+/// no other key reads `%`): Redis Cluster ignores an empty hash tag `{}`,
+/// which would scatter one request's keys over slots.
 pub(crate) fn push_user_key(out: &mut String, key: &Key) {
     match key {
         Key::Global => out.push('~'),
@@ -31,6 +34,10 @@ pub(crate) fn push_user_key(out: &mut String, key: &Key) {
 }
 
 fn push_bytes(out: &mut String, bytes: &[u8]) {
+    if bytes.is_empty() {
+        out.push('%');
+        return;
+    }
     let escaped_len: usize = bytes.iter().map(|&b| if is_plain(b) { 1 } else { 3 }).sum();
     if escaped_len > MAX_KEY_LEN {
         out.push('#');
@@ -81,6 +88,12 @@ mod tests {
             bytes: [b'a'; 22],
         };
         assert_eq!(user_key(&bad), "a".repeat(22));
+    }
+
+    #[test]
+    fn the_empty_key_is_a_non_empty_tag_of_its_own() {
+        assert_eq!(user_key(&Key::from_bytes(b"")), "%");
+        assert_ne!(user_key(&Key::from_bytes(b"%")), "%");
     }
 
     #[test]

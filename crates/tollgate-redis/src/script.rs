@@ -171,7 +171,7 @@ impl PreparedPolicy {
 
     /// Reads the script's reply: six integers per limit.
     pub(crate) fn verdict(&self, reply: &[i64]) -> Result<Verdict, RedisStoreError> {
-        if reply.is_empty() || reply.len() != self.key_suffixes.len() * 6 {
+        if reply.len() != self.key_suffixes.len() * 6 {
             return Err(RedisStoreError::unexpected_reply(format!(
                 "{} integers for {} limits",
                 reply.len(),
@@ -188,19 +188,40 @@ impl PreparedPolicy {
     }
 }
 
+/// What the scripts send for "never" (`NEVER` in prelude.lua).
+const NEVER: i64 = -1;
+
 /// One limit's six integers as a [`Decision`]; times come in microseconds.
+/// Negative times other than a retry's `NEVER` read as 0.
 fn decision(fields: &[i64]) -> Decision {
     let count = |v: i64| u64::try_from(v).unwrap_or(0);
-    let nanos = |v: i64| match u64::try_from(v) {
-        Ok(micros) => micros.saturating_mul(1_000),
-        Err(_) => Decision::NEVER_NANOS,
-    };
+    let nanos = |v: i64| u64::try_from(v).unwrap_or(0).saturating_mul(1_000);
     Decision {
         allowed: fields[0] == 1,
         limit: count(fields[1]),
         remaining: count(fields[2]),
         reset_after_nanos: nanos(fields[3]),
-        retry_after_nanos: nanos(fields[4]),
+        // The scripts' NEVER (-1): the cost can never pass.
+        retry_after_nanos: match fields[4] {
+            NEVER => Decision::NEVER_NANOS,
+            micros => nanos(micros),
+        },
         wait_nanos: nanos(fields[5]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_is_only_a_retry_and_other_negative_times_are_zero() {
+        let never = decision(&[0, 5, 0, 2_000, NEVER, 0]);
+        assert_eq!(never.retry_after_nanos, Decision::NEVER_NANOS);
+        assert!(!never.can_ever_pass());
+        assert_eq!(never.reset_after_nanos, 2_000_000);
+        let odd = decision(&[1, 5, 4, -1, 0, -7]);
+        assert_eq!((odd.reset_after_nanos, odd.wait_nanos), (0, 0));
+        assert_eq!(decision(&[0, 5, 0, 0, 250, 0]).retry_after_nanos, 250_000);
     }
 }
