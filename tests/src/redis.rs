@@ -305,13 +305,14 @@ fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), String> {
 /// tests running at once get different ones.
 fn free_port() -> u16 {
     // Cluster nodes also listen on port + 10000, which must stay below 65536.
-    loop {
+    for _ in 0..1_000 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
         let port = listener.local_addr().expect("local address").port();
         if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
         }
     }
+    panic!("no free loopback port below 55000 (with port + 10000 free) in 1,000 tries");
 }
 
 fn temp_dir() -> PathBuf {

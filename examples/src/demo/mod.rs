@@ -38,11 +38,6 @@ impl DemoError {
     pub fn context<E: fmt::Display>(what: &str) -> impl FnOnce(E) -> DemoError + '_ {
         move |error| DemoError(format!("{what}: {error}"))
     }
-
-    /// An error with this message.
-    pub fn new(message: impl Into<String>) -> DemoError {
-        DemoError(message.into())
-    }
 }
 
 impl fmt::Display for DemoError {

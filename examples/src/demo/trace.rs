@@ -1,7 +1,6 @@
 //! The traffic the demo offers every algorithm, and how to measure what got
 //! through.
 
-use std::time::Duration;
 use tollgate_core::Quota;
 
 /// A bursty trace of arrivals against one quota, laid out in periods of the
@@ -60,11 +59,6 @@ impl Trace {
     /// When the last request is sent, in nanoseconds from the start.
     pub fn last_arrival(&self) -> u64 {
         self.arrivals.last().copied().unwrap_or(0)
-    }
-
-    /// How long the trace lasts until its last request is sent.
-    pub fn duration(&self) -> Duration {
-        Duration::from_nanos(self.last_arrival())
     }
 
     /// A one-line description of the trace, for the demo's header.
