@@ -13,6 +13,12 @@
 //! whole result goes to `black_box` on both sides: our full `Decision` and
 //! governor's `Result`.
 //!
+//! Both fake clocks are atomics, so each iteration makes two atomic
+//! read-modify-writes, one of them the clock's. The row "check alone" moves a
+//! plain counter instead (governor through a `Clock` of the bench's own), so
+//! only the check's compare-and-swap is atomic: it shows what the check
+//! itself costs, including building the result each side returns.
+//!
 //! Each batch is a function of its own that is never inlined, so that every
 //! row runs one and the same copy of each side's loop: where the compiler
 //! places a loop moves a 12 ns figure by a nanosecond or two.
@@ -20,8 +26,10 @@
 use crate::measure::{Settings, ns_per_op, pair};
 use crate::report::{Better, Outcome};
 use governor::clock::FakeRelativeClock;
+use std::cell::Cell;
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 use tollgate_core::{Algorithm, Clock, Gcra, Limiter, ManualClock, Quota, check_atomic};
@@ -30,6 +38,8 @@ use tollgate_core::{Algorithm, Clock, Gcra, Limiter, ManualClock, Quota, check_a
 const RATE: u32 = 1_000_000;
 /// How far the fake clocks move per check.
 const STEP: Duration = Duration::from_micros(1);
+/// [`STEP`] in nanoseconds.
+const STEP_NANOS: u64 = 1_000;
 /// The quota of the denied rows: exhausted before timing starts.
 const SCARCE: u32 = 10;
 
@@ -49,6 +59,22 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
             Better::Lower,
         )
         .target(1.0)
+        .against("governor direct"),
+    );
+
+    let (ours, theirs) = pair(
+        rounds,
+        || gcra_atomic_allowed_alone(n),
+        || governor_allowed_alone(n),
+    );
+    out.push(
+        Outcome::new(
+            "core: GCRA, atomic cell, allowed, check alone",
+            ours,
+            theirs,
+            "ns/check",
+            Better::Lower,
+        )
         .against("governor direct"),
     );
 
@@ -112,6 +138,59 @@ fn governor_allowed(n: u64) -> f64 {
         let _ = black_box(&limiter.check());
     }
     ns_per_op(start, n)
+}
+
+/// [`gcra_atomic_allowed`] on a plain counter for a clock.
+#[inline(never)]
+fn gcra_atomic_allowed_alone(n: u64) -> f64 {
+    let clock = CounterClock::default();
+    let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
+    let cell = AtomicU64::new(0);
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.advance();
+        black_box(&check_atomic(&gcra, &cell, clock.nanos(), 1));
+    }
+    ns_per_op(start, n)
+}
+
+/// [`governor_allowed`] on a plain counter for a clock.
+#[inline(never)]
+fn governor_allowed_alone(n: u64) -> f64 {
+    let clock = CounterClock::default();
+    let limiter = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero")),
+        clock.clone(),
+    );
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.advance();
+        let _ = black_box(&limiter.check());
+    }
+    ns_per_op(start, n)
+}
+
+/// A manual clock for one thread, no atomics: a counter moved by [`STEP`].
+/// Clones share the count.
+#[derive(Clone, Default)]
+struct CounterClock(Rc<Cell<u64>>);
+
+impl CounterClock {
+    fn advance(&self) {
+        self.0.set(self.0.get() + STEP_NANOS);
+    }
+
+    fn nanos(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl governor::clock::Clock for CounterClock {
+    type Instant = governor::nanos::Nanos;
+
+    fn now(&self) -> Self::Instant {
+        self.nanos().into()
+    }
 }
 
 /// tollgate's GCRA on an atomic cell, every check denied. The clock stands

@@ -4,11 +4,16 @@
 //! Hardware 64-bit division costs tens of cycles, a large share of a check
 //! that otherwise takes a few nanoseconds. Since the divisor (a quota's
 //! emission interval) is known in advance, [`Divisor::new`] precomputes a
-//! multiplier and a shift such that `n / d == (n · m) >> s` for every
+//! multiplier and a shift such that `n / d == (n · m) >> (62 + l)` for every
 //! `n < 2^62` (Granlund and Montgomery, "Division by invariant integers using
 //! multiplication", 1994, theorem 4.2: with `l = ⌈log2 d⌉` and
 //! `m = ⌊2^(62+l) / d⌋ + 1`, `2^(62+l) < m·d ≤ 2^(62+l) + 2^l`). Larger
 //! numerators, which only extreme quotas produce, use the hardware division.
+//!
+//! The quotient is taken as the high word of `(4n) · m`, shifted right by
+//! `l`: the same value (`⌊⌊4nm / 2^64⌋ / 2^l⌋ = ⌊nm / 2^(62+l)⌋`), but one
+//! multiplication and one 64-bit shift, where a 128-bit shift by a count
+//! known only at run time takes several instructions.
 
 /// Numerators below `2^62` take the fast path.
 const FAST_BITS: u32 = 62;
@@ -26,14 +31,22 @@ impl Divisor {
     /// A divisor for `d ≥ 1`; 0 is treated as 1.
     pub(crate) fn new(d: u64) -> Self {
         let divisor = d.max(1);
+        if divisor >= FAST_LIMIT {
+            // Every fast-path numerator is below `d`: the quotient is 0.
+            return Divisor {
+                divisor,
+                multiplier: 0,
+                shift: 0,
+            };
+        }
+        // l ≤ 62 here, so both shifts below stay within their types.
         let l = u64::BITS - (divisor - 1).leading_zeros();
-        let shift = FAST_BITS + l;
         // m < 2^63 because d > 2^(l−1).
-        let multiplier = ((1u128 << shift) / u128::from(divisor)) as u64 + 1;
+        let multiplier = ((1u128 << (FAST_BITS + l)) / u128::from(divisor)) as u64 + 1;
         Divisor {
             divisor,
             multiplier,
-            shift,
+            shift: l,
         }
     }
 
@@ -41,7 +54,8 @@ impl Divisor {
     #[inline]
     pub(crate) fn div(&self, n: u64) -> u64 {
         if n < FAST_LIMIT {
-            ((u128::from(n) * u128::from(self.multiplier)) >> self.shift) as u64
+            let high = (u128::from(n << 2) * u128::from(self.multiplier)) >> 64;
+            (high as u64) >> self.shift
         } else {
             n / self.divisor
         }
@@ -103,6 +117,9 @@ mod tests {
             1 << 55,
             1_000_000_000,
             u64::MAX >> 2,
+            1 << 62,
+            (1 << 62) + 1,
+            u64::MAX - 1,
         ] {
             for n in [0, 1, d - 1, d, d + 1, top - 1, top] {
                 check(n, d);
@@ -113,6 +130,11 @@ mod tests {
     proptest! {
         #[test]
         fn matches_hardware_division(n in any::<u64>(), d in 1u64..(1 << 56)) {
+            check(n, d);
+        }
+
+        #[test]
+        fn matches_hardware_division_for_any_divisor(n in 0u64..(1 << 62), d in 1u64..) {
             check(n, d);
         }
     }

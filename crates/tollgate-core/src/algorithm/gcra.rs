@@ -23,6 +23,9 @@ pub struct Gcra {
     /// How far beyond the tolerance a request may be scheduled, held back
     /// until its conformance time (delay mode); 0 to reject instead.
     max_delay: u64,
+    /// `tolerance + max_delay`: how far ahead an admitted request may leave
+    /// the state.
+    bound: u64,
 }
 
 /// A key's GCRA state: its theoretical arrival time, in nanoseconds.
@@ -36,13 +39,15 @@ impl Gcra {
     /// GCRA for `quota`.
     pub fn new(quota: Quota) -> Self {
         let interval = quota.emission_interval_nanos();
+        // Quota guarantees burst·T ≤ 2^61.
+        let tolerance = interval * quota.burst();
         Gcra {
             interval,
             per_interval: Divisor::new(interval),
-            // Quota guarantees burst·T ≤ 2^61.
-            tolerance: interval * quota.burst(),
+            tolerance,
             burst: quota.burst(),
             max_delay: 0,
+            bound: tolerance,
         }
     }
 
@@ -51,9 +56,12 @@ impl Gcra {
     /// it conforms, and charged now. Requests so delayed leave in arrival
     /// order at the quota's rate. Capped at 2^61 ns.
     pub fn with_max_delay(self, max_delay: Duration) -> Self {
-        let max_delay = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
+        let max_delay = u64::try_from(max_delay.as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(crate::MAX_TOLERANCE_NANOS);
         Gcra {
-            max_delay: max_delay.min(crate::MAX_TOLERANCE_NANOS),
+            max_delay,
+            bound: self.tolerance + max_delay,
             ..self
         }
     }
@@ -66,6 +74,19 @@ impl Gcra {
     /// How long a request may be held in delay mode (zero when off).
     pub fn max_delay(&self) -> Duration {
         Duration::from_nanos(self.max_delay)
+    }
+
+    /// How many requests of cost 1 fit while the state lies `ahead` of now.
+    #[inline]
+    fn remaining(&self, ahead: u64) -> u64 {
+        let spare = self.tolerance.saturating_sub(ahead);
+        // Less than one interval to spare (every denied request of cost 1,
+        // every request that used the last slot): none, without dividing.
+        if spare < self.interval {
+            0
+        } else {
+            self.per_interval.div(spare)
+        }
     }
 }
 
@@ -80,33 +101,36 @@ impl RateAlgorithm for Gcra {
             now,
             u64::from(cost).saturating_mul(self.interval),
             self.tolerance,
-            self.max_delay,
+            self.bound,
         );
-        let ahead = s.ahead();
-        let spare = self.tolerance.saturating_sub(ahead);
-        let decision = Decision {
-            allowed: s.allowed,
-            limit: self.burst,
-            // Less than one interval to spare (every denied request of cost
-            // 1, every request that used the last slot): none left, without
-            // the division.
-            remaining: if spare < self.interval {
-                0
-            } else {
-                self.per_interval.div(spare)
-            },
-            reset_after_nanos: ahead,
-            retry_after_nanos: s.retry.unwrap_or(Decision::NEVER_NANOS),
-            // Beyond the tolerance only in delay mode: hold until conforming.
-            wait_nanos: if s.allowed {
-                s.ahead_after.saturating_sub(self.tolerance)
-            } else {
-                0
-            },
-        };
-        Evaluation {
-            decision,
-            admission: s.allowed.then_some(GcraState { tat: s.end }),
+        // Two paths rather than one with selects: the allowed one, which
+        // feeds the compare-and-swap, stays short.
+        if s.allowed {
+            Evaluation {
+                decision: Decision {
+                    allowed: true,
+                    limit: self.burst,
+                    remaining: self.remaining(s.ahead_after),
+                    reset_after_nanos: s.ahead_after,
+                    retry_after_nanos: 0,
+                    // Beyond the tolerance only in delay mode: hold until
+                    // conforming.
+                    wait_nanos: s.ahead_after.saturating_sub(self.tolerance),
+                },
+                admission: Some(GcraState { tat: s.end }),
+            }
+        } else {
+            Evaluation {
+                decision: Decision {
+                    allowed: false,
+                    limit: self.burst,
+                    remaining: self.remaining(s.ahead_before),
+                    reset_after_nanos: s.ahead_before,
+                    retry_after_nanos: s.retry().unwrap_or(Decision::NEVER_NANOS),
+                    wait_nanos: 0,
+                },
+                admission: None,
+            }
         }
     }
 

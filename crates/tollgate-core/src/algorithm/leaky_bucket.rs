@@ -73,7 +73,7 @@ impl RateAlgorithm for LeakyBucket {
             now,
             u64::from(cost).saturating_mul(self.interval),
             self.tolerance,
-            0,
+            self.tolerance,
         );
         let ahead = s.ahead();
         let decision = Decision {
@@ -85,7 +85,7 @@ impl RateAlgorithm for LeakyBucket {
                     .div(ahead.saturating_add(self.interval - 1)),
             ),
             reset_after_nanos: ahead,
-            retry_after_nanos: s.retry.unwrap_or(Decision::NEVER_NANOS),
+            retry_after_nanos: s.retry().unwrap_or(Decision::NEVER_NANOS),
             wait_nanos: if s.allowed { s.ahead_before } else { 0 },
         };
         Evaluation {

@@ -31,7 +31,7 @@ impl Ticks for u128 {
 /// The outcome of scheduling one request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Schedule<T> {
-    /// Whether the request fits within the tolerance.
+    /// Whether the request fits within the bound.
     pub allowed: bool,
     /// The new `tat` if admitted: `start + increment`.
     pub end: T,
@@ -40,9 +40,10 @@ pub(crate) struct Schedule<T> {
     pub ahead_before: T,
     /// How far the new `tat` would lie ahead of `now`.
     pub ahead_after: T,
-    /// For a denied request, how long until the same request would pass;
-    /// `None` when it never can (`increment > tolerance`).
-    pub retry: Option<T>,
+    /// Whether the increment alone fits the tolerance (else it never passes).
+    fits: bool,
+    /// The bound the request was held to.
+    bound: T,
 }
 
 impl<T: Ticks> Schedule<T> {
@@ -55,44 +56,48 @@ impl<T: Ticks> Schedule<T> {
             self.ahead_before
         }
     }
+
+    /// How long until the same request would pass: 0 when allowed, `None`
+    /// when it never can (`increment > tolerance`).
+    pub fn retry(&self) -> Option<T> {
+        if self.allowed {
+            Some(T::default())
+        } else if !self.fits {
+            None
+        } else {
+            Some(self.ahead_after - self.bound)
+        }
+    }
 }
 
 /// Schedules a request. `increment` should saturate rather than wrap; a
 /// saturated increment exceeds any tolerance and so is never admitted.
-#[inline]
 ///
-/// `delay` lets the new `tat` land up to that much further ahead (delay
-/// mode: the request is held until it conforms); a request whose increment
-/// exceeds `tolerance` alone never passes, delay or not.
+/// `bound` is `tolerance` plus how much further ahead the new `tat` may land
+/// (delay mode: the request is held until it conforms), computed once when
+/// the limiter is built; a request whose increment exceeds `tolerance` alone
+/// never passes, delay or not.
+#[inline]
 pub(crate) fn schedule<T: Ticks>(
     tat: T,
     now: T,
     increment: T,
     tolerance: T,
-    delay: T,
+    bound: T,
 ) -> Schedule<T> {
     let start = tat.max(now);
     // Saturation can only happen within `tolerance` of the type's maximum,
     // centuries after any real clock's origin.
     let end = start.saturating_add(increment);
     let ahead_after = end - now;
-    let bound = tolerance.saturating_add(delay);
     let fits = increment <= tolerance;
-    let allowed = fits && ahead_after <= bound;
-    let ahead_before = start - now;
-    let retry = if allowed {
-        Some(T::default())
-    } else if !fits {
-        None
-    } else {
-        Some(ahead_after - bound)
-    };
     Schedule {
-        allowed,
+        allowed: fits & (ahead_after <= bound),
         end,
-        ahead_before,
+        ahead_before: start - now,
         ahead_after,
-        retry,
+        fits,
+        bound,
     }
 }
 

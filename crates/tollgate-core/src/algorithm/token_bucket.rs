@@ -190,7 +190,7 @@ impl TokenBucket {
             u128::from(now) * u128::from(self.scale),
             u128::from(cost) * unit,
             capacity,
-            self.max_delay,
+            capacity.saturating_add(self.max_delay),
         );
         let missing = s.ahead();
         let to_nanos = |scaled: u128| to_u64(self.per_scale.div_ceil_wide(scaled));
@@ -199,7 +199,7 @@ impl TokenBucket {
             limit: self.burst,
             remaining: to_u64(self.per_unit.div_wide(capacity - missing.min(capacity))),
             reset_after_nanos: to_nanos(missing),
-            retry_after_nanos: s.retry.map_or(Decision::NEVER_NANOS, to_nanos),
+            retry_after_nanos: s.retry().map_or(Decision::NEVER_NANOS, to_nanos),
             wait_nanos: if s.allowed {
                 to_nanos(s.ahead_after.saturating_sub(capacity))
             } else {
