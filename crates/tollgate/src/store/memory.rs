@@ -204,9 +204,6 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Checks a request synchronously: what [`Store::check`] does.
-    // Inlined so that a caller that reads only part of the verdict (the
-    // layer's hot path) does not have it built and moved in full.
-    #[inline]
     pub fn check_now(&self, policy: &Policy, key: &Key, cost: u32) -> Verdict {
         let inner = &*self.inner;
         let now = inner.clock.now();
@@ -230,7 +227,6 @@ impl<C: Clock> MemoryStore<C> {
 impl<C> Inner<C> {
     /// A one-word state: the shard's read lock and a compare-and-swap; the
     /// write lock only to add a key.
-    #[inline]
     fn check_cell(
         &self,
         shard: &RwLock<Shard>,
@@ -242,20 +238,6 @@ impl<C> Inner<C> {
         if let Some(cell) = read(shard).cells.get(&fingerprint) {
             return limiter.check(cell, now, cost);
         }
-        self.insert_cell(shard, fingerprint, limiter, now, cost)
-    }
-
-    /// [`check_cell`](Self::check_cell) for a key not in the shard yet.
-    #[cold]
-    #[inline(never)]
-    fn insert_cell(
-        &self,
-        shard: &RwLock<Shard>,
-        fingerprint: u64,
-        limiter: &PackedLimiter,
-        now: u64,
-        cost: u32,
-    ) -> Decision {
         let mut shard = write(shard);
         if !shard.cells.contains_key(&fingerprint) {
             shard.make_room(self.per_shard, now);
@@ -265,7 +247,6 @@ impl<C> Inner<C> {
     }
 
     /// Any other policy: its states under the shard's write lock.
-    #[inline(never)]
     fn check_slot(
         &self,
         shard: &RwLock<Shard>,
@@ -356,7 +337,6 @@ impl<C: Clock> Store for MemoryStore<C> {
     type Error = Infallible;
     type Future = std::future::Ready<Result<Verdict, Infallible>>;
 
-    #[inline]
     fn check(
         &self,
         policy: &Arc<Policy>,
