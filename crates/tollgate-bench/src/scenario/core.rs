@@ -26,6 +26,7 @@
 use crate::measure::{Settings, ns_per_op, pair};
 use crate::report::{Better, Outcome};
 use governor::clock::FakeRelativeClock;
+use governor::nanos::Nanos;
 use std::cell::Cell;
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -49,7 +50,11 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     let rounds = settings.rounds();
     let mut out = Vec::new();
 
-    let (ours, theirs) = pair(rounds, || gcra_atomic_allowed(n), || governor_allowed(n));
+    let (ours, theirs) = pair(
+        rounds,
+        || gcra_atomic_allowed(ManualClock::new(0), n),
+        || governor_allowed(FakeRelativeClock::default(), n),
+    );
     out.push(
         Outcome::new(
             "core: GCRA, atomic cell, allowed",
@@ -64,8 +69,8 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
     let (ours, theirs) = pair(
         rounds,
-        || gcra_atomic_allowed_alone(n),
-        || governor_allowed_alone(n),
+        || gcra_atomic_allowed(CounterClock::default(), n),
+        || governor_allowed(CounterClock::default(), n),
     );
     out.push(
         Outcome::new(
@@ -94,7 +99,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         let (ours, theirs) = pair(
             rounds,
             || limiter_allowed(algorithm, n),
-            || governor_allowed(n),
+            || governor_allowed(FakeRelativeClock::default(), n),
         );
         out.push(
             Outcome::new(
@@ -112,71 +117,67 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
 /// tollgate's GCRA on an atomic cell, every check allowed.
 #[inline(never)]
-fn gcra_atomic_allowed(n: u64) -> f64 {
-    let clock = ManualClock::new(0);
+fn gcra_atomic_allowed(clock: impl StepClock, n: u64) -> f64 {
     let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
     let cell = AtomicU64::new(0);
     let start = Instant::now();
     for _ in 0..n {
-        clock.advance(STEP);
-        black_box(&check_atomic(&gcra, &cell, clock.now(), 1));
+        clock.step();
+        black_box(&check_atomic(&gcra, &cell, clock.nanos(), 1));
     }
     ns_per_op(start, n)
 }
 
 /// governor's direct limiter, every check allowed.
 #[inline(never)]
-fn governor_allowed(n: u64) -> f64 {
-    let clock = FakeRelativeClock::default();
+fn governor_allowed<C>(clock: C, n: u64) -> f64
+where
+    C: StepClock + governor::clock::Clock<Instant = Nanos>,
+{
     let limiter = governor::RateLimiter::direct_with_clock(
         governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero")),
         clock.clone(),
     );
     let start = Instant::now();
     for _ in 0..n {
-        clock.advance(STEP);
+        clock.step();
         let _ = black_box(&limiter.check());
     }
     ns_per_op(start, n)
 }
 
-/// [`gcra_atomic_allowed`] on a plain counter for a clock.
-#[inline(never)]
-fn gcra_atomic_allowed_alone(n: u64) -> f64 {
-    let clock = CounterClock::default();
-    let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
-    let cell = AtomicU64::new(0);
-    let start = Instant::now();
-    for _ in 0..n {
-        clock.advance();
-        black_box(&check_atomic(&gcra, &cell, clock.nanos(), 1));
-    }
-    ns_per_op(start, n)
+/// A fake clock the loops move by [`STEP`] per check. Clones share the time.
+trait StepClock: Clone {
+    fn step(&self);
+    fn nanos(&self) -> u64;
 }
 
-/// [`governor_allowed`] on a plain counter for a clock.
-#[inline(never)]
-fn governor_allowed_alone(n: u64) -> f64 {
-    let clock = CounterClock::default();
-    let limiter = governor::RateLimiter::direct_with_clock(
-        governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero")),
-        clock.clone(),
-    );
-    let start = Instant::now();
-    for _ in 0..n {
-        clock.advance();
-        let _ = black_box(&limiter.check());
+impl StepClock for ManualClock {
+    fn step(&self) {
+        self.advance(STEP);
     }
-    ns_per_op(start, n)
+
+    fn nanos(&self) -> u64 {
+        self.now()
+    }
 }
 
-/// A manual clock for one thread, no atomics: a counter moved by [`STEP`].
-/// Clones share the count.
+impl StepClock for FakeRelativeClock {
+    fn step(&self) {
+        self.advance(STEP);
+    }
+
+    fn nanos(&self) -> u64 {
+        governor::clock::Clock::now(self).as_u64()
+    }
+}
+
+/// A fake clock for one thread, no atomics: a plain counter.
 #[derive(Clone, Default)]
 struct CounterClock(Rc<Cell<u64>>);
 
-impl CounterClock {
-    fn advance(&self) {
+impl StepClock for CounterClock {
+    fn step(&self) {
         self.0.set(self.0.get() + STEP_NANOS);
     }
 
@@ -186,9 +187,9 @@ impl CounterClock {
 }
 
 impl governor::clock::Clock for CounterClock {
-    type Instant = governor::nanos::Nanos;
+    type Instant = Nanos;
 
-    fn now(&self) -> Self::Instant {
+    fn now(&self) -> Nanos {
         self.nanos().into()
     }
 }
