@@ -408,6 +408,26 @@ mod tests {
     }
 
     #[test]
+    fn shards_do_not_share_cache_lines() {
+        let store = MemoryStore::builder().shards(4).build();
+        let shards = &store.inner.shards;
+        let addresses: Vec<usize> = shards.iter().map(|s| s as *const _ as usize).collect();
+        for pair in addresses.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= 128,
+                "shards {pair:?} are closer than 128 bytes"
+            );
+        }
+        // The map starts on a line of its own, apart from the lock's state.
+        let lock = &shards[0] as *const RwLock<Shard> as usize;
+        let map = &*read(&shards[0]) as *const Shard as usize;
+        assert!(
+            map - lock >= 64 && map % 128 == 0,
+            "lock {lock:#x}, map {map:#x}"
+        );
+    }
+
+    #[test]
     fn different_policies_count_the_same_key_apart() {
         let clock = ManualClock::new(1_000 * SECOND);
         let store = store(&clock);
