@@ -422,7 +422,7 @@ mod tests {
         let lock = &shards[0] as *const RwLock<Shard> as usize;
         let map = &*read(&shards[0]) as *const Shard as usize;
         assert!(
-            map - lock >= 64 && map % 128 == 0,
+            map - lock >= 64 && map.is_multiple_of(128),
             "lock {lock:#x}, map {map:#x}"
         );
     }
