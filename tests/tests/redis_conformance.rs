@@ -41,6 +41,12 @@ fn policies() -> Vec<Vec<NamedLimit>> {
     ]);
     let delayed = Limiter::new(Algorithm::Gcra, quota).with_max_delay(Duration::from_millis(300));
     policies.push(vec![NamedLimit::new("api", quota).limiter(delayed)]);
+    // A limiter built on another quota than the name was given: the limit
+    // takes the limiter's quota, on both sides.
+    let generous = Quota::per_second(1_000);
+    policies.push(vec![
+        NamedLimit::new("rebuilt", generous).limiter(Limiter::new(Algorithm::FixedWindow, quota)),
+    ]);
     let per_10s: Quota = "20/10s".parse().unwrap();
     policies.push(vec![
         NamedLimit::new("burst", quota),

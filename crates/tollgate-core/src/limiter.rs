@@ -113,6 +113,19 @@ impl Limiter {
         }
     }
 
+    /// The quota this limiter enforces (for a limiter in delay mode, the
+    /// quota it was built from).
+    pub fn quota(&self) -> Quota {
+        match self {
+            Limiter::Gcra(a) => a.quota(),
+            Limiter::TokenBucket(a) => a.quota(),
+            Limiter::LeakyBucket(a) => a.quota(),
+            Limiter::FixedWindow(a) => a.quota(),
+            Limiter::SlidingLog(a) => a.quota(),
+            Limiter::SlidingWindow(a) => a.quota(),
+        }
+    }
+
     /// The state of a key never seen.
     pub fn new_state(&self) -> State {
         match self {

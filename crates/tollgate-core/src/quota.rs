@@ -116,6 +116,7 @@ impl Quota {
     }
 
     /// Requests allowed per period.
+    #[inline]
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -126,11 +127,13 @@ impl Quota {
     }
 
     /// The period in nanoseconds.
+    #[inline]
     pub fn period_nanos(&self) -> u64 {
         self.period_nanos
     }
 
     /// The bucket capacity: how many requests may pass at once.
+    #[inline]
     pub fn burst(&self) -> u64 {
         self.burst
     }

@@ -18,7 +18,8 @@ use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, chec
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamedLimit {
     name: Arc<str>,
-    quota: Quota,
+    /// Holds the quota too: one source for what the memory store enforces
+    /// and what headers and Redis scripts are told.
     limiter: Limiter,
 }
 
@@ -65,7 +66,6 @@ impl NamedLimit {
         }
         Ok(NamedLimit {
             name,
-            quota,
             limiter: Limiter::new(Algorithm::default(), quota),
         })
     }
@@ -73,13 +73,13 @@ impl NamedLimit {
     /// The same limit with another algorithm.
     pub fn algorithm(self, algorithm: Algorithm) -> Self {
         NamedLimit {
-            limiter: Limiter::new(algorithm, self.quota),
+            limiter: Limiter::new(algorithm, self.quota()),
             ..self
         }
     }
 
     /// The same limit with a limiter built by hand (a token bucket with
-    /// interval refill, say).
+    /// interval refill, say). The limit's quota becomes the limiter's.
     pub fn limiter(self, limiter: Limiter) -> Self {
         NamedLimit { limiter, ..self }
     }
@@ -97,7 +97,7 @@ impl NamedLimit {
 
     /// The quota.
     pub fn quota(&self) -> Quota {
-        self.quota
+        self.limiter.quota()
     }
 
     /// The algorithm and its precomputed constants.
@@ -222,4 +222,21 @@ pub(crate) fn is_token(text: &str) -> bool {
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limiter_set_by_hand_brings_its_quota() {
+        let built_on: Quota = "5/min".parse().unwrap();
+        let limit = NamedLimit::new("api", Quota::per_second(100))
+            .limiter(Limiter::new(Algorithm::SlidingWindow, built_on));
+        assert_eq!(limit.quota(), built_on);
+        // Switching the algorithm afterwards keeps that quota.
+        let limit = limit.algorithm(Algorithm::FixedWindow);
+        assert_eq!(limit.quota(), built_on);
+        assert_eq!(limit.limiter_ref().algorithm(), Algorithm::FixedWindow);
+    }
 }

@@ -15,8 +15,7 @@ use crate::{Decision, Quota};
 /// period across a boundary. `burst` is ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FixedWindow {
-    limit: u64,
-    period: u64,
+    quota: Quota,
     per_period: Divisor,
 }
 
@@ -33,8 +32,7 @@ impl FixedWindow {
     /// A fixed window for `quota`.
     pub fn new(quota: Quota) -> Self {
         FixedWindow {
-            limit: quota.limit(),
-            period: quota.period_nanos(),
+            quota,
             per_period: Divisor::new(quota.period_nanos()),
         }
     }
@@ -60,21 +58,21 @@ impl RateAlgorithm for FixedWindow {
             (current, 0)
         };
         let cost = u64::from(cost);
-        let allowed = count.saturating_add(cost) <= self.limit;
+        let allowed = count.saturating_add(cost) <= self.quota.limit();
         let count_after = if allowed { count + cost } else { count };
-        let window_end = (u128::from(window) + 1) * u128::from(self.period);
+        let window_end = (u128::from(window) + 1) * u128::from(self.quota.period_nanos());
         let until_next_window = to_u64(window_end.saturating_sub(u128::from(now)));
         let retry_after = if allowed {
             0
-        } else if cost > self.limit {
+        } else if cost > self.quota.limit() {
             Decision::NEVER_NANOS
         } else {
             until_next_window
         };
         let decision = Decision {
             allowed,
-            limit: self.limit,
-            remaining: self.limit.saturating_sub(count_after),
+            limit: self.quota.limit(),
+            remaining: self.quota.limit().saturating_sub(count_after),
             reset_after_nanos: if count_after == 0 {
                 0
             } else {
@@ -90,6 +88,10 @@ impl RateAlgorithm for FixedWindow {
                 count: count_after,
             }),
         }
+    }
+
+    fn quota(&self) -> Quota {
+        self.quota
     }
 
     #[inline]

@@ -19,7 +19,7 @@ pub struct Gcra {
     interval: u64,
     per_interval: Divisor,
     tolerance: u64,
-    burst: u64,
+    quota: Quota,
     /// How far beyond the tolerance a request may be scheduled, held back
     /// until its conformance time (delay mode); 0 to reject instead.
     max_delay: u64,
@@ -45,7 +45,7 @@ impl Gcra {
             interval,
             per_interval: Divisor::new(interval),
             tolerance,
-            burst: quota.burst(),
+            quota,
             max_delay: 0,
             bound: tolerance,
         }
@@ -109,7 +109,7 @@ impl RateAlgorithm for Gcra {
             Evaluation {
                 decision: Decision {
                     allowed: true,
-                    limit: self.burst,
+                    limit: self.quota.burst(),
                     remaining: self.remaining(s.ahead_after),
                     reset_after_nanos: s.ahead_after,
                     retry_after_nanos: 0,
@@ -123,7 +123,7 @@ impl RateAlgorithm for Gcra {
             Evaluation {
                 decision: Decision {
                     allowed: false,
-                    limit: self.burst,
+                    limit: self.quota.burst(),
                     remaining: self.remaining(s.ahead_before),
                     reset_after_nanos: s.ahead_before,
                     retry_after_nanos: s.retry().unwrap_or(Decision::NEVER_NANOS),
@@ -132,6 +132,10 @@ impl RateAlgorithm for Gcra {
                 admission: None,
             }
         }
+    }
+
+    fn quota(&self) -> Quota {
+        self.quota
     }
 
     #[inline]

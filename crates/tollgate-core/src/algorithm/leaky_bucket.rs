@@ -29,7 +29,7 @@ use crate::{Decision, Quota};
 pub struct LeakyBucket {
     interval: u64,
     per_interval: Divisor,
-    burst: u64,
+    quota: Quota,
     /// "The last slot's wait is under `burst·T`" is "its end lies at most
     /// `(burst + 1)·T − 1` ahead of now".
     tolerance: u64,
@@ -50,7 +50,7 @@ impl LeakyBucket {
         LeakyBucket {
             interval,
             per_interval: Divisor::new(interval),
-            burst: quota.burst(),
+            quota,
             // Quota guarantees burst·T ≤ 2^61, so this cannot overflow.
             tolerance: (quota.burst() + 1) * interval - 1,
         }
@@ -78,9 +78,9 @@ impl RateAlgorithm for LeakyBucket {
         let ahead = s.ahead();
         let decision = Decision {
             allowed: s.allowed,
-            limit: self.burst,
+            limit: self.quota.burst(),
             // ⌈ahead / T⌉ slots are taken; ahead + T < 2^62 by the quota bounds.
-            remaining: self.burst.saturating_sub(
+            remaining: self.quota.burst().saturating_sub(
                 self.per_interval
                     .div(ahead.saturating_add(self.interval - 1)),
             ),
@@ -92,6 +92,10 @@ impl RateAlgorithm for LeakyBucket {
             decision,
             admission: s.allowed.then_some(LeakyBucketState { next_free: s.end }),
         }
+    }
+
+    fn quota(&self) -> Quota {
+        self.quota
     }
 
     #[inline]

@@ -22,7 +22,7 @@ pub use sliding_log::{LogAdmission, SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use token_bucket::{Refill, ScaledTime, TokenBucket, TokenBucketState};
 
-use crate::Decision;
+use crate::{Decision, Quota};
 
 /// What [`RateAlgorithm::evaluate`] found: the decision, and for an allowed
 /// request the admission to [`commit`](RateAlgorithm::commit).
@@ -50,6 +50,11 @@ pub trait RateAlgorithm {
 
     /// Decides a request without changing the state.
     fn evaluate(&self, state: &Self::State, now: u64, cost: u32) -> Evaluation<Self::Admission>;
+
+    /// The quota this algorithm enforces: where headers and shared stores
+    /// read the limit, period and burst, so that they always describe the
+    /// limit the algorithm applies.
+    fn quota(&self) -> Quota;
 
     /// Applies an admission that `evaluate` returned for this state.
     fn commit(&self, state: &mut Self::State, admission: Self::Admission);

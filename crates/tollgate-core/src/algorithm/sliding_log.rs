@@ -14,8 +14,7 @@ use std::collections::VecDeque;
 /// form), and a counter algorithm for large ones. `burst` is ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingLog {
-    limit: u64,
-    period: u64,
+    quota: Quota,
 }
 
 /// A key's sliding-log state: the admitted requests, oldest first.
@@ -55,15 +54,12 @@ pub struct LogAdmission {
 impl SlidingLog {
     /// A sliding log for `quota`.
     pub fn new(quota: Quota) -> Self {
-        SlidingLog {
-            limit: quota.limit(),
-            period: quota.period_nanos(),
-        }
+        SlidingLog { quota }
     }
 
     /// Whether an entry admitted at `at` still counts at `now`.
     fn in_window(&self, at: u64, now: u64) -> bool {
-        now.saturating_sub(at) < self.period
+        now.saturating_sub(at) < self.quota.period_nanos()
     }
 
     /// The summed cost of the entries that have left the window at `now`.
@@ -82,7 +78,7 @@ impl SlidingLog {
         for entry in state.entries.iter().filter(|e| self.in_window(e.at, now)) {
             freed += u64::from(entry.cost);
             if freed >= excess {
-                let leaves_at = u128::from(entry.at) + u128::from(self.period);
+                let leaves_at = u128::from(entry.at) + u128::from(self.quota.period_nanos());
                 return leaves_at - u128::from(now);
             }
         }
@@ -98,13 +94,13 @@ impl RateAlgorithm for SlidingLog {
     fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u32) -> Evaluation<LogAdmission> {
         let in_window = state.total - self.expired_cost(state, now);
         let wanted = in_window + u64::from(cost);
-        let allowed = wanted <= self.limit;
+        let allowed = wanted <= self.quota.limit();
         let retry_after = if allowed {
             0
-        } else if u64::from(cost) > self.limit {
+        } else if u64::from(cost) > self.quota.limit() {
             Decision::NEVER_NANOS
         } else {
-            to_u64(self.retry_nanos(state, now, wanted - self.limit))
+            to_u64(self.retry_nanos(state, now, wanted - self.quota.limit()))
         };
         let newest = if allowed && cost > 0 {
             Some(now)
@@ -116,16 +112,16 @@ impl RateAlgorithm for SlidingLog {
                 .map(|e| e.at)
         };
         let reset_after = newest.map_or(0, |at| {
-            (u128::from(at) + u128::from(self.period)).saturating_sub(u128::from(now))
+            (u128::from(at) + u128::from(self.quota.period_nanos())).saturating_sub(u128::from(now))
         });
         let decision = Decision {
             allowed,
-            limit: self.limit,
-            remaining: self.limit
+            limit: self.quota.limit(),
+            remaining: self.quota.limit()
                 - if allowed {
                     wanted
                 } else {
-                    in_window.min(self.limit)
+                    in_window.min(self.quota.limit())
                 },
             reset_after_nanos: to_u64(reset_after),
             retry_after_nanos: retry_after,
@@ -135,6 +131,10 @@ impl RateAlgorithm for SlidingLog {
             decision,
             admission: allowed.then_some(LogAdmission { at: now, cost }),
         }
+    }
+
+    fn quota(&self) -> Quota {
+        self.quota
     }
 
     #[inline]

@@ -27,8 +27,7 @@ use crate::{Decision, Quota};
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingWindow {
-    limit: u64,
-    period: u64,
+    quota: Quota,
     per_period: Divisor,
 }
 
@@ -47,8 +46,7 @@ impl SlidingWindow {
     /// A sliding window counter for `quota`.
     pub fn new(quota: Quota) -> Self {
         SlidingWindow {
-            limit: quota.limit(),
-            period: quota.period_nanos(),
+            quota,
             per_period: Divisor::new(quota.period_nanos()),
         }
     }
@@ -73,7 +71,7 @@ impl SlidingWindow {
 
     /// `⌊previous · (period − elapsed) / period⌋`.
     fn weighted(&self, previous: u64, elapsed: u64) -> u64 {
-        let remaining = u128::from(self.period - elapsed);
+        let remaining = u128::from(self.quota.period_nanos() - elapsed);
         // ≤ previous, so it fits in u64.
         self.per_period.div_wide(u128::from(previous) * remaining) as u64
     }
@@ -84,7 +82,7 @@ impl SlidingWindow {
             return 0;
         }
         // previous·(P − e) < (budget + 1)·P  ⟺  P − e < ⌈(budget + 1)·P / previous⌉.
-        let period = u128::from(self.period);
+        let period = u128::from(self.quota.period_nanos());
         let span = ((u128::from(budget) + 1) * period).div_ceil(u128::from(previous));
         (period + 1).saturating_sub(span) as u64
     }
@@ -92,9 +90,9 @@ impl SlidingWindow {
     /// How long from `now` (at `elapsed` into the window) until a request of
     /// `cost` fits. `cost ≤ limit`.
     fn retry_nanos(&self, s: &SlidingWindowState, elapsed: u64, cost: u64) -> u128 {
-        let period = u128::from(self.period);
+        let period = u128::from(self.quota.period_nanos());
         let to_window_end = period - u128::from(elapsed);
-        let budget = self.limit - cost;
+        let budget = self.quota.limit() - cost;
         if s.current <= budget {
             // The previous window is what blocks: wait for its weight to fall.
             let e = self.first_elapsed_within(s.previous, budget - s.current);
@@ -126,8 +124,8 @@ impl RateAlgorithm for SlidingWindow {
         };
         let estimate = s.current.saturating_add(self.weighted(s.previous, elapsed));
         let cost = u64::from(cost);
-        let allowed = estimate.saturating_add(cost) <= self.limit;
-        let period = u128::from(self.period);
+        let allowed = estimate.saturating_add(cost) <= self.quota.limit();
+        let period = u128::from(self.quota.period_nanos());
         let to_window_end = period - u128::from(elapsed);
         let current_after = if allowed { s.current + cost } else { s.current };
         let reset = if current_after > 0 {
@@ -139,16 +137,17 @@ impl RateAlgorithm for SlidingWindow {
         };
         let retry_after = if allowed {
             0
-        } else if cost > self.limit {
+        } else if cost > self.quota.limit() {
             Decision::NEVER_NANOS
         } else {
             to_u64(self.retry_nanos(&s, elapsed, cost))
         };
         let decision = Decision {
             allowed,
-            limit: self.limit,
+            limit: self.quota.limit(),
             remaining: self
-                .limit
+                .quota
+                .limit()
                 .saturating_sub(estimate.saturating_add(if allowed { cost } else { 0 })),
             reset_after_nanos: to_u64(reset),
             retry_after_nanos: retry_after,
@@ -161,6 +160,10 @@ impl RateAlgorithm for SlidingWindow {
                 ..s
             }),
         }
+    }
+
+    fn quota(&self) -> Quota {
+        self.quota
     }
 
     #[inline]

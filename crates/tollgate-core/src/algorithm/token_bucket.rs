@@ -39,9 +39,7 @@ pub enum Refill {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenBucket {
-    limit: u64,
-    period: u64,
-    burst: u64,
+    quota: Quota,
     refill: Refill,
     /// Continuous refill works in units of `1 / scale` ns, `scale = limit / g`
     /// with `g = gcd(limit, period)`, so that one token takes an integer
@@ -115,9 +113,7 @@ impl TokenBucket {
         let g = gcd(quota.limit(), quota.period_nanos());
         let (scale, unit) = (quota.limit() / g, quota.period_nanos() / g);
         TokenBucket {
-            limit: quota.limit(),
-            period: quota.period_nanos(),
-            burst: quota.burst(),
+            quota,
             refill: Refill::Continuous,
             scale,
             unit,
@@ -184,7 +180,7 @@ impl TokenBucket {
     #[inline(never)]
     fn evaluate_scaled(&self, full_at: u128, now: u64, cost: u32) -> Evaluation<TokenBucketState> {
         let unit = u128::from(self.unit);
-        let capacity = u128::from(self.burst) * unit;
+        let capacity = u128::from(self.quota.burst()) * unit;
         let s = schedule(
             full_at,
             u128::from(now) * u128::from(self.scale),
@@ -196,7 +192,7 @@ impl TokenBucket {
         let to_nanos = |scaled: u128| to_u64(self.per_scale.div_ceil_wide(scaled));
         let decision = Decision {
             allowed: s.allowed,
-            limit: self.burst,
+            limit: self.quota.burst(),
             remaining: to_u64(self.per_unit.div_wide(capacity - missing.min(capacity))),
             reset_after_nanos: to_nanos(missing),
             retry_after_nanos: s.retry().map_or(Decision::NEVER_NANOS, to_nanos),
@@ -226,12 +222,12 @@ impl TokenBucket {
                 (interval, used)
             }
             TokenBucketState::Interval { interval, used } => {
-                let refilled = u128::from(current - interval) * u128::from(self.limit);
+                let refilled = u128::from(current - interval) * u128::from(self.quota.limit());
                 (current, to_u64(u128::from(used).saturating_sub(refilled)))
             }
             TokenBucketState::Continuous { .. } => (current, 0),
         };
-        let available = self.burst.saturating_sub(used);
+        let available = self.quota.burst().saturating_sub(used);
         let allowed = u64::from(cost) <= available;
         let used_after = if allowed {
             used + u64::from(cost)
@@ -240,21 +236,22 @@ impl TokenBucket {
         };
         // The moment `n` refills from now have happened.
         let after_refills = |n: u64| {
-            let boundary = (u128::from(interval) + u128::from(n)) * u128::from(self.period);
+            let boundary =
+                (u128::from(interval) + u128::from(n)) * u128::from(self.quota.period_nanos());
             to_u64(boundary.saturating_sub(u128::from(now)))
         };
         let retry_after = if allowed {
             0
-        } else if u64::from(cost) > self.burst {
+        } else if u64::from(cost) > self.quota.burst() {
             Decision::NEVER_NANOS
         } else {
-            after_refills((u64::from(cost) - available).div_ceil(self.limit))
+            after_refills((u64::from(cost) - available).div_ceil(self.quota.limit()))
         };
         let decision = Decision {
             allowed,
-            limit: self.burst,
-            remaining: self.burst - used_after,
-            reset_after_nanos: after_refills(used_after.div_ceil(self.limit)),
+            limit: self.quota.burst(),
+            remaining: self.quota.burst() - used_after,
+            reset_after_nanos: after_refills(used_after.div_ceil(self.quota.limit())),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
         };
@@ -290,6 +287,10 @@ impl RateAlgorithm for TokenBucket {
             }
             (Refill::Interval, state) => self.evaluate_interval(state, now, cost),
         }
+    }
+
+    fn quota(&self) -> Quota {
+        self.quota
     }
 
     #[inline]
