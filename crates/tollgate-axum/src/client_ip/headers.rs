@@ -45,25 +45,33 @@ impl ProxyHeader {
     ///
     /// Values are read from the right, so whatever a client put to the
     /// left (an unclosed quote, say) cannot change how the hops its proxies
-    /// appended are read.
-    pub fn hops_nearest_first(self, headers: &HeaderMap) -> Option<Vec<Node>> {
+    /// appended are read. Hops are parsed as the iterator is advanced: a
+    /// caller that stops at the first untrusted hop never reads the rest of
+    /// a long, client-written list, and nothing is allocated.
+    pub fn hops_nearest_first(
+        self,
+        headers: &HeaderMap,
+    ) -> Option<impl Iterator<Item = Node> + '_> {
         let mut values = headers.get_all(self.name()).iter().rev().peekable();
         values.peek()?;
-        let mut hops = Vec::new();
-        for value in values {
-            let bytes = value.as_bytes();
-            match self {
-                // No quoting in X-Forwarded-For: every comma separates.
-                ProxyHeader::XForwardedFor => {
-                    hops.extend(bytes.rsplit(|&b| b == b',').map(parse_node))
-                }
-                ProxyHeader::Forwarded => {
-                    hops.extend(rsplit_outside_quotes(bytes, b',').map(forwarded_for))
-                }
-                ProxyHeader::XRealIp => hops.push(parse_node(bytes)),
-            }
-        }
-        Some(hops)
+        Some(values.flat_map(move |value| self.hops_in(value.as_bytes())))
+    }
+
+    /// The hops of one header value, nearest first. One iterator type for
+    /// the three headers: each header's own reader is an `Option` that is
+    /// `Some` for that header only, and the three are chained.
+    fn hops_in(self, bytes: &[u8]) -> impl Iterator<Item = Node> + '_ {
+        // No quoting in X-Forwarded-For: every comma separates.
+        let x_forwarded_for = (self == ProxyHeader::XForwardedFor)
+            .then(|| bytes.rsplit(|&b| b == b',').map(parse_node));
+        let forwarded = (self == ProxyHeader::Forwarded)
+            .then(|| rsplit_outside_quotes(bytes, b',').map(forwarded_for));
+        let x_real_ip = (self == ProxyHeader::XRealIp).then(|| parse_node(bytes));
+        x_forwarded_for
+            .into_iter()
+            .flatten()
+            .chain(forwarded.into_iter().flatten())
+            .chain(x_real_ip)
     }
 }
 
@@ -167,7 +175,7 @@ mod tests {
         for value in values {
             headers.append(header.name(), HeaderValue::from_bytes(value).unwrap());
         }
-        header.hops_nearest_first(&headers).unwrap()
+        header.hops_nearest_first(&headers).unwrap().collect()
     }
 
     fn ip(text: &str) -> Node {
@@ -221,9 +229,10 @@ mod tests {
 
     #[test]
     fn absent_headers_give_none() {
-        assert_eq!(
-            ProxyHeader::XRealIp.hops_nearest_first(&HeaderMap::new()),
-            None
+        assert!(
+            ProxyHeader::XRealIp
+                .hops_nearest_first(&HeaderMap::new())
+                .is_none()
         );
     }
 }

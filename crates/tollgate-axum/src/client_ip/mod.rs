@@ -221,10 +221,10 @@ impl ClientIp {
             return peer;
         };
         let mut nearest_trusted = peer;
-        for (i, hop) in hops.iter().enumerate() {
+        for (i, hop) in hops.enumerate() {
             match hop {
-                Node::Ip(ip) if trusted(i + 1, ip) => nearest_trusted = *ip,
-                Node::Ip(ip) => return *ip,
+                Node::Ip(ip) if trusted(i + 1, &ip) => nearest_trusted = ip,
+                Node::Ip(ip) => return ip,
                 Node::Unknown | Node::Obfuscated | Node::Invalid => return nearest_trusted,
             }
         }

@@ -1,0 +1,69 @@
+//! Keying a request by `ClientIp` allocates nothing, even behind trusted
+//! proxies that forward a long `X-Forwarded-For` or `Forwarded` list: the
+//! hops are parsed as they are walked, from the right, and the walk stops at
+//! the first untrusted one. Counted by a global allocator.
+
+use axum::extract::ConnectInfo;
+use http::Request;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tollgate::{Key, KeyExtractor, RequestInfo};
+use tollgate_axum::{ClientIp, ProxyHeader};
+
+/// The system allocator, counting allocations.
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// A request from a trusted proxy whose `header` lists 200 hops a client
+/// wrote, then the client's address, then two more proxies.
+fn forwarded_request(header: ProxyHeader) -> Request<()> {
+    let hop = |ip: &str| match header {
+        ProxyHeader::Forwarded => format!("for={ip}"),
+        _ => ip.to_owned(),
+    };
+    let mut hops: Vec<String> = (0..200).map(|i| hop(&format!("198.51.100.{i}"))).collect();
+    hops.extend(["203.0.113.9", "10.0.0.3", "10.0.0.2"].map(hop));
+    let mut request = Request::builder()
+        .header(header.name(), hops.join(", "))
+        .body(())
+        .unwrap();
+    let peer: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+    request.extensions_mut().insert(ConnectInfo(peer));
+    request
+}
+
+#[test]
+fn keying_by_client_ip_behind_proxies_allocates_nothing() {
+    for header in [ProxyHeader::XForwardedFor, ProxyHeader::Forwarded] {
+        let client_ip = ClientIp::trusting(["10.0.0.0/8".parse().unwrap()]).headers([header]);
+        let request = forwarded_request(header);
+        let info = RequestInfo::new(&request);
+        let expected = Key::Ip("203.0.113.9".parse().unwrap());
+        assert_eq!(client_ip.extract(&info), Some(expected.clone()));
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..100 {
+            let key = client_ip.extract(&info);
+            assert!(key.as_ref() == Some(&expected));
+        }
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        assert_eq!(allocations, 0, "{header:?}: allocations in 100 extractions");
+    }
+}
