@@ -1,0 +1,157 @@
+//! Promises RedisStore's documentation makes, checked against a real
+//! redis-server: one `EVALSHA` per decision whatever the number of limits,
+//! keys that live exactly until their limit is whole again, intervals
+//! rounded up to whole microseconds (never faster than the quota), and a
+//! connect that gives up within its timeout when a server accepts but never
+//! answers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
+use tollgate_core::{Algorithm, Gcra, ManualClock, Quota};
+use tollgate_redis::RedisStore;
+use tollgate_tests::redis::RedisServer;
+
+async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> Verdict {
+    match store.check(policy, key, 1) {
+        StoreCheck::Pending(future) => future.await.expect("the store answers"),
+        StoreCheck::Ready(result) => result.expect("the store answers"),
+    }
+}
+
+/// `calls` of every command in `INFO commandstats`, by name.
+fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(server.url()).await.unwrap();
+    let policy = Arc::new(Policy::new(vec![
+        NamedLimit::new("burst", Quota::per_second(100)),
+        NamedLimit::new("hourly", Quota::per_hour(1_000)).algorithm(Algorithm::SlidingWindow),
+        NamedLimit::new("daily", "5000/d".parse().unwrap()).algorithm(Algorithm::FixedWindow),
+    ]));
+    // The first decision loads the script (NOSCRIPT, then the script sent
+    // whole); from then on each decision is one round trip.
+    decide(&store, &policy, &Key::from_bytes(b"dave")).await;
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "+OK\r\n");
+    for i in 0..25 {
+        let key = Key::from_bytes(format!("user-{}", i % 5).as_bytes());
+        assert_eq!(decide(&store, &policy, &key).await.each.len(), 3);
+    }
+    let mut calls: Vec<(String, u64)> = command_calls(&server)
+        .into_iter()
+        .filter(|(name, _)| name != "info" && name != "config|resetstat")
+        .collect();
+    calls.sort();
+    // The server counts what the script calls too: per decision, one read
+    // of its clock, and one GET and one SET for each limit. Nothing else
+    // arrives from the client: no EVAL, no SCRIPT LOAD, no PING.
+    let expected = [("evalsha", 25), ("get", 75), ("set", 75), ("time", 25)];
+    let expected: Vec<(String, u64)> = expected.map(|(n, c)| (n.to_owned(), c)).into();
+    assert_eq!(calls, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_lives_exactly_until_its_limit_is_whole_again() {
+    let server = RedisServer::start();
+    // 15 s into a minute, so that windows end at different times from the
+    // intervals.
+    let clock = ManualClock::new(1_700_000_040_000_000_000 + 15_000_000_000);
+    let store = RedisStore::builder(server.url())
+        .test_clock(clock.clone())
+        .connect()
+        .await
+        .unwrap();
+    let quota: Quota = "10/min".parse().unwrap();
+    let limits: Vec<NamedLimit> = Algorithm::ALL
+        .iter()
+        .map(|&a| NamedLimit::new(format!("l-{a}"), quota).algorithm(a))
+        .collect();
+    let policy = Arc::new(Policy::new(limits));
+    let key = Key::from_bytes(b"erin");
+    for _ in 0..3 {
+        decide(&store, &policy, &key).await;
+    }
+    let verdict = decide(&store, &policy, &key).await;
+    let names = store.redis_keys(&policy, &key);
+    for ((name, decision), limit) in names.iter().zip(&verdict.each).zip(policy.limits()) {
+        // The scripts set `PX` to the decision's reset time in whole
+        // milliseconds, plus one: the key outlives its state by under 1 ms.
+        let expected = u64::try_from(decision.reset_after().as_millis()).unwrap() + 1;
+        let ttl = server.command(&["PTTL", name]);
+        let ttl: u64 = ttl.trim().trim_start_matches(':').parse().unwrap();
+        assert!(
+            ttl <= expected && ttl + 1_000 > expected,
+            "{}: ttl {ttl} ms, reset after {expected} ms",
+            limit.name()
+        );
+    }
+    // What "whole again" is for each algorithm, 4 requests into a
+    // 10-per-minute limit, 15 s into the minute.
+    let reset_secs: Vec<f64> = verdict
+        .each
+        .iter()
+        .map(|d| d.reset_after().as_secs_f64())
+        .collect();
+    assert_eq!(reset_secs, [24.0, 24.0, 24.0, 45.0, 60.0, 105.0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intervals_round_up_to_whole_microseconds_never_faster() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let store = RedisStore::builder(server.url())
+        .test_clock(clock.clone())
+        .connect()
+        .await
+        .unwrap();
+    // 3/s: one request per 333,333,334 ns in the core, per 333,334 µs in
+    // the scripts.
+    let quota = Quota::per_second(3).with_burst(1).unwrap();
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", quota)]));
+    let key = Key::from_bytes(b"frank");
+    assert!(decide(&store, &policy, &key).await.merged.allowed);
+    let denied = decide(&store, &policy, &key).await.merged;
+    assert!(!denied.allowed);
+    assert_eq!(denied.retry_after(), Duration::from_micros(333_334));
+    assert_eq!(Gcra::new(quota).interval_nanos(), 333_333_334);
+    // Where the core would already admit again, Redis does not yet; one
+    // microsecond later it does.
+    clock.advance(Duration::from_nanos(333_333_334));
+    assert!(!decide(&store, &policy, &key).await.merged.allowed);
+    clock.advance(Duration::from_nanos(666));
+    assert!(decide(&store, &policy, &key).await.merged.allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_fails_the_connect_within_its_timeout() {
+    // A listener that is never accepted from: the kernel completes the
+    // handshake, and nothing ever answers what the client sends.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    let started = Instant::now();
+    let connect = RedisStore::builder(&url)
+        .connect_timeout(Duration::from_millis(300))
+        .connect();
+    let result = tokio::time::timeout(Duration::from_secs(10), connect)
+        .await
+        .expect("connect gives up by itself");
+    let error = result.expect_err("nobody answered");
+    assert!(!error.is_config(), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+}
