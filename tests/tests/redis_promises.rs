@@ -3,14 +3,14 @@
 //! keys that live exactly until their limit is whole again, intervals
 //! rounded up to whole microseconds (never faster than the quota), and a
 //! connect that gives up within its timeout when a server accepts but never
-//! answers.
+//! answers; and a Cluster whose masters lose their scripts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
 use tollgate_core::{Algorithm, Gcra, ManualClock, Quota};
 use tollgate_redis::RedisStore;
-use tollgate_tests::redis::RedisServer;
+use tollgate_tests::redis::{RedisCluster, RedisServer};
 
 async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> Verdict {
     match store.check(policy, key, 1) {
@@ -154,4 +154,46 @@ async fn a_server_that_never_answers_fails_the_connect_within_its_timeout() {
         "gave up after {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect(cluster.url()).await.unwrap();
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_minute(2),
+    )]));
+    let keys: Vec<Key> = (0..12)
+        .map(|i| Key::from_bytes(format!("user-{i}").as_bytes()))
+        .collect();
+    let hash = store.script_hash(&policy);
+    for round in 0..2 {
+        // Every master forgets every script, as after a failover to a
+        // replica that never ran it.
+        for node in cluster.nodes() {
+            assert_eq!(node.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+        }
+        for key in &keys {
+            let verdict = decide(&store, &policy, key).await;
+            assert!(verdict.merged.allowed, "round {round}");
+        }
+        for node in cluster.nodes() {
+            assert_eq!(
+                node.command(&["SCRIPT", "EXISTS", &hash]),
+                "*1\r\n:1\r\n",
+                "every master ran the script"
+            );
+        }
+    }
+    let masters_used = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.command(&["DBSIZE"]) != ":0\r\n")
+        .count();
+    assert_eq!(masters_used, 3, "the keys spread over every master");
+    // Nothing was lost on the way: each key's third request is refused.
+    for key in &keys {
+        assert!(!decide(&store, &policy, key).await.merged.allowed);
+    }
 }
