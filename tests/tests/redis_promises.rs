@@ -60,6 +60,13 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
     let expected = [("evalsha", 25), ("get", 75), ("set", 75), ("time", 25)];
     let expected: Vec<(String, u64)> = expected.map(|(n, c)| (n.to_owned(), c)).into();
     assert_eq!(calls, expected);
+
+    // `script_command` is that very command: replayed by hand, it decides.
+    let command = store.script_command(&policy, &Key::from_bytes(b"user-0"), 1);
+    assert_eq!(command[0], "EVALSHA");
+    let args: Vec<&str> = command.iter().map(String::as_str).collect();
+    let reply = server.command(&args);
+    assert!(reply.starts_with("*18\r\n:1\r\n"), "{reply:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

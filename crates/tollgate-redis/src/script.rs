@@ -8,6 +8,7 @@
 
 use crate::RedisStoreError;
 use crate::keys::{escape_into, push_user_key};
+use redis::Cmd;
 use smallvec::SmallVec;
 use tollgate::{Key, Policy, Verdict};
 use tollgate_core::{Decision, Limiter, Refill};
@@ -154,19 +155,49 @@ impl PreparedPolicy {
 
     /// The Redis keys of `key`'s state for each limit, under `prefix`.
     pub(crate) fn keys(&self, prefix: &str, key: &Key) -> SmallVec<[String; 2]> {
-        let mut head = String::with_capacity(prefix.len() + 48);
-        head.push_str(prefix);
-        head.push_str(":{");
-        push_user_key(&mut head, key);
-        self.key_suffixes
-            .iter()
-            .map(|suffix| {
-                let mut name = String::with_capacity(head.len() + suffix.len());
-                name.push_str(&head);
-                name.push_str(suffix);
-                name
-            })
-            .collect()
+        let mut keys = SmallVec::new();
+        self.for_each_key(prefix, key, |name| keys.push(name.to_owned()));
+        keys
+    }
+
+    /// Calls `f` with the name of each limit's key in turn, built in one
+    /// buffer: the user's part is escaped once, not once per limit.
+    fn for_each_key(&self, prefix: &str, key: &Key, mut f: impl FnMut(&str)) {
+        let mut name = String::with_capacity(prefix.len() + 80);
+        name.push_str(prefix);
+        name.push_str(":{");
+        push_user_key(&mut name, key);
+        let head = name.len();
+        for suffix in &self.key_suffixes {
+            name.truncate(head);
+            name.push_str(suffix);
+            f(&name);
+        }
+    }
+
+    /// The `EVALSHA` that decides one request of `cost` for `key`:
+    /// `EVALSHA sha numkeys keys… cost now params…`, written straight into
+    /// the command's buffer. `now` is the time in µs, or `None` for the
+    /// script to read the server's clock.
+    pub(crate) fn command(&self, prefix: &str, key: &Key, cost: u32, now: Option<u64>) -> Cmd {
+        let count = self.key_suffixes.len();
+        let mut command = Cmd::with_capacity(5 + count + self.args.len(), 256);
+        command
+            .arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(count);
+        self.for_each_key(prefix, key, |name| {
+            command.arg(name);
+        });
+        command.arg(cost);
+        match now {
+            Some(micros) => command.arg(micros),
+            None => command.arg(""),
+        };
+        for arg in &self.args {
+            command.arg(arg.as_slice());
+        }
+        command
     }
 
     /// Reads the script's reply: six integers per limit.

@@ -3,6 +3,7 @@
 use crate::RedisStoreError;
 use crate::connection::{ConnectOptions, Connection};
 use crate::script::PreparedPolicy;
+use redis::{ErrorKind, ServerErrorKind};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -104,36 +105,29 @@ impl RedisStore {
     /// `redis-benchmark`. `now` is empty: the script reads the server's
     /// clock.
     pub fn script_command(&self, policy: &Policy, key: &Key, cost: u32) -> Vec<String> {
-        let prepared = self.prepared(policy);
-        let keys = prepared.keys(&self.shared.prefix, key);
-        let mut command = vec![
-            "EVALSHA".to_owned(),
-            prepared.script.get_hash().to_owned(),
-            keys.len().to_string(),
-        ];
-        command.extend(keys);
-        command.push(cost.to_string());
-        command.push(String::new());
-        command.extend(
-            prepared
-                .args
-                .iter()
-                .map(|arg| String::from_utf8_lossy(arg).into_owned()),
-        );
-        command
+        self.prepared(policy)
+            .command(&self.shared.prefix, key, cost, None)
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                // The command has no cursor argument.
+                _ => String::new(),
+            })
+            .collect()
     }
 
     fn prepared(&self, policy: &Policy) -> Arc<PreparedPolicy> {
         self.shared.prepared.get_or_prepare(policy)
     }
 
-    /// `""` (the script reads the server's clock), or the test clock in µs.
-    fn now_arg(&self) -> String {
+    /// `None` (the script reads the server's clock), or the test clock in
+    /// µs.
+    fn now_micros(&self) -> Option<u64> {
         #[cfg(feature = "test-clock")]
         if let Some(clock) = &self.shared.clock {
-            return (tollgate_core::Clock::now(clock) / 1_000).to_string();
+            return Some(tollgate_core::Clock::now(clock) / 1_000);
         }
-        String::new()
+        None
     }
 }
 
@@ -159,21 +153,19 @@ impl Store for RedisStore {
             }));
         }
         let prepared = self.prepared(policy);
-        let keys = prepared.keys(&self.shared.prefix, key);
-        let now = self.now_arg();
+        let command = prepared.command(&self.shared.prefix, key, cost, self.now_micros());
         let mut connection = self.shared.connection.clone();
         StoreCheck::Pending(Box::pin(async move {
-            let mut call = prepared.script.prepare_invoke();
-            for key in &keys {
-                call.key(key.as_str());
-            }
-            call.arg(cost).arg(now);
-            for arg in &prepared.args {
-                call.arg(arg.as_slice());
-            }
-            // EVALSHA; on NOSCRIPT (a restarted or flushed server) the
-            // client loads the script and calls again.
-            let reply: Vec<i64> = call.invoke_async(&mut connection).await?;
+            let reply: Vec<i64> = match command.query_async(&mut connection).await {
+                // A restarted or flushed server, or a Cluster master that
+                // never ran the script: load it, and send the same command
+                // again.
+                Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    prepared.script.load_async(&mut connection).await?;
+                    command.query_async(&mut connection).await?
+                }
+                reply => reply?,
+            };
             prepared.verdict(&reply)
         }))
     }
