@@ -10,6 +10,7 @@ use crate::RedisStoreError;
 use crate::keys::{escape_into, push_user_key};
 use redis::Cmd;
 use smallvec::SmallVec;
+use std::sync::{Arc, OnceLock};
 use tollgate::{Key, Policy, Verdict};
 use tollgate_core::{Decision, Limiter, Refill};
 
@@ -50,6 +51,40 @@ impl Code {
             Code::SlidingWindow => include_str!("../scripts/sliding_window.lua"),
         }
     }
+}
+
+impl Code {
+    /// Every code, in the order their files are joined.
+    const ALL: [Code; 6] = [
+        Code::Gcra,
+        Code::LeakyBucket,
+        Code::TokenBucketInterval,
+        Code::FixedWindow,
+        Code::SlidingLog,
+        Code::SlidingWindow,
+    ];
+
+    /// This code's bit in a set of codes.
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// The script for a set of codes (one bit each): the prelude, the codes'
+/// files, and `check.lua`. Made once per set in the process, at most 63,
+/// however many policies (per-key quotas, reloaded rules) use it.
+fn script_for(codes: u8) -> Arc<redis::Script> {
+    static SCRIPTS: [OnceLock<Arc<redis::Script>>; 64] = [const { OnceLock::new() }; 64];
+    SCRIPTS[usize::from(codes & 63)]
+        .get_or_init(|| {
+            let mut source = String::from(PRELUDE);
+            for code in Code::ALL.into_iter().filter(|c| codes & c.bit() != 0) {
+                source.push_str(code.source());
+            }
+            source.push_str(CHECK);
+            Arc::new(redis::Script::new(&source))
+        })
+        .clone()
 }
 
 /// Nanoseconds to the scripts' microseconds, rounded up: a rate is never
@@ -120,7 +155,8 @@ impl LimitArgs {
 /// script, its limits' arguments and the ends of its key names.
 #[derive(Debug)]
 pub(crate) struct PreparedPolicy {
-    pub(crate) script: redis::Script,
+    /// Shared by every policy that uses the same algorithms.
+    pub(crate) script: Arc<redis::Script>,
     /// Five arguments per limit: the algorithm's name and four parameters.
     pub(crate) args: Vec<Vec<u8>>,
     key_suffixes: Vec<String>,
@@ -133,21 +169,14 @@ impl PreparedPolicy {
             .iter()
             .map(|l| LimitArgs::new(l.name(), l.limiter_ref(), l.quota()))
             .collect();
-        let mut codes: Vec<Code> = limits.iter().map(|l| l.code).collect();
-        codes.sort();
-        codes.dedup();
-        let mut source = String::from(PRELUDE);
-        for code in codes {
-            source.push_str(code.source());
-        }
-        source.push_str(CHECK);
+        let codes = limits.iter().fold(0, |set, l| set | l.code.bit());
         let mut args = Vec::with_capacity(limits.len() * 5);
         for limit in &limits {
             args.push(limit.code.name().as_bytes().to_vec());
             args.extend(limit.params.iter().map(|p| p.to_string().into_bytes()));
         }
         PreparedPolicy {
-            script: redis::Script::new(&source),
+            script: script_for(codes),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
         }
@@ -254,5 +283,27 @@ mod tests {
         let odd = decision(&[1, 5, 4, -1, 0, -7]);
         assert_eq!((odd.reset_after_nanos, odd.wait_nanos), (0, 0));
         assert_eq!(decision(&[0, 5, 0, 0, 250, 0]).retry_after_nanos, 250_000);
+    }
+
+    #[test]
+    fn policies_with_the_same_algorithms_share_one_script() {
+        use tollgate::NamedLimit;
+        use tollgate_core::{Algorithm, Quota};
+        let policy = |limits: &[(u64, Algorithm)]| {
+            let limits = limits
+                .iter()
+                .map(|&(n, a)| NamedLimit::new("l", Quota::per_second(n)).algorithm(a))
+                .collect();
+            PreparedPolicy::new(&Policy::new(limits))
+        };
+        let a = policy(&[(5, Algorithm::Gcra), (9, Algorithm::SlidingLog)]);
+        let b = policy(&[(7, Algorithm::SlidingLog), (1, Algorithm::Gcra)]);
+        let c = policy(&[(5, Algorithm::Gcra)]);
+        assert!(Arc::ptr_eq(&a.script, &b.script));
+        assert!(!Arc::ptr_eq(&a.script, &c.script));
+        assert_ne!(a.script.get_hash(), c.script.get_hash());
+        // A token bucket runs GCRA's code: the same script as GCRA alone.
+        let d = policy(&[(3, Algorithm::TokenBucket)]);
+        assert!(Arc::ptr_eq(&c.script, &d.script));
     }
 }

@@ -246,8 +246,9 @@ impl RedisStoreBuilder {
 /// The prepared policies of one store, by policy id. Layers make their
 /// policies once, but per-key quotas make one per distinct set of quotas and
 /// each changed rules file makes new ones: past [`PreparedCache::MAX`]
-/// entries the cache starts afresh (preparing a policy again costs only a
-/// string join; the script is already on the server), so it stays bounded.
+/// entries the cache starts afresh (preparing a policy again formats a few
+/// numbers; the script, one per set of algorithms, is made once per process
+/// and is already on the server), so it stays bounded.
 #[derive(Default)]
 struct PreparedCache {
     map: RwLock<HashMap<u64, Arc<PreparedPolicy>>>,
