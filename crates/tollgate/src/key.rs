@@ -89,14 +89,30 @@ impl Key {
     pub fn composite(parts: &[Key]) -> Key {
         let mut out = Vec::with_capacity(parts.len() * 8);
         for part in parts {
-            let before = out.len();
-            out.push(part.tag());
-            out.extend_from_slice(&[0, 0, 0, 0]);
-            part.write_bytes(&mut out);
-            let len = (out.len() - before - 5) as u32;
-            out[before + 1..before + 5].copy_from_slice(&len.to_be_bytes());
+            part.append_as_part(&mut out);
         }
         Key::from_bytes(&out)
+    }
+
+    /// The [`composite`](Self::composite) of `parts`, taken one at a time,
+    /// or `None` at the first part that is `None` (the rest are not
+    /// computed): for extractors that combine a run-time number of parts.
+    pub(crate) fn try_composite(parts: impl IntoIterator<Item = Option<Key>>) -> Option<Key> {
+        let mut out = Vec::new();
+        for part in parts {
+            part?.append_as_part(&mut out);
+        }
+        Some(Key::from_bytes(&out))
+    }
+
+    /// Appends this key as one part of a composite: tag, length, bytes.
+    fn append_as_part(&self, out: &mut Vec<u8>) {
+        let before = out.len();
+        out.push(self.tag());
+        out.extend_from_slice(&[0, 0, 0, 0]);
+        self.write_bytes(out);
+        let len = (out.len() - before - 5) as u32;
+        out[before + 1..before + 5].copy_from_slice(&len.to_be_bytes());
     }
 
     fn tag(&self) -> u8 {
@@ -395,6 +411,27 @@ mod tests {
         let ab_c = Key::composite(&[Key::from("ab"), Key::from("c")]);
         let a_bc = Key::composite(&[Key::from("a"), Key::from("bc")]);
         assert_ne!(ab_c, a_bc);
+    }
+
+    #[test]
+    fn a_composite_taken_part_by_part_is_the_same_key_and_stops_at_a_missing_part() {
+        let parts = [
+            Key::Ip("192.0.2.1".parse().unwrap()),
+            Key::from("x"),
+            Key::Global,
+        ];
+        assert_eq!(
+            Key::try_composite(parts.iter().cloned().map(Some)),
+            Some(Key::composite(&parts))
+        );
+        // The part after a missing one is never asked for.
+        let mut asked = 0;
+        let parts = [Some(Key::Global), None, Some(Key::Global)];
+        let missing = Key::try_composite(parts.iter().map(|p| {
+            asked += 1;
+            p.clone()
+        }));
+        assert_eq!((missing, asked), (None, 2));
     }
 
     #[test]

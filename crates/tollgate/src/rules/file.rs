@@ -340,12 +340,7 @@ struct KeyList(Vec<Box<dyn KeyExtractor>>);
 
 impl KeyExtractor for KeyList {
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
-        let parts = self
-            .0
-            .iter()
-            .map(|part| part.extract(request))
-            .collect::<Option<Vec<Key>>>()?;
-        Some(Key::composite(&parts))
+        Key::try_composite(self.0.iter().map(|part| part.extract(request)))
     }
 }
 
