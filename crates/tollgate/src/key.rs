@@ -97,6 +97,7 @@ impl Key {
     /// The [`composite`](Self::composite) of `parts`, taken one at a time,
     /// or `None` at the first part that is `None` (the rest are not
     /// computed): for extractors that combine a run-time number of parts.
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
     pub(crate) fn try_composite(parts: impl IntoIterator<Item = Option<Key>>) -> Option<Key> {
         let mut out = Vec::new();
         for part in parts {

@@ -128,7 +128,7 @@ fn load(address: SocketAddr, duration: Duration, expected: u16) -> f64 {
             let mut buf = Vec::with_capacity(4096);
             for _ in 0..2 {
                 stream.write_all(REQUEST).await.expect("send a request");
-                read_response(&mut stream, &mut buf)
+                read_within(&mut stream, &mut buf)
                     .await
                     .expect("read a response")
                     .expect("a response before the connection closes");
@@ -148,7 +148,10 @@ fn load(address: SocketAddr, duration: Duration, expected: u16) -> f64 {
                         stream = connect(address).await;
                         continue;
                     }
-                    match read_response(&mut stream, &mut buf).await {
+                    match read_within(&mut stream, &mut buf).await {
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            panic!("the server stalled: {e}")
+                        }
                         Ok(Some(head)) => {
                             done.fetch_add(1, Ordering::Relaxed);
                             if head.status != expected {
@@ -170,6 +173,22 @@ fn load(address: SocketAddr, duration: Duration, expected: u16) -> f64 {
         assert_eq!(wrong, 0, "{wrong} responses did not have status {expected}");
         rate
     })
+}
+
+/// How long a response may take before the run stops: a stalled server
+/// ends the benchmark with a message instead of hanging it.
+const STALL: Duration = Duration::from_secs(5);
+
+/// [`read_response`], failing with `TimedOut` after [`STALL`].
+async fn read_within(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Head>> {
+    tokio::time::timeout(STALL, read_response(stream, buf))
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no response within {STALL:?}"),
+            ))
+        })
 }
 
 /// A loopback connection with Nagle's algorithm off, as load generators do.
