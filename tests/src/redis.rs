@@ -1,7 +1,10 @@
 //! Real Redis servers for tests.
 //!
 //! Each server runs on a free loopback port, keeps nothing on disk beyond a
-//! temporary directory, and is killed when its handle is dropped. The
+//! temporary directory, and is killed when its handle is dropped. On Linux
+//! it is also killed when the thread that started it ends, so a test
+//! process killed outright (SIGKILL, a CI timeout) leaves no server behind;
+//! start servers on the thread that uses them, as every test here does. The
 //! binaries come from the system: `scripts/test.sh` installs them when they
 //! are missing.
 
@@ -100,6 +103,7 @@ impl RedisServer {
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        die_with_this_thread(&mut cmd);
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!("cannot start redis-server ({e}); scripts/test.sh installs it when missing")
         });
@@ -116,6 +120,27 @@ impl RedisServer {
         })
     }
 }
+
+/// Has the kernel send the process SIGKILL when the calling thread ends.
+#[cfg(target_os = "linux")]
+fn die_with_this_thread(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls prctl, which is async-signal-safe and touches no parent state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// Elsewhere a server outlives a test process that is killed outright.
+#[cfg(not(target_os = "linux"))]
+fn die_with_this_thread(_: &mut Command) {}
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
