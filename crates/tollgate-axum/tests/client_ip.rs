@@ -243,3 +243,23 @@ async fn handlers_get_the_same_client_address() {
     assert_eq!(body(trusted, "203.0.113.3:80").await, "203.0.113.3");
     assert_eq!(body(default, "10.0.0.1:80").await, "10.0.0.1");
 }
+
+#[tokio::test]
+async fn without_connection_info_a_handler_gets_a_500_that_says_how_to_serve() {
+    use tollgate_axum::ClientAddr;
+    let app = Router::new().route(
+        "/",
+        get(|ClientAddr(ip): ClientAddr| async move { ip.to_string() }),
+    );
+    let request = Request::builder().uri("/").body(Body::empty()).unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let bytes = axum::body::to_bytes(response.into_body(), 1024)
+        .await
+        .unwrap();
+    let body = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(
+        body.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+        "{body}"
+    );
+}

@@ -470,6 +470,15 @@ mod tests {
         assert_eq!(with(b"123456789"), None);
         assert_eq!(with(&[0xff, 0xfe]), Some(Key::from_bytes(&[0xff, 0xfe])));
         assert_eq!(extractor.extract(&info(&Request::new(()))), None);
+        // By default, up to 256 bytes.
+        let default = HeaderKey::new("x-api-key");
+        let with_len = |n: usize| {
+            let mut req = Request::new(());
+            let value = http::HeaderValue::from_bytes(&vec![b'k'; n]).unwrap();
+            req.headers_mut().insert("x-api-key", value);
+            default.extract(&info(&req)).is_some()
+        };
+        assert_eq!((with_len(256), with_len(257)), (true, false));
     }
 
     #[test]

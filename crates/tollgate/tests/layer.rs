@@ -320,6 +320,13 @@ async fn memory_store_holds_its_bound_under_a_flood_of_keys() {
     assert!(store.capacity() < 10_000 + 1024);
 }
 
+#[test]
+fn by_default_the_memory_store_holds_a_million_keys() {
+    let capacity = MemoryStore::new().capacity();
+    // Rounded up to a whole number of keys per shard.
+    assert!((1_000_000..1_001_024).contains(&capacity), "{capacity}");
+}
+
 #[tokio::test]
 async fn store_failures_follow_the_configured_behaviour_within_the_timeout() {
     let timeout = Duration::from_millis(50);
@@ -512,5 +519,25 @@ async fn a_boxed_store_passes_on_answers_later_and_failures() {
             statuses(layer(BoxStore::new(broken))).await,
             [StatusCode::SERVICE_UNAVAILABLE; 3]
         );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_store_that_does_not_answer_within_100_ms_lets_the_request_pass() {
+    // Nothing but the store is set: the documented defaults apply (fail
+    // open, 100 ms). Paused time: the timeout fires exactly when due.
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(2))
+        .key(GlobalKey)
+        .store(BrokenStore::Hanging)
+        .build();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    for _ in 0..3 {
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            send(&mut service, Request::new(())).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(started.elapsed(), Duration::from_millis(100));
     }
 }
