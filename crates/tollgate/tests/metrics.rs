@@ -76,6 +76,7 @@ fn api_layer<St: Store>(store: St) -> RateLimitLayer<GlobalKey, St> {
 fn counted<F: std::future::Future<Output = ()>>(traffic: F) -> Counts {
     let counts = Counts::default();
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     metrics::with_local_recorder(&counts, || runtime.block_on(traffic));
@@ -128,4 +129,34 @@ fn a_limit_that_another_refused_counts_nothing() {
     };
     assert_eq!((get("burst", "allowed"), get("burst", "limited")), (2, 3));
     assert_eq!((get("daily", "allowed"), get("daily", "limited")), (2, 0));
+}
+
+#[cfg(feature = "quotas")]
+#[test]
+fn failed_per_key_quota_lookups_are_counted() {
+    use tollgate::HeaderKey;
+    use tollgate::quotas::{KeyQuotas, QuotaAnswer, QuotaSourceError, quota_fn_async};
+    let counts = counted(async {
+        let quotas = KeyQuotas::new(quota_fn_async(|_| async {
+            Err::<QuotaAnswer, _>(QuotaSourceError::from("plans db down"))
+        }));
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(2))
+            .key(HeaderKey::new("x-api-key"))
+            .quotas(quotas)
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        for key in ["a", "b", "c"] {
+            let request = Request::builder()
+                .header("x-api-key", key)
+                .body(())
+                .unwrap();
+            // The request passes on the default quota meanwhile.
+            assert!(send(&mut service, request).await.status().is_success());
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    assert_eq!(counts.get("tollgate_quota_errors_total{}"), 3);
 }
