@@ -1,6 +1,8 @@
 //! Support for the cross-crate integration tests in `tests/`: a stand-in
 //! app behind a layer, and real `redis-server` processes on free loopback
-//! ports, standalone and as a Cluster, stopped when dropped.
+//! ports, standalone and as a Cluster, stopped when dropped; and an
+//! allocator that counts, for tests of what a path allocates.
 
+pub mod alloc;
 pub mod app;
 pub mod redis;

@@ -5,32 +5,13 @@
 
 use axum::extract::ConnectInfo;
 use http::Request;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use tollgate::{Key, KeyExtractor, RequestInfo};
 use tollgate_axum::{ClientIp, ProxyHeader};
-
-/// The system allocator, counting allocations.
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use tollgate_tests::alloc::{CountingAllocator, allocations};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// A request from a trusted proxy whose `header` lists 200 hops a client
 /// wrote, then the client's address, then two more proxies.
@@ -58,12 +39,12 @@ fn keying_by_client_ip_behind_proxies_allocates_nothing() {
         let info = RequestInfo::new(&request);
         let expected = Key::Ip("203.0.113.9".parse().unwrap());
         assert_eq!(client_ip.extract(&info), Some(expected.clone()));
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         for _ in 0..100 {
             let key = client_ip.extract(&info);
             assert!(key.as_ref() == Some(&expected));
         }
-        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let allocations = allocations() - before;
         assert_eq!(allocations, 0, "{header:?}: allocations in 100 extractions");
     }
 }

@@ -3,33 +3,14 @@
 //! not boxed); header values when a style asks for them.
 
 use http::{Request, Response};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use tollgate::{GlobalKey, HeaderStyle, RateLimitLayer};
 use tollgate_core::Quota;
+use tollgate_tests::alloc::{CountingAllocator, allocations};
 use tower::{Service, ServiceBuilder};
 
-/// The system allocator, counting allocations.
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// Allocations per allowed request through a layer with `headers`, after
 /// the key's first request (which adds it to the store).
@@ -48,12 +29,12 @@ fn allocations_per_request(headers: HeaderStyle) -> usize {
     runtime.block_on(async {
         let first = service.call(Request::new(())).await.unwrap();
         assert!(first.status().is_success());
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         for _ in 0..100 {
             let response = service.call(Request::new(())).await.unwrap();
             assert!(response.status().is_success());
         }
-        (ALLOCATIONS.load(Ordering::Relaxed) - before) / 100
+        (allocations() - before) / 100
     })
 }
 
