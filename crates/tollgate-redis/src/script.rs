@@ -18,7 +18,7 @@ const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
 
 /// The scripts' algorithms, in the order their files are joined.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Code {
     Gcra,
     LeakyBucket,
