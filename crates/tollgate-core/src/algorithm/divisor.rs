@@ -54,11 +54,19 @@ impl Divisor {
     #[inline]
     pub(crate) fn div(&self, n: u64) -> u64 {
         if n < FAST_LIMIT {
-            let high = (u128::from(n << 2) * u128::from(self.multiplier)) >> 64;
-            (high as u64) >> self.shift
+            self.div_below_limit(n)
         } else {
             n / self.divisor
         }
+    }
+
+    /// `n / d` for `n < 2^62`, which the caller guarantees (a GCRA
+    /// tolerance, at most 2^61, bounds it): no range check on the hot path.
+    #[inline]
+    pub(crate) fn div_below_limit(&self, n: u64) -> u64 {
+        debug_assert!(n < FAST_LIMIT);
+        let high = (u128::from(n << 2) * u128::from(self.multiplier)) >> 64;
+        (high as u64) >> self.shift
     }
 
     /// `n / d` for a 128-bit `n`, exact; fast for `n < 2^62`.

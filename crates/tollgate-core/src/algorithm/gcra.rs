@@ -85,7 +85,8 @@ impl Gcra {
         if spare < self.interval {
             0
         } else {
-            self.per_interval.div(spare)
+            // spare ≤ tolerance ≤ 2^61.
+            self.per_interval.div_below_limit(spare)
         }
     }
 }
