@@ -92,8 +92,103 @@ pub fn ceil_seconds(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The `RateLimit-Policy` value for a policy: computed once per layer.
-pub(crate) fn policy_value(policy: &Policy) -> Option<HeaderValue> {
+/// What the rate-limit fields of a policy's responses need of the policy,
+/// computed once, when the layer (or a per-key quota) is built.
+#[derive(Debug)]
+pub(crate) struct PolicyFields {
+    /// The `RateLimit-Policy` value, which never changes.
+    policy_value: Option<HeaderValue>,
+    /// Each limit's item of the `RateLimit` value up to its remaining count:
+    /// `"api";r=` for the first limit, `, "burst";r=` for the next.
+    state_prefixes: Box<[Box<[u8]>]>,
+    /// The longest `RateLimit` value the policy can produce.
+    state_max_len: usize,
+}
+
+/// The most a `RateLimit` item adds after its prefix: `;t=` and two `u64`s.
+const STATE_NUMBERS_MAX_LEN: usize = 3 + 2 * 20;
+
+/// `RateLimit` values up to this long are assembled on the stack.
+const STATE_STACK_LEN: usize = 128;
+
+impl PolicyFields {
+    /// The fields' constant parts for `policy`.
+    pub(crate) fn new(policy: &Policy) -> Self {
+        let state_prefixes: Box<[Box<[u8]>]> = policy
+            .limits()
+            .iter()
+            .enumerate()
+            .map(|(i, limit)| {
+                let separator = if i == 0 { "" } else { ", " };
+                format!("{separator}\"{}\";r=", limit.name())
+                    .into_bytes()
+                    .into_boxed_slice()
+            })
+            .collect();
+        let state_max_len = state_prefixes
+            .iter()
+            .map(|prefix| prefix.len() + STATE_NUMBERS_MAX_LEN)
+            .sum();
+        PolicyFields {
+            policy_value: policy_value(policy),
+            state_prefixes,
+            state_max_len,
+        }
+    }
+
+    /// The `RateLimit` value reporting `verdict`: assembled in one buffer
+    /// (on the stack unless the policy has many limits) and copied once into
+    /// the value; `core::fmt`, or a growable buffer, costs several times as
+    /// much per request.
+    fn state_value(&self, verdict: &Verdict) -> Option<HeaderValue> {
+        if self.state_max_len <= STATE_STACK_LEN {
+            let mut buffer = [0u8; STATE_STACK_LEN];
+            let len = self.write_state(&mut buffer, verdict);
+            HeaderValue::from_bytes(&buffer[..len]).ok()
+        } else {
+            let mut buffer = vec![0u8; self.state_max_len];
+            let len = self.write_state(&mut buffer, verdict);
+            HeaderValue::from_bytes(&buffer[..len]).ok()
+        }
+    }
+
+    /// Writes the `RateLimit` value into `buffer`, at least `state_max_len`
+    /// long, and returns its length.
+    fn write_state(&self, buffer: &mut [u8], verdict: &Verdict) -> usize {
+        let mut out = Output { buffer, len: 0 };
+        let mut digits = itoa::Buffer::new();
+        for (prefix, decision) in self.state_prefixes.iter().zip(&verdict.each) {
+            out.push(prefix);
+            out.push(digits.format(decision.remaining).as_bytes());
+            out.push(b";t=");
+            out.push(
+                digits
+                    .format(ceil_seconds(decision.reset_after()))
+                    .as_bytes(),
+            );
+        }
+        out.len
+    }
+}
+
+/// A cursor over a buffer known to be long enough.
+struct Output<'a> {
+    buffer: &'a mut [u8],
+    len: usize,
+}
+
+impl Output<'_> {
+    #[inline]
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        // In bounds by `state_max_len`; slicing would panic, never overrun.
+        self.buffer[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+    }
+}
+
+/// The `RateLimit-Policy` value for a policy.
+fn policy_value(policy: &Policy) -> Option<HeaderValue> {
     let mut text = String::new();
     for limit in policy.limits() {
         if !text.is_empty() {
@@ -119,21 +214,15 @@ pub(crate) fn policy_value(policy: &Policy) -> Option<HeaderValue> {
 pub(crate) struct FieldValues(SmallVec<[(&'static HeaderName, HeaderValue); 2]>);
 
 impl FieldValues {
-    /// The fields `style` asks for, reporting `verdict` on `policy`;
-    /// `policy_value` is the policy's `RateLimit-Policy`, computed when the
-    /// layer was built.
-    pub(crate) fn of(
-        style: HeaderStyle,
-        policy: &Policy,
-        policy_value: Option<&HeaderValue>,
-        verdict: &Verdict,
-    ) -> FieldValues {
+    /// The fields `style` asks for, reporting `verdict` on the policy
+    /// whose constant parts are `policy`.
+    pub(crate) fn of(style: HeaderStyle, policy: &PolicyFields, verdict: &Verdict) -> FieldValues {
         let mut values = SmallVec::new();
         if style.draft {
-            if let Some(value) = policy_value {
+            if let Some(value) = &policy.policy_value {
                 values.push((&RATELIMIT_POLICY, value.clone()));
             }
-            if let Some(value) = state_value(policy, verdict) {
+            if let Some(value) = policy.state_value(verdict) {
                 values.push((&RATELIMIT, value));
             }
         }
@@ -166,29 +255,6 @@ impl FieldValues {
     }
 }
 
-/// The `RateLimit` value, assembled on the stack and copied once into the
-/// value (`core::fmt` would cost several times as much per request).
-fn state_value(policy: &Policy, verdict: &Verdict) -> Option<HeaderValue> {
-    let mut text = SmallVec::<[u8; 96]>::new();
-    let mut digits = itoa::Buffer::new();
-    for (limit, decision) in policy.limits().iter().zip(&verdict.each) {
-        if !text.is_empty() {
-            text.extend_from_slice(b", ");
-        }
-        text.push(b'"');
-        text.extend_from_slice(limit.name().as_bytes());
-        text.extend_from_slice(b"\";r=");
-        text.extend_from_slice(digits.format(decision.remaining).as_bytes());
-        text.extend_from_slice(b";t=");
-        text.extend_from_slice(
-            digits
-                .format(ceil_seconds(decision.reset_after()))
-                .as_bytes(),
-        );
-    }
-    HeaderValue::from_bytes(&text).ok()
-}
-
 /// The `Retry-After` value: delta-seconds, rounded up, never 0; `None` when
 /// the request can never pass at its cost.
 pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
@@ -207,6 +273,59 @@ pub(crate) fn write_retry_after(headers: &mut HeaderMap, decision: &Decision) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NamedLimit;
+    use tollgate_core::Quota;
+
+    /// The `RateLimit` value for a policy of `names`, each limit with
+    /// `remaining` left and `reset` seconds (rounded up) to go.
+    fn state_text(names: &[&str], remaining: u64, reset_nanos: u64) -> String {
+        let limits = names
+            .iter()
+            .map(|name| NamedLimit::new(*name, Quota::per_second(10)))
+            .collect();
+        let decision = Decision {
+            allowed: true,
+            remaining,
+            reset_after_nanos: reset_nanos,
+            ..Decision::default()
+        };
+        let verdict = Verdict {
+            merged: decision,
+            each: names.iter().map(|_| decision).collect(),
+        };
+        let fields = PolicyFields::new(&Policy::new(limits));
+        let value = fields.state_value(&verdict).expect("a valid value");
+        value.to_str().expect("visible ASCII").to_owned()
+    }
+
+    #[test]
+    fn the_state_value_lists_every_limit_in_order() {
+        assert_eq!(state_text(&["api"], 7, 1), "\"api\";r=7;t=1");
+        assert_eq!(
+            state_text(&["api", "burst"], 0, 16_500_000_000),
+            "\"api\";r=0;t=17, \"burst\";r=0;t=17"
+        );
+    }
+
+    #[test]
+    fn a_long_state_value_is_whole() {
+        // Longer than the stack buffer even with the smallest numbers.
+        let names: Vec<String> = (0..6)
+            .map(|i| format!("limit-{i}-{}", "x".repeat(30)))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let expected: Vec<String> = names
+            .iter()
+            .map(|name| {
+                format!(
+                    "\"{name}\";r={};t={}",
+                    u64::MAX,
+                    u64::MAX / 1_000_000_000 + 1
+                )
+            })
+            .collect();
+        assert_eq!(state_text(&names, u64::MAX, u64::MAX), expected.join(", "));
+    }
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {

@@ -8,10 +8,9 @@
 //! the same key. Routes are tried in the order they were added; the first
 //! match wins; a request no route matches gets the layer's own limits.
 
-use crate::headers::policy_value;
+use crate::headers::PolicyFields;
 use crate::key::RequestInfo;
 use crate::policy::Policy;
-use http::HeaderValue;
 use std::sync::Arc;
 
 /// A predicate over requests, deciding whether a route applies.
@@ -22,14 +21,14 @@ pub(crate) type RouteMatch = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub policy: Arc<Policy>,
-    /// The `RateLimit-Policy` value, which never changes.
-    pub policy_header: Option<HeaderValue>,
+    /// The constant parts of the policy's rate-limit fields.
+    pub fields: PolicyFields,
 }
 
 impl Entry {
     pub(crate) fn new(policy: Policy) -> Self {
         Entry {
-            policy_header: policy_value(&policy),
+            fields: PolicyFields::new(&policy),
             policy: Arc::new(policy),
         }
     }

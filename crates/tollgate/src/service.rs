@@ -169,12 +169,7 @@ impl<K, St, R> Shared<K, St, R> {
     /// `entry`, in the layer's header style.
     pub(crate) fn field_values(&self, entry: &EntryRef, verdict: &Verdict) -> FieldValues {
         let entry = self.routes.get(entry);
-        FieldValues::of(
-            self.settings.headers,
-            &entry.policy,
-            entry.policy_header.as_ref(),
-            verdict,
-        )
+        FieldValues::of(self.settings.headers, &entry.fields, verdict)
     }
 
     /// The action when the store failed or did not answer in time.
