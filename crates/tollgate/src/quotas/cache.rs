@@ -81,7 +81,9 @@ impl KeyQuotas {
         KeyQuotas { error_ttl, ..self }
     }
 
-    /// How long a lookup may take before it counts as failed.
+    /// How long a lookup may take before it counts as failed. Lookups are
+    /// timed with tokio's timer, so they need a runtime with time enabled
+    /// (as axum and tonic servers have; see the [module docs](super)).
     pub fn lookup_timeout(self, lookup_timeout: Duration) -> Self {
         KeyQuotas {
             lookup_timeout,

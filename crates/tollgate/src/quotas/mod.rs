@@ -44,6 +44,13 @@
 //! - "Default" and "unlimited" answers are cached like any other (negative
 //!   caching), so keys the source does not know cost one lookup per TTL.
 //!
+//! Lookups run as tasks on the tokio runtime of the request that needs them,
+//! timed with tokio's timer: the runtime must have time enabled, as axum and
+//! tonic servers' runtimes do (`#[tokio::main]`, `Builder::enable_all`). In
+//! a runtime without it each lookup task panics; the key then stays on the
+//! default limits and is looked up again later. Outside any tokio runtime,
+//! keys get the default limits, with one warning.
+//!
 //! Per-key quotas replace the layer's own limits; requests that match a
 //! [route](crate::RateLimitBuilder::route) keep the route's limits. The
 //! builder's algorithm and delay apply to per-key limits too. The limits
