@@ -50,8 +50,8 @@
 //!   `algorithm` (`gcra` by default), `burst`.
 //!
 //! Mistakes are found at load, and the error names the file, the rule and
-//! the field: `rules.toml: rule "login" (#1): field `limits[0].quota`:
-//! "10/mni": ...`.
+//! the field: ``rules.toml: rule "login" (#1): field `limits[0].quota`:
+//! "10/mni": ...``.
 //!
 //! [`RulesLayer::from_file`] builds the layer in one call; its
 //! [`RulesHandle`] swaps in a new rule set atomically (requests in flight
