@@ -277,7 +277,7 @@ mod tests {
     use tollgate_core::Quota;
 
     /// The `RateLimit` value for a policy of `names`, each limit with
-    /// `remaining` left and `reset` seconds (rounded up) to go.
+    /// `remaining` left and `reset_nanos` until it is whole again.
     fn state_text(names: &[&str], remaining: u64, reset_nanos: u64) -> String {
         let limits = names
             .iter()
