@@ -340,3 +340,46 @@ async fn an_answer_with_too_many_quotas_is_an_error() {
     assert_eq!(response.headers()["ratelimit-policy"], "\"api\";q=100;w=60");
     assert_eq!(quotas.errors(), 1);
 }
+
+/// Outside any tokio runtime nothing can look quotas up: every key gets the
+/// default limits, and the source is never asked.
+#[test]
+fn outside_a_runtime_keys_get_the_default_limits() {
+    let quotas = KeyQuotas::new(StaticQuotas::new().with("paid", "5/min".parse().unwrap()));
+    let mut service = keyed(Quota::per_minute(2), quotas.clone());
+    // The memory store and the inner service answer at once, so each
+    // request completes on its first poll, no executor needed.
+    let status = |service: &mut _| {
+        let mut future = std::pin::pin!(send(service, from("paid")));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(response) => response.status().as_u16(),
+            std::task::Poll::Pending => panic!("a request outside a runtime did not complete"),
+        }
+    };
+    let statuses: Vec<u16> = (0..4).map(|_| status(&mut service)).collect();
+    assert_eq!(statuses, [200, 200, 429, 429]);
+    assert_eq!(quotas.lookups(), 0);
+}
+
+/// In a runtime without time, a lookup cannot be timed: its task panics,
+/// the key stays on the default limits, and its next request looks it up
+/// again.
+#[test]
+fn in_a_runtime_without_time_keys_stay_on_the_default_limits() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let quotas = KeyQuotas::new(StaticQuotas::new().with("paid", "5/min".parse().unwrap()));
+    let mut service = keyed(Quota::per_minute(2), quotas.clone());
+    let statuses = runtime.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            out.push(send(&mut service, from("paid")).await.status().as_u16());
+            settle().await;
+        }
+        out
+    });
+    assert_eq!(statuses, [200, 200, 429, 429]);
+    assert_eq!(quotas.lookups(), 4);
+}
