@@ -1,5 +1,10 @@
 //! A global limit per client IP: 10 requests a second, bursts of 20.
 //!
+//! Every response says so as a bucket of 20 that refills in 2 s, and how
+//! much is left: `RateLimit-Policy: "per-ip";q=20;w=2`, then
+//! `RateLimit: "per-ip";r=19;t=1` on the first request of a burst (19 left,
+//! the next unit back within a second), `r=9;t=1` on the 11th.
+//!
 //! `cargo run -p tollgate-examples --example axum_per_ip`, then
 //! `for i in $(seq 25); do curl -s -o /dev/null -w '%{http_code} ' localhost:3000/; done`
 

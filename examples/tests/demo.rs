@@ -53,6 +53,9 @@ fn the_demo_reports_what_each_algorithm_promises() {
     let demo = run_demo();
     let quota = demo.trace.quota;
     let limit = quota.limit() as usize;
+    // The policy's q over w = 1 s: the quota's rate, as the demo's quotas
+    // have a period of at most a second and a burst equal to the limit.
+    let per_second = quota.limit() * 1_000_000_000 / quota.period_nanos();
     let offered = demo.trace.arrivals.len();
     assert_eq!(demo.results.len(), Algorithm::ALL.len());
 
@@ -73,7 +76,7 @@ fn the_demo_reports_what_each_algorithm_promises() {
             let policy = &seen.fields[0].1;
             assert_eq!(
                 policy,
-                &format!("\"{}\";q=10;w=1", algorithm.name()),
+                &format!("\"{}\";q={per_second};w=1", algorithm.name()),
                 "{what}"
             );
             let retry_after: u64 = seen.fields[2].1.parse().expect("delta-seconds");
@@ -119,7 +122,9 @@ fn the_demo_reports_what_each_algorithm_promises() {
         assert!(report.contains(algorithm.name()), "{report}");
     }
     assert!(
-        report.contains("RateLimit-Policy: \"fixed-window\";q=10;w=1"),
+        report.contains(&format!(
+            "RateLimit-Policy: \"fixed-window\";q={per_second};w=1"
+        )),
         "{report}"
     );
 

@@ -183,8 +183,9 @@ fn rate_limit_fields(value: &str) -> Vec<(String, u64, u64)> {
 }
 
 /// Asserts the `RateLimit` field of `response` for one GCRA limit: exact
-/// remaining; reset at `t` seconds, or one less if the requests before took
-/// over a second (rounding up makes it exact otherwise).
+/// remaining; the next unit back in `t` seconds, or one less if the
+/// requests before took over a second (rounding up makes it exact
+/// otherwise).
 fn assert_rate_limit(response: &Response, name: &str, r: u64, t: u64) {
     let value = response.header("ratelimit").expect("a RateLimit field");
     let fields = rate_limit_fields(value);
@@ -205,19 +206,23 @@ fn three_per_minute_admits_three_then_429_with_the_draft_fields() {
             response.header("ratelimit-policy"),
             Some("\"api\";q=3;w=60")
         );
-        // GCRA: one request every 20 s; each one moves the reset 20 s on.
-        assert_rate_limit(&response, "api", 2 - i as u64, 20 * (i as u64 + 1));
+        // GCRA: one unit back every 20 s, the first 20 s after the first
+        // request (the whole quota only after 20 s per request taken).
+        assert_rate_limit(&response, "api", 2 - i as u64, 20);
         assert_eq!(response.header("retry-after"), None);
     }
     let limited = server.get("/anything", &[]);
     assert_eq!(limited.status, 429);
     assert_eq!(limited.header("ratelimit-policy"), Some("\"api\";q=3;w=60"));
-    assert_rate_limit(&limited, "api", 0, 60);
+    assert_rate_limit(&limited, "api", 0, 20);
     let retry: u64 = limited
         .header("retry-after")
         .and_then(|v| v.parse().ok())
         .expect("a numeric Retry-After");
     assert!((19..=20).contains(&retry), "Retry-After {retry}");
+    // The refusing limit's t never exceeds Retry-After.
+    let t = rate_limit_fields(limited.header("ratelimit").expect("RateLimit"))[0].2;
+    assert!(t <= retry, "t {t} > Retry-After {retry}");
 }
 
 #[test]

@@ -125,6 +125,7 @@ fn in_micros(d: Decision) -> Decision {
         reset_after_nanos: up(d.reset_after_nanos),
         retry_after_nanos: up(d.retry_after_nanos),
         wait_nanos: up(d.wait_nanos),
+        replenish_after_nanos: up(d.replenish_after_nanos),
         ..d
     }
 }

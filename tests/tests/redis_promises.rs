@@ -66,11 +66,12 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
     assert_eq!(command[0], "EVALSHA");
     let args: Vec<&str> = command.iter().map(String::as_str).collect();
     let reply = server.command(&args);
-    assert!(reply.starts_with("*18\r\n:1\r\n"), "{reply:?}");
+    // Seven integers for each of the three limits.
+    assert!(reply.starts_with("*21\r\n:1\r\n"), "{reply:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_key_lives_exactly_until_its_limit_is_whole_again() {
+async fn each_key_lives_exactly_until_its_state_is_at_rest() {
     let server = RedisServer::start();
     // 15 s into a minute, so that windows end at different times from the
     // intervals.
@@ -93,9 +94,11 @@ async fn each_key_lives_exactly_until_its_limit_is_whole_again() {
     let verdict = decide(&store, &policy, &key).await;
     let names = store.redis_keys(&policy, &key);
     for ((name, decision), limit) in names.iter().zip(&verdict.each).zip(policy.limits()) {
-        // The scripts set `PX` to the decision's reset time in whole
+        // The scripts set `PX` to the decision's reset time (plus, for the
+        // leaky bucket, the slack until its queue is empty) in whole
         // milliseconds, plus one: the key outlives its state by under 1 ms.
-        let expected = u64::try_from(decision.reset_after().as_millis()).unwrap() + 1;
+        let rest = decision.reset_after() + limit.limiter_ref().rest_slack();
+        let expected = u64::try_from(rest.as_millis()).unwrap() + 1;
         let ttl = server.command(&["PTTL", name]);
         let ttl: u64 = ttl.trim().trim_start_matches(':').parse().unwrap();
         assert!(
@@ -105,13 +108,18 @@ async fn each_key_lives_exactly_until_its_limit_is_whole_again() {
         );
     }
     // What "whole again" is for each algorithm, 4 requests into a
-    // 10-per-minute limit, 15 s into the minute.
+    // 10-per-minute limit, 15 s into the minute: GCRA and the token bucket
+    // after 4 intervals; the leaky bucket once the next wait is under one
+    // interval (1 µs, the scripts' unit, after 3 intervals); the fixed window
+    // at its end; the log when its newest entry leaves; the sliding window
+    // once the 4, weighted in the next window, fall to nothing (1 µs past
+    // three quarters of it).
     let reset_secs: Vec<f64> = verdict
         .each
         .iter()
         .map(|d| d.reset_after().as_secs_f64())
         .collect();
-    assert_eq!(reset_secs, [24.0, 24.0, 24.0, 45.0, 60.0, 105.0]);
+    assert_eq!(reset_secs, [24.0, 24.0, 18.000001, 45.0, 60.0, 90.000001]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,6 +59,23 @@
 //! - Sliding window: `E = cur + ⌊prev·(period − elapsed)/period⌋`; allowed iff
 //!   `E + cost ≤ limit`.
 //!
+//! # The times a decision carries
+//!
+//! Each exact to the nanosecond and checked by property tests for every
+//! algorithm, assuming no further request arrives:
+//!
+//! - [`Decision::retry_after`] (denied requests): the earliest moment a retry
+//!   of the same cost passes; 1 ns earlier it would not.
+//! - [`Decision::reset_after`]: the moment the limit is whole again
+//!   (`remaining == limit`); 1 ns earlier it is not. For the sliding window
+//!   that is when the counts, weighted, have fallen to nothing (not the end
+//!   of the next window); for the leaky bucket, when the next request would
+//!   wait under one interval.
+//! - [`Decision::replenish_after`]: the moment `remaining` next grows; 0 when
+//!   whole. Never after the other two, except that in delay mode a retry is
+//!   admitted (and held) before the next unit is back. It is what the HTTP
+//!   `RateLimit` field's `t` reports.
+//!
 //! Arithmetic is integer, in `u128` where products can grow, for limits and
 //! bursts up to 2^40, periods up to a year and costs up to `u32::MAX`. Quotas
 //! outside that are refused with a [`QuotaError`]; a cost larger than a limit

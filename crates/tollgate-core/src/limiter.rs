@@ -126,6 +126,67 @@ impl Limiter {
         }
     }
 
+    /// The most quota units a key can hold at once: the burst (the bucket's
+    /// capacity) for GCRA and the token and leaky buckets, the limit for the
+    /// window algorithms. [`Decision::remaining`] never exceeds it.
+    pub fn capacity(&self) -> u64 {
+        match self {
+            Limiter::Gcra(_) | Limiter::TokenBucket(_) | Limiter::LeakyBucket(_) => {
+                self.quota().burst()
+            }
+            Limiter::FixedWindow(_) | Limiter::SlidingLog(_) | Limiter::SlidingWindow(_) => {
+                self.quota().limit()
+            }
+        }
+    }
+
+    /// The span over which [`capacity`](Self::capacity) is measured, so that
+    /// `capacity / window` is the quota's rate: the period for the window
+    /// algorithms; for the buckets, the time an empty bucket takes to fill
+    /// again at the quota's rate (`burst × period / limit`, rounded up to the
+    /// nanosecond; whole periods for the interval token bucket).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_core::{Algorithm, Limiter, Quota};
+    ///
+    /// let quota = Quota::per_second(10).with_burst(20).unwrap();
+    /// let gcra = Limiter::new(Algorithm::Gcra, quota);
+    /// assert_eq!((gcra.capacity(), gcra.window()), (20, Duration::from_secs(2)));
+    /// let log = Limiter::new(Algorithm::SlidingLog, quota);
+    /// assert_eq!((log.capacity(), log.window()), (10, Duration::from_secs(1)));
+    /// ```
+    pub fn window(&self) -> std::time::Duration {
+        let quota = self.quota();
+        let (burst, limit) = (u128::from(quota.burst()), u128::from(quota.limit()));
+        let period = u128::from(quota.period_nanos());
+        let nanos = match self {
+            Limiter::TokenBucket(t) if t.refill() == crate::Refill::Interval => {
+                burst.div_ceil(limit) * period
+            }
+            Limiter::Gcra(_) | Limiter::TokenBucket(_) | Limiter::LeakyBucket(_) => {
+                (burst * period).div_ceil(limit)
+            }
+            Limiter::FixedWindow(_) | Limiter::SlidingLog(_) | Limiter::SlidingWindow(_) => period,
+        };
+        std::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// How long after [`Decision::reset_after`] a key's state may still
+    /// differ from a fresh one's: `T − 1` ns for the leaky bucket, which is
+    /// whole once the next request's wait is under one interval but must
+    /// remember that wait until it has passed, to keep releases evenly
+    /// spaced; zero for the others. A store that drops keys at rest keeps
+    /// them this much longer.
+    pub fn rest_slack(&self) -> std::time::Duration {
+        match self {
+            Limiter::LeakyBucket(_) => std::time::Duration::from_nanos(
+                self.quota().emission_interval_nanos().saturating_sub(1),
+            ),
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
     /// The state of a key never seen.
     pub fn new_state(&self) -> State {
         match self {

@@ -1,9 +1,11 @@
 //! Property tests: random arrival times and costs on a manual clock, for every
 //! algorithm. Each test states the bound the algorithm documents and checks
-//! it over the admitted requests, plus three properties every algorithm
-//! shares: a denied request leaves the state unchanged, `retry_after` is the
-//! earliest moment the same request passes, and nothing panics at the
-//! extremes.
+//! it over the admitted requests, plus the properties every algorithm
+//! shares: a denied request leaves the state unchanged; `retry_after` is the
+//! earliest moment the same request passes; `reset_after` is the moment the
+//! limit is whole again and `replenish_after` the moment it next grows (each
+//! exact to the nanosecond, `replenish_after` never later than either of the
+//! others); and nothing panics at the extremes.
 
 use proptest::prelude::*;
 use std::time::Duration;
@@ -56,6 +58,7 @@ fn run(limiter: &Limiter, quota: Quota, start: u64, trace: &[(u32, u32)]) -> Vec
             assert_eq!(state, before, "a denied request changed the state");
             assert_retry_is_earliest(limiter, &before, now, cost, decision.retry_after());
         }
+        assert_times_are_exact(limiter, &state, now, &decision);
         seen.push(Seen {
             at: now,
             cost: u64::from(cost),
@@ -84,6 +87,60 @@ fn assert_retry_is_earliest(
             !at(now + retry - 1),
             "allowed 1 ns before retry_after ({retry} ns)"
         );
+    }
+}
+
+/// `reset_after` and `replenish_after` are exact, for the state the
+/// decision left: at `now + reset_after` the limit is whole and 1 ns before
+/// it is not; at `now + replenish_after` more remains than now and 1 ns
+/// before it no more than now. `replenish_after` is 0 exactly when the limit
+/// is whole, and never later than `reset_after`, nor than `retry_after` when
+/// denied (except in delay mode, where a retry is admitted, and held, before
+/// the next unit is back).
+fn assert_times_are_exact(limiter: &Limiter, state: &State, now: u64, decision: &Decision) {
+    let remaining_at = |t: u64| limiter.evaluate(state, t, 0).decision.remaining;
+    let capacity = limiter.capacity();
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
+    let (reset, replenish) = (
+        nanos(decision.reset_after()),
+        nanos(decision.replenish_after()),
+    );
+    let left = remaining_at(now);
+    assert_eq!(left, decision.remaining, "{decision:?}");
+    assert_eq!(
+        remaining_at(now + reset),
+        capacity,
+        "not whole at reset_after: {decision:?}"
+    );
+    if reset > 0 {
+        assert!(
+            remaining_at(now + reset - 1) < capacity,
+            "whole before reset_after: {decision:?}"
+        );
+    }
+    assert_eq!(replenish == 0, left == capacity, "{decision:?}");
+    assert!(replenish <= reset, "{decision:?}");
+    if !decision.allowed && decision.can_ever_pass() && !in_delay_mode(limiter) {
+        assert!(replenish <= nanos(decision.retry_after()), "{decision:?}");
+    }
+    if replenish > 0 {
+        assert!(
+            remaining_at(now + replenish) > left,
+            "nothing back at replenish_after: {decision:?}"
+        );
+        assert_eq!(
+            remaining_at(now + replenish - 1),
+            left,
+            "back before replenish_after: {decision:?}"
+        );
+    }
+}
+
+fn in_delay_mode(limiter: &Limiter) -> bool {
+    match limiter {
+        Limiter::Gcra(gcra) => !gcra.max_delay().is_zero(),
+        Limiter::TokenBucket(bucket) => !bucket.max_delay().is_zero(),
+        _ => false,
     }
 }
 

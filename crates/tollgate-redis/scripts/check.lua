@@ -7,8 +7,8 @@
 --          number of microseconds only where tests set the clock.
 -- ARGV[3 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
 --
--- Returns six integers per limit: allowed, limit, remaining, reset_after,
--- retry_after, wait (times in µs; retry_after −1 = never).
+-- Returns seven integers per limit: allowed, limit, remaining, reset_after,
+-- retry_after, wait, replenish_after (times in µs; retry_after −1 = never).
 
 local cost = tonumber(ARGV[1])
 local now

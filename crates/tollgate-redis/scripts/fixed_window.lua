@@ -23,7 +23,8 @@ ALGORITHMS.fixed = {
       retry = (cost > limit) and NEVER or until_next
     end
     local reset = (after == 0) and 0 or until_next
-    return decision(allowed, limit, max(limit - after, 0), reset, retry, 0),
+    -- The whole count comes back at once, at the window's end.
+    return decision(allowed, limit, max(limit - after, 0), reset, retry, 0, reset),
       { window, after }
   end,
 

@@ -11,7 +11,8 @@ ALGORITHMS.gcra = {
     local ahead = allowed and after or before
     local remaining = div_floor(max(tolerance - ahead, 0), interval)
     local wait = allowed and max(after - tolerance, 0) or 0
-    return decision(allowed, burst, remaining, ahead, retry, wait), finish
+    local replenish = replenish_after(ahead, remaining, burst, interval)
+    return decision(allowed, burst, remaining, ahead, retry, wait, replenish), finish
   end,
 
   commit = function(key, tat, now, p, ttl_ms)

@@ -9,12 +9,19 @@ ALGORITHMS.leaky = {
     local allowed, finish, before, after, retry =
       schedule(next_free, now, cost * interval, tolerance, 0)
     local ahead = allowed and after or before
-    local remaining = max(burst - div_ceil(ahead, interval), 0)
+    -- Requests whose wait is under burst × interval pass: the next one
+    -- would wait `ahead`. Whole once that is under one interval (as in
+    -- tollgate-core's leaky_bucket.rs).
+    local remaining = max(burst - div_floor(ahead, interval), 0)
+    local whole = max(ahead + 1 - interval, 0)
     local wait = allowed and before or 0
-    return decision(allowed, burst, remaining, ahead, retry, wait), finish
+    local replenish = replenish_after(whole, remaining, burst, interval)
+    return decision(allowed, burst, remaining, whole, retry, wait, replenish), finish
   end,
 
   commit = function(key, next_free, now, p, ttl_ms)
-    store(key, int(next_free), ttl_ms)
+    -- Kept until the queue is empty, not only until whole: the next
+    -- request's slot depends on it until then.
+    store(key, int(next_free), floor(max(next_free - now, 0) / 1000) + 1)
   end,
 }

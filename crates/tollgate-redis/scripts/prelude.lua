@@ -37,9 +37,20 @@ local function int(x)
 end
 
 -- A decision as the Rust side reads it: allowed (1/0), limit, remaining,
--- reset_after, retry_after (NEVER when the cost can never pass), wait.
-local function decision(allowed, limit, remaining, reset, retry, wait)
-  return { allowed and 1 or 0, limit, remaining, reset, retry, wait }
+-- reset_after, retry_after (NEVER when the cost can never pass), wait,
+-- replenish_after.
+local function decision(allowed, limit, remaining, reset, retry, wait, replenish)
+  return { allowed and 1 or 0, limit, remaining, reset, retry, wait, replenish }
+end
+
+-- How long until a limit that gives one unit back every `interval` next
+-- grows, its state `ahead` of now with `remaining` of `capacity` left (as
+-- in tollgate-core's schedule.rs). 0 when the limit is whole.
+local function replenish_after(ahead, remaining, capacity, interval)
+  if remaining >= capacity then
+    return 0
+  end
+  return max(ahead - (capacity - remaining - 1) * interval, 0)
 end
 
 -- Virtual scheduling, as in tollgate-core: a request of `increment` moves

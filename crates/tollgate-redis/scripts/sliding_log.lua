@@ -20,8 +20,10 @@ ALGORITHMS.log = {
     end
     local n = #log.at
     local expired = 0
+    local oldest = nil
     for i = 1, n do
       if in_window(log.at[i]) then
+        oldest = log.at[i]
         break
       end
       expired = expired + log.cost[i]
@@ -54,8 +56,13 @@ ALGORITHMS.log = {
       newest = log.at[n]
     end
     local reset = newest and max(newest + period - now, 0) or 0
+    -- The oldest entry in the window gives its cost back first; a request
+    -- admitted into an empty window is its own oldest entry.
+    oldest = oldest or newest
+    local replenish = oldest and max(oldest + period - now, 0) or 0
     local remaining = limit - (allowed and wanted or min(in_use, limit))
-    return decision(allowed, limit, remaining, reset, retry, 0), { log = log, cost = cost }
+    return decision(allowed, limit, remaining, reset, retry, 0, replenish),
+      { log = log, cost = cost }
   end,
 
   commit = function(key, admission, now, p, ttl_ms)

@@ -40,15 +40,26 @@ ALGORITHMS.sliding = {
       end
     end
     local elapsed = (window == current) and into or 0
-    local estimate = count + weighted(previous, elapsed, period)
+    local previous_weight = weighted(previous, elapsed, period)
+    local estimate = count + previous_weight
     local allowed = estimate + cost <= limit
     local to_end = period - elapsed
     local after = allowed and count + cost or count
-    local reset = 0
+    -- Whole again once the current count, weighted in the next window, has
+    -- fallen to nothing; else once the previous window's has.
+    local reset
     if after > 0 then
-      reset = to_end + period
-    elseif previous > 0 then
-      reset = to_end
+      reset = to_end + first_elapsed_within(after, 0, period)
+    else
+      reset = max(first_elapsed_within(previous, 0, period) - elapsed, 0)
+    end
+    -- The estimate next falls when the previous window's weight drops; when
+    -- that weighs nothing already, 1 µs into the next window.
+    local replenish = 0
+    if previous_weight > 0 then
+      replenish = first_elapsed_within(previous, previous_weight - 1, period) - elapsed
+    elseif after > 0 then
+      replenish = to_end + first_elapsed_within(after, after - 1, period)
     end
     local retry = 0
     if not allowed then
@@ -66,7 +77,7 @@ ALGORITHMS.sliding = {
       end
     end
     local used = estimate + (allowed and cost or 0)
-    return decision(allowed, limit, max(limit - used, 0), reset, retry, 0),
+    return decision(allowed, limit, max(limit - used, 0), reset, retry, 0, replenish),
       { window, previous, after }
   end,
 

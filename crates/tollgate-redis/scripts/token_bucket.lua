@@ -35,7 +35,10 @@ ALGORITHMS.interval = {
       end
     end
     local reset = after_refills(div_ceil(after, limit))
-    return decision(allowed, burst, burst - after, reset, retry, 0), { interval, after }
+    -- Tokens come back only at boundaries, the next one first.
+    local replenish = (after == 0) and 0 or after_refills(1)
+    return decision(allowed, burst, burst - after, reset, retry, 0, replenish),
+      { interval, after }
   end,
 
   commit = function(key, state, now, p, ttl_ms)

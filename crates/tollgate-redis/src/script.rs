@@ -229,16 +229,16 @@ impl PreparedPolicy {
         command
     }
 
-    /// Reads the script's reply: six integers per limit.
+    /// Reads the script's reply: seven integers per limit.
     pub(crate) fn verdict(&self, reply: &[i64]) -> Result<Verdict, RedisStoreError> {
-        if reply.len() != self.key_suffixes.len() * 6 {
+        if reply.len() != self.key_suffixes.len() * FIELDS {
             return Err(RedisStoreError::unexpected_reply(format!(
                 "{} integers for {} limits",
                 reply.len(),
                 self.key_suffixes.len()
             )));
         }
-        let each: SmallVec<[Decision; 2]> = reply.chunks_exact(6).map(decision).collect();
+        let each: SmallVec<[Decision; 2]> = reply.chunks_exact(FIELDS).map(decision).collect();
         let merged = each
             .iter()
             .copied()
@@ -248,10 +248,13 @@ impl PreparedPolicy {
     }
 }
 
+/// How many integers the scripts send per limit (`decision` in prelude.lua).
+const FIELDS: usize = 7;
+
 /// What the scripts send for "never" (`NEVER` in prelude.lua).
 const NEVER: i64 = -1;
 
-/// One limit's six integers as a [`Decision`]; times come in microseconds.
+/// One limit's seven integers as a [`Decision`]; times come in microseconds.
 /// Negative times other than a retry's `NEVER` read as 0.
 fn decision(fields: &[i64]) -> Decision {
     let count = |v: i64| u64::try_from(v).unwrap_or(0);
@@ -267,6 +270,7 @@ fn decision(fields: &[i64]) -> Decision {
             micros => nanos(micros),
         },
         wait_nanos: nanos(fields[5]),
+        replenish_after_nanos: nanos(fields[6]),
     }
 }
 
@@ -276,13 +280,24 @@ mod tests {
 
     #[test]
     fn never_is_only_a_retry_and_other_negative_times_are_zero() {
-        let never = decision(&[0, 5, 0, 2_000, NEVER, 0]);
+        let never = decision(&[0, 5, 0, 2_000, NEVER, 0, 1_000]);
         assert_eq!(never.retry_after_nanos, Decision::NEVER_NANOS);
         assert!(!never.can_ever_pass());
         assert_eq!(never.reset_after_nanos, 2_000_000);
-        let odd = decision(&[1, 5, 4, -1, 0, -7]);
-        assert_eq!((odd.reset_after_nanos, odd.wait_nanos), (0, 0));
-        assert_eq!(decision(&[0, 5, 0, 0, 250, 0]).retry_after_nanos, 250_000);
+        assert_eq!(never.replenish_after_nanos, 1_000_000);
+        let odd = decision(&[1, 5, 4, -1, 0, -7, -3]);
+        assert_eq!(
+            (
+                odd.reset_after_nanos,
+                odd.wait_nanos,
+                odd.replenish_after_nanos
+            ),
+            (0, 0, 0)
+        );
+        assert_eq!(
+            decision(&[0, 5, 0, 0, 250, 0, 0]).retry_after_nanos,
+            250_000
+        );
     }
 
     #[test]

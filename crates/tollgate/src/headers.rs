@@ -1,9 +1,36 @@
 //! The rate-limit fields of HTTP responses.
 //!
-//! Follows draft-ietf-httpapi-ratelimit-headers-10: `RateLimit-Policy` names
-//! each limit's quota (`"api";q=100;w=60`) and `RateLimit` its current state
-//! (`"api";r=0;t=17`), several limits as one comma-separated list. The legacy
-//! `X-RateLimit-Limit/Remaining/Reset` trio reports the most constrained limit.
+//! Follows draft-ietf-httpapi-ratelimit-headers-10 (-11 has the same
+//! syntax): `RateLimit-Policy` names each limit's quota (`"api";q=100;w=60`)
+//! and `RateLimit` its current state (`"api";r=0;t=17`), several limits as one
+//! comma-separated list. The legacy `X-RateLimit-Limit/Remaining/Reset` trio
+//! reports the most constrained limit, with the same figures.
+//!
+//! What the figures mean, for every algorithm:
+//!
+//! - `q` and `w`: the quota units a client can actually use and the window
+//!   they are measured over, so that `r ≤ q` on every response and `q / w`
+//!   is the quota's sustained rate. For the window algorithms (fixed window,
+//!   sliding log, sliding window) that is the limit per period. For the
+//!   buckets (GCRA, token bucket, leaky bucket) it is the burst, over the
+//!   time an empty bucket takes to fill again: `Quota::per_second(10)` with
+//!   a burst of 20 is `q=20;w=2`, not `q=10;w=1`, which would tell a client
+//!   in the same response that 19 of 10 remain. `w` is in whole seconds,
+//!   rounded up (at least 1), and `q` is then what the quota's rate gives in
+//!   `w`, rounded down: never less than the capacity, and `q / w` within
+//!   `1 / w` below the rate (a burst of 10 at 100/s is `q=100;w=1`).
+//! - `r`: how many more requests of cost 1 would pass now.
+//! - `t`: seconds, rounded up, until the limit next gives quota back
+//!   ([`Decision::replenish_after`]): the window's end for a fixed window
+//!   and the interval token bucket's next refill; when the next unit is
+//!   back for GCRA, the continuous token bucket, the leaky bucket and the
+//!   sliding window; when the oldest admitted request leaves the period for
+//!   the sliding log. 0 when the limit is whole. So `t` never exceeds
+//!   `Retry-After` on a refusal (a retry needs at least that first unit), as
+//!   the draft asks; "until the whole quota is back" would, for any burst
+//!   above one (a client that believed it would wait `burst` times too long).
+//! - `Retry-After` (refusals only): seconds, rounded up and never 0, until a
+//!   retry of the same cost passes every limit.
 
 use crate::Verdict;
 use crate::policy::Policy;
@@ -11,7 +38,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use smallvec::SmallVec;
 use std::fmt::Write as _;
 use std::time::Duration;
-use tollgate_core::Decision;
+use tollgate_core::{Decision, Limiter};
 
 /// `RateLimit-Policy`.
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -98,6 +125,8 @@ pub fn ceil_seconds(d: Duration) -> u64 {
 pub(crate) struct PolicyFields {
     /// The `RateLimit-Policy` value, which never changes.
     policy_value: Option<HeaderValue>,
+    /// Each limit's `q`, which `X-RateLimit-Limit` reports.
+    quota_units: Box<[u64]>,
     /// Each limit's item of the `RateLimit` value up to its remaining count:
     /// `"api";r=` for the first limit, `, "burst";r=` for the next.
     state_prefixes: Box<[Box<[u8]>]>,
@@ -131,6 +160,11 @@ impl PolicyFields {
             .sum();
         PolicyFields {
             policy_value: policy_value(policy),
+            quota_units: policy
+                .limits()
+                .iter()
+                .map(|limit| quota_item(limit.limiter_ref()).0)
+                .collect(),
             state_prefixes,
             state_max_len,
         }
@@ -163,7 +197,7 @@ impl PolicyFields {
             out.push(b";t=");
             out.push(
                 digits
-                    .format(ceil_seconds(decision.reset_after()))
+                    .format(ceil_seconds(decision.replenish_after()))
                     .as_bytes(),
             );
         }
@@ -187,6 +221,16 @@ impl Output<'_> {
     }
 }
 
+/// A limit's `q` and `w` (see the module docs): the window in whole
+/// seconds, rounded up, and what the quota's rate gives in it, rounded down.
+pub(crate) fn quota_item(limiter: &Limiter) -> (u64, u64) {
+    let window = ceil_seconds(limiter.window()).max(1);
+    let quota = limiter.quota();
+    let units = u128::from(quota.limit()) * u128::from(window) * 1_000_000_000
+        / u128::from(quota.period_nanos());
+    (u64::try_from(units).unwrap_or(u64::MAX), window)
+}
+
 /// The `RateLimit-Policy` value for a policy.
 fn policy_value(policy: &Policy) -> Option<HeaderValue> {
     let mut text = String::new();
@@ -194,14 +238,8 @@ fn policy_value(policy: &Policy) -> Option<HeaderValue> {
         if !text.is_empty() {
             text.push_str(", ");
         }
-        let window = ceil_seconds(limit.quota().period()).max(1);
-        let _ = write!(
-            text,
-            "\"{}\";q={};w={}",
-            limit.name(),
-            limit.quota().limit(),
-            window
-        );
+        let (units, window) = quota_item(limit.limiter_ref());
+        let _ = write!(text, "\"{}\";q={units};w={window}", limit.name());
     }
     HeaderValue::from_str(&text).ok()
 }
@@ -228,13 +266,19 @@ impl FieldValues {
         }
         if style.legacy {
             // The limit with the least left is the one the client meets first.
-            let first = verdict
+            let (index, first) = verdict
                 .each
                 .iter()
-                .min_by_key(|d| d.remaining)
-                .unwrap_or(&verdict.merged);
-            let reset = ceil_seconds(first.reset_after());
-            values.push((&X_RATELIMIT_LIMIT, HeaderValue::from(first.limit)));
+                .enumerate()
+                .min_by_key(|(_, d)| d.remaining)
+                .unwrap_or((0, &verdict.merged));
+            let units = policy
+                .quota_units
+                .get(index)
+                .copied()
+                .unwrap_or(first.limit);
+            let reset = ceil_seconds(first.replenish_after());
+            values.push((&X_RATELIMIT_LIMIT, HeaderValue::from(units)));
             values.push((&X_RATELIMIT_REMAINING, HeaderValue::from(first.remaining)));
             values.push((&X_RATELIMIT_RESET, HeaderValue::from(reset)));
         }
@@ -277,8 +321,8 @@ mod tests {
     use tollgate_core::Quota;
 
     /// The `RateLimit` value for a policy of `names`, each limit with
-    /// `remaining` left and `reset_nanos` until it is whole again.
-    fn state_text(names: &[&str], remaining: u64, reset_nanos: u64) -> String {
+    /// `remaining` left and `replenish_nanos` until it next grows.
+    fn state_text(names: &[&str], remaining: u64, replenish_nanos: u64) -> String {
         let limits = names
             .iter()
             .map(|name| NamedLimit::new(*name, Quota::per_second(10)))
@@ -286,7 +330,7 @@ mod tests {
         let decision = Decision {
             allowed: true,
             remaining,
-            reset_after_nanos: reset_nanos,
+            replenish_after_nanos: replenish_nanos,
             ..Decision::default()
         };
         let verdict = Verdict {

@@ -21,7 +21,9 @@
 //! - A limited request gets `429 Too Many Requests` (or 503) with
 //!   `Retry-After` in whole seconds, rounded up and never 0, and the
 //!   draft-ietf-httpapi-ratelimit-headers-10 fields `RateLimit-Policy` and
-//!   `RateLimit`, which allowed responses carry too (see [`HeaderStyle`]).
+//!   `RateLimit`, which allowed responses carry too (see [`HeaderStyle`];
+//!   what each figure means, and why they never contradict each other, is
+//!   in [`headers`]).
 //! - A request whose key cannot be extracted is counted under one shared key
 //!   by default ([`MissingKey`]), so a missing header is no way around a
 //!   limit.

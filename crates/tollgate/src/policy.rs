@@ -115,6 +115,8 @@ pub struct Policy {
     limits: Vec<NamedLimit>,
     limiters: Vec<Limiter>,
     packed: Option<PackedLimiter>,
+    /// The longest [`Limiter::rest_slack`] of the limits, in nanoseconds.
+    rest_slack_nanos: u64,
     label: String,
     #[cfg(feature = "metrics")]
     metrics: crate::observe::PolicyMetrics,
@@ -173,9 +175,20 @@ impl Policy {
             metrics: crate::observe::PolicyMetrics::new(&limits, &label),
             label,
             packed: PackedLimiter::of(&limiters),
+            rest_slack_nanos: limiters
+                .iter()
+                .map(|l| u64::try_from(l.rest_slack().as_nanos()).unwrap_or(u64::MAX))
+                .max()
+                .unwrap_or(0),
             limiters,
             limits,
         }
+    }
+
+    /// How long after a decision's `reset_after` a key of this policy may
+    /// still hold state that a fresh key would not ([`Limiter::rest_slack`]).
+    pub(crate) fn rest_slack_nanos(&self) -> u64 {
+        self.rest_slack_nanos
     }
 
     /// The policy's counter keys.

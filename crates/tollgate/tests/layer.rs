@@ -93,9 +93,11 @@ async fn limited_responses_carry_exact_fields() {
     }
     let limited = send(&mut service, Request::new(())).await;
     assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    // t: the next unit is back in 600 ms, rounded up (the whole minute
+    // would be back in 60 s); never more than Retry-After.
     assert_eq!(
         header(&limited, "ratelimit").as_deref(),
-        Some("\"api\";r=0;t=60")
+        Some("\"api\";r=0;t=1")
     );
     // The next request fits in 600 ms: Retry-After rounds up to 1, never 0.
     assert_eq!(header(&limited, "retry-after").as_deref(), Some("1"));
@@ -222,9 +224,10 @@ async fn shadow_mode_never_rejects_but_reports() {
         assert_eq!(response.status(), StatusCode::OK);
     }
     let response = send(&mut service, Request::new(())).await;
+    // Two admitted at one instant: the first unit is back in 30 s.
     assert_eq!(
         header(&response, "ratelimit").as_deref(),
-        Some("\"api\";r=0;t=60")
+        Some("\"api\";r=0;t=30")
     );
 }
 

@@ -69,15 +69,18 @@ impl RateAlgorithm for FixedWindow {
         } else {
             until_next_window
         };
+        // The whole count comes back at once, at the window's end.
+        let reset_after = if count_after == 0 {
+            0
+        } else {
+            until_next_window
+        };
         let decision = Decision {
             allowed,
             limit: self.quota.limit(),
             remaining: self.quota.limit().saturating_sub(count_after),
-            reset_after_nanos: if count_after == 0 {
-                0
-            } else {
-                until_next_window
-            },
+            reset_after_nanos: reset_after,
+            replenish_after_nanos: reset_after,
             retry_after_nanos: retry_after,
             wait_nanos: 0,
         };

@@ -1,7 +1,7 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::divisor::Divisor;
-use super::schedule::schedule;
+use super::schedule::{replenish_after, schedule};
 use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
 use std::time::Duration;
@@ -89,6 +89,15 @@ impl Gcra {
             self.per_interval.div_below_limit(spare)
         }
     }
+
+    /// How long until the next unit is back, `remaining` being what is
+    /// left while the state lies `ahead` of now.
+    #[inline]
+    fn replenish_after(&self, ahead: u64, remaining: u64) -> u64 {
+        // remaining < burst keeps (burst − remaining − 1)·T below the
+        // tolerance, 2^61.
+        replenish_after(ahead, remaining, self.quota.burst(), 1, self.interval)
+    }
 }
 
 impl RateAlgorithm for Gcra {
@@ -107,12 +116,14 @@ impl RateAlgorithm for Gcra {
         // Two paths rather than one with selects: the allowed one, which
         // feeds the compare-and-swap, stays short.
         if s.allowed {
+            let remaining = self.remaining(s.ahead_after);
             Evaluation {
                 decision: Decision {
                     allowed: true,
                     limit: self.quota.burst(),
-                    remaining: self.remaining(s.ahead_after),
+                    remaining,
                     reset_after_nanos: s.ahead_after,
+                    replenish_after_nanos: self.replenish_after(s.ahead_after, remaining),
                     retry_after_nanos: 0,
                     // Beyond the tolerance only in delay mode: hold until
                     // conforming.
@@ -121,12 +132,14 @@ impl RateAlgorithm for Gcra {
                 admission: Some(GcraState { tat: s.end }),
             }
         } else {
+            let remaining = self.remaining(s.ahead_before);
             Evaluation {
                 decision: Decision {
                     allowed: false,
                     limit: self.quota.burst(),
-                    remaining: self.remaining(s.ahead_before),
+                    remaining,
                     reset_after_nanos: s.ahead_before,
+                    replenish_after_nanos: self.replenish_after(s.ahead_before, remaining),
                     retry_after_nanos: s.retry().unwrap_or(Decision::NEVER_NANOS),
                     wait_nanos: 0,
                 },

@@ -1,7 +1,7 @@
 //! The leaky bucket, as a shaper.
 
 use super::divisor::Divisor;
-use super::schedule::schedule;
+use super::schedule::{replenish_after, schedule};
 use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
 
@@ -14,6 +14,13 @@ use crate::{Decision, Quota};
 /// until its slot. Requests therefore leave evenly spaced, in arrival order.
 /// A request of cost `c` occupies `c` consecutive slots and is admitted iff its
 /// last slot's wait is under `burst·T`.
+///
+/// [`Decision::remaining`] counts the requests of cost 1 that would be
+/// admitted now (`burst − ⌊wait / T⌋`, where `wait` is what the next one
+/// would wait), so the bucket is whole ([`Decision::reset_after`]) once that
+/// wait is under one interval: up to `T − 1` ns before the last admitted
+/// request leaves. Stores keep a key until it has left
+/// ([`Limiter::rest_slack`](crate::Limiter::rest_slack)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,15 +83,27 @@ impl RateAlgorithm for LeakyBucket {
             self.tolerance,
         );
         let ahead = s.ahead();
+        // The next request's wait would be `ahead`, and requests whose wait
+        // is under burst·T pass: burst − ⌊ahead / T⌋ of them.
+        let remaining = self
+            .quota
+            .burst()
+            .saturating_sub(self.per_interval.div(ahead));
+        // So the bucket counts as whole once the next wait is under one
+        // interval, T − 1 ns before the queue is empty (`next_free`).
+        let whole_after = ahead.saturating_add(1).saturating_sub(self.interval);
         let decision = Decision {
             allowed: s.allowed,
             limit: self.quota.burst(),
-            // ⌈ahead / T⌉ slots are taken; ahead + T < 2^62 by the quota bounds.
-            remaining: self.quota.burst().saturating_sub(
-                self.per_interval
-                    .div(ahead.saturating_add(self.interval - 1)),
+            remaining,
+            reset_after_nanos: whole_after,
+            replenish_after_nanos: replenish_after(
+                whole_after,
+                remaining,
+                self.quota.burst(),
+                1,
+                self.interval,
             ),
-            reset_after_nanos: ahead,
             retry_after_nanos: s.retry().unwrap_or(Decision::NEVER_NANOS),
             wait_nanos: if s.allowed { s.ahead_before } else { 0 },
         };

@@ -101,6 +101,27 @@ pub(crate) fn schedule<T: Ticks>(
     }
 }
 
+/// How long until a limit that gives one unit back every `interval` next
+/// grows, when its state lies `ahead` of now and `remaining` of its
+/// `capacity` units are left: `remaining` counts the whole intervals of
+/// room, so the next unit is back once `ahead` falls to
+/// `(capacity − remaining − 1)·interval`. 0 when the limit is whole.
+#[inline]
+pub(crate) fn replenish_after<T: Ticks + std::ops::Mul<Output = T>>(
+    ahead: T,
+    remaining: T,
+    capacity: T,
+    one: T,
+    interval: T,
+) -> T {
+    if remaining >= capacity {
+        T::default()
+    } else {
+        let still_out = (capacity - remaining - one) * interval;
+        ahead.max(still_out) - still_out
+    }
+}
+
 /// A `u128` time stored back into a `u64` field, saturating.
 pub(crate) fn to_u64(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)

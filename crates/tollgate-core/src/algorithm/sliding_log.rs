@@ -62,14 +62,25 @@ impl SlidingLog {
         now.saturating_sub(at) < self.quota.period_nanos()
     }
 
-    /// The summed cost of the entries that have left the window at `now`.
-    fn expired_cost(&self, state: &SlidingLogState, now: u64) -> u64 {
-        state
-            .entries
-            .iter()
-            .take_while(|e| !self.in_window(e.at, now))
-            .map(|e| u64::from(e.cost))
-            .sum()
+    /// The summed cost of the entries that have left the window at `now`,
+    /// and when the oldest entry still in it was admitted.
+    fn expired_cost(&self, state: &SlidingLogState, now: u64) -> (u64, Option<u64>) {
+        let mut expired = 0;
+        for entry in &state.entries {
+            if self.in_window(entry.at, now) {
+                return (expired, Some(entry.at));
+            }
+            expired += u64::from(entry.cost);
+        }
+        (expired, None)
+    }
+
+    /// How long from `now` until an entry admitted at `at` leaves the window.
+    fn leaves_after(&self, at: u64, now: u64) -> u64 {
+        to_u64(
+            (u128::from(at) + u128::from(self.quota.period_nanos()))
+                .saturating_sub(u128::from(now)),
+        )
     }
 
     /// How long until enough cost leaves the window for `excess` more to fit.
@@ -92,7 +103,8 @@ impl RateAlgorithm for SlidingLog {
 
     #[inline]
     fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u32) -> Evaluation<LogAdmission> {
-        let in_window = state.total - self.expired_cost(state, now);
+        let (expired, oldest) = self.expired_cost(state, now);
+        let in_window = state.total - expired;
         let wanted = in_window + u64::from(cost);
         let allowed = wanted <= self.quota.limit();
         let retry_after = if allowed {
@@ -111,9 +123,10 @@ impl RateAlgorithm for SlidingLog {
                 .filter(|e| self.in_window(e.at, now))
                 .map(|e| e.at)
         };
-        let reset_after = newest.map_or(0, |at| {
-            (u128::from(at) + u128::from(self.quota.period_nanos())).saturating_sub(u128::from(now))
-        });
+        // The oldest entry in the window is the first to give its cost back;
+        // a request admitted into an empty window is its own oldest entry.
+        let oldest = oldest.or(newest);
+        let leaves_after = |at: Option<u64>| at.map_or(0, |at| self.leaves_after(at, now));
         let decision = Decision {
             allowed,
             limit: self.quota.limit(),
@@ -123,7 +136,8 @@ impl RateAlgorithm for SlidingLog {
                 } else {
                     in_window.min(self.quota.limit())
                 },
-            reset_after_nanos: to_u64(reset_after),
+            reset_after_nanos: leaves_after(newest),
+            replenish_after_nanos: leaves_after(oldest),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
         };

@@ -87,6 +87,44 @@ impl SlidingWindow {
         (period + 1).saturating_sub(span) as u64
     }
 
+    /// How long from `now`, at `elapsed` into the window, until the estimate
+    /// is 0 (the limit is whole) if no request arrives: once the current
+    /// window's count, weighted in the next window, has fallen to nothing;
+    /// else once the previous window's has.
+    fn reset_nanos(&self, previous: u64, current: u64, elapsed: u64) -> u128 {
+        let to_window_end = u128::from(self.quota.period_nanos() - elapsed);
+        if current > 0 {
+            to_window_end + u128::from(self.first_elapsed_within(current, 0))
+        } else {
+            u128::from(
+                self.first_elapsed_within(previous, 0)
+                    .saturating_sub(elapsed),
+            )
+        }
+    }
+
+    /// How long from `now`, at `elapsed` into the window, until the estimate
+    /// next falls by one if no request arrives: when the previous window's
+    /// weight, `previous_weight` now, next drops; when it weighs nothing
+    /// already, 1 ns into the next window, where the current count starts
+    /// to lose weight. 0 when the estimate is already 0.
+    fn replenish_nanos(
+        &self,
+        previous: u64,
+        previous_weight: u64,
+        current: u64,
+        elapsed: u64,
+    ) -> u128 {
+        if previous_weight > 0 {
+            u128::from(self.first_elapsed_within(previous, previous_weight - 1) - elapsed)
+        } else if current > 0 {
+            let to_window_end = u128::from(self.quota.period_nanos() - elapsed);
+            to_window_end + u128::from(self.first_elapsed_within(current, current - 1))
+        } else {
+            0
+        }
+    }
+
     /// How long from `now` (at `elapsed` into the window) until a request of
     /// `cost` fits. `cost ≤ limit`.
     fn retry_nanos(&self, s: &SlidingWindowState, elapsed: u64, cost: u64) -> u128 {
@@ -122,19 +160,11 @@ impl RateAlgorithm for SlidingWindow {
         } else {
             0
         };
-        let estimate = s.current.saturating_add(self.weighted(s.previous, elapsed));
+        let previous_weight = self.weighted(s.previous, elapsed);
+        let estimate = s.current.saturating_add(previous_weight);
         let cost = u64::from(cost);
         let allowed = estimate.saturating_add(cost) <= self.quota.limit();
-        let period = u128::from(self.quota.period_nanos());
-        let to_window_end = period - u128::from(elapsed);
         let current_after = if allowed { s.current + cost } else { s.current };
-        let reset = if current_after > 0 {
-            to_window_end + period
-        } else if s.previous > 0 {
-            to_window_end
-        } else {
-            0
-        };
         let retry_after = if allowed {
             0
         } else if cost > self.quota.limit() {
@@ -149,7 +179,13 @@ impl RateAlgorithm for SlidingWindow {
                 .quota
                 .limit()
                 .saturating_sub(estimate.saturating_add(if allowed { cost } else { 0 })),
-            reset_after_nanos: to_u64(reset),
+            reset_after_nanos: to_u64(self.reset_nanos(s.previous, current_after, elapsed)),
+            replenish_after_nanos: to_u64(self.replenish_nanos(
+                s.previous,
+                previous_weight,
+                current_after,
+                elapsed,
+            )),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
         };

@@ -1,7 +1,7 @@
 //! The token bucket.
 
 use super::divisor::Divisor;
-use super::schedule::{schedule, to_u64};
+use super::schedule::{replenish_after, schedule, to_u64};
 use super::{Evaluation, Gcra, GcraState, RateAlgorithm};
 use crate::{Decision, Quota};
 use std::time::Duration;
@@ -190,11 +190,19 @@ impl TokenBucket {
         );
         let missing = s.ahead();
         let to_nanos = |scaled: u128| to_u64(self.per_scale.div_ceil_wide(scaled));
+        let remaining = self.per_unit.div_wide(capacity - missing.min(capacity));
         let decision = Decision {
             allowed: s.allowed,
             limit: self.quota.burst(),
-            remaining: to_u64(self.per_unit.div_wide(capacity - missing.min(capacity))),
+            remaining: to_u64(remaining),
             reset_after_nanos: to_nanos(missing),
+            replenish_after_nanos: to_nanos(replenish_after(
+                missing,
+                remaining,
+                u128::from(self.quota.burst()),
+                1,
+                unit,
+            )),
             retry_after_nanos: s.retry().map_or(Decision::NEVER_NANOS, to_nanos),
             wait_nanos: if s.allowed {
                 to_nanos(s.ahead_after.saturating_sub(capacity))
@@ -252,6 +260,8 @@ impl TokenBucket {
             limit: self.quota.burst(),
             remaining: self.quota.burst() - used_after,
             reset_after_nanos: after_refills(used_after.div_ceil(self.quota.limit())),
+            // Tokens come back only at boundaries, the next one first.
+            replenish_after_nanos: if used_after == 0 { 0 } else { after_refills(1) },
             retry_after_nanos: retry_after,
             wait_nanos: 0,
         };

@@ -284,7 +284,9 @@ impl<C> Inner<C> {
                 (merged, each)
             }
         };
-        slot.rest_at = now.saturating_add(merged.reset_after_nanos);
+        slot.rest_at = now
+            .saturating_add(merged.reset_after_nanos)
+            .saturating_add(policy.rest_slack_nanos());
         Verdict { merged, each }
     }
 }
