@@ -13,9 +13,9 @@ use axum::http::header::AUTHORIZATION;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
-use std::net::SocketAddr;
 use tollgate::{HeaderKey, Key, KeyExtractor, RateLimitLayer, RequestInfo};
 use tollgate_axum::ClientIp;
+use tollgate_examples::serving::{ServeLimits, serve};
 
 /// The signed-in user, as the auth middleware found it.
 #[derive(Clone, Copy, Debug)]
@@ -75,9 +75,7 @@ async fn main() -> std::io::Result<()> {
         .layer(middleware::from_fn(auth));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await
+    // A header-read timeout, an idle timeout and a connection cap: the
+    // server's defence against slow clients, which no rate limiter sees.
+    serve(listener, app, ServeLimits::default()).await
 }

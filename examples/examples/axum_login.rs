@@ -6,9 +6,9 @@
 
 use axum::Router;
 use axum::routing::{get, post};
-use std::net::SocketAddr;
 use tollgate::RateLimitLayer;
 use tollgate_axum::{ClientIp, ProblemJson};
+use tollgate_examples::serving::{ServeLimits, serve};
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
@@ -29,9 +29,7 @@ async fn main() -> std::io::Result<()> {
         .layer(site_limit);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await
+    // A header-read timeout, an idle timeout and a connection cap: the
+    // server's defence against slow clients, which no rate limiter sees.
+    serve(listener, app, ServeLimits::default()).await
 }

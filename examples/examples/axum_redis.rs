@@ -15,10 +15,10 @@
 
 use axum::Router;
 use axum::routing::get;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use tollgate::RateLimitLayer;
 use tollgate_axum::ClientIp;
+use tollgate_examples::serving::{self, ServeLimits};
 use tollgate_redis::RedisStore;
 
 /// The Redis URL: the first argument, `REDIS_URL`, or a local server.
@@ -36,7 +36,10 @@ async fn main() -> ExitCode {
     let store = match RedisStore::connect(url.as_str()).await {
         Ok(store) => store,
         Err(error) => {
-            eprintln!("cannot use Redis at {url}: {error}");
+            eprintln!(
+                "cannot use Redis at {}: {error}",
+                tollgate_redis::redacted(&url)
+            );
             eprintln!("start one with `redis-server`, or pass its URL as the argument");
             return ExitCode::FAILURE;
         }
@@ -50,7 +53,7 @@ async fn main() -> ExitCode {
         .route("/", get(|| async { "hello\n" }))
         .layer(limit);
     let port = std::env::var("PORT").unwrap_or_else(|_| "3000".to_owned());
-    match serve(app, &format!("127.0.0.1:{port}")).await {
+    match listen(app, &format!("127.0.0.1:{port}")).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("cannot serve on port {port}: {error}");
@@ -60,12 +63,10 @@ async fn main() -> ExitCode {
 }
 
 /// Serves `app` on `addr` with the peer address, for the per-IP key.
-async fn serve(app: Router, addr: &str) -> std::io::Result<()> {
+async fn listen(app: Router, addr: &str) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await
+    // A header-read timeout, an idle timeout and a connection cap: the
+    // server's defence against slow clients, which no rate limiter sees.
+    serving::serve(listener, app, ServeLimits::default()).await
 }

@@ -390,8 +390,17 @@ fn the_other_settings_are_accepted() {
 
 #[test]
 fn bad_flags_exit_with_a_usage_error() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["--bogus"], "--bogus"),
+        (&["--store-timeout-ms", "0"], "--store-timeout-ms"),
+        (&["--max-keys", "0"], "at least 1"),
+        (&["--header-timeout-ms", "0"], "--header-timeout-ms"),
+        (&["--idle-timeout-ms", "0"], "--idle-timeout-ms"),
+        (&["--max-connections", "0"], "at least 1"),
+        (
+            &["--store", "redis://127.0.0.1:notaport"],
+            "not a Redis URL",
+        ),
         (&["--algorithm", "nope"], "unknown algorithm"),
         (&["--limit", "api=0/s"], "at least 1"),
         (&["--limit", "api"], "NAME=QUOTA"),
@@ -405,6 +414,109 @@ fn bad_flags_exit_with_a_usage_error() {
         assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn a_redis_password_never_reaches_the_error() {
+    for url in [
+        "redis://:s3cret-pw@127.0.0.1:notaport",
+        "redis://:s3cret-pw@127.0.0.1:1",
+        "rediss://:s3cret-pw@127.0.0.1:1",
+    ] {
+        let (status, stderr) = run_to_exit(&["--store", url]);
+        assert_ne!(status.code(), Some(0), "{url}: {stderr}");
+        assert!(!stderr.contains("s3cret-pw"), "{url}: {stderr}");
+    }
+}
+
+#[test]
+fn a_one_server_url_at_a_cluster_node_is_a_usage_error() {
+    let cluster = tollgate_tests::redis::RedisCluster::start(3);
+    let url = cluster.nodes()[0].url();
+    let (status, stderr) = run_to_exit(&["--store", &url]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("redis+cluster://"), "{stderr}");
+}
+
+/// A connection that has sent `prefix` and nothing more: how long until
+/// the server closes it (a read returns), at most `within`.
+fn closed_after(addr: &str, prefix: &str, within: Duration) -> Option<Duration> {
+    let mut stream = TcpStream::connect(addr).expect("connect to the server");
+    stream.write_all(prefix.as_bytes()).expect("send");
+    stream
+        .set_read_timeout(Some(within))
+        .expect("set a timeout");
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    match stream.read_to_end(&mut reply) {
+        // Closed (with a 408 or nothing), or reset.
+        Ok(_) => Some(started.elapsed()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Some(started.elapsed()),
+        Err(_) => None,
+    }
+}
+
+#[test]
+fn a_slow_request_head_is_cut_off_at_the_header_timeout() {
+    let server = Server::start(&["--header-timeout-ms", "300"]);
+    // A slowloris: half a head, then silence.
+    let closed = closed_after(&server.addr, "GET / HTTP/1.1\r\nHost: x\r\n", STEP);
+    let closed = closed.expect("the server closes the connection");
+    assert!(closed >= Duration::from_millis(250), "{closed:?}");
+    assert!(closed < Duration::from_secs(5), "{closed:?}");
+    // An idle keep-alive connection (no head at all) too.
+    let idle = closed_after(&server.addr, "", STEP).expect("closed");
+    assert!(idle < Duration::from_secs(5), "{idle:?}");
+    // Requests that arrive whole are served.
+    assert_eq!(server.get("/", &[]).status, 200);
+}
+
+#[test]
+fn a_silent_connection_is_closed_at_the_idle_timeout() {
+    // The header timeout is far off: only the idle timeout can close it.
+    let server = Server::start(&["--idle-timeout-ms", "300", "--header-timeout-ms", "60000"]);
+    let mut stream = TcpStream::connect(&server.addr).expect("connect");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
+    stream.set_read_timeout(Some(STEP)).expect("set a timeout");
+    // The response, then silence on a kept-alive connection.
+    let mut buffer = [0u8; 4096];
+    let n = stream.read(&mut buffer).expect("the response");
+    assert!(String::from_utf8_lossy(&buffer[..n]).starts_with("HTTP/1.1 200"));
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let closed = started.elapsed();
+    assert!(closed >= Duration::from_millis(250), "{closed:?}");
+    assert!(closed < Duration::from_secs(5), "{closed:?}");
+}
+
+#[test]
+fn connections_beyond_the_cap_wait_until_one_closes() {
+    let server = Server::start(&["--max-connections", "2"]);
+    let holders: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(&server.addr).expect("connect"))
+        .collect();
+    // Give the server a moment to accept both.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut waiting = TcpStream::connect(&server.addr).expect("the kernel queues it");
+    let text = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    waiting.write_all(text.as_bytes()).expect("send");
+    waiting
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("set a timeout");
+    let mut reply = String::new();
+    let early = waiting.read_to_string(&mut reply);
+    assert!(
+        early.is_err() && reply.is_empty(),
+        "served beyond the cap: {reply:?}"
+    );
+    // One holder leaves: the waiting connection is accepted and answered.
+    drop(holders);
+    waiting.set_read_timeout(Some(STEP)).expect("set a timeout");
+    waiting.read_to_string(&mut reply).expect("answered");
+    assert_eq!(parse_response(&reply).status, 200);
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! Support for the cross-crate integration tests in `tests/`: a stand-in
 //! app behind a layer, and real `redis-server` processes on free loopback
 //! ports, standalone and as a Cluster, stopped when dropped; and an
-//! allocator that counts, for tests of what a path allocates.
+//! allocator that counts, for tests of what a path allocates; and a
+//! capture of `tracing` events, for tests of what reaches the logs.
 
 pub mod alloc;
 pub mod app;
+pub mod logs;
 pub mod redis;

@@ -328,7 +328,7 @@ fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), String> {
 
 /// A port nothing listens on now. Ports are taken from the kernel, so two
 /// tests running at once get different ones.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     // Cluster nodes also listen on port + 10000, which must stay below 65536.
     for _ in 0..1_000 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");

@@ -1,15 +1,13 @@
 //! One connection type for standalone Redis and Redis Cluster.
 
 use crate::RedisStoreError;
+use crate::url::{self, Target};
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::time::Duration;
-
-/// The URL scheme of a cluster: `redis+cluster://host:port,host:port`.
-const CLUSTER_SCHEME: &str = "redis+cluster://";
 
 /// How to connect; see [`RedisStoreBuilder`](crate::RedisStoreBuilder).
 #[derive(Clone, Debug)]
@@ -30,25 +28,25 @@ pub(crate) enum Connection {
 
 impl Connection {
     pub(crate) async fn open(url: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
-        match url.strip_prefix(CLUSTER_SCHEME) {
-            Some(nodes) => Self::open_cluster(nodes, options).await,
-            None => Self::open_single(url, options).await,
+        match url::parse(url)? {
+            Target::Cluster(nodes) => Self::open_cluster(nodes, options).await,
+            Target::Single(url) => Self::open_single(&url, options).await,
         }
     }
 
     async fn open_single(url: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| RedisStoreError::config(format!("{url:?} is not a Redis URL: {e}")))?;
+        let client = redis::Client::open(url).map_err(|e| {
+            RedisStoreError::config(format!("{} is not a Redis URL: {e}", url::redacted(url)))
+        })?;
         // One plain attempt first: the manager retries without end (what
         // reconnection wants), which would make a wrong address hang here
         // instead of failing.
         let probe =
             AsyncConnectionConfig::new().set_connection_timeout(Some(options.connect_timeout));
-        drop(
-            client
-                .get_multiplexed_async_connection_with_config(&probe)
-                .await?,
-        );
+        let mut probe = client
+            .get_multiplexed_async_connection_with_config(&probe)
+            .await?;
+        refuse_cluster_node(&mut probe, url).await?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(options.response_timeout)
@@ -61,17 +59,10 @@ impl Connection {
         Ok(Connection::Single(manager))
     }
 
-    async fn open_cluster(nodes: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
-        let nodes: Vec<String> = nodes
-            .split(',')
-            .filter(|node| !node.trim().is_empty())
-            .map(|node| format!("redis://{}", node.trim()))
-            .collect();
-        if nodes.is_empty() {
-            return Err(RedisStoreError::config(
-                "a cluster URL names at least one node: redis+cluster://host:port,host:port",
-            ));
-        }
+    async fn open_cluster(
+        nodes: Vec<String>,
+        options: &ConnectOptions,
+    ) -> Result<Self, RedisStoreError> {
         let mut builder = ClusterClient::builder(nodes)
             .connection_timeout(options.connect_timeout)
             .max_retry_wait(
@@ -86,6 +77,33 @@ impl Connection {
             .map_err(|e| RedisStoreError::config(format!("invalid cluster nodes: {e}")))?;
         Ok(Connection::Cluster(client.get_async_connection().await?))
     }
+}
+
+/// Fails with a configuration error if the server behind a one-server URL is
+/// a Cluster node: it would answer MOVED for most keys, and every decision
+/// would fail.
+async fn refuse_cluster_node(
+    connection: &mut redis::aio::MultiplexedConnection,
+    url: &str,
+) -> Result<(), RedisStoreError> {
+    // A server that refuses INFO (an ACL without it) is given the benefit
+    // of the doubt: only a positive answer refuses the URL.
+    let info: Option<String> = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(connection)
+        .await
+        .ok();
+    if info.is_some_and(|info| info.lines().any(|line| line.trim() == "cluster_enabled:1")) {
+        let address = url::redacted(url);
+        let address = address
+            .split_once("://")
+            .map_or(address.as_str(), |(_, a)| a);
+        return Err(RedisStoreError::config(format!(
+            "{} is a Redis Cluster node: use redis+cluster://{address} (and other nodes,              comma-separated) so that each key goes to the node that holds it",
+            url::redacted(url),
+        )));
+    }
+    Ok(())
 }
 
 impl ConnectionLike for Connection {

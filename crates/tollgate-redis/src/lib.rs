@@ -96,9 +96,11 @@ mod keys;
 mod quotas;
 mod script;
 mod store;
+mod url;
 
 pub use error::RedisStoreError;
 pub use keys::MAX_KEY_LEN;
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
 pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};
+pub use url::{check_url, redacted};

@@ -171,8 +171,8 @@ impl Store for RedisStore {
     }
 }
 
-/// Settings of a [`RedisStore`].
-#[derive(Debug)]
+/// Settings of a [`RedisStore`]. Its `Debug` output shows the URL
+/// [`redacted`](crate::redacted).
 #[must_use = "call `connect` to get the store"]
 pub struct RedisStoreBuilder {
     url: String,
@@ -180,6 +180,16 @@ pub struct RedisStoreBuilder {
     options: ConnectOptions,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &crate::redacted(&self.url))
+            .field("prefix", &self.prefix)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RedisStoreBuilder {

@@ -1,5 +1,6 @@
 //! [`RateLimitLayer`] and its builder.
 
+use crate::error::ConfigError;
 use crate::headers::HeaderStyle;
 use crate::key::{KeyExtractor, MissingKey, PeerIp, RequestInfo};
 use crate::policy::{NamedLimit, Policy};
@@ -352,7 +353,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// How long a store may take to answer (default 100 ms). A store that
     /// answers later (Redis, any `StoreCheck::Pending`) is timed with
     /// tokio's timer, so it needs a tokio runtime with time enabled, as
-    /// axum and tonic servers have.
+    /// axum and tonic servers have. Zero is refused when the layer is built:
+    /// every answer that is not immediate would be late.
     pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
         self.config.settings.store_timeout = store_timeout;
         self
@@ -441,7 +443,32 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     }
 
     /// The layer.
+    ///
+    /// # Panics
+    ///
+    /// If a setting cannot work (a zero `store_timeout`), with the message
+    /// [`try_build`](Self::try_build) would return: a mistake in the
+    /// program's setup, found when it starts rather than at the first
+    /// request.
     pub fn build(self) -> RateLimitLayer<K, St, R> {
+        self.try_build()
+            .unwrap_or_else(|error| panic!("tollgate: {error}"))
+    }
+
+    /// The layer, or what is wrong with its settings: for settings read
+    /// from configuration, where a mistake should be reported, not panic.
+    pub fn try_build(self) -> Result<RateLimitLayer<K, St, R>, ConfigError> {
+        if self.config.settings.store_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "store_timeout is zero: every store answer that is not immediate would be \
+                 late and get the store-error behaviour; give the store at least a few \
+                 milliseconds (the default is 100 ms)",
+            ));
+        }
+        Ok(self.build_checked())
+    }
+
+    fn build_checked(self) -> RateLimitLayer<K, St, R> {
         let config = self.config;
         let (algorithm, max_delay) = (config.algorithm, config.max_delay);
         let apply = |limits: Vec<NamedLimit>| -> Vec<NamedLimit> {

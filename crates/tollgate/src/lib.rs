@@ -40,6 +40,7 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+mod error;
 mod future;
 pub mod headers;
 mod info;
@@ -56,6 +57,7 @@ pub mod rules;
 mod service;
 pub mod store;
 
+pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use info::RateLimitInfo;

@@ -544,3 +544,34 @@ async fn by_default_a_store_that_does_not_answer_within_100_ms_lets_the_request_
         assert_eq!(started.elapsed(), Duration::from_millis(100));
     }
 }
+
+#[test]
+#[should_panic(expected = "store_timeout is zero")]
+fn a_zero_store_timeout_is_refused_when_the_layer_is_built() {
+    let _ = RateLimitLayer::builder()
+        .store_timeout(Duration::ZERO)
+        .build();
+}
+
+#[test]
+#[should_panic(expected = "max_keys is zero")]
+fn a_memory_store_of_zero_keys_is_refused_when_built() {
+    let _ = MemoryStore::builder().max_keys(0).build();
+}
+
+#[test]
+fn try_build_reports_what_build_would_panic_with() {
+    let error = RateLimitLayer::builder()
+        .store_timeout(Duration::ZERO)
+        .try_build()
+        .unwrap_err();
+    assert!(error.to_string().contains("100 ms"), "{error}");
+    let error = MemoryStore::builder().max_keys(0).try_build().unwrap_err();
+    assert!(error.to_string().contains("at least one key"), "{error}");
+    assert!(
+        RateLimitLayer::builder()
+            .store_timeout(Duration::from_millis(1))
+            .try_build()
+            .is_ok()
+    );
+}

@@ -18,7 +18,10 @@
 //! --on-store-error MODE    open | closed (default open)
 //! --store-timeout-ms N     default 100
 //! --headers STYLE          draft | legacy | both | none (default draft)
-//! --max-keys N             bound for the memory store
+//! --max-keys N             bound for the memory store (at least 1)
+//! --header-timeout-ms N    default 10000: a request's head must arrive within N ms
+//! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
+//! --max-connections N      default 10000: connections beyond N wait to be accepted
 //! ```
 //!
 //! Details a script may need:
@@ -40,9 +43,16 @@
 //!   until its slot, so one client sending one request at a time sees delays
 //!   rather than 429s; concurrent requests beyond the queue get 429.
 //! - `--max-keys` applies to the memory store only; Redis expires its keys.
-//! - Bad flags or values: a message and exit code 2. A store or address that
-//!   cannot be used at startup (Redis down, port taken): a message and exit
-//!   code 1.
+//! - `--header-timeout-ms`, `--idle-timeout-ms` and `--max-connections`
+//!   belong to the server, not to the rate limiter: a client that never
+//!   finishes its request head (slowloris) is never counted by a limiter,
+//!   so only the server can close it (see `tollgate_examples::serving`).
+//!   The header timeout also bounds how long a keep-alive connection may
+//!   wait between requests.
+//! - Bad flags or values (a zero timeout or bound, a malformed Redis URL, a
+//!   one-server URL that reaches a Cluster node): a message and exit code 2.
+//!   A store or address that cannot be used at startup (Redis down, port
+//!   taken): a message and exit code 1.
 
 use axum::Router;
 use axum::http::HeaderName;
@@ -60,6 +70,7 @@ use tollgate::{
     RateLimitLayer,
 };
 use tollgate_axum::ClientIp;
+use tollgate_examples::serving::{ServeLimits, serve};
 use tollgate_redis::RedisStore;
 
 /// The command line (see the module docs for the contract).
@@ -90,24 +101,48 @@ struct Args {
     trust_proxy: Vec<IpNet>,
 
     /// memory | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...].
-    #[arg(long, value_name = "URL", default_value = "memory", value_parser = parse_store)]
-    store: StoreUrl,
+    /// Read after the other flags (see `store_url`): clap would echo a
+    /// rejected value whole, password included.
+    #[arg(long, value_name = "URL", default_value = "memory")]
+    store: String,
 
     /// What requests get when the store fails or is slow.
     #[arg(long, value_name = "MODE", value_enum, default_value_t = FailMode::Open)]
     on_store_error: FailMode,
 
-    /// How long a store may take to answer, in milliseconds.
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    /// How long a store may take to answer, in milliseconds (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     store_timeout_ms: u64,
 
     /// Which rate-limit fields responses carry.
     #[arg(long, value_name = "STYLE", value_enum, default_value_t = Headers::Draft)]
     headers: Headers,
 
-    /// The most keys the memory store keeps.
-    #[arg(long, value_name = "N")]
+    /// The most keys the memory store keeps (at least 1).
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     max_keys: Option<usize>,
+
+    /// How long a client may take to send a request's head, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_ms: u64,
+
+    /// How long a connection may move no byte before it is closed, in
+    /// milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_ms: u64,
+
+    /// The most connections open at once; more wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = at_least_one)]
+    max_connections: usize,
+}
+
+/// Parses a count of at least one.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{text:?} is not a count: {e}")),
+    }
 }
 
 /// How requests map to keys.
@@ -192,11 +227,27 @@ fn parse_store(text: &str) -> Result<StoreUrl, String> {
     }
     // rediss:// (TLS) is left out: the redis client is built without TLS.
     if text.starts_with("redis://") || text.starts_with("redis+cluster://") {
+        // Malformed URLs are refused here, with the password hidden.
+        tollgate_redis::check_url(text).map_err(|e| e.to_string())?;
         return Ok(StoreUrl::Redis(text.to_owned()));
     }
     Err(format!(
-        "expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT[,...], not {text:?}"
+        "expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT[,...], not {:?}",
+        tollgate_redis::redacted(text)
     ))
+}
+
+/// `--store` as a [`StoreUrl`], or a usage error (code 2) whose message
+/// shows the URL without its password.
+fn store_url(text: &str) -> StoreUrl {
+    parse_store(text).unwrap_or_else(|message| {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for '--store <URL>': {message}"),
+            )
+            .exit()
+    })
 }
 
 /// Exits with a usage error (code 2) if two limits share a name: they would
@@ -227,8 +278,16 @@ fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
     }
 }
 
-/// The store `--store` and `--max-keys` ask for; fails if Redis is absent.
-async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, String> {
+/// Why the server could not start: a usage error (exit 2) or a failure of
+/// the environment (exit 1), with its message.
+enum Failure {
+    Usage(String),
+    Startup(String),
+}
+
+/// The store `--store` and `--max-keys` ask for; fails if Redis is absent
+/// (or is not what the URL says).
+async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, Failure> {
     match url {
         StoreUrl::Memory => {
             let builder = MemoryStore::builder();
@@ -241,7 +300,17 @@ async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, Stri
         StoreUrl::Redis(url) => RedisStore::connect(url.as_str())
             .await
             .map(BoxStore::new)
-            .map_err(|e| format!("cannot use the Redis store at {url}: {e}")),
+            .map_err(|e| {
+                let message = format!(
+                    "cannot use the Redis store at {}: {e}",
+                    tollgate_redis::redacted(url)
+                );
+                if e.is_config() {
+                    Failure::Usage(message)
+                } else {
+                    Failure::Startup(message)
+                }
+            }),
     }
 }
 
@@ -256,7 +325,7 @@ fn header_style(headers: Headers) -> HeaderStyle {
 }
 
 /// The app: `ok` on every route, behind the layer the flags describe.
-async fn app(args: &Args) -> Result<Router, String> {
+async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     let on_store_error = match args.on_store_error {
         FailMode::Open => OnStoreError::Open,
         FailMode::Closed => OnStoreError::Closed,
@@ -268,44 +337,53 @@ async fn app(args: &Args) -> Result<Router, String> {
         .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
         .algorithm(args.algorithm)
         .key(key_extractor(&args.key, &args.trust_proxy))
-        .store(store(&args.store, args.max_keys).await?)
+        .store(store(store_url, args.max_keys).await?)
         .on_store_error(on_store_error)
         .store_timeout(Duration::from_millis(args.store_timeout_ms))
         .headers(header_style(args.headers))
-        .build();
+        .try_build()
+        .map_err(|e| Failure::Usage(e.to_string()))?;
     // A fallback, not a route, so that every path is answered and limited.
     Ok(Router::new().fallback(|| async { "ok" }).layer(layer))
 }
 
 /// Binds, announces the address, and serves until killed.
-async fn run(args: Args) -> Result<(), String> {
-    let app = app(&args).await?;
+async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
+    let app = app(&args, &store_url).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        .map_err(|e| Failure::Startup(format!("cannot listen on {}: {e}", args.listen)))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        .map_err(|e| Failure::Startup(format!("cannot read the bound address: {e}")))?;
     // Bound before printed: a client that reads this line can connect.
     println!("listening on http://{addr}");
     // Scripts read this through a pipe; make sure it is not held back.
     let _ = std::io::stdout().flush();
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await
-    .map_err(|e| format!("serving failed: {e}"))
+    let limits = ServeLimits {
+        header_timeout: Duration::from_millis(args.header_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        max_connections: args.max_connections,
+    };
+    serve(listener, app, limits)
+        .await
+        .map_err(|e| Failure::Startup(format!("serving failed: {e}")))
 }
 
-/// Parses the flags, then runs; startup failures exit with code 1.
+/// Parses the flags, then runs; usage errors found at startup exit with
+/// code 2, other startup failures with code 1.
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     reject_duplicate_names(&args.limits);
-    match run(args).await {
+    let store_url = store_url(&args.store);
+    match run(args, store_url).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err(Failure::Usage(message)) => {
+            eprintln!("server: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Startup(message)) => {
             eprintln!("server: {message}");
             ExitCode::FAILURE
         }

@@ -99,7 +99,10 @@ async fn connect(url: &str, prefix: String) -> Result<RedisStore, DemoError> {
         .prefix(prefix)
         .connect()
         .await
-        .map_err(DemoError::context(&format!("cannot use Redis at {url}")))
+        .map_err(DemoError::context(&format!(
+            "cannot use Redis at {}",
+            tollgate_redis::redacted(url)
+        )))
 }
 
 /// Runs the trace through every algorithm three ways at once: one instance

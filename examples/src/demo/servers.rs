@@ -2,6 +2,7 @@
 //! each limiting every algorithm separately.
 
 use super::DemoError;
+use crate::serving::{ServeLimits, serve};
 use axum::Router;
 use axum::routing::get;
 use std::net::SocketAddr;
@@ -78,7 +79,7 @@ pub async fn start_http<St: Store>(quota: Quota, store: St) -> Result<Running, D
         .layer(limits.build());
     let (listener, addr) = bind().await?;
     let task = tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
+        if let Err(error) = serve(listener, app, ServeLimits::default()).await {
             eprintln!("the HTTP server on {addr} stopped: {error}");
         }
     });

@@ -149,7 +149,8 @@ pub struct MemoryStoreBuilder<C = MonotonicClock> {
 }
 
 impl<C: Clock> MemoryStoreBuilder<C> {
-    /// The most keys the store holds (at least one per shard).
+    /// The most keys the store holds, rounded up to a multiple of the number
+    /// of shards. Zero is refused when the store is built.
     pub fn max_keys(self, max_keys: usize) -> Self {
         MemoryStoreBuilder { max_keys, ..self }
     }
@@ -173,7 +174,36 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 
     /// The store.
+    ///
+    /// # Panics
+    ///
+    /// If `max_keys` is zero, with the message
+    /// [`try_build`](Self::try_build) would return.
     pub fn build(self) -> MemoryStore<C> {
+        self.try_build()
+            .unwrap_or_else(|error| panic!("tollgate: {error}"))
+    }
+
+    /// The store, or what is wrong with its settings: for settings read
+    /// from configuration.
+    ///
+    /// ```
+    /// use tollgate::MemoryStore;
+    ///
+    /// assert!(MemoryStore::builder().max_keys(0).try_build().is_err());
+    /// assert_eq!(MemoryStore::builder().max_keys(5).shards(4).try_build().unwrap().capacity(), 8);
+    /// ```
+    pub fn try_build(self) -> Result<MemoryStore<C>, crate::ConfigError> {
+        if self.max_keys == 0 {
+            return Err(crate::ConfigError::new(
+                "max_keys is zero: a memory store must hold at least one key; the default \
+                 is 1,000,000 (about 36 bytes each for one GCRA limit)",
+            ));
+        }
+        Ok(self.build_checked())
+    }
+
+    fn build_checked(self) -> MemoryStore<C> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = self
             .shards

@@ -1,0 +1,38 @@
+//! [`ConfigError`]: a layer or store set up in a way that cannot work.
+
+use std::fmt;
+
+/// A setting that cannot work, found when a layer or store is built (not
+/// at the first request): its message names the setting and what to use
+/// instead.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::RateLimitLayer;
+///
+/// let error = RateLimitLayer::builder()
+///     .store_timeout(Duration::ZERO)
+///     .try_build()
+///     .unwrap_err();
+/// assert!(error.to_string().contains("store_timeout"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        ConfigError {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
