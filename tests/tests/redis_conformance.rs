@@ -1,13 +1,14 @@
 //! RedisStore decides as tollgate-core does: the same arrival trace through
 //! the core on a manual clock and through the scripts (given the same times)
-//! yields the same decisions, field by field, for every algorithm, for
+//! yields the same decisions, field by field, for every algorithm (the
+//! sliding log at its entry bound too), for
 //! several limits charged together, on one server and on a 3-master Cluster.
 
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
 use tollgate_core::{
-    Algorithm, Decision, Limiter, ManualClock, Quota, Refill, TokenBucket, check_all,
+    Algorithm, Decision, Limiter, ManualClock, Quota, Refill, SlidingLog, TokenBucket, check_all,
 };
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
@@ -38,6 +39,11 @@ fn policies() -> Vec<Vec<NamedLimit>> {
     let interval = TokenBucket::new(quota).with_refill(Refill::Interval);
     policies.push(vec![
         NamedLimit::new("api", quota).limiter(Limiter::TokenBucket(interval)),
+    ]);
+    // A sliding log at a small bound: its oldest entries are merged.
+    let bounded = SlidingLog::new(quota).with_max_entries(3);
+    policies.push(vec![
+        NamedLimit::new("api", quota).limiter(Limiter::SlidingLog(bounded)),
     ]);
     let delayed = Limiter::new(Algorithm::Gcra, quota).with_max_delay(Duration::from_millis(300));
     policies.push(vec![NamedLimit::new("api", quota).limiter(delayed)]);
@@ -138,6 +144,9 @@ fn limits_label(limits: &[NamedLimit]) -> String {
             let style = match limiter {
                 Limiter::TokenBucket(t) if t.refill() == Refill::Interval => "-interval",
                 Limiter::Gcra(g) if !g.max_delay().is_zero() => "-delay",
+                Limiter::SlidingLog(l) if l.max_entries() < SlidingLog::DEFAULT_MAX_ENTRIES => {
+                    "-bounded"
+                }
                 _ => "",
             };
             format!("{}-{}{}", l.name(), limiter.algorithm(), style)

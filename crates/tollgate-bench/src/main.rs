@@ -40,7 +40,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios, comma-separated: core, memory, contention,
-    /// layer, http, redis.
+    /// layer, http, redis, redis-scripts.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the Markdown table, with the machine, to this file.
@@ -105,6 +105,13 @@ fn main() {
                     Vec::new()
                 }
                 None => scenario::redis::run(settings),
+            },
+            "redis-scripts" => match scenario::redis::missing_tools() {
+                Some(why) => {
+                    eprintln!("{why}");
+                    Vec::new()
+                }
+                None => scenario::redis_scripts::run(settings),
             },
             _ => unreachable!("names were checked against scenario::ALL"),
         };

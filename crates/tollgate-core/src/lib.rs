@@ -28,7 +28,7 @@
 //! | [`TokenBucket`] | 24 bytes | up to `burst`, refill continuous or per interval | exact | one key, one string (the GCRA time, or tokens and time for interval refill) |
 //! | [`LeakyBucket`] | 8 bytes | none leave faster than the rate; up to `burst` wait | exact | one key, one value |
 //! | [`FixedWindow`] | 16 bytes | up to `2 × limit` across a window boundary | exact per aligned window | one key, one string (window and count) |
-//! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`) | never over `limit` in any period | exact | one list of up to `limit` entries |
+//! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`, at most 4,096 entries by default) | never over `limit` in any period | exact (below its entry bound) | one sorted set of up to `limit` entries (same bound) |
 //! | [`SlidingWindow`] | 24 bytes | approximates the log; ≤ `limit` per aligned window | estimate, assumes even spread | one key, one string (window and two counts) |
 //!
 //! - **GCRA** is the default: the smallest state, smooth admission, a

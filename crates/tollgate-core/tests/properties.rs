@@ -252,6 +252,38 @@ proptest! {
     }
 
     #[test]
+    fn a_bounded_sliding_log_stays_within_its_bound_and_never_over_the_limit(
+        quota in small_quota(),
+        (start, trace) in arrivals(),
+        max_entries in 2usize..6,
+    ) {
+        use tollgate_core::SlidingLog;
+        let log = SlidingLog::new(quota).with_max_entries(max_entries);
+        let limiter = Limiter::SlidingLog(log);
+        let seen = run(&limiter, quota, start, &trace);
+        // Never more than the limit in any period (what the exact log
+        // promises), though it may refuse more.
+        for (j, s) in admitted(&seen).enumerate() {
+            let in_period: u64 = admitted(&seen)
+                .take(j + 1)
+                .filter(|p| s.at - p.at < quota.period_nanos())
+                .map(|p| p.cost)
+                .sum();
+            prop_assert!(in_period <= quota.limit());
+        }
+        // The state itself stays within the bound.
+        let mut state = limiter.new_state();
+        let mut now = start;
+        for &(gap_permille, cost) in &trace {
+            now += quota.period_nanos() * u64::from(gap_permille) / 1000;
+            limiter.check(&mut state, now, cost);
+            if let State::SlidingLog(log) = &state {
+                prop_assert!(log.len() <= max_entries);
+            }
+        }
+    }
+
+    #[test]
     fn sliding_window_matches_its_estimate_and_caps_each_window(quota in small_quota(), (start, trace) in arrivals()) {
         let seen = run(&Limiter::new(Algorithm::SlidingWindow, quota), quota, start, &trace);
         let period = quota.period_nanos();

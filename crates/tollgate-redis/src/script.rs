@@ -129,7 +129,15 @@ impl LimitArgs {
                 [interval, (burst + 1) * interval - 1, burst, 0],
             ),
             Limiter::FixedWindow(_) => (Code::FixedWindow, [quota.limit(), period, 0, 0]),
-            Limiter::SlidingLog(_) => (Code::SlidingLog, [quota.limit(), period, 0, 0]),
+            Limiter::SlidingLog(log) => (
+                Code::SlidingLog,
+                [
+                    quota.limit(),
+                    period,
+                    u64::try_from(log.max_entries()).unwrap_or(u64::MAX),
+                    0,
+                ],
+            ),
             Limiter::SlidingWindow(_) => (Code::SlidingWindow, [quota.limit(), period, 0, 0]),
         };
         // The two token-bucket styles keep different states: different keys.

@@ -8,7 +8,16 @@ pub mod http;
 pub mod layer;
 pub mod memory;
 pub mod redis;
+pub mod redis_scripts;
 
 /// Every scenario's name, in the order they run (cheap and short first, so
 /// that a broken build fails fast).
-pub const ALL: [&str; 6] = ["core", "memory", "contention", "layer", "http", "redis"];
+pub const ALL: [&str; 7] = [
+    "core",
+    "memory",
+    "contention",
+    "layer",
+    "http",
+    "redis",
+    "redis-scripts",
+];

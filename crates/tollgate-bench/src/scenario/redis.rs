@@ -101,7 +101,7 @@ async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
 }
 
 /// Decisions per second of `TASKS` tasks over one store for `seconds`.
-async fn ours(store: &RedisStore, policy: &Arc<Policy>, seconds: f64) -> f64 {
+pub(crate) async fn ours(store: &RedisStore, policy: &Arc<Policy>, seconds: f64) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();

@@ -12,9 +12,30 @@ use std::collections::VecDeque;
 /// request still inside the period, so up to `limit` entries per key. Use it
 /// for small limits that must never be exceeded ("500 per hour" on a login
 /// form), and a counter algorithm for large ones. `burst` is ignored.
+///
+/// A key's log holds at most [`max_entries`](Self::max_entries) entries
+/// (default [`SlidingLog::DEFAULT_MAX_ENTRIES`]), so a large limit cannot make
+/// one key's state grow without bound. Beyond it, the oldest entry is merged
+/// into the next one: its cost is counted as if admitted at the later time.
+/// That only ever keeps cost in the window longer, so the log never admits
+/// more than the exact log would; it may refuse some requests the exact log
+/// would admit, only while a key holds more entries than the bound (limits
+/// above it, with requests spread over distinct instants).
+///
+/// ```
+/// use tollgate_core::{Quota, RateAlgorithm, SlidingLog};
+///
+/// let log = SlidingLog::new(Quota::per_second(1_000)).with_max_entries(4);
+/// let mut state = Default::default();
+/// for i in 0..10 {
+///     assert!(log.check(&mut state, i, 1).allowed);
+/// }
+/// assert_eq!(state.len(), 4);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingLog {
     quota: Quota,
+    max_entries: usize,
 }
 
 /// A key's sliding-log state: the admitted requests, oldest first.
@@ -29,6 +50,22 @@ pub struct SlidingLogState {
 struct Entry {
     at: u64,
     cost: u32,
+}
+
+/// Merges the oldest entry into the next one, at the next one's time (its
+/// cost then stays in the window longer: never an over-admission). Costs
+/// that would overflow `u32` stay apart; the log is then one over its bound
+/// until they leave.
+fn merge_oldest(state: &mut SlidingLogState) {
+    let (Some(&oldest), Some(next)) = (state.entries.front(), state.entries.get(1)) else {
+        return;
+    };
+    if let Some(cost) = next.cost.checked_add(oldest.cost) {
+        state.entries.pop_front();
+        if let Some(next) = state.entries.front_mut() {
+            next.cost = cost;
+        }
+    }
 }
 
 impl SlidingLogState {
@@ -52,9 +89,31 @@ pub struct LogAdmission {
 }
 
 impl SlidingLog {
+    /// How many entries a key's log holds at most, unless set otherwise:
+    /// 64 KiB per key in memory.
+    pub const DEFAULT_MAX_ENTRIES: usize = 4_096;
+
     /// A sliding log for `quota`.
     pub fn new(quota: Quota) -> Self {
-        SlidingLog { quota }
+        SlidingLog {
+            quota,
+            max_entries: Self::DEFAULT_MAX_ENTRIES,
+        }
+    }
+
+    /// The same log holding at most `max_entries` entries per key (at least
+    /// 2; smaller values are raised to 2). See the type's docs for what
+    /// happens at the bound.
+    pub fn with_max_entries(self, max_entries: usize) -> Self {
+        SlidingLog {
+            max_entries: max_entries.max(2),
+            ..self
+        }
+    }
+
+    /// How many entries a key's log holds at most.
+    pub fn max_entries(&self) -> usize {
+        self.max_entries
     }
 
     /// Whether an entry admitted at `at` still counts at `now`.
@@ -63,16 +122,47 @@ impl SlidingLog {
     }
 
     /// The summed cost of the entries that have left the window at `now`,
-    /// and when the oldest entry still in it was admitted.
-    fn expired_cost(&self, state: &SlidingLogState, now: u64) -> (u64, Option<u64>) {
-        let mut expired = 0;
-        for entry in &state.entries {
+    /// and how many they are (the index of the oldest entry still in it).
+    fn expired(&self, state: &SlidingLogState, now: u64) -> (u64, usize) {
+        let mut cost = 0;
+        for (i, entry) in state.entries.iter().enumerate() {
             if self.in_window(entry.at, now) {
-                return (expired, Some(entry.at));
+                return (cost, i);
             }
-            expired += u64::from(entry.cost);
+            cost += u64::from(entry.cost);
         }
-        (expired, None)
+        (cost, state.entries.len())
+    }
+
+    /// When the oldest entry in the window was admitted, once an admission
+    /// of `cost` at `now` (if `admitted`) is committed: the first in-window
+    /// entry (at index `first`), or the next one if the commit merges the
+    /// first into it at the bound; the admission itself in an empty window.
+    fn oldest_after(
+        &self,
+        state: &SlidingLogState,
+        first: usize,
+        now: u64,
+        cost: u32,
+        admitted: bool,
+    ) -> Option<u64> {
+        let entries = &state.entries;
+        let Some(oldest) = entries.get(first) else {
+            return (admitted && cost > 0).then_some(now);
+        };
+        let joins_last = entries
+            .back()
+            .is_some_and(|last| last.at == now && last.cost.checked_add(cost).is_some());
+        let appended = admitted && cost > 0 && !joins_last;
+        let count = entries.len() - first + usize::from(appended);
+        match entries.get(first + 1) {
+            Some(next)
+                if count > self.max_entries && next.cost.checked_add(oldest.cost).is_some() =>
+            {
+                Some(next.at)
+            }
+            _ => Some(oldest.at),
+        }
     }
 
     /// How long from `now` until an entry admitted at `at` leaves the window.
@@ -103,7 +193,7 @@ impl RateAlgorithm for SlidingLog {
 
     #[inline]
     fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u32) -> Evaluation<LogAdmission> {
-        let (expired, oldest) = self.expired_cost(state, now);
+        let (expired, first) = self.expired(state, now);
         let in_window = state.total - expired;
         let wanted = in_window + u64::from(cost);
         let allowed = wanted <= self.quota.limit();
@@ -123,9 +213,8 @@ impl RateAlgorithm for SlidingLog {
                 .filter(|e| self.in_window(e.at, now))
                 .map(|e| e.at)
         };
-        // The oldest entry in the window is the first to give its cost back;
-        // a request admitted into an empty window is its own oldest entry.
-        let oldest = oldest.or(newest);
+        // The oldest entry in the window is the first to give its cost back.
+        let oldest = self.oldest_after(state, first, now, cost, allowed);
         let leaves_after = |at: Option<u64>| at.map_or(0, |at| self.leaves_after(at, now));
         let decision = Decision {
             allowed,
@@ -175,6 +264,9 @@ impl RateAlgorithm for SlidingLog {
                 at: admission.at,
                 cost: admission.cost,
             }),
+        }
+        if state.entries.len() > self.max_entries {
+            merge_oldest(state);
         }
     }
 }
