@@ -202,3 +202,43 @@ async fn the_clients_response_timeout_fails_a_call_on_its_own() {
     assert!(took < Duration::from_millis(500), "took {took:?}");
     stall.join().unwrap();
 }
+
+/// Requests answered by the fail-closed behaviour during a stall: once the
+/// server wakes and runs their queued scripts, none of them charges, so the
+/// key's whole budget is still there. (Before deadlines, every one of them
+/// took a unit: the budget was gone.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_made_after_the_layer_gave_up_charges_nothing() {
+    let server = RedisServer::start();
+    let app = app(store(&server).await, "10/min", OnStoreError::Closed);
+    // The connection and the script are warm; the budget is untouched.
+    assert_eq!(send(&app, "warm-up").await.0, StatusCode::OK);
+    let port = server.port();
+    let stall = std::thread::spawn(move || {
+        tollgate_tests::redis::command(port, &["DEBUG", "SLEEP", "0.8"])
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stalled: Vec<_> = (0..30)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { send(&app, "victim").await })
+        })
+        .collect();
+    for task in stalled {
+        let (status, took) = task.await.unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "fails closed");
+        assert!(took <= TIMEOUT + SLACK, "a request took {took:?}");
+    }
+    assert!(stall.join().unwrap().starts_with("+OK"));
+    // The server has run the 30 queued scripts by the time it answers this.
+    let mut statuses = Vec::new();
+    for _ in 0..11 {
+        statuses.push(send(&app, "victim").await.0);
+    }
+    let expected = [
+        vec![StatusCode::OK; 10],
+        vec![StatusCode::TOO_MANY_REQUESTS],
+    ]
+    .concat();
+    assert_eq!(statuses, expected, "the whole budget is left");
+}

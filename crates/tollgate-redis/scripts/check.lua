@@ -5,10 +5,14 @@
 -- ARGV[1]: the request's cost.
 -- ARGV[2]: "" to read the time from the server (always, in production); a
 --          number of microseconds only where tests set the clock.
--- ARGV[3 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
+-- ARGV[3]: the deadline, in the server's µs: a call that runs later charges
+--          nothing (its caller has stopped waiting); "" for none.
+-- ARGV[4 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
 --
 -- Returns seven integers per limit: allowed, limit, remaining, reset_after,
--- retry_after, wait, replenish_after (times in µs; retry_after −1 = never).
+-- retry_after, wait, replenish_after (times in µs; retry_after −1 = never),
+-- then the time the script ran at. A call past its deadline returns that
+-- time alone, having read and written nothing.
 
 local cost = tonumber(ARGV[1])
 local now
@@ -18,11 +22,14 @@ else
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
+if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then
+  return { now }
+end
 
 local limits = {}
 local all_allowed = true
 for i = 1, #KEYS do
-  local base = 3 + 5 * (i - 1)
+  local base = 4 + 5 * (i - 1)
   local algorithm = ALGORITHMS[ARGV[base]]
   if not algorithm then
     return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[base]))
@@ -56,4 +63,5 @@ for _, limit in ipairs(limits) do
     out[#out + 1] = field
   end
 end
+out[#out + 1] = now
 return out

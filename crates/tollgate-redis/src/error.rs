@@ -14,6 +14,7 @@ enum Kind {
     Config(String),
     Redis(redis::RedisError),
     UnexpectedReply(String),
+    Late,
 }
 
 impl RedisStoreError {
@@ -27,6 +28,17 @@ impl RedisStoreError {
         RedisStoreError {
             kind: Kind::UnexpectedReply(message.into()),
         }
+    }
+
+    pub(crate) fn late() -> Self {
+        RedisStoreError { kind: Kind::Late }
+    }
+
+    /// Whether the decision reached the server after its caller had stopped
+    /// waiting (the layer's `store_timeout`): the script then charged
+    /// nothing, since the request was already answered.
+    pub fn is_late(&self) -> bool {
+        matches!(self.kind, Kind::Late)
     }
 
     /// The error of the Redis client, if that is what failed.
@@ -60,6 +72,11 @@ impl fmt::Display for RedisStoreError {
                 f,
                 "Redis call failed: {error} (is the server up and reachable? the layer \
                  applies its store-failure behaviour meanwhile)"
+            ),
+            Kind::Late => f.write_str(
+                "the decision reached Redis after the layer stopped waiting for it \
+                 (store_timeout), so nothing was charged (is the server overloaded or \
+                 stalled?)",
             ),
             Kind::UnexpectedReply(message) => write!(
                 f,

@@ -86,6 +86,16 @@
 //! reconnects in the background with a pause of at most
 //! [`reconnect_max_delay`](RedisStoreBuilder::reconnect_max_delay), so
 //! limiting resumes soon after Redis is back, without a restart.
+//!
+//! A late answer never charges. A call that waits in a stalled server's
+//! queue still runs when the server wakes, after the layer has answered its
+//! request (fail open, fail closed); so each call carries a deadline, the
+//! layer's `store_timeout` in the server's own time, and the script charges
+//! nothing past it (the reply then is [`RedisStoreError::is_late`]). The
+//! server's clock is estimated from the time each reply carries, never
+//! later than it is, so a deadline can come early (by about the fastest
+//! round trip) but never late. On a Cluster, nodes whose clocks disagree by
+//! `δ` can charge an answer up to `δ` late: keep them on NTP.
 
 #![warn(missing_docs)]
 
@@ -100,6 +110,7 @@ mod keys;
 #[cfg(feature = "quotas")]
 mod quotas;
 mod script;
+mod server_clock;
 mod store;
 mod url;
 

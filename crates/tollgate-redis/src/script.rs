@@ -213,10 +213,18 @@ impl PreparedPolicy {
     }
 
     /// The `EVALSHA` that decides one request of `cost` for `key`:
-    /// `EVALSHA sha numkeys keys… cost now params…`, written straight into
-    /// the command's buffer. `now` is the time in µs, or `None` for the
-    /// script to read the server's clock.
-    pub(crate) fn command(&self, prefix: &str, key: &Key, cost: u32, now: Option<u64>) -> Cmd {
+    /// `EVALSHA sha numkeys keys… cost now deadline params…`, written
+    /// straight into the command's buffer. `now` is the time in µs, or
+    /// `None` for the script to read the server's clock; `deadline`, in the
+    /// server's µs, the moment after which the script charges nothing.
+    pub(crate) fn command(
+        &self,
+        prefix: &str,
+        key: &Key,
+        cost: u32,
+        now: Option<u64>,
+        deadline: Option<u64>,
+    ) -> Cmd {
         let count = self.key_suffixes.len();
         let mut command = Cmd::with_capacity(5 + count + self.args.len(), 256);
         command
@@ -227,32 +235,52 @@ impl PreparedPolicy {
             command.arg(name);
         });
         command.arg(cost);
-        match now {
-            Some(micros) => command.arg(micros),
-            None => command.arg(""),
-        };
+        for micros in [now, deadline] {
+            match micros {
+                Some(micros) => command.arg(micros),
+                None => command.arg(""),
+            };
+        }
         for arg in &self.args {
             command.arg(arg.as_slice());
         }
         command
     }
 
-    /// Reads the script's reply: seven integers per limit.
-    pub(crate) fn verdict(&self, reply: &[i64]) -> Result<Verdict, RedisStoreError> {
-        if reply.len() != self.key_suffixes.len() * FIELDS {
-            return Err(RedisStoreError::unexpected_reply(format!(
+    /// Reads the script's reply: seven integers per limit, then the
+    /// server's time in µs (returned too, for the deadlines of later calls,
+    /// when the reply is a late call's: that time alone).
+    pub(crate) fn verdict(&self, reply: &[i64]) -> (Option<u64>, Result<Verdict, RedisStoreError>) {
+        let Some((&server_now, fields)) = reply.split_last() else {
+            return (
+                None,
+                Err(RedisStoreError::unexpected_reply("an empty reply")),
+            );
+        };
+        let server_now = u64::try_from(server_now).ok();
+        if fields.is_empty() {
+            return (server_now, Err(RedisStoreError::late()));
+        }
+        if fields.len() != self.key_suffixes.len() * FIELDS {
+            let message = format!(
                 "{} integers for {} limits",
                 reply.len(),
                 self.key_suffixes.len()
-            )));
+            );
+            return (server_now, Err(RedisStoreError::unexpected_reply(message)));
         }
-        let each: SmallVec<[Decision; 2]> = reply.chunks_exact(FIELDS).map(decision).collect();
+        (server_now, Ok(self.decisions(fields)))
+    }
+
+    /// The verdict of `fields`, seven per limit.
+    fn decisions(&self, fields: &[i64]) -> Verdict {
+        let each: SmallVec<[Decision; 2]> = fields.chunks_exact(FIELDS).map(decision).collect();
         let merged = each
             .iter()
             .copied()
             .reduce(Decision::merge)
             .unwrap_or_default();
-        Ok(Verdict { merged, each })
+        Verdict { merged, each }
     }
 }
 

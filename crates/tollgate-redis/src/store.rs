@@ -3,6 +3,7 @@
 use crate::RedisStoreError;
 use crate::connection::{ConnectOptions, Connection};
 use crate::script::PreparedPolicy;
+use crate::server_clock::ServerClock;
 use redis::{ErrorKind, ServerErrorKind};
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,6 +38,8 @@ pub struct RedisStore {
 struct Shared {
     connection: Connection,
     prefix: String,
+    /// The server's clock, for deadlines in its own time.
+    server_clock: ServerClock,
     /// Each policy's script and arguments, prepared on its first request.
     prepared: PreparedCache,
     #[cfg(feature = "test-clock")]
@@ -106,7 +109,7 @@ impl RedisStore {
     /// clock.
     pub fn script_command(&self, policy: &Policy, key: &Key, cost: u32) -> Vec<String> {
         self.prepared(policy)
-            .command(&self.shared.prefix, key, cost, None)
+            .command(&self.shared.prefix, key, cost, None, None)
             .args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
@@ -141,6 +144,34 @@ impl Store for RedisStore {
         key: &Key,
         cost: u32,
     ) -> StoreCheck<Self::Future, Self::Error> {
+        self.decide(policy, key, cost, None)
+    }
+
+    /// As `check`, with a deadline in the server's time: a call that
+    /// reaches the script after `within` (as best this process can tell the
+    /// server's clock, never later) charges nothing and fails with
+    /// [`RedisStoreError::is_late`].
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreCheck<Self::Future, Self::Error> {
+        self.decide(policy, key, cost, Some(within))
+    }
+}
+
+impl RedisStore {
+    /// One decision: the policy's script, with a deadline if the caller
+    /// waits only `within`.
+    fn decide(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Option<Duration>,
+    ) -> StoreCheck<RedisCheckFuture, RedisStoreError> {
         // Nothing to count: allowed, as by the core and the memory store
         // (a layer never asks; a caller of the trait may).
         if policy.limits().is_empty() {
@@ -153,8 +184,14 @@ impl Store for RedisStore {
             }));
         }
         let prepared = self.prepared(policy);
-        let command = prepared.command(&self.shared.prefix, key, cost, self.now_micros());
+        let now = self.now_micros();
+        // With a test clock the script's time is not the server's.
+        let deadline = within
+            .filter(|_| now.is_none())
+            .and_then(|within| self.shared.server_clock.deadline(within));
+        let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
         let mut connection = self.shared.connection.clone();
+        let shared = self.shared.clone();
         StoreCheck::Pending(Box::pin(async move {
             let reply: Vec<i64> = match command.query_async(&mut connection).await {
                 // A restarted or flushed server, or a Cluster master that
@@ -166,7 +203,11 @@ impl Store for RedisStore {
                 }
                 reply => reply?,
             };
-            prepared.verdict(&reply)
+            let (server_now, verdict) = prepared.verdict(&reply);
+            if let Some(server_now) = server_now {
+                shared.server_clock.observe(server_now);
+            }
+            verdict
         }))
     }
 }
@@ -240,11 +281,17 @@ impl RedisStoreBuilder {
                 self.prefix
             )));
         }
-        let connection = Connection::open(&self.url, &self.options).await?;
+        let mut connection = Connection::open(&self.url, &self.options).await?;
+        // A first reading of the server's clock, so that the first calls
+        // carry deadlines too.
+        let server_clock = ServerClock::new();
+        let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
+        server_clock.observe(seconds.saturating_mul(1_000_000).saturating_add(micros));
         Ok(RedisStore {
             shared: Arc::new(Shared {
                 connection,
                 prefix: self.prefix,
+                server_clock,
                 prepared: PreparedCache::default(),
                 #[cfg(feature = "test-clock")]
                 clock: self.clock,

@@ -278,7 +278,10 @@ where
     };
     let cost = shared.settings.cost.as_ref().map_or(1, |cost| cost(&info));
     let policy = &shared.routes.get(&entry).policy;
-    let action = match shared.store.check(policy, &key, cost) {
+    let action = match shared
+        .store
+        .check_within(policy, &key, cost, shared.settings.store_timeout)
+    {
         // The hot path: admitted at once, nothing to add.
         StoreCheck::Ready(Ok(verdict)) if shared.passes_bare(&verdict) => {
             crate::observe::decided(policy, &verdict);

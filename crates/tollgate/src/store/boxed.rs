@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The error of a [`BoxStore`]: the underlying store's, boxed.
 #[derive(Debug)]
@@ -59,6 +60,7 @@ trait ErasedStore: Send + Sync {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        within: Option<Duration>,
     ) -> StoreCheck<BoxStoreFuture, BoxStoreError>;
 }
 
@@ -68,8 +70,13 @@ impl<St: Store> ErasedStore for St {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        within: Option<Duration>,
     ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
-        match self.check(policy, key, cost) {
+        let check = match within {
+            Some(within) => self.check_within(policy, key, cost, within),
+            None => self.check(policy, key, cost),
+        };
+        match check {
             StoreCheck::Ready(result) => {
                 StoreCheck::Ready(result.map_err(|e| BoxStoreError(Box::new(e))))
             }
@@ -90,6 +97,16 @@ impl Store for BoxStore {
         key: &Key,
         cost: u32,
     ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
-        self.0.check_erased(policy, key, cost)
+        self.0.check_erased(policy, key, cost, None)
+    }
+
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
+        self.0.check_erased(policy, key, cost, Some(within))
     }
 }

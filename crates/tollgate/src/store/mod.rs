@@ -56,4 +56,22 @@ pub trait Store: Clone + Send + Sync + 'static {
         key: &Key,
         cost: u32,
     ) -> StoreCheck<Self::Future, Self::Error>;
+
+    /// Checks one request as [`check`](Self::check) does, for a caller that
+    /// stops waiting for the answer after `within` (the layer's
+    /// `store_timeout`). A store whose work can outlive the wait (a Redis
+    /// script queued behind a stalled server) should then charge nothing
+    /// for a decision made after the caller gave up: that request was
+    /// already answered by the store-error behaviour. The default ignores
+    /// `within`, right for stores that answer at once.
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: std::time::Duration,
+    ) -> StoreCheck<Self::Future, Self::Error> {
+        let _ = within;
+        self.check(policy, key, cost)
+    }
 }
