@@ -149,7 +149,8 @@ impl Drop for RedisServer {
     }
 }
 
-/// Three masters, no replicas, all 16384 slots assigned.
+/// A Cluster on loopback: masters holding all 16384 slots, and replicas
+/// where asked for.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
 }
@@ -158,7 +159,13 @@ impl RedisCluster {
     /// Starts `masters` servers with `--cluster-enabled yes` and joins them
     /// with `redis-cli --cluster create`.
     pub fn start(masters: usize) -> Self {
-        let nodes: Vec<RedisServer> = (0..masters)
+        Self::start_with_replicas(masters, 0)
+    }
+
+    /// Starts `masters × (1 + replicas)` servers and joins them, each master
+    /// with `replicas` replicas (`--cluster-replicas`).
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
                 RedisServer::start_with(&[
                     "--cluster-enabled",
@@ -176,7 +183,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -184,7 +191,23 @@ impl RedisCluster {
         assert!(status.success(), "redis-cli --cluster create failed");
         let cluster = RedisCluster { nodes };
         cluster.wait_until_ok();
+        cluster.wait_until_replicas_synced();
         cluster
+    }
+
+    /// Waits until every replica has finished its first sync: a replica
+    /// that never synced refuses to take over from a failed master.
+    fn wait_until_replicas_synced(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in self.replicas() {
+            while !self.nodes[i]
+                .command(&["INFO", "replication"])
+                .contains("master_link_status:up")
+            {
+                assert!(Instant::now() < deadline, "a replica never synced");
+                sleep(Duration::from_millis(50));
+            }
+        }
     }
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`.
@@ -202,7 +225,25 @@ impl RedisCluster {
         &self.nodes
     }
 
-    fn wait_until_ok(&self) {
+    /// The servers that are replicas now (`role:slave` in `INFO
+    /// replication`), by index in [`nodes`](Self::nodes).
+    pub fn replicas(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i]
+                    .command(&["INFO", "replication"])
+                    .contains("role:slave")
+            })
+            .collect()
+    }
+
+    /// Kills node `index` (as a crash would).
+    pub fn kill(&mut self, index: usize) {
+        self.nodes[index].kill();
+    }
+
+    /// Waits until every node says the cluster is ok (after a failover, say).
+    pub fn wait_until_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let all_ok = self

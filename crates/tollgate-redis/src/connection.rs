@@ -2,11 +2,13 @@
 
 use crate::RedisStoreError;
 use crate::url::{self, Target};
+use arc_swap::ArcSwap;
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to connect; see [`RedisStoreBuilder`](crate::RedisStoreBuilder).
@@ -19,11 +21,84 @@ pub(crate) struct ConnectOptions {
 
 /// A multiplexed connection that reconnects by itself: a connection manager
 /// for one server, the cluster client's connection (which follows MOVED and
-/// ASK and refreshes its slot map) for a cluster. Clones share it.
+/// ASK and refreshes its slot map) for a cluster, with the client that made
+/// it (see [`Topology`]). Clones share it.
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(ClusterConnection, Box<ClusterClient>),
+}
+
+/// A store's connection, replaced by a fresh one when a Cluster's
+/// topology changed under it in a way the client does not follow.
+///
+/// The cluster client refreshes its slot map on `MOVED` and `ASK`, and waits
+/// and retries on `TRYAGAIN`, `CLUSTERDOWN` and `LOADING`: the command had
+/// not run, so a retry is safe. But after a manual failover (`CLUSTER
+/// FAILOVER`) the demoted master keeps answering the script, which fails at
+/// its first write with `READONLY`, and the client treats that as final:
+/// without help, every key of that shard fails for good. A `READONLY` reply
+/// means the script wrote nothing, so the store takes a fresh connection
+/// (which reads the slot map anew) and sends the same call once more.
+pub(crate) struct Topology {
+    current: ArcSwap<Generation>,
+    /// Held while a fresh connection is made, so that many calls failing
+    /// at once make one.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+/// A connection and how many times the connection was replaced before it.
+pub(crate) struct Generation {
+    pub(crate) connection: Connection,
+    pub(crate) number: u64,
+}
+
+impl Topology {
+    pub(crate) fn new(connection: Connection) -> Self {
+        Topology {
+            current: ArcSwap::from_pointee(Generation {
+                connection,
+                number: 0,
+            }),
+            refreshing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The connection to use now.
+    pub(crate) fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// A connection newer than generation `seen`: made now if nobody has
+    /// made one since, from the cluster's nodes. `None` for one server,
+    /// where there is no slot map to read again.
+    pub(crate) async fn refreshed_after(
+        &self,
+        seen: u64,
+    ) -> Option<Result<Arc<Generation>, RedisStoreError>> {
+        let _one_at_a_time = self.refreshing.lock().await;
+        let current = self.current();
+        if current.number != seen {
+            return Some(Ok(current));
+        }
+        let Connection::Cluster(_, client) = &current.connection else {
+            return None;
+        };
+        let fresh = match client.get_async_connection().await {
+            Ok(connection) => connection,
+            Err(error) => return Some(Err(error.into())),
+        };
+        tracing::warn!(
+            "Redis Cluster: a node answered READONLY (a failover moved its slots); \
+             reconnected to read the slot map again"
+        );
+        let next = Arc::new(Generation {
+            connection: Connection::Cluster(fresh, client.clone()),
+            number: seen + 1,
+        });
+        self.current.store(next.clone());
+        Some(Ok(next))
+    }
 }
 
 impl Connection {
@@ -75,7 +150,8 @@ impl Connection {
         let client = builder
             .build()
             .map_err(|e| RedisStoreError::config(format!("invalid cluster nodes: {e}")))?;
-        Ok(Connection::Cluster(client.get_async_connection().await?))
+        let connection = client.get_async_connection().await?;
+        Ok(Connection::Cluster(connection, Box::new(client)))
     }
 }
 
@@ -110,7 +186,7 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Single(c) => c.req_packed_command(cmd),
-            Connection::Cluster(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -122,14 +198,14 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(c, _) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Connection::Single(c) => c.get_db(),
-            Connection::Cluster(c) => c.get_db(),
+            Connection::Cluster(c, _) => c.get_db(),
         }
     }
 }

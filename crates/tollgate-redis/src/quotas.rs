@@ -64,7 +64,7 @@ impl RedisQuotas {
     /// Quotas in the hash called `hash`, on `store`'s server and connection.
     pub fn in_hash(store: &RedisStore, hash: impl Into<String>) -> Self {
         RedisQuotas {
-            connection: store.connection().clone(),
+            connection: store.connection(),
             hash: hash.into(),
         }
     }

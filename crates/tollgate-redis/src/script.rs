@@ -73,8 +73,8 @@ impl Code {
 /// The script for a set of codes (one bit each): the prelude, the codes'
 /// files, and `check.lua`. Made once per set in the process, at most 63,
 /// however many policies (per-key quotas, reloaded rules) use it.
-fn script_for(codes: u8) -> Arc<redis::Script> {
-    static SCRIPTS: [OnceLock<Arc<redis::Script>>; 64] = [const { OnceLock::new() }; 64];
+fn script_for(codes: u8) -> Arc<LuaScript> {
+    static SCRIPTS: [OnceLock<Arc<LuaScript>>; 64] = [const { OnceLock::new() }; 64];
     SCRIPTS[usize::from(codes & 63)]
         .get_or_init(|| {
             let mut source = String::from(PRELUDE);
@@ -82,9 +82,26 @@ fn script_for(codes: u8) -> Arc<redis::Script> {
                 source.push_str(code.source());
             }
             source.push_str(CHECK);
-            Arc::new(redis::Script::new(&source))
+            Arc::new(LuaScript {
+                hash: redis::Script::new(&source).get_hash().to_owned(),
+                source,
+            })
         })
         .clone()
+}
+
+/// A script's source and the SHA-1 that `EVALSHA` calls it by.
+#[derive(Debug)]
+pub(crate) struct LuaScript {
+    hash: String,
+    source: String,
+}
+
+impl LuaScript {
+    /// The SHA-1, in hex.
+    pub(crate) fn get_hash(&self) -> &str {
+        &self.hash
+    }
 }
 
 /// Nanoseconds to the scripts' microseconds, rounded up: a rate is never
@@ -164,7 +181,7 @@ impl LimitArgs {
 #[derive(Debug)]
 pub(crate) struct PreparedPolicy {
     /// Shared by every policy that uses the same algorithms.
-    pub(crate) script: Arc<redis::Script>,
+    pub(crate) script: Arc<LuaScript>,
     /// Five arguments per limit: the algorithm's name and four parameters.
     pub(crate) args: Vec<Vec<u8>>,
     key_suffixes: Vec<String>,
@@ -245,6 +262,22 @@ impl PreparedPolicy {
             command.arg(arg.as_slice());
         }
         command
+    }
+
+    /// `command` (an `EVALSHA` from [`command`](Self::command)) as an
+    /// `EVAL` carrying the script's source: for a server that lacks the
+    /// script. Routed by the same keys, so on a Cluster it reaches the node
+    /// that lacks it (where `SCRIPT LOAD`, sent to every master, fails while
+    /// one of them is down), and it runs once, loading the script as it does.
+    pub(crate) fn with_source(&self, command: &Cmd) -> Cmd {
+        let mut eval = Cmd::new();
+        eval.arg("EVAL").arg(self.script.source.as_str());
+        for arg in command.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
     }
 
     /// Reads the script's reply: seven integers per limit, then the

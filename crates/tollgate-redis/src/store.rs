@@ -1,7 +1,7 @@
 //! The store: a policy's script called once per request.
 
 use crate::RedisStoreError;
-use crate::connection::{ConnectOptions, Connection};
+use crate::connection::{ConnectOptions, Connection, Topology};
 use crate::script::PreparedPolicy;
 use crate::server_clock::ServerClock;
 use redis::{ErrorKind, ServerErrorKind};
@@ -36,7 +36,8 @@ pub struct RedisStore {
 }
 
 struct Shared {
-    connection: Connection,
+    /// The connection, replaced after a Cluster failover (see [`Topology`]).
+    topology: Topology,
     prefix: String,
     /// The server's clock, for deadlines in its own time.
     server_clock: ServerClock,
@@ -79,8 +80,8 @@ impl RedisStore {
 
     /// The store's connection, for other commands on the same server.
     #[cfg(feature = "quotas")]
-    pub(crate) fn connection(&self) -> &Connection {
-        &self.shared.connection
+    pub(crate) fn connection(&self) -> Connection {
+        self.shared.topology.current().connection.clone()
     }
 
     /// The prefix of every key this store writes.
@@ -190,16 +191,16 @@ impl RedisStore {
             .filter(|_| now.is_none())
             .and_then(|within| self.shared.server_clock.deadline(within));
         let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
-        let mut connection = self.shared.connection.clone();
         let shared = self.shared.clone();
         StoreCheck::Pending(Box::pin(async move {
-            let reply: Vec<i64> = match command.query_async(&mut connection).await {
-                // A restarted or flushed server, or a Cluster master that
-                // never ran the script: load it, and send the same command
-                // again.
-                Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    prepared.script.load_async(&mut connection).await?;
-                    command.query_async(&mut connection).await?
+            let generation = shared.topology.current();
+            let reply = match call(&prepared, &command, &generation.connection).await {
+                // The script wrote nothing: on a fresh connection, once.
+                Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) => {
+                    match shared.topology.refreshed_after(generation.number).await {
+                        Some(fresh) => call(&prepared, &command, &fresh?.connection).await?,
+                        None => return Err(error.into()),
+                    }
                 }
                 reply => reply?,
             };
@@ -209,6 +210,26 @@ impl RedisStore {
             }
             verdict
         }))
+    }
+}
+
+/// Sends the decision's command on `connection`: `EVALSHA`, and if the
+/// server lacks the script (restarted, flushed, a replica just promoted),
+/// the same call as an `EVAL` with the script's source, which loads it.
+async fn call(
+    prepared: &PreparedPolicy,
+    command: &redis::Cmd,
+    connection: &Connection,
+) -> Result<Vec<i64>, redis::RedisError> {
+    let mut connection = connection.clone();
+    match command.query_async(&mut connection).await {
+        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            prepared
+                .with_source(command)
+                .query_async(&mut connection)
+                .await
+        }
+        reply => reply,
     }
 }
 
@@ -289,7 +310,7 @@ impl RedisStoreBuilder {
         server_clock.observe(seconds.saturating_mul(1_000_000).saturating_add(micros));
         Ok(RedisStore {
             shared: Arc::new(Shared {
-                connection,
+                topology: Topology::new(connection),
                 prefix: self.prefix,
                 server_clock,
                 prepared: PreparedCache::default(),
