@@ -98,3 +98,58 @@ async fn on_the_servers_clock_the_fixed_window_admits_exactly_the_limit() {
     let apps = instances(&server.url(), Algorithm::FixedWindow, None).await;
     assert_eq!(flood(&apps).await, (100, 0, 100));
 }
+
+/// The fault a hostile run found: a sliding log of 5,000 a minute under
+/// load from four instances, each failing closed at the default 100 ms
+/// store timeout. When a call read the whole log (milliseconds at 5,000
+/// entries) calls passed the timeout and failed open or closed by the
+/// thousand. Now a call's cost does not grow with the log, and a call that
+/// misses its deadline charges nothing: the instances admit exactly the
+/// limit, however many requests they refuse with 503 on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_sliding_log_under_load_admits_exactly_its_limit() {
+    let server = RedisServer::start();
+    let mut apps = Vec::new();
+    for _ in 0..4 {
+        let store = RedisStore::builder(server.url())
+            .prefix("log-flood")
+            .connect()
+            .await
+            .unwrap();
+        let layer = RateLimitLayer::builder()
+            .quota("api", "5000/min".parse::<Quota>().unwrap())
+            .algorithm(Algorithm::SlidingLog)
+            .key(GlobalKey)
+            .store(store)
+            .on_store_error(OnStoreError::Closed)
+            .build();
+        apps.push(behind(layer));
+    }
+    // 64 tasks, 125 requests each: 8,000 requests for 5,000 units.
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let mut app = apps[t % apps.len()].clone();
+            tokio::spawn(async move {
+                let mut counts = [0usize; 3];
+                for _ in 0..125 {
+                    match status(&mut app, Request::new(())).await {
+                        StatusCode::OK => counts[0] += 1,
+                        StatusCode::TOO_MANY_REQUESTS => counts[1] += 1,
+                        StatusCode::SERVICE_UNAVAILABLE => counts[2] += 1,
+                        other => panic!("unexpected status {other}"),
+                    }
+                }
+                counts
+            })
+        })
+        .collect();
+    let mut totals = [0usize; 3];
+    for task in tasks {
+        for (total, n) in totals.iter_mut().zip(task.await.unwrap()) {
+            *total += n;
+        }
+    }
+    let [admitted, limited, unavailable] = totals;
+    assert_eq!(admitted + limited + unavailable, 8_000);
+    assert_eq!(admitted, 5_000, "limited {limited}, 503 {unavailable}");
+}
