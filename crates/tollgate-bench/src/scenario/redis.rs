@@ -48,14 +48,7 @@ pub fn missing_tools() -> Option<String> {
 pub fn run(settings: Settings) -> Vec<Outcome> {
     let seconds = settings.pick(3.0, 1.0);
     let rounds = settings.pick(5, 3);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let server = RedisServer::start();
-    let store = runtime
-        .block_on(RedisStore::connect(server.url()))
-        .expect("connect to the redis-server just started");
+    let (runtime, server, store) = start();
     let policy = Arc::new(Policy::new(vec![
         NamedLimit::new("api", "1000/s".parse::<Quota>().expect("a valid quota"))
             .algorithm(Algorithm::Gcra),
@@ -92,8 +85,21 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     ]
 }
 
+/// A runtime, a fresh `redis-server` and a store connected to it.
+pub(crate) fn start() -> (tokio::runtime::Runtime, RedisServer, RedisStore) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let server = RedisServer::start();
+    let store = runtime
+        .block_on(RedisStore::connect(server.url()))
+        .expect("connect to the redis-server just started");
+    (runtime, server, store)
+}
+
 /// One decision through the store: the layer's call, without the layer.
-async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
+pub(crate) async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
         StoreCheck::Pending(future) => future.await.expect("the store answers").merged.allowed,
         StoreCheck::Ready(result) => result.expect("the store answers").merged.allowed,
@@ -180,8 +186,10 @@ pub fn parse_rate(text: &str) -> Option<f64> {
 
 /// `EVALSHA` counts on a server, from `INFO commandstats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct EvalshaStats {
-    calls: u64,
+pub(crate) struct EvalshaStats {
+    pub(crate) calls: u64,
+    /// Microseconds the server spent in the calls.
+    pub(crate) usec: u64,
     failed: u64,
     rejected: u64,
 }
@@ -189,7 +197,7 @@ struct EvalshaStats {
 /// The server's `EVALSHA` counts so far: zero before the first call; a
 /// line without the counts (a Redis too old to report them) stops the
 /// program, since failures could not be told from decisions.
-fn evalsha_stats(server: &RedisServer) -> EvalshaStats {
+pub(crate) fn evalsha_stats(server: &RedisServer) -> EvalshaStats {
     parse_evalsha(&server.command(&["INFO", "commandstats"]))
 }
 
@@ -207,6 +215,7 @@ fn parse_evalsha(stats: &str) -> EvalshaStats {
     };
     EvalshaStats {
         calls: field("calls"),
+        usec: field("usec"),
         failed: field("failed_calls"),
         rejected: field("rejected_calls"),
     }
@@ -225,6 +234,7 @@ mod tests {
             stats,
             EvalshaStats {
                 calls: 120,
+                usec: 900,
                 failed: 3,
                 rejected: 2
             }

@@ -15,10 +15,11 @@
 //! Needs `redis-server`; without it the scenario is skipped (see
 //! [`super::redis::missing_tools`]).
 
+use super::redis::{check, evalsha_stats};
 use crate::measure::Settings;
 use crate::report::{Better, Outcome, median};
 use std::sync::Arc;
-use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+use tollgate::{Key, NamedLimit, Policy};
 use tollgate_core::{Algorithm, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::RedisServer;
@@ -28,14 +29,7 @@ const REFUSED_CALLS: u64 = 2_000;
 
 /// Runs the scenario.
 pub fn run(settings: Settings) -> Vec<Outcome> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let server = RedisServer::start();
-    let store = runtime
-        .block_on(RedisStore::connect(server.url()))
-        .expect("connect to the redis-server just started");
+    let (runtime, server, store) = super::redis::start();
     let rounds = settings.pick(3, 2);
     let mut outcomes = Vec::new();
     for limit in [100u64, 1_000, 5_000] {
@@ -109,41 +103,22 @@ async fn micros_per_refusal(
     let policy = policy(algorithm, &format!("{limit}/d"), "script");
     let key = Key::from_bytes(key.as_bytes());
     let mut admitted = 0;
-    while decide(store, &policy, &key).await {
+    while check(store, &policy, &key).await {
         admitted += 1;
     }
     assert_eq!(admitted, limit, "{algorithm}: the limit is used up");
-    let before = usec(server);
+    let before = evalsha_stats(server);
     for _ in 0..REFUSED_CALLS {
         assert!(
-            !decide(store, &policy, &key).await,
+            !check(store, &policy, &key).await,
             "{algorithm} at {limit}: refused at its limit"
         );
     }
-    let (calls, micros) = usec(server);
-    assert_eq!(calls - before.0, REFUSED_CALLS, "every call ran the script");
-    (micros - before.1) as f64 / REFUSED_CALLS as f64
-}
-
-async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
-    match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers").merged.allowed,
-        StoreCheck::Ready(result) => result.expect("the store answers").merged.allowed,
-    }
-}
-
-/// `EVALSHA`'s calls and server-side microseconds so far.
-fn usec(server: &RedisServer) -> (u64, u64) {
-    let stats = server.command(&["INFO", "commandstats"]);
-    let Some(line) = stats.lines().find(|l| l.starts_with("cmdstat_evalsha:")) else {
-        return (0, 0);
-    };
-    let field = |name: &str| -> u64 {
-        line.trim()
-            .split([':', ','])
-            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
-    };
-    (field("calls"), field("usec"))
+    let after = evalsha_stats(server);
+    assert_eq!(
+        after.calls - before.calls,
+        REFUSED_CALLS,
+        "every call ran the script"
+    );
+    (after.usec - before.usec) as f64 / REFUSED_CALLS as f64
 }
