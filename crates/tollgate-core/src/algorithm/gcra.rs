@@ -94,6 +94,12 @@ impl Gcra {
     /// left while the state lies `ahead` of now.
     #[inline]
     fn replenish_after(&self, ahead: u64, remaining: u64) -> u64 {
+        if remaining == 0 {
+            // Every denial of cost 1, and every request that took the last
+            // slot: the next unit is back once `ahead` falls to
+            // (burst − 1)·T = τ − T, without multiplying.
+            return ahead.saturating_sub(self.tolerance - self.interval);
+        }
         // remaining < burst keeps (burst − remaining − 1)·T below the
         // tolerance, 2^61.
         replenish_after(ahead, remaining, self.quota.burst(), 1, self.interval)
