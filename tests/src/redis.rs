@@ -242,6 +242,12 @@ impl RedisCluster {
         self.nodes[index].kill();
     }
 
+    /// Starts node `index` again on its port and in its directory: empty,
+    /// but with its cluster configuration (`nodes.conf`), so it rejoins.
+    pub fn restart(&mut self, index: usize) {
+        self.nodes[index].restart();
+    }
+
     /// Waits until every node says the cluster is ok (after a failover, say).
     pub fn wait_until_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
