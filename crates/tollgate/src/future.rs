@@ -1,11 +1,10 @@
 //! [`ResponseFuture`], the future of a rate-limited call.
 
+use crate::engine::{Action, Engine, PendingCheck};
 use crate::headers::FieldValues;
 use crate::key::Key;
-use crate::layer::Shared;
-use crate::rejection::Rejector;
+use crate::rejection::{Rejector, status_response};
 use crate::routes::EntryRef;
-use crate::service::Action;
 use crate::store::Store;
 use http::Response;
 use pin_project_lite::pin_project;
@@ -30,7 +29,7 @@ pin_project! {
         St: Store,
     {
         #[pin]
-        phase: Phase<S, Req, St::Future, Arc<Shared<K, St, R>>>,
+        phase: Phase<S, Req, St::Future, Arc<Engine<K, St, R>>>,
         // Rate-limit fields to add to the response, formatted already: the
         // future holds no reference to the shared state and pays no
         // reference count. Empty when there are none.
@@ -113,21 +112,30 @@ where
         }
     }
 
+    /// Awaits the store's `pending` check (under the store timeout), then
+    /// carries out what the engine makes of its answer.
     pub(crate) fn checking(
-        check: St::Future,
-        pending: (S, Req),
-        entry: EntryRef,
-        key: Key,
-        cost: u32,
-        shared: &Arc<Shared<K, St, R>>,
-    ) -> Self {
+        pending: PendingCheck<St::Future>,
+        inner: &mut S,
+        request: Req,
+        engine: &Arc<Engine<K, St, R>>,
+    ) -> Self
+    where
+        S: Clone,
+    {
+        let PendingCheck {
+            check,
+            entry,
+            key,
+            cost,
+        } = pending;
         ResponseFuture {
             phase: Phase::Checking {
                 checking: Box::pin(Checking {
                     check,
-                    shared: shared.clone(),
-                    deadline: tokio::time::sleep(shared.settings.store_timeout),
-                    pending: Some(pending),
+                    shared: engine.clone(),
+                    deadline: tokio::time::sleep(engine.settings.store_timeout),
+                    pending: Some((take_ready(inner), request)),
                     entry,
                     key,
                     cost,
@@ -136,13 +144,47 @@ where
             fields: FieldValues::default(),
         }
     }
+}
 
-    pub(crate) fn waiting(wait: Duration, pending: (S, Req), fields: FieldValues) -> Self {
-        ResponseFuture {
-            phase: waiting(wait, pending),
-            fields,
+impl<S, ReqBody, K, St, R, B> ResponseFuture<S, http::Request<ReqBody>, K, St, R>
+where
+    S: Service<http::Request<ReqBody>, Response = Response<B>>,
+    St: Store,
+{
+    /// Carries out `action` on `request` now: calls `inner` (ready), holds
+    /// the request for its slot, or answers for it.
+    pub(crate) fn acting(
+        action: Action<B>,
+        inner: &mut S,
+        mut request: http::Request<ReqBody>,
+    ) -> Self
+    where
+        S: Clone,
+    {
+        match action {
+            Action::Forward { fields, wait, info } => {
+                if let Some(info) = info {
+                    request.extensions_mut().insert(*info);
+                }
+                let phase = if wait.is_zero() {
+                    Phase::Calling {
+                        future: inner.call(request),
+                    }
+                } else {
+                    waiting(wait, (take_ready(inner), request))
+                };
+                ResponseFuture { phase, fields }
+            }
+            Action::Reject(response) => Self::rejected(response),
         }
     }
+}
+
+/// The inner service that `poll_ready` made ready, for a future that calls
+/// it later; a fresh clone takes its place.
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
 }
 
 impl<S, ReqBody, K, St, R, B> Future for ResponseFuture<S, http::Request<ReqBody>, K, St, R>
@@ -174,7 +216,7 @@ where
                     // Taken once; a second poll (a caller's bug) gets an empty 500
                     // rather than a panic.
                     let response = response.take().map_or_else(
-                        || crate::service::status_response(http::StatusCode::INTERNAL_SERVER_ERROR),
+                        || status_response(http::StatusCode::INTERNAL_SERVER_ERROR),
                         |response| *response,
                     );
                     return Poll::Ready(Ok(response));
@@ -191,11 +233,11 @@ where
 
 /// The phase of a future over an HTTP request.
 type HttpPhase<S, ReqBody, K, St, R> =
-    Phase<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Shared<K, St, R>>>;
+    Phase<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Engine<K, St, R>>>;
 
 /// A pending store check over an HTTP request.
 type HttpChecking<S, ReqBody, K, St, R> =
-    Checking<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Shared<K, St, R>>>;
+    Checking<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Engine<K, St, R>>>;
 
 /// Polls the store's pending check (and its deadline); once it answers, the
 /// phase that follows.
@@ -220,15 +262,14 @@ where
         key,
         cost,
     } = checking.project();
-    let action = match check.poll(cx) {
-        Poll::Ready(Ok(verdict)) => shared.judge(entry, key, &verdict),
-        Poll::Ready(Err(error)) => shared.on_failure(entry, key, *cost, &error),
+    let answer = match check.poll(cx) {
+        Poll::Ready(answer) => Some(answer),
         Poll::Pending => {
             ready!(deadline.poll(cx));
-            let error = &"the store did not answer in time";
-            shared.on_failure(entry, key, *cost, error)
+            None
         }
     };
+    let action = shared.finish(entry, key, *cost, answer);
     let next = match (action, pending.take()) {
         (Action::Reject(response), _) => Phase::Rejected {
             response: Some(response),

@@ -1,5 +1,6 @@
 //! [`RateLimitLayer`] and its builder.
 
+use crate::engine::{Engine, OnStoreError, Settings};
 use crate::error::ConfigError;
 use crate::headers::HeaderStyle;
 use crate::key::{KeyExtractor, MissingKey, PeerIp, RequestInfo};
@@ -14,72 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tollgate_core::{Algorithm, Quota};
 use tower_layer::Layer;
-
-/// What the layer does when the store fails or does not answer in time.
-#[derive(Clone, Debug, Default)]
-pub enum OnStoreError {
-    /// Let the request through (the default): an outage of the store does not
-    /// become an outage of the service.
-    #[default]
-    Open,
-    /// Answer `503 Service Unavailable`.
-    Closed,
-    /// Decide with this local store instead: each instance limits alone.
-    Fallback(MemoryStore),
-}
-
-/// A per-request cost: how many units of the quota a request takes.
-pub type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
-/// A predicate for requests that are never limited.
-pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
-
-/// Everything the service needs, built once and shared by every clone.
-pub(crate) struct Shared<K, St, R> {
-    pub rejector: R,
-    pub routes: Routes,
-    #[cfg(feature = "quotas")]
-    pub quotas: Option<Arc<crate::quotas::Resolver>>,
-    pub key: K,
-    pub store: St,
-    pub settings: Settings,
-    /// Whether allowed responses carry rate-limit fields (the header style
-    /// asks for some, and on allowed responses). Decided once, here.
-    pub fields_on_allowed: bool,
-    /// Whether an allowed request that need not wait is forwarded as it is:
-    /// no fields on the response, no [`RateLimitInfo`](crate::RateLimitInfo)
-    /// on the request. Decided once, here, so the hot path tests one flag.
-    pub forwards_bare: bool,
-}
-
-/// The builder's settings that do not change its type.
-#[derive(Clone)]
-pub(crate) struct Settings {
-    pub cost: Option<CostFn>,
-    pub allow: Option<AllowFn>,
-    pub headers: HeaderStyle,
-    pub status: StatusCode,
-    pub missing_key: MissingKey,
-    pub on_store_error: OnStoreError,
-    pub store_timeout: Duration,
-    pub shadow: bool,
-    pub request_info: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            cost: None,
-            allow: None,
-            headers: HeaderStyle::default(),
-            status: StatusCode::TOO_MANY_REQUESTS,
-            missing_key: MissingKey::default(),
-            on_store_error: OnStoreError::default(),
-            store_timeout: Duration::from_millis(100),
-            shadow: false,
-            request_info: false,
-        }
-    }
-}
 
 /// Applies rate limits to every request of the service it wraps.
 ///
@@ -102,7 +37,7 @@ impl Default for Settings {
 /// # let _ = layer;
 /// ```
 pub struct RateLimitLayer<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
-    shared: Arc<Shared<K, St, R>>,
+    shared: Arc<Engine<K, St, R>>,
 }
 
 impl<K, St, R> Clone for RateLimitLayer<K, St, R> {
@@ -166,7 +101,7 @@ impl<K, St, R> RateLimitLayer<K, St, R> {
 impl<K, St, R> RateLimitLayer<K, St, R> {
     /// What every service of this layer shares.
     #[cfg_attr(not(feature = "rules"), allow(dead_code))]
-    pub(crate) fn into_shared(self) -> Arc<Shared<K, St, R>> {
+    pub(crate) fn into_shared(self) -> Arc<Engine<K, St, R>> {
         self.shared
     }
 }
@@ -474,7 +409,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         let apply = |limits: Vec<NamedLimit>| -> Vec<NamedLimit> {
             limits
                 .into_iter()
-                .map(|limit| with_overrides(limit, algorithm, max_delay))
+                .map(|limit| crate::policy::with_overrides(limit, algorithm, max_delay))
                 .collect()
         };
         let routes = config
@@ -498,7 +433,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         let fields_on_allowed = headers.on_allowed && (headers.draft || headers.legacy);
         let forwards_bare = !settings.request_info && !fields_on_allowed;
         RateLimitLayer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Engine {
                 rejector: self.rejector,
                 routes: Routes::new(default, routes),
                 #[cfg(feature = "quotas")]
@@ -510,24 +445,5 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 forwards_bare,
             }),
         }
-    }
-}
-
-/// `limit` with the builder-wide algorithm and delay bound, where set.
-pub(crate) fn with_overrides(
-    limit: NamedLimit,
-    algorithm: Option<Algorithm>,
-    max_delay: Option<Duration>,
-) -> NamedLimit {
-    let limit = match algorithm {
-        Some(algorithm) => limit.algorithm(algorithm),
-        None => limit,
-    };
-    match max_delay {
-        Some(delay) => {
-            let limiter = limit.limiter_ref().with_max_delay(delay);
-            limit.limiter(limiter)
-        }
-        None => limit,
     }
 }

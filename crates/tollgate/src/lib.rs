@@ -40,6 +40,7 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+mod engine;
 mod error;
 mod future;
 pub mod headers;
@@ -57,6 +58,7 @@ pub mod rules;
 mod service;
 pub mod store;
 
+pub use engine::{AllowFn, CostFn, OnStoreError};
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
@@ -65,7 +67,7 @@ pub use key::{
     FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, MissingKey, PeerAddr, PeerIp, RequestInfo,
     key_fn,
 };
-pub use layer::{AllowFn, CostFn, OnStoreError, RateLimitBuilder, RateLimitLayer};
+pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use rejection::{DefaultRejector, FnRejector, Refusal, Rejection, Rejector};
 pub use service::RateLimit;

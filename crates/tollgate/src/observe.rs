@@ -8,7 +8,7 @@
 //! `tollgate_quota_errors_total` for failed per-key quota lookups.
 
 use crate::Verdict;
-use crate::policy::Policy;
+use std::sync::Arc;
 
 /// A policy's counter keys, built with the policy so that counting a
 /// decision allocates nothing: per limit, its "allowed" and "limited" keys,
@@ -22,9 +22,11 @@ pub(crate) struct PolicyMetrics {
 
 #[cfg(feature = "metrics")]
 impl PolicyMetrics {
-    pub(crate) fn new(limits: &[crate::NamedLimit], label: &str) -> Self {
-        let key = |limit: &crate::NamedLimit, outcome: &'static str| {
-            let name = metrics::SharedString::from(std::sync::Arc::clone(limit.shared_name()));
+    /// The keys of a policy of limits called `limit_names`, labelled
+    /// `label`.
+    pub(crate) fn new<'a>(limit_names: impl Iterator<Item = &'a Arc<str>>, label: &str) -> Self {
+        let key = |name: &Arc<str>, outcome: &'static str| {
+            let name = metrics::SharedString::from(Arc::clone(name));
             metrics::Key::from_parts(
                 "tollgate_requests_total",
                 vec![
@@ -34,9 +36,8 @@ impl PolicyMetrics {
             )
         };
         PolicyMetrics {
-            per_limit: limits
-                .iter()
-                .map(|limit| (key(limit, "allowed"), key(limit, "limited")))
+            per_limit: limit_names
+                .map(|name| (key(name, "allowed"), key(name, "limited")))
                 .collect(),
             store_errors: metrics::Key::from_parts(
                 "tollgate_store_errors_total",
@@ -46,14 +47,26 @@ impl PolicyMetrics {
     }
 }
 
+/// Without the `metrics` feature: nothing to count with.
+#[cfg(not(feature = "metrics"))]
+#[derive(Debug)]
+pub(crate) struct PolicyMetrics;
+
+#[cfg(not(feature = "metrics"))]
+impl PolicyMetrics {
+    pub(crate) fn new<'a>(_: impl Iterator<Item = &'a Arc<str>>, _: &str) -> Self {
+        PolicyMetrics
+    }
+}
+
 #[cfg(feature = "metrics")]
 static METADATA: metrics::Metadata<'static> =
     metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
 #[cfg(feature = "metrics")]
-pub(crate) fn decided(policy: &Policy, verdict: &Verdict) {
+pub(crate) fn decided(metrics: &PolicyMetrics, verdict: &Verdict) {
     let admitted = verdict.merged.allowed;
-    let keys = &policy.metrics().per_limit;
+    let keys = &metrics.per_limit;
     metrics::with_recorder(|recorder| {
         for ((allowed, limited), decision) in keys.iter().zip(&verdict.each) {
             let key = match (admitted, decision.allowed) {
@@ -69,20 +82,20 @@ pub(crate) fn decided(policy: &Policy, verdict: &Verdict) {
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn decided(_: &Policy, _: &Verdict) {}
+pub(crate) fn decided(_: &PolicyMetrics, _: &Verdict) {}
 
 #[cfg(feature = "metrics")]
-pub(crate) fn store_failed(policy: &Policy) {
+pub(crate) fn store_failed(metrics: &PolicyMetrics) {
     metrics::with_recorder(|recorder| {
         recorder
-            .register_counter(&policy.metrics().store_errors, &METADATA)
+            .register_counter(&metrics.store_errors, &METADATA)
             .increment(1);
     });
 }
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn store_failed(_: &Policy) {}
+pub(crate) fn store_failed(_: &PolicyMetrics) {}
 
 #[cfg(all(feature = "metrics", feature = "quotas"))]
 pub(crate) fn quota_lookup_failed() {

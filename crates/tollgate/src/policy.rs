@@ -1,5 +1,6 @@
 //! Named limits, and the policy: the limits one layer charges together.
 
+use crate::observe::PolicyMetrics;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, check_atomic};
@@ -90,7 +91,6 @@ impl NamedLimit {
     }
 
     /// The name, shared: a metrics label without a copy per request.
-    #[cfg(feature = "metrics")]
     pub(crate) fn shared_name(&self) -> &Arc<str> {
         &self.name
     }
@@ -118,8 +118,7 @@ pub struct Policy {
     /// The longest [`Limiter::rest_slack`] of the limits, in nanoseconds.
     rest_slack_nanos: u64,
     label: String,
-    #[cfg(feature = "metrics")]
-    metrics: crate::observe::PolicyMetrics,
+    metrics: PolicyMetrics,
 }
 
 /// A policy of one limit whose per-key state is a single `u64`, which a
@@ -171,8 +170,7 @@ impl Policy {
         let label = names.join(",");
         Policy {
             id,
-            #[cfg(feature = "metrics")]
-            metrics: crate::observe::PolicyMetrics::new(&limits, &label),
+            metrics: PolicyMetrics::new(limits.iter().map(NamedLimit::shared_name), &label),
             label,
             packed: PackedLimiter::of(&limiters),
             rest_slack_nanos: limiters
@@ -192,8 +190,7 @@ impl Policy {
     }
 
     /// The policy's counter keys.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn metrics(&self) -> &crate::observe::PolicyMetrics {
+    pub(crate) fn metrics(&self) -> &PolicyMetrics {
         &self.metrics
     }
 
@@ -235,6 +232,25 @@ pub(crate) fn is_token(text: &str) -> bool {
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// `limit` with the builder-wide algorithm and delay bound, where set.
+pub(crate) fn with_overrides(
+    limit: NamedLimit,
+    algorithm: Option<Algorithm>,
+    max_delay: Option<std::time::Duration>,
+) -> NamedLimit {
+    let limit = match algorithm {
+        Some(algorithm) => limit.algorithm(algorithm),
+        None => limit,
+    };
+    match max_delay {
+        Some(delay) => {
+            let limiter = limit.limiter_ref().with_max_delay(delay);
+            limit.limiter(limiter)
+        }
+        None => limit,
+    }
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ pub trait Rejector<B>: Send + Sync + 'static {
         B: Default,
     {
         let _ = why;
-        crate::service::status_response(status)
+        status_response(status)
     }
 }
 
@@ -66,7 +66,7 @@ pub struct DefaultRejector;
 
 impl<B: Default> Rejector<B> for DefaultRejector {
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
-        let mut response = crate::service::status_response(rejection.status);
+        let mut response = status_response(rejection.status);
         *response.headers_mut() = rejection.headers;
         response
     }
@@ -84,4 +84,11 @@ where
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
         (self.0)(rejection)
     }
+}
+
+/// A response with `status` and an empty body.
+pub(crate) fn status_response<B: Default>(status: StatusCode) -> Response<B> {
+    let mut response = Response::new(B::default());
+    *response.status_mut() = status;
+    response
 }

@@ -320,7 +320,7 @@ impl Resolver {
                     0 => self.base_name.to_string(),
                     _ => format!("{}-{}", self.base_name, i + 1),
                 };
-                crate::layer::with_overrides(
+                crate::policy::with_overrides(
                     NamedLimit::new(name, *quota),
                     self.algorithm,
                     self.max_delay,

@@ -3,8 +3,9 @@
 use super::file::{Behaviour, RuleSpec, RulesError, parse};
 use super::matcher::Matcher;
 use super::service::Rules;
+use crate::engine::Engine;
 use crate::key::KeyExtractor;
-use crate::layer::{RateLimitLayer, Shared};
+use crate::layer::RateLimitLayer;
 use crate::rejection::DefaultRejector;
 use crate::store::{MemoryStore, Store};
 use arc_swap::ArcSwap;
@@ -18,7 +19,7 @@ use tower_layer::Layer;
 pub(crate) struct BuiltRule<St> {
     pub name: String,
     pub matcher: Matcher,
-    pub shared: Arc<Shared<Box<dyn KeyExtractor>, St, DefaultRejector>>,
+    pub shared: Arc<Engine<Box<dyn KeyExtractor>, St, DefaultRejector>>,
 }
 
 /// The rules in force, in order.

@@ -1,0 +1,338 @@
+//! The request engine: everything the layer decides about a request, in
+//! one place. [`Engine::start`] takes a request as far as it can without
+//! waiting (route, key, per-key quotas, allow-list, cost, the store call);
+//! when the store answers later, [`Engine::finish`] turns its answer (or
+//! its failure, or its lateness) into the same kind of [`Action`]. The
+//! service (`service.rs`) and the future (`future.rs`) only carry actions
+//! out; neither decides anything.
+
+use crate::headers::{FieldValues, HeaderStyle, write_retry_after};
+use crate::info::RateLimitInfo;
+use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
+use crate::rejection::{Refusal, Rejection, Rejector};
+use crate::routes::{EntryRef, Routes};
+use crate::store::{MemoryStore, Store, StoreCheck, Verdict};
+use http::{HeaderMap, Request, Response, StatusCode};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the layer does when the store fails or does not answer in time.
+#[derive(Clone, Debug, Default)]
+pub enum OnStoreError {
+    /// Let the request through (the default): an outage of the store does not
+    /// become an outage of the service.
+    #[default]
+    Open,
+    /// Answer `503 Service Unavailable`.
+    Closed,
+    /// Decide with this local store instead: each instance limits alone.
+    Fallback(MemoryStore),
+}
+
+/// A per-request cost: how many units of the quota a request takes.
+pub type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
+/// A predicate for requests that are never limited.
+pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
+
+/// Everything the layer decides requests with, built once when the layer is
+/// built and shared by every clone of its service.
+pub(crate) struct Engine<K, St, R> {
+    pub rejector: R,
+    pub routes: Routes,
+    #[cfg(feature = "quotas")]
+    pub quotas: Option<Arc<crate::quotas::Resolver>>,
+    pub key: K,
+    pub store: St,
+    pub settings: Settings,
+    /// Whether allowed responses carry rate-limit fields (the header style
+    /// asks for some, and on allowed responses). Decided once, here.
+    pub fields_on_allowed: bool,
+    /// Whether an allowed request that need not wait is forwarded as it is:
+    /// no fields on the response, no [`RateLimitInfo`](crate::RateLimitInfo)
+    /// on the request. Decided once, here, so the hot path tests one flag.
+    pub forwards_bare: bool,
+}
+
+/// The builder's settings that do not change its type.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub cost: Option<CostFn>,
+    pub allow: Option<AllowFn>,
+    pub headers: HeaderStyle,
+    pub status: StatusCode,
+    pub missing_key: MissingKey,
+    pub on_store_error: OnStoreError,
+    pub store_timeout: Duration,
+    pub shadow: bool,
+    pub request_info: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            cost: None,
+            allow: None,
+            headers: HeaderStyle::default(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            missing_key: MissingKey::default(),
+            on_store_error: OnStoreError::default(),
+            store_timeout: Duration::from_millis(100),
+            shadow: false,
+            request_info: false,
+        }
+    }
+}
+
+/// What to do with a request once its verdict is known.
+pub(crate) enum Action<B> {
+    /// Forward it, after `wait` (the leaky bucket's slot), adding `fields`
+    /// to the response and `info` to the request.
+    Forward {
+        fields: FieldValues,
+        wait: Duration,
+        // Boxed: it is rare (opt-in) and would triple the size of the action.
+        info: Option<Box<RateLimitInfo>>,
+    },
+    /// Answer with this response instead. Boxed: a response is large, and
+    /// every allowed request would otherwise move an action that size.
+    Reject(Box<Response<B>>),
+}
+
+impl<K, St, R> Engine<K, St, R> {
+    /// Whether the allow-list predicate exempts this request.
+    fn is_allowed_always(&self, request: &RequestInfo<'_>) -> bool {
+        self.settings
+            .allow
+            .as_ref()
+            .is_some_and(|allow| allow(request))
+    }
+
+    /// Whether `verdict` lets the request through at once with nothing to
+    /// add to it or to its response.
+    #[inline]
+    fn passes_bare(&self, verdict: &Verdict) -> bool {
+        self.forwards_bare && verdict.merged.allowed && verdict.merged.wait_nanos == 0
+    }
+
+    /// Whether requests on `entry` may have per-key quotas of their own
+    /// (the layer's default entry, with quotas configured).
+    #[inline]
+    fn has_key_quotas(&self, entry: &EntryRef) -> bool {
+        #[cfg(feature = "quotas")]
+        if self.quotas.is_some() && matches!(entry, EntryRef::Table(0)) {
+            return true;
+        }
+        let _ = entry;
+        false
+    }
+
+    /// The limits a request with `key` is charged, given the entry its
+    /// route chose; `None` when its key's quota is "unlimited".
+    #[inline]
+    fn limits_for_key(&self, entry: EntryRef, key: &Key) -> Option<EntryRef> {
+        #[cfg(feature = "quotas")]
+        if let (Some(quotas), EntryRef::Table(0)) = (&self.quotas, &entry) {
+            return match quotas.resolve(key) {
+                crate::quotas::Resolution::Default => Some(entry),
+                crate::quotas::Resolution::Unlimited => None,
+                crate::quotas::Resolution::Limits(limits) => Some(EntryRef::Key(limits)),
+            };
+        }
+        let _ = key;
+        Some(entry)
+    }
+
+    /// The action for a verdict on the limits of entry `entry`.
+    fn judge<B: Default>(&self, entry: &EntryRef, key: &Key, verdict: &Verdict) -> Action<B>
+    where
+        R: Rejector<B>,
+    {
+        let decision = &verdict.merged;
+        let policy = &self.routes.get(entry).policy;
+        crate::observe::decided(policy.metrics(), verdict);
+        if decision.allowed || self.settings.shadow {
+            if !decision.allowed {
+                tracing::info!(
+                    policy = policy.label(),
+                    retry_after_ms = decision.retry_after_nanos / 1_000_000,
+                    "shadow mode: this request would have been limited"
+                );
+            }
+            let fields = if self.fields_on_allowed {
+                self.field_values(entry, verdict)
+            } else {
+                FieldValues::default()
+            };
+            let info = self
+                .settings
+                .request_info
+                .then(|| Box::new(RateLimitInfo::new(policy, verdict)));
+            return Action::Forward {
+                fields,
+                wait: decision.wait(),
+                info,
+            };
+        }
+        tracing::debug!(
+            policy = policy.label(),
+            retry_after_ms = decision.retry_after_nanos / 1_000_000,
+            "request limited"
+        );
+        let mut headers = HeaderMap::new();
+        self.field_values(entry, verdict).write_into(&mut headers);
+        write_retry_after(&mut headers, decision);
+        Action::Reject(Box::new(self.rejector.reject(Rejection {
+            status: self.settings.status,
+            headers,
+            policy,
+            key,
+            verdict,
+        })))
+    }
+
+    /// The rate-limit fields reporting `verdict` on the limits of entry
+    /// `entry`, in the layer's header style.
+    fn field_values(&self, entry: &EntryRef, verdict: &Verdict) -> FieldValues {
+        let entry = self.routes.get(entry);
+        FieldValues::of(self.settings.headers, &entry.fields, verdict)
+    }
+
+    /// The action when the store failed or did not answer in time.
+    fn on_failure<B: Default>(
+        &self,
+        entry: &EntryRef,
+        key: &Key,
+        cost: u32,
+        error: &dyn fmt::Display,
+    ) -> Action<B>
+    where
+        R: Rejector<B>,
+    {
+        let policy = &self.routes.get(entry).policy;
+        tracing::warn!(
+            policy = policy.label(),
+            %error,
+            "rate-limit store failed; applying the configured fallback"
+        );
+        crate::observe::store_failed(policy.metrics());
+        match &self.settings.on_store_error {
+            OnStoreError::Open => Action::Forward {
+                fields: FieldValues::default(),
+                wait: Duration::ZERO,
+                info: None,
+            },
+            OnStoreError::Closed => Action::Reject(Box::new(
+                self.rejector
+                    .refuse(StatusCode::SERVICE_UNAVAILABLE, Refusal::StoreFailed),
+            )),
+            OnStoreError::Fallback(local) => {
+                self.judge(entry, key, &local.check_now(policy, key, cost))
+            }
+        }
+    }
+}
+
+/// What [`Engine::start`] says of a request.
+pub(crate) enum Start<F, B> {
+    /// Hand it on as it is: unlimited, allow-listed, without a key and
+    /// skipped, or admitted at once with nothing to add.
+    Pass,
+    /// Carry out this action now.
+    Act(Action<B>),
+    /// The store answers later: await `check`, then [`Engine::finish`].
+    Check(PendingCheck<F>),
+}
+
+/// A store check under way, and what [`Engine::finish`] needs to judge its
+/// answer.
+pub(crate) struct PendingCheck<F> {
+    pub(crate) check: F,
+    pub(crate) entry: EntryRef,
+    pub(crate) key: Key,
+    pub(crate) cost: u32,
+}
+
+impl<K, St, R> Engine<K, St, R>
+where
+    K: KeyExtractor,
+    St: Store,
+{
+    /// Takes `request` as far as it can go without waiting: which limits
+    /// apply (route, key, per-key quotas, allow-list), its cost, and the
+    /// store's answer if the store gives one at once.
+    pub(crate) fn start<ReqBody, B: Default>(
+        &self,
+        request: &Request<ReqBody>,
+    ) -> Start<St::Future, B>
+    where
+        R: Rejector<B>,
+    {
+        let info = RequestInfo::new(request);
+        let entry = self.routes.select(&info);
+        let unlimited = self.routes.get(&entry).is_unlimited() && !self.has_key_quotas(&entry);
+        if unlimited || self.is_allowed_always(&info) {
+            return Start::Pass;
+        }
+        let key = match self.key.extract(&info) {
+            Some(key) => key,
+            None => match &self.settings.missing_key {
+                MissingKey::Shared(key) => key.clone(),
+                MissingKey::Skip => return Start::Pass,
+                MissingKey::Reject(status) => {
+                    let response = self.rejector.refuse(*status, Refusal::MissingKey);
+                    return Start::Act(Action::Reject(Box::new(response)));
+                }
+            },
+        };
+        let Some(entry) = self
+            .limits_for_key(entry, &key)
+            .filter(|entry| !self.routes.get(entry).is_unlimited())
+        else {
+            return Start::Pass;
+        };
+        let cost = self.settings.cost.as_ref().map_or(1, |cost| cost(&info));
+        let policy = &self.routes.get(&entry).policy;
+        match self
+            .store
+            .check_within(policy, &key, cost, self.settings.store_timeout)
+        {
+            // The hot path: admitted at once, nothing to add.
+            StoreCheck::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
+                crate::observe::decided(policy.metrics(), &verdict);
+                Start::Pass
+            }
+            StoreCheck::Ready(Ok(verdict)) => Start::Act(self.judge(&entry, &key, &verdict)),
+            StoreCheck::Ready(Err(error)) => {
+                Start::Act(self.on_failure(&entry, &key, cost, &error))
+            }
+            StoreCheck::Pending(check) => Start::Check(PendingCheck {
+                check,
+                entry,
+                key,
+                cost,
+            }),
+        }
+    }
+}
+
+impl<K, St, R> Engine<K, St, R> {
+    /// The action once a pending check has ended: its verdict, its error,
+    /// or `None` when it did not answer within the store timeout.
+    pub(crate) fn finish<B: Default, E: fmt::Display>(
+        &self,
+        entry: &EntryRef,
+        key: &Key,
+        cost: u32,
+        answer: Option<Result<Verdict, E>>,
+    ) -> Action<B>
+    where
+        R: Rejector<B>,
+    {
+        match answer {
+            Some(Ok(verdict)) => self.judge(entry, key, &verdict),
+            Some(Err(error)) => self.on_failure(entry, key, cost, &error),
+            None => self.on_failure(entry, key, cost, &"the store did not answer in time"),
+        }
+    }
+}
