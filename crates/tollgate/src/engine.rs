@@ -241,7 +241,11 @@ pub(crate) enum Start<F, B> {
     /// Carry out this action now.
     Act(Action<B>),
     /// The store answers later: await `check`, then [`Engine::finish`].
-    Check(PendingCheck<F>),
+    /// Boxed: a store that answers at once still has a future type (the
+    /// memory store's holds a whole verdict), and the hot path should not
+    /// move it; a store that answers later does I/O, beside which one
+    /// allocation is nothing.
+    Check(Box<PendingCheck<F>>),
 }
 
 /// A store check under way, and what [`Engine::finish`] needs to judge its
@@ -261,6 +265,7 @@ where
     /// Takes `request` as far as it can go without waiting: which limits
     /// apply (route, key, per-key quotas, allow-list), its cost, and the
     /// store's answer if the store gives one at once.
+    #[inline(always)]
     pub(crate) fn start<ReqBody, B: Default>(
         &self,
         request: &Request<ReqBody>,
@@ -306,12 +311,12 @@ where
             StoreCheck::Ready(Err(error)) => {
                 Start::Act(self.on_failure(&entry, &key, cost, &error))
             }
-            StoreCheck::Pending(check) => Start::Check(PendingCheck {
+            StoreCheck::Pending(check) => Start::Check(Box::new(PendingCheck {
                 check,
                 entry,
                 key,
                 cost,
-            }),
+            })),
         }
     }
 }

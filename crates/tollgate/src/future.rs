@@ -103,6 +103,14 @@ where
         Self::calling(future, FieldValues::default())
     }
 
+    /// Holds `pending` for `wait` (the leaky bucket's slot), then calls.
+    pub(crate) fn waiting(wait: Duration, pending: (S, Req), fields: FieldValues) -> Self {
+        ResponseFuture {
+            phase: waiting(wait, pending),
+            fields,
+        }
+    }
+
     pub(crate) fn rejected(response: Box<Response<B>>) -> Self {
         ResponseFuture {
             phase: Phase::Rejected {
@@ -115,7 +123,7 @@ where
     /// Awaits the store's `pending` check (under the store timeout), then
     /// carries out what the engine makes of its answer.
     pub(crate) fn checking(
-        pending: PendingCheck<St::Future>,
+        pending: Box<PendingCheck<St::Future>>,
         inner: &mut S,
         request: Req,
         engine: &Arc<Engine<K, St, R>>,
@@ -128,7 +136,7 @@ where
             entry,
             key,
             cost,
-        } = pending;
+        } = *pending;
         ResponseFuture {
             phase: Phase::Checking {
                 checking: Box::pin(Checking {
@@ -146,43 +154,9 @@ where
     }
 }
 
-impl<S, ReqBody, K, St, R, B> ResponseFuture<S, http::Request<ReqBody>, K, St, R>
-where
-    S: Service<http::Request<ReqBody>, Response = Response<B>>,
-    St: Store,
-{
-    /// Carries out `action` on `request` now: calls `inner` (ready), holds
-    /// the request for its slot, or answers for it.
-    pub(crate) fn acting(
-        action: Action<B>,
-        inner: &mut S,
-        mut request: http::Request<ReqBody>,
-    ) -> Self
-    where
-        S: Clone,
-    {
-        match action {
-            Action::Forward { fields, wait, info } => {
-                if let Some(info) = info {
-                    request.extensions_mut().insert(*info);
-                }
-                let phase = if wait.is_zero() {
-                    Phase::Calling {
-                        future: inner.call(request),
-                    }
-                } else {
-                    waiting(wait, (take_ready(inner), request))
-                };
-                ResponseFuture { phase, fields }
-            }
-            Action::Reject(response) => Self::rejected(response),
-        }
-    }
-}
-
 /// The inner service that `poll_ready` made ready, for a future that calls
 /// it later; a fresh clone takes its place.
-fn take_ready<S: Clone>(inner: &mut S) -> S {
+pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
     let clone = inner.clone();
     std::mem::replace(inner, clone)
 }

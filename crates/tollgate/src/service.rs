@@ -1,7 +1,7 @@
 //! [`RateLimit`], the service the layer wraps around yours.
 
-use crate::engine::{Engine, Start};
-use crate::future::ResponseFuture;
+use crate::engine::{Action, Engine, Start};
+use crate::future::{ResponseFuture, take_ready};
 use crate::key::KeyExtractor;
 use crate::rejection::Rejector;
 use crate::store::Store;
@@ -72,8 +72,9 @@ where
 
 /// Rate-limits one request to `inner` under `engine`'s limits: the body of
 /// [`RateLimit::call`], shared with the rules layer, which picks `engine`
-/// per request. The engine decides; this hands the request on, or builds
-/// the future that carries the decision out.
+/// per request. The engine decides; this carries out what it decided at
+/// once (here, so that the request moves once), or builds the future that
+/// awaits the store.
 pub(crate) fn limit<S, K, St, R, ReqBody, ResBody>(
     inner: &mut S,
     engine: &Arc<Engine<K, St, R>>,
@@ -88,7 +89,18 @@ where
 {
     match engine.start(&request) {
         Start::Pass => ResponseFuture::passed(inner.call(request)),
-        Start::Act(action) => ResponseFuture::acting(action, inner, request),
+        Start::Act(Action::Forward { fields, wait, info }) => {
+            let mut request = request;
+            if let Some(info) = info {
+                request.extensions_mut().insert(*info);
+            }
+            if wait.is_zero() {
+                ResponseFuture::calling(inner.call(request), fields)
+            } else {
+                ResponseFuture::waiting(wait, (take_ready(inner), request), fields)
+            }
+        }
+        Start::Act(Action::Reject(response)) => ResponseFuture::rejected(response),
         Start::Check(pending) => ResponseFuture::checking(pending, inner, request, engine),
     }
 }
