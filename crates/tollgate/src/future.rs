@@ -123,7 +123,7 @@ where
     /// Awaits the store's `pending` check (under the store timeout), then
     /// carries out what the engine makes of its answer.
     pub(crate) fn checking(
-        pending: Box<PendingCheck<St::Future>>,
+        pending: PendingCheck<St::Future>,
         inner: &mut S,
         request: Req,
         engine: &Arc<Engine<K, St, R>>,
@@ -136,7 +136,7 @@ where
             entry,
             key,
             cost,
-        } = *pending;
+        } = pending;
         ResponseFuture {
             phase: Phase::Checking {
                 checking: Box::pin(Checking {

@@ -101,7 +101,7 @@ where
             }
         }
         Start::Act(Action::Reject(response)) => ResponseFuture::rejected(response),
-        Start::Check(pending) => ResponseFuture::checking(pending, inner, request, engine),
+        Start::Check(pending) => ResponseFuture::checking(*pending, inner, request, engine),
     }
 }
 
