@@ -5,12 +5,21 @@
 //! [`MemoryStore`]) return [`StoreCheck::Ready`] and the layer decides inside
 //! `call`; stores that do I/O (Redis) return a future, which the layer polls
 //! under a timeout.
+//!
+//! Stores compose as tower layers do: [`Timeout`] bounds how long another
+//! store's answer is awaited, [`Fallback`] decides with a second store when
+//! the first fails, and a store of your own can stand in front of any
+//! other (a cache, a block list) by implementing [`Store`] over it.
 
 mod boxed;
+mod fallback;
 mod memory;
+mod timeout;
 
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
+pub use fallback::{Fallback, FallbackFuture};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 
 use crate::{Key, Policy};
 use smallvec::SmallVec;

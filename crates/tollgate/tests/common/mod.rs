@@ -41,9 +41,9 @@ impl Store for BrokenStore {
 /// does: the layer's checking path, with real decisions.
 #[derive(Clone)]
 #[allow(dead_code)] // not every test binary uses it
-pub struct Later(pub MemoryStore);
+pub struct Later<C = tollgate_core::MonotonicClock>(pub MemoryStore<C>);
 
-impl Store for Later {
+impl<C: tollgate_core::Clock + Clone> Store for Later<C> {
     type Error = Infallible;
     type Future = std::future::Ready<Result<Verdict, Infallible>>;
 

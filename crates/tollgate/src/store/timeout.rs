@@ -1,0 +1,143 @@
+//! [`Timeout`]: a store whose answers are awaited for a bounded time.
+
+use super::{Store, StoreCheck, Verdict};
+use crate::{Key, Policy};
+use pin_project_lite::pin_project;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Sleep;
+
+/// A store in front of `St` that gives up on an answer after `timeout`
+/// with [`TimeoutError::Elapsed`], and asks `St` to charge nothing for a
+/// decision it makes later ([`Store::check_within`]). Put it under a
+/// [`Fallback`](super::Fallback) to decide locally when the shared store
+/// is slow; the layer's own `store_timeout` still bounds every check.
+///
+/// Answers that `St` gives at once pass through untouched. A store that
+/// waits is timed with tokio's timer (a runtime with time enabled).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::MemoryStore;
+/// use tollgate::store::Timeout;
+///
+/// let store = Timeout::new(MemoryStore::new(), Duration::from_millis(20));
+/// assert_eq!(store.timeout(), Duration::from_millis(20));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Timeout<St> {
+    inner: St,
+    timeout: Duration,
+}
+
+impl<St> Timeout<St> {
+    /// `inner`, waited for `timeout` at most.
+    pub fn new(inner: St, timeout: Duration) -> Self {
+        Timeout { inner, timeout }
+    }
+
+    /// How long an answer is awaited.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The store behind.
+    pub fn get_ref(&self) -> &St {
+        &self.inner
+    }
+}
+
+/// Why a [`Timeout`] store gave no verdict.
+#[derive(Debug)]
+pub enum TimeoutError<E> {
+    /// The store behind failed.
+    Inner(E),
+    /// The store behind did not answer in time.
+    Elapsed(Duration),
+}
+
+impl<E: fmt::Display> fmt::Display for TimeoutError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeoutError::Inner(error) => error.fmt(f),
+            TimeoutError::Elapsed(after) => write!(
+                f,
+                "the store did not answer within {after:?} (is it overloaded or unreachable?)"
+            ),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for TimeoutError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TimeoutError::Inner(error) => Some(error),
+            TimeoutError::Elapsed(_) => None,
+        }
+    }
+}
+
+pin_project! {
+    /// The future of a [`Timeout`] check.
+    pub struct TimeoutFuture<F> {
+        #[pin]
+        inner: F,
+        #[pin]
+        deadline: Sleep,
+        after: Duration,
+    }
+}
+
+impl<F, E> Future for TimeoutFuture<F>
+where
+    F: Future<Output = Result<Verdict, E>>,
+{
+    type Output = Result<Verdict, TimeoutError<E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(answer) = this.inner.poll(cx) {
+            return Poll::Ready(answer.map_err(TimeoutError::Inner));
+        }
+        match this.deadline.poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(TimeoutError::Elapsed(*this.after))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<St: Store> Store for Timeout<St> {
+    type Error = TimeoutError<St::Error>;
+    type Future = TimeoutFuture<St::Future>;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreCheck<Self::Future, Self::Error> {
+        self.check_within(policy, key, cost, self.timeout)
+    }
+
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreCheck<Self::Future, Self::Error> {
+        let after = within.min(self.timeout);
+        match self.inner.check_within(policy, key, cost, after) {
+            StoreCheck::Ready(answer) => StoreCheck::Ready(answer.map_err(TimeoutError::Inner)),
+            StoreCheck::Pending(inner) => StoreCheck::Pending(TimeoutFuture {
+                inner,
+                deadline: tokio::time::sleep(after),
+                after,
+            }),
+        }
+    }
+}
