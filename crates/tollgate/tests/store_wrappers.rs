@@ -113,13 +113,15 @@ async fn a_timeout_alone_gives_the_layer_a_failure_to_answer() {
 // store nothing.)
 // ---------------------------------------------------------------------
 
+/// (policy, key) → the verdict that refused it, and when it may pass.
+type Blocked = Arc<Mutex<HashMap<(u64, Key), (Verdict, u64)>>>;
+
 /// Refuses, on its own, keys that `inner` refused, until they may pass.
 #[derive(Clone)]
 struct BlockCache<St, C> {
     inner: St,
     clock: C,
-    /// (policy, key) → the verdict that refused it, and when it may pass.
-    blocked: Arc<Mutex<HashMap<(u64, Key), (Verdict, u64)>>>,
+    blocked: Blocked,
 }
 
 impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<St, C> {
@@ -134,12 +136,12 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
     ) -> StoreCheck<Self::Future, Self::Error> {
         let now = self.clock.now();
         let entry = (policy.id(), key.clone());
-        if let Some((verdict, until)) = self.blocked.lock().unwrap().get(&entry) {
-            if now < *until {
-                let mut verdict = verdict.clone();
-                verdict.merged.retry_after_nanos = until - now;
-                return StoreCheck::Ready(Ok(verdict));
-            }
+        if let Some((verdict, until)) = self.blocked.lock().unwrap().get(&entry)
+            && now < *until
+        {
+            let mut verdict = verdict.clone();
+            verdict.merged.retry_after_nanos = until - now;
+            return StoreCheck::Ready(Ok(verdict));
         }
         let remember = {
             let blocked = self.blocked.clone();
