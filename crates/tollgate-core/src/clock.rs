@@ -7,9 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-#[cfg(not(feature = "quanta"))]
-use std::time::Instant;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in nanoseconds.
 ///
@@ -43,41 +41,116 @@ impl Clock for WallClock {
 /// monotonic source, so it never jumps when the system clock is stepped, and
 /// yet its windows (minute boundaries, for example) line up with other
 /// machines' up to their clock skew at start. All `MonotonicClock` values in a
-/// process share one origin and agree.
+/// process share one origin and agree, and no thread ever reads a time
+/// earlier than one another thread has read before it.
 ///
-/// The monotonic source is the CPU's time-stamp counter through `quanta`
-/// (feature `quanta`, on by default; quanta falls back to the OS clock where
-/// the counter cannot be trusted), about 10 ns a reading; without the
-/// feature, [`Instant`](std::time::Instant), about 25 ns.
+/// The monotonic source ([`MonotonicClock::source`]) is chosen once:
+///
+/// - the CPU's time-stamp counter, through `quanta` (about 10 ns a reading,
+///   fenced so that it is never read ahead of the instructions before it),
+///   only where the operating system vouches that every core's counter
+///   agrees: on Linux, when the kernel's clocksource is `tsc`
+///   (`cat /sys/devices/system/clocksource/clocksource0/current_clocksource`),
+///   which the kernel selects only after checking the cores are in step;
+/// - the operating system's monotonic clock ([`Instant`], about 25 ns)
+///   everywhere else: other clocksources (a virtual machine's `kvm-clock`,
+///   `hpet`), other systems, or without the `quanta` feature.
+///
+/// Counters out of step between cores make a clock read on one core run
+/// behind one read on another; for GCRA that shrinks the burst by the step
+/// (the failure governor's users meet on such machines). Set the
+/// environment variable `TOLLGATE_CLOCK=os` to use the operating system's
+/// clock whatever the kernel says.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MonotonicClock;
 
+/// Where [`MonotonicClock`] reads its time from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockSource {
+    /// The CPU's time-stamp counter, which the OS vouches is in step
+    /// across cores.
+    TimeStampCounter,
+    /// The operating system's monotonic clock.
+    OsMonotonic,
+}
+
+impl std::fmt::Display for ClockSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClockSource::TimeStampCounter => "the time-stamp counter",
+            ClockSource::OsMonotonic => "the operating system's monotonic clock",
+        })
+    }
+}
+
+impl MonotonicClock {
+    /// The source this process's `MonotonicClock` reads (chosen at the
+    /// first reading).
+    ///
+    /// ```
+    /// use tollgate_core::{ClockSource, MonotonicClock};
+    ///
+    /// let source = MonotonicClock::source();
+    /// assert!(matches!(source, ClockSource::TimeStampCounter | ClockSource::OsMonotonic));
+    /// ```
+    pub fn source() -> ClockSource {
+        match anchor().source {
+            #[cfg(feature = "quanta")]
+            Source::Counter { .. } => ClockSource::TimeStampCounter,
+            Source::Os { .. } => ClockSource::OsMonotonic,
+        }
+    }
+}
+
 struct Anchor {
     wall_nanos: u64,
+    source: Source,
+}
+
+enum Source {
     #[cfg(feature = "quanta")]
-    counter: quanta::Clock,
-    #[cfg(feature = "quanta")]
-    start: u64,
-    #[cfg(not(feature = "quanta"))]
-    start: Instant,
+    Counter {
+        counter: quanta::Clock,
+        start: u64,
+    },
+    Os {
+        start: Instant,
+    },
+}
+
+/// Whether the operating system vouches that the time-stamp counter agrees
+/// across cores, and nobody asked for the OS clock.
+#[cfg(feature = "quanta")]
+fn counter_is_vouched_for() -> bool {
+    if std::env::var("TOLLGATE_CLOCK").is_ok_and(|v| v.eq_ignore_ascii_case("os")) {
+        return false;
+    }
+    cfg!(target_os = "linux")
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|source| source.trim() == "tsc")
 }
 
 fn anchor() -> &'static Anchor {
     static ANCHOR: OnceLock<Anchor> = OnceLock::new();
     ANCHOR.get_or_init(|| {
         #[cfg(feature = "quanta")]
-        {
+        if counter_is_vouched_for() {
             let counter = quanta::Clock::new();
-            Anchor {
+            return Anchor {
                 wall_nanos: WallClock.now(),
-                start: counter.raw(),
-                counter,
-            }
+                source: Source::Counter {
+                    start: counter.raw(),
+                    counter,
+                },
+            };
         }
-        #[cfg(not(feature = "quanta"))]
         Anchor {
             wall_nanos: WallClock.now(),
-            start: Instant::now(),
+            source: Source::Os {
+                start: Instant::now(),
+            },
         }
     })
 }
@@ -85,10 +158,33 @@ fn anchor() -> &'static Anchor {
 impl Anchor {
     #[inline]
     fn elapsed_nanos(&self) -> u64 {
-        #[cfg(feature = "quanta")]
-        return self.counter.delta_as_nanos(self.start, self.counter.raw());
-        #[cfg(not(feature = "quanta"))]
-        return saturating_nanos(self.start.elapsed());
+        match &self.source {
+            #[cfg(feature = "quanta")]
+            Source::Counter { counter, start } => {
+                ordered_before_counter();
+                counter.delta_as_nanos(*start, counter.raw())
+            }
+            Source::Os { start } => saturating_nanos(start.elapsed()),
+        }
+    }
+}
+
+/// Keeps the counter's reading after every earlier instruction. The CPU
+/// may otherwise read the time-stamp counter before the loads that precede
+/// it in the program (`rdtsc` is not ordered), and a thread that first
+/// reads a time another thread published, then the clock, could read a
+/// time earlier than the published one (by up to 50 ns, measured here: 9
+/// runs in 10 of the test in `tests/tests/clock.rs` failed without it).
+/// The kernel's own clock fences its reads the same way.
+#[cfg(feature = "quanta")]
+#[inline(always)]
+fn ordered_before_counter() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: LFENCE is part of SSE2, which every x86_64 CPU has; it only
+    // orders instructions and touches no memory.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_lfence();
     }
 }
 

@@ -98,7 +98,7 @@ pub use algorithm::{
     SlidingWindowState, TokenBucket, TokenBucketState, UnknownAlgorithm,
 };
 pub use atomic::{PackedState, check_atomic};
-pub use clock::{Clock, ManualClock, MonotonicClock, WallClock};
+pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::Decision;
 pub use limiter::{Admission, Limiter, State, ValueState, check_all};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
