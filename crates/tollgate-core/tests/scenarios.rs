@@ -7,6 +7,7 @@ use tollgate_core::{
 };
 
 const SECOND: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
 const MINUTE: u64 = 60 * SECOND;
 
 #[test]
@@ -172,4 +173,33 @@ fn every_algorithm_state_fits_32_bytes_but_the_log() {
         24
     );
     assert_eq!(size_of::<tollgate_core::algorithm::TokenBucketState>(), 24);
+}
+
+/// What the algorithm docs promise of a clock that steps back by `δ`: GCRA
+/// admits `⌈δ / T⌉` fewer of its burst until the clock catches up, never
+/// more than without the step.
+#[test]
+fn a_clock_that_steps_back_costs_gcra_at_most_delta_over_t_of_its_burst() {
+    use tollgate_core::{Gcra, GcraState, Quota, RateAlgorithm};
+    let gcra = Gcra::new(Quota::per_second(10).with_burst(10).unwrap());
+    let t = 100 * MS;
+    let start = 1_000 * SECOND;
+    for delta in [0, 1, 50 * MS, 100 * MS, 150 * MS, 400 * MS] {
+        let mut state = GcraState::default();
+        let first = (0..5)
+            .filter(|_| gcra.check(&mut state, start, 1).allowed)
+            .count();
+        let after_step = (0..10)
+            .filter(|_| gcra.check(&mut state, start - delta, 1).allowed)
+            .count();
+        assert_eq!(first, 5);
+        let fewer = delta.div_ceil(t) as usize;
+        assert_eq!(after_step, 5 - fewer, "δ = {delta} ns");
+        // Once the clock is back where it was, the rest of the burst is
+        // there: the whole burst of 10, and no more, in all.
+        let caught_up = (0..10)
+            .filter(|_| gcra.check(&mut state, start, 1).allowed)
+            .count();
+        assert_eq!(first + after_step + caught_up, 10, "δ = {delta} ns");
+    }
 }

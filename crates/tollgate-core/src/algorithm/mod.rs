@@ -41,7 +41,12 @@ pub struct Evaluation<A> {
 /// for [`MonotonicClock`](crate::MonotonicClock) and
 /// [`WallClock`](crate::WallClock)). A clock that goes backwards never causes a
 /// panic; the algorithms treat such a `now` as no time having passed, or as an
-/// older window, conservatively.
+/// older window, conservatively: never admitting more than without the step.
+/// For GCRA and the buckets, a request whose `now` lies `δ` before an
+/// earlier request's is judged as though `δ` of the burst's time had been
+/// spent: until the clock catches up, up to `⌈δ / T⌉` fewer requests pass
+/// (`T` the emission interval), which is why the default clock never steps
+/// back (see [`MonotonicClock`](crate::MonotonicClock)).
 pub trait RateAlgorithm {
     /// The per-key state. `Default` is the state of a key never seen.
     type State: Default;
