@@ -135,3 +135,72 @@ async fn peer_ip_from_axum_connect_info_over_tcp() {
     server.abort();
     assert_eq!(statuses, [200, 200, 429]);
 }
+
+/// Over real HTTP, for every algorithm (the interval token bucket too): on
+/// the first refusal the refusing limit's `t` is at most `Retry-After`, and
+/// `r ≤ q` on every response (the property test in `header_fields.rs`
+/// covers every quota, burst, cost and arrival pattern in process).
+#[tokio::test]
+async fn over_http_each_algorithms_fields_agree() {
+    use tollgate::NamedLimit;
+    use tollgate_core::{Algorithm, Limiter, Refill, TokenBucket};
+    // Per second: the leaky bucket holds each request for its slot, a
+    // third of a second here.
+    let quota = Quota::per_second(3);
+    let mut limiters: Vec<Limiter> = Algorithm::ALL
+        .iter()
+        .map(|&a| Limiter::new(a, quota))
+        .collect();
+    limiters.push(Limiter::TokenBucket(
+        TokenBucket::new(quota).with_refill(Refill::Interval),
+    ));
+    for limiter in limiters {
+        let layer = RateLimitLayer::builder()
+            .limit(NamedLimit::new("api", quota).limiter(limiter))
+            .key(GlobalKey)
+            .build();
+        let router = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer);
+        let (addr, server) = common::serve_on_loopback(router).await;
+        // At once, so that the leaky bucket's queue fills too.
+        let tasks: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(common::http_over_tcp(addr, "GET", "/")))
+            .collect();
+        let mut refused = None;
+        for task in tasks {
+            let (status, head) = task.await.expect("a response");
+            let number = |field: &str, key: &str| -> u64 {
+                let line = head
+                    .lines()
+                    .find(|l| l.starts_with(&format!("{field}:")))
+                    .unwrap_or_else(|| panic!("{field} in {head}"));
+                let value = line.split_once(&format!("{key}=")).expect(key).1;
+                value
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("a number")
+            };
+            assert!(
+                number("ratelimit", "r") <= number("ratelimit-policy", "q"),
+                "{head}"
+            );
+            if status == 429 && refused.is_none() {
+                let retry_after: u64 = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("retry-after:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .expect("Retry-After");
+                refused = Some((number("ratelimit", "t"), retry_after));
+            }
+        }
+        let (t, retry_after) = refused.unwrap_or_else(|| panic!("{limiter:?} refused nothing"));
+        assert!(
+            t <= retry_after,
+            "{limiter:?}: t {t} > Retry-After {retry_after}"
+        );
+        assert!(t >= 1, "{limiter:?}: something is spent, so t > 0");
+        server.abort();
+    }
+}
