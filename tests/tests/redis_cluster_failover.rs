@@ -209,3 +209,129 @@ async fn resharding_under_load_keeps_every_count() {
     assert!(started.elapsed() < Duration::from_secs(110));
     assert_eq!(admitted, vec![30; USERS]);
 }
+
+/// A one-node Cluster reached through a proxy that, once, forwards a
+/// decision's call to the server and then drops the connection instead of
+/// the reply: the script ran and charged, and the client cannot know. The
+/// store must not send that call again (it would charge twice): the
+/// request fails (and gets the store-error behaviour), and the key holds
+/// exactly one charge for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_reply_was_lost_is_never_sent_again() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = proxy.local_addr().unwrap().port();
+    let server = tollgate_tests::redis::RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-announce-port",
+        &proxy_port.to_string(),
+    ]);
+    server.command(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+    let started = Instant::now();
+    while !server
+        .command(&["CLUSTER", "INFO"])
+        .contains("cluster_state:ok")
+    {
+        assert!(
+            started.elapsed() < RECOVERY,
+            "the one-node cluster never came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The proxy: every connection forwarded both ways; once armed, the
+    // first reply to a call of the script is swallowed and both sides
+    // closed.
+    let armed = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let real = server.port();
+    {
+        let (armed, dropped) = (armed.clone(), dropped.clone());
+        std::thread::spawn(move || {
+            for client in proxy.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(upstream) = TcpStream::connect(("127.0.0.1", real)) else {
+                    return;
+                };
+                let (mut c_read, mut u_write) =
+                    (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                let (mut u_read, mut c_write) = (upstream, client);
+                let sent = Arc::new(AtomicBool::new(false));
+                let sent_up = sent.clone();
+                let armed_up = armed.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = c_read.read(&mut buf) {
+                        if n == 0 || u_write.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                        let call = buf[..n].windows(4).any(|w| w == b"EVAL");
+                        if call && armed_up.swap(false, Ordering::SeqCst) {
+                            sent_up.store(true, Ordering::SeqCst);
+                        }
+                    }
+                });
+                let dropped = dropped.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = u_read.read(&mut buf) {
+                        if n == 0 {
+                            return;
+                        }
+                        if sent.swap(false, Ordering::SeqCst) {
+                            // The reply to the armed call: lost.
+                            dropped.store(true, Ordering::SeqCst);
+                            let _ = c_write.shutdown(std::net::Shutdown::Both);
+                            let _ = u_read.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        if c_write.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+    let store = RedisStore::connect(format!("redis+cluster://127.0.0.1:{proxy_port}"))
+        .await
+        .expect("connect through the proxy");
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_hour(10),
+    )]));
+    let key = Key::from_bytes(b"victim");
+    let decide = || async {
+        match store.check(&policy, &key, 1) {
+            StoreCheck::Pending(future) => future.await,
+            StoreCheck::Ready(result) => result,
+        }
+    };
+    // Warm: the script is loaded, the connection made (one charge).
+    assert_eq!(decide().await.expect("decided").merged.remaining, 9);
+    armed.store(true, Ordering::SeqCst);
+    let lost = decide().await;
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the proxy dropped the reply"
+    );
+    assert!(
+        lost.is_err(),
+        "a lost reply is a failure, not a retried call: {lost:?}"
+    );
+    // The lost call charged once, and only once: 10 − 1 − 1 − this one.
+    let mut remaining = None;
+    for _ in 0..50 {
+        if let Ok(verdict) = decide().await {
+            remaining = Some(verdict.merged.remaining);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(remaining, Some(7), "charged exactly once for the lost call");
+}

@@ -138,7 +138,13 @@ impl Connection {
         nodes: Vec<String>,
         options: &ConnectOptions,
     ) -> Result<Self, RedisStoreError> {
+        // No retries by the client: it would send a call again after a
+        // connection dropped, when the script may have run (and charged).
+        // The store retries itself, and only where the script cannot have
+        // run (see `Failure`); the client still repairs its slot map and
+        // connections in the background.
         let mut builder = ClusterClient::builder(nodes)
+            .retries(0)
             .connection_timeout(options.connect_timeout)
             .max_retry_wait(
                 u64::try_from(options.reconnect_max_delay.as_millis()).unwrap_or(u64::MAX),
@@ -180,6 +186,91 @@ async fn refuse_cluster_node(
         )));
     }
     Ok(())
+}
+
+/// What a failed call says about whether its script ran, and so whether
+/// it may be sent again.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// It did not run (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`,
+    /// `MASTERDOWN`, a refused connection, no connection to the slot's
+    /// node): send it again, after a pause.
+    Again,
+    /// It did not run: the keys are moving to this node (`ASK`); send it
+    /// there, after `ASKING`.
+    Ask { host: String, port: u16 },
+    /// It did not run, and the connection's picture of the cluster is wrong
+    /// in a way the client does not mend (`READONLY`): a fresh connection,
+    /// then again.
+    Refresh,
+    /// It may have run (the connection dropped or timed out after sending),
+    /// or it failed for good: give up.
+    Final,
+}
+
+impl Failure {
+    pub(crate) fn of(error: &redis::RedisError) -> Failure {
+        use redis::{ErrorKind, ServerErrorKind};
+        match error.kind() {
+            ErrorKind::Server(ServerErrorKind::Ask) => match error.redirect_node() {
+                Some((address, _slot)) => match address.rsplit_once(':') {
+                    Some((host, port)) => match port.parse() {
+                        Ok(port) => Failure::Ask {
+                            host: host.to_owned(),
+                            port,
+                        },
+                        Err(_) => Failure::Final,
+                    },
+                    None => Failure::Final,
+                },
+                None => Failure::Final,
+            },
+            ErrorKind::Server(
+                ServerErrorKind::Moved
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::MasterDown,
+            )
+            | ErrorKind::ClusterConnectionNotFound => Failure::Again,
+            ErrorKind::Server(ServerErrorKind::ReadOnly) => Failure::Refresh,
+            _ if error.is_connection_refusal() => Failure::Again,
+            _ => Failure::Final,
+        }
+    }
+}
+
+impl Connection {
+    /// Whether this is a Cluster connection.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Connection::Cluster(..))
+    }
+
+    /// Sends `ASKING` and then `command` to the node at `host:port` (where
+    /// an `ASK` redirected the call): the reply to `command`.
+    pub(crate) async fn ask(
+        &self,
+        command: &Cmd,
+        host: &str,
+        port: u16,
+    ) -> Result<Value, redis::RedisError> {
+        let Connection::Cluster(connection, _) = self else {
+            return Err((redis::ErrorKind::Client, "ASK without a cluster").into());
+        };
+        let mut pipeline = redis::pipe();
+        pipeline.cmd("ASKING").add_command(command.clone());
+        let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+            host: host.to_owned(),
+            port,
+        };
+        let mut connection = connection.clone();
+        let mut replies = connection.route_pipeline(pipeline, 1, 1, route).await?;
+        match replies.pop() {
+            Some(Value::ServerError(error)) => Err(error.into()),
+            Some(reply) => Ok(reply),
+            None => Err((redis::ErrorKind::Client, "no reply after ASKING").into()),
+        }
+    }
 }
 
 impl ConnectionLike for Connection {

@@ -87,22 +87,26 @@
 //! [`reconnect_max_delay`](RedisStoreBuilder::reconnect_max_delay), so
 //! limiting resumes soon after Redis is back, without a restart.
 //!
-//! A Cluster's topology may change under load. `MOVED` and `ASK` (slots
-//! moved) and `TRYAGAIN`, `CLUSTERDOWN` and `LOADING` (a slot migrating, a
-//! failover under way, a node starting) come before the script runs: the
-//! cluster client follows or waits and sends the call again. `READONLY`
-//! (a manual failover demoted the master the call reached) also comes
-//! before any write: the store takes a fresh connection, which reads the
-//! slot map anew, and sends the call once more. `NOSCRIPT` (a replica just
-//! promoted) is answered with the same call as `EVAL`, routed by its keys.
-//! Tested with six nodes, three masters with a replica each: after `CLUSTER
-//! FAILOVER`, every key is decided again within 10 s of the replica taking
-//! over (in about a second here); after a master is killed, within the
-//! cluster's `cluster-node-timeout` plus 10 s (about 9 s here, with 5 s).
-//! Meanwhile the layer applies its store-error behaviour. Not handled: a
-//! connection that drops after the server ran the script but before its
-//! reply arrived may be retried by the cluster client, charging twice
-//! (within the deadline below).
+//! A Cluster's topology may change under load. The store sends a call again
+//! only where its script cannot have run: after `MOVED` (slots moved; the
+//! client reads the slot map again), `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`
+//! and `MASTERDOWN` (a failover or a node starting), and a refused
+//! connection, each after a short pause; after `ASK` (keys migrating), to
+//! the node it names, after `ASKING`; after `READONLY` (a manual failover
+//! demoted the master the call reached; the client does not mend that by
+//! itself), on a fresh connection that reads the slot map anew. `NOSCRIPT`
+//! (a replica just promoted) is answered with the same call as `EVAL`. A
+//! connection that dropped or timed out after the call was sent is never
+//! retried: the script may have run, and a second run would charge twice;
+//! the request gets the layer's store-error behaviour instead. (The
+//! cluster client's own retries are off for that reason.) Tested with six
+//! nodes, three masters with a replica each: after `CLUSTER FAILOVER`,
+//! every key is decided again within 10 s of the replica taking over (in
+//! about a second here); after a master is killed, within the cluster's
+//! `cluster-node-timeout` plus 10 s (about 9 s here, with 5 s); a restarted
+//! master within 10 s; resharding under load fails no request and loses no
+//! count; a reply lost after the script ran is charged once. Meanwhile the
+//! layer applies its store-error behaviour.
 //!
 //! A late answer never charges. A call that waits in a stalled server's
 //! queue still runs when the server wakes, after the layer has answered its

@@ -1,7 +1,7 @@
 //! The store: a policy's script called once per request.
 
 use crate::RedisStoreError;
-use crate::connection::{ConnectOptions, Connection, Topology};
+use crate::connection::{ConnectOptions, Connection, Failure, Topology};
 use crate::script::PreparedPolicy;
 use crate::server_clock::ServerClock;
 use redis::{ErrorKind, ServerErrorKind};
@@ -193,23 +193,69 @@ impl RedisStore {
         let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
         let shared = self.shared.clone();
         StoreCheck::Pending(Box::pin(async move {
-            let generation = shared.topology.current();
-            let reply = match call(&prepared, &command, &generation.connection).await {
-                // The script wrote nothing: on a fresh connection, once.
-                Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) => {
-                    match shared.topology.refreshed_after(generation.number).await {
-                        Some(fresh) => call(&prepared, &command, &fresh?.connection).await?,
-                        None => return Err(error.into()),
-                    }
-                }
-                reply => reply?,
-            };
+            let reply = call_until_answered(&shared, &prepared, &command).await?;
             let (server_now, verdict) = prepared.verdict(&reply);
             if let Some(server_now) = server_now {
                 shared.server_clock.observe(server_now);
             }
             verdict
         }))
+    }
+}
+
+/// How many times a call whose script cannot have run is sent again (a
+/// Cluster failing over or moving slots), at most; the layer's
+/// `store_timeout` usually ends the wait first, and then the call's
+/// deadline keeps a late run from charging.
+const MAX_ATTEMPTS: u32 = 12;
+
+/// Sends the decision's command until an answer, sending it again only
+/// where its script cannot have run (see [`Failure`]): after `MOVED`,
+/// `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, a refused connection (after a
+/// pause, doubling from 1 ms to 64 ms), to the node an `ASK` names, or on
+/// a fresh connection after `READONLY`. Never after a connection that
+/// dropped once the call was sent: that script may have run.
+async fn call_until_answered(
+    shared: &Shared,
+    prepared: &PreparedPolicy,
+    command: &redis::Cmd,
+) -> Result<Vec<i64>, RedisStoreError> {
+    let mut generation = shared.topology.current();
+    let mut attempt = 0;
+    loop {
+        let error = match call(prepared, command, &generation.connection).await {
+            Ok(reply) => return Ok(reply),
+            Err(error) => error,
+        };
+        attempt += 1;
+        if attempt >= MAX_ATTEMPTS || !generation.connection.is_cluster() {
+            return Err(error.into());
+        }
+        match Failure::of(&error) {
+            Failure::Final => return Err(error.into()),
+            Failure::Again => {
+                tokio::time::sleep(Duration::from_millis(1 << attempt.min(6))).await;
+            }
+            Failure::Refresh => match shared.topology.refreshed_after(generation.number).await {
+                Some(fresh) => generation = fresh?,
+                None => return Err(error.into()),
+            },
+            Failure::Ask { host, port } => {
+                // The keys are moving: the call, with the script's source
+                // (the node may not have the script yet), to their new node.
+                let reply = generation
+                    .connection
+                    .ask(&prepared.with_source(command), &host, port)
+                    .await;
+                match reply.and_then(|value| Ok(redis::from_redis_value::<Vec<i64>>(value)?)) {
+                    Ok(reply) => return Ok(reply),
+                    Err(error) if Failure::of(&error) == Failure::Final => {
+                        return Err(error.into());
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
     }
 }
 
