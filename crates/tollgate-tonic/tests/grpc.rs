@@ -364,3 +364,63 @@ impl Store for FailingStore {
         tollgate::StoreCheck::Ready(Err(Broken))
     }
 }
+
+/// A layer from a rules file drives a tonic service: the builder it is
+/// made with brings the gRPC rejector, so a call over the rule's limit is
+/// `RESOURCE_EXHAUSTED` with `RetryInfo`, like a call over a coded layer's.
+#[tokio::test]
+async fn a_rules_file_layer_answers_grpc_calls_with_resource_exhausted() {
+    use tollgate::rules::RulesLayer;
+    let rules = r#"
+        [[rule]]
+        name = "health"
+        match = { grpc_method = "grpc.health.v1.Health/Check" }
+        key = "global"
+        limits = [{ name = "checks", quota = "2/min" }]
+    "#;
+    let layer = RulesLayer::from_toml_with(
+        rules,
+        RateLimitLayer::builder().rejector(GrpcRejector::new()),
+    )
+    .expect("valid rules");
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let _ = Server::builder()
+            .layer(layer)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await;
+    });
+    reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    assert!(check(&mut client).await.is_ok());
+    assert!(check(&mut client).await.is_ok());
+    let status = check(&mut client)
+        .await
+        .expect_err("the third call is limited");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    let retry = status
+        .get_details_retry_info()
+        .and_then(|info| info.retry_delay)
+        .expect("RetryInfo with a delay");
+    // 2 a minute: the next call fits in 30 s.
+    assert!(
+        retry > Duration::from_secs(29) && retry <= Duration::from_secs(30),
+        "{retry:?}"
+    );
+    assert_eq!(
+        status.metadata().get("ratelimit-policy").unwrap(),
+        "\"checks\";q=2;w=60"
+    );
+    task.abort();
+}

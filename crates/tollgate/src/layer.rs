@@ -98,6 +98,54 @@ impl<K, St, R> RateLimitLayer<K, St, R> {
     }
 }
 
+/// What a rules layer takes from the builder it is made with, for every
+/// rule's layer: the store, the rejector, and the settings (cost, headers,
+/// status, store timeout and failure behaviour, missing keys, allow-list,
+/// request info, algorithm and delay); each rule brings its own key, limits
+/// and behaviour.
+#[cfg(feature = "rules")]
+#[derive(Clone)]
+pub(crate) struct Template<St, R> {
+    store: St,
+    rejector: R,
+    settings: Settings,
+    algorithm: Option<Algorithm>,
+    max_delay: Option<Duration>,
+}
+
+#[cfg(feature = "rules")]
+impl<K, St, R> RateLimitBuilder<K, St, R> {
+    /// This builder as a template for a rules layer's rules (its key,
+    /// limits, routes and per-key quotas are the rules' own).
+    pub(crate) fn into_template(self) -> Template<St, R> {
+        Template {
+            store: self.store,
+            rejector: self.rejector,
+            settings: self.config.settings,
+            algorithm: self.config.algorithm,
+            max_delay: self.config.max_delay,
+        }
+    }
+}
+
+#[cfg(feature = "rules")]
+impl<St: Clone, R: Clone> Template<St, R> {
+    /// A builder with the template's store, rejector and settings.
+    pub(crate) fn builder(&self) -> RateLimitBuilder<PeerIp, St, R> {
+        RateLimitBuilder {
+            key: PeerIp,
+            store: self.store.clone(),
+            rejector: self.rejector.clone(),
+            config: Config {
+                settings: self.settings.clone(),
+                algorithm: self.algorithm,
+                max_delay: self.max_delay,
+                ..Config::default()
+            },
+        }
+    }
+}
+
 impl<K, St, R> RateLimitLayer<K, St, R> {
     /// What every service of this layer shares.
     #[cfg_attr(not(feature = "rules"), allow(dead_code))]

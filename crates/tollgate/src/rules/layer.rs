@@ -5,7 +5,7 @@ use super::matcher::Matcher;
 use super::service::Rules;
 use crate::engine::Engine;
 use crate::key::KeyExtractor;
-use crate::layer::RateLimitLayer;
+use crate::layer::{RateLimitBuilder, RateLimitLayer, Template};
 use crate::rejection::DefaultRejector;
 use crate::store::{MemoryStore, Store};
 use arc_swap::ArcSwap;
@@ -16,14 +16,14 @@ use std::time::{Duration, SystemTime};
 use tower_layer::Layer;
 
 /// One rule, ready to apply: its predicate and its limiter.
-pub(crate) struct BuiltRule<St> {
+pub(crate) struct BuiltRule<St, R> {
     pub name: String,
     pub matcher: Matcher,
-    pub shared: Arc<Engine<Box<dyn KeyExtractor>, St, DefaultRejector>>,
+    pub shared: Arc<Engine<Box<dyn KeyExtractor>, St, R>>,
 }
 
 /// The rules in force, in order.
-pub(crate) type RuleSet<St> = Vec<BuiltRule<St>>;
+pub(crate) type RuleSet<St, R> = Vec<BuiltRule<St, R>>;
 
 /// A layer whose limits come from a rules file (see the
 /// [module docs](super) for the format).
@@ -39,11 +39,11 @@ pub(crate) type RuleSet<St> = Vec<BuiltRule<St>>;
 /// }
 /// # Ok::<(), tollgate::rules::RulesError>(())
 /// ```
-pub struct RulesLayer<St = MemoryStore> {
-    handle: RulesHandle<St>,
+pub struct RulesLayer<St = MemoryStore, R = DefaultRejector> {
+    handle: RulesHandle<St, R>,
 }
 
-impl<St: Clone> Clone for RulesLayer<St> {
+impl<St: Clone, R: Clone> Clone for RulesLayer<St, R> {
     fn clone(&self) -> Self {
         RulesLayer {
             handle: self.handle.clone(),
@@ -51,7 +51,7 @@ impl<St: Clone> Clone for RulesLayer<St> {
     }
 }
 
-impl<St> std::fmt::Debug for RulesLayer<St> {
+impl<St, R> std::fmt::Debug for RulesLayer<St, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RulesLayer")
             .field("rules", &self.handle.rule_names())
@@ -74,23 +74,66 @@ impl RulesLayer {
 impl<St: Store> RulesLayer<St> {
     /// The rules of the file at `path`, counted in `store`.
     pub fn from_file_with_store(path: impl AsRef<Path>, store: St) -> Result<Self, RulesError> {
-        let path = path.as_ref().to_owned();
-        let text = read(&path)?;
-        let rules = build(parse(&text, &path)?, &store);
-        Ok(Self::with_rules(rules, store, Some(path)))
+        Self::from_file_with(path, RateLimitLayer::builder().store(store))
     }
 
     /// The rules in `text`, counted in `store`.
     pub fn from_toml_with_store(text: &str, store: St) -> Result<Self, RulesError> {
-        let rules = build(parse(text, Path::new(STRING))?, &store);
-        Ok(Self::with_rules(rules, store, None))
+        Self::from_toml_with(text, RateLimitLayer::builder().store(store))
+    }
+}
+
+impl<St: Store, R: Clone + Send + Sync + 'static> RulesLayer<St, R> {
+    /// The rules of the file at `path`, each rule's layer built as
+    /// `builder` would build it: its store, its rejector (gRPC statuses,
+    /// problem+json, your own) and its settings (cost, headers, status,
+    /// store timeout and failure behaviour, missing keys, allow-list,
+    /// algorithm, delay). Each rule brings its own limits, key and
+    /// behaviour; the builder's own key, limits, routes and per-key quotas
+    /// are not used.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::rules::RulesLayer;
+    /// use tollgate::{OnStoreError, RateLimitLayer};
+    ///
+    /// let layer = RulesLayer::from_file_with(
+    ///     "rules.toml",
+    ///     RateLimitLayer::builder()
+    ///         .store_timeout(Duration::from_millis(50))
+    ///         .on_store_error(OnStoreError::Closed),
+    /// )?;
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::rules::RulesError>(())
+    /// ```
+    pub fn from_file_with<K>(
+        path: impl AsRef<Path>,
+        builder: RateLimitBuilder<K, St, R>,
+    ) -> Result<Self, RulesError> {
+        let path = path.as_ref().to_owned();
+        let text = read(&path)?;
+        let template = builder.into_template();
+        let rules = build(parse(&text, &path)?, &template);
+        Ok(Self::with_rules(rules, template, Some(path)))
     }
 
-    fn with_rules(rules: RuleSet<St>, store: St, file: Option<PathBuf>) -> Self {
+    /// The rules in `text` (reported as file `<string>`), each rule's layer
+    /// built as `builder` would build it (see
+    /// [`from_file_with`](Self::from_file_with)).
+    pub fn from_toml_with<K>(
+        text: &str,
+        builder: RateLimitBuilder<K, St, R>,
+    ) -> Result<Self, RulesError> {
+        let template = builder.into_template();
+        let rules = build(parse(text, Path::new(STRING))?, &template);
+        Ok(Self::with_rules(rules, template, None))
+    }
+
+    fn with_rules(rules: RuleSet<St, R>, template: Template<St, R>, file: Option<PathBuf>) -> Self {
         RulesLayer {
             handle: RulesHandle {
                 rules: Arc::new(ArcSwap::from_pointee(rules)),
-                store,
+                template,
                 file: file.map(Arc::from),
             },
         }
@@ -98,13 +141,13 @@ impl<St: Store> RulesLayer<St> {
 
     /// The handle that reloads this layer's rules (and every service's it
     /// made: they share them).
-    pub fn handle(&self) -> RulesHandle<St> {
+    pub fn handle(&self) -> RulesHandle<St, R> {
         self.handle.clone()
     }
 }
 
-impl<S, St> Layer<S> for RulesLayer<St> {
-    type Service = Rules<S, St>;
+impl<S, St, R> Layer<S> for RulesLayer<St, R> {
+    type Service = Rules<S, St, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Rules::new(inner, self.handle.rules.clone())
@@ -124,23 +167,24 @@ fn read(path: &Path) -> Result<String, RulesError> {
 }
 
 /// Swaps a [`RulesLayer`]'s rules. Clones share the layer.
-pub struct RulesHandle<St> {
-    rules: Arc<ArcSwap<RuleSet<St>>>,
-    store: St,
+pub struct RulesHandle<St, R = DefaultRejector> {
+    rules: Arc<ArcSwap<RuleSet<St, R>>>,
+    /// What every rule's layer is built from (its store among it).
+    template: Template<St, R>,
     file: Option<Arc<Path>>,
 }
 
-impl<St: Clone> Clone for RulesHandle<St> {
+impl<St: Clone, R: Clone> Clone for RulesHandle<St, R> {
     fn clone(&self) -> Self {
         RulesHandle {
             rules: self.rules.clone(),
-            store: self.store.clone(),
+            template: self.template.clone(),
             file: self.file.clone(),
         }
     }
 }
 
-impl<St> RulesHandle<St> {
+impl<St, R> RulesHandle<St, R> {
     /// The names of the rules in force, in order.
     pub fn rule_names(&self) -> Vec<String> {
         self.rules
@@ -151,7 +195,7 @@ impl<St> RulesHandle<St> {
     }
 }
 
-impl<St: Store> RulesHandle<St> {
+impl<St: Store, R: Clone + Send + Sync + 'static> RulesHandle<St, R> {
     /// Reads the layer's file again and swaps its rules in. On any mistake
     /// the error says where, and the rules in force stay.
     pub fn reload(&self) -> Result<(), RulesError> {
@@ -174,7 +218,7 @@ impl<St: Store> RulesHandle<St> {
     }
 
     fn swap(&self, text: &str, path: &Path) -> Result<(), RulesError> {
-        let rules = build(parse(text, path)?, &self.store);
+        let rules = build(parse(text, path)?, &self.template);
         self.rules.store(Arc::new(rules));
         tracing::info!(file = %path.display(), "rate-limit rules reloaded");
         Ok(())
@@ -219,20 +263,17 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     Some((metadata.modified().ok()?, metadata.len()))
 }
 
-/// Builds every rule's limiter over `store`.
-fn build<St: Store>(specs: Vec<RuleSpec>, store: &St) -> RuleSet<St> {
+/// Builds every rule's layer from `template`.
+fn build<St: Store, R: Clone>(specs: Vec<RuleSpec>, template: &Template<St, R>) -> RuleSet<St, R> {
     specs
         .into_iter()
-        .map(|spec| build_rule(spec, store))
+        .map(|spec| build_rule(spec, template))
         .collect()
 }
 
-fn build_rule<St: Store>(spec: RuleSpec, store: &St) -> BuiltRule<St> {
+fn build_rule<St: Store, R: Clone>(spec: RuleSpec, template: &Template<St, R>) -> BuiltRule<St, R> {
     let id = stable_id(&spec);
-    let mut builder = RateLimitLayer::builder()
-        .key(spec.key)
-        .store(store.clone())
-        .stable_policy_id(id);
+    let mut builder = template.builder().key(spec.key).stable_policy_id(id);
     for limit in spec.limits {
         builder = builder.limit(limit);
     }

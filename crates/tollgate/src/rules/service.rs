@@ -4,7 +4,7 @@
 use super::layer::RuleSet;
 use crate::future::ResponseFuture;
 use crate::key::{KeyExtractor, RequestInfo};
-use crate::rejection::DefaultRejector;
+use crate::rejection::{DefaultRejector, Rejector};
 use crate::store::Store;
 use arc_swap::ArcSwap;
 use http::{Request, Response};
@@ -14,12 +14,12 @@ use tower_service::Service;
 
 /// Applies the first matching rule's limits to each request; requests no
 /// rule matches pass unlimited. Clones share the rules (and their reloads).
-pub struct Rules<S, St> {
+pub struct Rules<S, St, R = DefaultRejector> {
     inner: S,
-    rules: Arc<ArcSwap<RuleSet<St>>>,
+    rules: Arc<ArcSwap<RuleSet<St, R>>>,
 }
 
-impl<S: Clone, St> Clone for Rules<S, St> {
+impl<S: Clone, St, R> Clone for Rules<S, St, R> {
     fn clone(&self) -> Self {
         Rules {
             inner: self.inner.clone(),
@@ -28,7 +28,7 @@ impl<S: Clone, St> Clone for Rules<S, St> {
     }
 }
 
-impl<S: std::fmt::Debug, St> std::fmt::Debug for Rules<S, St> {
+impl<S: std::fmt::Debug, St, R> std::fmt::Debug for Rules<S, St, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Rules")
             .field("inner", &self.inner)
@@ -36,21 +36,22 @@ impl<S: std::fmt::Debug, St> std::fmt::Debug for Rules<S, St> {
     }
 }
 
-impl<S, St> Rules<S, St> {
-    pub(crate) fn new(inner: S, rules: Arc<ArcSwap<RuleSet<St>>>) -> Self {
+impl<S, St, R> Rules<S, St, R> {
+    pub(crate) fn new(inner: S, rules: Arc<ArcSwap<RuleSet<St, R>>>) -> Self {
         Rules { inner, rules }
     }
 }
 
-impl<S, St, ReqBody, ResBody> Service<Request<ReqBody>> for Rules<S, St>
+impl<S, St, R, ReqBody, ResBody> Service<Request<ReqBody>> for Rules<S, St, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     ResBody: Default,
     St: Store,
+    R: Rejector<ResBody>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, Request<ReqBody>, Box<dyn KeyExtractor>, St, DefaultRejector>;
+    type Future = ResponseFuture<S, Request<ReqBody>, Box<dyn KeyExtractor>, St, R>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
