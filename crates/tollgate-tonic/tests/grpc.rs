@@ -36,6 +36,24 @@ impl TestServer {
         K: tollgate::KeyExtractor,
         St: Store,
     {
+        Self::behind(layer).await
+    }
+
+    /// The health service behind any layer that wraps a tonic service as
+    /// this crate's do (a rules layer too).
+    async fn behind<L>(layer: L) -> TestServer
+    where
+        L: Layer<tonic::service::Routes> + Clone + Send + Sync + 'static,
+        L::Service: tower::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<tonic::body::Body>,
+                Error = std::convert::Infallible,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as tower::Service<http::Request<tonic::body::Body>>>::Future: Send + 'static,
+    {
         let (reporter, health) = tonic_health::server::health_reporter();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -383,26 +401,12 @@ async fn a_rules_file_layer_answers_grpc_calls_with_resource_exhausted() {
         RateLimitLayer::builder().rejector(GrpcRejector::new()),
     )
     .expect("valid rules");
-    let (reporter, health) = tonic_health::server::health_reporter();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let _ = Server::builder()
-            .layer(layer)
-            .add_service(health)
-            .serve_with_incoming(TcpIncoming::from(listener))
-            .await;
-    });
-    reporter
+    let server = TestServer::behind(layer).await;
+    server
+        .reporter
         .set_service_status("", ServingStatus::Serving)
         .await;
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .unwrap();
-    let mut client = HealthClient::new(channel);
+    let mut client = server.client().await;
     assert!(check(&mut client).await.is_ok());
     assert!(check(&mut client).await.is_ok());
     let status = check(&mut client)
@@ -422,5 +426,4 @@ async fn a_rules_file_layer_answers_grpc_calls_with_resource_exhausted() {
         status.metadata().get("ratelimit-policy").unwrap(),
         "\"checks\";q=2;w=60"
     );
-    task.abort();
 }
