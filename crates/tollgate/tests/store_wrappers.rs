@@ -43,19 +43,19 @@ async fn statuses<St: Store>(store: St, n: usize, on_error: OnStoreError) -> Vec
     seen
 }
 
+/// Three requests under 2 a minute, decided by a store that works.
+const TWO_THEN_LIMITED: [StatusCode; 3] = [
+    StatusCode::OK,
+    StatusCode::OK,
+    StatusCode::TOO_MANY_REQUESTS,
+];
+
 #[tokio::test]
 async fn a_failing_primary_is_replaced_by_the_secondary() {
     // Fails at once: the secondary (memory) decides, 2 a minute.
     let store = Fallback::new(BrokenStore::Failing, MemoryStore::new());
     let got = statuses(store, 3, OnStoreError::Closed).await;
-    assert_eq!(
-        got,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ]
-    );
+    assert_eq!(got, TWO_THEN_LIMITED);
 }
 
 #[tokio::test]
@@ -64,14 +64,7 @@ async fn a_working_primary_decides_alone() {
     let secondary = MemoryStore::new();
     let store = Fallback::new(Later(primary.clone()), secondary.clone());
     let got = statuses(store, 3, OnStoreError::Closed).await;
-    assert_eq!(
-        got,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ]
-    );
+    assert_eq!(got, TWO_THEN_LIMITED);
     assert_eq!((primary.len(), secondary.len()), (1, 0));
 }
 
@@ -83,14 +76,7 @@ async fn a_slow_primary_times_out_and_the_secondary_decides() {
     );
     let started = tokio::time::Instant::now();
     let got = statuses(store, 3, OnStoreError::Closed).await;
-    assert_eq!(
-        got,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ]
-    );
+    assert_eq!(got, TWO_THEN_LIMITED);
     // Three requests, each waited 20 ms for the primary (paused time: exact).
     assert_eq!(started.elapsed(), Duration::from_millis(60));
 }
