@@ -44,7 +44,7 @@ async fn every_algorithm_gives_the_same_decisions_through_the_layer() {
         for (i, gap) in trace().into_iter().enumerate() {
             clock.advance(Duration::from_millis(gap));
             now += gap * 1_000_000;
-            let expected = limiter.check(&mut state, now, 1).allowed;
+            let expected = limiter.check(&mut state, now, 1).allowed();
             let got = status(&mut service, Request::new(())).await == StatusCode::OK;
             assert_eq!(got, expected, "{algorithm}, request {i}");
             seen[usize::from(got)] += 1;

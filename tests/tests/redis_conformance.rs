@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
 use tollgate_core::{
-    Algorithm, Decision, Limiter, ManualClock, Quota, Refill, SlidingLog, TokenBucket, check_all,
+    Algorithm, Decision, DecisionFields, Limiter, ManualClock, Quota, Refill, SlidingLog,
+    TokenBucket, check_all,
 };
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
@@ -106,7 +107,7 @@ async fn assert_conforms(url: &str, key: &Key) -> usize {
                 "{label}, request {i}"
             );
             assert_eq!(got.merged, expected, "{label}, request {i}");
-            seen[usize::from(got.merged.allowed)] += 1;
+            seen[usize::from(got.merged.allowed())] += 1;
         }
         assert!(
             seen[0] > 0 && seen[1] > 0,
@@ -127,13 +128,14 @@ fn in_micros(d: Decision) -> Decision {
             nanos.div_ceil(1_000) * 1_000
         }
     };
-    Decision {
-        reset_after_nanos: up(d.reset_after_nanos),
-        retry_after_nanos: up(d.retry_after_nanos),
-        wait_nanos: up(d.wait_nanos),
-        replenish_after_nanos: up(d.replenish_after_nanos),
-        ..d
+    DecisionFields {
+        reset_after_nanos: up(d.reset_after_nanos()),
+        retry_after_nanos: up(d.retry_after_nanos()),
+        wait_nanos: up(d.wait_nanos()),
+        replenish_after_nanos: up(d.replenish_after_nanos()),
+        ..d.fields()
     }
+    .into()
 }
 
 fn limits_label(limits: &[NamedLimit]) -> String {

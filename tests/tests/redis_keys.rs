@@ -10,8 +10,8 @@ use tollgate_tests::redis::RedisServer;
 
 async fn allowed(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.unwrap().merged.allowed,
-        StoreCheck::Ready(result) => result.unwrap().merged.allowed,
+        StoreCheck::Pending(future) => future.await.unwrap().merged.allowed(),
+        StoreCheck::Ready(result) => result.unwrap().merged.allowed(),
     }
 }
 
@@ -140,7 +140,7 @@ async fn a_policy_without_limits_is_allowed_and_writes_nothing() {
         let StoreCheck::Ready(Ok(verdict)) = store.check(&empty, &Key::Global, 1) else {
             panic!("an empty policy is answered at once");
         };
-        assert!(verdict.merged.allowed && verdict.each.is_empty());
+        assert!(verdict.merged.allowed() && verdict.each.is_empty());
     }
     assert_eq!(server.command(&["DBSIZE"]), ":0\r\n");
 }

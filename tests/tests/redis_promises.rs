@@ -136,17 +136,17 @@ async fn intervals_round_up_to_whole_microseconds_never_faster() {
     let quota = Quota::per_second(3).with_burst(1).unwrap();
     let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", quota)]));
     let key = Key::from_bytes(b"frank");
-    assert!(decide(&store, &policy, &key).await.merged.allowed);
+    assert!(decide(&store, &policy, &key).await.merged.allowed());
     let denied = decide(&store, &policy, &key).await.merged;
-    assert!(!denied.allowed);
+    assert!(!denied.allowed());
     assert_eq!(denied.retry_after(), Duration::from_micros(333_334));
     assert_eq!(Gcra::new(quota).interval_nanos(), 333_333_334);
     // Where the core would already admit again, Redis does not yet; one
     // microsecond later it does.
     clock.advance(Duration::from_nanos(333_333_334));
-    assert!(!decide(&store, &policy, &key).await.merged.allowed);
+    assert!(!decide(&store, &policy, &key).await.merged.allowed());
     clock.advance(Duration::from_nanos(666));
-    assert!(decide(&store, &policy, &key).await.merged.allowed);
+    assert!(decide(&store, &policy, &key).await.merged.allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,7 +193,7 @@ async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
         }
         for key in &keys {
             let verdict = decide(&store, &policy, key).await;
-            assert!(verdict.merged.allowed, "round {round}");
+            assert!(verdict.merged.allowed(), "round {round}");
         }
         for node in cluster.nodes() {
             assert_eq!(
@@ -211,6 +211,6 @@ async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
     assert_eq!(masters_used, 3, "the keys spread over every master");
     // Nothing was lost on the way: each key's third request is refused.
     for key in &keys {
-        assert!(!decide(&store, &policy, key).await.merged.allowed);
+        assert!(!decide(&store, &policy, key).await.merged.allowed());
     }
 }

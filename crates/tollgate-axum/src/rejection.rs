@@ -59,7 +59,7 @@ fn problem_body(rejection: &Rejection<'_>) -> String {
         .limits()
         .iter()
         .zip(rejection.verdict.each.iter())
-        .filter(|(_, decision)| !decision.allowed);
+        .filter(|(_, decision)| !decision.allowed());
     for (i, (limit, _)) in violated.enumerate() {
         if i > 0 {
             body.push(',');

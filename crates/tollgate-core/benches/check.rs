@@ -99,7 +99,7 @@ fn denied_path(c: &mut Criterion) {
         let clock = ManualClock::new(0);
         let gcra = Gcra::new(Quota::per_second(10));
         let cell = AtomicU64::new(0);
-        while check_atomic(&gcra, &cell, clock.now(), 1).allowed {}
+        while check_atomic(&gcra, &cell, clock.now(), 1).allowed() {}
         group.bench_function("tollgate/gcra-atomic", |b| {
             b.iter(|| black_box(check_atomic(&gcra, &cell, clock.now(), 1)))
         });

@@ -45,7 +45,7 @@ impl PackedState for LeakyBucketState {
 ///
 /// let gcra = Gcra::new(Quota::per_second(5));
 /// let cell = AtomicU64::new(0); // a key never seen
-/// let passed = (0..10).filter(|_| check_atomic(&gcra, &cell, 0, 1).allowed).count();
+/// let passed = (0..10).filter(|_| check_atomic(&gcra, &cell, 0, 1).allowed()).count();
 /// assert_eq!(passed, 5);
 /// ```
 #[inline(always)]
@@ -89,8 +89,8 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut passed = (0, 0);
                     for _ in 0..50 {
-                        passed.0 += usize::from(check_atomic(&gcra, &g, 1_000, 1).allowed);
-                        passed.1 += usize::from(check_atomic(&leaky, &l, 1_000, 1).allowed);
+                        passed.0 += usize::from(check_atomic(&gcra, &g, 1_000, 1).allowed());
+                        passed.1 += usize::from(check_atomic(&leaky, &l, 1_000, 1).allowed());
                     }
                     passed
                 })

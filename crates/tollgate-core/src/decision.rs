@@ -6,21 +6,57 @@ use std::time::Duration;
 ///
 /// A denied request consumes nothing: the state is left exactly as it was.
 ///
+/// A decision answers the question the caller always asks,
+/// [`allowed`](Self::allowed), at no further cost; the figures that only
+/// some callers read (what is [`remaining`](Self::remaining), when the
+/// limit [`replenishes`](Self::replenish_after)) are computed when read,
+/// from the few numbers the check already had. [`fields`](Self::fields)
+/// computes them all at once.
+///
 /// ```
 /// use tollgate_core::{Decision, Gcra, Quota, RateAlgorithm};
 ///
 /// let gcra = Gcra::new(Quota::per_second(2));
 /// let mut state = Default::default();
 /// let first: Decision = gcra.check(&mut state, 0, 1);
-/// assert!(first.allowed);
-/// assert_eq!(first.remaining, 1);
+/// assert!(first.allowed());
+/// assert_eq!(first.remaining(), 1);
 /// gcra.check(&mut state, 0, 1);
 /// let third = gcra.check(&mut state, 0, 1);
-/// assert!(!third.allowed);
+/// assert!(!third.allowed());
 /// assert_eq!(third.retry_after().as_millis(), 500);
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Decision {
+    allowed: bool,
+    /// [`DecisionFields::limit`].
+    limit: u64,
+    /// The wait of an allowed request, or the retry time of a denied one:
+    /// never both.
+    hold: u64,
+    counts: Counts,
+}
+
+/// Where `remaining`, `reset_after` and `replenish_after` come from.
+#[derive(Clone, Copy)]
+enum Counts {
+    /// Computed by the check.
+    Known {
+        remaining: u64,
+        reset_after: u64,
+        replenish_after: u64,
+    },
+    /// A limit that gives one unit back every `interval` ns, whose state
+    /// lies `ahead` ns ahead of now, with a tolerance of `limit` intervals
+    /// (GCRA): the counts follow from these when read.
+    Spaced { ahead: u64, interval: u64 },
+}
+
+/// Every figure of a [`Decision`], computed: for building a decision
+/// ([`Decision::from`]) and for reading all of one at once
+/// ([`Decision::fields`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecisionFields {
     /// Whether the request may pass.
     pub allowed: bool,
     /// The most that `remaining` can ever be: the quota's limit for the
@@ -29,21 +65,76 @@ pub struct Decision {
     /// How many more requests of cost 1 would pass right now, after this one.
     pub remaining: u64,
     /// Nanoseconds until the limit is whole again (`remaining == limit`) if
-    /// no further request arrives. See [`reset_after`](Self::reset_after).
+    /// no further request arrives. See [`Decision::reset_after`].
     pub reset_after_nanos: u64,
-    /// Nanoseconds until the limit next gives quota back (`remaining`, or
-    /// for a refused request the room it lacked, starts to grow) if no
-    /// further request arrives; 0 when the limit is whole. See
-    /// [`replenish_after`](Self::replenish_after).
+    /// Nanoseconds until the limit next gives quota back. See
+    /// [`Decision::replenish_after`].
     pub replenish_after_nanos: u64,
     /// For a denied request, nanoseconds until a retry of the same cost can
-    /// pass; 0 when allowed, [`Decision::NEVER_NANOS`] when the cost is larger
-    /// than the limit can ever admit. See [`retry_after`](Self::retry_after).
+    /// pass; [`Decision::NEVER_NANOS`] when it never can. Ignored (read as
+    /// 0) when `allowed`.
     pub retry_after_nanos: u64,
     /// For an allowed request that must be held (the leaky bucket, delay
-    /// mode), nanoseconds to hold it before forwarding; otherwise 0. See
-    /// [`wait`](Self::wait).
+    /// mode), nanoseconds to hold it before forwarding. Ignored (read as 0)
+    /// when not `allowed`.
     pub wait_nanos: u64,
+}
+
+impl From<DecisionFields> for Decision {
+    #[inline]
+    fn from(f: DecisionFields) -> Decision {
+        Decision {
+            allowed: f.allowed,
+            limit: f.limit,
+            hold: if f.allowed {
+                f.wait_nanos
+            } else {
+                f.retry_after_nanos
+            },
+            counts: Counts::Known {
+                remaining: f.remaining,
+                reset_after: f.reset_after_nanos,
+                replenish_after: f.replenish_after_nanos,
+            },
+        }
+    }
+}
+
+impl Default for Decision {
+    /// A denied decision with every figure 0.
+    fn default() -> Decision {
+        DecisionFields::default().into()
+    }
+}
+
+impl PartialEq for Decision {
+    /// Decisions are equal when every figure is.
+    fn eq(&self, other: &Decision) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.fields().hash(state);
+    }
+}
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.fields();
+        f.debug_struct("Decision")
+            .field("allowed", &d.allowed)
+            .field("limit", &d.limit)
+            .field("remaining", &d.remaining)
+            .field("reset_after_nanos", &d.reset_after_nanos)
+            .field("replenish_after_nanos", &d.replenish_after_nanos)
+            .field("retry_after_nanos", &d.retry_after_nanos)
+            .field("wait_nanos", &d.wait_nanos)
+            .finish()
+    }
 }
 
 impl Decision {
@@ -54,9 +145,95 @@ impl Decision {
     /// `retry_after_nanos` of a request that can never pass.
     pub const NEVER_NANOS: u64 = u64::MAX;
 
-    /// How long until the limit is whole again.
+    /// A decision of a limit that gives one unit back every `interval` ns
+    /// and tolerates `limit` units at once, whose state lies `ahead` ns
+    /// ahead of now after the check: GCRA's, with its counts left to be
+    /// computed when read. `hold` is the wait when allowed, the retry time
+    /// when denied.
+    #[inline]
+    pub(crate) fn spaced(allowed: bool, limit: u64, interval: u64, ahead: u64, hold: u64) -> Self {
+        Decision {
+            allowed,
+            limit,
+            hold,
+            counts: Counts::Spaced { ahead, interval },
+        }
+    }
+
+    /// Whether the request may pass.
+    #[inline]
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The most that [`remaining`](Self::remaining) can ever be: the quota's
+    /// limit for the window algorithms, its burst (bucket capacity) for the
+    /// bucket ones.
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// How many more requests of cost 1 would pass right now, after this one.
+    #[inline]
+    pub fn remaining(&self) -> u64 {
+        self.counts().0
+    }
+
+    /// `remaining` and `replenish_after_nanos`, which a spaced decision
+    /// computes together: one division gives both.
+    #[inline]
+    fn counts(&self) -> (u64, u64) {
+        match self.counts {
+            Counts::Known {
+                remaining,
+                replenish_after,
+                ..
+            } => (remaining, replenish_after),
+            Counts::Spaced { ahead, interval } => {
+                let interval = interval.max(1);
+                // tolerance = limit·interval ≤ 2^61 (Quota's bound).
+                let tolerance = self.limit * interval;
+                if ahead > tolerance {
+                    // Delay mode: nothing to spare; the next unit is back
+                    // once `ahead` falls to (limit − 1)·interval.
+                    return (0, ahead - (tolerance - interval));
+                }
+                let spare = tolerance - ahead;
+                let remaining = spare / interval;
+                // Whole, or the next unit is back when the part-spent
+                // interval of room is whole: `interval − spare mod interval`.
+                let replenish = if remaining >= self.limit {
+                    0
+                } else {
+                    interval - spare % interval
+                };
+                (remaining, replenish)
+            }
+        }
+    }
+
+    /// Nanoseconds until the limit is whole again; see
+    /// [`reset_after`](Self::reset_after).
+    #[inline]
+    pub fn reset_after_nanos(&self) -> u64 {
+        match self.counts {
+            Counts::Known { reset_after, .. } => reset_after,
+            Counts::Spaced { ahead, .. } => ahead,
+        }
+    }
+
+    /// How long until the limit is whole again (`remaining == limit`) if no
+    /// further request arrives.
     pub fn reset_after(&self) -> Duration {
-        Duration::from_nanos(self.reset_after_nanos)
+        Duration::from_nanos(self.reset_after_nanos())
+    }
+
+    /// Nanoseconds until the limit next gives quota back; see
+    /// [`replenish_after`](Self::replenish_after).
+    #[inline]
+    pub fn replenish_after_nanos(&self) -> u64 {
+        self.counts().1
     }
 
     /// How long until the limit next gives quota back, if no further request
@@ -79,7 +256,7 @@ impl Decision {
     /// let gcra = Gcra::new(Quota::per_second(10).with_burst(20).unwrap());
     /// let mut state = Default::default();
     /// let first = gcra.check(&mut state, 0, 1);
-    /// assert_eq!(first.remaining, 19);
+    /// assert_eq!(first.remaining(), 19);
     /// assert_eq!(first.replenish_after(), Duration::from_millis(100));
     /// assert_eq!(first.reset_after(), Duration::from_millis(100));
     /// let second = gcra.check(&mut state, 0, 1);
@@ -87,27 +264,68 @@ impl Decision {
     /// assert_eq!(second.reset_after(), Duration::from_millis(200));
     /// ```
     pub fn replenish_after(&self) -> Duration {
-        Duration::from_nanos(self.replenish_after_nanos)
+        Duration::from_nanos(self.replenish_after_nanos())
+    }
+
+    /// For a denied request, nanoseconds until a retry of the same cost can
+    /// pass: 0 when allowed, [`NEVER_NANOS`](Self::NEVER_NANOS) when it
+    /// never can.
+    #[inline]
+    pub fn retry_after_nanos(&self) -> u64 {
+        if self.allowed { 0 } else { self.hold }
     }
 
     /// For a denied request, the earliest moment a retry of the same cost can
     /// pass; zero when allowed, [`Decision::NEVER`] when it never can.
     pub fn retry_after(&self) -> Duration {
         if self.can_ever_pass() {
-            Duration::from_nanos(self.retry_after_nanos)
+            Duration::from_nanos(self.retry_after_nanos())
         } else {
             Self::NEVER
         }
     }
 
+    /// For an allowed request that must be held (the leaky bucket, delay
+    /// mode), nanoseconds to hold it before forwarding; otherwise 0.
+    #[inline]
+    pub fn wait_nanos(&self) -> u64 {
+        if self.allowed { self.hold } else { 0 }
+    }
+
     /// How long to hold an allowed request before forwarding it.
     pub fn wait(&self) -> Duration {
-        Duration::from_nanos(self.wait_nanos)
+        Duration::from_nanos(self.wait_nanos())
     }
 
     /// Whether a retry of the same cost can ever pass.
+    #[inline]
     pub fn can_ever_pass(&self) -> bool {
-        self.retry_after_nanos != Self::NEVER_NANOS
+        self.retry_after_nanos() != Self::NEVER_NANOS
+    }
+
+    /// Every figure, computed.
+    pub fn fields(&self) -> DecisionFields {
+        let (remaining, replenish_after_nanos) = self.counts();
+        DecisionFields {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining,
+            reset_after_nanos: self.reset_after_nanos(),
+            replenish_after_nanos,
+            retry_after_nanos: self.retry_after_nanos(),
+            wait_nanos: self.wait_nanos(),
+        }
+    }
+
+    /// This decision, allowed or not as `allowed` says, every other figure
+    /// kept (a denied decision's retry time and an allowed one's wait read
+    /// as 0 once flipped).
+    pub fn with_allowed(self, allowed: bool) -> Decision {
+        DecisionFields {
+            allowed,
+            ..self.fields()
+        }
+        .into()
     }
 
     /// Folds the decisions of several limits on one request into one: allowed
@@ -115,19 +333,17 @@ impl Decision {
     /// `replenish_after`) and the longest of each wait.
     #[inline]
     pub fn merge(self, other: Decision) -> Decision {
-        let (limit, remaining, replenish_after_nanos) = if other.remaining < self.remaining {
-            (other.limit, other.remaining, other.replenish_after_nanos)
-        } else {
-            (self.limit, self.remaining, self.replenish_after_nanos)
-        };
-        Decision {
-            allowed: self.allowed && other.allowed,
-            limit,
-            remaining,
-            reset_after_nanos: self.reset_after_nanos.max(other.reset_after_nanos),
-            replenish_after_nanos,
-            retry_after_nanos: self.retry_after_nanos.max(other.retry_after_nanos),
-            wait_nanos: self.wait_nanos.max(other.wait_nanos),
+        let (a, b) = (self.fields(), other.fields());
+        let smaller = if b.remaining < a.remaining { b } else { a };
+        DecisionFields {
+            allowed: a.allowed && b.allowed,
+            limit: smaller.limit,
+            remaining: smaller.remaining,
+            reset_after_nanos: a.reset_after_nanos.max(b.reset_after_nanos),
+            replenish_after_nanos: smaller.replenish_after_nanos,
+            retry_after_nanos: a.retry_after_nanos.max(b.retry_after_nanos),
+            wait_nanos: a.wait_nanos.max(b.wait_nanos),
         }
+        .into()
     }
 }

@@ -14,10 +14,10 @@
 //! let clock = ManualClock::new(0);
 //! let limiter = Limiter::new(Algorithm::Gcra, "10/s".parse().unwrap());
 //! let mut state = limiter.new_state();
-//! let passed = (0..20).filter(|_| limiter.check(&mut state, clock.now(), 1).allowed).count();
+//! let passed = (0..20).filter(|_| limiter.check(&mut state, clock.now(), 1).allowed()).count();
 //! assert_eq!(passed, 10);
 //! clock.advance(Duration::from_millis(100));
-//! assert!(limiter.check(&mut state, clock.now(), 1).allowed);
+//! assert!(limiter.check(&mut state, clock.now(), 1).allowed());
 //! ```
 //!
 //! # Choosing an algorithm
@@ -99,6 +99,6 @@ pub use algorithm::{
 };
 pub use atomic::{PackedState, check_atomic};
 pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
-pub use decision::Decision;
+pub use decision::{Decision, DecisionFields};
 pub use limiter::{Admission, Limiter, State, ValueState, check_all};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};

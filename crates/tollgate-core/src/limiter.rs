@@ -6,7 +6,7 @@ use crate::algorithm::{
     LogAdmission, RateAlgorithm, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
     TokenBucket, TokenBucketState,
 };
-use crate::{Algorithm, Decision, Quota};
+use crate::{Algorithm, Decision, DecisionFields, Quota};
 
 /// One of the six algorithms with its quota, chosen at run time (from
 /// configuration, say). Dispatch is a `match`, not a virtual call.
@@ -16,9 +16,9 @@ use crate::{Algorithm, Decision, Quota};
 ///
 /// let limiter = Limiter::new(Algorithm::SlidingLog, "2/min".parse().unwrap());
 /// let mut state = limiter.new_state();
-/// assert!(limiter.check(&mut state, 0, 1).allowed);
-/// assert!(limiter.check(&mut state, 0, 1).allowed);
-/// assert!(!limiter.check(&mut state, 0, 1).allowed);
+/// assert!(limiter.check(&mut state, 0, 1).allowed());
+/// assert!(limiter.check(&mut state, 0, 1).allowed());
+/// assert!(!limiter.check(&mut state, 0, 1).allowed());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limiter {
@@ -359,10 +359,10 @@ impl From<ValueState> for State {
 /// let apart = Limiter::new(Algorithm::Gcra, "1/2s".parse().unwrap());
 /// let (mut a, mut b) = (per_minute.new_state(), apart.new_state());
 /// let mut out = [Decision::default(); 2];
-/// assert!(check_all(&mut [(&per_minute, &mut a), (&apart, &mut b)], 0, 1, &mut out).allowed);
+/// assert!(check_all(&mut [(&per_minute, &mut a), (&apart, &mut b)], 0, 1, &mut out).allowed());
 /// let second = check_all(&mut [(&per_minute, &mut a), (&apart, &mut b)], 1_000_000_000, 1, &mut out);
-/// assert!(!second.allowed);
-/// assert!(out[0].allowed && !out[1].allowed);
+/// assert!(!second.allowed());
+/// assert!(out[0].allowed() && !out[1].allowed());
 /// ```
 pub fn check_all(
     limits: &mut [(&Limiter, &mut State)],
@@ -387,12 +387,13 @@ pub fn check_all(
         merged = Some(merged.map_or(e.decision, |m| m.merge(e.decision)));
     }
     let Some(merged) = merged else {
-        return Decision {
+        return DecisionFields {
             allowed: true,
-            ..Decision::default()
-        };
+            ..DecisionFields::default()
+        }
+        .into();
     };
-    if merged.allowed {
+    if merged.allowed() {
         for (i, (limiter, state)) in limits.iter_mut().enumerate() {
             let admission = match admissions.get(i) {
                 Some(kept) => *kept,
@@ -422,11 +423,8 @@ fn uncharged_view(
     let mut merged: Option<Decision> = None;
     for (i, (limiter, state)) in limits.iter().enumerate() {
         let charged = limiter.evaluate(state, now, cost).decision;
-        let decision = if charged.allowed {
-            Decision {
-                allowed: true,
-                ..limiter.evaluate(state, now, 0).decision
-            }
+        let decision = if charged.allowed() {
+            limiter.evaluate(state, now, 0).decision.with_allowed(true)
         } else {
             charged
         };

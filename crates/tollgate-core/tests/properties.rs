@@ -51,8 +51,8 @@ fn run(limiter: &Limiter, quota: Quota, start: u64, trace: &[(u32, u32)]) -> Vec
         now += quota.period_nanos() * u64::from(gap_permille) / 1000;
         let before = state.clone();
         let decision = limiter.check(&mut state, now, cost);
-        assert!(decision.remaining <= decision.limit, "{decision:?}");
-        if decision.allowed {
+        assert!(decision.remaining() <= decision.limit(), "{decision:?}");
+        if decision.allowed() {
             assert_eq!(decision.retry_after(), Duration::ZERO);
         } else {
             assert_eq!(state, before, "a denied request changed the state");
@@ -80,7 +80,7 @@ fn assert_retry_is_earliest(
         return;
     }
     let retry = u64::try_from(retry.as_nanos()).unwrap();
-    let at = |t: u64| limiter.check(&mut state.clone(), t, cost).allowed;
+    let at = |t: u64| limiter.check(&mut state.clone(), t, cost).allowed();
     assert!(at(now + retry), "denied at now + retry_after ({retry} ns)");
     if retry > 0 {
         assert!(
@@ -98,7 +98,7 @@ fn assert_retry_is_earliest(
 /// denied (except in delay mode, where a retry is admitted, and held, before
 /// the next unit is back).
 fn assert_times_are_exact(limiter: &Limiter, state: &State, now: u64, decision: &Decision) {
-    let remaining_at = |t: u64| limiter.evaluate(state, t, 0).decision.remaining;
+    let remaining_at = |t: u64| limiter.evaluate(state, t, 0).decision.remaining();
     let capacity = limiter.capacity();
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
     let (reset, replenish) = (
@@ -106,7 +106,7 @@ fn assert_times_are_exact(limiter: &Limiter, state: &State, now: u64, decision: 
         nanos(decision.replenish_after()),
     );
     let left = remaining_at(now);
-    assert_eq!(left, decision.remaining, "{decision:?}");
+    assert_eq!(left, decision.remaining(), "{decision:?}");
     assert_eq!(
         remaining_at(now + reset),
         capacity,
@@ -120,7 +120,7 @@ fn assert_times_are_exact(limiter: &Limiter, state: &State, now: u64, decision: 
     }
     assert_eq!(replenish == 0, left == capacity, "{decision:?}");
     assert!(replenish <= reset, "{decision:?}");
-    if !decision.allowed && decision.can_ever_pass() && !in_delay_mode(limiter) {
+    if !decision.allowed() && decision.can_ever_pass() && !in_delay_mode(limiter) {
         assert!(replenish <= nanos(decision.retry_after()), "{decision:?}");
     }
     if replenish > 0 {
@@ -145,7 +145,7 @@ fn in_delay_mode(limiter: &Limiter) -> bool {
 }
 
 fn admitted(seen: &[Seen]) -> impl Iterator<Item = &Seen> + Clone {
-    seen.iter().filter(|s| s.decision.allowed)
+    seen.iter().filter(|s| s.decision.allowed())
 }
 
 /// For every pair of admitted requests `i ≤ j`: `Σ cost·unit ≤ (t_j − t_i)·rate + allowance`.
@@ -232,8 +232,8 @@ proptest! {
         let mut per_window = std::collections::HashMap::<u64, u64>::new();
         for s in &seen {
             let count = per_window.entry(s.at / quota.period_nanos()).or_default();
-            prop_assert_eq!(s.decision.allowed, *count + s.cost <= quota.limit());
-            if s.decision.allowed { *count += s.cost; }
+            prop_assert_eq!(s.decision.allowed(), *count + s.cost <= quota.limit());
+            if s.decision.allowed() { *count += s.cost; }
         }
         assert_window_cap(&seen, quota.period_nanos(), quota.limit());
     }
@@ -247,7 +247,7 @@ proptest! {
                 .filter(|p| s.at - p.at < quota.period_nanos())
                 .map(|p| p.cost)
                 .sum();
-            prop_assert_eq!(s.decision.allowed, in_period + s.cost <= quota.limit());
+            prop_assert_eq!(s.decision.allowed(), in_period + s.cost <= quota.limit());
         }
     }
 
@@ -296,7 +296,7 @@ proptest! {
             let previous = if window == 0 { 0 } else { count(window - 1) };
             let estimate = count(window)
                 + (u128::from(previous) * u128::from(period - elapsed) / u128::from(period)) as u64;
-            prop_assert_eq!(s.decision.allowed, estimate + s.cost <= quota.limit());
+            prop_assert_eq!(s.decision.allowed(), estimate + s.cost <= quota.limit());
         }
         assert_window_cap(&seen, period, quota.limit());
     }
@@ -378,7 +378,7 @@ proptest! {
             let mut state = limiter.new_state();
             for &(now, cost) in &steps {
                 let d = limiter.check(&mut state, now, cost);
-                prop_assert!(d.remaining <= d.limit);
+                prop_assert!(d.remaining() <= d.limit());
             }
         }
     }

@@ -20,16 +20,16 @@ fn token_bucket_capacity_10_refilling_2_per_second() {
     let mut state = bucket.new_state();
     for i in 0..10 {
         assert!(
-            bucket.check(&mut state, clock.now(), 1).allowed,
+            bucket.check(&mut state, clock.now(), 1).allowed(),
             "request {i}"
         );
     }
     let eleventh = bucket.check(&mut state, clock.now(), 1);
-    assert!(!eleventh.allowed);
+    assert!(!eleventh.allowed());
     assert_eq!(eleventh.retry_after(), Duration::from_millis(500));
     clock.advance(Duration::from_millis(500));
-    assert!(bucket.check(&mut state, clock.now(), 1).allowed);
-    assert!(!bucket.check(&mut state, clock.now(), 1).allowed);
+    assert!(bucket.check(&mut state, clock.now(), 1).allowed());
+    assert!(!bucket.check(&mut state, clock.now(), 1).allowed());
 }
 
 #[test]
@@ -43,21 +43,21 @@ fn leaky_bucket_capacity_10_leaking_2_per_second_hit_by_20_at_once() {
     let decisions: Vec<Decision> = (0..20).map(|_| bucket.check(&mut state, now, 1)).collect();
     let slots: Vec<Duration> = decisions
         .iter()
-        .filter(|d| d.allowed)
+        .filter(|d| d.allowed())
         .map(|d| d.wait())
         .collect();
     let expected: Vec<Duration> = (0..10).map(|i| Duration::from_millis(500 * i)).collect();
     assert_eq!(slots, expected, "slots at 0, 0.5 s, 1 s, …, 4.5 s");
-    assert!(decisions[..10].iter().all(|d| d.allowed));
-    assert!(decisions[10..].iter().all(|d| !d.allowed), "10 rejected");
+    assert!(decisions[..10].iter().all(|d| d.allowed()));
+    assert!(decisions[10..].iter().all(|d| !d.allowed()), "10 rejected");
     // The first request leaves at once, so 1 ns later the 11th would wait
     // just under 5 s and fits; after that, one more fits every 500 ms.
     assert_eq!(decisions[19].retry_after(), Duration::from_nanos(1));
     let eleventh = bucket.check(&mut state, now + 1, 1);
-    assert!(eleventh.allowed);
+    assert!(eleventh.allowed());
     assert_eq!(eleventh.wait(), Duration::from_nanos(5 * SECOND - 1));
-    assert!(!bucket.check(&mut state, now + SECOND / 2, 1).allowed);
-    assert!(bucket.check(&mut state, now + SECOND / 2 + 1, 1).allowed);
+    assert!(!bucket.check(&mut state, now + SECOND / 2, 1).allowed());
+    assert!(bucket.check(&mut state, now + SECOND / 2 + 1, 1).allowed());
 }
 
 #[test]
@@ -65,13 +65,13 @@ fn fixed_window_100_per_minute_admits_200_across_a_boundary() {
     let clock = ManualClock::new(1_000 * MINUTE + 59 * SECOND);
     let window = Limiter::new(Algorithm::FixedWindow, Quota::per_minute(100));
     let mut state = window.new_state();
-    assert!((0..100).all(|_| window.check(&mut state, clock.now(), 1).allowed));
+    assert!((0..100).all(|_| window.check(&mut state, clock.now(), 1).allowed()));
     let hundred_first = window.check(&mut state, clock.now(), 1);
-    assert!(!hundred_first.allowed);
+    assert!(!hundred_first.allowed());
     assert_eq!(hundred_first.retry_after(), Duration::from_secs(1));
     clock.advance(Duration::from_secs(1)); // 1:00, a new window
-    assert!((0..100).all(|_| window.check(&mut state, clock.now(), 1).allowed));
-    assert!(!window.check(&mut state, clock.now(), 1).allowed);
+    assert!((0..100).all(|_| window.check(&mut state, clock.now(), 1).allowed()));
+    assert!(!window.check(&mut state, clock.now(), 1).allowed());
 }
 
 #[test]
@@ -84,8 +84,8 @@ fn sliding_window_counter_estimates_from_the_previous_window() {
         current: 3,
     };
     let d = seven.check(&mut state, 100 * 10 * SECOND + 3 * SECOND, 1);
-    assert!(d.allowed);
-    assert_eq!(d.remaining, 0);
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 0);
     // limit 10, previous 9, current 5, 25% in: E = 5 + ⌊9 · 0.75⌋ = 11 → denied.
     let ten = SlidingWindow::new(Quota::new(10, Duration::from_secs(4)).unwrap());
     let mut state = SlidingWindowState {
@@ -95,7 +95,7 @@ fn sliding_window_counter_estimates_from_the_previous_window() {
     };
     let before = state;
     let d = ten.check(&mut state, 100 * 4 * SECOND + SECOND, 1);
-    assert!(!d.allowed);
+    assert!(!d.allowed());
     assert_eq!(state, before, "a denied request consumes nothing");
     // It fits once ⌊9·(4 s − e)/4 s⌋ ≤ 4, i.e. 9·(4 s − e) < 20 s, e > 1.777… s.
     assert_eq!(d.retry_after(), Duration::from_nanos(777_777_778));
@@ -117,23 +117,23 @@ fn ten_per_minute_and_two_seconds_apart_on_one_key() {
         (merged, out)
     };
     let start = 7 * MINUTE;
-    assert!(check(start).0.allowed);
+    assert!(check(start).0.allowed());
     // 1 s later: the minute has room but the spacing does not.
     let (merged, each) = check(start + SECOND);
-    assert!(!merged.allowed && each[0].allowed && !each[1].allowed);
+    assert!(!merged.allowed() && each[0].allowed() && !each[1].allowed());
     // The per-minute limit reports what it holds, uncharged: 9 left, not 8.
-    assert_eq!(each[0].remaining, 9);
+    assert_eq!(each[0].remaining(), 9);
     assert_eq!(merged.retry_after(), Duration::from_secs(1));
     // Every 2 s: nine more pass, then the minute is full even though spaced.
     for i in 1..10 {
-        assert!(check(start + 2 * i * SECOND).0.allowed, "request {i}");
+        assert!(check(start + 2 * i * SECOND).0.allowed(), "request {i}");
     }
     let (merged, each) = check(start + 20 * SECOND);
-    assert!(!merged.allowed && !each[0].allowed && each[1].allowed);
+    assert!(!merged.allowed() && !each[0].allowed() && each[1].allowed());
     // All-or-nothing: the denial above charged nothing to the spacing limit,
     // so at the minute's end a request passes without waiting 2 s more.
     assert_eq!(merged.retry_after(), Duration::from_secs(40));
-    assert!(check(start + MINUTE).0.allowed);
+    assert!(check(start + MINUTE).0.allowed());
 }
 
 #[test]
@@ -144,22 +144,22 @@ fn five_hundred_per_hour_with_a_sliding_log() {
     let start = 1_000 * hour + 17 * SECOND;
     // 250 early in the hour, 250 in its last minute: all 500 pass.
     for i in 0..250 {
-        assert!(log.check(&mut state, start + i * SECOND, 1).allowed);
+        assert!(log.check(&mut state, start + i * SECOND, 1).allowed());
     }
     let late = start + hour - MINUTE;
     for i in 0..250 {
-        assert!(log.check(&mut state, late + i * 100_000_000, 1).allowed);
+        assert!(log.check(&mut state, late + i * 100_000_000, 1).allowed());
     }
     let full = log.check(&mut state, late + 30 * SECOND, 1);
-    assert!(!full.allowed, "the 501st within the hour");
+    assert!(!full.allowed(), "the 501st within the hour");
     // The oldest request (at `start`) leaves the hour at start + 1 h exactly.
     assert_eq!(
         full.retry_after(),
         Duration::from_nanos(start + hour - (late + 30 * SECOND))
     );
-    assert!(!log.check(&mut state, start + hour - 1, 1).allowed);
-    assert!(log.check(&mut state, start + hour, 1).allowed);
-    assert!(!log.check(&mut state, start + hour, 1).allowed);
+    assert!(!log.check(&mut state, start + hour - 1, 1).allowed());
+    assert!(log.check(&mut state, start + hour, 1).allowed());
+    assert!(!log.check(&mut state, start + hour, 1).allowed());
 }
 
 #[test]
@@ -187,10 +187,10 @@ fn a_clock_that_steps_back_costs_gcra_at_most_delta_over_t_of_its_burst() {
     for delta in [0, 1, 50 * MS, 100 * MS, 150 * MS, 400 * MS] {
         let mut state = GcraState::default();
         let first = (0..5)
-            .filter(|_| gcra.check(&mut state, start, 1).allowed)
+            .filter(|_| gcra.check(&mut state, start, 1).allowed())
             .count();
         let after_step = (0..10)
-            .filter(|_| gcra.check(&mut state, start - delta, 1).allowed)
+            .filter(|_| gcra.check(&mut state, start - delta, 1).allowed())
             .count();
         assert_eq!(first, 5);
         let fewer = delta.div_ceil(t) as usize;
@@ -198,7 +198,7 @@ fn a_clock_that_steps_back_costs_gcra_at_most_delta_over_t_of_its_burst() {
         // Once the clock is back where it was, the rest of the burst is
         // there: the whole burst of 10, and no more, in all.
         let caught_up = (0..10)
-            .filter(|_| gcra.check(&mut state, start, 1).allowed)
+            .filter(|_| gcra.check(&mut state, start, 1).allowed())
             .count();
         assert_eq!(first + after_step + caught_up, 10, "δ = {delta} ns");
     }

@@ -16,8 +16,8 @@ use tollgate_tests::redis::RedisServer;
 
 async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers").merged.allowed,
-        StoreCheck::Ready(result) => result.expect("the store answers").merged.allowed,
+        StoreCheck::Pending(future) => future.await.expect("the store answers").merged.allowed(),
+        StoreCheck::Ready(result) => result.expect("the store answers").merged.allowed(),
     }
 }
 

@@ -12,7 +12,7 @@ use redis::Cmd;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tollgate::{Key, Policy, Verdict};
-use tollgate_core::{Decision, Limiter, Refill};
+use tollgate_core::{Decision, DecisionFields, Limiter, Refill};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
@@ -328,7 +328,7 @@ const NEVER: i64 = -1;
 fn decision(fields: &[i64]) -> Decision {
     let count = |v: i64| u64::try_from(v).unwrap_or(0);
     let nanos = |v: i64| u64::try_from(v).unwrap_or(0).saturating_mul(1_000);
-    Decision {
+    DecisionFields {
         allowed: fields[0] == 1,
         limit: count(fields[1]),
         remaining: count(fields[2]),
@@ -341,6 +341,7 @@ fn decision(fields: &[i64]) -> Decision {
         wait_nanos: nanos(fields[5]),
         replenish_after_nanos: nanos(fields[6]),
     }
+    .into()
 }
 
 #[cfg(test)]
@@ -350,21 +351,21 @@ mod tests {
     #[test]
     fn never_is_only_a_retry_and_other_negative_times_are_zero() {
         let never = decision(&[0, 5, 0, 2_000, NEVER, 0, 1_000]);
-        assert_eq!(never.retry_after_nanos, Decision::NEVER_NANOS);
+        assert_eq!(never.retry_after_nanos(), Decision::NEVER_NANOS);
         assert!(!never.can_ever_pass());
-        assert_eq!(never.reset_after_nanos, 2_000_000);
-        assert_eq!(never.replenish_after_nanos, 1_000_000);
+        assert_eq!(never.reset_after_nanos(), 2_000_000);
+        assert_eq!(never.replenish_after_nanos(), 1_000_000);
         let odd = decision(&[1, 5, 4, -1, 0, -7, -3]);
         assert_eq!(
             (
-                odd.reset_after_nanos,
-                odd.wait_nanos,
-                odd.replenish_after_nanos
+                odd.reset_after_nanos(),
+                odd.wait_nanos(),
+                odd.replenish_after_nanos()
             ),
             (0, 0, 0)
         );
         assert_eq!(
-            decision(&[0, 5, 0, 0, 250, 0, 0]).retry_after_nanos,
+            decision(&[0, 5, 0, 0, 250, 0, 0]).retry_after_nanos(),
             250_000
         );
     }

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tollgate::{Key, Policy, Store, StoreCheck, Verdict};
-use tollgate_core::Decision;
+use tollgate_core::DecisionFields;
 
 /// The future of one check: one `EVALSHA` round trip.
 pub type RedisCheckFuture = Pin<Box<dyn Future<Output = Result<Verdict, RedisStoreError>> + Send>>;
@@ -177,10 +177,11 @@ impl RedisStore {
         // (a layer never asks; a caller of the trait may).
         if policy.limits().is_empty() {
             return StoreCheck::Ready(Ok(Verdict {
-                merged: Decision {
+                merged: DecisionFields {
                     allowed: true,
-                    ..Decision::default()
-                },
+                    ..DecisionFields::default()
+                }
+                .into(),
                 each: Default::default(),
             }));
         }

@@ -95,7 +95,7 @@ impl<B: Default> Rejector<B> for GrpcRejector {
             .limits()
             .iter()
             .zip(&rejection.verdict.each)
-            .filter(|(_, decision)| !decision.allowed);
+            .filter(|(_, decision)| !decision.allowed());
         let mut names = String::new();
         let mut violations = Vec::new();
         for (limit, decision) in refused {
@@ -108,7 +108,7 @@ impl<B: Default> Rejector<B> for GrpcRejector {
                 format!("limit \"{}\" of {} exceeded", limit.name(), limit.quota()),
             );
             violation.quota_id = limit.name().to_owned();
-            violation.quota_value = i64::try_from(decision.limit).unwrap_or(i64::MAX);
+            violation.quota_value = i64::try_from(decision.limit()).unwrap_or(i64::MAX);
             violations.push(violation);
         }
         details.set_quota_failure(violations);
@@ -237,7 +237,7 @@ mod tests {
         let store = MemoryStore::new();
         store.check_now(&policy, key, 5);
         let verdict = store.check_now(&policy, key, cost);
-        assert!(!verdict.merged.allowed);
+        assert!(!verdict.merged.allowed());
         let response: Response<()> = GrpcRejector::new().reject(Rejection {
             status: StatusCode::TOO_MANY_REQUESTS,
             headers: HeaderMap::new(),

@@ -112,7 +112,7 @@ impl<K, St, R> Engine<K, St, R> {
     /// add to it or to its response.
     #[inline]
     fn passes_bare(&self, verdict: &Verdict) -> bool {
-        self.forwards_bare && verdict.merged.allowed && verdict.merged.wait_nanos == 0
+        self.forwards_bare && verdict.merged.allowed() && verdict.merged.wait_nanos() == 0
     }
 
     /// Whether requests on `entry` may have per-key quotas of their own
@@ -151,11 +151,11 @@ impl<K, St, R> Engine<K, St, R> {
         let decision = &verdict.merged;
         let policy = &self.routes.get(entry).policy;
         crate::observe::decided(policy.metrics(), verdict);
-        if decision.allowed || self.settings.shadow {
-            if !decision.allowed {
+        if decision.allowed() || self.settings.shadow {
+            if !decision.allowed() {
                 tracing::info!(
                     policy = policy.label(),
-                    retry_after_ms = decision.retry_after_nanos / 1_000_000,
+                    retry_after_ms = decision.retry_after_nanos() / 1_000_000,
                     "shadow mode: this request would have been limited"
                 );
             }
@@ -176,7 +176,7 @@ impl<K, St, R> Engine<K, St, R> {
         }
         tracing::debug!(
             policy = policy.label(),
-            retry_after_ms = decision.retry_after_nanos / 1_000_000,
+            retry_after_ms = decision.retry_after_nanos() / 1_000_000,
             "request limited"
         );
         let mut headers = HeaderMap::new();

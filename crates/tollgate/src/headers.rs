@@ -197,7 +197,7 @@ impl PolicyFields {
         let mut digits = itoa::Buffer::new();
         for (prefix, decision) in self.state_prefixes.iter().zip(&verdict.each) {
             out.push(prefix);
-            out.push(digits.format(decision.remaining).as_bytes());
+            out.push(digits.format(decision.remaining()).as_bytes());
             out.push(b";t=");
             out.push(
                 digits
@@ -274,16 +274,16 @@ impl FieldValues {
                 .each
                 .iter()
                 .enumerate()
-                .min_by_key(|(_, d)| d.remaining)
+                .min_by_key(|(_, d)| d.remaining())
                 .unwrap_or((0, &verdict.merged));
             let units = policy
                 .quota_units
                 .get(index)
                 .copied()
-                .unwrap_or(first.limit);
+                .unwrap_or(first.limit());
             let reset = ceil_seconds(first.replenish_after());
             values.push((&X_RATELIMIT_LIMIT, HeaderValue::from(units)));
-            values.push((&X_RATELIMIT_REMAINING, HeaderValue::from(first.remaining)));
+            values.push((&X_RATELIMIT_REMAINING, HeaderValue::from(first.remaining())));
             values.push((&X_RATELIMIT_RESET, HeaderValue::from(reset)));
         }
         FieldValues(values)
@@ -322,7 +322,7 @@ pub(crate) fn write_retry_after(headers: &mut HeaderMap, decision: &Decision) {
 mod tests {
     use super::*;
     use crate::NamedLimit;
-    use tollgate_core::Quota;
+    use tollgate_core::{DecisionFields, Quota};
 
     /// The `RateLimit` value for a policy of `names`, each limit with
     /// `remaining` left and `replenish_nanos` until it next grows.
@@ -331,12 +331,13 @@ mod tests {
             .iter()
             .map(|name| NamedLimit::new(*name, Quota::per_second(10)))
             .collect();
-        let decision = Decision {
+        let decision = DecisionFields {
             allowed: true,
             remaining,
             replenish_after_nanos: replenish_nanos,
-            ..Decision::default()
-        };
+            ..DecisionFields::default()
+        }
+        .into();
         let verdict = Verdict {
             merged: decision,
             each: names.iter().map(|_| decision).collect(),
@@ -378,10 +379,11 @@ mod tests {
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {
         let with = |d: Duration| {
-            let decision = Decision {
+            let decision = DecisionFields {
                 retry_after_nanos: u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
-                ..Decision::default()
-            };
+                ..DecisionFields::default()
+            }
+            .into();
             retry_after_value(&decision).map(|v| v.to_str().unwrap().to_owned())
         };
         assert_eq!(with(Duration::from_millis(200)).as_deref(), Some("1"));

@@ -45,17 +45,17 @@ impl RateLimitInfo {
     /// Whether the limits allowed the request: false only in shadow mode,
     /// for a request that would have been limited.
     pub fn allowed(&self) -> bool {
-        self.merged.allowed
+        self.merged.allowed()
     }
 
     /// The quota of the limit closest to running out.
     pub fn limit(&self) -> u64 {
-        self.merged.limit
+        self.merged.limit()
     }
 
     /// How many more requests of cost 1 would pass now.
     pub fn remaining(&self) -> u64 {
-        self.merged.remaining
+        self.merged.remaining()
     }
 
     /// How long until every limit is back at rest.

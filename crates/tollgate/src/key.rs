@@ -403,8 +403,8 @@ mod tests {
         let store = crate::MemoryStore::new();
         let limit = crate::NamedLimit::new("k", tollgate_core::Quota::per_second(1));
         let policy = crate::Policy::new(vec![limit]);
-        assert!(store.check_now(&policy, &bad, 1).merged.allowed);
-        assert!(!store.check_now(&policy, &bad, 1).merged.allowed);
+        assert!(store.check_now(&policy, &bad, 1).merged.allowed());
+        assert!(!store.check_now(&policy, &bad, 1).merged.allowed());
     }
 
     #[test]

@@ -65,11 +65,11 @@ static METADATA: metrics::Metadata<'static> =
 
 #[cfg(feature = "metrics")]
 pub(crate) fn decided(metrics: &PolicyMetrics, verdict: &Verdict) {
-    let admitted = verdict.merged.allowed;
+    let admitted = verdict.merged.allowed();
     let keys = &metrics.per_limit;
     metrics::with_recorder(|recorder| {
         for ((allowed, limited), decision) in keys.iter().zip(&verdict.each) {
-            let key = match (admitted, decision.allowed) {
+            let key = match (admitted, decision.allowed()) {
                 (true, _) => allowed,
                 (false, false) => limited,
                 // Refused by another limit: this one was not charged.

@@ -15,7 +15,7 @@ use tollgate::store::{Fallback, Timeout};
 use tollgate::{
     GlobalKey, Key, MemoryStore, OnStoreError, Policy, RateLimitLayer, Store, StoreCheck, Verdict,
 };
-use tollgate_core::{Clock, ManualClock, Quota};
+use tollgate_core::{Clock, DecisionFields, ManualClock, Quota};
 use tower::{Layer, service_fn};
 
 fn ok_service() -> impl tower::Service<
@@ -126,14 +126,18 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
             && now < *until
         {
             let mut verdict = verdict.clone();
-            verdict.merged.retry_after_nanos = until - now;
+            verdict.merged = DecisionFields {
+                retry_after_nanos: until - now,
+                ..verdict.merged.fields()
+            }
+            .into();
             return StoreCheck::Ready(Ok(verdict));
         }
         let remember = {
             let blocked = self.blocked.clone();
             move |verdict: &Verdict| {
-                if !verdict.merged.allowed && verdict.merged.can_ever_pass() {
-                    let until = now + verdict.merged.retry_after_nanos;
+                if !verdict.merged.allowed() && verdict.merged.can_ever_pass() {
+                    let until = now + verdict.merged.retry_after_nanos();
                     blocked
                         .lock()
                         .unwrap()

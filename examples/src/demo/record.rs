@@ -110,8 +110,8 @@ impl Store for RecordingStore {
         log.push(Record {
             limit: policy.label().to_owned(),
             now,
-            allowed: verdict.merged.allowed,
-            wait: verdict.merged.wait_nanos,
+            allowed: verdict.merged.allowed(),
+            wait: verdict.merged.wait_nanos(),
         });
         StoreCheck::Ready(Ok(verdict))
     }

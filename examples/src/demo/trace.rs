@@ -127,7 +127,7 @@ mod tests {
             .iter()
             .filter_map(|&at| {
                 let decision = limiter.check(&mut state, origin + at, 1);
-                decision.allowed.then_some(at + decision.wait_nanos)
+                decision.allowed().then_some(at + decision.wait_nanos())
             })
             .collect()
     }

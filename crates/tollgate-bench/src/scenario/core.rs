@@ -10,8 +10,12 @@
 //!
 //! Every iteration advances the fake clock by 1 µs on both sides and checks
 //! against 1,000,000/s, so each check is allowed and writes new state. The
-//! whole result goes to `black_box` on both sides: our full `Decision` and
-//! governor's `Result`.
+//! whole result goes to `black_box` on both sides: our `Decision` and
+//! governor's `Result`. A `Decision` computes its counts (`remaining`, the
+//! reset and replenish times) when they are read, as governor's
+//! `NotUntil` and `StateSnapshot` do; the row "every figure read" reads them
+//! all, against governor's `StateInformationMiddleware` reading the one
+//! figure it offers (the remaining burst).
 //!
 //! Both fake clocks are atomics, so each iteration makes two atomic
 //! read-modify-writes, one of them the clock's. The row "check alone" moves a
@@ -83,6 +87,22 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         .against("governor direct"),
     );
 
+    let (ours, theirs) = pair(
+        rounds,
+        || gcra_atomic_allowed_read(CounterClock::default(), n),
+        || governor_allowed_read(CounterClock::default(), n),
+    );
+    out.push(
+        Outcome::new(
+            "core: GCRA, atomic cell, allowed, every figure read",
+            ours,
+            theirs,
+            "ns/check",
+            Better::Lower,
+        )
+        .against("governor direct + state information"),
+    );
+
     let (ours, theirs) = pair(rounds, || gcra_atomic_denied(n), || governor_denied(n));
     out.push(
         Outcome::new(
@@ -146,6 +166,40 @@ where
     ns_per_op(start, n)
 }
 
+/// tollgate's GCRA on an atomic cell, every check allowed, and every
+/// figure of the decision computed.
+#[inline(never)]
+fn gcra_atomic_allowed_read(clock: impl StepClock, n: u64) -> f64 {
+    let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
+    let cell = AtomicU64::new(0);
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.step();
+        black_box(check_atomic(&gcra, &cell, clock.nanos(), 1).fields());
+    }
+    ns_per_op(start, n)
+}
+
+/// governor's direct limiter answering with its state snapshot, every check
+/// allowed, and the remaining burst read.
+#[inline(never)]
+fn governor_allowed_read<C>(clock: C, n: u64) -> f64
+where
+    C: StepClock + governor::clock::Clock<Instant = Nanos>,
+{
+    let limiter = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero")),
+        clock.clone(),
+    )
+    .with_middleware::<governor::middleware::StateInformationMiddleware>();
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.step();
+        let _ = black_box(limiter.check().map(|s| s.remaining_burst_capacity()));
+    }
+    ns_per_op(start, n)
+}
+
 /// A fake clock the loops move by [`STEP`] per check. Clones share the time.
 trait StepClock: Clone {
     fn step(&self);
@@ -201,7 +255,7 @@ fn gcra_atomic_denied(n: u64) -> f64 {
     let clock = ManualClock::new(0);
     let gcra = Gcra::new(Quota::per_second(u64::from(SCARCE)));
     let cell = AtomicU64::new(0);
-    while check_atomic(&gcra, &cell, clock.now(), 1).allowed {}
+    while check_atomic(&gcra, &cell, clock.now(), 1).allowed() {}
     let start = Instant::now();
     for _ in 0..n {
         black_box(&check_atomic(&gcra, &cell, clock.now(), 1));

@@ -3,7 +3,7 @@
 use super::divisor::Divisor;
 use super::schedule::to_u64;
 use super::{Evaluation, RateAlgorithm};
-use crate::{Decision, Quota};
+use crate::{Decision, DecisionFields, Quota};
 
 /// A counter per window of one `period`, windows aligned to the clock's
 /// origin (the Unix epoch for the system clocks, so every instance of an app
@@ -75,7 +75,7 @@ impl RateAlgorithm for FixedWindow {
         } else {
             until_next_window
         };
-        let decision = Decision {
+        let decision = DecisionFields {
             allowed,
             limit: self.quota.limit(),
             remaining: self.quota.limit().saturating_sub(count_after),
@@ -83,7 +83,8 @@ impl RateAlgorithm for FixedWindow {
             replenish_after_nanos: reset_after,
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        };
+        }
+        .into();
         Evaluation {
             decision,
             admission: allowed.then_some(FixedWindowState {

@@ -1,7 +1,6 @@
 //! GCRA, the generic cell rate algorithm.
 
-use super::divisor::Divisor;
-use super::schedule::{replenish_after, schedule};
+use super::schedule::schedule;
 use super::{Evaluation, RateAlgorithm};
 use crate::{Decision, Quota};
 use std::time::Duration;
@@ -17,7 +16,6 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gcra {
     interval: u64,
-    per_interval: Divisor,
     tolerance: u64,
     quota: Quota,
     /// How far beyond the tolerance a request may be scheduled, held back
@@ -43,7 +41,6 @@ impl Gcra {
         let tolerance = interval * quota.burst();
         Gcra {
             interval,
-            per_interval: Divisor::new(interval),
             tolerance,
             quota,
             max_delay: 0,
@@ -75,35 +72,6 @@ impl Gcra {
     pub fn max_delay(&self) -> Duration {
         Duration::from_nanos(self.max_delay)
     }
-
-    /// How many requests of cost 1 fit while the state lies `ahead` of now.
-    #[inline]
-    fn remaining(&self, ahead: u64) -> u64 {
-        let spare = self.tolerance.saturating_sub(ahead);
-        // Less than one interval to spare (every denied request of cost 1,
-        // every request that used the last slot): none, without dividing.
-        if spare < self.interval {
-            0
-        } else {
-            // spare ≤ tolerance ≤ 2^61.
-            self.per_interval.div_below_limit(spare)
-        }
-    }
-
-    /// How long until the next unit is back, `remaining` being what is
-    /// left while the state lies `ahead` of now.
-    #[inline]
-    fn replenish_after(&self, ahead: u64, remaining: u64) -> u64 {
-        if remaining == 0 {
-            // Every denial of cost 1, and every request that took the last
-            // slot: the next unit is back once `ahead` falls to
-            // (burst − 1)·T = τ − T, without multiplying.
-            return ahead.saturating_sub(self.tolerance - self.interval);
-        }
-        // remaining < burst keeps (burst − remaining − 1)·T below the
-        // tolerance, 2^61.
-        replenish_after(ahead, remaining, self.quota.burst(), 1, self.interval)
-    }
 }
 
 impl RateAlgorithm for Gcra {
@@ -119,36 +87,30 @@ impl RateAlgorithm for Gcra {
             self.tolerance,
             self.bound,
         );
-        // Two paths rather than one with selects: the allowed one, which
-        // feeds the compare-and-swap, stays short.
+        // The counts (`remaining`, when the next unit is back) follow from
+        // how far ahead the state lies, and are computed only if read.
         if s.allowed {
-            let remaining = self.remaining(s.ahead_after);
             Evaluation {
-                decision: Decision {
-                    allowed: true,
-                    limit: self.quota.burst(),
-                    remaining,
-                    reset_after_nanos: s.ahead_after,
-                    replenish_after_nanos: self.replenish_after(s.ahead_after, remaining),
-                    retry_after_nanos: 0,
+                decision: Decision::spaced(
+                    true,
+                    self.quota.burst(),
+                    self.interval,
+                    s.ahead_after,
                     // Beyond the tolerance only in delay mode: hold until
                     // conforming.
-                    wait_nanos: s.ahead_after.saturating_sub(self.tolerance),
-                },
+                    s.ahead_after.saturating_sub(self.tolerance),
+                ),
                 admission: Some(GcraState { tat: s.end }),
             }
         } else {
-            let remaining = self.remaining(s.ahead_before);
             Evaluation {
-                decision: Decision {
-                    allowed: false,
-                    limit: self.quota.burst(),
-                    remaining,
-                    reset_after_nanos: s.ahead_before,
-                    replenish_after_nanos: self.replenish_after(s.ahead_before, remaining),
-                    retry_after_nanos: s.retry().unwrap_or(Decision::NEVER_NANOS),
-                    wait_nanos: 0,
-                },
+                decision: Decision::spaced(
+                    false,
+                    self.quota.burst(),
+                    self.interval,
+                    s.ahead_before,
+                    s.retry().unwrap_or(Decision::NEVER_NANOS),
+                ),
                 admission: None,
             }
         }
@@ -176,22 +138,22 @@ mod tests {
         let mut state = GcraState::default();
         let now = 5 * SECOND;
         let remaining: Vec<_> = (0..3)
-            .map(|_| gcra.check(&mut state, now, 1).remaining)
+            .map(|_| gcra.check(&mut state, now, 1).remaining())
             .collect();
         assert_eq!(remaining, [2, 1, 0]);
         let denied = gcra.check(&mut state, now, 1);
-        assert!(!denied.allowed);
+        assert!(!denied.allowed());
         assert_eq!(denied.retry_after(), Duration::from_millis(100));
         assert_eq!(denied.reset_after(), Duration::from_millis(300));
-        assert!(!gcra.check(&mut state, now + SECOND / 10 - 1, 1).allowed);
-        assert!(gcra.check(&mut state, now + SECOND / 10, 1).allowed);
+        assert!(!gcra.check(&mut state, now + SECOND / 10 - 1, 1).allowed());
+        assert!(gcra.check(&mut state, now + SECOND / 10, 1).allowed());
     }
 
     #[test]
     fn a_cost_above_the_burst_never_passes() {
         let gcra = Gcra::new(Quota::per_second(10));
         let d = gcra.check(&mut GcraState::default(), 0, 11);
-        assert!(!d.allowed);
+        assert!(!d.allowed());
         assert!(!d.can_ever_pass());
     }
 }

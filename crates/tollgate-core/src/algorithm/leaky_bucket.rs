@@ -3,7 +3,7 @@
 use super::divisor::Divisor;
 use super::schedule::{replenish_after, schedule};
 use super::{Evaluation, RateAlgorithm};
-use crate::{Decision, Quota};
+use crate::{Decision, DecisionFields, Quota};
 
 /// A leaky bucket used as a shaper: requests leave at a constant rate of one
 /// every `T = period / limit`, and at most `burst` wait in the queue.
@@ -92,7 +92,7 @@ impl RateAlgorithm for LeakyBucket {
         // So the bucket counts as whole once the next wait is under one
         // interval, T − 1 ns before the queue is empty (`next_free`).
         let whole_after = ahead.saturating_add(1).saturating_sub(self.interval);
-        let decision = Decision {
+        let decision = DecisionFields {
             allowed: s.allowed,
             limit: self.quota.burst(),
             remaining,
@@ -106,7 +106,8 @@ impl RateAlgorithm for LeakyBucket {
             ),
             retry_after_nanos: s.retry().unwrap_or(Decision::NEVER_NANOS),
             wait_nanos: if s.allowed { s.ahead_before } else { 0 },
-        };
+        }
+        .into();
         Evaluation {
             decision,
             admission: s.allowed.then_some(LeakyBucketState { next_free: s.end }),

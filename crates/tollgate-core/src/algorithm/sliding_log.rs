@@ -2,7 +2,7 @@
 
 use super::schedule::to_u64;
 use super::{Evaluation, RateAlgorithm};
-use crate::{Decision, Quota};
+use crate::{Decision, DecisionFields, Quota};
 use std::collections::VecDeque;
 
 /// Exact: a request of cost `c` passes iff the summed cost of the requests
@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 /// let log = SlidingLog::new(Quota::per_second(1_000)).with_max_entries(4);
 /// let mut state = Default::default();
 /// for i in 0..10 {
-///     assert!(log.check(&mut state, i, 1).allowed);
+///     assert!(log.check(&mut state, i, 1).allowed());
 /// }
 /// assert_eq!(state.len(), 4);
 /// ```
@@ -216,7 +216,7 @@ impl RateAlgorithm for SlidingLog {
         // The oldest entry in the window is the first to give its cost back.
         let oldest = self.oldest_after(state, first, now, cost, allowed);
         let leaves_after = |at: Option<u64>| at.map_or(0, |at| self.leaves_after(at, now));
-        let decision = Decision {
+        let decision = DecisionFields {
             allowed,
             limit: self.quota.limit(),
             remaining: self.quota.limit()
@@ -229,7 +229,8 @@ impl RateAlgorithm for SlidingLog {
             replenish_after_nanos: leaves_after(oldest),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        };
+        }
+        .into();
         Evaluation {
             decision,
             admission: allowed.then_some(LogAdmission { at: now, cost }),

@@ -3,7 +3,7 @@
 use super::divisor::Divisor;
 use super::schedule::to_u64;
 use super::{Evaluation, RateAlgorithm};
-use crate::{Decision, Quota};
+use crate::{Decision, DecisionFields, Quota};
 
 /// Two fixed-window counters, the previous window's weighted by how much of
 /// it still overlaps the last `period`: with `elapsed` the time into the
@@ -23,7 +23,7 @@ use crate::{Decision, Quota};
 /// // limit 7, previous window 5, current 3, 30% into the window: E = 3 + ⌊5·0.7⌋ = 6.
 /// let sw = SlidingWindow::new(Quota::per_second(7));
 /// let mut state = SlidingWindowState { window: 10, previous: 5, current: 3 };
-/// assert!(sw.check(&mut state, 10_300_000_000, 1).allowed);
+/// assert!(sw.check(&mut state, 10_300_000_000, 1).allowed());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingWindow {
@@ -172,7 +172,7 @@ impl RateAlgorithm for SlidingWindow {
         } else {
             to_u64(self.retry_nanos(&s, elapsed, cost))
         };
-        let decision = Decision {
+        let decision = DecisionFields {
             allowed,
             limit: self.quota.limit(),
             remaining: self
@@ -188,7 +188,8 @@ impl RateAlgorithm for SlidingWindow {
             )),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        };
+        }
+        .into();
         Evaluation {
             decision,
             admission: allowed.then_some(SlidingWindowState {

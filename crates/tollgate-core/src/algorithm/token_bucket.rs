@@ -3,7 +3,7 @@
 use super::divisor::Divisor;
 use super::schedule::{replenish_after, schedule, to_u64};
 use super::{Evaluation, Gcra, GcraState, RateAlgorithm};
-use crate::{Decision, Quota};
+use crate::{Decision, DecisionFields, Quota};
 use std::time::Duration;
 
 /// How a [`TokenBucket`] gets its tokens back.
@@ -33,9 +33,9 @@ pub enum Refill {
 ///
 /// let bucket = TokenBucket::new(Quota::per_second(2).with_burst(10).unwrap());
 /// let mut state = Default::default();
-/// assert_eq!((0..11).filter(|_| bucket.check(&mut state, 0, 1).allowed).count(), 10);
+/// assert_eq!((0..11).filter(|_| bucket.check(&mut state, 0, 1).allowed()).count(), 10);
 /// // Half a second later one token is back.
-/// assert!(bucket.check(&mut state, 500_000_000, 1).allowed);
+/// assert!(bucket.check(&mut state, 500_000_000, 1).allowed());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenBucket {
@@ -191,7 +191,7 @@ impl TokenBucket {
         let missing = s.ahead();
         let to_nanos = |scaled: u128| to_u64(self.per_scale.div_ceil_wide(scaled));
         let remaining = self.per_unit.div_wide(capacity - missing.min(capacity));
-        let decision = Decision {
+        let decision = DecisionFields {
             allowed: s.allowed,
             limit: self.quota.burst(),
             remaining: to_u64(remaining),
@@ -209,7 +209,8 @@ impl TokenBucket {
             } else {
                 0
             },
-        };
+        }
+        .into();
         Evaluation {
             decision,
             admission: s.allowed.then_some(TokenBucketState::Continuous {
@@ -255,7 +256,7 @@ impl TokenBucket {
         } else {
             after_refills((u64::from(cost) - available).div_ceil(self.quota.limit()))
         };
-        let decision = Decision {
+        let decision = DecisionFields {
             allowed,
             limit: self.quota.burst(),
             remaining: self.quota.burst() - used_after,
@@ -264,7 +265,8 @@ impl TokenBucket {
             replenish_after_nanos: if used_after == 0 { 0 } else { after_refills(1) },
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        };
+        }
+        .into();
         Evaluation {
             decision,
             admission: allowed.then_some(TokenBucketState::Interval {
@@ -361,11 +363,11 @@ mod tests {
         // 3 per second: a token every 333.33… ms.
         let bucket = TokenBucket::new(Quota::per_second(3).with_burst(1).unwrap());
         let mut state = TokenBucketState::default();
-        assert!(bucket.check(&mut state, 0, 1).allowed);
+        assert!(bucket.check(&mut state, 0, 1).allowed());
         let denied = bucket.check(&mut state, 0, 1);
         assert_eq!(denied.retry_after(), Duration::from_nanos(333_333_334));
-        assert!(!bucket.check(&mut state, 333_333_333, 1).allowed);
-        assert!(bucket.check(&mut state, 333_333_334, 1).allowed);
+        assert!(!bucket.check(&mut state, 333_333_333, 1).allowed());
+        assert!(bucket.check(&mut state, 333_333_334, 1).allowed());
         // A drained bucket of 10 has exactly 3 tokens back after 1 s and 6
         // after 2 s: no rounding of 1/3 s accumulates (GCRA, which rounds its
         // interval up to 333 333 334 ns, has only 2 back after 1 s).
@@ -373,7 +375,7 @@ mod tests {
         let mut state = TokenBucketState::default();
         let take_all = |state: &mut TokenBucketState, now| {
             (0..20)
-                .filter(|_| bucket.check(state, now, 1).allowed)
+                .filter(|_| bucket.check(state, now, 1).allowed())
                 .count()
         };
         assert_eq!(take_all(&mut state, 0), 10);
@@ -389,7 +391,7 @@ mod tests {
         let now = 10_000 * MS + 200 * MS;
         assert_eq!(
             (0..9)
-                .filter(|_| bucket.check(&mut state, now, 1).allowed)
+                .filter(|_| bucket.check(&mut state, now, 1).allowed())
                 .count(),
             8
         );
@@ -400,7 +402,7 @@ mod tests {
         let later = 11_000 * MS;
         assert_eq!(
             (0..9)
-                .filter(|_| bucket.check(&mut state, later, 1).allowed)
+                .filter(|_| bucket.check(&mut state, later, 1).allowed())
                 .count(),
             5
         );

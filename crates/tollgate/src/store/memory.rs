@@ -315,7 +315,7 @@ impl<C> Inner<C> {
             }
         };
         slot.rest_at = now
-            .saturating_add(merged.reset_after_nanos)
+            .saturating_add(merged.reset_after_nanos())
             .saturating_add(policy.rest_slack_nanos());
         Verdict { merged, each }
     }
@@ -424,7 +424,7 @@ mod tests {
             store.check_now(&policy, &Key::from(1_000u64), 1);
             assert_eq!(store.len(), 51, "{algorithm}");
             // The busy keys kept their counts.
-            assert!(!store.check_now(&busy, &Key::from(7u64), 1).merged.allowed);
+            assert!(!store.check_now(&busy, &Key::from(7u64), 1).merged.allowed());
         }
     }
 
@@ -466,8 +466,8 @@ mod tests {
         let one = Policy::new(vec![NamedLimit::new("a", Quota::per_minute(1))]);
         let other = Policy::new(vec![NamedLimit::new("b", Quota::per_minute(1))]);
         let key = Key::from("client");
-        assert!(store.check_now(&one, &key, 1).merged.allowed);
-        assert!(store.check_now(&other, &key, 1).merged.allowed);
-        assert!(!store.check_now(&one, &key, 1).merged.allowed);
+        assert!(store.check_now(&one, &key, 1).merged.allowed());
+        assert!(store.check_now(&other, &key, 1).merged.allowed());
+        assert!(!store.check_now(&one, &key, 1).merged.allowed());
     }
 }
