@@ -1,7 +1,7 @@
 -- The fixed window counter. Windows are aligned on multiples of the period
 -- since 1970, so every instance agrees on where one starts.
 -- p = { limit, period }; state "window count".
-ALGORITHMS.fixed = {
+ALGORITHMS.fixed_window = {
   load = function(key)
     return load_numbers(key, '^(%d+) (%d+)$')
   end,

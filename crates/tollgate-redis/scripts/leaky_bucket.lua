@@ -1,7 +1,7 @@
 -- The leaky bucket as a shaper: one request every interval, up to `burst`
 -- waiting. The state is the moment the bucket's next slot is free.
 -- p = { interval, tolerance (= (burst + 1) × interval − 1), burst }
-ALGORITHMS.leaky = {
+ALGORITHMS.leaky_bucket = {
   load = load_number,
 
   evaluate = function(next_free, now, cost, p)

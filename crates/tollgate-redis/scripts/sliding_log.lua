@@ -67,7 +67,7 @@ local function log_head(key, n)
   return log
 end
 
-ALGORITHMS.log = {
+ALGORITHMS.sliding_log = {
   load = function(key)
     local ok, log = pcall(log_head, key, 1)
     if not ok then

@@ -20,7 +20,7 @@ local function first_elapsed_within(previous, budget, period)
   return max(period + 1 - span, 0)
 end
 
-ALGORITHMS.sliding = {
+ALGORITHMS.sliding_window = {
   load = function(key)
     return load_numbers(key, '^(%d+) (%d+) (%d+)$')
   end,

@@ -2,7 +2,7 @@
 -- every multiple of the period, up to `burst`. (With continuous refill the
 -- token bucket is GCRA; see gcra.lua.)
 -- p = { limit, period, burst }; state "interval used".
-ALGORITHMS.interval = {
+ALGORITHMS.token_bucket = {
   load = function(key)
     return load_numbers(key, '^(%d+) (%d+)$')
   end,

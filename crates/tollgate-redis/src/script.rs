@@ -12,74 +12,60 @@ use redis::Cmd;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tollgate::{Key, Policy, Verdict};
-use tollgate_core::{Decision, DecisionFields, Limiter, Refill};
+use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
 
-/// The scripts' algorithms, in the order their files are joined.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Code {
-    Gcra,
-    LeakyBucket,
-    TokenBucketInterval,
-    FixedWindow,
-    SlidingLog,
-    SlidingWindow,
+/// Makes [`LUA_FILES`] from the algorithm registry's list.
+macro_rules! lua_files {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident($kind:ty, $storage:ty) = $name:literal, lua $lua:literal;
+    )+) => {
+        /// Every algorithm's Lua file, `(stem, source)`, in the registry's
+        /// order (the order a script joins them in). A file registers its
+        /// functions as `ALGORITHMS.<stem>`.
+        const LUA_FILES: &[(&str, &str)] = &[
+            $(($lua, include_str!(concat!("../scripts/", $lua, ".lua"))),)+
+        ];
+    };
+}
+tollgate_core::for_each_algorithm!(lua_files);
+
+/// How many different scripts there can be: one per set of Lua files.
+const SCRIPT_SETS: usize = 1 << LUA_FILES.len();
+
+// A set of files is a `u32` bitmask: a registry of more than 16 Lua files
+// (a table of 65,536 entries) fails here, at compile time, not at run time.
+const _: () = assert!(
+    LUA_FILES.len() <= 16,
+    "too many Lua files for the script table"
+);
+
+/// The set (one bit per [`LUA_FILES`] entry) holding the file named
+/// `script`; `None` for a name no file has.
+fn file_bit(script: &str) -> Option<u32> {
+    LUA_FILES
+        .iter()
+        .position(|(stem, _)| *stem == script)
+        .map(|i| 1 << i)
 }
 
-impl Code {
-    /// The name `check.lua` dispatches on.
-    fn name(self) -> &'static str {
-        match self {
-            Code::Gcra => "gcra",
-            Code::LeakyBucket => "leaky",
-            Code::TokenBucketInterval => "interval",
-            Code::FixedWindow => "fixed",
-            Code::SlidingLog => "log",
-            Code::SlidingWindow => "sliding",
-        }
-    }
-
-    fn source(self) -> &'static str {
-        match self {
-            Code::Gcra => include_str!("../scripts/gcra.lua"),
-            Code::LeakyBucket => include_str!("../scripts/leaky_bucket.lua"),
-            Code::TokenBucketInterval => include_str!("../scripts/token_bucket.lua"),
-            Code::FixedWindow => include_str!("../scripts/fixed_window.lua"),
-            Code::SlidingLog => include_str!("../scripts/sliding_log.lua"),
-            Code::SlidingWindow => include_str!("../scripts/sliding_window.lua"),
-        }
-    }
-}
-
-impl Code {
-    /// Every code, in the order their files are joined.
-    const ALL: [Code; 6] = [
-        Code::Gcra,
-        Code::LeakyBucket,
-        Code::TokenBucketInterval,
-        Code::FixedWindow,
-        Code::SlidingLog,
-        Code::SlidingWindow,
-    ];
-
-    /// This code's bit in a set of codes.
-    fn bit(self) -> u8 {
-        1 << self as u8
-    }
-}
-
-/// The script for a set of codes (one bit each): the prelude, the codes'
-/// files, and `check.lua`. Made once per set in the process, at most 63,
-/// however many policies (per-key quotas, reloaded rules) use it.
-fn script_for(codes: u8) -> Arc<LuaScript> {
-    static SCRIPTS: [OnceLock<Arc<LuaScript>>; 64] = [const { OnceLock::new() }; 64];
-    SCRIPTS[usize::from(codes & 63)]
+/// The script for a set of Lua files (one bit each): the prelude, the
+/// files, and `check.lua`. Made once per set in the process, however many
+/// policies (per-key quotas, reloaded rules) use it.
+fn script_for(files: u32) -> Arc<LuaScript> {
+    static SCRIPTS: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
+        [const { OnceLock::new() }; SCRIPT_SETS];
+    // `files` is made of `file_bit`s, so it is below SCRIPT_SETS.
+    SCRIPTS[files as usize % SCRIPT_SETS]
         .get_or_init(|| {
             let mut source = String::from(PRELUDE);
-            for code in Code::ALL.into_iter().filter(|c| codes & c.bit() != 0) {
-                source.push_str(code.source());
+            for (i, (_, file)) in LUA_FILES.iter().enumerate() {
+                if files & (1 << i) != 0 {
+                    source.push_str(file);
+                }
             }
             source.push_str(CHECK);
             Arc::new(LuaScript {
@@ -104,75 +90,22 @@ impl LuaScript {
     }
 }
 
-/// Nanoseconds to the scripts' microseconds, rounded up: a rate is never
-/// made faster by the coarser unit.
-fn micros_up(nanos: u64) -> u64 {
-    nanos.div_ceil(1_000).max(1)
-}
-
 /// One limit as the script sees it.
 #[derive(Clone, Debug)]
 struct LimitArgs {
-    code: Code,
-    params: [u64; 4],
-    /// `:name:algorithm`, the part of the Redis key after the user's key.
+    call: ScriptCall,
+    /// `}:name:state`, the part of the Redis key after the user's key.
     key_suffix: String,
 }
 
 impl LimitArgs {
-    fn new(name: &str, limiter: &Limiter, quota: tollgate_core::Quota) -> Self {
-        let interval = micros_up(quota.emission_interval_nanos());
-        let period = micros_up(quota.period_nanos());
-        let burst = quota.burst();
-        let delay = |max_delay: std::time::Duration| {
-            u64::try_from(max_delay.as_micros()).unwrap_or(u64::MAX)
-        };
-        // Quota bounds keep these products far below 2^63: burst × interval
-        // ≤ 2^61 ns.
-        let (code, params) = match limiter {
-            Limiter::Gcra(gcra) => (
-                Code::Gcra,
-                [interval, interval * burst, burst, delay(gcra.max_delay())],
-            ),
-            Limiter::TokenBucket(bucket) if bucket.refill() == Refill::Interval => {
-                (Code::TokenBucketInterval, [quota.limit(), period, burst, 0])
-            }
-            Limiter::TokenBucket(bucket) => (
-                Code::Gcra,
-                [interval, interval * burst, burst, delay(bucket.max_delay())],
-            ),
-            Limiter::LeakyBucket(_) => (
-                Code::LeakyBucket,
-                [interval, (burst + 1) * interval - 1, burst, 0],
-            ),
-            Limiter::FixedWindow(_) => (Code::FixedWindow, [quota.limit(), period, 0, 0]),
-            Limiter::SlidingLog(log) => (
-                Code::SlidingLog,
-                [
-                    quota.limit(),
-                    period,
-                    u64::try_from(log.max_entries()).unwrap_or(u64::MAX),
-                    0,
-                ],
-            ),
-            Limiter::SlidingWindow(_) => (Code::SlidingWindow, [quota.limit(), period, 0, 0]),
-        };
-        // The two token-bucket styles keep different states: different keys.
-        let style = if code == Code::TokenBucketInterval {
-            "-interval"
-        } else {
-            ""
-        };
+    fn new(name: &str, limiter: &Limiter) -> Self {
+        let call = limiter.script();
         let mut key_suffix = String::from("}:");
         escape_into(&mut key_suffix, name.as_bytes());
         key_suffix.push(':');
-        key_suffix.push_str(limiter.algorithm().name());
-        key_suffix.push_str(style);
-        LimitArgs {
-            code,
-            params,
-            key_suffix,
-        }
+        key_suffix.push_str(call.state);
+        LimitArgs { call, key_suffix }
     }
 }
 
@@ -192,16 +125,21 @@ impl PreparedPolicy {
         let limits: Vec<LimitArgs> = policy
             .limits()
             .iter()
-            .map(|l| LimitArgs::new(l.name(), l.limiter_ref(), l.quota()))
+            .map(|l| LimitArgs::new(l.name(), l.limiter_ref()))
             .collect();
-        let codes = limits.iter().fold(0, |set, l| set | l.code.bit());
+        // A script name with no file (an algorithm's mistake) sends the
+        // name anyway: `check.lua` answers "unknown algorithm", an error
+        // the store reports, rather than a wrong script.
+        let files = limits
+            .iter()
+            .fold(0, |set, l| set | file_bit(l.call.script).unwrap_or(0));
         let mut args = Vec::with_capacity(limits.len() * 5);
         for limit in &limits {
-            args.push(limit.code.name().as_bytes().to_vec());
-            args.extend(limit.params.iter().map(|p| p.to_string().into_bytes()));
+            args.push(limit.call.script.as_bytes().to_vec());
+            args.extend(limit.call.params.iter().map(|p| p.to_string().into_bytes()));
         }
         PreparedPolicy {
-            script: script_for(codes),
+            script: script_for(files),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
         }
@@ -347,6 +285,34 @@ fn decision(fields: &[i64]) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_core::{Algorithm, Quota, Refill, TokenBucket};
+
+    #[test]
+    fn every_algorithm_runs_a_script_that_a_lua_file_registers() {
+        let quota = Quota::per_second(10);
+        let interval = Limiter::TokenBucket(TokenBucket::new(quota).with_refill(Refill::Interval));
+        let limiters = Algorithm::ALL
+            .iter()
+            .map(|a| Limiter::new(*a, quota))
+            .chain([interval]);
+        for limiter in limiters {
+            let call = limiter.script();
+            let Some(bit) = file_bit(call.script) else {
+                panic!(
+                    "{}: no Lua file named {:?}",
+                    limiter.algorithm(),
+                    call.script
+                );
+            };
+            let (stem, source) = LUA_FILES[bit.trailing_zeros() as usize];
+            let registers = format!("ALGORITHMS.{stem} = {{");
+            assert!(
+                source.contains(&registers),
+                "{stem}.lua lacks `{registers}`"
+            );
+            assert!(script_for(bit).source.contains(&registers));
+        }
+    }
 
     #[test]
     fn never_is_only_a_retry_and_other_negative_times_are_zero() {

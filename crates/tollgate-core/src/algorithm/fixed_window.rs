@@ -2,8 +2,9 @@
 
 use super::divisor::Divisor;
 use super::schedule::to_u64;
-use super::{Evaluation, RateAlgorithm};
+use super::{Evaluation, RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
+use std::time::Duration;
 
 /// A counter per window of one `period`, windows aligned to the clock's
 /// origin (the Unix epoch for the system clocks, so every instance of an app
@@ -96,6 +97,31 @@ impl RateAlgorithm for FixedWindow {
 
     fn quota(&self) -> Quota {
         self.quota
+    }
+
+    fn from_quota(quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.limit()
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.quota.period_nanos())
+    }
+
+    fn script(&self) -> ScriptCall {
+        ScriptCall {
+            script: "fixed_window",
+            state: "fixed-window",
+            params: [
+                self.quota.limit(),
+                ScriptCall::micros(self.quota.period_nanos()),
+                0,
+                0,
+            ],
+        }
     }
 
     #[inline]

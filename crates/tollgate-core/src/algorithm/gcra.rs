@@ -1,7 +1,7 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::schedule::schedule;
-use super::{Evaluation, RateAlgorithm};
+use super::{Evaluation, RateAlgorithm, ScriptCall};
 use crate::{Decision, Quota};
 use std::time::Duration;
 
@@ -118,6 +118,30 @@ impl RateAlgorithm for Gcra {
 
     fn quota(&self) -> Quota {
         self.quota
+    }
+
+    fn from_quota(quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
+    fn with_max_delay(self, max_delay: Duration) -> Self {
+        Gcra::with_max_delay(self, max_delay)
+    }
+
+    fn script(&self) -> ScriptCall {
+        let q = self.quota;
+        let interval = ScriptCall::micros(self.interval);
+        ScriptCall {
+            script: "gcra",
+            state: "gcra",
+            // burst × interval ≤ 2^61 ns (Quota's bound).
+            params: [
+                interval,
+                interval * q.burst(),
+                q.burst(),
+                ScriptCall::micros_of(self.max_delay()),
+            ],
+        }
     }
 
     #[inline]

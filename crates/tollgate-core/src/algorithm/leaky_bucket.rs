@@ -2,8 +2,9 @@
 
 use super::divisor::Divisor;
 use super::schedule::{replenish_after, schedule};
-use super::{Evaluation, RateAlgorithm};
+use super::{Evaluation, RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
+use std::time::Duration;
 
 /// A leaky bucket used as a shaper: requests leave at a constant rate of one
 /// every `T = period / limit`, and at most `burst` wait in the queue.
@@ -116,6 +117,27 @@ impl RateAlgorithm for LeakyBucket {
 
     fn quota(&self) -> Quota {
         self.quota
+    }
+
+    fn from_quota(quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
+    fn rest_slack(&self) -> Duration {
+        // Whole once the next request's wait is under one interval, but
+        // the wait must be remembered until it has passed, to keep
+        // releases evenly spaced.
+        Duration::from_nanos(self.quota.emission_interval_nanos().saturating_sub(1))
+    }
+
+    fn script(&self) -> ScriptCall {
+        let q = self.quota;
+        let interval = ScriptCall::micros(q.emission_interval_nanos());
+        ScriptCall {
+            script: "leaky_bucket",
+            state: "leaky-bucket",
+            params: [interval, (q.burst() + 1) * interval - 1, q.burst(), 0],
+        }
     }
 
     #[inline]

@@ -1,4 +1,4 @@
-//! The six algorithms, one module each, behind one trait.
+//! The algorithms, one module each, behind one trait.
 //!
 //! Every algorithm is a pure state machine: [`RateAlgorithm::evaluate`] looks
 //! at a key's state, the time and the cost and says what would happen without
@@ -23,6 +23,46 @@ pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use token_bucket::{Refill, ScaledTime, TokenBucket, TokenBucketState};
 
 use crate::{Decision, Quota};
+use std::time::Duration;
+
+/// How a shared store runs an algorithm in a server-side script (the
+/// Redis store's Lua, one file per script under `tollgate-redis/scripts`):
+/// which script decides it, what its per-key state is called, and four
+/// integer parameters, times in whole microseconds rounded up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScriptCall {
+    /// The script's name: the stem of its Lua file, which registers its
+    /// functions under that name. Several algorithms may share one (the
+    /// continuous token bucket runs GCRA's).
+    pub script: &'static str,
+    /// The name of the key's state, the last part of its key: two
+    /// configurations whose states differ must not share it.
+    pub state: &'static str,
+    /// The parameters the script reads, in its order.
+    pub params: [u64; 4],
+}
+
+impl ScriptCall {
+    /// Nanoseconds as the scripts' microseconds, rounded up and at least 1:
+    /// a rate is never made faster by the coarser unit.
+    pub fn micros(nanos: u64) -> u64 {
+        nanos.div_ceil(1_000).max(1)
+    }
+
+    /// A duration in whole microseconds, rounded down (a delay bound is
+    /// never made longer), saturating.
+    pub fn micros_of(duration: Duration) -> u64 {
+        u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The time an empty bucket of `quota` takes to fill again at its rate:
+/// `burst × period / limit`, rounded up to the nanosecond.
+pub(crate) fn bucket_window(quota: Quota) -> Duration {
+    let (burst, limit) = (u128::from(quota.burst()), u128::from(quota.limit()));
+    let nanos = (burst * u128::from(quota.period_nanos())).div_ceil(limit);
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
 
 /// What [`RateAlgorithm::evaluate`] found: the decision, and for an allowed
 /// request the admission to [`commit`](RateAlgorithm::commit).
@@ -64,6 +104,47 @@ pub trait RateAlgorithm {
     /// Applies an admission that `evaluate` returned for this state.
     fn commit(&self, state: &mut Self::State, admission: Self::Admission);
 
+    /// This algorithm over `quota`, with its default options: what
+    /// [`Limiter::new`](crate::Limiter::new) builds.
+    fn from_quota(quota: Quota) -> Self
+    where
+        Self: Sized;
+
+    /// The most quota units a key can hold at once; see
+    /// [`Limiter::capacity`](crate::Limiter::capacity). By default the
+    /// burst, as for the buckets.
+    fn capacity(&self) -> u64 {
+        self.quota().burst()
+    }
+
+    /// The span over which [`capacity`](Self::capacity) is measured; see
+    /// [`Limiter::window`](crate::Limiter::window). By default the time an
+    /// empty bucket takes to fill at the quota's rate.
+    fn window(&self) -> Duration {
+        bucket_window(self.quota())
+    }
+
+    /// How long after `reset_after` a key's state may still differ from a
+    /// fresh one's; see [`Limiter::rest_slack`](crate::Limiter::rest_slack).
+    /// Zero by default.
+    fn rest_slack(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// Delay mode, where the algorithm has future slots to reserve; see
+    /// [`Limiter::with_max_delay`](crate::Limiter::with_max_delay).
+    /// Unchanged by default.
+    fn with_max_delay(self, max_delay: Duration) -> Self
+    where
+        Self: Sized,
+    {
+        let _ = max_delay;
+        self
+    }
+
+    /// How a shared store's server-side script runs this algorithm.
+    fn script(&self) -> ScriptCall;
+
     /// Evaluates and, if allowed, commits: one check of one request.
     #[inline]
     fn check(&self, state: &mut Self::State, now: u64, cost: u32) -> Decision {
@@ -78,51 +159,7 @@ pub trait RateAlgorithm {
     }
 }
 
-/// The algorithm kinds, for configuration.
-///
-/// Parses from (and displays as) `gcra`, `token-bucket`, `leaky-bucket`,
-/// `fixed-window`, `sliding-log` and `sliding-window`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Generic cell rate algorithm: a smooth rate with a burst tolerance, in 8
-    /// bytes per key. The default.
-    #[default]
-    Gcra,
-    /// A bucket of `burst` tokens refilled at `limit` per `period`.
-    TokenBucket,
-    /// A shaper: requests leave at a constant rate, a queue of `burst` waits.
-    LeakyBucket,
-    /// A counter per period-long window aligned to the clock's origin.
-    FixedWindow,
-    /// Exact: the timestamps of every admitted request in the last period.
-    SlidingLog,
-    /// Two fixed-window counters weighted into an estimate of the last period.
-    SlidingWindow,
-}
-
-impl Algorithm {
-    /// Every kind, in documentation order.
-    pub const ALL: [Algorithm; 6] = [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-    ];
-
-    /// The configuration name, e.g. `"token-bucket"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::Gcra => "gcra",
-            Algorithm::TokenBucket => "token-bucket",
-            Algorithm::LeakyBucket => "leaky-bucket",
-            Algorithm::FixedWindow => "fixed-window",
-            Algorithm::SlidingLog => "sliding-log",
-            Algorithm::SlidingWindow => "sliding-window",
-        }
-    }
-}
+pub use crate::limiter::Algorithm;
 
 impl std::fmt::Display for Algorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -142,17 +179,18 @@ impl std::str::FromStr for Algorithm {
     }
 }
 
-/// An algorithm name that is not one of the six.
+/// An algorithm name that is not one of [`Algorithm::ALL`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownAlgorithm(pub String);
 
 impl std::fmt::Display for UnknownAlgorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "unknown algorithm {:?}: use one of gcra, token-bucket, leaky-bucket, fixed-window, sliding-log, sliding-window",
-            self.0
-        )
+        write!(f, "unknown algorithm {:?}: use one of ", self.0)?;
+        for (i, algorithm) in Algorithm::ALL.iter().enumerate() {
+            let separator = if i == 0 { "" } else { ", " };
+            write!(f, "{separator}{algorithm}")?;
+        }
+        Ok(())
     }
 }
 

@@ -1,9 +1,10 @@
 //! The sliding log.
 
 use super::schedule::to_u64;
-use super::{Evaluation, RateAlgorithm};
+use super::{Evaluation, RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
 use std::collections::VecDeque;
+use std::time::Duration;
 
 /// Exact: a request of cost `c` passes iff the summed cost of the requests
 /// admitted in `(now − period, now]` plus `c` is at most `limit`.
@@ -239,6 +240,31 @@ impl RateAlgorithm for SlidingLog {
 
     fn quota(&self) -> Quota {
         self.quota
+    }
+
+    fn from_quota(quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.limit()
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.quota.period_nanos())
+    }
+
+    fn script(&self) -> ScriptCall {
+        ScriptCall {
+            script: "sliding_log",
+            state: "sliding-log",
+            params: [
+                self.quota.limit(),
+                ScriptCall::micros(self.quota.period_nanos()),
+                u64::try_from(self.max_entries()).unwrap_or(u64::MAX),
+                0,
+            ],
+        }
     }
 
     #[inline]

@@ -2,8 +2,9 @@
 
 use super::divisor::Divisor;
 use super::schedule::to_u64;
-use super::{Evaluation, RateAlgorithm};
+use super::{Evaluation, RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
+use std::time::Duration;
 
 /// Two fixed-window counters, the previous window's weighted by how much of
 /// it still overlaps the last `period`: with `elapsed` the time into the
@@ -201,6 +202,31 @@ impl RateAlgorithm for SlidingWindow {
 
     fn quota(&self) -> Quota {
         self.quota
+    }
+
+    fn from_quota(quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.limit()
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.quota.period_nanos())
+    }
+
+    fn script(&self) -> ScriptCall {
+        ScriptCall {
+            script: "sliding_window",
+            state: "sliding-window",
+            params: [
+                self.quota.limit(),
+                ScriptCall::micros(self.quota.period_nanos()),
+                0,
+                0,
+            ],
+        }
     }
 
     #[inline]

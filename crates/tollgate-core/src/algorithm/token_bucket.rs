@@ -2,7 +2,7 @@
 
 use super::divisor::Divisor;
 use super::schedule::{replenish_after, schedule, to_u64};
-use super::{Evaluation, Gcra, GcraState, RateAlgorithm};
+use super::{Evaluation, Gcra, GcraState, RateAlgorithm, ScriptCall, bucket_window};
 use crate::{Decision, DecisionFields, Quota};
 use std::time::Duration;
 
@@ -303,6 +303,57 @@ impl RateAlgorithm for TokenBucket {
 
     fn quota(&self) -> Quota {
         self.quota
+    }
+
+    fn from_quota(quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
+    fn window(&self) -> Duration {
+        match self.refill {
+            // All tokens back at period boundaries: whole periods.
+            Refill::Interval => {
+                let (burst, limit) = (self.quota.burst(), self.quota.limit());
+                let periods = u128::from(burst.div_ceil(limit));
+                let nanos = periods * u128::from(self.quota.period_nanos());
+                Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+            }
+            Refill::Continuous => bucket_window(self.quota),
+        }
+    }
+
+    fn with_max_delay(self, max_delay: Duration) -> Self {
+        TokenBucket::with_max_delay(self, max_delay)
+    }
+
+    fn script(&self) -> ScriptCall {
+        let q = self.quota;
+        match self.refill {
+            Refill::Interval => ScriptCall {
+                script: "token_bucket",
+                state: "token-bucket-interval",
+                params: [
+                    q.limit(),
+                    ScriptCall::micros(q.period_nanos()),
+                    q.burst(),
+                    0,
+                ],
+            },
+            // The continuous bucket admits what GCRA admits: its script.
+            Refill::Continuous => {
+                let interval = ScriptCall::micros(q.emission_interval_nanos());
+                ScriptCall {
+                    script: "gcra",
+                    state: "token-bucket",
+                    params: [
+                        interval,
+                        interval * q.burst(),
+                        q.burst(),
+                        ScriptCall::micros_of(self.max_delay()),
+                    ],
+                }
+            }
+        }
     }
 
     #[inline]

@@ -1,0 +1,269 @@
+//! The one list of algorithms.
+//!
+//! [`for_each_algorithm!`](crate::for_each_algorithm) holds the list; every
+//! place that must know each algorithm is generated from it: here the
+//! [`Algorithm`](crate::Algorithm) enum, the [`Limiter`](crate::Limiter)
+//! and its [`State`](crate::State) and [`Admission`](crate::Admission)
+//! enums with their dispatch; in `tollgate-redis` the table of Lua files.
+//!
+//! Adding an algorithm: write its module under `algorithm/` (a type that
+//! implements [`RateAlgorithm`](crate::RateAlgorithm), with its state and
+//! tests), its Lua file under `tollgate-redis/scripts/`, and one line
+//! below. `docs/ARCHITECTURE.md` lists the steps.
+
+/// Calls the macro `$then` with the list of algorithms, one line each:
+///
+/// ```text
+/// #[doc = "…"] Variant(Type, StateStorage) = "configuration-name", lua "file_stem";
+/// ```
+///
+/// `Type` implements [`RateAlgorithm`](crate::RateAlgorithm);
+/// `StateStorage` is its state, or a `Box` of it when the state is large;
+/// the Lua file is `tollgate-redis/scripts/<file_stem>.lua`. The first line
+/// is the default algorithm. Other crates call it to build their own
+/// per-algorithm tables from the same list.
+#[macro_export]
+macro_rules! for_each_algorithm {
+    ($then:path) => {
+        $then! {
+            /// Generic cell rate algorithm: a smooth rate with a burst
+            /// tolerance, in 8 bytes per key. The default.
+            #[default]
+            Gcra($crate::Gcra, $crate::GcraState) = "gcra", lua "gcra";
+            /// A bucket of `burst` tokens refilled at `limit` per `period`.
+            TokenBucket($crate::TokenBucket, $crate::TokenBucketState) = "token-bucket", lua "token_bucket";
+            /// A shaper: requests leave at a constant rate, a queue of `burst` waits.
+            LeakyBucket($crate::LeakyBucket, $crate::LeakyBucketState) = "leaky-bucket", lua "leaky_bucket";
+            /// A counter per period-long window aligned to the clock's origin.
+            FixedWindow($crate::FixedWindow, $crate::FixedWindowState) = "fixed-window", lua "fixed_window";
+            /// Exact: the timestamps of every admitted request in the last period.
+            SlidingLog($crate::SlidingLog, Box<$crate::SlidingLogState>) = "sliding-log", lua "sliding_log";
+            /// Two fixed-window counters weighted into an estimate of the last period.
+            SlidingWindow($crate::SlidingWindow, $crate::SlidingWindowState) = "sliding-window", lua "sliding_window";
+        }
+    };
+}
+
+/// Defines `Algorithm`, `Limiter`, `State` and `Admission` from the list.
+macro_rules! define_algorithms {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident($kind:ty, $storage:ty) = $name:literal, lua $lua:literal;
+    )+) => {
+        /// The algorithm kinds, for configuration.
+        ///
+        /// Parses from (and displays as) its configuration name:
+        #[doc = concat!($("`", $name, "` "),+)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub enum Algorithm {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Algorithm {
+            /// Every kind, in documentation order.
+            pub const ALL: [Algorithm; [$(stringify!($variant)),+].len()] = [$(Algorithm::$variant),+];
+
+            /// The configuration name, e.g. `"token-bucket"`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => $name,)+
+                }
+            }
+        }
+
+        /// One of the algorithms with its quota, chosen at run time (from
+        /// configuration, say). Dispatch is a `match`, not a virtual call.
+        ///
+        /// ```
+        /// use tollgate_core::{Algorithm, Limiter, Quota};
+        ///
+        /// let limiter = Limiter::new(Algorithm::SlidingLog, "2/min".parse().unwrap());
+        /// let mut state = limiter.new_state();
+        /// assert!(limiter.check(&mut state, 0, 1).allowed());
+        /// assert!(limiter.check(&mut state, 0, 1).allowed());
+        /// assert!(!limiter.check(&mut state, 0, 1).allowed());
+        /// ```
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Limiter {
+            $(#[doc = concat!("See [`", stringify!($variant), "`](crate::", stringify!($variant), ").")] $variant($kind),)+
+        }
+
+        /// A key's state under any [`Limiter`]: at most 32 bytes (large
+        /// states are boxed).
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum State {
+            $(#[doc = concat!("The state of [`Limiter::", stringify!($variant), "`].")] $variant($storage),)+
+        }
+
+        /// What [`Limiter::evaluate`] found for an allowed request, to
+        /// [`commit`](Limiter::commit).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Admission {
+            $(#[doc = concat!("An admission of [`Limiter::", stringify!($variant), "`].")] $variant(<$kind as RateAlgorithm>::Admission),)+
+        }
+
+        impl Limiter {
+            /// `algorithm` over `quota`, with the algorithm's default options.
+            pub fn new(algorithm: Algorithm, quota: Quota) -> Self {
+                match algorithm {
+                    $(Algorithm::$variant => Limiter::$variant(<$kind as RateAlgorithm>::from_quota(quota)),)+
+                }
+            }
+
+            /// Which algorithm this is.
+            pub fn algorithm(&self) -> Algorithm {
+                match self {
+                    $(Limiter::$variant(_) => Algorithm::$variant,)+
+                }
+            }
+
+            /// The quota this limiter enforces (for a limiter in delay mode,
+            /// the quota it was built from).
+            pub fn quota(&self) -> Quota {
+                match self {
+                    $(Limiter::$variant(a) => a.quota(),)+
+                }
+            }
+
+            /// The most quota units a key can hold at once: the burst (the
+            /// bucket's capacity) for GCRA and the token and leaky buckets,
+            /// the limit for the window algorithms. [`Decision::remaining`]
+            /// never exceeds it.
+            pub fn capacity(&self) -> u64 {
+                match self {
+                    $(Limiter::$variant(a) => a.capacity(),)+
+                }
+            }
+
+            /// The span over which [`capacity`](Self::capacity) is measured,
+            /// so that `capacity / window` is the quota's rate: the period
+            /// for the window algorithms; for the buckets, the time an empty
+            /// bucket takes to fill again at the quota's rate
+            /// (`burst × period / limit`, rounded up to the nanosecond;
+            /// whole periods for the interval token bucket).
+            ///
+            /// ```
+            /// use std::time::Duration;
+            /// use tollgate_core::{Algorithm, Limiter, Quota};
+            ///
+            /// let quota = Quota::per_second(10).with_burst(20).unwrap();
+            /// let gcra = Limiter::new(Algorithm::Gcra, quota);
+            /// assert_eq!((gcra.capacity(), gcra.window()), (20, Duration::from_secs(2)));
+            /// let log = Limiter::new(Algorithm::SlidingLog, quota);
+            /// assert_eq!((log.capacity(), log.window()), (10, Duration::from_secs(1)));
+            /// ```
+            pub fn window(&self) -> Duration {
+                match self {
+                    $(Limiter::$variant(a) => a.window(),)+
+                }
+            }
+
+            /// How long after [`Decision::reset_after`] a key's state may
+            /// still differ from a fresh one's: `T − 1` ns for the leaky
+            /// bucket, which is whole once the next request's wait is under
+            /// one interval but must remember that wait until it has passed,
+            /// to keep releases evenly spaced; zero for the others. A store
+            /// that drops keys at rest keeps them this much longer.
+            pub fn rest_slack(&self) -> Duration {
+                match self {
+                    $(Limiter::$variant(a) => a.rest_slack(),)+
+                }
+            }
+
+            /// Delay mode, where the algorithm supports it: GCRA and the
+            /// continuous token bucket then admit a request that conforms
+            /// within `max_delay`, charge it now, and set
+            /// [`Decision::wait`] to the time to hold it; held requests
+            /// leave in arrival order at the quota's rate. The leaky bucket
+            /// always shapes this way (its queue is its burst); the window
+            /// algorithms and the interval token bucket have no future slot
+            /// to reserve and are returned unchanged.
+            pub fn with_max_delay(self, max_delay: Duration) -> Self {
+                match self {
+                    $(Limiter::$variant(a) => Limiter::$variant(a.with_max_delay(max_delay)),)+
+                }
+            }
+
+            /// How a shared store's script runs this limiter.
+            pub fn script(&self) -> ScriptCall {
+                match self {
+                    $(Limiter::$variant(a) => a.script(),)+
+                }
+            }
+
+            /// The state of a key never seen.
+            pub fn new_state(&self) -> State {
+                match self {
+                    $(Limiter::$variant(_) => State::$variant(Default::default()),)+
+                }
+            }
+
+            /// Decides a request without changing `state`.
+            ///
+            /// A `state` made for another algorithm (the configuration
+            /// changed) is treated as a key never seen;
+            /// [`commit`](Self::commit) then replaces it.
+            #[inline]
+            pub fn evaluate(&self, state: &State, now: u64, cost: u32) -> Evaluation<Admission> {
+                match self {
+                    $(Limiter::$variant(a) => {
+                        let fresh;
+                        let state: &<$kind as RateAlgorithm>::State = match state {
+                            State::$variant(s) => s,
+                            _ => {
+                                fresh = Default::default();
+                                &fresh
+                            }
+                        };
+                        let e = a.evaluate(state, now, cost);
+                        Evaluation {
+                            decision: e.decision,
+                            admission: e.admission.map(Admission::$variant),
+                        }
+                    })+
+                }
+            }
+
+            /// Applies an admission from [`evaluate`](Self::evaluate). A
+            /// state made for another algorithm is replaced by a fresh one
+            /// first; an admission made by another limiter (which
+            /// `evaluate` never returns) changes nothing.
+            #[inline]
+            pub fn commit(&self, state: &mut State, admission: Admission) {
+                match (self, admission) {
+                    $((Limiter::$variant(a), Admission::$variant(admission)) => {
+                        if !matches!(state, State::$variant(_)) {
+                            *state = self.new_state();
+                        }
+                        if let State::$variant(s) = state {
+                            a.commit(s, admission);
+                        }
+                    })+
+                    #[allow(unreachable_patterns)]
+                    _ => {}
+                }
+            }
+
+            /// Evaluates and, if allowed, commits.
+            #[inline]
+            pub fn check(&self, state: &mut State, now: u64, cost: u32) -> Decision {
+                // Each algorithm's own `check` where the state matches (some
+                // have a faster path than evaluate-then-commit); otherwise
+                // the general path, which also replaces a state made for
+                // another algorithm.
+                match (self, &mut *state) {
+                    $((Limiter::$variant(a), State::$variant(s)) => return a.check(s, now, cost),)+
+                    #[allow(unreachable_patterns)]
+                    _ => {}
+                }
+                let e = self.evaluate(state, now, cost);
+                if let Some(admission) = e.admission {
+                    self.commit(state, admission);
+                }
+                e.decision
+            }
+        }
+    };
+}
+
+pub(crate) use define_algorithms;
