@@ -10,11 +10,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
-use tollgate::{Key, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, Policy, PolicyDecision, Store, StoreCheck};
 use tollgate_core::Decision;
 
 /// The future of one check: one `EVALSHA` round trip.
-pub type RedisCheckFuture = Pin<Box<dyn Future<Output = Result<Verdict, RedisStoreError>> + Send>>;
+pub type RedisCheckFuture =
+    Pin<Box<dyn Future<Output = Result<PolicyDecision, RedisStoreError>> + Send>>;
 
 /// A [`Store`] whose counters live in Redis or Redis Cluster, so every
 /// instance of a service that uses the same server and prefix shares one
@@ -176,7 +177,7 @@ impl RedisStore {
         // Nothing to count: allowed, as by the core and the memory store
         // (a layer never asks; a caller of the trait may).
         if policy.limits().is_empty() {
-            return StoreCheck::Ready(Ok(Verdict {
+            return StoreCheck::Ready(Ok(PolicyDecision {
                 merged: Decision {
                     allowed: true,
                     ..Decision::default()

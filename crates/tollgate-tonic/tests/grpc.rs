@@ -371,7 +371,7 @@ impl std::error::Error for Broken {}
 
 impl Store for FailingStore {
     type Error = Broken;
-    type Future = std::future::Ready<Result<tollgate::Verdict, Broken>>;
+    type Future = std::future::Ready<Result<tollgate::PolicyDecision, Broken>>;
 
     fn check(
         &self,

@@ -11,7 +11,7 @@ use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::rejection::{Refusal, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
-use crate::store::{MemoryStore, Store, StoreCheck, Verdict};
+use crate::store::{MemoryStore, PolicyDecision, Store, StoreCheck};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -111,7 +111,7 @@ impl<K, St, R> Engine<K, St, R> {
     /// Whether `verdict` lets the request through at once with nothing to
     /// add to it or to its response.
     #[inline]
-    fn passes_bare(&self, verdict: &Verdict) -> bool {
+    fn passes_bare(&self, verdict: &PolicyDecision) -> bool {
         self.forwards_bare && verdict.merged.allowed && verdict.merged.wait_nanos == 0
     }
 
@@ -144,7 +144,7 @@ impl<K, St, R> Engine<K, St, R> {
     }
 
     /// The action for a verdict on the limits of entry `entry`.
-    fn judge<B: Default>(&self, entry: &EntryRef, key: &Key, verdict: &Verdict) -> Action<B>
+    fn judge<B: Default>(&self, entry: &EntryRef, key: &Key, verdict: &PolicyDecision) -> Action<B>
     where
         R: Rejector<B>,
     {
@@ -193,7 +193,7 @@ impl<K, St, R> Engine<K, St, R> {
 
     /// The rate-limit fields reporting `verdict` on the limits of entry
     /// `entry`, in the layer's header style.
-    fn field_values(&self, entry: &EntryRef, verdict: &Verdict) -> FieldValues {
+    fn field_values(&self, entry: &EntryRef, verdict: &PolicyDecision) -> FieldValues {
         let entry = self.routes.get(entry);
         FieldValues::of(self.settings.headers, &entry.fields, verdict)
     }
@@ -329,7 +329,7 @@ impl<K, St, R> Engine<K, St, R> {
         entry: &EntryRef,
         key: &Key,
         cost: u32,
-        answer: Option<Result<Verdict, E>>,
+        answer: Option<Result<PolicyDecision, E>>,
     ) -> Action<B>
     where
         R: Rejector<B>,

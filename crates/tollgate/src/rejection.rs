@@ -1,6 +1,6 @@
 //! How a limited request is answered.
 
-use crate::Verdict;
+use crate::PolicyDecision;
 use crate::key::Key;
 use crate::policy::Policy;
 use http::{HeaderMap, Response, StatusCode};
@@ -17,7 +17,7 @@ pub struct Rejection<'a> {
     /// The key the request was counted under.
     pub key: &'a Key,
     /// What each limit decided.
-    pub verdict: &'a Verdict,
+    pub verdict: &'a PolicyDecision,
 }
 
 /// Why the layer turned a request away without a verdict of its limits.

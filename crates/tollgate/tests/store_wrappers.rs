@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tollgate::store::{Fallback, Timeout};
 use tollgate::{
-    GlobalKey, Key, MemoryStore, OnStoreError, Policy, RateLimitLayer, Store, StoreCheck, Verdict,
+    GlobalKey, Key, MemoryStore, OnStoreError, Policy, PolicyDecision, RateLimitLayer, Store,
+    StoreCheck,
 };
 use tollgate_core::{Clock, ManualClock, Quota};
 use tower::{Layer, service_fn};
@@ -100,7 +101,7 @@ async fn a_timeout_alone_gives_the_layer_a_failure_to_answer() {
 // ---------------------------------------------------------------------
 
 /// (policy, key) → the verdict that refused it, and when it may pass.
-type Blocked = Arc<Mutex<HashMap<(u64, Key), (Verdict, u64)>>>;
+type Blocked = Arc<Mutex<HashMap<(u64, Key), (PolicyDecision, u64)>>>;
 
 /// Refuses, on its own, keys that `inner` refused, until they may pass.
 #[derive(Clone)]
@@ -112,7 +113,7 @@ struct BlockCache<St, C> {
 
 impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<St, C> {
     type Error = St::Error;
-    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Verdict, St::Error>> + Send>>;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<PolicyDecision, St::Error>> + Send>>;
 
     fn check(
         &self,
@@ -131,7 +132,7 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
         }
         let remember = {
             let blocked = self.blocked.clone();
-            move |verdict: &Verdict| {
+            move |verdict: &PolicyDecision| {
                 if !verdict.merged.allowed && verdict.merged.can_ever_pass() {
                     let until = now + verdict.merged.retry_after_nanos;
                     blocked

@@ -7,7 +7,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::{Key, MemoryStore, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreCheck};
 use tollgate_core::{Clock, ManualClock, MonotonicClock};
 
 /// One decision, as the store made it.
@@ -90,7 +90,7 @@ impl Default for RecordingStore {
 
 impl Store for RecordingStore {
     type Error = Infallible;
-    type Future = std::future::Ready<Result<Verdict, Infallible>>;
+    type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
 
     fn check(
         &self,

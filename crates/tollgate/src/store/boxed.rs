@@ -1,6 +1,6 @@
 //! [`BoxStore`]: any store behind one type, chosen at run time.
 
-use super::{Store, StoreCheck, Verdict};
+use super::{PolicyDecision, Store, StoreCheck};
 use crate::{Key, Policy};
 use std::fmt;
 use std::future::Future;
@@ -25,7 +25,8 @@ impl std::error::Error for BoxStoreError {
 }
 
 /// The future of a [`BoxStore`] check.
-pub type BoxStoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BoxStoreError>> + Send>>;
+pub type BoxStoreFuture =
+    Pin<Box<dyn Future<Output = Result<PolicyDecision, BoxStoreError>> + Send>>;
 
 /// Any [`Store`] behind one type, so that the store can be chosen from
 /// configuration at run time (memory or Redis) without changing the layer's

@@ -1,7 +1,7 @@
 //! [`Fallback`]: a store that decides with a second store when the first
 //! fails.
 
-use super::{Store, StoreCheck, Verdict};
+use super::{PolicyDecision, Store, StoreCheck};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -84,7 +84,7 @@ pin_project! {
 }
 
 impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
-    type Output = Result<Verdict, S::Error>;
+    type Output = Result<PolicyDecision, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;

@@ -29,7 +29,7 @@ use tollgate_core::Decision;
 
 /// The decisions of every limit of a policy for one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub struct PolicyDecision {
     /// All limits folded into one ([`Decision::merge`]): allowed only if every
     /// limit allowed, and then every limit was charged.
     pub merged: Decision,
@@ -43,7 +43,7 @@ pub struct Verdict {
 #[derive(Debug)]
 pub enum StoreCheck<F, E> {
     /// Decided without waiting.
-    Ready(Result<Verdict, E>),
+    Ready(Result<PolicyDecision, E>),
     /// Will be decided when the future completes.
     Pending(F),
 }
@@ -56,7 +56,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// What can go wrong (`Infallible` for memory).
     type Error: std::error::Error + Send + Sync + 'static;
     /// The future of a check that has to wait.
-    type Future: Future<Output = Result<Verdict, Self::Error>> + Send + 'static;
+    type Future: Future<Output = Result<PolicyDecision, Self::Error>> + Send + 'static;
 
     /// Checks one request of `cost` for `key` against every limit of `policy`.
     fn check(

@@ -1,6 +1,6 @@
 //! [`Timeout`]: a store whose answers are awaited for a bounded time.
 
-use super::{Store, StoreCheck, Verdict};
+use super::{PolicyDecision, Store, StoreCheck};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -94,9 +94,9 @@ pin_project! {
 
 impl<F, E> Future for TimeoutFuture<F>
 where
-    F: Future<Output = Result<Verdict, E>>,
+    F: Future<Output = Result<PolicyDecision, E>>,
 {
-    type Output = Result<Verdict, TimeoutError<E>>;
+    type Output = Result<PolicyDecision, TimeoutError<E>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();

@@ -3,7 +3,7 @@
 use http::{Request, Response};
 use std::convert::Infallible;
 use std::sync::Arc;
-use tollgate::{Key, MemoryStore, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreCheck};
 use tower::{Service, ServiceExt};
 
 /// A store that fails or hangs: fault injection a real store cannot give.
@@ -27,7 +27,7 @@ impl std::error::Error for Broken {}
 
 impl Store for BrokenStore {
     type Error = Broken;
-    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Verdict, Broken>> + Send>>;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<PolicyDecision, Broken>> + Send>>;
 
     fn check(&self, _: &Arc<Policy>, _: &Key, _: u32) -> StoreCheck<Self::Future, Broken> {
         match self {
@@ -45,7 +45,7 @@ pub struct Later<C = tollgate_core::MonotonicClock>(pub MemoryStore<C>);
 
 impl<C: tollgate_core::Clock + Clone> Store for Later<C> {
     type Error = Infallible;
-    type Future = std::future::Ready<Result<Verdict, Infallible>>;
+    type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
 
     fn check(
         &self,
