@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreCheck};
+use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{
     Algorithm, Decision, Limiter, ManualClock, Quota, Refill, SlidingLog, TokenBucket, check_all,
 };
@@ -68,8 +68,8 @@ fn policies() -> Vec<Vec<NamedLimit>> {
 
 async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key, cost: u32) -> PolicyDecision {
     match store.check(policy, key, cost) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers"),
-        StoreCheck::Ready(result) => result.expect("the store answers"),
+        StoreReply::Pending(future) => future.await.expect("the store answers"),
+        StoreReply::Ready(result) => result.expect("the store answers"),
     }
 }
 

@@ -3,15 +3,15 @@
 //! Redis a bounded key name inside one hash tag.
 
 use std::sync::Arc;
-use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::Quota;
 use tollgate_redis::{MAX_KEY_LEN, RedisStore};
 use tollgate_tests::redis::RedisServer;
 
 async fn allowed(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.unwrap().merged.allowed,
-        StoreCheck::Ready(result) => result.unwrap().merged.allowed,
+        StoreReply::Pending(future) => future.await.unwrap().merged.allowed,
+        StoreReply::Ready(result) => result.unwrap().merged.allowed,
     }
 }
 
@@ -137,7 +137,7 @@ async fn a_policy_without_limits_is_allowed_and_writes_nothing() {
     let store = RedisStore::connect(server.url()).await.unwrap();
     let empty = Arc::new(Policy::new(Vec::new()));
     for _ in 0..3 {
-        let StoreCheck::Ready(Ok(verdict)) = store.check(&empty, &Key::Global, 1) else {
+        let StoreReply::Ready(Ok(verdict)) = store.check(&empty, &Key::Global, 1) else {
             panic!("an empty policy is answered at once");
         };
         assert!(verdict.merged.allowed && verdict.each.is_empty());

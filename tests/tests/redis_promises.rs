@@ -7,15 +7,15 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreCheck};
+use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Algorithm, Gcra, ManualClock, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
 
 async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> PolicyDecision {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers"),
-        StoreCheck::Ready(result) => result.expect("the store answers"),
+        StoreReply::Pending(future) => future.await.expect("the store answers"),
+        StoreReply::Ready(result) => result.expect("the store answers"),
     }
 }
 

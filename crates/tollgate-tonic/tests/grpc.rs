@@ -378,8 +378,8 @@ impl Store for FailingStore {
         _: &std::sync::Arc<tollgate::Policy>,
         _: &tollgate::Key,
         _: u32,
-    ) -> tollgate::StoreCheck<Self::Future, Broken> {
-        tollgate::StoreCheck::Ready(Err(Broken))
+    ) -> tollgate::StoreReply<Self::Future, Broken> {
+        tollgate::StoreReply::Ready(Err(Broken))
     }
 }
 

@@ -11,7 +11,7 @@ use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
 use crate::rejection::{Refusal, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
-use crate::store::{MemoryStore, PolicyDecision, Store, StoreCheck};
+use crate::store::{MemoryStore, PolicyDecision, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -303,15 +303,15 @@ where
             .check_within(policy, &key, cost, self.settings.store_timeout)
         {
             // The hot path: admitted at once, nothing to add.
-            StoreCheck::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
+            StoreReply::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
                 crate::observe::decided(policy.metrics(), &verdict);
                 Start::Pass
             }
-            StoreCheck::Ready(Ok(verdict)) => Start::Act(self.judge(&entry, &key, &verdict)),
-            StoreCheck::Ready(Err(error)) => {
+            StoreReply::Ready(Ok(verdict)) => Start::Act(self.judge(&entry, &key, &verdict)),
+            StoreReply::Ready(Err(error)) => {
                 Start::Act(self.on_failure(&entry, &key, cost, &error))
             }
-            StoreCheck::Pending(check) => Start::Check(Box::new(PendingCheck {
+            StoreReply::Pending(check) => Start::Check(Box::new(PendingCheck {
                 check,
                 entry,
                 key,

@@ -334,7 +334,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     }
 
     /// How long a store may take to answer (default 100 ms). A store that
-    /// answers later (Redis, any `StoreCheck::Pending`) is timed with
+    /// answers later (Redis, any `StoreReply::Pending`) is timed with
     /// tokio's timer, so it needs a tokio runtime with time enabled, as
     /// axum and tonic servers have. Zero is refused when the layer is built:
     /// every answer that is not immediate would be late.

@@ -71,5 +71,5 @@ pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use rejection::{DefaultRejector, FnRejector, Refusal, Rejection, Rejector};
 pub use service::RateLimit;
-pub use store::{MemoryStore, PolicyDecision, Store, StoreCheck};
+pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use tollgate_core as core;

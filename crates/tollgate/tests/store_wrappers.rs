@@ -14,7 +14,7 @@ use std::time::Duration;
 use tollgate::store::{Fallback, Timeout};
 use tollgate::{
     GlobalKey, Key, MemoryStore, OnStoreError, Policy, PolicyDecision, RateLimitLayer, Store,
-    StoreCheck,
+    StoreReply,
 };
 use tollgate_core::{Clock, ManualClock, Quota};
 use tower::{Layer, service_fn};
@@ -120,7 +120,7 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         let now = self.clock.now();
         let entry = (policy.id(), key.clone());
         if let Some((verdict, until)) = self.blocked.lock().unwrap().get(&entry)
@@ -128,7 +128,7 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
         {
             let mut verdict = verdict.clone();
             verdict.merged.retry_after_nanos = until - now;
-            return StoreCheck::Ready(Ok(verdict));
+            return StoreReply::Ready(Ok(verdict));
         }
         let remember = {
             let blocked = self.blocked.clone();
@@ -143,13 +143,13 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
             }
         };
         match self.inner.check(policy, key, cost) {
-            StoreCheck::Ready(answer) => {
+            StoreReply::Ready(answer) => {
                 if let Ok(verdict) = &answer {
                     remember(verdict);
                 }
-                StoreCheck::Ready(answer)
+                StoreReply::Ready(answer)
             }
-            StoreCheck::Pending(future) => StoreCheck::Pending(Box::pin(async move {
+            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
                 let answer = future.await;
                 if let Ok(verdict) = &answer {
                     remember(verdict);
@@ -173,7 +173,7 @@ impl<St: Store> Store for Counting<St> {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         self.1.fetch_add(1, Ordering::Relaxed);
         self.0.check(policy, key, cost)
     }

@@ -7,7 +7,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreCheck};
+use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, ManualClock, MonotonicClock};
 
 /// One decision, as the store made it.
@@ -97,7 +97,7 @@ impl Store for RecordingStore {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Infallible> {
+    ) -> StoreReply<Self::Future, Infallible> {
         // Held across the whole check: the pinned time belongs to this check.
         let mut log = self
             .inner
@@ -113,7 +113,7 @@ impl Store for RecordingStore {
             allowed: verdict.merged.allowed,
             wait: verdict.merged.wait_nanos,
         });
-        StoreCheck::Ready(Ok(verdict))
+        StoreReply::Ready(Ok(verdict))
     }
 }
 

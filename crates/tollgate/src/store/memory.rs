@@ -1,6 +1,6 @@
 //! [`MemoryStore`]: counters in process memory.
 
-use super::{PolicyDecision, Store, StoreCheck};
+use super::{PolicyDecision, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
 use smallvec::SmallVec;
@@ -380,8 +380,8 @@ impl<C: Clock> Store for MemoryStore<C> {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Infallible> {
-        StoreCheck::Ready(Ok(self.check_now(policy, key, cost)))
+    ) -> StoreReply<Self::Future, Infallible> {
+        StoreReply::Ready(Ok(self.check_now(policy, key, cost)))
     }
 }
 

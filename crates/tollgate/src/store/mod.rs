@@ -2,7 +2,7 @@
 //!
 //! The layer is generic over a [`Store`], so the in-memory store costs no
 //! virtual call and no allocation. Stores that answer without I/O (like
-//! [`MemoryStore`]) return [`StoreCheck::Ready`] and the layer decides inside
+//! [`MemoryStore`]) return [`StoreReply::Ready`] and the layer decides inside
 //! `call`; stores that do I/O (Redis) return a future, which the layer polls
 //! under a timeout.
 //!
@@ -41,7 +41,7 @@ pub struct PolicyDecision {
 // `Ready` is the hot path of the memory store; boxing it would allocate.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub enum StoreCheck<F, E> {
+pub enum StoreReply<F, E> {
     /// Decided without waiting.
     Ready(Result<PolicyDecision, E>),
     /// Will be decided when the future completes.
@@ -64,7 +64,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error>;
+    ) -> StoreReply<Self::Future, Self::Error>;
 
     /// Checks one request as [`check`](Self::check) does, for a caller that
     /// stops waiting for the answer after `within` (the layer's
@@ -79,7 +79,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         key: &Key,
         cost: u32,
         within: std::time::Duration,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         let _ = within;
         self.check(policy, key, cost)
     }
