@@ -167,7 +167,9 @@ async fn unavailable_instead_of_resource_exhausted() {
             .key(tollgate_tonic::GrpcPeerIp)
             .rejector(rejector);
         if with_503 {
-            builder.reject_with_503().build()
+            builder
+                .rejection_status(http::StatusCode::SERVICE_UNAVAILABLE)
+                .build()
         } else {
             builder.build()
         }

@@ -9,7 +9,7 @@
 use crate::headers::{FieldValues, HeaderStyle, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
-use crate::rejection::{Refusal, Rejection, Rejector};
+use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
 use crate::store::{MemoryStore, PolicyDecision, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -222,10 +222,12 @@ impl<K, St, R> Engine<K, St, R> {
                 wait: Duration::ZERO,
                 info: None,
             },
-            OnStoreError::Closed => Action::Reject(Box::new(
-                self.rejector
-                    .refuse(StatusCode::SERVICE_UNAVAILABLE, Refusal::StoreFailed),
-            )),
+            OnStoreError::Closed => {
+                Action::Reject(Box::new(self.rejector.reject_without_decision(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    RejectReason::StoreFailed,
+                )))
+            }
             OnStoreError::Fallback(local) => {
                 self.judge(entry, key, &local.check_now(policy, key, cost))
             }
@@ -285,7 +287,9 @@ where
                 MissingKey::Shared(key) => key.clone(),
                 MissingKey::Skip => return Start::Pass,
                 MissingKey::Reject(status) => {
-                    let response = self.rejector.refuse(*status, Refusal::MissingKey);
+                    let response = self
+                        .rejector
+                        .reject_without_decision(*status, RejectReason::MissingKey);
                     return Start::Act(Action::Reject(Box::new(response)));
                 }
             },

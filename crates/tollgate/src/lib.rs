@@ -18,7 +18,8 @@
 //! - [`RateLimitLayer`] wraps a service; its builder sets the limits, the
 //!   algorithm, the [`KeyExtractor`], the [`Store`], the cost of a request and
 //!   the behaviours below.
-//! - A limited request gets `429 Too Many Requests` (or 503) with
+//! - A limited request gets `429 Too Many Requests` (or another
+//!   [`rejection_status`](RateLimitBuilder::rejection_status)) with
 //!   `Retry-After` in whole seconds, rounded up and never 0, and the
 //!   draft-ietf-httpapi-ratelimit-headers-10 fields `RateLimit-Policy` and
 //!   `RateLimit`, which allowed responses carry too (see [`HeaderStyle`];
@@ -69,7 +70,7 @@ pub use key::{
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
-pub use rejection::{DefaultRejector, FnRejector, Refusal, Rejection, Rejector};
+pub use rejection::{DefaultRejector, FnRejector, RejectReason, Rejection, Rejector};
 pub use service::RateLimit;
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use tollgate_core as core;

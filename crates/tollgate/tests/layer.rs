@@ -238,7 +238,7 @@ async fn allow_list_and_503_and_missing_keys() {
         .key(HeaderKey::new("x-api-key"))
         .store(frozen_store())
         .allow(|req| req.uri.path() == "/health")
-        .reject_with_503()
+        .rejection_status(StatusCode::SERVICE_UNAVAILABLE)
         .build();
     let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
     let with_key = |key: &str, path: &str| {
