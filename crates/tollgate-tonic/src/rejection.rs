@@ -37,7 +37,7 @@ use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
 ///
 /// Calls turned away for other reasons get a gRPC status too: a failing
 /// store with the layer failing closed → `UNAVAILABLE`; a missing key with
-/// `MissingKey::Reject(status)` → the code for that HTTP status
+/// `OnMissingKey::Reject(status)` → the code for that HTTP status
 /// (401 → `UNAUTHENTICATED`, 403 → `PERMISSION_DENIED`, 400 →
 /// `INVALID_ARGUMENT`, 429 → `RESOURCE_EXHAUSTED`, others `UNAVAILABLE`).
 #[derive(Clone, Copy, Debug)]

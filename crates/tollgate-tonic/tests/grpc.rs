@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 use tollgate::core::Quota;
-use tollgate::{MissingKey, NamedLimit, OnStoreError, RateLimitLayer, Store};
+use tollgate::{NamedLimit, OnMissingKey, OnStoreError, RateLimitLayer, Store};
 use tollgate_tonic::{GrpcRejector, MetadataKey, method};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
@@ -269,7 +269,7 @@ async fn calls_without_a_key_can_be_refused_with_a_grpc_status() {
     let layer = tollgate_tonic::builder()
         .quota("per-key", Quota::per_minute(2))
         .key(MetadataKey::new("x-api-key"))
-        .on_missing_key(MissingKey::Reject(http::StatusCode::UNAUTHORIZED))
+        .on_missing_key(OnMissingKey::Reject(http::StatusCode::UNAUTHORIZED))
         .build();
     let server = TestServer::start(layer).await;
     let mut client = server.client().await;

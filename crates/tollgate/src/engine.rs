@@ -8,7 +8,7 @@
 
 use crate::headers::{FieldValues, HeaderStyle, write_retry_after};
 use crate::info::RateLimitInfo;
-use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
+use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
 use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
 use crate::store::{MemoryStore, PolicyDecision, Store, StoreReply};
@@ -61,7 +61,7 @@ pub(crate) struct Settings {
     pub allow: Option<AllowFn>,
     pub headers: HeaderStyle,
     pub status: StatusCode,
-    pub missing_key: MissingKey,
+    pub missing_key: OnMissingKey,
     pub on_store_error: OnStoreError,
     pub store_timeout: Duration,
     pub shadow: bool,
@@ -75,7 +75,7 @@ impl Default for Settings {
             allow: None,
             headers: HeaderStyle::default(),
             status: StatusCode::TOO_MANY_REQUESTS,
-            missing_key: MissingKey::default(),
+            missing_key: OnMissingKey::default(),
             on_store_error: OnStoreError::default(),
             store_timeout: Duration::from_millis(100),
             shadow: false,
@@ -284,9 +284,9 @@ where
         let key = match self.key.extract(&info) {
             Some(key) => key,
             None => match &self.settings.missing_key {
-                MissingKey::Shared(key) => key.clone(),
-                MissingKey::Skip => return Start::Pass,
-                MissingKey::Reject(status) => {
+                OnMissingKey::Shared(key) => key.clone(),
+                OnMissingKey::Skip => return Start::Pass,
+                OnMissingKey::Reject(status) => {
                     let response = self
                         .rejector
                         .reject_without_decision(*status, RejectReason::MissingKey);

@@ -196,7 +196,7 @@ impl<'a> RequestInfo<'a> {
 /// Maps a request to the key it is counted under.
 ///
 /// Return `None` when the request carries no key (a missing header, no
-/// connection info); the layer then applies its [`MissingKey`] behaviour.
+/// connection info); the layer then applies its [`OnMissingKey`] behaviour.
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The request's key, or `None`.
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key>;
@@ -204,19 +204,21 @@ pub trait KeyExtractor: Send + Sync + 'static {
 
 /// What the layer does with a request whose key cannot be extracted.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MissingKey {
+pub enum OnMissingKey {
     /// Count it under one shared key. The default: such requests are still
     /// limited (together), so a missing header is no way around the limit.
     Shared(Key),
     /// Let it through unlimited.
     Skip,
-    /// Reject it with this status (and no body).
+    /// Reject it with this status (and by default no body; the rejector's
+    /// [`reject_without_decision`](crate::Rejector::reject_without_decision)
+    /// builds the response).
     Reject(http::StatusCode),
 }
 
-impl Default for MissingKey {
+impl Default for OnMissingKey {
     fn default() -> Self {
-        MissingKey::Shared(Key::from("<no key>"))
+        OnMissingKey::Shared(Key::from("<no key>"))
     }
 }
 

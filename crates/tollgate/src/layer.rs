@@ -3,7 +3,7 @@
 use crate::engine::{Engine, OnStoreError, Settings};
 use crate::error::ConfigError;
 use crate::headers::HeaderStyle;
-use crate::key::{KeyExtractor, MissingKey, PeerIp, RequestInfo};
+use crate::key::{KeyExtractor, OnMissingKey, PeerIp, RequestInfo};
 use crate::policy::{NamedLimit, Policy};
 use crate::rejection::{DefaultRejector, FnRejector, Rejection};
 use crate::routes::{RouteMatch, Routes, path_is};
@@ -320,7 +320,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// [`Rejection::status`](crate::Rejection::status)). Requests turned
     /// away without a decision keep their own status whatever this is: 503
     /// for a store failure when the layer fails closed, and
-    /// [`MissingKey::Reject`](crate::MissingKey::Reject)'s for a missing
+    /// [`OnMissingKey::Reject`](crate::OnMissingKey::Reject)'s for a missing
     /// key.
     ///
     /// ```
@@ -341,7 +341,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 
     /// What to do with a request whose key cannot be extracted (default: count
     /// all such requests under one shared key).
-    pub fn on_missing_key(mut self, missing_key: MissingKey) -> Self {
+    pub fn on_missing_key(mut self, missing_key: OnMissingKey) -> Self {
         self.config.settings.missing_key = missing_key;
         self
     }

@@ -26,7 +26,7 @@
 //!   what each figure means, and why they never contradict each other, is
 //!   in [`headers`]).
 //! - A request whose key cannot be extracted is counted under one shared key
-//!   by default ([`MissingKey`]), so a missing header is no way around a
+//!   by default ([`OnMissingKey`]), so a missing header is no way around a
 //!   limit.
 //! - Store failures and timeouts let requests through by default
 //!   ([`OnStoreError`]), and are logged with `tracing`.
@@ -65,7 +65,7 @@ pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use info::RateLimitInfo;
 pub use key::{
-    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, MissingKey, PeerAddr, PeerIp, RequestInfo,
+    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerAddr, PeerIp, RequestInfo,
     key_fn,
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};

@@ -30,7 +30,7 @@ pub enum RejectReason {
     /// ([`OnStoreError::Closed`](crate::OnStoreError::Closed)).
     StoreFailed,
     /// The request had no key and the layer rejects such requests
-    /// ([`MissingKey::Reject`](crate::MissingKey::Reject)).
+    /// ([`OnMissingKey::Reject`](crate::OnMissingKey::Reject)).
     MissingKey,
 }
 

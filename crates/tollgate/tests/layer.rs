@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tollgate::store::BoxStore;
 use tollgate::{
-    GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, MissingKey, NamedLimit, OnStoreError,
+    GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, NamedLimit, OnMissingKey, OnStoreError,
     Policy, RateLimitLayer,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
@@ -285,9 +285,9 @@ async fn allow_list_and_503_and_missing_keys() {
     );
 
     for (missing, expected) in [
-        (MissingKey::Skip, StatusCode::OK),
+        (OnMissingKey::Skip, StatusCode::OK),
         (
-            MissingKey::Reject(StatusCode::UNAUTHORIZED),
+            OnMissingKey::Reject(StatusCode::UNAUTHORIZED),
             StatusCode::UNAUTHORIZED,
         ),
     ] {
