@@ -232,12 +232,12 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
-    /// Per-key quotas: each key's limits come from `quotas` (through its
+    /// Per-key quotas: each key's limits come from `source` (through its
     /// cache) instead of the layer's own, which remain the default for keys
     /// the source does not name. See [`quotas`](crate::quotas).
     #[cfg(feature = "quotas")]
-    pub fn quotas(mut self, quotas: crate::quotas::KeyQuotas) -> Self {
-        self.config.quotas = Some(quotas);
+    pub fn quota_source(mut self, source: crate::quotas::KeyQuotas) -> Self {
+        self.config.quotas = Some(source);
         self
     }
 
