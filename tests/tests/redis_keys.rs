@@ -111,7 +111,7 @@ async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush(
     let store = RedisStore::connect(server.url()).await.unwrap();
     for algorithm in tollgate_core::Algorithm::ALL {
         let policy = Arc::new(Policy::new(vec![
-            NamedLimit::new("api", "10/min".parse::<Quota>().unwrap()).algorithm(algorithm),
+            NamedLimit::new("api", "10/min".parse::<Quota>().unwrap()).with_algorithm(algorithm),
         ]));
         let key = Key::from_bytes(b"carol");
         assert!(allowed(&store, &policy, &key).await);

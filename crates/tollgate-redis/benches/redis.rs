@@ -24,7 +24,7 @@ async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
 fn policy(algorithm: Algorithm, quota: &str) -> Arc<Policy> {
     let quota: Quota = quota.parse().unwrap();
     Arc::new(Policy::new(vec![
-        NamedLimit::new("api", quota).algorithm(algorithm),
+        NamedLimit::new("api", quota).with_algorithm(algorithm),
     ]))
 }
 

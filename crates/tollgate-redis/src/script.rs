@@ -192,7 +192,7 @@ impl PreparedPolicy {
         let limits: Vec<LimitArgs> = policy
             .limits()
             .iter()
-            .map(|l| LimitArgs::new(l.name(), l.limiter_ref(), l.quota()))
+            .map(|l| LimitArgs::new(l.name(), l.limiter(), l.quota()))
             .collect();
         let codes = limits.iter().fold(0, |set, l| set | l.code.bit());
         let mut args = Vec::with_capacity(limits.len() * 5);
@@ -379,7 +379,7 @@ mod tests {
         let policy = |limits: &[(u64, Algorithm)]| {
             let limits = limits
                 .iter()
-                .map(|&(n, a)| NamedLimit::new("l", Quota::per_second(n)).algorithm(a))
+                .map(|&(n, a)| NamedLimit::new("l", Quota::per_second(n)).with_algorithm(a))
                 .collect();
             PreparedPolicy::new(&Policy::new(limits))
         };

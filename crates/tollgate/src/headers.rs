@@ -167,7 +167,7 @@ impl PolicyFields {
             quota_units: policy
                 .limits()
                 .iter()
-                .map(|limit| quota_item(limit.limiter_ref()).0)
+                .map(|limit| quota_item(limit.limiter()).0)
                 .collect(),
             state_prefixes,
             state_max_len,
@@ -242,7 +242,7 @@ fn policy_value(policy: &Policy) -> Option<HeaderValue> {
         if !text.is_empty() {
             text.push_str(", ");
         }
-        let (units, window) = quota_item(limit.limiter_ref());
+        let (units, window) = quota_item(limit.limiter());
         let _ = write!(text, "\"{}\";q={units};w={window}", limit.name());
     }
     HeaderValue::from_str(&text).ok()

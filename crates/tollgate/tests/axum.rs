@@ -156,7 +156,7 @@ async fn over_http_each_algorithms_fields_agree() {
     ));
     for limiter in limiters {
         let layer = RateLimitLayer::builder()
-            .limit(NamedLimit::new("api", quota).limiter(limiter))
+            .limit(NamedLimit::new("api", quota).with_limiter(limiter))
             .key(GlobalKey)
             .build();
         let router = Router::new()

@@ -175,7 +175,10 @@ async fn header_styles_choose_the_fields_of_allowed_and_limited_responses() {
 async fn several_limits_merge_into_one_field_of_each_kind() {
     let layer = RateLimitLayer::builder()
         .quota("burst", "2/s".parse().unwrap())
-        .limit(NamedLimit::new("hourly", "500/h".parse().unwrap()).algorithm(Algorithm::SlidingLog))
+        .limit(
+            NamedLimit::new("hourly", "500/h".parse().unwrap())
+                .with_algorithm(Algorithm::SlidingLog),
+        )
         .key(GlobalKey)
         .store(frozen_store())
         .headers(HeaderStyle {
@@ -427,7 +430,7 @@ async fn leaky_bucket_releases_requests_in_order_at_its_rate() {
                 "shaped",
                 "10/s".parse::<Quota>().unwrap().with_burst(5).unwrap(),
             )
-            .algorithm(Algorithm::LeakyBucket),
+            .with_algorithm(Algorithm::LeakyBucket),
         )
         .key(GlobalKey)
         .build();
@@ -463,7 +466,7 @@ async fn delay_mode_keeps_rejecting_at_once_for_window_algorithms() {
         Algorithm::SlidingWindow,
     ] {
         let layer = RateLimitLayer::builder()
-            .limit(NamedLimit::new("api", Quota::per_minute(2)).algorithm(algorithm))
+            .limit(NamedLimit::new("api", Quota::per_minute(2)).with_algorithm(algorithm))
             .key(GlobalKey)
             .store(frozen_store())
             .delay(Duration::from_secs(120))

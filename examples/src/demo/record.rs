@@ -127,7 +127,8 @@ mod tests {
     fn every_decision_is_logged_with_the_time_it_used() {
         let store = RecordingStore::new();
         let policy = Arc::new(Policy::new(vec![
-            NamedLimit::new("leaky-bucket", Quota::per_second(2)).algorithm(Algorithm::LeakyBucket),
+            NamedLimit::new("leaky-bucket", Quota::per_second(2))
+                .with_algorithm(Algorithm::LeakyBucket),
         ]));
         let before = store.now();
         for _ in 0..4 {

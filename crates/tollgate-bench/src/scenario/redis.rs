@@ -51,7 +51,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     let (runtime, server, store) = start();
     let policy = Arc::new(Policy::new(vec![
         NamedLimit::new("api", "1000/s".parse::<Quota>().expect("a valid quota"))
-            .algorithm(Algorithm::Gcra),
+            .with_algorithm(Algorithm::Gcra),
     ]));
     // Loads the script, so that both sides find it, and gives redis-benchmark
     // its first request count.

@@ -408,10 +408,10 @@ mod tests {
             let clock = ManualClock::new(1_000 * SECOND);
             let store = store(&clock);
             let policy = Policy::new(vec![
-                NamedLimit::new("api", Quota::per_second(10)).algorithm(algorithm),
+                NamedLimit::new("api", Quota::per_second(10)).with_algorithm(algorithm),
             ]);
             let busy = Policy::new(vec![
-                NamedLimit::new("busy", Quota::per_hour(1)).algorithm(algorithm),
+                NamedLimit::new("busy", Quota::per_hour(1)).with_algorithm(algorithm),
             ]);
             for n in 0..50u64 {
                 store.check_now(&policy, &Key::from(n), 1);
