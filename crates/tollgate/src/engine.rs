@@ -31,9 +31,9 @@ pub enum OnStoreError {
 }
 
 /// A per-request cost: how many units of the quota a request takes.
-pub type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
+pub(crate) type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
 /// A predicate for requests that are never limited.
-pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
+pub(crate) type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
 
 /// Everything the layer decides requests with, built once when the layer is
 /// built and shared by every clone of its service.

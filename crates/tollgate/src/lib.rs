@@ -59,7 +59,7 @@ pub mod rules;
 mod service;
 pub mod store;
 
-pub use engine::{AllowFn, CostFn, OnStoreError};
+pub use engine::OnStoreError;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
