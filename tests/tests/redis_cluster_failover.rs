@@ -222,7 +222,7 @@ async fn a_call_whose_reply_was_lost_is_never_sent_again() {
     use std::net::{TcpListener, TcpStream};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+    use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
 
     let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy_port = proxy.local_addr().unwrap().port();
@@ -308,8 +308,8 @@ async fn a_call_whose_reply_was_lost_is_never_sent_again() {
     let key = Key::from_bytes(b"victim");
     let decide = || async {
         match store.check(&policy, &key, 1) {
-            StoreCheck::Pending(future) => future.await,
-            StoreCheck::Ready(result) => result,
+            StoreReply::Pending(future) => future.await,
+            StoreReply::Ready(result) => result,
         }
     };
     // Warm: the script is loaded, the connection made (one charge).

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{
     Algorithm, Decision, DecisionFields, Limiter, ManualClock, Quota, Refill, SlidingLog,
     TokenBucket, check_all,
@@ -35,42 +35,43 @@ fn policies() -> Vec<Vec<NamedLimit>> {
     let quota = Quota::per_second(8).with_burst(4).unwrap();
     let mut policies: Vec<Vec<NamedLimit>> = Algorithm::ALL
         .iter()
-        .map(|&a| vec![NamedLimit::new("api", quota).algorithm(a)])
+        .map(|&a| vec![NamedLimit::new("api", quota).with_algorithm(a)])
         .collect();
     let interval = TokenBucket::new(quota).with_refill(Refill::Interval);
     policies.push(vec![
-        NamedLimit::new("api", quota).limiter(Limiter::TokenBucket(interval)),
+        NamedLimit::new("api", quota).with_limiter(Limiter::TokenBucket(interval)),
     ]);
     // A sliding log at a small bound: its oldest entries are merged.
     let bounded = SlidingLog::new(quota).with_max_entries(3);
     policies.push(vec![
-        NamedLimit::new("api", quota).limiter(Limiter::SlidingLog(bounded)),
+        NamedLimit::new("api", quota).with_limiter(Limiter::SlidingLog(bounded)),
     ]);
     let delayed = Limiter::new(Algorithm::Gcra, quota).with_max_delay(Duration::from_millis(300));
-    policies.push(vec![NamedLimit::new("api", quota).limiter(delayed)]);
+    policies.push(vec![NamedLimit::new("api", quota).with_limiter(delayed)]);
     // A limiter built on another quota than the name was given: the limit
     // takes the limiter's quota, on both sides.
     let generous = Quota::per_second(1_000);
     policies.push(vec![
-        NamedLimit::new("rebuilt", generous).limiter(Limiter::new(Algorithm::FixedWindow, quota)),
+        NamedLimit::new("rebuilt", generous)
+            .with_limiter(Limiter::new(Algorithm::FixedWindow, quota)),
     ]);
     let per_10s: Quota = "20/10s".parse().unwrap();
     policies.push(vec![
         NamedLimit::new("burst", quota),
-        NamedLimit::new("steady", per_10s).algorithm(Algorithm::SlidingWindow),
+        NamedLimit::new("steady", per_10s).with_algorithm(Algorithm::SlidingWindow),
     ]);
     policies.push(vec![
-        NamedLimit::new("a", quota).algorithm(Algorithm::FixedWindow),
-        NamedLimit::new("b", per_10s).algorithm(Algorithm::SlidingLog),
-        NamedLimit::new("c", "4/s".parse().unwrap()).algorithm(Algorithm::LeakyBucket),
+        NamedLimit::new("a", quota).with_algorithm(Algorithm::FixedWindow),
+        NamedLimit::new("b", per_10s).with_algorithm(Algorithm::SlidingLog),
+        NamedLimit::new("c", "4/s".parse().unwrap()).with_algorithm(Algorithm::LeakyBucket),
     ]);
     policies
 }
 
-async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key, cost: u32) -> Verdict {
+async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key, cost: u32) -> PolicyDecision {
     match store.check(policy, key, cost) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers"),
-        StoreCheck::Ready(result) => result.expect("the store answers"),
+        StoreReply::Pending(future) => future.await.expect("the store answers"),
+        StoreReply::Ready(result) => result.expect("the store answers"),
     }
 }
 
@@ -88,7 +89,7 @@ async fn assert_conforms(url: &str, key: &Key) -> usize {
             .await
             .expect("connect");
         let policy = Arc::new(Policy::new(limits.clone()));
-        let limiters: Vec<Limiter> = limits.iter().map(|l| *l.limiter_ref()).collect();
+        let limiters: Vec<Limiter> = limits.iter().map(|l| *l.limiter()).collect();
         let mut states: Vec<_> = limiters.iter().map(Limiter::new_state).collect();
         let mut now = start;
         let mut seen = [0usize; 2];
@@ -142,7 +143,7 @@ fn limits_label(limits: &[NamedLimit]) -> String {
     let parts: Vec<String> = limits
         .iter()
         .map(|l| {
-            let limiter = l.limiter_ref();
+            let limiter = l.limiter();
             let style = match limiter {
                 Limiter::TokenBucket(t) if t.refill() == Refill::Interval => "-interval",
                 Limiter::Gcra(g) if !g.max_delay().is_zero() => "-delay",

@@ -3,15 +3,15 @@
 //! Redis a bounded key name inside one hash tag.
 
 use std::sync::Arc;
-use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::Quota;
 use tollgate_redis::{MAX_KEY_LEN, RedisStore};
 use tollgate_tests::redis::RedisServer;
 
 async fn allowed(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.unwrap().merged.allowed(),
-        StoreCheck::Ready(result) => result.unwrap().merged.allowed(),
+        StoreReply::Pending(future) => future.await.unwrap().merged.allowed(),
+        StoreReply::Ready(result) => result.unwrap().merged.allowed(),
     }
 }
 
@@ -111,7 +111,7 @@ async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush(
     let store = RedisStore::connect(server.url()).await.unwrap();
     for algorithm in tollgate_core::Algorithm::ALL {
         let policy = Arc::new(Policy::new(vec![
-            NamedLimit::new("api", "10/min".parse::<Quota>().unwrap()).algorithm(algorithm),
+            NamedLimit::new("api", "10/min".parse::<Quota>().unwrap()).with_algorithm(algorithm),
         ]));
         let key = Key::from_bytes(b"carol");
         assert!(allowed(&store, &policy, &key).await);
@@ -137,7 +137,7 @@ async fn a_policy_without_limits_is_allowed_and_writes_nothing() {
     let store = RedisStore::connect(server.url()).await.unwrap();
     let empty = Arc::new(Policy::new(Vec::new()));
     for _ in 0..3 {
-        let StoreCheck::Ready(Ok(verdict)) = store.check(&empty, &Key::Global, 1) else {
+        let StoreReply::Ready(Ok(verdict)) = store.check(&empty, &Key::Global, 1) else {
             panic!("an empty policy is answered at once");
         };
         assert!(verdict.merged.allowed() && verdict.each.is_empty());

@@ -7,15 +7,15 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Algorithm, Gcra, ManualClock, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
 
-async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> Verdict {
+async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> PolicyDecision {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers"),
-        StoreCheck::Ready(result) => result.expect("the store answers"),
+        StoreReply::Pending(future) => future.await.expect("the store answers"),
+        StoreReply::Ready(result) => result.expect("the store answers"),
     }
 }
 
@@ -38,8 +38,8 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
     let store = RedisStore::connect(server.url()).await.unwrap();
     let policy = Arc::new(Policy::new(vec![
         NamedLimit::new("burst", Quota::per_second(100)),
-        NamedLimit::new("hourly", Quota::per_hour(1_000)).algorithm(Algorithm::SlidingWindow),
-        NamedLimit::new("daily", "5000/d".parse().unwrap()).algorithm(Algorithm::FixedWindow),
+        NamedLimit::new("hourly", Quota::per_hour(1_000)).with_algorithm(Algorithm::SlidingWindow),
+        NamedLimit::new("daily", "5000/d".parse().unwrap()).with_algorithm(Algorithm::FixedWindow),
     ]));
     // The first decision loads the script (NOSCRIPT, then the script sent
     // whole); from then on each decision is one round trip.
@@ -84,7 +84,7 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
     let quota: Quota = "10/min".parse().unwrap();
     let limits: Vec<NamedLimit> = Algorithm::ALL
         .iter()
-        .map(|&a| NamedLimit::new(format!("l-{a}"), quota).algorithm(a))
+        .map(|&a| NamedLimit::new(format!("l-{a}"), quota).with_algorithm(a))
         .collect();
     let policy = Arc::new(Policy::new(limits));
     let key = Key::from_bytes(b"erin");
@@ -97,7 +97,7 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
         // The scripts set `PX` to the decision's reset time (plus, for the
         // leaky bucket, the slack until its queue is empty) in whole
         // milliseconds, plus one: the key outlives its state by under 1 ms.
-        let rest = decision.reset_after() + limit.limiter_ref().rest_slack();
+        let rest = decision.reset_after() + limit.limiter().rest_slack();
         let expected = u64::try_from(rest.as_millis()).unwrap() + 1;
         let ttl = server.command(&["PTTL", name]);
         let ttl: u64 = ttl.trim().trim_start_matches(':').parse().unwrap();

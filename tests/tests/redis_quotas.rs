@@ -38,7 +38,7 @@ async fn quotas_from_a_redis_hash_apply_and_changes_apply_within_the_ttl() {
         .quota("api", Quota::per_minute(100))
         .key(HeaderKey::new("x-user"))
         .store(store)
-        .quotas(quotas.clone())
+        .quota_source(quotas.clone())
         .build();
     let app = behind(layer);
 

@@ -89,7 +89,7 @@ fn push_json_string(out: &mut String, text: &str) {
 /// Answers limited requests with whatever `respond` returns, as any axum
 /// handler would (`IntoResponse`). The rate-limit fields and `Retry-After`
 /// are added unless the response sets them itself, and a response left at
-/// `200 OK` gets the layer's status (429 or 503).
+/// `200 OK` gets the layer's rejection status (429 unless set otherwise).
 ///
 /// ```
 /// use axum::response::Html;

@@ -11,7 +11,7 @@ use tollgate::{Key, KeyExtractor, RequestInfo};
 /// axum records the matched route before it runs the route's middleware,
 /// so this works under both `Router::layer` and `Router::route_layer`. A
 /// request that matched no route (the fallback) has no key; the layer's
-/// `MissingKey` behaviour applies.
+/// `OnMissingKey` behaviour applies.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RouteKey;
 

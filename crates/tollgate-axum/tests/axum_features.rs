@@ -7,7 +7,7 @@ use axum::response::Html;
 use axum::routing::get;
 use http::{Request, StatusCode};
 use std::net::SocketAddr;
-use tollgate::{GlobalKey, MissingKey, NamedLimit, RateLimitInfo, RateLimitLayer};
+use tollgate::{GlobalKey, NamedLimit, OnMissingKey, RateLimitInfo, RateLimitLayer};
 use tollgate_axum::{ClientIp, ProblemJson, RouteKey, matched_path, respond_with};
 use tower::ServiceExt;
 
@@ -58,14 +58,14 @@ async fn a_request_that_matched_no_route_has_no_route_key() {
     let layer = RateLimitLayer::builder()
         .quota("route", "1/min".parse().unwrap())
         .key(RouteKey)
-        .on_missing_key(MissingKey::Reject(StatusCode::BAD_REQUEST))
+        .on_missing_key(OnMissingKey::Reject(StatusCode::BAD_REQUEST))
         .build();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .fallback(|| async { (StatusCode::NOT_FOUND, "nothing here") })
         .layer(layer);
     // The fallback's requests reach the layer without a route: no key, so
-    // the MissingKey behaviour answers. The route's requests are limited.
+    // the OnMissingKey behaviour answers. The route's requests are limited.
     assert_eq!(get_path(&app, "/nope").await.0, StatusCode::BAD_REQUEST);
     assert_eq!(get_path(&app, "/").await.0, StatusCode::OK);
     assert_eq!(get_path(&app, "/").await.0, StatusCode::TOO_MANY_REQUESTS);

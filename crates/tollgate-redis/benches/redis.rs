@@ -9,22 +9,22 @@
 //! `cargo bench -p tollgate-redis --bench redis` (needs redis-server).
 
 use std::sync::Arc;
-use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::{Algorithm, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::RedisServer;
 
 async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers").merged.allowed(),
-        StoreCheck::Ready(result) => result.expect("the store answers").merged.allowed(),
+        StoreReply::Pending(future) => future.await.expect("the store answers").merged.allowed(),
+        StoreReply::Ready(result) => result.expect("the store answers").merged.allowed(),
     }
 }
 
 fn policy(algorithm: Algorithm, quota: &str) -> Arc<Policy> {
     let quota: Quota = quota.parse().unwrap();
     Arc::new(Policy::new(vec![
-        NamedLimit::new("api", quota).algorithm(algorithm),
+        NamedLimit::new("api", quota).with_algorithm(algorithm),
     ]))
 }
 

@@ -29,7 +29,8 @@ pub(crate) fn push_user_key(out: &mut String, key: &Key) {
             // Writing to a String cannot fail.
             let _ = write!(out, "~{ip}");
         }
-        Key::Short { .. } | Key::Long(_) => push_bytes(out, key.as_slice().unwrap_or(&[])),
+        Key::Short(short) => push_bytes(out, short.as_bytes()),
+        Key::Long(bytes) => push_bytes(out, bytes),
     }
 }
 
@@ -82,12 +83,16 @@ mod tests {
     }
 
     #[test]
-    fn a_hand_built_short_key_with_a_bad_length_is_read_whole() {
-        let bad = Key::Short {
-            len: 255,
-            bytes: [b'a'; 22],
-        };
-        assert_eq!(user_key(&bad), "a".repeat(22));
+    fn short_and_long_keys_are_written_whole_at_the_inline_boundary() {
+        for len in [0, 22, 23] {
+            let key = Key::from_bytes(&vec![b'a'; len]);
+            let expected = if len == 0 {
+                "%".to_owned()
+            } else {
+                "a".repeat(len)
+            };
+            assert_eq!(user_key(&key), expected);
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ use tollgate::quotas::{QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
 ///     .quota("api", "10/s".parse().unwrap())
 ///     .key(HeaderKey::new("x-api-key"))
 ///     .store(store)
-///     .quotas(quotas)
+///     .quota_source(quotas)
 ///     .build();
 /// # let _ = layer;
 /// # Ok(()) }

@@ -11,7 +11,7 @@ use crate::keys::{escape_into, push_user_key};
 use redis::Cmd;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
-use tollgate::{Key, Policy, Verdict};
+use tollgate::{Key, Policy, PolicyDecision};
 use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
@@ -125,7 +125,7 @@ impl PreparedPolicy {
         let limits: Vec<LimitArgs> = policy
             .limits()
             .iter()
-            .map(|l| LimitArgs::new(l.name(), l.limiter_ref()))
+            .map(|l| LimitArgs::new(l.name(), l.limiter()))
             .collect();
         // A script name with no file (an algorithm's mistake) sends the
         // name anyway: `check.lua` answers "unknown algorithm", an error
@@ -221,7 +221,10 @@ impl PreparedPolicy {
     /// Reads the script's reply: seven integers per limit, then the
     /// server's time in µs (returned too, for the deadlines of later calls,
     /// when the reply is a late call's: that time alone).
-    pub(crate) fn verdict(&self, reply: &[i64]) -> (Option<u64>, Result<Verdict, RedisStoreError>) {
+    pub(crate) fn verdict(
+        &self,
+        reply: &[i64],
+    ) -> (Option<u64>, Result<PolicyDecision, RedisStoreError>) {
         let Some((&server_now, fields)) = reply.split_last() else {
             return (
                 None,
@@ -244,14 +247,14 @@ impl PreparedPolicy {
     }
 
     /// The verdict of `fields`, seven per limit.
-    fn decisions(&self, fields: &[i64]) -> Verdict {
+    fn decisions(&self, fields: &[i64]) -> PolicyDecision {
         let each: SmallVec<[Decision; 2]> = fields.chunks_exact(FIELDS).map(decision).collect();
         let merged = each
             .iter()
             .copied()
             .reduce(Decision::merge)
             .unwrap_or_default();
-        Verdict { merged, each }
+        PolicyDecision { merged, each }
     }
 }
 
@@ -343,7 +346,7 @@ mod tests {
         let policy = |limits: &[(u64, Algorithm)]| {
             let limits = limits
                 .iter()
-                .map(|&(n, a)| NamedLimit::new("l", Quota::per_second(n)).algorithm(a))
+                .map(|&(n, a)| NamedLimit::new("l", Quota::per_second(n)).with_algorithm(a))
                 .collect();
             PreparedPolicy::new(&Policy::new(limits))
         };

@@ -10,11 +10,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
-use tollgate::{Key, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::DecisionFields;
 
 /// The future of one check: one `EVALSHA` round trip.
-pub type RedisCheckFuture = Pin<Box<dyn Future<Output = Result<Verdict, RedisStoreError>> + Send>>;
+pub type RedisCheckFuture =
+    Pin<Box<dyn Future<Output = Result<PolicyDecision, RedisStoreError>> + Send>>;
 
 /// A [`Store`] whose counters live in Redis or Redis Cluster, so every
 /// instance of a service that uses the same server and prefix shares one
@@ -144,7 +145,7 @@ impl Store for RedisStore {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         self.decide(policy, key, cost, None)
     }
 
@@ -158,7 +159,7 @@ impl Store for RedisStore {
         key: &Key,
         cost: u32,
         within: Duration,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         self.decide(policy, key, cost, Some(within))
     }
 }
@@ -172,11 +173,11 @@ impl RedisStore {
         key: &Key,
         cost: u32,
         within: Option<Duration>,
-    ) -> StoreCheck<RedisCheckFuture, RedisStoreError> {
+    ) -> StoreReply<RedisCheckFuture, RedisStoreError> {
         // Nothing to count: allowed, as by the core and the memory store
         // (a layer never asks; a caller of the trait may).
         if policy.limits().is_empty() {
-            return StoreCheck::Ready(Ok(Verdict {
+            return StoreReply::Ready(Ok(PolicyDecision {
                 merged: DecisionFields {
                     allowed: true,
                     ..DecisionFields::default()
@@ -193,7 +194,7 @@ impl RedisStore {
             .and_then(|within| self.shared.server_clock.deadline(within));
         let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
         let shared = self.shared.clone();
-        StoreCheck::Pending(Box::pin(async move {
+        StoreReply::Pending(Box::pin(async move {
             let reply = call_until_answered(&shared, &prepared, &command).await?;
             let (server_now, verdict) = prepared.verdict(&reply);
             if let Some(server_now) = server_now {

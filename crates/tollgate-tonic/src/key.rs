@@ -33,7 +33,7 @@ impl KeyExtractor for GrpcPeerIp {
 }
 
 /// The value of one ASCII metadata entry, e.g. `x-api-key`. A missing
-/// entry gives no key (the layer's `MissingKey` behaviour applies); so does
+/// entry gives no key (the layer's `OnMissingKey` behaviour applies); so does
 /// a value longer than 256 bytes.
 #[derive(Clone, Debug)]
 pub struct MetadataKey(HeaderKey);

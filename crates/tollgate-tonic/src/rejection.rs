@@ -9,7 +9,7 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
 use std::fmt::Write as _;
 use std::time::Duration;
-use tollgate::{Key, Refusal, Rejection, Rejector};
+use tollgate::{Key, RejectReason, Rejection, Rejector};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
@@ -20,7 +20,8 @@ use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
 ///
 /// - `grpc-status` 8, `RESOURCE_EXHAUSTED` (or 14, `UNAVAILABLE`: see
 ///   [`unavailable`](Self::unavailable); a layer built with
-///   `reject_with_503()` also answers `UNAVAILABLE`);
+///   `.rejection_status(StatusCode::SERVICE_UNAVAILABLE)` also answers
+///   `UNAVAILABLE`);
 /// - `grpc-message`: which limits refused the call and when to retry;
 /// - `grpc-status-details-bin`: a `google.rpc.Status` carrying
 ///   `google.rpc.RetryInfo` (the exact delay until a retry can pass; absent
@@ -36,7 +37,7 @@ use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
 ///
 /// Calls turned away for other reasons get a gRPC status too: a failing
 /// store with the layer failing closed → `UNAVAILABLE`; a missing key with
-/// `MissingKey::Reject(status)` → the code for that HTTP status
+/// `OnMissingKey::Reject(status)` → the code for that HTTP status
 /// (401 → `UNAUTHENTICATED`, 403 → `PERMISSION_DENIED`, 400 →
 /// `INVALID_ARGUMENT`, 429 → `RESOURCE_EXHAUSTED`, others `UNAVAILABLE`).
 #[derive(Clone, Copy, Debug)]
@@ -123,16 +124,16 @@ impl<B: Default> Rejector<B> for GrpcRejector {
         trailers_only(&status)
     }
 
-    fn refuse(&self, status: StatusCode, why: Refusal) -> Response<B> {
-        let code = match (why, status) {
-            (Refusal::StoreFailed, _) => Code::Unavailable,
+    fn reject_without_decision(&self, status: StatusCode, reason: RejectReason) -> Response<B> {
+        let code = match (reason, status) {
+            (RejectReason::StoreFailed, _) => Code::Unavailable,
             (_, StatusCode::UNAUTHORIZED) => Code::Unauthenticated,
             (_, StatusCode::FORBIDDEN) => Code::PermissionDenied,
             (_, StatusCode::BAD_REQUEST) => Code::InvalidArgument,
             (_, StatusCode::TOO_MANY_REQUESTS) => Code::ResourceExhausted,
             _ => Code::Unavailable,
         };
-        trailers_only(&Status::new(code, why.message()))
+        trailers_only(&Status::new(code, reason.message()))
     }
 }
 
@@ -188,45 +189,45 @@ mod tests {
     }
 
     #[test]
-    fn refusals_map_http_statuses_to_grpc_codes() {
+    fn rejections_without_a_decision_map_http_statuses_to_grpc_codes() {
         let rejector = GrpcRejector::new();
-        for (status, why, code) in [
+        for (status, reason, code) in [
             (
                 StatusCode::UNAUTHORIZED,
-                Refusal::MissingKey,
+                RejectReason::MissingKey,
                 Code::Unauthenticated,
             ),
             (
                 StatusCode::FORBIDDEN,
-                Refusal::MissingKey,
+                RejectReason::MissingKey,
                 Code::PermissionDenied,
             ),
             (
                 StatusCode::BAD_REQUEST,
-                Refusal::MissingKey,
+                RejectReason::MissingKey,
                 Code::InvalidArgument,
             ),
             (
                 StatusCode::TOO_MANY_REQUESTS,
-                Refusal::MissingKey,
+                RejectReason::MissingKey,
                 Code::ResourceExhausted,
             ),
             (
                 StatusCode::IM_A_TEAPOT,
-                Refusal::MissingKey,
+                RejectReason::MissingKey,
                 Code::Unavailable,
             ),
             (
                 StatusCode::FORBIDDEN,
-                Refusal::StoreFailed,
+                RejectReason::StoreFailed,
                 Code::Unavailable,
             ),
         ] {
-            let response: Response<()> = rejector.refuse(status, why);
+            let response: Response<()> = rejector.reject_without_decision(status, reason);
             assert_eq!(response.status(), StatusCode::OK);
             let grpc = status_of(&response);
-            assert_eq!(grpc.code(), code, "{status} {why:?}");
-            assert_eq!(grpc.message(), why.message());
+            assert_eq!(grpc.code(), code, "{status} {reason:?}");
+            assert_eq!(grpc.message(), reason.message());
         }
     }
 

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 use tollgate::core::Quota;
-use tollgate::{MissingKey, NamedLimit, OnStoreError, RateLimitLayer, Store};
+use tollgate::{NamedLimit, OnMissingKey, OnStoreError, RateLimitLayer, Store};
 use tollgate_tonic::{GrpcRejector, MetadataKey, method};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
@@ -167,7 +167,9 @@ async fn unavailable_instead_of_resource_exhausted() {
             .key(tollgate_tonic::GrpcPeerIp)
             .rejector(rejector);
         if with_503 {
-            builder.reject_with_503().build()
+            builder
+                .rejection_status(http::StatusCode::SERVICE_UNAVAILABLE)
+                .build()
         } else {
             builder.build()
         }
@@ -267,7 +269,7 @@ async fn calls_without_a_key_can_be_refused_with_a_grpc_status() {
     let layer = tollgate_tonic::builder()
         .quota("per-key", Quota::per_minute(2))
         .key(MetadataKey::new("x-api-key"))
-        .on_missing_key(MissingKey::Reject(http::StatusCode::UNAUTHORIZED))
+        .on_missing_key(OnMissingKey::Reject(http::StatusCode::UNAUTHORIZED))
         .build();
     let server = TestServer::start(layer).await;
     let mut client = server.client().await;
@@ -371,15 +373,15 @@ impl std::error::Error for Broken {}
 
 impl Store for FailingStore {
     type Error = Broken;
-    type Future = std::future::Ready<Result<tollgate::Verdict, Broken>>;
+    type Future = std::future::Ready<Result<tollgate::PolicyDecision, Broken>>;
 
     fn check(
         &self,
         _: &std::sync::Arc<tollgate::Policy>,
         _: &tollgate::Key,
         _: u32,
-    ) -> tollgate::StoreCheck<Self::Future, Broken> {
-        tollgate::StoreCheck::Ready(Err(Broken))
+    ) -> tollgate::StoreReply<Self::Future, Broken> {
+        tollgate::StoreReply::Ready(Err(Broken))
     }
 }
 

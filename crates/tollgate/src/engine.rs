@@ -8,10 +8,10 @@
 
 use crate::headers::{FieldValues, HeaderStyle, write_retry_after};
 use crate::info::RateLimitInfo;
-use crate::key::{Key, KeyExtractor, MissingKey, RequestInfo};
-use crate::rejection::{Refusal, Rejection, Rejector};
+use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
+use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
-use crate::store::{MemoryStore, Store, StoreCheck, Verdict};
+use crate::store::{MemoryStore, PolicyDecision, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -31,9 +31,9 @@ pub enum OnStoreError {
 }
 
 /// A per-request cost: how many units of the quota a request takes.
-pub type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
+pub(crate) type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
 /// A predicate for requests that are never limited.
-pub type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
+pub(crate) type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
 
 /// Everything the layer decides requests with, built once when the layer is
 /// built and shared by every clone of its service.
@@ -61,7 +61,7 @@ pub(crate) struct Settings {
     pub allow: Option<AllowFn>,
     pub headers: HeaderStyle,
     pub status: StatusCode,
-    pub missing_key: MissingKey,
+    pub missing_key: OnMissingKey,
     pub on_store_error: OnStoreError,
     pub store_timeout: Duration,
     pub shadow: bool,
@@ -75,7 +75,7 @@ impl Default for Settings {
             allow: None,
             headers: HeaderStyle::default(),
             status: StatusCode::TOO_MANY_REQUESTS,
-            missing_key: MissingKey::default(),
+            missing_key: OnMissingKey::default(),
             on_store_error: OnStoreError::default(),
             store_timeout: Duration::from_millis(100),
             shadow: false,
@@ -111,7 +111,7 @@ impl<K, St, R> Engine<K, St, R> {
     /// Whether `verdict` lets the request through at once with nothing to
     /// add to it or to its response.
     #[inline]
-    fn passes_bare(&self, verdict: &Verdict) -> bool {
+    fn passes_bare(&self, verdict: &PolicyDecision) -> bool {
         self.forwards_bare && verdict.merged.allowed() && verdict.merged.wait_nanos() == 0
     }
 
@@ -144,7 +144,7 @@ impl<K, St, R> Engine<K, St, R> {
     }
 
     /// The action for a verdict on the limits of entry `entry`.
-    fn judge<B: Default>(&self, entry: &EntryRef, key: &Key, verdict: &Verdict) -> Action<B>
+    fn judge<B: Default>(&self, entry: &EntryRef, key: &Key, verdict: &PolicyDecision) -> Action<B>
     where
         R: Rejector<B>,
     {
@@ -193,7 +193,7 @@ impl<K, St, R> Engine<K, St, R> {
 
     /// The rate-limit fields reporting `verdict` on the limits of entry
     /// `entry`, in the layer's header style.
-    fn field_values(&self, entry: &EntryRef, verdict: &Verdict) -> FieldValues {
+    fn field_values(&self, entry: &EntryRef, verdict: &PolicyDecision) -> FieldValues {
         let entry = self.routes.get(entry);
         FieldValues::of(self.settings.headers, &entry.fields, verdict)
     }
@@ -222,10 +222,12 @@ impl<K, St, R> Engine<K, St, R> {
                 wait: Duration::ZERO,
                 info: None,
             },
-            OnStoreError::Closed => Action::Reject(Box::new(
-                self.rejector
-                    .refuse(StatusCode::SERVICE_UNAVAILABLE, Refusal::StoreFailed),
-            )),
+            OnStoreError::Closed => {
+                Action::Reject(Box::new(self.rejector.reject_without_decision(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    RejectReason::StoreFailed,
+                )))
+            }
             OnStoreError::Fallback(local) => {
                 self.judge(entry, key, &local.check_now(policy, key, cost))
             }
@@ -282,10 +284,12 @@ where
         let key = match self.key.extract(&info) {
             Some(key) => key,
             None => match &self.settings.missing_key {
-                MissingKey::Shared(key) => key.clone(),
-                MissingKey::Skip => return Start::Pass,
-                MissingKey::Reject(status) => {
-                    let response = self.rejector.refuse(*status, Refusal::MissingKey);
+                OnMissingKey::Shared(key) => key.clone(),
+                OnMissingKey::Skip => return Start::Pass,
+                OnMissingKey::Reject(status) => {
+                    let response = self
+                        .rejector
+                        .reject_without_decision(*status, RejectReason::MissingKey);
                     return Start::Act(Action::Reject(Box::new(response)));
                 }
             },
@@ -303,15 +307,15 @@ where
             .check_within(policy, &key, cost, self.settings.store_timeout)
         {
             // The hot path: admitted at once, nothing to add.
-            StoreCheck::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
+            StoreReply::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
                 crate::observe::decided(policy.metrics(), &verdict);
                 Start::Pass
             }
-            StoreCheck::Ready(Ok(verdict)) => Start::Act(self.judge(&entry, &key, &verdict)),
-            StoreCheck::Ready(Err(error)) => {
+            StoreReply::Ready(Ok(verdict)) => Start::Act(self.judge(&entry, &key, &verdict)),
+            StoreReply::Ready(Err(error)) => {
                 Start::Act(self.on_failure(&entry, &key, cost, &error))
             }
-            StoreCheck::Pending(check) => Start::Check(Box::new(PendingCheck {
+            StoreReply::Pending(check) => Start::Check(Box::new(PendingCheck {
                 check,
                 entry,
                 key,
@@ -329,7 +333,7 @@ impl<K, St, R> Engine<K, St, R> {
         entry: &EntryRef,
         key: &Key,
         cost: u32,
-        answer: Option<Result<Verdict, E>>,
+        answer: Option<Result<PolicyDecision, E>>,
     ) -> Action<B>
     where
         R: Rejector<B>,

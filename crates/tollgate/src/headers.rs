@@ -36,7 +36,7 @@
 //!   back: there `Retry-After` can be the shorter of the two, and still
 //!   honest.
 
-use crate::Verdict;
+use crate::PolicyDecision;
 use crate::policy::Policy;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use smallvec::SmallVec;
@@ -167,7 +167,7 @@ impl PolicyFields {
             quota_units: policy
                 .limits()
                 .iter()
-                .map(|limit| quota_item(limit.limiter_ref()).0)
+                .map(|limit| quota_item(limit.limiter()).0)
                 .collect(),
             state_prefixes,
             state_max_len,
@@ -178,7 +178,7 @@ impl PolicyFields {
     /// (on the stack unless the policy has many limits) and copied once into
     /// the value; `core::fmt`, or a growable buffer, costs several times as
     /// much per request.
-    fn state_value(&self, verdict: &Verdict) -> Option<HeaderValue> {
+    fn state_value(&self, verdict: &PolicyDecision) -> Option<HeaderValue> {
         if self.state_max_len <= STATE_STACK_LEN {
             let mut buffer = [0u8; STATE_STACK_LEN];
             let len = self.write_state(&mut buffer, verdict);
@@ -192,7 +192,7 @@ impl PolicyFields {
 
     /// Writes the `RateLimit` value into `buffer`, at least `state_max_len`
     /// long, and returns its length.
-    fn write_state(&self, buffer: &mut [u8], verdict: &Verdict) -> usize {
+    fn write_state(&self, buffer: &mut [u8], verdict: &PolicyDecision) -> usize {
         let mut out = Output { buffer, len: 0 };
         let mut digits = itoa::Buffer::new();
         for (prefix, decision) in self.state_prefixes.iter().zip(&verdict.each) {
@@ -242,7 +242,7 @@ fn policy_value(policy: &Policy) -> Option<HeaderValue> {
         if !text.is_empty() {
             text.push_str(", ");
         }
-        let (units, window) = quota_item(limit.limiter_ref());
+        let (units, window) = quota_item(limit.limiter());
         let _ = write!(text, "\"{}\";q={units};w={window}", limit.name());
     }
     HeaderValue::from_str(&text).ok()
@@ -258,7 +258,11 @@ pub(crate) struct FieldValues(SmallVec<[(&'static HeaderName, HeaderValue); 2]>)
 impl FieldValues {
     /// The fields `style` asks for, reporting `verdict` on the policy
     /// whose constant parts are `policy`.
-    pub(crate) fn of(style: HeaderStyle, policy: &PolicyFields, verdict: &Verdict) -> FieldValues {
+    pub(crate) fn of(
+        style: HeaderStyle,
+        policy: &PolicyFields,
+        verdict: &PolicyDecision,
+    ) -> FieldValues {
         let mut values = SmallVec::new();
         if style.draft {
             if let Some(value) = &policy.policy_value {
@@ -338,7 +342,7 @@ mod tests {
             ..DecisionFields::default()
         }
         .into();
-        let verdict = Verdict {
+        let verdict = PolicyDecision {
             merged: decision,
             each: names.iter().map(|_| decision).collect(),
         };

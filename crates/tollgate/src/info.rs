@@ -1,6 +1,6 @@
 //! What the limiter decided about a request, for its handler.
 
-use crate::{Policy, Verdict};
+use crate::{Policy, PolicyDecision};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub struct RateLimitInfo {
 }
 
 impl RateLimitInfo {
-    pub(crate) fn new(policy: &Arc<Policy>, verdict: &Verdict) -> Self {
+    pub(crate) fn new(policy: &Arc<Policy>, verdict: &PolicyDecision) -> Self {
         RateLimitInfo {
             policy: policy.clone(),
             merged: verdict.merged,

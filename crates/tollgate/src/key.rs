@@ -21,28 +21,67 @@ pub enum Key {
     /// A client address.
     Ip(IpAddr),
     /// Arbitrary bytes of up to 22 bytes, held inline.
-    Short {
-        /// How many bytes of `bytes` are used.
-        len: u8,
-        /// The value, padded with zeros.
-        bytes: [u8; INLINE],
-    },
+    Short(ShortKey),
     /// Arbitrary bytes, longer.
     Long(Arc<[u8]>),
+}
+
+/// The bytes of a [`Key::Short`]: up to 22, held inline. Only
+/// [`Key::from_bytes`] (and the `From` conversions into [`Key`]) make one,
+/// so its length always fits its array.
+///
+/// ```
+/// use tollgate::Key;
+///
+/// let Key::Short(short) = Key::from("alice") else { unreachable!() };
+/// assert_eq!(short.as_bytes(), b"alice");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ShortKey {
+    /// How many bytes of `bytes` are used: at most `INLINE`.
+    len: u8,
+    /// The value, padded with zeros.
+    bytes: [u8; INLINE],
+}
+
+impl ShortKey {
+    /// `bytes` held inline, if there are at most `INLINE` of them.
+    #[inline]
+    fn new(bytes: &[u8]) -> Option<ShortKey> {
+        if bytes.len() > INLINE {
+            return None;
+        }
+        let mut inline = [0; INLINE];
+        inline[..bytes.len()].copy_from_slice(bytes);
+        Some(ShortKey {
+            len: bytes.len() as u8,
+            bytes: inline,
+        })
+    }
+
+    /// The key's bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// One write of the bytes and one of the length, consistent with the
+/// derived `Eq` (the padding is always zeros).
+impl std::hash::Hash for ShortKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(self.as_bytes());
+        state.write_u8(self.len);
+    }
 }
 
 impl Key {
     /// A key made of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Key {
-        if bytes.len() <= INLINE {
-            let mut inline = [0; INLINE];
-            inline[..bytes.len()].copy_from_slice(bytes);
-            Key::Short {
-                len: bytes.len() as u8,
-                bytes: inline,
-            }
-        } else {
-            Key::Long(bytes.into())
+        match ShortKey::new(bytes) {
+            Some(short) => Key::Short(short),
+            None => Key::Long(bytes.into()),
         }
     }
 
@@ -55,8 +94,7 @@ impl Key {
     }
 
     /// The bytes of a [`Short`](Key::Short) or [`Long`](Key::Long) key;
-    /// `None` for [`Global`](Key::Global) and [`Ip`](Key::Ip). A `Short`
-    /// built by hand with a `len` past its array gives the whole array.
+    /// `None` for [`Global`](Key::Global) and [`Ip`](Key::Ip).
     ///
     /// ```
     /// use tollgate::Key;
@@ -68,7 +106,7 @@ impl Key {
     pub fn as_slice(&self) -> Option<&[u8]> {
         match self {
             Key::Global | Key::Ip(_) => None,
-            Key::Short { len, bytes } => Some(&bytes[..usize::from(*len).min(INLINE)]),
+            Key::Short(short) => Some(short.as_bytes()),
             Key::Long(bytes) => Some(bytes),
         }
     }
@@ -78,9 +116,8 @@ impl Key {
             Key::Global => {}
             Key::Ip(IpAddr::V4(ip)) => out.extend_from_slice(&ip.octets()),
             Key::Ip(IpAddr::V6(ip)) => out.extend_from_slice(&ip.octets()),
-            Key::Short { .. } | Key::Long(_) => {
-                out.extend_from_slice(self.as_slice().unwrap_or(&[]))
-            }
+            Key::Short(short) => out.extend_from_slice(short.as_bytes()),
+            Key::Long(bytes) => out.extend_from_slice(bytes),
         }
     }
 
@@ -120,7 +157,7 @@ impl Key {
         match self {
             Key::Global => 0,
             Key::Ip(_) => 1,
-            Key::Short { .. } | Key::Long(_) => 2,
+            Key::Short(_) | Key::Long(_) => 2,
         }
     }
 }
@@ -138,10 +175,7 @@ impl std::hash::Hash for Key {
                 state.write_u128(ip.to_bits());
             }
             // Equal keys have equal bytes and lengths, whichever variant.
-            Key::Short { len, .. } => {
-                state.write(self.as_slice().unwrap_or(&[]));
-                state.write_u8(*len);
-            }
+            Key::Short(short) => std::hash::Hash::hash(short, state),
             Key::Long(bytes) => {
                 state.write(bytes);
                 state.write_u8(0xff);
@@ -196,7 +230,7 @@ impl<'a> RequestInfo<'a> {
 /// Maps a request to the key it is counted under.
 ///
 /// Return `None` when the request carries no key (a missing header, no
-/// connection info); the layer then applies its [`MissingKey`] behaviour.
+/// connection info); the layer then applies its [`OnMissingKey`] behaviour.
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The request's key, or `None`.
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key>;
@@ -204,19 +238,21 @@ pub trait KeyExtractor: Send + Sync + 'static {
 
 /// What the layer does with a request whose key cannot be extracted.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MissingKey {
+pub enum OnMissingKey {
     /// Count it under one shared key. The default: such requests are still
     /// limited (together), so a missing header is no way around the limit.
     Shared(Key),
     /// Let it through unlimited.
     Skip,
-    /// Reject it with this status (and no body).
+    /// Reject it with this status (and by default no body; the rejector's
+    /// [`reject_without_decision`](crate::Rejector::reject_without_decision)
+    /// builds the response).
     Reject(http::StatusCode),
 }
 
-impl Default for MissingKey {
+impl Default for OnMissingKey {
     fn default() -> Self {
-        MissingKey::Shared(Key::from("<no key>"))
+        OnMissingKey::Shared(Key::from("<no key>"))
     }
 }
 
@@ -381,30 +417,36 @@ mod tests {
 
     #[test]
     fn short_keys_are_inline_and_long_keys_are_not() {
-        assert!(matches!(Key::from("abc"), Key::Short { len: 3, .. }));
+        assert!(matches!(Key::from("abc"), Key::Short(ref s) if s.as_bytes() == b"abc"));
         assert!(matches!(Key::from("a".repeat(23).as_str()), Key::Long(_)));
         assert_eq!(Key::from("abc").to_bytes(), b"abc");
         assert!(std::mem::size_of::<Key>() <= 24);
     }
 
     #[test]
-    fn a_hand_built_short_key_with_a_bad_length_does_not_panic() {
-        // `Key::Short`'s fields are public: a `len` past the array must be
-        // read as the whole array, not index out of bounds on a request.
-        let bad = Key::Short {
-            len: 200,
-            bytes: [7; INLINE],
-        };
-        assert_eq!(bad.as_slice(), Some(&[7; INLINE][..]));
-        assert_eq!(bad.to_bytes(), vec![7; INLINE]);
+    fn from_bytes_round_trips_at_the_inline_boundary() {
         use std::hash::BuildHasher as _;
         let hasher = std::hash::RandomState::new();
-        assert_eq!(hasher.hash_one(&bad), hasher.hash_one(bad.clone()));
-        let store = crate::MemoryStore::new();
-        let limit = crate::NamedLimit::new("k", tollgate_core::Quota::per_second(1));
-        let policy = crate::Policy::new(vec![limit]);
-        assert!(store.check_now(&policy, &bad, 1).merged.allowed());
-        assert!(!store.check_now(&policy, &bad, 1).merged.allowed());
+        for len in [0, INLINE, INLINE + 1] {
+            let bytes: Vec<u8> = (1..=len as u8).collect();
+            let key = Key::from_bytes(&bytes);
+            assert_eq!(key.as_slice(), Some(&bytes[..]), "{len} bytes");
+            assert_eq!(key.to_bytes(), bytes, "{len} bytes");
+            match &key {
+                Key::Short(short) => {
+                    assert!(len <= INLINE);
+                    assert_eq!(short.as_bytes(), &bytes[..]);
+                }
+                Key::Long(long) => {
+                    assert!(len > INLINE);
+                    assert_eq!(&long[..], &bytes[..]);
+                }
+                other => panic!("{len} bytes made {other:?}"),
+            }
+            let again = Key::from_bytes(&bytes);
+            assert_eq!(key, again);
+            assert_eq!(hasher.hash_one(&key), hasher.hash_one(&again));
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use crate::engine::{Engine, OnStoreError, Settings};
 use crate::error::ConfigError;
 use crate::headers::HeaderStyle;
-use crate::key::{KeyExtractor, MissingKey, PeerIp, RequestInfo};
+use crate::key::{KeyExtractor, OnMissingKey, PeerIp, RequestInfo};
 use crate::policy::{NamedLimit, Policy};
 use crate::rejection::{DefaultRejector, FnRejector, Rejection};
 use crate::routes::{RouteMatch, Routes, path_is};
@@ -232,12 +232,12 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
-    /// Per-key quotas: each key's limits come from `quotas` (through its
+    /// Per-key quotas: each key's limits come from `source` (through its
     /// cache) instead of the layer's own, which remain the default for keys
     /// the source does not name. See [`quotas`](crate::quotas).
     #[cfg(feature = "quotas")]
-    pub fn quotas(mut self, quotas: crate::quotas::KeyQuotas) -> Self {
-        self.config.quotas = Some(quotas);
+    pub fn quota_source(mut self, source: crate::quotas::KeyQuotas) -> Self {
+        self.config.quotas = Some(source);
         self
     }
 
@@ -313,16 +313,35 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
-    /// Answers limited requests with `503 Service Unavailable` instead of
-    /// `429 Too Many Requests`.
-    pub fn reject_with_503(mut self) -> Self {
-        self.config.settings.status = StatusCode::SERVICE_UNAVAILABLE;
+    /// The status limited requests are answered with (default
+    /// `429 Too Many Requests`); e.g. `StatusCode::SERVICE_UNAVAILABLE` for
+    /// `503 Service Unavailable`. It applies to requests their limits
+    /// rejected (the [`Rejector`](crate::Rejector) gets it as
+    /// [`Rejection::status`](crate::Rejection::status)). Requests turned
+    /// away without a decision keep their own status whatever this is: 503
+    /// for a store failure when the layer fails closed, and
+    /// [`OnMissingKey::Reject`](crate::OnMissingKey::Reject)'s for a missing
+    /// key.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tollgate::RateLimitLayer;
+    /// use tollgate_core::Quota;
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota("api", Quota::per_second(5))
+    ///     .rejection_status(StatusCode::SERVICE_UNAVAILABLE)
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn rejection_status(mut self, status: StatusCode) -> Self {
+        self.config.settings.status = status;
         self
     }
 
     /// What to do with a request whose key cannot be extracted (default: count
     /// all such requests under one shared key).
-    pub fn on_missing_key(mut self, missing_key: MissingKey) -> Self {
+    pub fn on_missing_key(mut self, missing_key: OnMissingKey) -> Self {
         self.config.settings.missing_key = missing_key;
         self
     }
@@ -334,7 +353,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     }
 
     /// How long a store may take to answer (default 100 ms). A store that
-    /// answers later (Redis, any `StoreCheck::Pending`) is timed with
+    /// answers later (Redis, any `StoreReply::Pending`) is timed with
     /// tokio's timer, so it needs a tokio runtime with time enabled, as
     /// axum and tonic servers have. Zero is refused when the layer is built:
     /// every answer that is not immediate would be late.
@@ -361,7 +380,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// Answers limited requests with the response `rejector` builds: for a
     /// [`Rejector`](crate::Rejector) type of your own or another crate's
     /// (tollgate-axum's `problem+json`, say). For a closure, see
-    /// [`on_rejection`](Self::on_rejection).
+    /// [`reject_with`](Self::reject_with).
     pub fn rejector<R2>(self, rejector: R2) -> RateLimitBuilder<K, St, R2> {
         RateLimitBuilder {
             key: self.key,
@@ -389,7 +408,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .quota("api", Quota::per_second(5))
-    ///     .on_rejection(|rejection: Rejection<'_>| {
+    ///     .reject_with(|rejection: Rejection<'_>| {
     ///         let mut response = Response::new(String::from("slow down"));
     ///         *response.status_mut() = rejection.status;
     ///         *response.headers_mut() = rejection.headers;
@@ -398,7 +417,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     ///     .build();
     /// # let _ = layer;
     /// ```
-    pub fn on_rejection<F, B>(self, reject: F) -> RateLimitBuilder<K, St, FnRejector<F>>
+    pub fn reject_with<F, B>(self, reject: F) -> RateLimitBuilder<K, St, FnRejector<F>>
     where
         F: Fn(Rejection<'_>) -> http::Response<B> + Send + Sync + 'static,
     {

@@ -18,14 +18,15 @@
 //! - [`RateLimitLayer`] wraps a service; its builder sets the limits, the
 //!   algorithm, the [`KeyExtractor`], the [`Store`], the cost of a request and
 //!   the behaviours below.
-//! - A limited request gets `429 Too Many Requests` (or 503) with
+//! - A limited request gets `429 Too Many Requests` (or another
+//!   [`rejection_status`](RateLimitBuilder::rejection_status)) with
 //!   `Retry-After` in whole seconds, rounded up and never 0, and the
 //!   draft-ietf-httpapi-ratelimit-headers-10 fields `RateLimit-Policy` and
 //!   `RateLimit`, which allowed responses carry too (see [`HeaderStyle`];
 //!   what each figure means, and why they never contradict each other, is
 //!   in [`headers`]).
 //! - A request whose key cannot be extracted is counted under one shared key
-//!   by default ([`MissingKey`]), so a missing header is no way around a
+//!   by default ([`OnMissingKey`]), so a missing header is no way around a
 //!   limit.
 //! - Store failures and timeouts let requests through by default
 //!   ([`OnStoreError`]), and are logged with `tracing`.
@@ -58,18 +59,18 @@ pub mod rules;
 mod service;
 pub mod store;
 
-pub use engine::{AllowFn, CostFn, OnStoreError};
+pub use engine::OnStoreError;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use info::RateLimitInfo;
 pub use key::{
-    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, MissingKey, PeerAddr, PeerIp, RequestInfo,
-    key_fn,
+    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerAddr, PeerIp, RequestInfo,
+    ShortKey, key_fn,
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
-pub use rejection::{DefaultRejector, FnRejector, Refusal, Rejection, Rejector};
+pub use rejection::{DefaultRejector, FnRejector, RejectReason, Rejection, Rejector};
 pub use service::RateLimit;
-pub use store::{MemoryStore, Store, StoreCheck, Verdict};
+pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use tollgate_core as core;

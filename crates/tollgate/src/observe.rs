@@ -7,7 +7,7 @@
 //! policy's [`label`](crate::Policy::label) (its limits' names), and
 //! `tollgate_quota_errors_total` for failed per-key quota lookups.
 
-use crate::Verdict;
+use crate::PolicyDecision;
 use std::sync::Arc;
 
 /// A policy's counter keys, built with the policy so that counting a
@@ -64,7 +64,7 @@ static METADATA: metrics::Metadata<'static> =
     metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
 #[cfg(feature = "metrics")]
-pub(crate) fn decided(metrics: &PolicyMetrics, verdict: &Verdict) {
+pub(crate) fn decided(metrics: &PolicyMetrics, verdict: &PolicyDecision) {
     let admitted = verdict.merged.allowed();
     let keys = &metrics.per_limit;
     metrics::with_recorder(|recorder| {
@@ -82,7 +82,7 @@ pub(crate) fn decided(metrics: &PolicyMetrics, verdict: &Verdict) {
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn decided(_: &PolicyMetrics, _: &Verdict) {}
+pub(crate) fn decided(_: &PolicyMetrics, _: &PolicyDecision) {}
 
 #[cfg(feature = "metrics")]
 pub(crate) fn store_failed(metrics: &PolicyMetrics) {

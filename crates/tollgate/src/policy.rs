@@ -12,7 +12,7 @@ use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, chec
 /// use tollgate::NamedLimit;
 /// use tollgate_core::{Algorithm, Quota};
 ///
-/// let burst = NamedLimit::new("burst", Quota::per_second(10)).algorithm(Algorithm::TokenBucket);
+/// let burst = NamedLimit::new("burst", Quota::per_second(10)).with_algorithm(Algorithm::TokenBucket);
 /// assert_eq!(burst.name(), "burst");
 /// assert!(NamedLimit::try_new("my \"api\"", Quota::per_second(10)).is_err());
 /// ```
@@ -72,7 +72,7 @@ impl NamedLimit {
     }
 
     /// The same limit with another algorithm.
-    pub fn algorithm(self, algorithm: Algorithm) -> Self {
+    pub fn with_algorithm(self, algorithm: Algorithm) -> Self {
         NamedLimit {
             limiter: Limiter::new(algorithm, self.quota()),
             ..self
@@ -81,7 +81,7 @@ impl NamedLimit {
 
     /// The same limit with a limiter built by hand (a token bucket with
     /// interval refill, say). The limit's quota becomes the limiter's.
-    pub fn limiter(self, limiter: Limiter) -> Self {
+    pub fn with_limiter(self, limiter: Limiter) -> Self {
         NamedLimit { limiter, ..self }
     }
 
@@ -101,7 +101,7 @@ impl NamedLimit {
     }
 
     /// The algorithm and its precomputed constants.
-    pub fn limiter_ref(&self) -> &Limiter {
+    pub fn limiter(&self) -> &Limiter {
         &self.limiter
     }
 }
@@ -241,13 +241,13 @@ pub(crate) fn with_overrides(
     max_delay: Option<std::time::Duration>,
 ) -> NamedLimit {
     let limit = match algorithm {
-        Some(algorithm) => limit.algorithm(algorithm),
+        Some(algorithm) => limit.with_algorithm(algorithm),
         None => limit,
     };
     match max_delay {
         Some(delay) => {
-            let limiter = limit.limiter_ref().with_max_delay(delay);
-            limit.limiter(limiter)
+            let limiter = limit.limiter().with_max_delay(delay);
+            limit.with_limiter(limiter)
         }
         None => limit,
     }
@@ -261,11 +261,11 @@ mod tests {
     fn a_limiter_set_by_hand_brings_its_quota() {
         let built_on: Quota = "5/min".parse().unwrap();
         let limit = NamedLimit::new("api", Quota::per_second(100))
-            .limiter(Limiter::new(Algorithm::SlidingWindow, built_on));
+            .with_limiter(Limiter::new(Algorithm::SlidingWindow, built_on));
         assert_eq!(limit.quota(), built_on);
         // Switching the algorithm afterwards keeps that quota.
-        let limit = limit.algorithm(Algorithm::FixedWindow);
+        let limit = limit.with_algorithm(Algorithm::FixedWindow);
         assert_eq!(limit.quota(), built_on);
-        assert_eq!(limit.limiter_ref().algorithm(), Algorithm::FixedWindow);
+        assert_eq!(limit.limiter().algorithm(), Algorithm::FixedWindow);
     }
 }

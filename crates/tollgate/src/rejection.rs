@@ -1,6 +1,6 @@
 //! How a limited request is answered.
 
-use crate::Verdict;
+use crate::PolicyDecision;
 use crate::key::Key;
 use crate::policy::Policy;
 use http::{HeaderMap, Response, StatusCode};
@@ -8,7 +8,8 @@ use http::{HeaderMap, Response, StatusCode};
 /// Everything known about a limited request, for building its response.
 #[derive(Debug)]
 pub struct Rejection<'a> {
-    /// The status the layer is configured to answer with (429 or 503).
+    /// The status the layer is configured to answer with (429 unless set
+    /// with [`rejection_status`](crate::RateLimitBuilder::rejection_status)).
     pub status: StatusCode,
     /// The rate-limit fields and `Retry-After`, ready to send.
     pub headers: HeaderMap,
@@ -17,27 +18,28 @@ pub struct Rejection<'a> {
     /// The key the request was counted under.
     pub key: &'a Key,
     /// What each limit decided.
-    pub verdict: &'a Verdict,
+    pub verdict: &'a PolicyDecision,
 }
 
-/// Why the layer turned a request away without a verdict of its limits.
+/// Why the layer rejected a request without a decision of its limits: what
+/// [`Rejector::reject_without_decision`] is told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Refusal {
+pub enum RejectReason {
     /// The store failed or timed out and the layer fails closed
     /// ([`OnStoreError::Closed`](crate::OnStoreError::Closed)).
     StoreFailed,
     /// The request had no key and the layer rejects such requests
-    /// ([`MissingKey::Reject`](crate::MissingKey::Reject)).
+    /// ([`OnMissingKey::Reject`](crate::OnMissingKey::Reject)).
     MissingKey,
 }
 
-impl Refusal {
+impl RejectReason {
     /// A sentence for the client.
     pub fn message(self) -> &'static str {
         match self {
-            Refusal::StoreFailed => "the rate limiter is unavailable; retry later",
-            Refusal::MissingKey => "the request carries no rate-limit key",
+            RejectReason::StoreFailed => "the rate limiter is unavailable; retry later",
+            RejectReason::MissingKey => "the request carries no rate-limit key",
         }
     }
 }
@@ -47,15 +49,15 @@ pub trait Rejector<B>: Send + Sync + 'static {
     /// The response to a request its limits rejected.
     fn reject(&self, rejection: Rejection<'_>) -> Response<B>;
 
-    /// The response to a request turned away for another reason (see
-    /// [`Refusal`]), with the configured `status`. By default: that status
-    /// and an empty body. Protocols with their own error shape (gRPC)
-    /// override it.
-    fn refuse(&self, status: StatusCode, why: Refusal) -> Response<B>
+    /// The response to a request rejected before its limits decided (see
+    /// [`RejectReason`]), with `status` (503 for a store failure, the
+    /// configured one for a missing key). By default: that status and an
+    /// empty body. Protocols with their own error shape (gRPC) override it.
+    fn reject_without_decision(&self, status: StatusCode, reason: RejectReason) -> Response<B>
     where
         B: Default,
     {
-        let _ = why;
+        let _ = reason;
         status_response(status)
     }
 }
@@ -73,7 +75,7 @@ impl<B: Default> Rejector<B> for DefaultRejector {
 }
 
 /// A rejector from a closure; see
-/// [`RateLimitBuilder::on_rejection`](crate::RateLimitBuilder::on_rejection).
+/// [`RateLimitBuilder::reject_with`](crate::RateLimitBuilder::reject_with).
 #[derive(Clone, Copy, Debug)]
 pub struct FnRejector<F>(pub F);
 

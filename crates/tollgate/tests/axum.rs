@@ -64,7 +64,7 @@ async fn a_custom_rejection_keeps_the_fields() {
         .quota("api", Quota::per_minute(1))
         .key(GlobalKey)
         .store(BoxStore::new(MemoryStore::new()))
-        .on_rejection(|rejection: Rejection<'_>| {
+        .reject_with(|rejection: Rejection<'_>| {
             let mut response = http::Response::new(Body::from("slow down"));
             *response.status_mut() = rejection.status;
             *response.headers_mut() = rejection.headers;
@@ -156,7 +156,7 @@ async fn over_http_each_algorithms_fields_agree() {
     ));
     for limiter in limiters {
         let layer = RateLimitLayer::builder()
-            .limit(NamedLimit::new("api", quota).limiter(limiter))
+            .limit(NamedLimit::new("api", quota).with_limiter(limiter))
             .key(GlobalKey)
             .build();
         let router = Router::new()

@@ -151,7 +151,8 @@ fn run(limiters: &[Limiter], trace: &[(u32, u32)]) {
                 .unwrap_or(1)
         });
     for (i, limiter) in limiters.iter().enumerate() {
-        let limit = NamedLimit::new(format!("l{i}").as_str(), limiter.quota()).limiter(*limiter);
+        let limit =
+            NamedLimit::new(format!("l{i}").as_str(), limiter.quota()).with_limiter(*limiter);
         builder = builder.limit(limit);
     }
     let mut service = builder.build().layer(service_fn(|_: Request<()>| async {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tollgate::store::BoxStore;
 use tollgate::{
-    GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, MissingKey, NamedLimit, OnStoreError,
+    GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, NamedLimit, OnMissingKey, OnStoreError,
     Policy, RateLimitLayer,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
@@ -175,7 +175,10 @@ async fn header_styles_choose_the_fields_of_allowed_and_limited_responses() {
 async fn several_limits_merge_into_one_field_of_each_kind() {
     let layer = RateLimitLayer::builder()
         .quota("burst", "2/s".parse().unwrap())
-        .limit(NamedLimit::new("hourly", "500/h".parse().unwrap()).algorithm(Algorithm::SlidingLog))
+        .limit(
+            NamedLimit::new("hourly", "500/h".parse().unwrap())
+                .with_algorithm(Algorithm::SlidingLog),
+        )
         .key(GlobalKey)
         .store(frozen_store())
         .headers(HeaderStyle {
@@ -238,7 +241,7 @@ async fn allow_list_and_503_and_missing_keys() {
         .key(HeaderKey::new("x-api-key"))
         .store(frozen_store())
         .allow(|req| req.uri.path() == "/health")
-        .reject_with_503()
+        .rejection_status(StatusCode::SERVICE_UNAVAILABLE)
         .build();
     let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
     let with_key = |key: &str, path: &str| {
@@ -285,9 +288,9 @@ async fn allow_list_and_503_and_missing_keys() {
     );
 
     for (missing, expected) in [
-        (MissingKey::Skip, StatusCode::OK),
+        (OnMissingKey::Skip, StatusCode::OK),
         (
-            MissingKey::Reject(StatusCode::UNAUTHORIZED),
+            OnMissingKey::Reject(StatusCode::UNAUTHORIZED),
             StatusCode::UNAUTHORIZED,
         ),
     ] {
@@ -427,7 +430,7 @@ async fn leaky_bucket_releases_requests_in_order_at_its_rate() {
                 "shaped",
                 "10/s".parse::<Quota>().unwrap().with_burst(5).unwrap(),
             )
-            .algorithm(Algorithm::LeakyBucket),
+            .with_algorithm(Algorithm::LeakyBucket),
         )
         .key(GlobalKey)
         .build();
@@ -463,7 +466,7 @@ async fn delay_mode_keeps_rejecting_at_once_for_window_algorithms() {
         Algorithm::SlidingWindow,
     ] {
         let layer = RateLimitLayer::builder()
-            .limit(NamedLimit::new("api", Quota::per_minute(2)).algorithm(algorithm))
+            .limit(NamedLimit::new("api", Quota::per_minute(2)).with_algorithm(algorithm))
             .key(GlobalKey)
             .store(frozen_store())
             .delay(Duration::from_secs(120))

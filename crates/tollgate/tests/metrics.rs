@@ -143,7 +143,7 @@ fn failed_per_key_quota_lookups_are_counted() {
         let layer = RateLimitLayer::builder()
             .quota("api", Quota::per_minute(2))
             .key(HeaderKey::new("x-api-key"))
-            .quotas(quotas)
+            .quota_source(quotas)
             .build();
         let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
         for key in ["a", "b", "c"] {

@@ -37,7 +37,7 @@ fn keyed(
     let layer = RateLimitLayer::builder()
         .quota("api", default)
         .key(HeaderKey::new("x-api-key"))
-        .quotas(quotas)
+        .quota_source(quotas)
         .build();
     ServiceBuilder::new().layer(layer).service_fn(ok)
 }
@@ -272,7 +272,7 @@ async fn a_synchronous_closure_is_a_source() {
         .quota("api", Quota::per_minute(1))
         .path("/login", [NamedLimit::new("login", Quota::per_minute(3))])
         .key(HeaderKey::new("x-api-key"))
-        .quotas(KeyQuotas::new(source))
+        .quota_source(KeyQuotas::new(source))
         .build();
     let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
     send(&mut service, from("internal:batch")).await;
@@ -296,7 +296,7 @@ async fn without_default_limits_only_keys_with_quotas_are_limited() {
     let source = StaticQuotas::new().with("metered", "2/min".parse().unwrap());
     let layer = RateLimitLayer::builder()
         .key(HeaderKey::new("x-api-key"))
-        .quotas(KeyQuotas::new(source))
+        .quota_source(KeyQuotas::new(source))
         .build();
     let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
     send(&mut service, from("metered")).await;

@@ -103,12 +103,7 @@ async fn the_first_matching_route_wins_and_builder_wide_settings_apply_to_routes
         .build();
     let kinds: Vec<Vec<Algorithm>> = layer
         .policies()
-        .map(|p| {
-            p.limits()
-                .iter()
-                .map(|l| l.limiter_ref().algorithm())
-                .collect()
-        })
+        .map(|p| p.limits().iter().map(|l| l.limiter().algorithm()).collect())
         .collect();
     assert_eq!(
         kinds,

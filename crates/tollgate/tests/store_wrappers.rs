@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tollgate::store::{Fallback, Timeout};
 use tollgate::{
-    GlobalKey, Key, MemoryStore, OnStoreError, Policy, RateLimitLayer, Store, StoreCheck, Verdict,
+    GlobalKey, Key, MemoryStore, OnStoreError, Policy, PolicyDecision, RateLimitLayer, Store,
+    StoreReply,
 };
 use tollgate_core::{Clock, DecisionFields, ManualClock, Quota};
 use tower::{Layer, service_fn};
@@ -100,7 +101,7 @@ async fn a_timeout_alone_gives_the_layer_a_failure_to_answer() {
 // ---------------------------------------------------------------------
 
 /// (policy, key) → the verdict that refused it, and when it may pass.
-type Blocked = Arc<Mutex<HashMap<(u64, Key), (Verdict, u64)>>>;
+type Blocked = Arc<Mutex<HashMap<(u64, Key), (PolicyDecision, u64)>>>;
 
 /// Refuses, on its own, keys that `inner` refused, until they may pass.
 #[derive(Clone)]
@@ -112,14 +113,14 @@ struct BlockCache<St, C> {
 
 impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<St, C> {
     type Error = St::Error;
-    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Verdict, St::Error>> + Send>>;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<PolicyDecision, St::Error>> + Send>>;
 
     fn check(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         let now = self.clock.now();
         let entry = (policy.id(), key.clone());
         if let Some((verdict, until)) = self.blocked.lock().unwrap().get(&entry)
@@ -131,11 +132,11 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
                 ..verdict.merged.fields()
             }
             .into();
-            return StoreCheck::Ready(Ok(verdict));
+            return StoreReply::Ready(Ok(verdict));
         }
         let remember = {
             let blocked = self.blocked.clone();
-            move |verdict: &Verdict| {
+            move |verdict: &PolicyDecision| {
                 if !verdict.merged.allowed() && verdict.merged.can_ever_pass() {
                     let until = now + verdict.merged.retry_after_nanos();
                     blocked
@@ -146,13 +147,13 @@ impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<S
             }
         };
         match self.inner.check(policy, key, cost) {
-            StoreCheck::Ready(answer) => {
+            StoreReply::Ready(answer) => {
                 if let Ok(verdict) = &answer {
                     remember(verdict);
                 }
-                StoreCheck::Ready(answer)
+                StoreReply::Ready(answer)
             }
-            StoreCheck::Pending(future) => StoreCheck::Pending(Box::pin(async move {
+            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
                 let answer = future.await;
                 if let Ok(verdict) = &answer {
                     remember(verdict);
@@ -176,7 +177,7 @@ impl<St: Store> Store for Counting<St> {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         self.1.fetch_add(1, Ordering::Relaxed);
         self.0.check(policy, key, cost)
     }

@@ -7,7 +7,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::{Key, MemoryStore, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, ManualClock, MonotonicClock};
 
 /// One decision, as the store made it.
@@ -90,14 +90,14 @@ impl Default for RecordingStore {
 
 impl Store for RecordingStore {
     type Error = Infallible;
-    type Future = std::future::Ready<Result<Verdict, Infallible>>;
+    type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
 
     fn check(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Infallible> {
+    ) -> StoreReply<Self::Future, Infallible> {
         // Held across the whole check: the pinned time belongs to this check.
         let mut log = self
             .inner
@@ -113,7 +113,7 @@ impl Store for RecordingStore {
             allowed: verdict.merged.allowed(),
             wait: verdict.merged.wait_nanos(),
         });
-        StoreCheck::Ready(Ok(verdict))
+        StoreReply::Ready(Ok(verdict))
     }
 }
 
@@ -127,7 +127,8 @@ mod tests {
     fn every_decision_is_logged_with_the_time_it_used() {
         let store = RecordingStore::new();
         let policy = Arc::new(Policy::new(vec![
-            NamedLimit::new("leaky-bucket", Quota::per_second(2)).algorithm(Algorithm::LeakyBucket),
+            NamedLimit::new("leaky-bucket", Quota::per_second(2))
+                .with_algorithm(Algorithm::LeakyBucket),
         ]));
         let before = store.now();
         for _ in 0..4 {

@@ -28,7 +28,7 @@ pub fn http_path(algorithm: Algorithm) -> String {
 /// in `RateLimit-Policy`, and in a shared store (Redis) what keeps the six
 /// counters apart.
 pub fn limit(algorithm: Algorithm, quota: Quota) -> NamedLimit {
-    NamedLimit::new(algorithm.name(), quota).algorithm(algorithm)
+    NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm)
 }
 
 /// A running server, stopped when dropped.

@@ -60,7 +60,7 @@ enum Trust {
 ///   obfuscated identifier, garbage, non-UTF-8), the answer is the nearest
 ///   trusted hop that reported it. The client cannot choose its key with a
 ///   malformed header; at worst such requests share their proxy's limit.
-/// - No connection info at all: no key (the layer's `MissingKey` applies).
+/// - No connection info at all: no key (the layer's `OnMissingKey` applies).
 ///
 /// Ports are dropped and IPv4-mapped IPv6 addresses unwrapped. As a key,
 /// an IPv6 address is cut to its first 64 bits by default

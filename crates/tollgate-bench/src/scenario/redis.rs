@@ -20,7 +20,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::{Key, NamedLimit, Policy, Store, StoreCheck};
+use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::{Algorithm, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::RedisServer;
@@ -51,7 +51,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     let (runtime, server, store) = start();
     let policy = Arc::new(Policy::new(vec![
         NamedLimit::new("api", "1000/s".parse::<Quota>().expect("a valid quota"))
-            .algorithm(Algorithm::Gcra),
+            .with_algorithm(Algorithm::Gcra),
     ]));
     // Loads the script, so that both sides find it, and gives redis-benchmark
     // its first request count.
@@ -101,8 +101,8 @@ pub(crate) fn start() -> (tokio::runtime::Runtime, RedisServer, RedisStore) {
 /// One decision through the store: the layer's call, without the layer.
 pub(crate) async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreCheck::Pending(future) => future.await.expect("the store answers").merged.allowed(),
-        StoreCheck::Ready(result) => result.expect("the store answers").merged.allowed(),
+        StoreReply::Pending(future) => future.await.expect("the store answers").merged.allowed(),
+        StoreReply::Ready(result) => result.expect("the store answers").merged.allowed(),
     }
 }
 

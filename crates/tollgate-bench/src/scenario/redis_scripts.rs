@@ -87,7 +87,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 fn policy(algorithm: Algorithm, quota: &str, name: &str) -> Arc<Policy> {
     let quota: Quota = quota.parse().expect("a valid quota");
     Arc::new(Policy::new(vec![
-        NamedLimit::new(name, quota).algorithm(algorithm),
+        NamedLimit::new(name, quota).with_algorithm(algorithm),
     ]))
 }
 

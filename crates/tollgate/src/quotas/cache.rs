@@ -16,7 +16,7 @@ use tollgate_core::{Algorithm, Quota};
 
 /// Per-key quotas from a [`QuotaSource`], behind a bounded in-memory cache
 /// with a TTL; give it to
-/// [`RateLimitBuilder::quotas`](crate::RateLimitBuilder::quotas). See the
+/// [`RateLimitBuilder::quota_source`](crate::RateLimitBuilder::quota_source). See the
 /// [module docs](super) for what a request gets when the source is slow,
 /// failing, or has not answered yet.
 ///

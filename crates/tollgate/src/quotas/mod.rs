@@ -20,7 +20,7 @@
 //! let layer = RateLimitLayer::builder()
 //!     .quota("api", Quota::per_minute(5)) // keys the source does not name
 //!     .key(HeaderKey::new("x-api-key"))
-//!     .quotas(KeyQuotas::new(plans).ttl(Duration::from_secs(30)))
+//!     .quota_source(KeyQuotas::new(plans).ttl(Duration::from_secs(30)))
 //!     .build();
 //! # let _ = layer;
 //! ```

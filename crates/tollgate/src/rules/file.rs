@@ -455,5 +455,5 @@ fn parse_limit(value: &Value, path: &str, cx: &Context<'_>) -> Result<NamedLimit
             })?
         }
     };
-    Ok(NamedLimit::new(name, quota).algorithm(algorithm))
+    Ok(NamedLimit::new(name, quota).with_algorithm(algorithm))
 }

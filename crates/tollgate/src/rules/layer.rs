@@ -299,7 +299,7 @@ fn stable_id(spec: &RuleSpec) -> u64 {
     for limit in &spec.limits {
         limit.name().hash(&mut hasher);
         limit.quota().hash(&mut hasher);
-        limit.limiter_ref().algorithm().hash(&mut hasher);
+        limit.limiter().algorithm().hash(&mut hasher);
     }
     hasher.finish()
 }

@@ -1,6 +1,6 @@
 //! [`BoxStore`]: any store behind one type, chosen at run time.
 
-use super::{Store, StoreCheck, Verdict};
+use super::{PolicyDecision, Store, StoreReply};
 use crate::{Key, Policy};
 use std::fmt;
 use std::future::Future;
@@ -25,7 +25,8 @@ impl std::error::Error for BoxStoreError {
 }
 
 /// The future of a [`BoxStore`] check.
-pub type BoxStoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BoxStoreError>> + Send>>;
+pub type BoxStoreFuture =
+    Pin<Box<dyn Future<Output = Result<PolicyDecision, BoxStoreError>> + Send>>;
 
 /// Any [`Store`] behind one type, so that the store can be chosen from
 /// configuration at run time (memory or Redis) without changing the layer's
@@ -61,7 +62,7 @@ trait ErasedStore: Send + Sync {
         key: &Key,
         cost: u32,
         within: Option<Duration>,
-    ) -> StoreCheck<BoxStoreFuture, BoxStoreError>;
+    ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
 }
 
 impl<St: Store> ErasedStore for St {
@@ -71,16 +72,16 @@ impl<St: Store> ErasedStore for St {
         key: &Key,
         cost: u32,
         within: Option<Duration>,
-    ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
+    ) -> StoreReply<BoxStoreFuture, BoxStoreError> {
         let check = match within {
             Some(within) => self.check_within(policy, key, cost, within),
             None => self.check(policy, key, cost),
         };
         match check {
-            StoreCheck::Ready(result) => {
-                StoreCheck::Ready(result.map_err(|e| BoxStoreError(Box::new(e))))
+            StoreReply::Ready(result) => {
+                StoreReply::Ready(result.map_err(|e| BoxStoreError(Box::new(e))))
             }
-            StoreCheck::Pending(future) => StoreCheck::Pending(Box::pin(async move {
+            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
                 future.await.map_err(|e| BoxStoreError(Box::new(e)))
             })),
         }
@@ -96,7 +97,7 @@ impl Store for BoxStore {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
+    ) -> StoreReply<BoxStoreFuture, BoxStoreError> {
         self.0.check_erased(policy, key, cost, None)
     }
 
@@ -106,7 +107,7 @@ impl Store for BoxStore {
         key: &Key,
         cost: u32,
         within: Duration,
-    ) -> StoreCheck<BoxStoreFuture, BoxStoreError> {
+    ) -> StoreReply<BoxStoreFuture, BoxStoreError> {
         self.0.check_erased(policy, key, cost, Some(within))
     }
 }

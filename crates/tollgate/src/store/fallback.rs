@@ -1,7 +1,7 @@
 //! [`Fallback`]: a store that decides with a second store when the first
 //! fails.
 
-use super::{Store, StoreCheck, Verdict};
+use super::{PolicyDecision, Store, StoreReply};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -84,7 +84,7 @@ pin_project! {
 }
 
 impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
-    type Output = Result<Verdict, S::Error>;
+    type Output = Result<PolicyDecision, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
@@ -105,8 +105,8 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
                     };
                     log_failure(policy, &error);
                     match secondary.check_within(policy, key, *cost, *within) {
-                        StoreCheck::Ready(answer) => return Poll::Ready(answer),
-                        StoreCheck::Pending(check) => State::Secondary { check },
+                        StoreReply::Ready(answer) => return Poll::Ready(answer),
+                        StoreReply::Pending(check) => State::Secondary { check },
                     }
                 }
             };
@@ -132,7 +132,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         self.check_within(policy, key, cost, Duration::MAX)
     }
 
@@ -142,19 +142,19 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         key: &Key,
         cost: u32,
         within: Duration,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         match self.primary.check_within(policy, key, cost, within) {
-            StoreCheck::Ready(Ok(verdict)) => StoreCheck::Ready(Ok(verdict)),
-            StoreCheck::Ready(Err(error)) => {
+            StoreReply::Ready(Ok(verdict)) => StoreReply::Ready(Ok(verdict)),
+            StoreReply::Ready(Err(error)) => {
                 log_failure(policy, &error);
                 match self.secondary.check_within(policy, key, cost, within) {
-                    StoreCheck::Ready(answer) => StoreCheck::Ready(answer),
-                    StoreCheck::Pending(check) => StoreCheck::Pending(FallbackFuture {
+                    StoreReply::Ready(answer) => StoreReply::Ready(answer),
+                    StoreReply::Pending(check) => StoreReply::Pending(FallbackFuture {
                         state: State::Secondary { check },
                     }),
                 }
             }
-            StoreCheck::Pending(check) => StoreCheck::Pending(FallbackFuture {
+            StoreReply::Pending(check) => StoreReply::Pending(FallbackFuture {
                 state: State::Primary {
                     check,
                     secondary: self.secondary.clone(),

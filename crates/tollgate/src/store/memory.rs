@@ -1,6 +1,6 @@
 //! [`MemoryStore`]: counters in process memory.
 
-use super::{Store, StoreCheck, Verdict};
+use super::{PolicyDecision, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
 use smallvec::SmallVec;
@@ -240,7 +240,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Checks a request synchronously: what [`Store::check`] does.
-    pub fn check_now(&self, policy: &Policy, key: &Key, cost: u32) -> Verdict {
+    pub fn check_now(&self, policy: &Policy, key: &Key, cost: u32) -> PolicyDecision {
         let inner = &*self.inner;
         let now = inner.clock.now();
         let fingerprint = inner.hasher.hash_one((policy.id(), key));
@@ -250,7 +250,7 @@ impl<C: Clock> MemoryStore<C> {
         match policy.packed() {
             Some(limiter) => {
                 let decision = inner.check_cell(shard, fingerprint, limiter, now, cost);
-                Verdict {
+                PolicyDecision {
                     merged: decision,
                     each: smallvec::smallvec![decision],
                 }
@@ -290,7 +290,7 @@ impl<C> Inner<C> {
         policy: &Policy,
         now: u64,
         cost: u32,
-    ) -> Verdict {
+    ) -> PolicyDecision {
         let mut shard = write(shard);
         if !shard.slots.contains_key(&fingerprint) {
             shard.make_room(self.per_shard, now);
@@ -317,7 +317,7 @@ impl<C> Inner<C> {
         slot.rest_at = now
             .saturating_add(merged.reset_after_nanos())
             .saturating_add(policy.rest_slack_nanos());
-        Verdict { merged, each }
+        PolicyDecision { merged, each }
     }
 }
 
@@ -373,15 +373,15 @@ impl Shard {
 
 impl<C: Clock> Store for MemoryStore<C> {
     type Error = Infallible;
-    type Future = std::future::Ready<Result<Verdict, Infallible>>;
+    type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
 
     fn check(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Infallible> {
-        StoreCheck::Ready(Ok(self.check_now(policy, key, cost)))
+    ) -> StoreReply<Self::Future, Infallible> {
+        StoreReply::Ready(Ok(self.check_now(policy, key, cost)))
     }
 }
 
@@ -408,10 +408,10 @@ mod tests {
             let clock = ManualClock::new(1_000 * SECOND);
             let store = store(&clock);
             let policy = Policy::new(vec![
-                NamedLimit::new("api", Quota::per_second(10)).algorithm(algorithm),
+                NamedLimit::new("api", Quota::per_second(10)).with_algorithm(algorithm),
             ]);
             let busy = Policy::new(vec![
-                NamedLimit::new("busy", Quota::per_hour(1)).algorithm(algorithm),
+                NamedLimit::new("busy", Quota::per_hour(1)).with_algorithm(algorithm),
             ]);
             for n in 0..50u64 {
                 store.check_now(&policy, &Key::from(n), 1);

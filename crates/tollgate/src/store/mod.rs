@@ -2,7 +2,7 @@
 //!
 //! The layer is generic over a [`Store`], so the in-memory store costs no
 //! virtual call and no allocation. Stores that answer without I/O (like
-//! [`MemoryStore`]) return [`StoreCheck::Ready`] and the layer decides inside
+//! [`MemoryStore`]) return [`StoreReply::Ready`] and the layer decides inside
 //! `call`; stores that do I/O (Redis) return a future, which the layer polls
 //! under a timeout.
 //!
@@ -29,7 +29,7 @@ use tollgate_core::Decision;
 
 /// The decisions of every limit of a policy for one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub struct PolicyDecision {
     /// All limits folded into one ([`Decision::merge`]): allowed only if every
     /// limit allowed, and then every limit was charged.
     pub merged: Decision,
@@ -41,9 +41,9 @@ pub struct Verdict {
 // `Ready` is the hot path of the memory store; boxing it would allocate.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub enum StoreCheck<F, E> {
+pub enum StoreReply<F, E> {
     /// Decided without waiting.
-    Ready(Result<Verdict, E>),
+    Ready(Result<PolicyDecision, E>),
     /// Will be decided when the future completes.
     Pending(F),
 }
@@ -56,7 +56,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// What can go wrong (`Infallible` for memory).
     type Error: std::error::Error + Send + Sync + 'static;
     /// The future of a check that has to wait.
-    type Future: Future<Output = Result<Verdict, Self::Error>> + Send + 'static;
+    type Future: Future<Output = Result<PolicyDecision, Self::Error>> + Send + 'static;
 
     /// Checks one request of `cost` for `key` against every limit of `policy`.
     fn check(
@@ -64,7 +64,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error>;
+    ) -> StoreReply<Self::Future, Self::Error>;
 
     /// Checks one request as [`check`](Self::check) does, for a caller that
     /// stops waiting for the answer after `within` (the layer's
@@ -79,7 +79,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         key: &Key,
         cost: u32,
         within: std::time::Duration,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         let _ = within;
         self.check(policy, key, cost)
     }

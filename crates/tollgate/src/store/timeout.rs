@@ -1,6 +1,6 @@
 //! [`Timeout`]: a store whose answers are awaited for a bounded time.
 
-use super::{Store, StoreCheck, Verdict};
+use super::{PolicyDecision, Store, StoreReply};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -94,9 +94,9 @@ pin_project! {
 
 impl<F, E> Future for TimeoutFuture<F>
 where
-    F: Future<Output = Result<Verdict, E>>,
+    F: Future<Output = Result<PolicyDecision, E>>,
 {
-    type Output = Result<Verdict, TimeoutError<E>>;
+    type Output = Result<PolicyDecision, TimeoutError<E>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -119,7 +119,7 @@ impl<St: Store> Store for Timeout<St> {
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         self.check_within(policy, key, cost, self.timeout)
     }
 
@@ -129,11 +129,11 @@ impl<St: Store> Store for Timeout<St> {
         key: &Key,
         cost: u32,
         within: Duration,
-    ) -> StoreCheck<Self::Future, Self::Error> {
+    ) -> StoreReply<Self::Future, Self::Error> {
         let after = within.min(self.timeout);
         match self.inner.check_within(policy, key, cost, after) {
-            StoreCheck::Ready(answer) => StoreCheck::Ready(answer.map_err(TimeoutError::Inner)),
-            StoreCheck::Pending(inner) => StoreCheck::Pending(TimeoutFuture {
+            StoreReply::Ready(answer) => StoreReply::Ready(answer.map_err(TimeoutError::Inner)),
+            StoreReply::Pending(inner) => StoreReply::Pending(TimeoutFuture {
                 inner,
                 deadline: tokio::time::sleep(after),
                 after,

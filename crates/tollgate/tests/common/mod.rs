@@ -3,7 +3,7 @@
 use http::{Request, Response};
 use std::convert::Infallible;
 use std::sync::Arc;
-use tollgate::{Key, MemoryStore, Policy, Store, StoreCheck, Verdict};
+use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreReply};
 use tower::{Service, ServiceExt};
 
 /// A store that fails or hangs: fault injection a real store cannot give.
@@ -27,12 +27,12 @@ impl std::error::Error for Broken {}
 
 impl Store for BrokenStore {
     type Error = Broken;
-    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Verdict, Broken>> + Send>>;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<PolicyDecision, Broken>> + Send>>;
 
-    fn check(&self, _: &Arc<Policy>, _: &Key, _: u32) -> StoreCheck<Self::Future, Broken> {
+    fn check(&self, _: &Arc<Policy>, _: &Key, _: u32) -> StoreReply<Self::Future, Broken> {
         match self {
-            BrokenStore::Failing => StoreCheck::Ready(Err(Broken)),
-            BrokenStore::Hanging => StoreCheck::Pending(Box::pin(std::future::pending())),
+            BrokenStore::Failing => StoreReply::Ready(Err(Broken)),
+            BrokenStore::Hanging => StoreReply::Pending(Box::pin(std::future::pending())),
         }
     }
 }
@@ -45,15 +45,15 @@ pub struct Later<C = tollgate_core::MonotonicClock>(pub MemoryStore<C>);
 
 impl<C: tollgate_core::Clock + Clone> Store for Later<C> {
     type Error = Infallible;
-    type Future = std::future::Ready<Result<Verdict, Infallible>>;
+    type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
 
     fn check(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreCheck<Self::Future, Infallible> {
-        StoreCheck::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
+    ) -> StoreReply<Self::Future, Infallible> {
+        StoreReply::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
     }
 }
 
