@@ -51,14 +51,14 @@ impl PackedState for LeakyBucketState {
 #[inline(always)]
 pub fn check_atomic<A>(algorithm: &A, cell: &AtomicU64, now: u64, cost: u32) -> Decision
 where
-    A: RateAlgorithm<Admission = <A as RateAlgorithm>::State>,
+    A: RateAlgorithm<Charge = <A as RateAlgorithm>::State>,
     A::State: PackedState,
 {
     let mut current = cell.load(Ordering::Acquire);
     loop {
         let evaluation = algorithm.evaluate(&A::State::unpack(current), now, cost);
-        let Some(admitted) = evaluation.admission else {
-            return evaluation.decision;
+        let Some(admitted) = evaluation.1 else {
+            return evaluation.0;
         };
         match cell.compare_exchange_weak(
             current,
@@ -66,7 +66,7 @@ where
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => return evaluation.decision,
+            Ok(_) => return evaluation.0,
             Err(actual) => current = actual,
         }
     }

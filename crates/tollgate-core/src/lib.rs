@@ -94,12 +94,12 @@ mod quota;
 mod registry;
 
 pub use algorithm::{
-    Algorithm, Evaluation, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket,
-    LeakyBucketState, RateAlgorithm, Refill, ScriptCall, SlidingLog, SlidingLogState,
-    SlidingWindow, SlidingWindowState, TokenBucket, TokenBucketState, UnknownAlgorithm,
+    Algorithm, FixedWindow, FixedWindowState, Gcra, GcraState, LeakyBucket, LeakyBucketState,
+    RateAlgorithm, Refill, ScriptCall, SlidingLog, SlidingLogState, SlidingWindow,
+    SlidingWindowState, TokenBucket, TokenBucketState, UnknownAlgorithm,
 };
 pub use atomic::{PackedState, check_atomic};
 pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::{Decision, DecisionFields};
-pub use limiter::{Admission, Limiter, State, check_all};
+pub use limiter::{Charge, Limiter, State, check_all};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};

@@ -1,7 +1,7 @@
 //! [`Limiter`]: an algorithm chosen at run time (its enums are generated
 //! from the registry), and several limits checked as one.
 
-use crate::algorithm::{Evaluation, RateAlgorithm, ScriptCall};
+use crate::algorithm::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
 use std::time::Duration;
 
@@ -39,21 +39,21 @@ pub fn check_all(
     cost: u32,
     decisions: &mut [Decision],
 ) -> Decision {
-    // Admissions of the first few limits are kept on the stack; beyond that
+    // Charges of the first few limits are kept on the stack; beyond that
     // (rare) a limit is evaluated again at commit time, which gives the same
     // answer because nothing changed in between.
     const KEPT: usize = 8;
-    let mut admissions = [None; KEPT];
+    let mut charges = [None; KEPT];
     let mut merged: Option<Decision> = None;
     for (i, (limiter, state)) in limits.iter().enumerate() {
         let e = limiter.evaluate(state, now, cost);
         if let Some(slot) = decisions.get_mut(i) {
-            *slot = e.decision;
+            *slot = e.0;
         }
-        if let Some(kept) = admissions.get_mut(i) {
-            *kept = e.admission;
+        if let Some(kept) = charges.get_mut(i) {
+            *kept = e.1;
         }
-        merged = Some(merged.map_or(e.decision, |m| m.merge(e.decision)));
+        merged = Some(merged.map_or(e.0, |m| m.merge(e.0)));
     }
     let Some(merged) = merged else {
         return DecisionFields {
@@ -64,12 +64,12 @@ pub fn check_all(
     };
     if merged.allowed() {
         for (i, (limiter, state)) in limits.iter_mut().enumerate() {
-            let admission = match admissions.get(i) {
+            let charge = match charges.get(i) {
                 Some(kept) => *kept,
-                None => limiter.evaluate(state, now, cost).admission,
+                None => limiter.evaluate(state, now, cost).1,
             };
-            if let Some(admission) = admission {
-                limiter.commit(state, admission);
+            if let Some(charge) = charge {
+                limiter.commit(state, charge);
             }
         }
         merged
@@ -91,9 +91,9 @@ fn uncharged_view(
 ) -> Decision {
     let mut merged: Option<Decision> = None;
     for (i, (limiter, state)) in limits.iter().enumerate() {
-        let charged = limiter.evaluate(state, now, cost).decision;
+        let charged = limiter.evaluate(state, now, cost).0;
         let decision = if charged.allowed() {
-            limiter.evaluate(state, now, 0).decision.with_allowed(true)
+            limiter.evaluate(state, now, 0).0.with_allowed(true)
         } else {
             charged
         };

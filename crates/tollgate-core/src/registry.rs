@@ -3,7 +3,7 @@
 //! [`for_each_algorithm!`](crate::for_each_algorithm) holds the list; every
 //! place that must know each algorithm is generated from it: here the
 //! [`Algorithm`](crate::Algorithm) enum, the [`Limiter`](crate::Limiter)
-//! and its [`State`](crate::State) and [`Admission`](crate::Admission)
+//! and its [`State`](crate::State) and [`Charge`](crate::Charge)
 //! enums with their dispatch; in `tollgate-redis` the table of Lua files.
 //!
 //! Adding an algorithm: write its module under `algorithm/` (a type that
@@ -44,7 +44,7 @@ macro_rules! for_each_algorithm {
     };
 }
 
-/// Defines `Algorithm`, `Limiter`, `State` and `Admission` from the list.
+/// Defines `Algorithm`, `Limiter`, `State` and `Charge` from the list.
 macro_rules! define_algorithms {
     ($(
         $(#[$doc:meta])*
@@ -98,8 +98,8 @@ macro_rules! define_algorithms {
         /// What [`Limiter::evaluate`] found for an allowed request, to
         /// [`commit`](Limiter::commit).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub enum Admission {
-            $(#[doc = concat!("An admission of [`Limiter::", stringify!($variant), "`].")] $variant(<$kind as RateAlgorithm>::Admission),)+
+        pub enum Charge {
+            $(#[doc = concat!("A charge of [`Limiter::", stringify!($variant), "`].")] $variant(<$kind as RateAlgorithm>::Charge),)+
         }
 
         impl Limiter {
@@ -204,7 +204,7 @@ macro_rules! define_algorithms {
             /// changed) is treated as a key never seen;
             /// [`commit`](Self::commit) then replaces it.
             #[inline]
-            pub fn evaluate(&self, state: &State, now: u64, cost: u32) -> Evaluation<Admission> {
+            pub fn evaluate(&self, state: &State, now: u64, cost: u32) -> (Decision, Option<Charge>) {
                 match self {
                     $(Limiter::$variant(a) => {
                         let fresh;
@@ -216,27 +216,24 @@ macro_rules! define_algorithms {
                             }
                         };
                         let e = a.evaluate(state, now, cost);
-                        Evaluation {
-                            decision: e.decision,
-                            admission: e.admission.map(Admission::$variant),
-                        }
+                        (e.0, e.1.map(Charge::$variant))
                     })+
                 }
             }
 
-            /// Applies an admission from [`evaluate`](Self::evaluate). A
+            /// Applies a charge from [`evaluate`](Self::evaluate). A
             /// state made for another algorithm is replaced by a fresh one
-            /// first; an admission made by another limiter (which
+            /// first; a charge made by another limiter (which
             /// `evaluate` never returns) changes nothing.
             #[inline]
-            pub fn commit(&self, state: &mut State, admission: Admission) {
-                match (self, admission) {
-                    $((Limiter::$variant(a), Admission::$variant(admission)) => {
+            pub fn commit(&self, state: &mut State, charge: Charge) {
+                match (self, charge) {
+                    $((Limiter::$variant(a), Charge::$variant(charge)) => {
                         if !matches!(state, State::$variant(_)) {
                             *state = self.new_state();
                         }
                         if let State::$variant(s) = state {
-                            a.commit(s, admission);
+                            a.commit(s, charge);
                         }
                     })+
                     #[allow(unreachable_patterns)]
@@ -257,10 +254,10 @@ macro_rules! define_algorithms {
                     _ => {}
                 }
                 let e = self.evaluate(state, now, cost);
-                if let Some(admission) = e.admission {
-                    self.commit(state, admission);
+                if let Some(charge) = e.1 {
+                    self.commit(state, charge);
                 }
-                e.decision
+                e.0
             }
         }
     };

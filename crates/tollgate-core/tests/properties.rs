@@ -98,7 +98,7 @@ fn assert_retry_is_earliest(
 /// denied (except in delay mode, where a retry is admitted, and held, before
 /// the next unit is back).
 fn assert_times_are_exact(limiter: &Limiter, state: &State, now: u64, decision: &Decision) {
-    let remaining_at = |t: u64| limiter.evaluate(state, t, 0).decision.remaining();
+    let remaining_at = |t: u64| limiter.evaluate(state, t, 0).0.remaining();
     let capacity = limiter.capacity();
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
     let (reset, replenish) = (
@@ -353,10 +353,10 @@ proptest! {
             now += quota.period_nanos() * u64::from(gap_permille) / 1000;
             let decision = bucket.check(&mut fast, now, cost);
             let e = bucket.evaluate(&general, now, cost);
-            if let Some(admission) = e.admission {
-                bucket.commit(&mut general, admission);
+            if let Some(charge) = e.1 {
+                bucket.commit(&mut general, charge);
             }
-            prop_assert_eq!(decision, e.decision);
+            prop_assert_eq!(decision, e.0);
             prop_assert_eq!(fast, general);
         }
     }

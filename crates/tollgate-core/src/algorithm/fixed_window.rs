@@ -2,7 +2,7 @@
 
 use super::divisor::Divisor;
 use super::schedule::to_u64;
-use super::{Evaluation, RateAlgorithm, ScriptCall};
+use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ impl FixedWindow {
 
 impl RateAlgorithm for FixedWindow {
     type State = FixedWindowState;
-    type Admission = FixedWindowState;
+    type Charge = FixedWindowState;
 
     #[inline]
     fn evaluate(
@@ -49,7 +49,7 @@ impl RateAlgorithm for FixedWindow {
         state: &FixedWindowState,
         now: u64,
         cost: u32,
-    ) -> Evaluation<FixedWindowState> {
+    ) -> (Decision, Option<FixedWindowState>) {
         let current = self.per_period.div(now);
         // A state from an older window counts for nothing; one from a later
         // window (the clock went back) is kept, conservatively.
@@ -86,13 +86,13 @@ impl RateAlgorithm for FixedWindow {
             wait_nanos: 0,
         }
         .into();
-        Evaluation {
+        (
             decision,
-            admission: allowed.then_some(FixedWindowState {
+            allowed.then_some(FixedWindowState {
                 window,
                 count: count_after,
             }),
-        }
+        )
     }
 
     fn quota(&self) -> Quota {
@@ -125,7 +125,7 @@ impl RateAlgorithm for FixedWindow {
     }
 
     #[inline]
-    fn commit(&self, state: &mut FixedWindowState, admission: FixedWindowState) {
-        *state = admission;
+    fn commit(&self, state: &mut FixedWindowState, charge: FixedWindowState) {
+        *state = charge;
     }
 }

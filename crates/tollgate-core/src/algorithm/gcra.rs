@@ -1,7 +1,7 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::schedule::schedule;
-use super::{Evaluation, RateAlgorithm, ScriptCall};
+use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, Quota};
 use std::time::Duration;
 
@@ -76,10 +76,10 @@ impl Gcra {
 
 impl RateAlgorithm for Gcra {
     type State = GcraState;
-    type Admission = GcraState;
+    type Charge = GcraState;
 
     #[inline]
-    fn evaluate(&self, state: &GcraState, now: u64, cost: u32) -> Evaluation<GcraState> {
+    fn evaluate(&self, state: &GcraState, now: u64, cost: u32) -> (Decision, Option<GcraState>) {
         let s = schedule(
             state.tat,
             now,
@@ -90,8 +90,8 @@ impl RateAlgorithm for Gcra {
         // The counts (`remaining`, when the next unit is back) follow from
         // how far ahead the state lies, and are computed only if read.
         if s.allowed {
-            Evaluation {
-                decision: Decision::spaced(
+            (
+                Decision::spaced(
                     true,
                     self.quota.burst(),
                     self.interval,
@@ -100,19 +100,19 @@ impl RateAlgorithm for Gcra {
                     // conforming.
                     s.ahead_after.saturating_sub(self.tolerance),
                 ),
-                admission: Some(GcraState { tat: s.end }),
-            }
+                Some(GcraState { tat: s.end }),
+            )
         } else {
-            Evaluation {
-                decision: Decision::spaced(
+            (
+                Decision::spaced(
                     false,
                     self.quota.burst(),
                     self.interval,
                     s.ahead_before,
                     s.retry().unwrap_or(Decision::NEVER_NANOS),
                 ),
-                admission: None,
-            }
+                None,
+            )
         }
     }
 
@@ -145,8 +145,8 @@ impl RateAlgorithm for Gcra {
     }
 
     #[inline]
-    fn commit(&self, state: &mut GcraState, admission: GcraState) {
-        *state = admission;
+    fn commit(&self, state: &mut GcraState, charge: GcraState) {
+        *state = charge;
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::divisor::Divisor;
 use super::schedule::{replenish_after, schedule};
-use super::{Evaluation, RateAlgorithm, ScriptCall};
+use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ impl LeakyBucket {
 
 impl RateAlgorithm for LeakyBucket {
     type State = LeakyBucketState;
-    type Admission = LeakyBucketState;
+    type Charge = LeakyBucketState;
 
     #[inline]
     fn evaluate(
@@ -75,7 +75,7 @@ impl RateAlgorithm for LeakyBucket {
         state: &LeakyBucketState,
         now: u64,
         cost: u32,
-    ) -> Evaluation<LeakyBucketState> {
+    ) -> (Decision, Option<LeakyBucketState>) {
         let s = schedule(
             state.next_free,
             now,
@@ -109,10 +109,10 @@ impl RateAlgorithm for LeakyBucket {
             wait_nanos: if s.allowed { s.ahead_before } else { 0 },
         }
         .into();
-        Evaluation {
+        (
             decision,
-            admission: s.allowed.then_some(LeakyBucketState { next_free: s.end }),
-        }
+            s.allowed.then_some(LeakyBucketState { next_free: s.end }),
+        )
     }
 
     fn quota(&self) -> Quota {
@@ -141,7 +141,7 @@ impl RateAlgorithm for LeakyBucket {
     }
 
     #[inline]
-    fn commit(&self, state: &mut LeakyBucketState, admission: LeakyBucketState) {
-        *state = admission;
+    fn commit(&self, state: &mut LeakyBucketState, charge: LeakyBucketState) {
+        *state = charge;
     }
 }

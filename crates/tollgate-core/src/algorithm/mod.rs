@@ -2,9 +2,9 @@
 //!
 //! Every algorithm is a pure state machine: [`RateAlgorithm::evaluate`] looks
 //! at a key's state, the time and the cost and says what would happen without
-//! changing anything; [`RateAlgorithm::commit`] applies an admission. Keeping
+//! changing anything; [`RateAlgorithm::commit`] applies a charge. Keeping
 //! the two apart is what lets several limits on one request be charged
-//! all-or-nothing, and lets a store apply an admission with a compare-and-swap.
+//! all-or-nothing, and lets a store apply a charge with a compare-and-swap.
 
 mod divisor;
 mod fixed_window;
@@ -18,7 +18,7 @@ mod token_bucket;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
-pub use sliding_log::{LogAdmission, SlidingLog, SlidingLogState};
+pub use sliding_log::{LogCharge, SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use token_bucket::{Refill, ScaledTime, TokenBucket, TokenBucketState};
 
@@ -64,16 +64,6 @@ pub(crate) fn bucket_window(quota: Quota) -> Duration {
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
-/// What [`RateAlgorithm::evaluate`] found: the decision, and for an allowed
-/// request the admission to [`commit`](RateAlgorithm::commit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Evaluation<A> {
-    /// The decision for this request.
-    pub decision: Decision,
-    /// `Some` exactly when the request is allowed.
-    pub admission: Option<A>,
-}
-
 /// A rate-limiting algorithm: a pure state machine over `(state, now, cost)`.
 ///
 /// `now` is in nanoseconds from the clock's origin; window algorithms align
@@ -90,19 +80,26 @@ pub struct Evaluation<A> {
 pub trait RateAlgorithm {
     /// The per-key state. `Default` is the state of a key never seen.
     type State: Default;
-    /// What `commit` needs to apply an admission.
-    type Admission: Copy;
+    /// What `commit` needs to apply a charge.
+    type Charge: Copy;
 
-    /// Decides a request without changing the state.
-    fn evaluate(&self, state: &Self::State, now: u64, cost: u32) -> Evaluation<Self::Admission>;
+    /// Decides a request without changing the state: the decision, and
+    /// for an allowed request (`Some` exactly then) the charge to
+    /// [`commit`](Self::commit).
+    fn evaluate(
+        &self,
+        state: &Self::State,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<Self::Charge>);
 
     /// The quota this algorithm enforces: where headers and shared stores
     /// read the limit, period and burst, so that they always describe the
     /// limit the algorithm applies.
     fn quota(&self) -> Quota;
 
-    /// Applies an admission that `evaluate` returned for this state.
-    fn commit(&self, state: &mut Self::State, admission: Self::Admission);
+    /// Applies a charge that `evaluate` returned for this state.
+    fn commit(&self, state: &mut Self::State, charge: Self::Charge);
 
     /// This algorithm over `quota`, with its default options: what
     /// [`Limiter::new`](crate::Limiter::new) builds.
@@ -148,12 +145,9 @@ pub trait RateAlgorithm {
     /// Evaluates and, if allowed, commits: one check of one request.
     #[inline]
     fn check(&self, state: &mut Self::State, now: u64, cost: u32) -> Decision {
-        let Evaluation {
-            decision,
-            admission,
-        } = self.evaluate(state, now, cost);
-        if let Some(admission) = admission {
-            self.commit(state, admission);
+        let (decision, charge) = self.evaluate(state, now, cost);
+        if let Some(charge) = charge {
+            self.commit(state, charge);
         }
         decision
     }

@@ -1,7 +1,7 @@
 //! The sliding log.
 
 use super::schedule::to_u64;
-use super::{Evaluation, RateAlgorithm, ScriptCall};
+use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -71,7 +71,7 @@ fn merge_oldest(state: &mut SlidingLogState) {
 
 impl SlidingLogState {
     /// How many admitted requests the log holds (some may have expired since
-    /// the last admission; they are dropped at the next one).
+    /// the last charge; they are dropped at the next one).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -82,9 +82,9 @@ impl SlidingLogState {
     }
 }
 
-/// What a sliding log admission appends.
+/// What a sliding log charge appends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LogAdmission {
+pub struct LogCharge {
     at: u64,
     cost: u32,
 }
@@ -135,10 +135,10 @@ impl SlidingLog {
         (cost, state.entries.len())
     }
 
-    /// When the oldest entry in the window was admitted, once an admission
+    /// When the oldest entry in the window was admitted, once a charge
     /// of `cost` at `now` (if `admitted`) is committed: the first in-window
     /// entry (at index `first`), or the next one if the commit merges the
-    /// first into it at the bound; the admission itself in an empty window.
+    /// first into it at the bound; the charge itself in an empty window.
     fn oldest_after(
         &self,
         state: &SlidingLogState,
@@ -190,10 +190,15 @@ impl SlidingLog {
 
 impl RateAlgorithm for SlidingLog {
     type State = SlidingLogState;
-    type Admission = LogAdmission;
+    type Charge = LogCharge;
 
     #[inline]
-    fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u32) -> Evaluation<LogAdmission> {
+    fn evaluate(
+        &self,
+        state: &SlidingLogState,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<LogCharge>) {
         let (expired, first) = self.expired(state, now);
         let in_window = state.total - expired;
         let wanted = in_window + u64::from(cost);
@@ -232,10 +237,7 @@ impl RateAlgorithm for SlidingLog {
             wait_nanos: 0,
         }
         .into();
-        Evaluation {
-            decision,
-            admission: allowed.then_some(LogAdmission { at: now, cost }),
-        }
+        (decision, allowed.then_some(LogCharge { at: now, cost }))
     }
 
     fn quota(&self) -> Quota {
@@ -268,28 +270,26 @@ impl RateAlgorithm for SlidingLog {
     }
 
     #[inline]
-    fn commit(&self, state: &mut SlidingLogState, admission: LogAdmission) {
+    fn commit(&self, state: &mut SlidingLogState, charge: LogCharge) {
         while let Some(oldest) = state.entries.front() {
-            if self.in_window(oldest.at, admission.at) {
+            if self.in_window(oldest.at, charge.at) {
                 break;
             }
             state.total -= u64::from(oldest.cost);
             state.entries.pop_front();
         }
-        if admission.cost == 0 {
+        if charge.cost == 0 {
             return;
         }
-        state.total += u64::from(admission.cost);
+        state.total += u64::from(charge.cost);
         // Requests admitted in the same nanosecond share one entry.
         match state.entries.back_mut() {
-            Some(last)
-                if last.at == admission.at && last.cost.checked_add(admission.cost).is_some() =>
-            {
-                last.cost += admission.cost;
+            Some(last) if last.at == charge.at && last.cost.checked_add(charge.cost).is_some() => {
+                last.cost += charge.cost;
             }
             _ => state.entries.push_back(Entry {
-                at: admission.at,
-                cost: admission.cost,
+                at: charge.at,
+                cost: charge.cost,
             }),
         }
         if state.entries.len() > self.max_entries {

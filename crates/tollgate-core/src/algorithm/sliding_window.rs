@@ -2,7 +2,7 @@
 
 use super::divisor::Divisor;
 use super::schedule::to_u64;
-use super::{Evaluation, RateAlgorithm, ScriptCall};
+use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
 use std::time::Duration;
 
@@ -145,7 +145,7 @@ impl SlidingWindow {
 
 impl RateAlgorithm for SlidingWindow {
     type State = SlidingWindowState;
-    type Admission = SlidingWindowState;
+    type Charge = SlidingWindowState;
 
     #[inline]
     fn evaluate(
@@ -153,7 +153,7 @@ impl RateAlgorithm for SlidingWindow {
         state: &SlidingWindowState,
         now: u64,
         cost: u32,
-    ) -> Evaluation<SlidingWindowState> {
+    ) -> (Decision, Option<SlidingWindowState>) {
         let (current_window, into_window) = self.per_period.div_rem(now);
         let s = self.rolled(state, current_window);
         let elapsed = if s.window == current_window {
@@ -191,13 +191,13 @@ impl RateAlgorithm for SlidingWindow {
             wait_nanos: 0,
         }
         .into();
-        Evaluation {
+        (
             decision,
-            admission: allowed.then_some(SlidingWindowState {
+            allowed.then_some(SlidingWindowState {
                 current: current_after,
                 ..s
             }),
-        }
+        )
     }
 
     fn quota(&self) -> Quota {
@@ -230,7 +230,7 @@ impl RateAlgorithm for SlidingWindow {
     }
 
     #[inline]
-    fn commit(&self, state: &mut SlidingWindowState, admission: SlidingWindowState) {
-        *state = admission;
+    fn commit(&self, state: &mut SlidingWindowState, charge: SlidingWindowState) {
+        *state = charge;
     }
 }

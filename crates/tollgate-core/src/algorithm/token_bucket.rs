@@ -2,7 +2,7 @@
 
 use super::divisor::Divisor;
 use super::schedule::{replenish_after, schedule, to_u64};
-use super::{Evaluation, Gcra, GcraState, RateAlgorithm, ScriptCall, bucket_window};
+use super::{Gcra, GcraState, RateAlgorithm, ScriptCall, bucket_window};
 use crate::{Decision, DecisionFields, Quota};
 use std::time::Duration;
 
@@ -162,15 +162,15 @@ impl TokenBucket {
         full_at: u128,
         now: u64,
         cost: u32,
-    ) -> Evaluation<TokenBucketState> {
+    ) -> (Decision, Option<TokenBucketState>) {
         if let (Some(gcra), Ok(tat)) = (&self.as_gcra, u64::try_from(full_at)) {
             let e = gcra.evaluate(&GcraState { tat }, now, cost);
-            return Evaluation {
-                decision: e.decision,
-                admission: e.admission.map(|a| TokenBucketState::Continuous {
+            return (
+                e.0,
+                e.1.map(|a| TokenBucketState::Continuous {
                     full_at: ScaledTime::from(u128::from(a.tat)),
                 }),
-            };
+            );
         }
         self.evaluate_scaled(full_at, now, cost)
     }
@@ -178,7 +178,12 @@ impl TokenBucket {
     /// The general path, in 128-bit scaled units: kept out of line so the
     /// common case above stays small enough to inline.
     #[inline(never)]
-    fn evaluate_scaled(&self, full_at: u128, now: u64, cost: u32) -> Evaluation<TokenBucketState> {
+    fn evaluate_scaled(
+        &self,
+        full_at: u128,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<TokenBucketState>) {
         let unit = u128::from(self.unit);
         let capacity = u128::from(self.quota.burst()) * unit;
         let s = schedule(
@@ -211,12 +216,12 @@ impl TokenBucket {
             },
         }
         .into();
-        Evaluation {
+        (
             decision,
-            admission: s.allowed.then_some(TokenBucketState::Continuous {
+            s.allowed.then_some(TokenBucketState::Continuous {
                 full_at: ScaledTime::from(s.end),
             }),
-        }
+        )
     }
 
     fn evaluate_interval(
@@ -224,7 +229,7 @@ impl TokenBucket {
         state: &TokenBucketState,
         now: u64,
         cost: u32,
-    ) -> Evaluation<TokenBucketState> {
+    ) -> (Decision, Option<TokenBucketState>) {
         let current = self.per_period.div(now);
         let (interval, used) = match *state {
             TokenBucketState::Interval { interval, used } if interval >= current => {
@@ -267,19 +272,19 @@ impl TokenBucket {
             wait_nanos: 0,
         }
         .into();
-        Evaluation {
+        (
             decision,
-            admission: allowed.then_some(TokenBucketState::Interval {
+            allowed.then_some(TokenBucketState::Interval {
                 interval,
                 used: used_after,
             }),
-        }
+        )
     }
 }
 
 impl RateAlgorithm for TokenBucket {
     type State = TokenBucketState;
-    type Admission = TokenBucketState;
+    type Charge = TokenBucketState;
 
     #[inline]
     fn evaluate(
@@ -287,7 +292,7 @@ impl RateAlgorithm for TokenBucket {
         state: &TokenBucketState,
         now: u64,
         cost: u32,
-    ) -> Evaluation<TokenBucketState> {
+    ) -> (Decision, Option<TokenBucketState>) {
         match (self.refill, state) {
             (Refill::Continuous, TokenBucketState::Continuous { full_at }) => {
                 self.evaluate_continuous(full_at.get(), now, cost)
@@ -357,8 +362,8 @@ impl RateAlgorithm for TokenBucket {
     }
 
     #[inline]
-    fn commit(&self, state: &mut TokenBucketState, admission: TokenBucketState) {
-        *state = admission;
+    fn commit(&self, state: &mut TokenBucketState, charge: TokenBucketState) {
+        *state = charge;
     }
 
     #[inline]
@@ -375,10 +380,10 @@ impl RateAlgorithm for TokenBucket {
             return decision;
         }
         let e = self.evaluate(state, now, cost);
-        if let Some(admission) = e.admission {
-            *state = admission;
+        if let Some(charge) = e.1 {
+            *state = charge;
         }
-        e.decision
+        e.0
     }
 }
 
