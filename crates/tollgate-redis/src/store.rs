@@ -5,10 +5,9 @@ use crate::connection::{ConnectOptions, Connection, Failure, Topology};
 use crate::script::PreparedPolicy;
 use crate::server_clock::ServerClock;
 use redis::{ErrorKind, ServerErrorKind};
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::DecisionFields;
@@ -42,8 +41,6 @@ struct Shared {
     prefix: String,
     /// The server's clock, for deadlines in its own time.
     server_clock: ServerClock,
-    /// Each policy's script and arguments, prepared on its first request.
-    prepared: PreparedCache,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
 }
@@ -122,7 +119,8 @@ impl RedisStore {
     }
 
     fn prepared(&self, policy: &Policy) -> Arc<PreparedPolicy> {
-        self.shared.prepared.get_or_prepare(policy)
+        // Prepared on the policy's first request and kept with the policy.
+        policy.prepared(PreparedPolicy::new).into_arc()
     }
 
     /// `None` (the script reads the server's clock), or the test clock in
@@ -361,54 +359,10 @@ impl RedisStoreBuilder {
                 topology: Topology::new(connection),
                 prefix: self.prefix,
                 server_clock,
-                prepared: PreparedCache::default(),
                 #[cfg(feature = "test-clock")]
                 clock: self.clock,
             }),
         })
-    }
-}
-
-/// The prepared policies of one store, by policy id. Layers make their
-/// policies once, but per-key quotas make one per distinct set of quotas and
-/// each changed rules file makes new ones: past [`PreparedCache::MAX`]
-/// entries the cache starts afresh (preparing a policy again formats a few
-/// numbers; the script, one per set of algorithms, is made once per process
-/// and is already on the server), so it stays bounded.
-#[derive(Default)]
-struct PreparedCache {
-    map: RwLock<HashMap<u64, Arc<PreparedPolicy>>>,
-}
-
-impl PreparedCache {
-    /// The most policies kept.
-    const MAX: usize = 1024;
-
-    fn get_or_prepare(&self, policy: &Policy) -> Arc<PreparedPolicy> {
-        let id = policy.id();
-        let cached = self
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .cloned();
-        cached.unwrap_or_else(|| {
-            let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
-            if map.len() >= Self::MAX && !map.contains_key(&id) {
-                map.clear();
-            }
-            map.entry(id)
-                .or_insert_with(|| Arc::new(PreparedPolicy::new(policy)))
-                .clone()
-        })
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
     }
 }
 
@@ -419,20 +373,21 @@ mod tests {
     use tollgate_core::Quota;
 
     #[test]
-    fn the_prepared_cache_stays_bounded_and_reuses_entries() {
-        let cache = PreparedCache::default();
+    fn a_policy_is_prepared_once_and_kept_with_it() {
         let policy = |n: u64| Policy::new(vec![NamedLimit::new("api", Quota::per_second(n))]);
         let first = policy(1);
-        let a = cache.get_or_prepare(&first);
-        assert!(Arc::ptr_eq(&a, &cache.get_or_prepare(&first)));
-        for n in 2..=3000 {
-            cache.get_or_prepare(&policy(n));
-            assert!(cache.len() <= PreparedCache::MAX);
-        }
-        // Prepared again after the cache started afresh: the same script.
-        assert_eq!(
-            cache.get_or_prepare(&first).script.get_hash(),
-            a.script.get_hash()
-        );
+        let a = first.prepared(PreparedPolicy::new).into_arc();
+        assert!(Arc::ptr_eq(
+            &a,
+            &first.prepared(PreparedPolicy::new).into_arc()
+        ));
+        // Other policies of the same algorithms share the script, not the
+        // prepared form; nothing is kept anywhere but in each policy.
+        let second = policy(2);
+        let b = second.prepared(PreparedPolicy::new).into_arc();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert!(Arc::ptr_eq(&a.script, &b.script));
+        drop(first);
+        assert_eq!(Arc::strong_count(&a), 1);
     }
 }

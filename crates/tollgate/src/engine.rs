@@ -11,7 +11,7 @@ use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
 use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
-use crate::store::{MemoryStore, PolicyDecision, Store, StoreReply};
+use crate::store::{PolicyDecision, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -26,8 +26,6 @@ pub enum OnStoreError {
     Open,
     /// Answer `503 Service Unavailable`.
     Closed,
-    /// Decide with this local store instead: each instance limits alone.
-    Fallback(MemoryStore),
 }
 
 /// A per-request cost: how many units of the quota a request takes.
@@ -199,13 +197,7 @@ impl<K, St, R> Engine<K, St, R> {
     }
 
     /// The action when the store failed or did not answer in time.
-    fn on_failure<B: Default>(
-        &self,
-        entry: &EntryRef,
-        key: &Key,
-        cost: u32,
-        error: &dyn fmt::Display,
-    ) -> Action<B>
+    fn on_failure<B: Default>(&self, entry: &EntryRef, error: &dyn fmt::Display) -> Action<B>
     where
         R: Rejector<B>,
     {
@@ -227,9 +219,6 @@ impl<K, St, R> Engine<K, St, R> {
                     StatusCode::SERVICE_UNAVAILABLE,
                     RejectReason::StoreFailed,
                 )))
-            }
-            OnStoreError::Fallback(local) => {
-                self.judge(entry, key, &local.check_now(policy, key, cost))
             }
         }
     }
@@ -256,7 +245,6 @@ pub(crate) struct PendingCheck<F> {
     pub(crate) check: F,
     pub(crate) entry: EntryRef,
     pub(crate) key: Key,
-    pub(crate) cost: u32,
 }
 
 impl<K, St, R> Engine<K, St, R>
@@ -312,15 +300,10 @@ where
                 Start::Pass
             }
             StoreReply::Ready(Ok(verdict)) => Start::Act(self.judge(&entry, &key, &verdict)),
-            StoreReply::Ready(Err(error)) => {
-                Start::Act(self.on_failure(&entry, &key, cost, &error))
+            StoreReply::Ready(Err(error)) => Start::Act(self.on_failure(&entry, &error)),
+            StoreReply::Pending(check) => {
+                Start::Check(Box::new(PendingCheck { check, entry, key }))
             }
-            StoreReply::Pending(check) => Start::Check(Box::new(PendingCheck {
-                check,
-                entry,
-                key,
-                cost,
-            })),
         }
     }
 }
@@ -332,7 +315,6 @@ impl<K, St, R> Engine<K, St, R> {
         &self,
         entry: &EntryRef,
         key: &Key,
-        cost: u32,
         answer: Option<Result<PolicyDecision, E>>,
     ) -> Action<B>
     where
@@ -340,8 +322,8 @@ impl<K, St, R> Engine<K, St, R> {
     {
         match answer {
             Some(Ok(verdict)) => self.judge(entry, key, &verdict),
-            Some(Err(error)) => self.on_failure(entry, key, cost, &error),
-            None => self.on_failure(entry, key, cost, &"the store did not answer in time"),
+            Some(Err(error)) => self.on_failure(entry, &error),
+            None => self.on_failure(entry, &"the store did not answer in time"),
         }
     }
 }

@@ -62,7 +62,6 @@ pin_project! {
         pending: Option<(S, Req)>,
         entry: EntryRef,
         key: Key,
-        cost: u32,
     }
 }
 
@@ -131,12 +130,7 @@ where
     where
         S: Clone,
     {
-        let PendingCheck {
-            check,
-            entry,
-            key,
-            cost,
-        } = pending;
+        let PendingCheck { check, entry, key } = pending;
         ResponseFuture {
             phase: Phase::Checking {
                 checking: Box::pin(Checking {
@@ -146,7 +140,6 @@ where
                     pending: Some((take_ready(inner), request)),
                     entry,
                     key,
-                    cost,
                 }),
             },
             fields: FieldValues::default(),
@@ -234,7 +227,6 @@ where
         pending,
         entry,
         key,
-        cost,
     } = checking.project();
     let answer = match check.poll(cx) {
         Poll::Ready(answer) => Some(answer),
@@ -243,7 +235,7 @@ where
             None
         }
     };
-    let action = shared.finish(entry, key, *cost, answer);
+    let action = shared.finish(entry, key, answer);
     let next = match (action, pending.take()) {
         (Action::Reject(response), _) => Phase::Rejected {
             response: Some(response),

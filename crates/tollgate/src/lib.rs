@@ -50,6 +50,7 @@ mod key;
 mod layer;
 mod observe;
 mod policy;
+mod prepared;
 #[cfg(feature = "quotas")]
 pub mod quotas;
 mod rejection;
@@ -70,6 +71,7 @@ pub use key::{
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
+pub use prepared::Prepared;
 pub use rejection::{DefaultRejector, FnRejector, RejectReason, Rejection, Rejector};
 pub use service::RateLimit;
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};

@@ -1,6 +1,7 @@
 //! Named limits, and the policy: the limits one layer charges together.
 
 use crate::observe::PolicyMetrics;
+use crate::prepared::{Prepared, PreparedForms};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, check_atomic};
@@ -119,6 +120,8 @@ pub struct Policy {
     rest_slack_nanos: u64,
     label: String,
     metrics: PolicyMetrics,
+    /// What stores prepared from the policy; see [`Policy::prepared`].
+    prepared: PreparedForms,
 }
 
 /// A policy of one limit whose per-key state is a single `u64`, which a
@@ -180,6 +183,7 @@ impl Policy {
                 .unwrap_or(0),
             limiters,
             limits,
+            prepared: PreparedForms::default(),
         }
     }
 
@@ -218,7 +222,33 @@ impl Policy {
         &self.limiters
     }
 
-    /// Set when the policy is one limit with a one-word state.
+    /// The form a store checks this policy against, made by `prepare` on
+    /// the first call for its type `T` and kept with the policy: a store
+    /// prepares each policy once (its script, its arguments, its layout)
+    /// and finds it again on every request, with no cache of its own.
+    ///
+    /// ```
+    /// use tollgate::{NamedLimit, Policy};
+    /// use tollgate_core::Quota;
+    ///
+    /// struct Labels(Vec<String>);
+    /// let policy = Policy::new(vec![NamedLimit::new("minute", Quota::per_minute(10))]);
+    /// let prepare = |p: &Policy| Labels(p.limits().iter().map(|l| l.name().to_owned()).collect());
+    /// let first = policy.prepared(prepare).into_arc();
+    /// let again = policy.prepared(|_| Labels(Vec::new())).into_arc();
+    /// assert!(std::sync::Arc::ptr_eq(&first, &again));
+    /// assert_eq!(again.0, ["minute"]);
+    /// ```
+    pub fn prepared<T: std::any::Any + Send + Sync>(
+        &self,
+        prepare: impl FnOnce(&Policy) -> T,
+    ) -> Prepared<'_, T> {
+        self.prepared.get_or_prepare(|| prepare(self))
+    }
+
+    /// Set when the policy is one limit with a one-word state: the memory
+    /// store's prepared form, made when the policy is built because its
+    /// hot path reads it on every request.
     pub(crate) fn packed(&self) -> Option<&PackedLimiter> {
         self.packed.as_ref()
     }

@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::store::BoxStore;
+use tollgate::store::{BoxStore, Fallback, Timeout};
 use tollgate::{
     GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, NamedLimit, OnMissingKey, OnStoreError,
     Policy, RateLimitLayer,
@@ -337,11 +337,22 @@ fn by_default_the_memory_store_holds_a_million_keys() {
 async fn store_failures_follow_the_configured_behaviour_within_the_timeout() {
     let timeout = Duration::from_millis(50);
     for store in [BrokenStore::Failing, BrokenStore::Hanging] {
-        for (on_error, expected) in [
-            (OnStoreError::Open, [StatusCode::OK; 3]),
-            (OnStoreError::Closed, [StatusCode::SERVICE_UNAVAILABLE; 3]),
+        // The fallback is a store wrapping stores: the timeout inside, so
+        // that the memory store answers before the layer's timeout fires.
+        let fallback = || {
+            let primary = Timeout::new(store.clone(), timeout / 2);
+            BoxStore::new(Fallback::new(primary, MemoryStore::new()))
+        };
+        for (on_error, wrapped, expected) in [
+            (OnStoreError::Open, false, [StatusCode::OK; 3]),
             (
-                OnStoreError::Fallback(MemoryStore::new()),
+                OnStoreError::Closed,
+                false,
+                [StatusCode::SERVICE_UNAVAILABLE; 3],
+            ),
+            (
+                OnStoreError::Closed,
+                true,
                 [
                     StatusCode::OK,
                     StatusCode::OK,
@@ -352,7 +363,11 @@ async fn store_failures_follow_the_configured_behaviour_within_the_timeout() {
             let layer = RateLimitLayer::builder()
                 .quota("api", Quota::per_minute(2))
                 .key(GlobalKey)
-                .store(store.clone())
+                .store(if wrapped {
+                    fallback()
+                } else {
+                    BoxStore::new(store.clone())
+                })
                 .on_store_error(on_error)
                 .store_timeout(timeout)
                 .build();

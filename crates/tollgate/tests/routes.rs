@@ -7,6 +7,7 @@ use common::{BrokenStore, send};
 use http::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::time::Duration;
+use tollgate::store::Fallback;
 use tollgate::{GlobalKey, MemoryStore, NamedLimit, OnStoreError, RateLimitLayer};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tower::{ServiceBuilder, service_fn};
@@ -162,8 +163,8 @@ async fn routes_with_several_limits_merge_them_and_failures_name_the_route() {
         .quota("api", Quota::per_minute(100))
         .path("/login", [NamedLimit::new("login", Quota::per_minute(1))])
         .key(GlobalKey)
-        .store(BrokenStore::Failing)
-        .on_store_error(OnStoreError::Fallback(MemoryStore::new()))
+        .store(Fallback::new(BrokenStore::Failing, MemoryStore::new()))
+        .on_store_error(OnStoreError::Closed)
         .store_timeout(Duration::from_millis(50))
         .build();
     let mut service = ServiceBuilder::new().layer(layer).service(service_fn(ok));
