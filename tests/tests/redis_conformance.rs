@@ -37,9 +37,12 @@ fn policies() -> Vec<Vec<NamedLimit>> {
         .iter()
         .map(|&a| vec![NamedLimit::new("api", quota).with_algorithm(a)])
         .collect();
+    // The interval bucket built by hand rather than by name
+    // (`Algorithm::TokenBucketInterval`, above): the same Redis state name,
+    // so another limit name keeps the two apart.
     let interval = TokenBucket::new(quota).with_refill(Refill::Interval);
     policies.push(vec![
-        NamedLimit::new("api", quota).with_limiter(Limiter::TokenBucket(interval)),
+        NamedLimit::new("refill", quota).with_limiter(Limiter::TokenBucket(interval)),
     ]);
     // A sliding log at a small bound: its oldest entries are merged.
     let bounded = SlidingLog::new(quota).with_max_entries(3);

@@ -109,7 +109,8 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
     }
     // What "whole again" is for each algorithm, 4 requests into a
     // 10-per-minute limit, 15 s into the minute: GCRA and the token bucket
-    // after 4 intervals; the leaky bucket once the next wait is under one
+    // after 4 intervals; the interval token bucket at the minute's end
+    // (all tokens back at once); the leaky bucket once the next wait is under one
     // interval (1 µs, the scripts' unit, after 3 intervals); the fixed window
     // at its end; the log when its newest entry leaves; the sliding window
     // once the 4, weighted in the next window, fall to nothing (1 µs past
@@ -119,7 +120,10 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
         .iter()
         .map(|d| d.reset_after().as_secs_f64())
         .collect();
-    assert_eq!(reset_secs, [24.0, 24.0, 18.000001, 45.0, 60.0, 90.000001]);
+    assert_eq!(
+        reset_secs,
+        [24.0, 24.0, 45.0, 18.000001, 45.0, 60.0, 90.000001]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,8 +19,8 @@
 ///
 /// `Type` implements [`RateAlgorithm`](crate::RateAlgorithm);
 /// `StateStorage` is its state, or a `Box` of it when the state is large;
-/// the Lua file is `tollgate-redis/scripts/<file_stem>.lua`. The first line
-/// is the default algorithm. Other crates call it to build their own
+/// the Lua file is `tollgate-redis/scripts/<file_stem>.lua` (several
+/// algorithms may share one). The first line is the default algorithm. Other crates call it to build their own
 /// per-algorithm tables from the same list.
 #[macro_export]
 macro_rules! for_each_algorithm {
@@ -30,8 +30,12 @@ macro_rules! for_each_algorithm {
             /// tolerance, in 8 bytes per key. The default.
             #[default]
             Gcra($crate::Gcra, $crate::GcraState) = "gcra", lua "gcra";
-            /// A bucket of `burst` tokens refilled at `limit` per `period`.
-            TokenBucket($crate::TokenBucket, $crate::TokenBucketState) = "token-bucket", lua "token_bucket";
+            /// A bucket of `burst` tokens refilled continuously, `limit` per
+            /// `period` (it admits what GCRA admits, and runs GCRA's script).
+            TokenBucket($crate::TokenBucket, $crate::TokenBucketState) = "token-bucket", lua "gcra";
+            /// A bucket of `burst` tokens, `limit` of them back at once at
+            /// each period boundary.
+            TokenBucketInterval($crate::IntervalTokenBucket, $crate::TokenBucketState) = "token-bucket-interval", lua "token_bucket";
             /// A shaper: requests leave at a constant rate, a queue of `burst` waits.
             LeakyBucket($crate::LeakyBucket, $crate::LeakyBucketState) = "leaky-bucket", lua "leaky_bucket";
             /// A counter per period-long window aligned to the clock's origin.

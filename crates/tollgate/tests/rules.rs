@@ -514,3 +514,35 @@ fn names_follow_the_same_rule_as_the_builder() {
     );
     RulesLayer::from_file(&file.0).expect("dotted names are tokens");
 }
+
+#[tokio::test]
+async fn every_algorithm_is_chosen_by_name_in_a_rules_file_the_interval_bucket_too() {
+    use tollgate_core::Algorithm;
+    // The leaky bucket shapes (a third request would wait 30 s for its
+    // slot rather than be refused): it has tests of its own.
+    let refusing = Algorithm::ALL
+        .into_iter()
+        .filter(|a| *a != Algorithm::LeakyBucket);
+    for algorithm in refusing {
+        let text = format!(
+            "[[rule]]\nname = \"x\"\nkey = \"global\"\nlimits = [{{ name = \"x\", quota = \"2/min\", algorithm = \"{algorithm}\" }}]\n"
+        );
+        let layer = RulesLayer::from_toml(&text).unwrap();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        let mut statuses = Vec::new();
+        let mut last = None;
+        for _ in 0..3 {
+            let request = Request::builder().uri("/").body(()).unwrap();
+            let response = service.ready().await.unwrap().call(request).await.unwrap();
+            statuses.push(response.status().as_u16());
+            last = Some(response);
+        }
+        assert_eq!(statuses, [200, 200, 429], "{algorithm}");
+        if algorithm == Algorithm::TokenBucketInterval {
+            // Whole periods: both tokens come back at the minute's end.
+            let last = last.unwrap();
+            let policy = last.headers()["ratelimit-policy"].to_str().unwrap();
+            assert_eq!(policy, "\"x\";q=2;w=60");
+        }
+    }
+}

@@ -20,7 +20,7 @@ pub use gcra::{Gcra, GcraState};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use sliding_log::{LogCharge, SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
-pub use token_bucket::{Refill, ScaledTime, TokenBucket, TokenBucketState};
+pub use token_bucket::{IntervalTokenBucket, Refill, ScaledTime, TokenBucket, TokenBucketState};
 
 use crate::{Decision, Quota};
 use std::time::Duration;

@@ -282,6 +282,82 @@ impl TokenBucket {
     }
 }
 
+/// The token bucket with interval refill, under a name of its own: `limit`
+/// tokens come back all at once at each period boundary (aligned to the
+/// clock's origin), up to `burst`. It is
+/// `TokenBucket::new(quota).with_refill(Refill::Interval)`, selectable as
+/// [`Algorithm::TokenBucketInterval`](crate::Algorithm::TokenBucketInterval)
+/// (`"token-bucket-interval"`) wherever an algorithm is chosen by name.
+///
+/// ```
+/// use tollgate_core::{IntervalTokenBucket, Quota, RateAlgorithm};
+///
+/// let bucket = IntervalTokenBucket::new(Quota::per_second(2));
+/// let mut state = Default::default();
+/// let second = 1_000_000_000;
+/// assert!(bucket.check(&mut state, second + 100, 1).allowed());
+/// assert!(bucket.check(&mut state, second + 200, 1).allowed());
+/// let refused = bucket.check(&mut state, second + 300, 1);
+/// assert!(!refused.allowed());
+/// // Both tokens come back at the next boundary, not one every 500 ms.
+/// assert_eq!(refused.retry_after_nanos(), second - 300);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntervalTokenBucket(TokenBucket);
+
+impl IntervalTokenBucket {
+    /// An interval-refilled bucket for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        IntervalTokenBucket(TokenBucket::new(quota).with_refill(Refill::Interval))
+    }
+
+    /// The same bucket as a [`TokenBucket`] with [`Refill::Interval`].
+    pub fn bucket(&self) -> &TokenBucket {
+        &self.0
+    }
+}
+
+impl RateAlgorithm for IntervalTokenBucket {
+    type State = TokenBucketState;
+    type Charge = TokenBucketState;
+
+    #[inline]
+    fn evaluate(
+        &self,
+        state: &TokenBucketState,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<TokenBucketState>) {
+        self.0.evaluate(state, now, cost)
+    }
+
+    fn quota(&self) -> Quota {
+        self.0.quota
+    }
+
+    #[inline]
+    fn commit(&self, state: &mut TokenBucketState, charge: TokenBucketState) {
+        self.0.commit(state, charge);
+    }
+
+    fn from_quota(quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
+    fn window(&self) -> Duration {
+        self.0.window()
+    }
+
+    fn script(&self) -> ScriptCall {
+        self.0.script()
+    }
+
+    #[inline]
+    fn check(&self, state: &mut TokenBucketState, now: u64, cost: u32) -> Decision {
+        self.0.check(state, now, cost)
+    }
+}
+
 impl RateAlgorithm for TokenBucket {
     type State = TokenBucketState;
     type Charge = TokenBucketState;
