@@ -89,7 +89,7 @@ macro_rules! define_algorithms {
         /// ```
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum Limiter {
-            $(#[doc = concat!("See [`", stringify!($variant), "`](crate::", stringify!($variant), ").")] $variant($kind),)+
+            $(#[doc = concat!("[`Algorithm::", stringify!($variant), "`] with its options.")] $variant($kind),)+
         }
 
         /// A key's state under any [`Limiter`]: at most 32 bytes (large
