@@ -1,4 +1,4 @@
-//! The demo: the same bursty traffic through each of the six algorithms,
+//! The demo: the same bursty traffic through each algorithm,
 //! over an axum and a tonic server on loopback, and what each let through.
 //!
 //! ```sh

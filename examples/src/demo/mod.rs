@@ -1,4 +1,4 @@
-//! The demo: the same bursty traffic through each of the six algorithms,
+//! The demo: the same bursty traffic through each algorithm,
 //! over real servers on loopback, and what each let through.
 //!
 //! [`run`] starts an axum app and a tonic server (in-memory counters,
@@ -106,7 +106,7 @@ pub struct Demo {
     pub svg: PathBuf,
 }
 
-/// Runs the demo: servers up, the trace through all six algorithms over
+/// Runs the demo: servers up, the trace through every algorithm over
 /// HTTP and gRPC at once, servers down, the picture written.
 pub async fn run(config: &Config) -> Result<Demo, DemoError> {
     let http_store = RecordingStore::new();

@@ -199,13 +199,13 @@ pub fn render(comparison: &RedisComparison) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<15} {:>7} | {:>12} | {:>22} | {:>22}",
+        "{:<21} {:>7} | {:>12} | {:>22} | {:>22}",
         "algorithm", "offered", "one instance", "two sharing (a + b)", "two in memory (a + b)"
     );
     for r in &comparison.results {
         let _ = writeln!(
             out,
-            "{:<15} {:>7} | {:>12} | {:>22} | {:>22}",
+            "{:<21} {:>7} | {:>12} | {:>22} | {:>22}",
             r.algorithm.name(),
             r.one.offered,
             r.one.admitted,
