@@ -347,3 +347,41 @@ impl Decision {
         .into()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn a_decision_is_its_figures_however_it_holds_them() {
+        // GCRA's form: 5 units of 1 ms, the state 2.5 ms ahead.
+        let spaced = Decision::spaced(true, 5, 1_000_000, 2_500_000, 0);
+        let fields = spaced.fields();
+        assert_eq!(
+            (fields.remaining, fields.replenish_after_nanos),
+            (2, 500_000)
+        );
+        let known = Decision::from(fields);
+        assert_eq!(spaced, known);
+        let hasher = std::hash::RandomState::new();
+        assert_eq!(hasher.hash_one(spaced), hasher.hash_one(known));
+        assert_eq!(format!("{spaced:?}"), format!("{known:?}"));
+    }
+
+    #[test]
+    fn the_retry_time_is_read_only_when_denied_and_the_wait_only_when_allowed() {
+        let fields = DecisionFields {
+            retry_after_nanos: 7,
+            wait_nanos: 9,
+            ..DecisionFields::default()
+        };
+        let denied = Decision::from(fields);
+        assert_eq!((denied.retry_after_nanos(), denied.wait_nanos()), (7, 0));
+        let allowed = Decision::from(DecisionFields {
+            allowed: true,
+            ..fields
+        });
+        assert_eq!((allowed.retry_after_nanos(), allowed.wait_nanos()), (0, 9));
+    }
+}

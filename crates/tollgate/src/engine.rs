@@ -205,7 +205,7 @@ impl<K, St, R> Engine<K, St, R> {
         tracing::warn!(
             policy = policy.label(),
             %error,
-            "rate-limit store failed; applying the configured fallback"
+            "rate-limit store failed; applying on_store_error"
         );
         crate::observe::store_failed(policy.metrics());
         match &self.settings.on_store_error {

@@ -4,7 +4,6 @@ use super::divisor::Divisor;
 use super::schedule::to_u64;
 use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
-use std::time::Duration;
 
 /// A counter per window of one `period`, windows aligned to the clock's
 /// origin (the Unix epoch for the system clocks, so every instance of an app
@@ -42,6 +41,7 @@ impl FixedWindow {
 impl RateAlgorithm for FixedWindow {
     type State = FixedWindowState;
     type Charge = FixedWindowState;
+    const WINDOWED: bool = true;
 
     #[inline]
     fn evaluate(
@@ -101,14 +101,6 @@ impl RateAlgorithm for FixedWindow {
 
     fn from_quota(quota: Quota) -> Self {
         Self::new(quota)
-    }
-
-    fn capacity(&self) -> u64 {
-        self.quota.limit()
-    }
-
-    fn window(&self) -> Duration {
-        Duration::from_nanos(self.quota.period_nanos())
     }
 
     fn script(&self) -> ScriptCall {

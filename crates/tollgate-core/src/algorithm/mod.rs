@@ -107,18 +107,34 @@ pub trait RateAlgorithm {
     where
         Self: Sized;
 
+    /// Whether the algorithm counts requests in period-long windows (its
+    /// capacity is the quota's limit, measured over the period) rather than
+    /// holding a bucket (the burst, measured over the time an empty bucket
+    /// takes to fill). Decides the defaults of [`capacity`](Self::capacity)
+    /// and [`window`](Self::window).
+    const WINDOWED: bool = false;
+
     /// The most quota units a key can hold at once; see
-    /// [`Limiter::capacity`](crate::Limiter::capacity). By default the
-    /// burst, as for the buckets.
+    /// [`Limiter::capacity`](crate::Limiter::capacity): the limit for a
+    /// windowed algorithm, the burst for a bucket.
     fn capacity(&self) -> u64 {
-        self.quota().burst()
+        if Self::WINDOWED {
+            self.quota().limit()
+        } else {
+            self.quota().burst()
+        }
     }
 
     /// The span over which [`capacity`](Self::capacity) is measured; see
-    /// [`Limiter::window`](crate::Limiter::window). By default the time an
-    /// empty bucket takes to fill at the quota's rate.
+    /// [`Limiter::window`](crate::Limiter::window): the period for a
+    /// windowed algorithm, the time an empty bucket takes to fill at the
+    /// quota's rate for a bucket.
     fn window(&self) -> Duration {
-        bucket_window(self.quota())
+        if Self::WINDOWED {
+            Duration::from_nanos(self.quota().period_nanos())
+        } else {
+            bucket_window(self.quota())
+        }
     }
 
     /// How long after `reset_after` a key's state may still differ from a
@@ -189,3 +205,18 @@ impl std::fmt::Display for UnknownAlgorithm {
 }
 
 impl std::error::Error for UnknownAlgorithm {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_times_round_up_to_whole_microseconds_and_delays_down() {
+        assert_eq!(ScriptCall::micros(0), 1);
+        assert_eq!(ScriptCall::micros(1), 1);
+        assert_eq!(ScriptCall::micros(1_000), 1);
+        assert_eq!(ScriptCall::micros(1_001), 2);
+        assert_eq!(ScriptCall::micros_of(Duration::from_nanos(1_999)), 1);
+        assert_eq!(ScriptCall::micros_of(Duration::MAX), u64::MAX);
+    }
+}

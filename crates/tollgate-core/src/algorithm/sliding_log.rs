@@ -4,7 +4,6 @@ use super::schedule::to_u64;
 use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
 use std::collections::VecDeque;
-use std::time::Duration;
 
 /// Exact: a request of cost `c` passes iff the summed cost of the requests
 /// admitted in `(now − period, now]` plus `c` is at most `limit`.
@@ -191,6 +190,7 @@ impl SlidingLog {
 impl RateAlgorithm for SlidingLog {
     type State = SlidingLogState;
     type Charge = LogCharge;
+    const WINDOWED: bool = true;
 
     #[inline]
     fn evaluate(
@@ -246,14 +246,6 @@ impl RateAlgorithm for SlidingLog {
 
     fn from_quota(quota: Quota) -> Self {
         Self::new(quota)
-    }
-
-    fn capacity(&self) -> u64 {
-        self.quota.limit()
-    }
-
-    fn window(&self) -> Duration {
-        Duration::from_nanos(self.quota.period_nanos())
     }
 
     fn script(&self) -> ScriptCall {

@@ -4,7 +4,6 @@ use super::divisor::Divisor;
 use super::schedule::to_u64;
 use super::{RateAlgorithm, ScriptCall};
 use crate::{Decision, DecisionFields, Quota};
-use std::time::Duration;
 
 /// Two fixed-window counters, the previous window's weighted by how much of
 /// it still overlaps the last `period`: with `elapsed` the time into the
@@ -146,6 +145,7 @@ impl SlidingWindow {
 impl RateAlgorithm for SlidingWindow {
     type State = SlidingWindowState;
     type Charge = SlidingWindowState;
+    const WINDOWED: bool = true;
 
     #[inline]
     fn evaluate(
@@ -206,14 +206,6 @@ impl RateAlgorithm for SlidingWindow {
 
     fn from_quota(quota: Quota) -> Self {
         Self::new(quota)
-    }
-
-    fn capacity(&self) -> u64 {
-        self.quota.limit()
-    }
-
-    fn window(&self) -> Duration {
-        Duration::from_nanos(self.quota.period_nanos())
     }
 
     fn script(&self) -> ScriptCall {

@@ -474,6 +474,30 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 mod tests {
 
     #[test]
+    fn the_interval_bucket_by_name_is_the_bucket_refilled_per_period() {
+        let quota = Quota::per_second(10).with_burst(15).unwrap();
+        let named = crate::Limiter::new(crate::Algorithm::TokenBucketInterval, quota);
+        let by_hand = TokenBucket::new(quota).with_refill(Refill::Interval);
+        // Whole periods: 15 tokens at 10 a period take 2 periods to refill,
+        // where the continuous bucket takes 1.5 s.
+        assert_eq!(named.window(), Duration::from_secs(2));
+        assert_eq!(
+            crate::Limiter::TokenBucket(TokenBucket::new(quota)).window(),
+            Duration::from_millis(1_500)
+        );
+        assert_eq!(named.script(), by_hand.script());
+        assert_eq!(named.script().state, "token-bucket-interval");
+        let (mut a, mut b) = (named.new_state(), TokenBucketState::default());
+        for now in (0..40).map(|i| i * 77_000_000) {
+            assert_eq!(
+                named.check(&mut a, now, 1),
+                by_hand.check(&mut b, now, 1),
+                "at {now}"
+            );
+        }
+    }
+
+    #[test]
     fn max_delay_reads_back_what_was_set() {
         let delay = Duration::from_millis(300);
         // 10/s: the GCRA fast path; 7/s: the scaled path.
