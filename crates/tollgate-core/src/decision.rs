@@ -28,28 +28,39 @@ use std::time::Duration;
 /// ```
 #[derive(Clone, Copy)]
 pub struct Decision {
-    allowed: bool,
     /// [`DecisionFields::limit`].
     limit: u64,
-    /// The wait of an allowed request, or the retry time of a denied one:
-    /// never both.
-    hold: u64,
     counts: Counts,
 }
 
-/// Where `remaining`, `reset_after` and `replenish_after` come from.
+/// Where the other figures come from. The spaced forms are what GCRA's
+/// check writes: two or three words beside the limit, so that a caller who
+/// reads only [`Decision::allowed`] pays for little more than that.
 #[derive(Clone, Copy)]
 enum Counts {
     /// Computed by the check.
     Known {
+        allowed: bool,
+        /// The wait of an allowed request, or the retry time of a denied
+        /// one: never both.
+        hold: u64,
         remaining: u64,
         reset_after: u64,
         replenish_after: u64,
     },
-    /// A limit that gives one unit back every `interval` ns, whose state
-    /// lies `ahead` ns ahead of now, with a tolerance of `limit` intervals
-    /// (GCRA): the counts follow from these when read.
-    Spaced { ahead: u64, interval: u64 },
+    /// An allowed request on a limit that gives one unit back every
+    /// `interval` ns and tolerates `limit` units at once, whose state lies
+    /// `ahead` ns ahead of now after the check (GCRA): the counts, and the
+    /// wait (the part of `ahead` beyond the tolerance, in delay mode),
+    /// follow from these when read.
+    SpacedAllowed { ahead: u64, interval: u64 },
+    /// A denied request on such a limit, whose state lies `ahead` ns ahead
+    /// of now, which may retry after `retry` ns.
+    SpacedDenied {
+        ahead: u64,
+        interval: u64,
+        retry: u64,
+    },
 }
 
 /// Every figure of a [`Decision`], computed: for building a decision
@@ -84,14 +95,14 @@ impl From<DecisionFields> for Decision {
     #[inline]
     fn from(f: DecisionFields) -> Decision {
         Decision {
-            allowed: f.allowed,
             limit: f.limit,
-            hold: if f.allowed {
-                f.wait_nanos
-            } else {
-                f.retry_after_nanos
-            },
             counts: Counts::Known {
+                allowed: f.allowed,
+                hold: if f.allowed {
+                    f.wait_nanos
+                } else {
+                    f.retry_after_nanos
+                },
                 remaining: f.remaining,
                 reset_after: f.reset_after_nanos,
                 replenish_after: f.replenish_after_nanos,
@@ -145,25 +156,41 @@ impl Decision {
     /// `retry_after_nanos` of a request that can never pass.
     pub const NEVER_NANOS: u64 = u64::MAX;
 
-    /// A decision of a limit that gives one unit back every `interval` ns
-    /// and tolerates `limit` units at once, whose state lies `ahead` ns
-    /// ahead of now after the check: GCRA's, with its counts left to be
-    /// computed when read. `hold` is the wait when allowed, the retry time
-    /// when denied.
+    /// An allowed decision of a limit that gives one unit back every
+    /// `interval` ns and tolerates `limit` units at once, whose state lies
+    /// `ahead` ns ahead of now after the check: GCRA's, with its counts
+    /// left to be computed when read. The wait is what of `ahead` lies
+    /// beyond the tolerance `limit·interval` (delay mode).
     #[inline]
-    pub(crate) fn spaced(allowed: bool, limit: u64, interval: u64, ahead: u64, hold: u64) -> Self {
+    pub(crate) fn spaced_allowed(limit: u64, interval: u64, ahead: u64) -> Self {
         Decision {
-            allowed,
             limit,
-            hold,
-            counts: Counts::Spaced { ahead, interval },
+            counts: Counts::SpacedAllowed { ahead, interval },
+        }
+    }
+
+    /// A denied decision of such a limit, whose state lies `ahead` ns ahead
+    /// of now, retrying after `retry` ns.
+    #[inline]
+    pub(crate) fn spaced_denied(limit: u64, interval: u64, ahead: u64, retry: u64) -> Self {
+        Decision {
+            limit,
+            counts: Counts::SpacedDenied {
+                ahead,
+                interval,
+                retry,
+            },
         }
     }
 
     /// Whether the request may pass.
     #[inline]
     pub fn allowed(&self) -> bool {
-        self.allowed
+        match self.counts {
+            Counts::Known { allowed, .. } => allowed,
+            Counts::SpacedAllowed { .. } => true,
+            Counts::SpacedDenied { .. } => false,
+        }
     }
 
     /// The most that [`remaining`](Self::remaining) can ever be: the quota's
@@ -190,7 +217,10 @@ impl Decision {
                 replenish_after,
                 ..
             } => (remaining, replenish_after),
-            Counts::Spaced { ahead, interval } => {
+            Counts::SpacedAllowed { ahead, interval }
+            | Counts::SpacedDenied {
+                ahead, interval, ..
+            } => {
                 let interval = interval.max(1);
                 // tolerance = limit·interval ≤ 2^61 (Quota's bound).
                 let tolerance = self.limit * interval;
@@ -219,7 +249,7 @@ impl Decision {
     pub fn reset_after_nanos(&self) -> u64 {
         match self.counts {
             Counts::Known { reset_after, .. } => reset_after,
-            Counts::Spaced { ahead, .. } => ahead,
+            Counts::SpacedAllowed { ahead, .. } | Counts::SpacedDenied { ahead, .. } => ahead,
         }
     }
 
@@ -272,7 +302,15 @@ impl Decision {
     /// never can.
     #[inline]
     pub fn retry_after_nanos(&self) -> u64 {
-        if self.allowed { 0 } else { self.hold }
+        match self.counts {
+            Counts::Known {
+                allowed: false,
+                hold,
+                ..
+            } => hold,
+            Counts::SpacedDenied { retry, .. } => retry,
+            _ => 0,
+        }
     }
 
     /// For a denied request, the earliest moment a retry of the same cost can
@@ -289,7 +327,18 @@ impl Decision {
     /// mode), nanoseconds to hold it before forwarding; otherwise 0.
     #[inline]
     pub fn wait_nanos(&self) -> u64 {
-        if self.allowed { self.hold } else { 0 }
+        match self.counts {
+            Counts::Known {
+                allowed: true,
+                hold,
+                ..
+            } => hold,
+            // tolerance = limit·interval ≤ 2^61 (Quota's bound).
+            Counts::SpacedAllowed { ahead, interval } => {
+                ahead.saturating_sub(self.limit * interval)
+            }
+            _ => 0,
+        }
     }
 
     /// How long to hold an allowed request before forwarding it.
@@ -307,7 +356,7 @@ impl Decision {
     pub fn fields(&self) -> DecisionFields {
         let (remaining, replenish_after_nanos) = self.counts();
         DecisionFields {
-            allowed: self.allowed,
+            allowed: self.allowed(),
             limit: self.limit,
             remaining,
             reset_after_nanos: self.reset_after_nanos(),
@@ -356,7 +405,7 @@ mod tests {
     #[test]
     fn a_decision_is_its_figures_however_it_holds_them() {
         // GCRA's form: 5 units of 1 ms, the state 2.5 ms ahead.
-        let spaced = Decision::spaced(true, 5, 1_000_000, 2_500_000, 0);
+        let spaced = Decision::spaced_allowed(5, 1_000_000, 2_500_000);
         let fields = spaced.fields();
         assert_eq!(
             (fields.remaining, fields.replenish_after_nanos),
@@ -367,6 +416,18 @@ mod tests {
         let hasher = std::hash::RandomState::new();
         assert_eq!(hasher.hash_one(spaced), hasher.hash_one(known));
         assert_eq!(format!("{spaced:?}"), format!("{known:?}"));
+
+        // Delay mode: 1.5 intervals beyond the tolerance are the wait.
+        let delayed = Decision::spaced_allowed(5, 1_000_000, 6_500_000).fields();
+        assert_eq!((delayed.allowed, delayed.wait_nanos), (true, 1_500_000));
+        assert_eq!(delayed.retry_after_nanos, 0);
+
+        let denied = Decision::spaced_denied(5, 1_000_000, 4_500_000, 700_000);
+        let fields = denied.fields();
+        assert!(!fields.allowed);
+        assert_eq!((fields.retry_after_nanos, fields.wait_nanos), (700_000, 0));
+        assert_eq!(fields.remaining, 0);
+        assert_eq!(denied, Decision::from(fields));
     }
 
     #[test]

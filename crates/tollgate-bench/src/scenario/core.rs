@@ -21,7 +21,10 @@
 //! read-modify-writes, one of them the clock's. The row "check alone" moves a
 //! plain counter instead (governor through a `Clock` of the bench's own), so
 //! only the check's compare-and-swap is atomic: it shows what the check
-//! itself costs, including building the result each side returns.
+//! itself costs, including building the result each side returns; the row
+//! "only the yes/no read" is the same loop for a caller that reads only
+//! whether the check passed (`allowed()` against governor's `is_ok()`), so
+//! that neither side has to build what the caller ignores.
 //!
 //! Each batch is a function of its own that is never inlined, so that every
 //! row runs one and the same copy of each side's loop: where the compiler
@@ -79,6 +82,22 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     out.push(
         Outcome::new(
             "core: GCRA, atomic cell, allowed, check alone",
+            ours,
+            theirs,
+            "ns/check",
+            Better::Lower,
+        )
+        .against("governor direct"),
+    );
+
+    let (ours, theirs) = pair(
+        rounds,
+        || gcra_atomic_allowed_only(CounterClock::default(), n),
+        || governor_allowed_only(CounterClock::default(), n),
+    );
+    out.push(
+        Outcome::new(
+            "core: GCRA, atomic cell, allowed, only the yes/no read",
             ours,
             theirs,
             "ns/check",
@@ -162,6 +181,39 @@ where
     for _ in 0..n {
         clock.step();
         let _ = black_box(&limiter.check());
+    }
+    ns_per_op(start, n)
+}
+
+/// tollgate's GCRA on an atomic cell, every check allowed, and only
+/// whether it was read: what a caller that ignores the figures pays.
+#[inline(never)]
+fn gcra_atomic_allowed_only(clock: impl StepClock, n: u64) -> f64 {
+    let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
+    let cell = AtomicU64::new(0);
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.step();
+        black_box(check_atomic(&gcra, &cell, clock.nanos(), 1).allowed());
+    }
+    ns_per_op(start, n)
+}
+
+/// governor's direct limiter, every check allowed, and only whether it was
+/// read.
+#[inline(never)]
+fn governor_allowed_only<C>(clock: C, n: u64) -> f64
+where
+    C: StepClock + governor::clock::Clock<Instant = Nanos>,
+{
+    let limiter = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero")),
+        clock.clone(),
+    );
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.step();
+        black_box(limiter.check().is_ok());
     }
     ns_per_op(start, n)
 }

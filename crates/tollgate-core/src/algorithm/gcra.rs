@@ -87,25 +87,17 @@ impl RateAlgorithm for Gcra {
             self.tolerance,
             self.bound,
         );
-        // The counts (`remaining`, when the next unit is back) follow from
-        // how far ahead the state lies, and are computed only if read.
+        // The counts (`remaining`, when the next unit is back) and, in delay
+        // mode, the wait follow from how far ahead the state lies, and are
+        // computed only if read.
         if s.allowed {
             (
-                Decision::spaced(
-                    true,
-                    self.quota.burst(),
-                    self.interval,
-                    s.ahead_after,
-                    // Beyond the tolerance only in delay mode: hold until
-                    // conforming.
-                    s.ahead_after.saturating_sub(self.tolerance),
-                ),
+                Decision::spaced_allowed(self.quota.burst(), self.interval, s.ahead_after),
                 Some(GcraState { tat: s.end }),
             )
         } else {
             (
-                Decision::spaced(
-                    false,
+                Decision::spaced_denied(
                     self.quota.burst(),
                     self.interval,
                     s.ahead_before,
