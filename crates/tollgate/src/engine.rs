@@ -158,7 +158,7 @@ impl<K, St, R> Engine<K, St, R> {
                 );
             }
             let fields = if self.fields_on_allowed {
-                self.field_values(entry, verdict)
+                self.field_values(entry, verdict, key)
             } else {
                 FieldValues::default()
             };
@@ -178,7 +178,8 @@ impl<K, St, R> Engine<K, St, R> {
             "request limited"
         );
         let mut headers = HeaderMap::new();
-        self.field_values(entry, verdict).write_into(&mut headers);
+        self.field_values(entry, verdict, key)
+            .write_into(&mut headers);
         write_retry_after(&mut headers, decision);
         Action::Reject(Box::new(self.rejector.reject(Rejection {
             status: self.settings.status,
@@ -191,9 +192,9 @@ impl<K, St, R> Engine<K, St, R> {
 
     /// The rate-limit fields reporting `verdict` on the limits of entry
     /// `entry`, in the layer's header style.
-    fn field_values(&self, entry: &EntryRef, verdict: &PolicyDecision) -> FieldValues {
+    fn field_values(&self, entry: &EntryRef, verdict: &PolicyDecision, key: &Key) -> FieldValues {
         let entry = self.routes.get(entry);
-        FieldValues::of(self.settings.headers, &entry.fields, verdict)
+        FieldValues::of(self.settings.headers, &entry.fields, verdict, key)
     }
 
     /// The action when the store failed or did not answer in time.

@@ -1,10 +1,22 @@
 //! The rate-limit fields of HTTP responses.
 //!
-//! Follows draft-ietf-httpapi-ratelimit-headers-10 (-11 has the same
-//! syntax): `RateLimit-Policy` names each limit's quota (`"api";q=100;w=60`)
-//! and `RateLimit` its current state (`"api";r=0;t=17`), several limits as one
+//! Follows draft-ietf-httpapi-ratelimit-headers-10 and -11:
+//! `RateLimit-Policy` names each limit's quota (`"api";q=100;w=60`) and
+//! `RateLimit` its current state (`"api";r=0;t=17`), several limits as one
 //! comma-separated list. The legacy `X-RateLimit-Limit/Remaining/Reset` trio
 //! reports the most constrained limit, with the same figures.
+//!
+//! There is no setting for the draft's version: -10 and -11 define the same
+//! two fields with the same parameters (`q`, `qu`, `w`, `pk`; `r`, `t`,
+//! `pk`) and the same meaning for every parameter tollgate writes, so the
+//! values are byte for byte the same under both. A setting will come with
+//! the first version whose fields differ.
+//!
+//! The partition key, `pk`, is an option ([`HeaderStyle::partition_key`],
+//! off by default): it tells a client which of the server's counters its
+//! request was counted in (its address, its API key), as a byte sequence
+//! (`pk=:MjAzLjAuMTEzLjc=:`) on each item of both fields. Either the key
+//! itself or a digest of it; see [`PartitionKey`].
 //!
 //! What the figures mean, for every algorithm:
 //!
@@ -36,11 +48,10 @@
 //!   back: there `Retry-After` can be the shorter of the two, and still
 //!   honest.
 
-use crate::PolicyDecision;
 use crate::policy::Policy;
+use crate::{Key, PolicyDecision};
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use smallvec::SmallVec;
-use std::fmt::Write as _;
 use std::time::Duration;
 use tollgate_core::{Decision, Limiter};
 
@@ -65,7 +76,78 @@ pub struct HeaderStyle {
     /// Whether allowed responses carry them too, not only rejections
     /// (default on). `Retry-After` is only ever on rejections.
     pub on_allowed: bool,
+    /// Whether the draft's fields name the request's partition (`pk`), and
+    /// how (default: they do not).
+    pub partition_key: PartitionKey,
 }
+
+/// How the draft's fields name the partition a request was counted in: the
+/// `pk` parameter, a byte sequence, on each item of `RateLimit-Policy` and
+/// `RateLimit`. Requests under a [`Global`](crate::Key::Global) key share
+/// one partition and get no `pk` in any mode.
+///
+/// ```
+/// use tollgate::{HeaderStyle, PartitionKey};
+///
+/// let style = HeaderStyle::DRAFT.with_partition_key(PartitionKey::Digest);
+/// assert_eq!(style.partition_key, PartitionKey::Digest);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PartitionKey {
+    /// No `pk` (the default).
+    #[default]
+    Omit,
+    /// The key's [`digest`](PartitionKey::digest): eight bytes that tell
+    /// partitions apart without showing the key to whatever logs the
+    /// response. A digest hides a key from reading, not from guessing: an
+    /// address can be found by hashing every address.
+    Digest,
+    /// The key itself: an IP address as its text (`203.0.113.7`), any other
+    /// key as its bytes. Only for keys that are not secrets; an API key
+    /// written back into every response ends up in logs and caches.
+    Verbatim,
+}
+
+impl PartitionKey {
+    /// The digest [`PartitionKey::Digest`] writes: the first eight bytes,
+    /// big-endian, of a 64-bit hash (foldhash, with a fixed seed) of the
+    /// key's [flat bytes](crate::Key::to_bytes). The same key gives the same
+    /// digest on every instance built with the same tollgate.
+    pub fn digest(key: &Key) -> [u8; 8] {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(PK_DIGEST_SEED)
+            .hash_one(key.to_bytes())
+            .to_be_bytes()
+    }
+
+    /// The bytes `pk` carries for `key` in this mode; `None` when there is
+    /// no `pk`.
+    pub fn bytes(self, key: &Key) -> Option<Vec<u8>> {
+        match (self, key) {
+            (PartitionKey::Omit, _) | (_, Key::Global) => None,
+            (PartitionKey::Digest, key) => Some(Self::digest(key).to_vec()),
+            (PartitionKey::Verbatim, Key::Ip(ip)) => Some(ip.to_string().into_bytes()),
+            (PartitionKey::Verbatim, key) => Some(key.to_bytes()),
+        }
+    }
+
+    /// The `;pk=:…:` parameter for `key`, ready to append to an item; empty
+    /// when there is none.
+    fn parameter(self, key: &Key) -> String {
+        use base64::Engine as _;
+        match self.bytes(key) {
+            Some(bytes) => format!(
+                ";pk=:{}:",
+                base64::engine::general_purpose::STANDARD.encode(bytes)
+            ),
+            None => String::new(),
+        }
+    }
+}
+
+/// The seed of [`PartitionKey::digest`]: fixed, so that every instance
+/// names a partition alike.
+const PK_DIGEST_SEED: u64 = 0x7011_6a7e_5eed_0001;
 
 impl Default for HeaderStyle {
     fn default() -> Self {
@@ -79,6 +161,7 @@ impl HeaderStyle {
         draft: false,
         legacy: false,
         on_allowed: false,
+        partition_key: PartitionKey::Omit,
     };
 
     /// The IETF draft's fields on every response: the default.
@@ -86,6 +169,7 @@ impl HeaderStyle {
         draft: true,
         legacy: false,
         on_allowed: true,
+        partition_key: PartitionKey::Omit,
     };
 
     /// Only the legacy `X-RateLimit-Limit/Remaining/Reset`, on every
@@ -94,6 +178,7 @@ impl HeaderStyle {
         draft: false,
         legacy: true,
         on_allowed: true,
+        partition_key: PartitionKey::Omit,
     };
 
     /// Both the draft's fields and the legacy trio, on every response: for
@@ -102,6 +187,7 @@ impl HeaderStyle {
         draft: true,
         legacy: true,
         on_allowed: true,
+        partition_key: PartitionKey::Omit,
     };
 
     /// The same fields, but only on rejections.
@@ -113,6 +199,15 @@ impl HeaderStyle {
     pub const fn only_on_rejections(self) -> HeaderStyle {
         HeaderStyle {
             on_allowed: false,
+            ..self
+        }
+    }
+
+    /// The same fields, naming the request's partition as `partition_key`
+    /// says (the draft's `pk`; the legacy fields have none).
+    pub const fn with_partition_key(self, partition_key: PartitionKey) -> HeaderStyle {
+        HeaderStyle {
+            partition_key,
             ..self
         }
     }
@@ -129,6 +224,8 @@ pub fn ceil_seconds(d: Duration) -> u64 {
 pub(crate) struct PolicyFields {
     /// The `RateLimit-Policy` value, which never changes.
     policy_value: Option<HeaderValue>,
+    /// Each limit's item of that value, for a value with `pk` on each.
+    policy_items: Box<[String]>,
     /// Each limit's `q`, which `X-RateLimit-Limit` reports.
     quota_units: Box<[u64]>,
     /// Each limit's item of the `RateLimit` value up to its remaining count:
@@ -162,8 +259,10 @@ impl PolicyFields {
             .iter()
             .map(|prefix| prefix.len() + STATE_NUMBERS_MAX_LEN)
             .sum();
+        let policy_items: Box<[String]> = policy.limits().iter().map(policy_item).collect();
         PolicyFields {
-            policy_value: policy_value(policy),
+            policy_value: HeaderValue::from_str(&policy_items.join(", ")).ok(),
+            policy_items,
             quota_units: policy
                 .limits()
                 .iter()
@@ -174,25 +273,27 @@ impl PolicyFields {
         }
     }
 
-    /// The `RateLimit` value reporting `verdict`: assembled in one buffer
-    /// (on the stack unless the policy has many limits) and copied once into
-    /// the value; `core::fmt`, or a growable buffer, costs several times as
-    /// much per request.
-    fn state_value(&self, verdict: &PolicyDecision) -> Option<HeaderValue> {
-        if self.state_max_len <= STATE_STACK_LEN {
+    /// The `RateLimit` value reporting `verdict`, each item ending in
+    /// `pk` (the `;pk=…` parameter, or nothing): assembled in one buffer (on
+    /// the stack unless the policy has many limits) and copied once into the
+    /// value; `core::fmt`, or a growable buffer, costs several times as much
+    /// per request.
+    fn state_value(&self, verdict: &PolicyDecision, pk: &str) -> Option<HeaderValue> {
+        let max_len = self.state_max_len + self.state_prefixes.len() * pk.len();
+        if max_len <= STATE_STACK_LEN {
             let mut buffer = [0u8; STATE_STACK_LEN];
-            let len = self.write_state(&mut buffer, verdict);
+            let len = self.write_state(&mut buffer, verdict, pk);
             HeaderValue::from_bytes(&buffer[..len]).ok()
         } else {
-            let mut buffer = vec![0u8; self.state_max_len];
-            let len = self.write_state(&mut buffer, verdict);
+            let mut buffer = vec![0u8; max_len];
+            let len = self.write_state(&mut buffer, verdict, pk);
             HeaderValue::from_bytes(&buffer[..len]).ok()
         }
     }
 
-    /// Writes the `RateLimit` value into `buffer`, at least `state_max_len`
-    /// long, and returns its length.
-    fn write_state(&self, buffer: &mut [u8], verdict: &PolicyDecision) -> usize {
+    /// Writes the `RateLimit` value into `buffer`, long enough for the
+    /// policy's longest value with `pk` on each item, and returns its length.
+    fn write_state(&self, buffer: &mut [u8], verdict: &PolicyDecision, pk: &str) -> usize {
         let mut out = Output { buffer, len: 0 };
         let mut digits = itoa::Buffer::new();
         for (prefix, decision) in self.state_prefixes.iter().zip(&verdict.each) {
@@ -204,8 +305,23 @@ impl PolicyFields {
                     .format(ceil_seconds(decision.replenish_after()))
                     .as_bytes(),
             );
+            out.push(pk.as_bytes());
         }
         out.len
+    }
+
+    /// The `RateLimit-Policy` value with `pk` (the `;pk=…` parameter) on
+    /// each item; the one made when the layer was built when there is none.
+    fn policy_value(&self, pk: &str) -> Option<HeaderValue> {
+        if pk.is_empty() {
+            return self.policy_value.clone();
+        }
+        let items: Vec<String> = self
+            .policy_items
+            .iter()
+            .map(|item| format!("{item}{pk}"))
+            .collect();
+        HeaderValue::from_str(&items.join(", ")).ok()
     }
 }
 
@@ -235,17 +351,10 @@ pub(crate) fn quota_item(limiter: &Limiter) -> (u64, u64) {
     (u64::try_from(units).unwrap_or(u64::MAX), window)
 }
 
-/// The `RateLimit-Policy` value for a policy.
-fn policy_value(policy: &Policy) -> Option<HeaderValue> {
-    let mut text = String::new();
-    for limit in policy.limits() {
-        if !text.is_empty() {
-            text.push_str(", ");
-        }
-        let (units, window) = quota_item(limit.limiter());
-        let _ = write!(text, "\"{}\";q={units};w={window}", limit.name());
-    }
-    HeaderValue::from_str(&text).ok()
+/// A limit's item of the `RateLimit-Policy` value: `"api";q=100;w=60`.
+fn policy_item(limit: &crate::NamedLimit) -> String {
+    let (units, window) = quota_item(limit.limiter());
+    format!("\"{}\";q={units};w={window}", limit.name())
 }
 
 /// The rate-limit fields of one response, formatted when the verdict is
@@ -256,19 +365,24 @@ fn policy_value(policy: &Policy) -> Option<HeaderValue> {
 pub(crate) struct FieldValues(SmallVec<[(&'static HeaderName, HeaderValue); 2]>);
 
 impl FieldValues {
-    /// The fields `style` asks for, reporting `verdict` on the policy
-    /// whose constant parts are `policy`.
+    /// The fields `style` asks for, reporting `verdict` for `key` on the
+    /// policy whose constant parts are `policy`.
     pub(crate) fn of(
         style: HeaderStyle,
         policy: &PolicyFields,
         verdict: &PolicyDecision,
+        key: &Key,
     ) -> FieldValues {
         let mut values = SmallVec::new();
         if style.draft {
-            if let Some(value) = &policy.policy_value {
-                values.push((&RATELIMIT_POLICY, value.clone()));
+            let pk = match style.partition_key {
+                PartitionKey::Omit => String::new(),
+                mode => mode.parameter(key),
+            };
+            if let Some(value) = policy.policy_value(&pk) {
+                values.push((&RATELIMIT_POLICY, value));
             }
-            if let Some(value) = policy.state_value(verdict) {
+            if let Some(value) = policy.state_value(verdict, &pk) {
                 values.push((&RATELIMIT, value));
             }
         }
@@ -347,7 +461,7 @@ mod tests {
             each: names.iter().map(|_| decision).collect(),
         };
         let fields = PolicyFields::new(&Policy::new(limits));
-        let value = fields.state_value(&verdict).expect("a valid value");
+        let value = fields.state_value(&verdict, "").expect("a valid value");
         value.to_str().expect("visible ASCII").to_owned()
     }
 

@@ -63,7 +63,7 @@ pub mod store;
 pub use engine::OnStoreError;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
-pub use headers::HeaderStyle;
+pub use headers::{HeaderStyle, PartitionKey};
 pub use info::RateLimitInfo;
 pub use key::{
     FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerAddr, PeerIp, RequestInfo,
