@@ -41,6 +41,7 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+pub mod direct;
 mod engine;
 mod error;
 mod future;
@@ -59,7 +60,9 @@ mod routes;
 pub mod rules;
 mod service;
 pub mod store;
+pub mod throttle;
 
+pub use direct::{DirectLimiter, KeyedLimiter};
 pub use engine::OnStoreError;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
@@ -75,4 +78,5 @@ pub use prepared::Prepared;
 pub use rejection::{DefaultRejector, FnRejector, RejectReason, Rejection, Rejector};
 pub use service::RateLimit;
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
+pub use throttle::ThrottleLayer;
 pub use tollgate_core as core;

@@ -1,0 +1,130 @@
+//! [`DirectLimiter`]: one limit, checked directly.
+
+use super::{Check, KeyedLimiter, LimiterBuilder, UntilReady};
+use crate::{Key, MemoryStore, Store};
+use std::fmt;
+use tollgate_core::{Clock, Decision, Quota};
+
+/// A limit (or several, charged together) on one stream of calls: the way
+/// to throttle the calls a program makes to an API with a quota. Cheap to
+/// clone; clones share the counter. See the [module docs](crate::direct).
+///
+/// ```
+/// use tollgate::DirectLimiter;
+/// use tollgate_core::Quota;
+///
+/// let limiter = DirectLimiter::new(Quota::per_second(2));
+/// assert!(limiter.check_now().allowed());
+/// assert!(limiter.check_now().allowed());
+/// let refused = limiter.check_now();
+/// assert!(!refused.allowed());
+/// assert!(refused.retry_after().as_millis() <= 500);
+/// ```
+pub struct DirectLimiter<St = MemoryStore> {
+    keyed: KeyedLimiter<St>,
+    /// The one key every call is counted under: [`Key::Global`] unless
+    /// [`with_key`](DirectLimiter::with_key) chose another.
+    key: Key,
+}
+
+impl<St: Clone> Clone for DirectLimiter<St> {
+    fn clone(&self) -> Self {
+        DirectLimiter {
+            keyed: self.keyed.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<St> fmt::Debug for DirectLimiter<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectLimiter")
+            .field("limiter", &self.keyed)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl DirectLimiter {
+    /// GCRA at `quota`, counted in a fresh [`MemoryStore`].
+    pub fn new(quota: Quota) -> Self {
+        Self::from_keyed(KeyedLimiter::new(quota), Key::Global)
+    }
+
+    /// Chooses limits, algorithm and store; finish with
+    /// [`LimiterBuilder::direct`].
+    pub fn builder() -> LimiterBuilder {
+        LimiterBuilder::new()
+    }
+}
+
+impl<St: Store> DirectLimiter<St> {
+    /// The limiter that counts every call of `keyed` under `key`.
+    pub(crate) fn from_keyed(keyed: KeyedLimiter<St>, key: Key) -> Self {
+        DirectLimiter { keyed, key }
+    }
+
+    /// The same limiter counting under `key` instead of [`Key::Global`]: in
+    /// a store shared by several programs (Redis), the key tells apart
+    /// quotas whose limits have the same names.
+    pub fn with_key(self, key: Key) -> Self {
+        DirectLimiter { key, ..self }
+    }
+
+    /// The keyed limiter underneath, whose counter for [`key`](Self::key)
+    /// this one uses.
+    pub fn keyed(&self) -> &KeyedLimiter<St> {
+        &self.keyed
+    }
+
+    /// The key every call is counted under.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Charges one call if every limit allows it; see
+    /// [`KeyedLimiter::check`].
+    pub fn check(&self) -> Check<St::Future, St::Error> {
+        self.keyed.check(&self.key)
+    }
+
+    /// Charges a call of cost `n` if every limit allows it.
+    pub fn check_n(&self, n: u32) -> Check<St::Future, St::Error> {
+        self.keyed.check_n(&self.key, n)
+    }
+
+    /// What a call of cost 1 would be told now, charging nothing; see
+    /// [`KeyedLimiter::peek`].
+    pub fn peek(&self) -> Check<St::Future, St::Error> {
+        self.keyed.peek(&self.key)
+    }
+
+    /// Waits until a call is allowed, then charges it; see
+    /// [`KeyedLimiter::until_ready`].
+    pub fn until_ready(&self) -> UntilReady<St> {
+        self.keyed.until_ready(&self.key)
+    }
+
+    /// Waits until a call of cost `n` is allowed, then charges it.
+    pub fn until_n_ready(&self, n: u32) -> UntilReady<St> {
+        self.keyed.until_n_ready(&self.key, n)
+    }
+}
+
+impl<C: Clock> DirectLimiter<MemoryStore<C>> {
+    /// [`check`](Self::check) without `await`: the memory store answers at
+    /// once.
+    pub fn check_now(&self) -> Decision {
+        self.keyed.check_now(&self.key)
+    }
+
+    /// [`check_n`](Self::check_n) without `await`.
+    pub fn check_n_now(&self, n: u32) -> Decision {
+        self.keyed.check_n_now(&self.key, n)
+    }
+
+    /// [`peek`](Self::peek) without `await`.
+    pub fn peek_now(&self) -> Decision {
+        self.keyed.peek_now(&self.key)
+    }
+}
