@@ -1,0 +1,218 @@
+//! The direct and keyed limiters (`tollgate::direct`) and the client-side
+//! `ThrottleLayer`, on the memory store: every algorithm admits its
+//! capacity and no more, a peek charges nothing and tells the truth, and
+//! waiting resolves exactly when the limit says (on tokio's paused clock,
+//! which the store reads too).
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tollgate::direct::UntilReadyError;
+use tollgate::{DirectLimiter, Key, KeyedLimiter, MemoryStore, ThrottleLayer};
+use tollgate_core::{Algorithm, Clock, ManualClock, Quota};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+/// Tokio's clock, as a store's clock: with time paused, sleeps end at once
+/// and the store sees exactly the time they slept.
+#[derive(Clone, Copy)]
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        // Far from 0, as a real clock is.
+        1_000_000_000_000 + u64::try_from(self.0.elapsed().as_nanos()).unwrap()
+    }
+}
+
+fn on_tokio_clock(quota: Quota, algorithm: Algorithm) -> DirectLimiter<MemoryStore<TokioClock>> {
+    DirectLimiter::builder()
+        .quota("api", quota)
+        .algorithm(algorithm)
+        .store(
+            MemoryStore::builder()
+                .clock(TokioClock(tokio::time::Instant::now()))
+                .build(),
+        )
+        .direct()
+        .unwrap()
+}
+
+fn on_manual_clock(
+    quota: Quota,
+    algorithm: Algorithm,
+    clock: &ManualClock,
+) -> DirectLimiter<MemoryStore<ManualClock>> {
+    DirectLimiter::builder()
+        .quota("api", quota)
+        .algorithm(algorithm)
+        .store(MemoryStore::builder().clock(clock.clone()).build())
+        .direct()
+        .unwrap()
+}
+
+#[test]
+fn every_algorithm_admits_its_capacity_and_a_peek_charges_nothing() {
+    let quota = Quota::per_minute(4);
+    for algorithm in Algorithm::ALL {
+        let clock = ManualClock::new(7 * 60 * 1_000_000_000 + 123);
+        let limiter = on_manual_clock(quota, algorithm, &clock);
+        let capacity = limiter.keyed().policy().limiters()[0].capacity();
+        for admitted in 0..capacity {
+            let peek = limiter.peek_now();
+            assert!(peek.allowed(), "{algorithm}: peek before call {admitted}");
+            assert_eq!(peek.remaining(), capacity - admitted, "{algorithm}");
+            assert!(limiter.check_now().allowed(), "{algorithm}: call {admitted}");
+        }
+        for _ in 0..3 {
+            let peek = limiter.peek_now();
+            assert!(!peek.allowed(), "{algorithm}: peek when spent");
+            assert_eq!(peek.remaining(), 0, "{algorithm}");
+            assert_eq!(peek.retry_after(), peek.replenish_after(), "{algorithm}");
+        }
+        let refused = limiter.check_now();
+        assert!(!refused.allowed(), "{algorithm}: over capacity");
+        // The peek's retry time is when a call of cost 1 passes again.
+        let retry = limiter.peek_now().retry_after();
+        assert!(retry > Duration::ZERO, "{algorithm}");
+        assert!(retry <= refused.retry_after(), "{algorithm}");
+        clock.advance(retry);
+        assert!(limiter.peek_now().allowed(), "{algorithm}: peek at the retry time");
+        assert!(limiter.check_now().allowed(), "{algorithm}: call at the retry time");
+    }
+}
+
+#[test]
+fn a_keyed_limiter_counts_each_key_apart_and_clones_share_counters() {
+    let limiter = KeyedLimiter::new(Quota::per_minute(2));
+    let clone = limiter.clone();
+    let (alice, bob) = (Key::from("alice"), Key::from("bob"));
+    assert!(limiter.check_now(&alice).allowed());
+    assert!(clone.check_now(&alice).allowed());
+    assert!(!limiter.check_now(&alice).allowed());
+    assert!(clone.check_n_now(&bob, 2).allowed());
+    assert!(!limiter.peek_now(&bob).allowed());
+}
+
+#[test]
+fn a_limiter_needs_a_limit() {
+    let error = DirectLimiter::builder().direct().unwrap_err();
+    assert!(error.to_string().contains("at least one limit"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_async_answers_are_the_sync_ones() {
+    let limiter = on_tokio_clock(Quota::per_second(2), Algorithm::Gcra);
+    assert_eq!(limiter.peek().await.unwrap(), limiter.peek_now());
+    assert!(limiter.check().await.unwrap().allowed());
+    assert!(limiter.check_n(1).await.unwrap().allowed());
+    let refused = limiter.check().await.unwrap();
+    assert!(!refused.allowed());
+    assert_eq!(refused.retry_after(), Duration::from_millis(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn until_ready_resolves_exactly_when_the_limit_admits() {
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::SlidingLog] {
+        let quota = match algorithm {
+            // Two a second: each admission frees its slot a second later.
+            Algorithm::SlidingLog => Quota::per_second(2),
+            // 10 a second, a burst of 2: two at once, then one every 100 ms.
+            _ => Quota::per_second(10).with_burst(2).unwrap(),
+        };
+        let limiter = on_tokio_clock(quota, algorithm);
+        let start = tokio::time::Instant::now();
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            limiter.until_ready().await.unwrap();
+            times.push(start.elapsed().as_millis());
+        }
+        let expected: &[u128] = match algorithm {
+            Algorithm::SlidingLog => &[0, 0, 1000, 1000, 2000],
+            _ => &[0, 0, 100, 200, 300],
+        };
+        assert_eq!(times, expected, "{algorithm}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn until_ready_waits_out_the_leaky_buckets_hold() {
+    // Calls leave every 100 ms; the queue holds 5.
+    let quota = Quota::per_second(10).with_burst(5).unwrap();
+    let limiter = on_tokio_clock(quota, Algorithm::LeakyBucket);
+    let start = tokio::time::Instant::now();
+    let mut times = Vec::new();
+    for _ in 0..4 {
+        let admitted = limiter.until_ready().await.unwrap();
+        assert!(admitted.allowed());
+        times.push(start.elapsed().as_millis());
+    }
+    assert_eq!(times, [0, 100, 200, 300]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_too_big_to_ever_pass_fails_at_once() {
+    let limiter = on_tokio_clock(Quota::per_second(10), Algorithm::Gcra);
+    let start = tokio::time::Instant::now();
+    match limiter.until_n_ready(11).await {
+        Err(UntilReadyError::NeverAdmitted { cost: 11 }) => {}
+        other => panic!("expected NeverAdmitted, got {other:?}"),
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // Nothing was charged.
+    assert_eq!(limiter.peek_now().remaining(), 10);
+}
+
+/// An inner client service that records when each call reached it.
+fn recording_client(
+    calls: Arc<Mutex<Vec<u128>>>,
+    start: tokio::time::Instant,
+) -> impl Service<u32, Response = u32, Error = Infallible, Future: Send> + Clone {
+    service_fn(move |request: u32| {
+        let calls = calls.clone();
+        async move {
+            calls.lock().unwrap().push(start.elapsed().as_millis());
+            Ok::<_, Infallible>(request + 1)
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_throttle_layer_makes_calls_wait_their_turn() {
+    let limiter = on_tokio_clock(Quota::per_second(10).with_burst(1).unwrap(), Algorithm::Gcra);
+    let start = tokio::time::Instant::now();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let client = ThrottleLayer::new(limiter).layer(recording_client(calls.clone(), start));
+    // Three concurrent callers on clones of one client share the limit.
+    let tasks: Vec<_> = (0..3)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.oneshot(i).await.unwrap() })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers.sort();
+    assert_eq!(answers, [1, 2, 3]);
+    let mut times = calls.lock().unwrap().clone();
+    times.sort();
+    assert_eq!(times, [0, 100, 200]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_call_that_can_never_pass_is_an_error_not_a_hang() {
+    // The layer charges 1 per call, which always fits; a direct wait of
+    // cost 2 on a burst of 1 shows the error the layer would return.
+    let limiter = on_tokio_clock(Quota::per_second(1), Algorithm::Gcra);
+    let error = limiter.until_n_ready(2).await.unwrap_err();
+    assert!(error.to_string().contains("more than the limit can ever admit"), "{error}");
+    // Through the layer, an inner error surfaces as the call's error.
+    let failing = service_fn(|_: u32| async { Err::<u32, _>(std::io::Error::other("down")) });
+    let error = ThrottleLayer::new(limiter)
+        .layer(failing)
+        .oneshot(1)
+        .await
+        .unwrap_err();
+    assert_eq!(error.to_string(), "down");
+}
