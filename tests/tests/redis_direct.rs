@@ -36,7 +36,11 @@ async fn every_algorithm_admits_its_capacity_and_a_peek_charges_nothing() {
         loop {
             let peek = limiter.peek().await.unwrap();
             let check = limiter.check().await.unwrap();
-            assert_eq!(peek.allowed(), check.allowed(), "{algorithm}: call {admitted}");
+            assert_eq!(
+                peek.allowed(),
+                check.allowed(),
+                "{algorithm}: call {admitted}"
+            );
             if !check.allowed() {
                 break;
             }

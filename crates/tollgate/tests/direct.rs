@@ -61,7 +61,10 @@ fn every_algorithm_admits_its_capacity_and_a_peek_charges_nothing() {
             let peek = limiter.peek_now();
             assert!(peek.allowed(), "{algorithm}: peek before call {admitted}");
             assert_eq!(peek.remaining(), capacity - admitted, "{algorithm}");
-            assert!(limiter.check_now().allowed(), "{algorithm}: call {admitted}");
+            assert!(
+                limiter.check_now().allowed(),
+                "{algorithm}: call {admitted}"
+            );
         }
         for _ in 0..3 {
             let peek = limiter.peek_now();
@@ -76,8 +79,14 @@ fn every_algorithm_admits_its_capacity_and_a_peek_charges_nothing() {
         assert!(retry > Duration::ZERO, "{algorithm}");
         assert!(retry <= refused.retry_after(), "{algorithm}");
         clock.advance(retry);
-        assert!(limiter.peek_now().allowed(), "{algorithm}: peek at the retry time");
-        assert!(limiter.check_now().allowed(), "{algorithm}: call at the retry time");
+        assert!(
+            limiter.peek_now().allowed(),
+            "{algorithm}: peek at the retry time"
+        );
+        assert!(
+            limiter.check_now().allowed(),
+            "{algorithm}: call at the retry time"
+        );
     }
 }
 
@@ -112,7 +121,11 @@ async fn the_async_answers_are_the_sync_ones() {
 
 #[tokio::test(start_paused = true)]
 async fn until_ready_resolves_exactly_when_the_limit_admits() {
-    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::SlidingLog] {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::SlidingLog,
+    ] {
         let quota = match algorithm {
             // Two a second: each admission frees its slot a second later.
             Algorithm::SlidingLog => Quota::per_second(2),
@@ -178,7 +191,10 @@ fn recording_client(
 
 #[tokio::test(start_paused = true)]
 async fn the_throttle_layer_makes_calls_wait_their_turn() {
-    let limiter = on_tokio_clock(Quota::per_second(10).with_burst(1).unwrap(), Algorithm::Gcra);
+    let limiter = on_tokio_clock(
+        Quota::per_second(10).with_burst(1).unwrap(),
+        Algorithm::Gcra,
+    );
     let start = tokio::time::Instant::now();
     let calls = Arc::new(Mutex::new(Vec::new()));
     let client = ThrottleLayer::new(limiter).layer(recording_client(calls.clone(), start));
@@ -206,7 +222,12 @@ async fn a_throttled_call_that_can_never_pass_is_an_error_not_a_hang() {
     // cost 2 on a burst of 1 shows the error the layer would return.
     let limiter = on_tokio_clock(Quota::per_second(1), Algorithm::Gcra);
     let error = limiter.until_n_ready(2).await.unwrap_err();
-    assert!(error.to_string().contains("more than the limit can ever admit"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("more than the limit can ever admit"),
+        "{error}"
+    );
     // Through the layer, an inner error surfaces as the call's error.
     let failing = service_fn(|_: u32| async { Err::<u32, _>(std::io::Error::other("down")) });
     let error = ThrottleLayer::new(limiter)

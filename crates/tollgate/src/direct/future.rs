@@ -158,7 +158,9 @@ impl<St: Store> Future for UntilReady<St> {
                             admitted: None,
                         }
                     } else {
-                        return Poll::Ready(Err(UntilReadyError::NeverAdmitted { cost: *this.cost }));
+                        return Poll::Ready(Err(UntilReadyError::NeverAdmitted {
+                            cost: *this.cost,
+                        }));
                     }
                 }
                 WaitStateProj::Sleeping { sleep, admitted } => {
