@@ -84,7 +84,7 @@ impl GrpcRejector {
 
 impl<B: Default> Rejector<B> for GrpcRejector {
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
-        let merged = &rejection.verdict.merged;
+        let merged = &rejection.decision.merged;
         let retry_after = merged.can_ever_pass().then(|| merged.retry_after());
         let mut details = match retry_after {
             Some(delay) => ErrorDetails::with_retry_info(Some(delay)),
@@ -95,7 +95,7 @@ impl<B: Default> Rejector<B> for GrpcRejector {
             .policy
             .limits()
             .iter()
-            .zip(&rejection.verdict.each)
+            .zip(&rejection.decision.each)
             .filter(|(_, decision)| !decision.allowed());
         let mut names = String::new();
         let mut violations = Vec::new();
@@ -244,7 +244,7 @@ mod tests {
             headers: HeaderMap::new(),
             policy: &policy,
             key,
-            verdict: &verdict,
+            decision: &verdict,
         });
         status_of(&response)
     }
@@ -280,7 +280,7 @@ mod tests {
             headers: HeaderMap::new(),
             policy: &policy,
             key: &Key::Global,
-            verdict: &verdict,
+            decision: &verdict,
         });
         let status = status_of(&response);
         let details = status.get_error_details();

@@ -186,7 +186,7 @@ impl<K, St, R> Engine<K, St, R> {
             headers,
             policy,
             key,
-            verdict,
+            decision: verdict,
         })))
     }
 

@@ -18,7 +18,7 @@ pub struct Rejection<'a> {
     /// The key the request was counted under.
     pub key: &'a Key,
     /// What each limit decided.
-    pub verdict: &'a PolicyDecision,
+    pub decision: &'a PolicyDecision,
 }
 
 /// Why the layer rejected a request without a decision of its limits: what
