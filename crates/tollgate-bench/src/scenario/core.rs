@@ -134,6 +134,22 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         .against("governor direct"),
     );
 
+    let (ours, theirs) = pair(
+        rounds,
+        || direct_limiter_allowed(n),
+        || governor_allowed(FakeRelativeClock::default(), n),
+    );
+    out.push(
+        Outcome::new(
+            "core: DirectLimiter::check_now (memory store, GCRA), allowed",
+            ours,
+            theirs,
+            "ns/check",
+            Better::Lower,
+        )
+        .against("governor direct"),
+    );
+
     for algorithm in Algorithm::ALL {
         let (ours, theirs) = pair(
             rounds,
@@ -327,6 +343,25 @@ fn governor_denied(n: u64) -> f64 {
     let start = Instant::now();
     for _ in 0..n {
         let _ = black_box(&limiter.check());
+    }
+    ns_per_op(start, n)
+}
+
+/// tollgate's direct limiter on the memory store (the handle a program
+/// uses to throttle its own calls): the key's state found in the store's
+/// map, then the same compare-and-swap.
+#[inline(never)]
+fn direct_limiter_allowed(n: u64) -> f64 {
+    let clock = ManualClock::new(0);
+    let limiter = tollgate::DirectLimiter::builder()
+        .quota("api", Quota::per_second(u64::from(RATE)))
+        .store(tollgate::MemoryStore::builder().clock(clock.clone()).build())
+        .direct()
+        .expect("one limit");
+    let start = Instant::now();
+    for _ in 0..n {
+        clock.advance(STEP);
+        black_box(&limiter.check_now());
     }
     ns_per_op(start, n)
 }
