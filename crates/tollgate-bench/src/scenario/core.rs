@@ -32,6 +32,7 @@
 
 use crate::measure::{Settings, ns_per_op, pair};
 use crate::report::{Better, Outcome};
+use governor::NotUntil;
 use governor::clock::FakeRelativeClock;
 use governor::nanos::Nanos;
 use std::cell::Cell;
@@ -40,7 +41,7 @@ use std::num::NonZeroU32;
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
-use tollgate_core::{Algorithm, Clock, Gcra, Limiter, ManualClock, Quota, check_atomic};
+use tollgate_core::{Algorithm, Clock, Decision, Gcra, Limiter, ManualClock, Quota, check_atomic};
 
 /// The quota of the allowed rows: one check per microsecond fits exactly.
 const RATE: u32 = 1_000_000;
@@ -59,8 +60,8 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
     let (ours, theirs) = pair(
         rounds,
-        || gcra_atomic_allowed(ManualClock::new(0), n),
-        || governor_allowed(FakeRelativeClock::default(), n),
+        || gcra_atomic_allowed(ManualClock::new(0), n, |d| d),
+        || governor_allowed(FakeRelativeClock::default(), n, |r| r),
     );
     out.push(
         Outcome::new(
@@ -76,8 +77,8 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
     let (ours, theirs) = pair(
         rounds,
-        || gcra_atomic_allowed(CounterClock::default(), n),
-        || governor_allowed(CounterClock::default(), n),
+        || gcra_atomic_allowed(CounterClock::default(), n, |d| d),
+        || governor_allowed(CounterClock::default(), n, |r| r),
     );
     out.push(
         Outcome::new(
@@ -92,8 +93,8 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
     let (ours, theirs) = pair(
         rounds,
-        || gcra_atomic_allowed_only(CounterClock::default(), n),
-        || governor_allowed_only(CounterClock::default(), n),
+        || gcra_atomic_allowed(CounterClock::default(), n, |d| d.allowed()),
+        || governor_allowed(CounterClock::default(), n, |r| r.is_ok()),
     );
     out.push(
         Outcome::new(
@@ -108,7 +109,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
     let (ours, theirs) = pair(
         rounds,
-        || gcra_atomic_allowed_read(CounterClock::default(), n),
+        || gcra_atomic_allowed(CounterClock::default(), n, |d| d.fields()),
         || governor_allowed_read(CounterClock::default(), n),
     );
     out.push(
@@ -137,7 +138,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     let (ours, theirs) = pair(
         rounds,
         || direct_limiter_allowed(n),
-        || governor_allowed(FakeRelativeClock::default(), n),
+        || governor_allowed(FakeRelativeClock::default(), n, |r| r),
     );
     out.push(
         Outcome::new(
@@ -154,7 +155,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         let (ours, theirs) = pair(
             rounds,
             || limiter_allowed(algorithm, n),
-            || governor_allowed(FakeRelativeClock::default(), n),
+            || governor_allowed(FakeRelativeClock::default(), n, |r| r),
         );
         out.push(
             Outcome::new(
@@ -170,22 +171,25 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     out
 }
 
-/// tollgate's GCRA on an atomic cell, every check allowed.
+/// tollgate's GCRA on an atomic cell, every check allowed; `read` is what
+/// the caller takes of each decision (each closure gets a copy of the loop
+/// of its own).
 #[inline(never)]
-fn gcra_atomic_allowed(clock: impl StepClock, n: u64) -> f64 {
+fn gcra_atomic_allowed<T>(clock: impl StepClock, n: u64, read: impl Fn(Decision) -> T) -> f64 {
     let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
     let cell = AtomicU64::new(0);
     let start = Instant::now();
     for _ in 0..n {
         clock.step();
-        black_box(&check_atomic(&gcra, &cell, clock.nanos(), 1));
+        black_box(&read(check_atomic(&gcra, &cell, clock.nanos(), 1)));
     }
     ns_per_op(start, n)
 }
 
-/// governor's direct limiter, every check allowed.
+/// governor's direct limiter, every check allowed; `read` is what the
+/// caller takes of each answer.
 #[inline(never)]
-fn governor_allowed<C>(clock: C, n: u64) -> f64
+fn governor_allowed<C, T>(clock: C, n: u64, read: impl Fn(Result<(), NotUntil<Nanos>>) -> T) -> f64
 where
     C: StepClock + governor::clock::Clock<Instant = Nanos>,
 {
@@ -196,54 +200,7 @@ where
     let start = Instant::now();
     for _ in 0..n {
         clock.step();
-        let _ = black_box(&limiter.check());
-    }
-    ns_per_op(start, n)
-}
-
-/// tollgate's GCRA on an atomic cell, every check allowed, and only
-/// whether it was read: what a caller that ignores the figures pays.
-#[inline(never)]
-fn gcra_atomic_allowed_only(clock: impl StepClock, n: u64) -> f64 {
-    let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
-    let cell = AtomicU64::new(0);
-    let start = Instant::now();
-    for _ in 0..n {
-        clock.step();
-        black_box(check_atomic(&gcra, &cell, clock.nanos(), 1).allowed());
-    }
-    ns_per_op(start, n)
-}
-
-/// governor's direct limiter, every check allowed, and only whether it was
-/// read.
-#[inline(never)]
-fn governor_allowed_only<C>(clock: C, n: u64) -> f64
-where
-    C: StepClock + governor::clock::Clock<Instant = Nanos>,
-{
-    let limiter = governor::RateLimiter::direct_with_clock(
-        governor::Quota::per_second(NonZeroU32::new(RATE).expect("non-zero")),
-        clock.clone(),
-    );
-    let start = Instant::now();
-    for _ in 0..n {
-        clock.step();
-        black_box(limiter.check().is_ok());
-    }
-    ns_per_op(start, n)
-}
-
-/// tollgate's GCRA on an atomic cell, every check allowed, and every
-/// figure of the decision computed.
-#[inline(never)]
-fn gcra_atomic_allowed_read(clock: impl StepClock, n: u64) -> f64 {
-    let gcra = Gcra::new(Quota::per_second(u64::from(RATE)));
-    let cell = AtomicU64::new(0);
-    let start = Instant::now();
-    for _ in 0..n {
-        clock.step();
-        black_box(check_atomic(&gcra, &cell, clock.nanos(), 1).fields());
+        black_box(&read(limiter.check()));
     }
     ns_per_op(start, n)
 }
@@ -355,7 +312,11 @@ fn direct_limiter_allowed(n: u64) -> f64 {
     let clock = ManualClock::new(0);
     let limiter = tollgate::DirectLimiter::builder()
         .quota("api", Quota::per_second(u64::from(RATE)))
-        .store(tollgate::MemoryStore::builder().clock(clock.clone()).build())
+        .store(
+            tollgate::MemoryStore::builder()
+                .clock(clock.clone())
+                .build(),
+        )
         .direct()
         .expect("one limit");
     let start = Instant::now();
