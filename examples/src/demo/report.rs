@@ -291,6 +291,13 @@ pub fn render(demo: &Demo) -> String {
             log.http.max_in_any_period
         );
     }
+    if let Some(buckets) = of(Algorithm::SlidingWindowBuckets) {
+        let _ = writeln!(
+            out,
+            "sliding-window-buckets never let more than {} through in any {period}.",
+            buckets.http.max_in_any_period
+        );
+    }
     if let Some(gap) = of(Algorithm::LeakyBucket).and_then(|leaky| leaky.http.min_spacing()) {
         let _ = writeln!(
             out,
