@@ -137,7 +137,7 @@ pub fn trace(p: &TraceParams) -> Vec<Vec<u64>> {
             let mut times = Vec::new();
             // Start on or off at random, part way into the phase.
             let mut t = -rng.exp(p.on_off.0 * SECOND);
-            let mut on = rng.next() % 3 != 0;
+            let mut on = !rng.next().is_multiple_of(3);
             while t < end {
                 let mean = if on { p.on_off.0 } else { p.on_off.1 };
                 let phase_end = t + rng.exp(mean * SECOND);
