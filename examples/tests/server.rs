@@ -338,6 +338,7 @@ fn every_rejecting_algorithm_admits_one_per_minute() {
         "fixed-window",
         "sliding-log",
         "sliding-window",
+        "sliding-window-buckets",
     ] {
         let server = Server::start(&["--limit", "api=1/min", "--algorithm", name]);
         assert_eq!(server.statuses(2, &[]), [200, 429], "{name}");

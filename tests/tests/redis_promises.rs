@@ -114,7 +114,8 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
     // interval (1 µs, the scripts' unit, after 3 intervals); the fixed window
     // at its end; the log when its newest entry leaves; the sliding window
     // once the 4, weighted in the next window, fall to nothing (1 µs past
-    // three quarters of it).
+    // three quarters of it); the sub-window counters once the newest
+    // sub-window, [15 s, 16 s), has left the minute (61 s: it counts whole).
     let reset_secs: Vec<f64> = verdict
         .each
         .iter()
@@ -122,7 +123,7 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
         .collect();
     assert_eq!(
         reset_secs,
-        [24.0, 24.0, 45.0, 18.000001, 45.0, 60.0, 90.000001]
+        [24.0, 24.0, 45.0, 18.000001, 45.0, 60.0, 90.000001, 61.0]
     );
 }
 

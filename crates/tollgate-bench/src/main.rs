@@ -7,7 +7,12 @@
 //! cargo run --release -p tollgate-bench -- --only core,layer
 //! ```
 //!
-//! Every scenario runs tollgate and its anchor back to back, in several
+//! `accuracy` is the exception: it times nothing, and compares each window
+//! algorithm's decisions with the exact sliding log's on a seeded trace; its
+//! own table follows the rows (and its chart, `accuracy.svg`, joins the
+//! others with `--charts`).
+//!
+//! Every other scenario runs tollgate and its anchor back to back, in several
 //! rounds that alternate which goes first, and reports the medians and the
 //! ratio ours/anchor. The JSON file is an array of rows
 //! `{"scenario", "ours", "anchor", "unit", "ratio"}`; the table printed at
@@ -39,8 +44,8 @@ struct Args {
     /// minutes on a 2-core machine. Noisier; use the full run for figures.
     #[arg(long)]
     quick: bool,
-    /// Only these scenarios, comma-separated: core, memory, contention,
-    /// layer, http, redis, redis-scripts.
+    /// Only these scenarios, comma-separated: accuracy, core, memory,
+    /// contention, layer, http, redis, redis-scripts.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the Markdown table, with the machine, to this file.
@@ -86,6 +91,7 @@ fn main() {
     );
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    let mut tables: Vec<String> = Vec::new();
     for name in scenario::ALL {
         if !args.only.is_empty() && !args.only.iter().any(|o| o == name) {
             continue;
@@ -93,6 +99,18 @@ fn main() {
         let scenario_started = Instant::now();
         eprintln!("{name}: running");
         let rows = match name {
+            "accuracy" => {
+                let accuracy = scenario::accuracy::run();
+                if let Some(dir) = &args.charts {
+                    std::fs::create_dir_all(dir).expect("create the chart directory");
+                    accuracy
+                        .draw(&dir.join("accuracy.svg"))
+                        .expect("draw the accuracy chart");
+                }
+                // Its own table (not ratios to an anchor), after the rows.
+                tables.push(accuracy.to_markdown());
+                Vec::new()
+            }
             "core" => scenario::core::run(settings),
             "memory" => scenario::memory::run(settings),
             "contention" => scenario::contention::run(settings),
@@ -143,6 +161,9 @@ fn main() {
     );
     for note in &notes {
         table.push_str(&format!("\n{note}\n"));
+    }
+    for extra in &tables {
+        table.push_str(&format!("\n{extra}"));
     }
     println!("{table}");
     if let Some(path) = &args.markdown {

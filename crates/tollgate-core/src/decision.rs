@@ -270,8 +270,9 @@ impl Decision {
     /// arrives: the end of the window for a fixed window (and the interval
     /// token bucket's next refill); the moment the next unit comes back for
     /// GCRA, the token and leaky buckets and the sliding window; the moment
-    /// the oldest admitted request leaves the log for the sliding log. Zero
-    /// when the limit is whole.
+    /// the oldest admitted request leaves the log for the sliding log, and
+    /// the oldest non-empty sub-window leaves the window for the sliding
+    /// window buckets. Zero when the limit is whole.
     ///
     /// Never later than [`reset_after`](Self::reset_after), and for a denied
     /// request never later than [`retry_after`](Self::retry_after): a retry

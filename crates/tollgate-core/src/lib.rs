@@ -30,6 +30,7 @@
 //! | [`FixedWindow`] | 16 bytes | up to `2 × limit` across a window boundary | exact per aligned window | one key, one string (window and count) |
 //! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`, at most 4,096 entries by default) | never over `limit` in any period | exact (below its entry bound) | one sorted set of up to `limit` entries (same bound) |
 //! | [`SlidingWindow`] | 24 bytes | approximates the log; ≤ `limit` per aligned window | estimate, assumes even spread | one key, one string (window and two counts) |
+//! | [`SlidingWindowBuckets`] | 24 bytes + 8 × (n + 1) on the heap (512 bytes at the default n = 60) | never over `limit` in any period | exact over the period rounded out to sub-window edges: refuses at most one sub-window's worth more than the log | one hash of up to `n + 1` small counters (616 B at 500/h, 60 sub-windows) |
 //!
 //! - **GCRA** is the default: the smallest state, smooth admission, a
 //!   configurable burst. Pick it unless you have a reason not to.
@@ -43,6 +44,9 @@
 //! - **Sliding log** never exceeds the limit in any period: for small, strict
 //!   limits such as logins.
 //! - **Sliding window** approximates the sliding log in constant memory.
+//! - **Sliding window buckets** keep the sliding log's promise (never over
+//!   the limit in any period) in memory fixed by the number of sub-windows,
+//!   not by the limit: for large strict limits ("500 per hour" per user).
 //!
 //! # Semantics in one place
 //!
@@ -58,6 +62,9 @@
 //!   `cost` is at most `limit`.
 //! - Sliding window: `E = cur + ⌊prev·(period − elapsed)/period⌋`; allowed iff
 //!   `E + cost ≤ limit`.
+//! - Sliding window buckets: sub-windows of `s = ⌈period / n⌉` (whole µs);
+//!   allowed iff the cost admitted in sub-windows `⌊now/s⌋ − n ..= ⌊now/s⌋`
+//!   plus `cost` is at most `limit`.
 //!
 //! # The times a decision carries
 //!
@@ -69,7 +76,8 @@
 //! - [`Decision::reset_after`]: the moment the limit is whole again
 //!   (`remaining == limit`); 1 ns earlier it is not. For the sliding window
 //!   that is when the counts, weighted, have fallen to nothing (not the end
-//!   of the next window); for the leaky bucket, when the next request would
+//!   of the next window); for the sliding window buckets, when the newest
+//!   non-empty sub-window leaves the window; for the leaky bucket, when the next request would
 //!   wait under one interval.
 //! - [`Decision::replenish_after`]: the moment `remaining` next grows; 0 when
 //!   whole. Never after the other two, except that in delay mode a retry is

@@ -44,6 +44,10 @@ macro_rules! for_each_algorithm {
             SlidingLog($crate::SlidingLog, Box<$crate::SlidingLogState>) = "sliding-log", lua "sliding_log";
             /// Two fixed-window counters weighted into an estimate of the last period.
             SlidingWindow($crate::SlidingWindow, $crate::SlidingWindowState) = "sliding-window", lua "sliding_window";
+            /// A counter per sub-window (60 to a period by default), the
+            /// window's sum counting the oldest sub-window whole: never over
+            /// the limit in any period.
+            SlidingWindowBuckets($crate::SlidingWindowBuckets, $crate::SlidingWindowBucketsState) = "sliding-window-buckets", lua "sliding_window_buckets";
         }
     };
 }

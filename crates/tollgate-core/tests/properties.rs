@@ -302,6 +302,45 @@ proptest! {
     }
 
     #[test]
+    fn sliding_window_buckets_match_their_model_and_never_exceed_the_limit(
+        quota in small_quota(),
+        (start, trace) in arrivals(),
+        n in prop_oneof![Just(60u32), 1u32..8, 8u32..200],
+    ) {
+        use tollgate_core::SlidingWindowBuckets;
+        let buckets = SlidingWindowBuckets::new(quota).with_sub_windows(n);
+        let seen = run(&Limiter::SlidingWindowBuckets(buckets), quota, start, &trace);
+        let s = u64::try_from(buckets.sub_window().as_nanos()).unwrap();
+        let n = u64::from(buckets.sub_windows());
+        let (period, limit) = (quota.period_nanos(), quota.limit());
+        prop_assert!(n * s >= period && (n - 1) * s < period.max(1_000));
+        let in_span = |j: usize, span: u64| -> u64 {
+            admitted(&seen[..j]).filter(|p| seen[j].at - p.at < span).map(|p| p.cost).sum()
+        };
+        for (j, r) in seen.iter().enumerate() {
+            // The model: the cost admitted since the start of sub-window
+            // `⌊now / s⌋ − n` (the trace's clock never goes back).
+            let from = (r.at / s).saturating_sub(n) * s;
+            let counted: u64 = admitted(&seen[..j]).filter(|p| p.at >= from).map(|p| p.cost).sum();
+            prop_assert_eq!(r.decision.allowed(), counted + r.cost <= limit);
+            // The documented bound, both ways: what a log over the period
+            // would refuse is refused; what a log over (n + 1)·s would
+            // admit is admitted.
+            if r.decision.allowed() {
+                prop_assert!(in_span(j, period) + r.cost <= limit, "over the limit in a period");
+            } else if r.cost <= limit {
+                prop_assert!(in_span(j, (n + 1) * s) + r.cost > limit, "refused more than one sub-window's worth");
+            }
+        }
+        // Never more than the limit in any span of n·s (≥ the period).
+        for (j, r) in seen.iter().enumerate() {
+            if r.decision.allowed() {
+                prop_assert!(in_span(j, n * s) + r.cost <= limit);
+            }
+        }
+    }
+
+    #[test]
     fn delay_mode_releases_in_arrival_order_at_the_rate(
         quota in small_quota(),
         (start, trace) in arrivals(),

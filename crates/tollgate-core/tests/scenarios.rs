@@ -173,6 +173,12 @@ fn every_algorithm_state_fits_32_bytes_but_the_log() {
         24
     );
     assert_eq!(size_of::<tollgate_core::algorithm::TokenBucketState>(), 24);
+    // 24 bytes inline, and a ring of n + 1 counters on the heap: 61 × 8 =
+    // 488 bytes at the default 60 sub-windows.
+    assert_eq!(
+        size_of::<tollgate_core::algorithm::SlidingWindowBucketsState>(),
+        24
+    );
 }
 
 /// What the algorithm docs promise of a clock that steps back by `δ`: GCRA

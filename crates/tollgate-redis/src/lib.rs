@@ -70,7 +70,10 @@
 //! token and leaky bucket 88 B, fixed window 104 B, sliding window 104–120
 //! B, sliding log 152 B with one entry and 3,160 B with 100 (a sorted set:
 //! about 30 B an entry while a key holds up to 128, more beyond; at most
-//! `SlidingLog::max_entries` entries, 4,096 by default). A sliding-log call
+//! `SlidingLog::max_entries` entries, 4,096 by default); sliding window
+//! buckets, a hash of one small field per non-empty sub-window (at most
+//! `n + 1`): 616 B at 500/h with 60 sub-windows and all 61 fields in use,
+//! whatever the limit. A sliding-log call
 //! costs the server the same at limit 100 as at 5,000 (about 20 µs, 1.3–1.6×
 //! GCRA's script; the list it replaced read the whole log: 79 µs at 100,
 //! 681 µs at 1,000, 3,501 µs at 5,000). 64 tasks on

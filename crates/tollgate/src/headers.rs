@@ -23,7 +23,8 @@
 //! - `q` and `w`: the quota units a client can actually use and the window
 //!   they are measured over, so that `r ≤ q` on every response and `q / w`
 //!   is the quota's sustained rate. For the window algorithms (fixed window,
-//!   sliding log, sliding window) that is the limit per period. For the
+//!   sliding log, sliding window and its sub-window counters) that is the
+//!   limit per period. For the
 //!   buckets (GCRA, token bucket, leaky bucket) it is the burst, over the
 //!   time an empty bucket takes to fill again: `Quota::per_second(10)` with
 //!   a burst of 20 is `q=20;w=2`, not `q=10;w=1`, which would tell a client
@@ -37,7 +38,8 @@
 //!   and the interval token bucket's next refill; when the next unit is
 //!   back for GCRA, the continuous token bucket, the leaky bucket and the
 //!   sliding window; when the oldest admitted request leaves the period for
-//!   the sliding log. 0 when the limit is whole. So `t` never exceeds
+//!   the sliding log, and the oldest non-empty sub-window for the sliding
+//!   window's sub-window counters. 0 when the limit is whole. So `t` never exceeds
 //!   `Retry-After` on a refusal (a retry needs at least that first unit), as
 //!   the draft asks; "until the whole quota is back" would, for any burst
 //!   above one (a client that believed it would wait `burst` times too long).

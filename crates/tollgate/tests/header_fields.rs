@@ -114,7 +114,8 @@ fn assert_fields_agree(response: &Response<String>, limiters: &[Limiter], cost: 
     }
 }
 
-/// A limiter: every algorithm, and the interval token bucket (index 6).
+/// A limiter: every algorithm (`kind` below `Algorithm::ALL.len()`), and
+/// the interval token bucket built by hand (`kind` past them).
 fn limiter(kind: usize, quota: Quota) -> Limiter {
     match Algorithm::ALL.get(kind) {
         Some(&algorithm) => Limiter::new(algorithm, quota),
@@ -180,12 +181,15 @@ fn run(limiters: &[Limiter], trace: &[(u32, u32)]) {
     });
 }
 
+/// The last `kind`: the hand-built interval token bucket.
+const KINDS: usize = Algorithm::ALL.len();
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
     fn the_fields_agree_for_one_limit(
-        kind in 0usize..=6,
+        kind in 0usize..=KINDS,
         quota in quota(),
         trace in prop::collection::vec((0u32..=400, prop_oneof![8 => Just(1u32), 2 => 0u32..=25]), 1..80),
     ) {
@@ -194,7 +198,7 @@ proptest! {
 
     #[test]
     fn the_fields_agree_for_two_limits(
-        kinds in (0usize..=6, 0usize..=6),
+        kinds in (0usize..=KINDS, 0usize..=KINDS),
         quotas in (quota(), quota()),
         trace in prop::collection::vec((0u32..=400, prop_oneof![8 => Just(1u32), 2 => 0u32..=25]), 1..80),
     ) {

@@ -15,8 +15,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tollgate_examples::demo::{self, Config};
 
-/// The same bursty trace through GCRA, token bucket, leaky bucket, fixed
-/// window, sliding log and sliding window, over real HTTP and gRPC servers.
+/// The same bursty trace through every algorithm (GCRA, token buckets,
+/// leaky bucket, fixed window, sliding log, sliding window and its
+/// sub-window counters), over real HTTP and gRPC servers.
 #[derive(Debug, Parser)]
 #[command(name = "demo")]
 struct Args {

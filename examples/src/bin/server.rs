@@ -11,7 +11,7 @@
 //! ```text
 //! --listen ADDR            default 127.0.0.1:3000; prints "listening on http://ADDR" once it accepts connections
 //! --limit NAME=QUOTA       repeatable; default api=10/s
-//! --algorithm ALG          gcra | token-bucket | token-bucket-interval | leaky-bucket | fixed-window | sliding-log | sliding-window (default gcra)
+//! --algorithm ALG          gcra | token-bucket | token-bucket-interval | leaky-bucket | fixed-window | sliding-log | sliding-window | sliding-window-buckets (default gcra)
 //! --key KIND               ip | global | header:NAME (default ip)
 //! --trust-proxy CIDR       repeatable; proxy headers are read only from these peers
 //! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]
@@ -88,7 +88,7 @@ struct Args {
     #[arg(long = "limit", value_name = "NAME=QUOTA", default_value = "api=10/s", value_parser = parse_limit)]
     limits: Vec<NamedLimit>,
 
-    /// gcra | token-bucket | token-bucket-interval | leaky-bucket | fixed-window | sliding-log | sliding-window.
+    /// gcra | token-bucket | token-bucket-interval | leaky-bucket | fixed-window | sliding-log | sliding-window | sliding-window-buckets.
     #[arg(long, value_name = "ALG", default_value = "gcra")]
     algorithm: Algorithm,
 

@@ -18,13 +18,15 @@ const OFFERED: RGBColor = RGBColor(205, 205, 205);
 const BOUNDARY: RGBColor = RGBColor(150, 150, 150);
 const RATE: RGBColor = RGBColor(200, 40, 40);
 /// One color per algorithm, in `Algorithm::ALL` order.
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
     RGBColor(255, 127, 14),
     RGBColor(23, 190, 207),
     RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(188, 189, 34),
 ];
 
 /// Counts `times` (ns) in buckets of `width` ns: `counts[i]` holds those in

@@ -168,20 +168,20 @@ pub fn render(demo: &Demo) -> String {
     );
     let most = format!("max in {period}");
     let groups = format!(
-        "{:<21} {:>7} | {:^28} | {:^28}",
+        "{:<22} {:>7} | {:^28} | {:^28}",
         "", "", "HTTP (axum)", "gRPC (tonic)"
     );
     let _ = writeln!(out, "{}", groups.trim_end());
     let _ = writeln!(
         out,
-        "{:<21} {:>7} | {:>8} {:>8} {:>10} | {:>8} {:>8} {:>10}",
+        "{:<22} {:>7} | {:>8} {:>8} {:>10} | {:>8} {:>8} {:>10}",
         "algorithm", "offered", "admitted", "rejected", most, "admitted", "rejected", most
     );
     for result in &demo.results {
         let (h, g) = (&result.http, &result.grpc);
         let _ = writeln!(
             out,
-            "{:<21} {:>7} | {:>8} {:>8} {:>10} | {:>8} {:>8} {:>10}",
+            "{:<22} {:>7} | {:>8} {:>8} {:>10} | {:>8} {:>8} {:>10}",
             result.algorithm.name(),
             h.offered,
             h.admitted,
@@ -204,7 +204,7 @@ pub fn render(demo: &Demo) -> String {
             Some(seen) => {
                 let _ = writeln!(
                     out,
-                    "  {:<21} {}  {}",
+                    "  {:<22} {}  {}",
                     result.algorithm.name(),
                     seen.status.split(' ').next().unwrap_or_default(),
                     fields_line(seen)
@@ -213,7 +213,7 @@ pub fn render(demo: &Demo) -> String {
             None => {
                 let _ = writeln!(
                     out,
-                    "  {:<21} (no request was limited)",
+                    "  {:<22} (no request was limited)",
                     result.algorithm.name()
                 );
             }
@@ -289,6 +289,13 @@ pub fn render(demo: &Demo) -> String {
             out,
             "sliding-log never let more than {} through in any {period}.",
             log.http.max_in_any_period
+        );
+    }
+    if let Some(buckets) = of(Algorithm::SlidingWindowBuckets) {
+        let _ = writeln!(
+            out,
+            "sliding-window-buckets never let more than {} through in any {period}.",
+            buckets.http.max_in_any_period
         );
     }
     if let Some(gap) = of(Algorithm::LeakyBucket).and_then(|leaky| leaky.http.min_spacing()) {

@@ -1,7 +1,10 @@
 //! The scenarios, one module each. Every scenario runs tollgate and its
 //! anchor back to back in alternating rounds and returns one
-//! [`Outcome`](crate::report::Outcome) per row of the table.
+//! [`Outcome`](crate::report::Outcome) per row of the table; but
+//! [`accuracy`], which compares decisions with the exact sliding log's and
+//! has a table of its own.
 
+pub mod accuracy;
 pub mod contention;
 pub mod core;
 pub mod http;
@@ -12,7 +15,8 @@ pub mod redis_scripts;
 
 /// Every scenario's name, in the order they run (cheap and short first, so
 /// that a broken build fails fast).
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
+    "accuracy",
     "core",
     "memory",
     "contention",

@@ -13,6 +13,7 @@ mod leaky_bucket;
 mod schedule;
 mod sliding_log;
 mod sliding_window;
+mod sliding_window_buckets;
 mod token_bucket;
 
 pub use fixed_window::{FixedWindow, FixedWindowState};
@@ -20,6 +21,9 @@ pub use gcra::{Gcra, GcraState};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use sliding_log::{LogCharge, SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use sliding_window_buckets::{
+    SlidingWindowBuckets, SlidingWindowBucketsState, SubWindowCharge,
+};
 pub use token_bucket::{IntervalTokenBucket, Refill, ScaledTime, TokenBucket, TokenBucketState};
 
 use crate::{Decision, Quota};
