@@ -16,6 +16,12 @@ use std::time::Duration;
 /// A request of cost `c` occupies `c` consecutive slots and is admitted iff its
 /// last slot's wait is under `burst·T`.
 ///
+/// So at one instant `burst` requests pass (waits `0` to `(burst − 1)·T`),
+/// and any time later one more: the first has left by then, and the queue
+/// again holds `burst` waiting behind the one leaving. Under a burst spread
+/// over a few microseconds (a shared store, whose clock moves between
+/// calls) that is `burst + 1`.
+///
 /// [`Decision::remaining`] counts the requests of cost 1 that would be
 /// admitted now (`burst − ⌊wait / T⌋`, where `wait` is what the next one
 /// would wait), so the bucket is whole ([`Decision::reset_after`]) once that
