@@ -4,12 +4,14 @@
 //! sliding log at its entry bound too), for
 //! several limits charged together, on one server and on a 3-master Cluster.
 
+mod common;
+
+use common::{decide, in_micros};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
+use tollgate::{Key, NamedLimit, Policy};
 use tollgate_core::{
-    Algorithm, Decision, DecisionFields, Limiter, ManualClock, Quota, Refill, SlidingLog,
-    TokenBucket, check_all,
+    Algorithm, Decision, Limiter, ManualClock, Quota, Refill, SlidingLog, TokenBucket, check_all,
 };
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
@@ -71,13 +73,6 @@ fn policies() -> Vec<Vec<NamedLimit>> {
     policies
 }
 
-async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key, cost: u32) -> PolicyDecision {
-    match store.check(policy, key, cost) {
-        StoreReply::Pending(future) => future.await.expect("the store answers"),
-        StoreReply::Ready(result) => result.expect("the store answers"),
-    }
-}
-
 /// Runs every policy's trace through the core and through `url`, asserting
 /// equal decisions; returns how many requests were admitted in all.
 async fn assert_conforms(url: &str, key: &Key) -> usize {
@@ -120,26 +115,6 @@ async fn assert_conforms(url: &str, key: &Key) -> usize {
         admitted += seen[1];
     }
     admitted
-}
-
-/// A core decision at the scripts' resolution: times rounded up to whole
-/// microseconds (the leaky bucket's "1 ns later" is "1 µs later" there).
-fn in_micros(d: Decision) -> Decision {
-    let up = |nanos: u64| {
-        if nanos == Decision::NEVER_NANOS {
-            nanos
-        } else {
-            nanos.div_ceil(1_000) * 1_000
-        }
-    };
-    DecisionFields {
-        reset_after_nanos: up(d.reset_after_nanos()),
-        retry_after_nanos: up(d.retry_after_nanos()),
-        wait_nanos: up(d.wait_nanos()),
-        replenish_after_nanos: up(d.replenish_after_nanos()),
-        ..d.fields()
-    }
-    .into()
 }
 
 fn limits_label(limits: &[NamedLimit]) -> String {

@@ -5,19 +5,15 @@
 //! connect that gives up within its timeout when a server accepts but never
 //! answers; and a Cluster whose masters lose their scripts.
 
+mod common;
+
+use common::decide;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
+use tollgate::{Key, NamedLimit, Policy};
 use tollgate_core::{Algorithm, Gcra, ManualClock, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
-
-async fn decide(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> PolicyDecision {
-    match store.check(policy, key, 1) {
-        StoreReply::Pending(future) => future.await.expect("the store answers"),
-        StoreReply::Ready(result) => result.expect("the store answers"),
-    }
-}
 
 /// `calls` of every command in `INFO commandstats`, by name.
 fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
@@ -43,11 +39,11 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
     ]));
     // The first decision loads the script (NOSCRIPT, then the script sent
     // whole); from then on each decision is one round trip.
-    decide(&store, &policy, &Key::from_bytes(b"dave")).await;
+    decide(&store, &policy, &Key::from_bytes(b"dave"), 1).await;
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "+OK\r\n");
     for i in 0..25 {
         let key = Key::from_bytes(format!("user-{}", i % 5).as_bytes());
-        assert_eq!(decide(&store, &policy, &key).await.each.len(), 3);
+        assert_eq!(decide(&store, &policy, &key, 1).await.each.len(), 3);
     }
     let mut calls: Vec<(String, u64)> = command_calls(&server)
         .into_iter()
@@ -89,9 +85,9 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
     let policy = Arc::new(Policy::new(limits));
     let key = Key::from_bytes(b"erin");
     for _ in 0..3 {
-        decide(&store, &policy, &key).await;
+        decide(&store, &policy, &key, 1).await;
     }
-    let verdict = decide(&store, &policy, &key).await;
+    let verdict = decide(&store, &policy, &key, 1).await;
     let names = store.redis_keys(&policy, &key);
     for ((name, decision), limit) in names.iter().zip(&verdict.each).zip(policy.limits()) {
         // The scripts set `PX` to the decision's reset time (plus, for the
@@ -141,17 +137,17 @@ async fn intervals_round_up_to_whole_microseconds_never_faster() {
     let quota = Quota::per_second(3).with_burst(1).unwrap();
     let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", quota)]));
     let key = Key::from_bytes(b"frank");
-    assert!(decide(&store, &policy, &key).await.merged.allowed());
-    let denied = decide(&store, &policy, &key).await.merged;
+    assert!(decide(&store, &policy, &key, 1).await.merged.allowed());
+    let denied = decide(&store, &policy, &key, 1).await.merged;
     assert!(!denied.allowed());
     assert_eq!(denied.retry_after(), Duration::from_micros(333_334));
     assert_eq!(Gcra::new(quota).interval_nanos(), 333_333_334);
     // Where the core would already admit again, Redis does not yet; one
     // microsecond later it does.
     clock.advance(Duration::from_nanos(333_333_334));
-    assert!(!decide(&store, &policy, &key).await.merged.allowed());
+    assert!(!decide(&store, &policy, &key, 1).await.merged.allowed());
     clock.advance(Duration::from_nanos(666));
-    assert!(decide(&store, &policy, &key).await.merged.allowed());
+    assert!(decide(&store, &policy, &key, 1).await.merged.allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,7 +193,7 @@ async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
             assert_eq!(node.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
         }
         for key in &keys {
-            let verdict = decide(&store, &policy, key).await;
+            let verdict = decide(&store, &policy, key, 1).await;
             assert!(verdict.merged.allowed(), "round {round}");
         }
         for node in cluster.nodes() {
@@ -216,6 +212,6 @@ async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
     assert_eq!(masters_used, 3, "the keys spread over every master");
     // Nothing was lost on the way: each key's third request is refused.
     for key in &keys {
-        assert!(!decide(&store, &policy, key).await.merged.allowed());
+        assert!(!decide(&store, &policy, key, 1).await.merged.allowed());
     }
 }

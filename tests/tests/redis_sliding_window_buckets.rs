@@ -4,37 +4,15 @@
 //! sub-window of the hour costs Redis no more than its counters
 //! (`MEMORY USAGE`, printed).
 
+mod common;
+
+use common::{decide, in_micros};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::{Key, MemoryStore, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
-use tollgate_core::{Algorithm, Decision, DecisionFields, ManualClock, Quota};
+use tollgate::{Key, MemoryStore, NamedLimit, Policy};
+use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::RedisServer;
-
-async fn decide<S: Store>(store: &S, policy: &Arc<Policy>, key: &Key, cost: u32) -> PolicyDecision {
-    match store.check(policy, key, cost) {
-        StoreReply::Pending(future) => future.await.expect("the store answers"),
-        StoreReply::Ready(result) => result.expect("the store answers"),
-    }
-}
-
-/// A decision at the scripts' resolution: times rounded up to whole µs.
-fn in_micros(d: Decision) -> Decision {
-    let up = |nanos: u64| {
-        if nanos == Decision::NEVER_NANOS {
-            nanos
-        } else {
-            nanos.div_ceil(1_000) * 1_000
-        }
-    };
-    DecisionFields {
-        reset_after_nanos: up(d.reset_after_nanos()),
-        retry_after_nanos: up(d.retry_after_nanos()),
-        replenish_after_nanos: up(d.replenish_after_nanos()),
-        ..d.fields()
-    }
-    .into()
-}
 
 /// A seeded trace of (gap in µs, cost): quiet stretches, steady traffic
 /// around the limit and bursts, so that the hour both fills and drains.
