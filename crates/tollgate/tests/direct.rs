@@ -217,7 +217,7 @@ async fn the_throttle_layer_makes_calls_wait_their_turn() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_throttled_call_that_can_never_pass_is_an_error_not_a_hang() {
+async fn a_wait_that_could_never_end_and_an_inner_failure_are_errors() {
     // The layer charges 1 per call, which always fits; a direct wait of
     // cost 2 on a burst of 1 shows the error the layer would return.
     let limiter = on_tokio_clock(Quota::per_second(1), Algorithm::Gcra);
@@ -236,4 +236,57 @@ async fn a_throttled_call_that_can_never_pass_is_an_error_not_a_hang() {
         .await
         .unwrap_err();
     assert_eq!(error.to_string(), "down");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_call_holds_none_of_the_inner_services_capacity() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
+
+    /// Counts how often it is asked whether it is ready.
+    #[derive(Clone)]
+    struct Counting(Arc<AtomicUsize>);
+    impl Service<u32> for Counting {
+        type Response = u32;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<u32, Infallible>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, n: u32) -> Self::Future {
+            std::future::ready(Ok(n))
+        }
+    }
+
+    let limiter = on_tokio_clock(
+        Quota::per_second(10).with_burst(1).unwrap(),
+        Algorithm::Gcra,
+    );
+    assert!(limiter.check_now().allowed()); // the burst is spent
+    let polled = Arc::new(AtomicUsize::new(0));
+    let client = ThrottleLayer::new(limiter).layer(Counting(polled.clone()));
+    let call = tokio::spawn(client.oneshot(7));
+    // Halfway through the 100 ms wait, the inner service was never asked.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(polled.load(Ordering::SeqCst), 0);
+    assert_eq!(call.await.unwrap().unwrap(), 7);
+    assert_eq!(polled.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_dropped_during_its_hold_leaves_the_call_charged() {
+    // Calls leave every 100 ms; the first leaves at once, the second is
+    // admitted and held for 100 ms.
+    let quota = Quota::per_second(10).with_burst(5).unwrap();
+    let limiter = on_tokio_clock(quota, Algorithm::LeakyBucket);
+    limiter.until_ready().await.unwrap();
+    let held = tokio::time::timeout(Duration::from_millis(10), limiter.until_ready()).await;
+    assert!(
+        held.is_err(),
+        "the second call is held, so the timeout drops it"
+    );
+    // Both calls are charged: a third gets the slot at 200 ms, 190 ms
+    // after now (the timeout's 10 ms have passed).
+    assert_eq!(limiter.check_now().wait(), Duration::from_millis(190));
 }
