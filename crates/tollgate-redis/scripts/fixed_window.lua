@@ -32,3 +32,14 @@ ALGORITHMS.fixed_window = {
     store(key, int(state[1]) .. ' ' .. int(state[2]), ttl_ms)
   end,
 }
+
+-- Charges `cost` whatever the state (see share.lua).
+ALGORITHMS.fixed_window.force = function(state, now, cost, p)
+  return ALGORITHMS.fixed_window.evaluate(state, now, cost, { UNBOUNDED, p[2] })
+end
+
+-- Capacity reserved in a window is that window's: spent later, it would
+-- count in a window that never charged it.
+ALGORITHMS.fixed_window.lapse = function(now, p)
+  return (div_floor(now, p[2]) + 1) * p[2] - now
+end

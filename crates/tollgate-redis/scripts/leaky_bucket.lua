@@ -24,4 +24,10 @@ ALGORITHMS.leaky_bucket = {
     -- request's slot depends on it until then.
     store(key, int(next_free), floor(max(next_free - now, 0) / 1000) + 1)
   end,
+
+  -- Charges `cost` whatever the state (see gcra.lua).
+  force = function(next_free, now, cost, p)
+    local finish = max(next_free, now) + cost * p[1]
+    return decision(true, p[3], 0, finish - now, 0, 0, 0), finish
+  end,
 }

@@ -85,3 +85,14 @@ ALGORITHMS.sliding_window = {
     store(key, int(state[1]) .. ' ' .. int(state[2]) .. ' ' .. int(state[3]), ttl_ms)
   end,
 }
+
+-- Charges `cost` whatever the state (see share.lua).
+ALGORITHMS.sliding_window.force = function(state, now, cost, p)
+  return ALGORITHMS.sliding_window.evaluate(state, now, cost, { UNBOUNDED, p[2] })
+end
+
+-- Reserved in a window, counted whole in it: spent in the next, it would
+-- weigh only in part there (see fixed_window.lua).
+ALGORITHMS.sliding_window.lapse = function(now, p)
+  return (div_floor(now, p[2]) + 1) * p[2] - now
+end

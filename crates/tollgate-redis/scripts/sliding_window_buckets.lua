@@ -119,3 +119,14 @@ ALGORITHMS.sliding_window_buckets = {
     redis.call('PEXPIRE', key, ttl_ms)
   end,
 }
+
+-- Charges `cost` whatever the state (see share.lua).
+ALGORITHMS.sliding_window_buckets.force = function(state, now, cost, p)
+  return ALGORITHMS.sliding_window_buckets.evaluate(state, now, cost, { UNBOUNDED, p[2], p[3], p[4] })
+end
+
+-- Reserved in a sub-window, counted in it: spent later, it would leave the
+-- window early.
+ALGORITHMS.sliding_window_buckets.lapse = function(now, p)
+  return (div_floor(now, p[2]) + 1) * p[2] - now
+end

@@ -45,3 +45,8 @@ ALGORITHMS.token_bucket = {
     store(key, int(state[1]) .. ' ' .. int(state[2]), ttl_ms)
   end,
 }
+
+-- Charges `cost` whatever the state (see share.lua).
+ALGORITHMS.token_bucket.force = function(state, now, cost, p)
+  return ALGORITHMS.token_bucket.evaluate(state, now, cost, { p[1], p[2], UNBOUNDED, p[4] })
+end

@@ -15,6 +15,9 @@ enum Kind {
     Redis(redis::RedisError),
     UnexpectedReply(String),
     Late,
+    /// The local-first store's call for a key failed, and what this
+    /// instance held for it is spent.
+    Unavailable(String),
 }
 
 impl RedisStoreError {
@@ -27,6 +30,12 @@ impl RedisStoreError {
     pub(crate) fn unexpected_reply(message: impl Into<String>) -> Self {
         RedisStoreError {
             kind: Kind::UnexpectedReply(message.into()),
+        }
+    }
+
+    pub(crate) fn unavailable(message: String) -> Self {
+        RedisStoreError {
+            kind: Kind::Unavailable(message),
         }
     }
 
@@ -77,6 +86,12 @@ impl fmt::Display for RedisStoreError {
                 "the decision reached Redis after the layer stopped waiting for it \
                  (store_timeout), so nothing was charged (is the server overloaded or \
                  stalled?)",
+            ),
+            Kind::Unavailable(message) => write!(
+                f,
+                "the local-first store has spent what it held for this key and cannot \
+                 reach Redis for more ({message}); the layer applies its store-failure \
+                 behaviour meanwhile"
             ),
             Kind::UnexpectedReply(message) => write!(
                 f,

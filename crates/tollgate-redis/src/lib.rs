@@ -131,6 +131,7 @@ struct ReadmeDoctests;
 mod connection;
 mod error;
 mod keys;
+mod local;
 #[cfg(feature = "quotas")]
 mod quotas;
 mod script;
@@ -140,6 +141,7 @@ mod url;
 
 pub use error::RedisStoreError;
 pub use keys::MAX_KEY_LEN;
+pub use local::{LocalFirst, LocalFirstBuilder, LocalMode, LocalStats};
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
 pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};

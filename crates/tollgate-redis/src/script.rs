@@ -16,6 +16,7 @@ use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
+const SHARE: &str = include_str!("../scripts/share.lua");
 
 /// Makes [`LUA_FILES`] from the algorithm registry's list.
 macro_rules! lua_files {
@@ -52,14 +53,29 @@ fn file_bit(script: &str) -> Option<u32> {
         .map(|i| 1 << i)
 }
 
+/// What a script does with the algorithms' files: decide one request
+/// (`check.lua`), or the local-first store's reservations and syncs
+/// (`share.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    Check,
+    Share,
+}
+
 /// The script for a set of Lua files (one bit each): the prelude, the
-/// files, and `check.lua`. Made once per set in the process, however many
-/// policies (per-key quotas, reloaded rules) use it.
-fn script_for(files: u32) -> Arc<LuaScript> {
-    static SCRIPTS: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
+/// files, and the entry's file. Made once per set in the process, however
+/// many policies (per-key quotas, reloaded rules) use it.
+fn script_for(files: u32, entry: Entry) -> Arc<LuaScript> {
+    static CHECKS: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
         [const { OnceLock::new() }; SCRIPT_SETS];
+    static SHARES: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
+        [const { OnceLock::new() }; SCRIPT_SETS];
+    let (table, tail) = match entry {
+        Entry::Check => (&CHECKS, CHECK),
+        Entry::Share => (&SHARES, SHARE),
+    };
     // `files` is made of `file_bit`s, so it is below SCRIPT_SETS.
-    SCRIPTS[files as usize % SCRIPT_SETS]
+    table[files as usize % SCRIPT_SETS]
         .get_or_init(|| {
             let mut source = String::from(PRELUDE);
             for (i, (_, file)) in LUA_FILES.iter().enumerate() {
@@ -67,7 +83,7 @@ fn script_for(files: u32) -> Arc<LuaScript> {
                     source.push_str(file);
                 }
             }
-            source.push_str(CHECK);
+            source.push_str(tail);
             Arc::new(LuaScript {
                 hash: redis::Script::new(&source).get_hash().to_owned(),
                 source,
@@ -87,6 +103,22 @@ impl LuaScript {
     /// The SHA-1, in hex.
     pub(crate) fn get_hash(&self) -> &str {
         &self.hash
+    }
+
+    /// `command` (an `EVALSHA` of this script) as an `EVAL` carrying the
+    /// script's source: for a server that lacks the script. Routed by the
+    /// same keys, so on a Cluster it reaches the node that lacks it (where
+    /// `SCRIPT LOAD`, sent to every master, fails while one of them is
+    /// down), and it runs once, loading the script as it does.
+    pub(crate) fn with_source(&self, command: &Cmd) -> Cmd {
+        let mut eval = Cmd::new();
+        eval.arg("EVAL").arg(self.source.as_str());
+        for arg in command.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
     }
 }
 
@@ -115,6 +147,8 @@ impl LimitArgs {
 pub(crate) struct PreparedPolicy {
     /// Shared by every policy that uses the same algorithms.
     pub(crate) script: Arc<LuaScript>,
+    /// The same algorithms' script for the local-first store.
+    pub(crate) share_script: Arc<LuaScript>,
     /// Five arguments per limit: the algorithm's name and four parameters.
     pub(crate) args: Vec<Vec<u8>>,
     key_suffixes: Vec<String>,
@@ -139,7 +173,8 @@ impl PreparedPolicy {
             args.extend(limit.call.params.iter().map(|p| p.to_string().into_bytes()));
         }
         PreparedPolicy {
-            script: script_for(files),
+            script: script_for(files, Entry::Check),
+            share_script: script_for(files, Entry::Share),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
         }
@@ -202,20 +237,76 @@ impl PreparedPolicy {
         command
     }
 
-    /// `command` (an `EVALSHA` from [`command`](Self::command)) as an
-    /// `EVAL` carrying the script's source: for a server that lacks the
-    /// script. Routed by the same keys, so on a Cluster it reaches the node
-    /// that lacks it (where `SCRIPT LOAD`, sent to every master, fails while
-    /// one of them is down), and it runs once, loading the script as it does.
-    pub(crate) fn with_source(&self, command: &Cmd) -> Cmd {
-        let mut eval = Cmd::new();
-        eval.arg("EVAL").arg(self.script.source.as_str());
-        for arg in command.args_iter().skip(2) {
-            if let redis::Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
+    /// The local-first store's call (`share.lua`) for `key`: a
+    /// reservation or a sync, `EVALSHA sha numkeys keys… op now a b c
+    /// params…`.
+    pub(crate) fn share_command(
+        &self,
+        prefix: &str,
+        key: &Key,
+        op: ShareOp,
+        now: Option<u64>,
+    ) -> Cmd {
+        let count = self.key_suffixes.len();
+        let sync = matches!(op, ShareOp::Sync { .. });
+        let keys = count + usize::from(sync);
+        let mut command = Cmd::with_capacity(8 + keys + self.args.len(), 256);
+        command
+            .arg("EVALSHA")
+            .arg(self.share_script.get_hash())
+            .arg(keys);
+        self.for_each_key(prefix, key, |name| {
+            command.arg(name);
+        });
+        if sync {
+            let mut name = String::with_capacity(prefix.len() + 40);
+            name.push_str(prefix);
+            name.push_str(":{");
+            push_user_key(&mut name, key);
+            name.push_str(SEQUENCES_SUFFIX);
+            command.arg(name);
         }
-        eval
+        let (name, a, b, c) = match op {
+            ShareOp::Reserve { need, want, fanout } => {
+                ("reserve", u64::from(need), want, u64::from(fanout))
+            }
+            ShareOp::Sync {
+                spent,
+                instance,
+                sequence,
+            } => ("sync", spent, instance, sequence),
+        };
+        command.arg(name);
+        match now {
+            Some(micros) => command.arg(micros),
+            None => command.arg(""),
+        };
+        command.arg(a).arg(b).arg(c);
+        for arg in &self.args {
+            command.arg(arg.as_slice());
+        }
+        command
+    }
+
+    /// Reads `share.lua`'s reply: two integers, then what
+    /// [`verdict`](Self::verdict) reads.
+    pub(crate) fn share_reply(
+        &self,
+        reply: &[i64],
+    ) -> (Option<u64>, Result<ShareReply, RedisStoreError>) {
+        let Some((head, rest)) = reply.split_first_chunk::<2>() else {
+            return (
+                None,
+                Err(RedisStoreError::unexpected_reply("a short reply")),
+            );
+        };
+        let (server_now, verdict) = self.verdict(rest);
+        let reply = verdict.map(|decision| ShareReply {
+            first: head[0],
+            second: head[1],
+            decision,
+        });
+        (server_now, reply)
     }
 
     /// Reads the script's reply: seven integers per limit, then the
@@ -256,6 +347,37 @@ impl PreparedPolicy {
             .unwrap_or_default();
         PolicyDecision { merged, each }
     }
+}
+
+/// The end of the key that holds the instances' sync sequence numbers:
+/// `~` is not allowed in limit names, so it is no limit's key.
+const SEQUENCES_SUFFIX: &str = "}:~sync";
+
+/// What the local-first store asks of `share.lua`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ShareOp {
+    /// Reserve at least `need` and at most `want` units, a `fanout`th of
+    /// what remains.
+    Reserve { need: u32, want: u64, fanout: u32 },
+    /// Charge `spent` units this instance admitted (once per `sequence`),
+    /// and read the state.
+    Sync {
+        spent: u64,
+        instance: u64,
+        sequence: u64,
+    },
+}
+
+/// `share.lua`'s answer.
+#[derive(Clone, Debug)]
+pub(crate) struct ShareReply {
+    /// Reserve: the units granted. Sync: 1 if the report was applied now.
+    pub(crate) first: i64,
+    /// Reserve: how long the grant may be spent, in µs (−1: no lapse).
+    pub(crate) second: i64,
+    /// The limits' decisions: after the grant, or for the least asked when
+    /// nothing was granted; sync: for a cost of 1 after the report.
+    pub(crate) decision: PolicyDecision,
 }
 
 /// How many integers the scripts send per limit (`decision` in prelude.lua).
@@ -313,7 +435,7 @@ mod tests {
                 source.contains(&registers),
                 "{stem}.lua lacks `{registers}`"
             );
-            assert!(script_for(bit).source.contains(&registers));
+            assert!(script_for(bit, Entry::Check).source.contains(&registers));
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::RedisStoreError;
 use crate::connection::{ConnectOptions, Connection, Failure, Topology};
-use crate::script::PreparedPolicy;
+use crate::script::{LuaScript, PreparedPolicy, ShareOp, ShareReply};
 use crate::server_clock::ServerClock;
 use redis::{ErrorKind, ServerErrorKind};
 use std::future::Future;
@@ -193,13 +193,33 @@ impl RedisStore {
         let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
         let shared = self.shared.clone();
         StoreReply::Pending(Box::pin(async move {
-            let reply = call_until_answered(&shared, &prepared, &command).await?;
+            let reply = call_until_answered(&shared, &prepared.script, &command).await?;
             let (server_now, verdict) = prepared.verdict(&reply);
             if let Some(server_now) = server_now {
                 shared.server_clock.observe(server_now);
             }
             verdict
         }))
+    }
+}
+
+impl RedisStore {
+    /// One call of the local-first store's script (`share.lua`): a
+    /// reservation or a sync for `key` under `policy`.
+    pub(crate) async fn share(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        op: ShareOp,
+    ) -> Result<ShareReply, RedisStoreError> {
+        let prepared = self.prepared(policy);
+        let command = prepared.share_command(&self.shared.prefix, key, op, self.now_micros());
+        let reply = call_until_answered(&self.shared, &prepared.share_script, &command).await?;
+        let (server_now, answer) = prepared.share_reply(&reply);
+        if let Some(server_now) = server_now {
+            self.shared.server_clock.observe(server_now);
+        }
+        answer
     }
 }
 
@@ -217,13 +237,13 @@ const MAX_ATTEMPTS: u32 = 12;
 /// dropped once the call was sent: that script may have run.
 async fn call_until_answered(
     shared: &Shared,
-    prepared: &PreparedPolicy,
+    script: &LuaScript,
     command: &redis::Cmd,
 ) -> Result<Vec<i64>, RedisStoreError> {
     let mut generation = shared.topology.current();
     let mut attempt = 0;
     loop {
-        let error = match call(prepared, command, &generation.connection).await {
+        let error = match call(script, command, &generation.connection).await {
             Ok(reply) => return Ok(reply),
             Err(error) => error,
         };
@@ -245,7 +265,7 @@ async fn call_until_answered(
                 // (the node may not have the script yet), to their new node.
                 let reply = generation
                     .connection
-                    .ask(&prepared.with_source(command), &host, port)
+                    .ask(&script.with_source(command), &host, port)
                     .await;
                 match reply.and_then(|value| Ok(redis::from_redis_value::<Vec<i64>>(value)?)) {
                     Ok(reply) => return Ok(reply),
@@ -263,14 +283,14 @@ async fn call_until_answered(
 /// server lacks the script (restarted, flushed, a replica just promoted),
 /// the same call as an `EVAL` with the script's source, which loads it.
 async fn call(
-    prepared: &PreparedPolicy,
+    script: &LuaScript,
     command: &redis::Cmd,
     connection: &Connection,
 ) -> Result<Vec<i64>, redis::RedisError> {
     let mut connection = connection.clone();
     match command.query_async(&mut connection).await {
         Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            prepared
+            script
                 .with_source(command)
                 .query_async(&mut connection)
                 .await

@@ -22,7 +22,9 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub(crate) fn new(message: impl Into<String>) -> Self {
+    /// An error whose message says what cannot work and what to use
+    /// instead: for stores and extensions outside this crate.
+    pub fn new(message: impl Into<String>) -> Self {
         ConfigError {
             message: message.into(),
         }

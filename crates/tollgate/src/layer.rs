@@ -467,7 +467,11 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                  milliseconds (the default is 100 ms)",
             ));
         }
-        Ok(self.build_checked())
+        let layer = self.build_checked();
+        for entry in layer.shared.routes.entries() {
+            layer.shared.store.supports(&entry.policy)?;
+        }
+        Ok(layer)
     }
 
     fn build_checked(self) -> RateLimitLayer<K, St, R> {

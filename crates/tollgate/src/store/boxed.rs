@@ -63,6 +63,8 @@ trait ErasedStore: Send + Sync {
         cost: u32,
         within: Option<Duration>,
     ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
+
+    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError>;
 }
 
 impl<St: Store> ErasedStore for St {
@@ -85,6 +87,10 @@ impl<St: Store> ErasedStore for St {
                 future.await.map_err(|e| BoxStoreError(Box::new(e)))
             })),
         }
+    }
+
+    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+        self.supports(policy)
     }
 }
 
@@ -109,5 +115,9 @@ impl Store for BoxStore {
         within: Duration,
     ) -> StoreReply<BoxStoreFuture, BoxStoreError> {
         self.0.check_erased(policy, key, cost, Some(within))
+    }
+
+    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+        self.0.supports_erased(policy)
     }
 }

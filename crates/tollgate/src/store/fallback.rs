@@ -136,6 +136,11 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         self.check_within(policy, key, cost, Duration::MAX)
     }
 
+    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+        self.primary.supports(policy)?;
+        self.secondary.supports(policy)
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

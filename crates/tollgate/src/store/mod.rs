@@ -21,7 +21,7 @@ pub use fallback::{Fallback, FallbackFuture};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 
-use crate::{Key, Policy};
+use crate::{ConfigError, Key, Policy};
 use smallvec::SmallVec;
 use std::future::Future;
 use std::sync::Arc;
@@ -82,5 +82,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> StoreReply<Self::Future, Self::Error> {
         let _ = within;
         self.check(policy, key, cost)
+    }
+
+    /// Whether this store can decide `policy`, or what it cannot do: a
+    /// layer asks when it is built, so that a combination a store does not
+    /// support (an algorithm, a delay) fails in `try_build`, not at the
+    /// first request. Stores that wrap stores ask theirs. The default
+    /// supports everything.
+    fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
+        let _ = policy;
+        Ok(())
     }
 }

@@ -123,6 +123,10 @@ impl<St: Store> Store for Timeout<St> {
         self.check_within(policy, key, cost, self.timeout)
     }
 
+    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+        self.inner.supports(policy)
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

@@ -1,0 +1,138 @@
+-- The local-first store's calls: an instance reserves capacity to spend on
+-- its own (exact mode), or reports what it admitted on its own and reads the
+-- shared state (periodic mode). Joined after the algorithms' files, like
+-- check.lua.
+--
+-- KEYS[i], i ≤ #limits: the state of limit i. KEYS[#limits + 1]: the
+-- instances' sequence numbers (sync only; any key of the same hash tag).
+-- ARGV[1]: "reserve" or "sync".
+-- ARGV[2]: "" to read the server's time; a number of µs only in tests.
+-- ARGV[3]: reserve: the least worth granting (the cost of the request that
+--          waits); sync: the units this instance admitted since its last
+--          sync.
+-- ARGV[4]: reserve: the most this instance wants; sync: the instance's id.
+-- ARGV[5]: reserve: the fan-out, a share of what remains (see below);
+--          sync: the report's sequence number, increasing per instance.
+-- ARGV[6 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
+--
+-- Returns two integers, then seven per limit (as check.lua), then the time
+-- the script ran at:
+--   reserve: granted (0 when even the least would not pass: the limits'
+--            decisions are then for that least, with their retry times),
+--            the µs the grant may be spent for (−1: no lapse);
+--   sync:    1 if the report was applied, 0 if it had been already (a
+--            retried call), then 0; the decisions read for a cost of 1.
+
+local op = ARGV[1]
+local now
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+else
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local count = tonumber(ARGV[3])
+
+local limits = {}
+local nlimits = #KEYS
+if op == 'sync' then
+  nlimits = nlimits - 1
+end
+for i = 1, nlimits do
+  local base = 6 + 5 * (i - 1)
+  local algorithm = ALGORITHMS[ARGV[base]]
+  if not algorithm then
+    return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[base]))
+  end
+  local p = {
+    tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
+    tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]),
+  }
+  limits[i] = { algorithm = algorithm, p = p, key = KEYS[i], state = algorithm.load(KEYS[i]) }
+end
+
+-- Every limit's decision for `cost`, and whether all allow it.
+local function evaluate_all(cost)
+  local all = true
+  for _, limit in ipairs(limits) do
+    limit.decision, limit.admission = limit.algorithm.evaluate(limit.state, now, cost, limit.p)
+    all = all and limit.decision[1] == 1
+  end
+  return all
+end
+
+local function commit_all()
+  for _, limit in ipairs(limits) do
+    local ttl_ms = floor(limit.decision[4] / 1000) + 1
+    limit.algorithm.commit(limit.key, limit.admission, now, limit.p, ttl_ms)
+  end
+end
+
+local function reply(a, b)
+  local out = { a, b }
+  for _, limit in ipairs(limits) do
+    for _, field in ipairs(limit.decision) do
+      out[#out + 1] = field
+    end
+  end
+  out[#out + 1] = now
+  return out
+end
+
+if op == 'reserve' then
+  local need, want, fanout = count, tonumber(ARGV[4]), tonumber(ARGV[5])
+  if not evaluate_all(need) then
+    return reply(0, 0)
+  end
+  -- The most that would pass now, up to want × fanout: admission is
+  -- monotone in the cost for every algorithm, so a bisection finds it.
+  local low, high = need, max(want * fanout, need)
+  while low < high do
+    local middle = floor((low + high + 1) / 2)
+    if evaluate_all(middle) then
+      low = middle
+    else
+      high = middle - 1
+    end
+  end
+  -- A share of what remains, so that other instances find some too; never
+  -- less than the request that waits, never more than wanted.
+  local granted = min(want, max(need, div_floor(low, fanout)))
+  evaluate_all(granted)
+  commit_all()
+  local lapse = NEVER
+  for _, limit in ipairs(limits) do
+    if limit.algorithm.lapse then
+      local l = limit.algorithm.lapse(now, limit.p)
+      if lapse == NEVER or l < lapse then
+        lapse = l
+      end
+    end
+  end
+  return reply(granted, lapse)
+end
+
+if op == 'sync' then
+  local sequences, instance, sequence = KEYS[#KEYS], ARGV[4], tonumber(ARGV[5])
+  local applied = 0
+  local last = tonumber(redis.call('HGET', sequences, instance) or '0') or 0
+  if count > 0 and sequence > last then
+    local longest = 0
+    for _, limit in ipairs(limits) do
+      local d, admission = limit.algorithm.force(limit.state, now, count, limit.p)
+      local ttl_ms = floor(d[4] / 1000) + 1
+      limit.algorithm.commit(limit.key, admission, now, limit.p, ttl_ms)
+      limit.state = limit.algorithm.load(limit.key)
+      longest = max(longest, ttl_ms)
+    end
+    redis.call('HSET', sequences, instance, int(sequence))
+    -- Kept as long as the counts it guards, and then some: a report retried
+    -- later than that finds nothing to count twice anyway.
+    redis.call('PEXPIRE', sequences, max(longest, 60000))
+    applied = 1
+  end
+  evaluate_all(1)
+  return reply(applied, 0)
+end
+
+return redis.error_reply('tollgate: unknown operation ' .. tostring(op))

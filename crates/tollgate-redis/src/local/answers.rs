@@ -1,0 +1,123 @@
+//! The decisions a local-first store answers with, made from what Redis
+//! said at its last call for the key, aged by the time since.
+
+use tollgate::PolicyDecision;
+use tollgate_core::{Decision, DecisionFields};
+
+/// `decision`'s times, `elapsed` nanoseconds later (never below 0), with
+/// `allowed` and `remaining` as given.
+fn aged(decision: &Decision, elapsed: u64, allowed: bool, remaining: u64) -> Decision {
+    let f = decision.fields();
+    let later = |nanos: u64| nanos.saturating_sub(elapsed);
+    DecisionFields {
+        allowed,
+        limit: f.limit,
+        remaining,
+        reset_after_nanos: later(f.reset_after_nanos),
+        replenish_after_nanos: later(f.replenish_after_nanos),
+        retry_after_nanos: if allowed {
+            0
+        } else if f.retry_after_nanos == Decision::NEVER_NANOS {
+            Decision::NEVER_NANOS
+        } else {
+            later(f.retry_after_nanos)
+        },
+        wait_nanos: 0,
+    }
+    .into()
+}
+
+/// An admission decided locally: Redis's last answer, `elapsed` later,
+/// each limit's remaining count made by `remaining` from Redis's (exact
+/// mode adds the units this instance holds, which are part of what the key
+/// has left; periodic mode takes off what it admitted since).
+pub(crate) fn admitted(
+    last: &PolicyDecision,
+    elapsed: u64,
+    remaining: impl Fn(u64) -> u64,
+) -> PolicyDecision {
+    let each: smallvec::SmallVec<[Decision; 2]> = last
+        .each
+        .iter()
+        .map(|d| aged(d, elapsed, true, remaining(d.remaining())))
+        .collect();
+    merge(each)
+}
+
+/// A refusal decided locally: Redis's refusal, `elapsed` later. Limits
+/// that allowed keep saying so (another limit refused).
+pub(crate) fn refused(refusal: &PolicyDecision, elapsed: u64) -> PolicyDecision {
+    let each: smallvec::SmallVec<[Decision; 2]> = refusal
+        .each
+        .iter()
+        .map(|d| aged(d, elapsed, d.allowed(), d.remaining()))
+        .collect();
+    merge(each)
+}
+
+/// A refusal decided locally when this instance's budget is spent: each
+/// limit as Redis last read it (`elapsed` ago), with nothing remaining
+/// here and a retry no sooner than `retry_floor` from now, the moment a
+/// fresh budget can arrive.
+pub(crate) fn spent(last: &PolicyDecision, elapsed: u64, retry_floor: u64) -> PolicyDecision {
+    let each: smallvec::SmallVec<[Decision; 2]> = last
+        .each
+        .iter()
+        .map(|d| {
+            let mut f = aged(d, elapsed, false, 0).fields();
+            let refill = d.replenish_after_nanos().saturating_sub(elapsed);
+            f.retry_after_nanos = refill.max(retry_floor);
+            Decision::from(f)
+        })
+        .collect();
+    merge(each)
+}
+
+fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
+    let merged = each
+        .iter()
+        .copied()
+        .reduce(Decision::merge)
+        .unwrap_or_default();
+    PolicyDecision { merged, each }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(allowed: bool, remaining: u64, retry: u64) -> Decision {
+        DecisionFields {
+            allowed,
+            limit: 10,
+            remaining,
+            reset_after_nanos: 5_000,
+            replenish_after_nanos: 1_000,
+            retry_after_nanos: retry,
+            wait_nanos: 0,
+        }
+        .into()
+    }
+
+    #[test]
+    fn local_answers_age_redis_times_and_count_what_is_held() {
+        let last = merge([limit(true, 3, 0)].into_iter().collect());
+        let got = admitted(&last, 400, |r| r + 2);
+        assert!(got.merged.allowed());
+        assert_eq!(got.merged.remaining(), 5);
+        assert_eq!(got.merged.reset_after_nanos(), 4_600);
+        assert_eq!(got.merged.replenish_after_nanos(), 600);
+
+        let refusal = merge([limit(false, 0, 2_000)].into_iter().collect());
+        let got = refused(&refusal, 500);
+        assert!(!got.merged.allowed());
+        assert_eq!(got.merged.retry_after_nanos(), 1_500);
+        assert_eq!(refused(&refusal, 9_000).merged.retry_after_nanos(), 0);
+
+        let got = spent(&last, 400, 50_000);
+        assert!(!got.merged.allowed());
+        assert_eq!(got.merged.remaining(), 0);
+        assert_eq!(got.merged.retry_after_nanos(), 50_000);
+        assert_eq!(spent(&last, 400, 10).merged.retry_after_nanos(), 600);
+    }
+}

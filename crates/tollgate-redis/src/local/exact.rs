@@ -1,0 +1,224 @@
+//! Exact mode: an instance admits only capacity it reserved from Redis.
+//!
+//! A key's slot holds grants (units Redis charged for this instance, and
+//! when they lapse), Redis's last answer (for the headers) and, after Redis
+//! refused even one request's cost, that refusal until its retry time. A
+//! request spends held units without a call; one that finds too few waits
+//! for the reservation in flight (one call shared by every waiting request)
+//! or starts one. When the held units run low a reservation starts ahead of
+//! need, so that under steady load requests rarely wait.
+
+use super::answers;
+use super::table::Evictable;
+use super::{Inner, Step};
+use crate::script::ShareOp;
+use smallvec::SmallVec;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::sync::Notify;
+use tollgate::{Key, Policy, PolicyDecision};
+
+/// One key's reservations.
+pub(crate) struct ExactSlot {
+    state: Mutex<Holdings>,
+    /// Wakes the requests waiting for a reservation when it ends.
+    pub(crate) done: Notify,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) key: Key,
+}
+
+/// Units granted together, spendable until `lapse_at` (local ns).
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    units: u64,
+    lapse_at: u64,
+}
+
+/// Redis refused `cost`: so is any request of at least that cost until
+/// `until` (local ns).
+#[derive(Debug)]
+struct Refusal {
+    until: u64,
+    cost: u32,
+    decision: PolicyDecision,
+    at: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Holdings {
+    /// Oldest lapse first.
+    grants: SmallVec<[Grant; 2]>,
+    refusal: Option<Refusal>,
+    /// Redis's answer to the last grant, and when it came (local ns).
+    last: Option<(PolicyDecision, u64)>,
+    /// A reservation is in flight.
+    reserving: bool,
+    /// Reservations ended so far; a waiter compares it with the count it saw.
+    pub(crate) round: u64,
+    /// Why the last reservation failed, if it did.
+    pub(crate) failure: Option<String>,
+    /// Units spent since `rate_since` (local ns): the recent rate, which
+    /// sizes the next reservation.
+    spent: u64,
+    rate_since: u64,
+    /// The size of the last grant.
+    last_grant: u64,
+}
+
+impl Evictable for ExactSlot {
+    fn settled(&self) -> bool {
+        // Held units are lost with the slot, but owe Redis nothing: they
+        // were charged when granted.
+        !self.lock().reserving
+    }
+}
+
+impl ExactSlot {
+    pub(crate) fn new(policy: Arc<Policy>, key: Key) -> Self {
+        ExactSlot {
+            state: Mutex::default(),
+            done: Notify::new(),
+            policy,
+            key,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Holdings> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Holdings {
+    /// Decides a request of `cost` at `now` from what the slot holds, and
+    /// says whether a reservation should start: for this request (it then
+    /// waits) or ahead of need.
+    pub(crate) fn decide(&mut self, inner: &Inner, now: u64, cost: u32) -> (Step, Option<u32>) {
+        let lapsed: u64 = self
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at <= now)
+            .map(|g| g.units)
+            .sum();
+        if lapsed > 0 {
+            self.grants.retain(|g| g.lapse_at > now);
+            inner.stats.lapsed(lapsed);
+        }
+        let held: u64 = self.grants.iter().map(|g| g.units).sum();
+        if let Some((last, at)) = &self.last
+            && held >= u64::from(cost)
+        {
+            take(&mut self.grants, u64::from(cost));
+            self.spent = self.spent.saturating_add(u64::from(cost));
+            let left = held - u64::from(cost);
+            let answer =
+                answers::admitted(last, now.saturating_sub(*at), |r| r.saturating_add(left));
+            // Low: reserve ahead, unless Redis has just said there is none.
+            let ahead = (left.saturating_mul(4) <= self.last_grant
+                && !self.reserving
+                && self.refusal.as_ref().is_none_or(|r| now >= r.until))
+            .then_some(1);
+            return (Step::Answer(answer), ahead.map(|n| self.start(n)));
+        }
+        if let Some(refusal) = &self.refusal
+            && now < refusal.until
+            && cost >= refusal.cost
+        {
+            let answer = answers::refused(&refusal.decision, now - refusal.at);
+            return (Step::Answer(answer), None);
+        }
+        let start = (!self.reserving).then(|| self.start(cost));
+        (Step::Wait, start)
+    }
+
+    fn start(&mut self, need: u32) -> u32 {
+        self.reserving = true;
+        need
+    }
+
+
+    /// How many units to ask for: enough for `ahead` nanoseconds at the
+    /// rate the key was spent at since the last grant, at least `need`, at
+    /// most `max`.
+    fn want(&self, now: u64, need: u32, ahead: u64, max: u64) -> u64 {
+        let elapsed = now.saturating_sub(self.rate_since).max(1_000_000);
+        let at_rate = u128::from(self.spent) * u128::from(ahead) / u128::from(elapsed);
+        u64::try_from(at_rate)
+            .unwrap_or(u64::MAX)
+            .clamp(u64::from(need), max.max(u64::from(need)))
+    }
+}
+
+/// Spends `units` from the grants that lapse first.
+fn take(grants: &mut SmallVec<[Grant; 2]>, mut units: u64) {
+    for grant in grants.iter_mut() {
+        let taken = grant.units.min(units);
+        grant.units -= taken;
+        units -= taken;
+    }
+    grants.retain(|g| g.units > 0);
+}
+
+/// Reserves at least `need` units for `slot` from Redis, then wakes the
+/// requests that wait on it.
+pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) {
+    let sent = inner.now();
+    let want = slot.lock().want(
+        sent,
+        need,
+        inner.settings.reserve_ahead_nanos,
+        inner.settings.max_reservation,
+    );
+    let op = ShareOp::Reserve {
+        need,
+        want,
+        fanout: inner.settings.fanout,
+    };
+    inner.stats.call();
+    let result = inner.redis.share(&slot.policy, &slot.key, op).await;
+    let now = inner.now();
+    {
+        let mut state = slot.lock();
+        state.reserving = false;
+        state.round += 1;
+        match result {
+            Ok(reply) => {
+                state.failure = None;
+                let granted = u64::try_from(reply.first).unwrap_or(0);
+                if granted > 0 {
+                    // A lapse is counted from when the call left: the script
+                    // ran later, so the grant lapses no later than Redis says.
+                    let lapse_at = u64::try_from(reply.second)
+                        .map_or(u64::MAX, |micros| sent.saturating_add(micros * 1_000));
+                    state.grants.push(Grant {
+                        units: granted,
+                        lapse_at,
+                    });
+                    state.grants.sort_by_key(|g| g.lapse_at);
+                    state.last = Some((reply.decision, now));
+                    state.refusal = None;
+                    state.last_grant = granted;
+                    state.spent = 0;
+                    state.rate_since = now;
+                    inner.stats.reserved(granted);
+                } else {
+                    let retry = reply.decision.merged.retry_after_nanos();
+                    state.refusal = Some(Refusal {
+                        until: now.saturating_add(retry),
+                        cost: need,
+                        decision: reply.decision,
+                        at: now,
+                    });
+                }
+            }
+            Err(error) => {
+                tracing::warn!(
+                    policy = slot.policy.label(),
+                    %error,
+                    "local-first store: a reservation failed; requests are decided with \
+                     the units this instance holds, then by the store-error behaviour"
+                );
+                state.failure = Some(error.to_string());
+            }
+        }
+    }
+    slot.done.notify_waiters();
+}

@@ -1,0 +1,600 @@
+//! [`LocalFirst`]: a store in front of a [`RedisStore`] that decides every
+//! request in process memory and reaches Redis only in the background or
+//! once per many requests.
+//!
+//! # Two modes
+//!
+//! **Exact** ([`LocalMode::Exact`], reservations): an instance admits only
+//! capacity it reserved from Redis in one atomic script call, so all
+//! instances together never admit more than the limit allows. A
+//! reservation asks for what the key was spent at recently, over
+//! [`reserve_ahead`](LocalFirstBuilder::reserve_ahead) (at least the cost of
+//! the request that waits, at most
+//! [`max_reservation`](LocalFirstBuilder::max_reservation)); Redis grants
+//! at most a [`fanout`](LocalFirstBuilder::fanout)th of what remains, so the
+//! grants shrink as the limit nears, down to one request's cost. A request
+//! that finds too few units here waits for the reservation in flight (one
+//! round trip shared by every waiting request), or is refused when Redis
+//! refused; it is never admitted on credit. When the held units fall to a
+//! quarter of the last grant, the next reservation starts ahead of need.
+//!
+//! *Capacity that can sit unused*: units an instance holds are charged in
+//! Redis already; other instances cannot spend them. At any moment that is
+//! at most, per instance and key, the last grant (≤ `max_reservation`, and
+//! ≤ what remained ÷ `fanout` when it was granted). For the window
+//! algorithms, units are the window's: unspent at its end (the sub-window's,
+//! for sliding window buckets), they lapse and are lost; GCRA's and the
+//! token bucket's units never lapse (spent later, they are still within
+//! the limit, as a bucket only refills), but are lost when the key's slot is
+//! dropped to make room, or the process ends. Nothing is given back.
+//!
+//! **Periodic** ([`LocalMode::Periodic`], synchronised counts): each
+//! instance admits while what Redis last said remains, less what it
+//! admitted since, covers the cost; every `sync_interval` it reports what it
+//! admitted (charged in Redis whatever the state) and reads the key again.
+//! Reports carry a per-instance sequence number, so a report sent again
+//! after a lost reply is not counted twice. *Worst-case over-admission*:
+//! between two readings, each of `N` instances may spend all of the
+//! remaining `R` it read, and sees neither the others' spending nor refill
+//! until its next reading: with all instances reading at once, up to
+//! `N × R` requests pass where `R` should, an excess of `(N − 1) × R`; `R`
+//! is at most the limit's capacity `C` (the burst of a bucket, the limit
+//! of a window), and in steady overload it is what came back during one
+//! interval, `r × I` at rate `r` (limit ÷ period) and interval `I`. So the
+//! excess per burst is at most `(N − 1) × C`, and under sustained load at
+//! most `(N − 1) × r × I` per interval. Every admission is reported and
+//! charged, so an excess is paid back before the key admits again (a
+//! window's excess, within that window). BENCHMARKS.md has the measured
+//! curve against `I`.
+//!
+//! # Algorithms
+//!
+//! Both modes: GCRA, token bucket (continuous or interval refill), fixed
+//! window, sliding window, sliding window buckets. Neither: the sliding
+//! log (a reservation spent later than it was taken would leave the log
+//! early) and the leaky bucket, or any limit in delay mode (both space
+//! requests out in time; a local budget cannot). A layer built with an
+//! unsupported limit fails in `try_build`; a policy made at run time (per-key
+//! quotas) that is not supported is decided by the Redis store directly,
+//! one call per request.
+//!
+//! # Faults
+//!
+//! With Redis slow or away, an instance keeps deciding with what it holds
+//! (exact: its grants; periodic: what it last read, less what it admitted
+//! since); once that is spent, requests get the layer's store-error
+//! behaviour. It catches up when Redis is back: a periodic instance reports
+//! everything it admitted meanwhile, once.
+
+mod answers;
+mod exact;
+mod periodic;
+mod table;
+
+use crate::{RedisCheckFuture, RedisStore, RedisStoreError};
+use exact::ExactSlot;
+use periodic::PeriodicSlot;
+use std::hash::BuildHasher;
+use std::pin::pin;
+use tokio::sync::Notify;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use table::Table;
+use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
+
+/// How a [`LocalFirst`] store shares its limits through Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalMode {
+    /// Admit only capacity reserved from Redis: never over the limit.
+    Exact,
+    /// Count locally and synchronise every `sync_interval`: within a
+    /// documented bound of the limit (see the [module docs](self)).
+    Periodic {
+        /// How often each key's counts are reported and its state read.
+        sync_interval: Duration,
+    },
+}
+
+impl LocalMode {
+    /// Periodic mode with the default interval, 100 ms: an excess of at
+    /// most a tenth of a second's refill per other instance under steady
+    /// load, for ten calls a second per busy key and instance.
+    pub const PERIODIC: LocalMode = LocalMode::Periodic {
+        sync_interval: Duration::from_millis(100),
+    };
+}
+
+/// A store that decides in process memory and shares through Redis (see
+/// the [module docs](self) for the two modes and their bounds). Clones
+/// share the same counts.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
+/// use tollgate::RateLimitLayer;
+/// use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+///
+/// let redis = RedisStore::connect("redis://127.0.0.1:6379").await?;
+/// let store = LocalFirst::builder(redis, LocalMode::Exact).build();
+/// let layer = RateLimitLayer::builder()
+///     .quota("api", "1000/min".parse().unwrap())
+///     .store(store)
+///     .build();
+/// # let _ = layer;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LocalFirst {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LocalFirst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalFirst")
+            .field("mode", &self.inner.settings.mode)
+            .field("redis", &self.inner.redis)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    redis: RedisStore,
+    settings: Settings,
+    slots: Slots,
+    origin: Instant,
+    /// Tells this instance's sync reports from other instances'.
+    instance: u64,
+    stats: Stats,
+    /// When the periodic tick next runs (local ns).
+    next_tick: AtomicU64,
+    /// Itself, for the tick, which ends when the last clone is dropped.
+    me: Weak<Inner>,
+}
+
+enum Slots {
+    Exact(Table<ExactSlot>),
+    Periodic(Table<PeriodicSlot>),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    mode: LocalMode,
+    fanout: u32,
+    reserve_ahead_nanos: u64,
+    max_reservation: u64,
+}
+
+/// What a request's slot says.
+pub(crate) enum Step {
+    /// Decided here.
+    Answer(PolicyDecision),
+    /// Waits for the call in flight.
+    Wait,
+    /// Redis is away and what this instance held is spent.
+    Fail(String),
+}
+
+/// Settings of a [`LocalFirst`] store.
+#[derive(Debug)]
+#[must_use = "call `build` to get the store"]
+pub struct LocalFirstBuilder {
+    redis: RedisStore,
+    settings: Settings,
+    max_keys: usize,
+}
+
+impl LocalFirst {
+    /// A builder for a local-first store over `redis` in `mode`.
+    pub fn builder(redis: RedisStore, mode: LocalMode) -> LocalFirstBuilder {
+        LocalFirstBuilder {
+            redis,
+            settings: Settings {
+                mode,
+                fanout: 8,
+                reserve_ahead_nanos: 250_000_000,
+                max_reservation: 1_000,
+            },
+            max_keys: 100_000,
+        }
+    }
+
+    /// The store's mode.
+    pub fn mode(&self) -> LocalMode {
+        self.inner.settings.mode
+    }
+
+    /// The Redis store it shares through.
+    pub fn redis(&self) -> &RedisStore {
+        &self.inner.redis
+    }
+
+    /// Counts of what the store has done so far (all clones together).
+    pub fn stats(&self) -> LocalStats {
+        self.inner.stats.read(&self.inner)
+    }
+
+    /// Whether this store can decide `policy` locally: every limit of an
+    /// algorithm the mode supports, none in delay mode.
+    pub fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
+        for limit in policy.limits() {
+            let limiter = limit.limiter();
+            let script = limiter.script().script;
+            if !SUPPORTED.contains(&script) {
+                return Err(ConfigError::new(format!(
+                    "the local-first store cannot decide limit {:?} ({}): it supports GCRA, \
+                     the token bucket, the fixed window, the sliding window and sliding \
+                     window buckets; use the Redis store directly for this limit",
+                    limit.name(),
+                    limiter.algorithm(),
+                )));
+            }
+            if limiter.with_max_delay(Duration::ZERO) != *limiter {
+                return Err(ConfigError::new(format!(
+                    "the local-first store cannot delay requests (limit {:?} has a max \
+                     delay): remove max_delay, or use the Redis store directly",
+                    limit.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Lua files of the algorithms both modes support (those with a
+/// `force`; the window ones also have a `lapse`).
+const SUPPORTED: &[&str] = &[
+    "gcra",
+    "token_bucket",
+    "fixed_window",
+    "sliding_window",
+    "sliding_window_buckets",
+];
+
+impl LocalFirstBuilder {
+    /// Exact mode: the share of what remains that one reservation may take
+    /// (default 8: an eighth). Larger leaves more for other instances and
+    /// makes more calls near the limit.
+    pub fn fanout(mut self, fanout: u32) -> Self {
+        self.settings.fanout = fanout.max(1);
+        self
+    }
+
+    /// Exact mode: a reservation asks for what the key was spent at over
+    /// this long (default 250 ms).
+    pub fn reserve_ahead(mut self, ahead: Duration) -> Self {
+        self.settings.reserve_ahead_nanos = u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Exact mode: the most units one reservation asks for (default 1,000).
+    pub fn max_reservation(mut self, units: u64) -> Self {
+        self.settings.max_reservation = units.max(1);
+        self
+    }
+
+    /// The most keys kept in memory (default 100,000). A new key that finds
+    /// no room (every slot waiting on Redis or holding unreported counts) is
+    /// decided by Redis directly.
+    pub fn max_keys(mut self, keys: usize) -> Self {
+        self.max_keys = keys.max(1);
+        self
+    }
+
+    /// The store. In periodic mode its syncs run on the tokio runtime of
+    /// the first request, until the last clone is dropped.
+    pub fn build(self) -> LocalFirst {
+        let slots = match self.settings.mode {
+            LocalMode::Exact => Slots::Exact(Table::new(self.max_keys)),
+            LocalMode::Periodic { .. } => Slots::Periodic(Table::new(self.max_keys)),
+        };
+        let instance = std::hash::RandomState::new().hash_one(std::process::id());
+        LocalFirst {
+            inner: Arc::new_cyclic(|me| Inner {
+                redis: self.redis,
+                settings: self.settings,
+                slots,
+                origin: Instant::now(),
+                instance,
+                stats: Stats::default(),
+                next_tick: AtomicU64::new(0),
+                me: me.clone(),
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// Local time in ns.
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+impl Store for LocalFirst {
+    type Error = RedisStoreError;
+    type Future = RedisCheckFuture;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.check_within(policy, key, cost, Duration::MAX)
+    }
+
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        // A peek, a policy it cannot decide, or no runtime to call Redis
+        // from: one call, as the Redis store makes.
+        if cost == 0
+            || policy.limits().is_empty()
+            || tokio::runtime::Handle::try_current().is_err()
+            || self.supports(policy).is_err()
+        {
+            return self.inner.redis.check_within(policy, key, cost, within);
+        }
+        let inner = &self.inner;
+        let reply = match &inner.slots {
+            Slots::Exact(table) => table
+                .get_or_insert(policy.id(), key, || {
+                    ExactSlot::new(policy.clone(), key.clone())
+                })
+                .map(|slot| check_slot(inner, slot, cost)),
+            Slots::Periodic(table) => table
+                .get_or_insert(policy.id(), key, || {
+                    PeriodicSlot::new(policy.clone(), key.clone())
+                })
+                .map(|slot| check_slot(inner, slot, cost)),
+        };
+        match reply {
+            Some(reply) => reply,
+            None => {
+                inner.stats.overflowed();
+                inner.redis.check_within(policy, key, cost, within)
+            }
+        }
+    }
+
+    fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
+        LocalFirst::supports(self, policy)
+    }
+}
+
+type Reply = StoreReply<RedisCheckFuture, RedisStoreError>;
+
+/// A key's local state in either mode.
+trait Slot: Send + Sync + Sized + 'static {
+    /// Decides a request of `cost` under the slot's lock. A waiter passes
+    /// the round it last saw: if a call ended since and failed, and the
+    /// request still cannot be decided, its step is `Fail`.
+    fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn;
+
+    /// The call a turn asked for: a reservation of at least `need` units,
+    /// or a sync.
+    fn call(inner: Arc<Inner>, slot: Arc<Self>, need: u32) -> impl Future<Output = ()> + Send;
+
+    /// Wakes the requests waiting on the slot when a call ends.
+    fn done(&self) -> &Notify;
+}
+
+/// One turn of a request at its slot.
+pub(crate) struct Turn {
+    pub(crate) step: Step,
+    /// Start a call, with this argument.
+    pub(crate) start: Option<u32>,
+    /// The calls ended so far.
+    pub(crate) round: u64,
+}
+
+impl Turn {
+    /// `step`, or `Fail` if a call ended after `seen` with `failure` and
+    /// the request still waits.
+    pub(crate) fn new(
+        step: Step,
+        start: Option<u32>,
+        round: u64,
+        seen: Option<u64>,
+        failure: Option<&String>,
+    ) -> Turn {
+        let step = match (step, seen, failure) {
+            (Step::Wait, Some(seen), Some(failure)) if round > seen => {
+                Step::Fail(failure.clone())
+            }
+            (step, _, _) => step,
+        };
+        Turn { step, start, round }
+    }
+}
+
+/// A request at its key's slot: decided at once, or waiting for the call
+/// in flight, turn after turn, until the slot can decide it.
+fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: Arc<S>, cost: u32) -> Reply {
+    let turn = slot.turn(inner, cost, None);
+    if let Some(need) = turn.start {
+        tokio::spawn(S::call(inner.clone(), slot.clone(), need));
+    }
+    let mut seen = turn.round;
+    match turn.step {
+        Step::Answer(decision) => {
+            inner.stats.decided();
+            return StoreReply::Ready(Ok(decision));
+        }
+        Step::Fail(message) => return StoreReply::Ready(Err(RedisStoreError::unavailable(message))),
+        Step::Wait => {}
+    }
+    let inner = inner.clone();
+    StoreReply::Pending(Box::pin(async move {
+        loop {
+            // Listening before looking: a call that ends in between still
+            // wakes this request.
+            let mut done = pin!(slot.done().notified());
+            done.as_mut().enable();
+            let turn = slot.turn(&inner, cost, Some(seen));
+            if let Some(need) = turn.start {
+                tokio::spawn(S::call(inner.clone(), slot.clone(), need));
+            }
+            seen = turn.round;
+            match turn.step {
+                Step::Answer(decision) => {
+                    inner.stats.waited();
+                    return Ok(decision);
+                }
+                Step::Fail(message) => return Err(RedisStoreError::unavailable(message)),
+                Step::Wait => done.await,
+            }
+        }
+    }))
+}
+
+impl Slot for ExactSlot {
+    fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn {
+        let now = inner.now();
+        let mut holdings = self.lock();
+        let (step, start) = holdings.decide(inner, now, cost);
+        Turn::new(step, start, holdings.round, seen, holdings.failure.as_ref())
+    }
+
+    fn call(inner: Arc<Inner>, slot: Arc<Self>, need: u32) -> impl Future<Output = ()> + Send {
+        exact::reserve(inner, slot, need)
+    }
+
+    fn done(&self) -> &Notify {
+        &self.done
+    }
+}
+
+impl Slot for PeriodicSlot {
+    fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn {
+        ensure_ticking(inner);
+        let now = inner.now();
+        let next = inner.next_tick.load(Ordering::Relaxed);
+        let mut counts = self.lock();
+        let (step, start) = counts.decide(now, next, cost);
+        let start = start.then_some(0);
+        Turn::new(step, start, counts.round, seen, counts.failure.as_ref())
+    }
+
+    fn call(inner: Arc<Inner>, slot: Arc<Self>, _: u32) -> impl Future<Output = ()> + Send {
+        periodic::sync(inner, slot)
+    }
+
+    fn done(&self) -> &Notify {
+        &self.done
+    }
+}
+
+/// Starts the periodic tick on the current runtime, once per store.
+fn ensure_ticking(inner: &Inner) {
+    let LocalMode::Periodic { sync_interval } = inner.settings.mode else {
+        return;
+    };
+    if inner.next_tick.load(Ordering::Relaxed) != 0
+        || inner
+            .next_tick
+            .compare_exchange(0, inner.now().max(1), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    tokio::spawn(tick(inner.me.clone(), sync_interval));
+}
+
+/// Every `interval`, syncs every key that admitted or was asked since its
+/// last sync, or whose report is unconfirmed; ends with the store.
+async fn tick(inner: Weak<Inner>, interval: Duration) {
+    let interval = interval.max(Duration::from_millis(1));
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let step = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        inner
+            .next_tick
+            .store(inner.now().saturating_add(step), Ordering::Relaxed);
+        let Slots::Periodic(table) = &inner.slots else {
+            return;
+        };
+        for slot in table.all() {
+            if slot.lock().due() {
+                tokio::spawn(periodic::sync(inner.clone(), slot));
+            }
+        }
+    }
+}
+
+/// What a [`LocalFirst`] store has done, counted since it was built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LocalStats {
+    /// Requests decided in process memory, with no wait.
+    pub local_decisions: u64,
+    /// Requests that waited for a reservation or a first reading.
+    pub waited: u64,
+    /// Calls to Redis: reservations (exact) or syncs (periodic).
+    pub redis_calls: u64,
+    /// Units granted by reservations.
+    pub reserved_units: u64,
+    /// Units that lapsed unspent (a window ended).
+    pub lapsed_units: u64,
+    /// Requests decided by Redis directly because the table of keys was
+    /// full.
+    pub overflowed: u64,
+    /// The keys in memory now.
+    pub keys: u64,
+}
+
+#[derive(Default)]
+struct Stats {
+    local: AtomicU64,
+    waited: AtomicU64,
+    calls: AtomicU64,
+    reserved: AtomicU64,
+    lapsed: AtomicU64,
+    overflowed: AtomicU64,
+}
+
+impl Stats {
+    fn decided(&self) {
+        self.local.fetch_add(1, Ordering::Relaxed);
+    }
+    fn waited(&self) {
+        self.waited.fetch_add(1, Ordering::Relaxed);
+    }
+    fn call(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+    fn reserved(&self, units: u64) {
+        self.reserved.fetch_add(units, Ordering::Relaxed);
+    }
+    fn lapsed(&self, units: u64) {
+        self.lapsed.fetch_add(units, Ordering::Relaxed);
+    }
+    fn overflowed(&self) {
+        self.overflowed.fetch_add(1, Ordering::Relaxed);
+    }
+    fn synced(&self, _now: u64) {}
+
+    fn read(&self, inner: &Inner) -> LocalStats {
+        LocalStats {
+            local_decisions: self.local.load(Ordering::Relaxed),
+            waited: self.waited.load(Ordering::Relaxed),
+            redis_calls: self.calls.load(Ordering::Relaxed),
+            reserved_units: self.reserved.load(Ordering::Relaxed),
+            lapsed_units: self.lapsed.load(Ordering::Relaxed),
+            overflowed: self.overflowed.load(Ordering::Relaxed),
+            keys: match &inner.slots {
+                Slots::Exact(table) => table.len() as u64,
+                Slots::Periodic(table) => table.len() as u64,
+            },
+        }
+    }
+}

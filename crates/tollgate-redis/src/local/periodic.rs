@@ -1,0 +1,164 @@
+//! Periodic mode: instances count locally and report every interval.
+//!
+//! A key's slot holds Redis's last reading of the key (for a cost of 1,
+//! after this instance's last report) and the units admitted since. An
+//! instance admits while what Redis said remains, less what it admitted
+//! since, covers the cost; every `sync_interval` it reports what it
+//! admitted (charged in Redis whatever the state: those requests were
+//! let through) and reads the key again. Reports carry a sequence number,
+//! so a report sent again after a lost reply is not counted twice.
+
+use super::answers;
+use super::table::Evictable;
+use super::{Inner, Step};
+use crate::script::ShareOp;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::sync::Notify;
+use tollgate::{Key, Policy, PolicyDecision};
+
+/// One key's local counts.
+pub(crate) struct PeriodicSlot {
+    state: Mutex<Counts>,
+    /// Wakes the requests waiting for the key's first reading.
+    pub(crate) done: Notify,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) key: Key,
+}
+
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// Redis's last reading, and when it came (local ns).
+    last: Option<(PolicyDecision, u64)>,
+    /// Admitted here and not yet reported.
+    pending: u64,
+    /// A report sent whose answer did not come: (sequence, units). Sent
+    /// again, with the same sequence, until Redis answers.
+    unconfirmed: Option<(u64, u64)>,
+    /// The last sequence number used.
+    sequence: u64,
+    syncing: bool,
+    /// A request came since the last sync: the key is worth reading again.
+    touched: bool,
+    /// Syncs ended so far; a waiter compares it with the count it saw.
+    pub(crate) round: u64,
+    /// Why the last sync failed, if it did.
+    pub(crate) failure: Option<String>,
+}
+
+impl Evictable for PeriodicSlot {
+    fn settled(&self) -> bool {
+        let counts = self.lock();
+        counts.pending == 0 && counts.unconfirmed.is_none() && !counts.syncing
+    }
+}
+
+impl PeriodicSlot {
+    pub(crate) fn new(policy: Arc<Policy>, key: Key) -> Self {
+        PeriodicSlot {
+            state: Mutex::default(),
+            done: Notify::new(),
+            policy,
+            key,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Counts> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Counts {
+    /// Decides a request of `cost` at `now`; `next_sync` is when the next
+    /// reading is due (local ns). Says whether a sync should start now (the
+    /// key has never been read).
+    pub(crate) fn decide(&mut self, now: u64, next_sync: u64, cost: u32) -> (Step, bool) {
+        self.touched = true;
+        let Some((last, at)) = &self.last else {
+            let start = !self.syncing;
+            self.syncing = true;
+            return (Step::Wait, start);
+        };
+        let outstanding = self
+            .pending
+            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units));
+        let left = last.merged.remaining().saturating_sub(outstanding);
+        let elapsed = now.saturating_sub(*at);
+        if left >= u64::from(cost) {
+            self.pending += u64::from(cost);
+            let spent = outstanding + u64::from(cost);
+            let answer = answers::admitted(last, elapsed, |r| r.saturating_sub(spent));
+            return (Step::Answer(answer), false);
+        }
+        if let Some(failure) = &self.failure {
+            // Redis is away and this instance has spent what it last read.
+            return (Step::Fail(failure.clone()), false);
+        }
+        let answer = answers::spent(last, elapsed, next_sync.saturating_sub(now));
+        (Step::Answer(answer), false)
+    }
+
+    /// Whether the periodic tick should sync this key; marks it syncing.
+    pub(crate) fn due(&mut self) -> bool {
+        let due = !self.syncing && (self.pending > 0 || self.unconfirmed.is_some() || self.touched);
+        self.syncing |= due;
+        due
+    }
+}
+
+/// Reports what `slot`'s key admitted since its last report and reads the
+/// key again, then wakes the requests waiting for a first reading.
+pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
+    let (spent, sequence) = {
+        let mut counts = slot.lock();
+        counts.touched = false;
+        match counts.unconfirmed {
+            Some(report) => (report.1, report.0),
+            None if counts.pending > 0 => {
+                counts.sequence += 1;
+                let report = (counts.sequence, counts.pending);
+                counts.unconfirmed = Some(report);
+                counts.pending = 0;
+                (report.1, report.0)
+            }
+            None => (0, 0),
+        }
+    };
+    let op = ShareOp::Sync {
+        spent,
+        instance: inner.instance,
+        sequence,
+    };
+    inner.stats.call();
+    let result = inner.redis.share(&slot.policy, &slot.key, op).await;
+    let now = inner.now();
+    {
+        let mut counts = slot.lock();
+        counts.syncing = false;
+        counts.round += 1;
+        match result {
+            Ok(reply) => {
+                counts.unconfirmed = None;
+                counts.last = Some((reply.decision, now));
+                if counts.failure.take().is_some() {
+                    tracing::info!(
+                        policy = slot.policy.label(),
+                        "local-first store: Redis answers again; counts reported"
+                    );
+                }
+                inner.stats.synced(now);
+            }
+            Err(error) => {
+                if counts.failure.is_none() {
+                    tracing::warn!(
+                        policy = slot.policy.label(),
+                        %error,
+                        "local-first store: a sync failed; requests are decided with what \
+                         this instance last read, then by the store-error behaviour"
+                    );
+                }
+                counts.failure = Some(error.to_string());
+            }
+        }
+    }
+    slot.done.notify_waiters();
+}
