@@ -21,7 +21,8 @@
 --            decisions are then for that least, with their retry times),
 --            the µs the grant may be spent for (−1: no lapse);
 --   sync:    1 if the report was applied, 0 if it had been already (a
---            retried call), then 0; the decisions read for a cost of 1.
+--            retried call), then 0; the decisions read for a cost of 0
+--            (what remains now).
 
 local op = ARGV[1]
 local now
@@ -131,7 +132,8 @@ if op == 'sync' then
     redis.call('PEXPIRE', sequences, max(longest, 60000))
     applied = 1
   end
-  evaluate_all(1)
+  -- Read for a cost of 0: what remains now, nothing taken off.
+  evaluate_all(0)
   return reply(applied, 0)
 end
 

@@ -376,7 +376,7 @@ pub(crate) struct ShareReply {
     /// Reserve: how long the grant may be spent, in µs (−1: no lapse).
     pub(crate) second: i64,
     /// The limits' decisions: after the grant, or for the least asked when
-    /// nothing was granted; sync: for a cost of 1 after the report.
+    /// nothing was granted; sync: for a cost of 0 after the report.
     pub(crate) decision: PolicyDecision,
 }
 

@@ -134,7 +134,6 @@ impl Holdings {
         need
     }
 
-
     /// How many units to ask for: enough for `ahead` nanoseconds at the
     /// rate the key was spent at since the last grant, at least `need`, at
     /// most `max`.

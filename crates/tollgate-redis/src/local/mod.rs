@@ -76,11 +76,11 @@ use exact::ExactSlot;
 use periodic::PeriodicSlot;
 use std::hash::BuildHasher;
 use std::pin::pin;
-use tokio::sync::Notify;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use table::Table;
+use tokio::sync::Notify;
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 
 /// How a [`LocalFirst`] store shares its limits through Redis.
@@ -403,9 +403,7 @@ impl Turn {
         failure: Option<&String>,
     ) -> Turn {
         let step = match (step, seen, failure) {
-            (Step::Wait, Some(seen), Some(failure)) if round > seen => {
-                Step::Fail(failure.clone())
-            }
+            (Step::Wait, Some(seen), Some(failure)) if round > seen => Step::Fail(failure.clone()),
             (step, _, _) => step,
         };
         Turn { step, start, round }
@@ -425,7 +423,9 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: Arc<S>, cost: u32) -> Reply {
             inner.stats.decided();
             return StoreReply::Ready(Ok(decision));
         }
-        Step::Fail(message) => return StoreReply::Ready(Err(RedisStoreError::unavailable(message))),
+        Step::Fail(message) => {
+            return StoreReply::Ready(Err(RedisStoreError::unavailable(message)));
+        }
         Step::Wait => {}
     }
     let inner = inner.clone();

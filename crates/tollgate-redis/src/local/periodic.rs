@@ -1,6 +1,6 @@
 //! Periodic mode: instances count locally and report every interval.
 //!
-//! A key's slot holds Redis's last reading of the key (for a cost of 1,
+//! A key's slot holds Redis's last reading of the key (for a cost of 0,
 //! after this instance's last report) and the units admitted since. An
 //! instance admits while what Redis said remains, less what it admitted
 //! since, covers the cost; every `sync_interval` it reports what it

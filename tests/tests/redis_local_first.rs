@@ -1,0 +1,314 @@
+//! The local-first store: four app instances (four layers, each with its
+//! own Redis connection) share one limit through one Redis or a 3-master
+//! Cluster, 16 concurrent clients each. Exact mode admits exactly the limit
+//! however the load is split; periodic mode stays within its documented
+//! bound; Redis is reached once per many decisions; a refused key costs
+//! Redis almost nothing; a Redis restart is survived.
+
+use http::{Request, StatusCode};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tollgate::{GlobalKey, OnStoreError, RateLimitLayer};
+use tollgate_core::{Algorithm, Quota};
+use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+use tollgate_tests::app::{App, behind, status};
+use tollgate_tests::redis::{RedisCluster, RedisServer};
+
+/// The algorithms both modes support.
+const SUPPORTED: [Algorithm; 5] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingWindowBuckets,
+];
+
+/// 1,000 a day: nothing refills during a test, so "admitted" is exact.
+fn limit() -> Quota {
+    "1000/day".parse().unwrap()
+}
+
+async fn local_store(url: &str, prefix: &str, mode: LocalMode) -> LocalFirst {
+    let redis = RedisStore::builder(url)
+        .prefix(prefix)
+        .connect()
+        .await
+        .unwrap();
+    LocalFirst::builder(redis, mode).build()
+}
+
+/// An app instance limiting on `store`; store errors answer 503, so a
+/// failure never passes for an admission.
+fn instance(algorithm: Algorithm, quota: Quota, store: LocalFirst) -> App {
+    let layer = RateLimitLayer::builder()
+        .quota("api", quota)
+        .algorithm(algorithm)
+        .key(GlobalKey)
+        .store(store)
+        .store_timeout(Duration::from_secs(5))
+        .on_store_error(OnStoreError::Closed)
+        .try_build()
+        .unwrap();
+    behind(layer)
+}
+
+/// What clients saw.
+#[derive(Default)]
+struct Seen {
+    admitted: AtomicUsize,
+    limited: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+/// `clients` clients on `app`, each sending until it has seen 5 refusals
+/// in a row (or 3,000 requests), `pause` apart.
+async fn clients(app: &App, clients: usize, pause: Duration, seen: &Arc<Seen>) {
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let mut app = app.clone();
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut refusals = 0;
+                for _ in 0..3_000 {
+                    match status(&mut app, Request::new(())).await {
+                        StatusCode::OK => {
+                            refusals = 0;
+                            seen.admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        StatusCode::TOO_MANY_REQUESTS => {
+                            refusals += 1;
+                            seen.limited.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            refusals += 1;
+                            seen.failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    if refusals >= 5 {
+                        return;
+                    }
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// How the load is spread over the four instances.
+#[derive(Clone, Copy, Debug)]
+enum Split {
+    /// 16 clients each, all at once.
+    Even,
+    /// 16 clients on the first, one slow client on each other.
+    Hot,
+    /// 16 clients on the first three; the fourth starts once 600 passed.
+    Late,
+}
+
+/// Runs `split` over `apps`; returns what clients saw.
+async fn run(apps: &[App], split: Split) -> Arc<Seen> {
+    let seen = Arc::new(Seen::default());
+    match split {
+        Split::Even => {
+            let runs = apps
+                .iter()
+                .map(|app| clients(app, 16, Duration::ZERO, &seen));
+            futures_join_all(runs).await;
+        }
+        Split::Hot => {
+            let hot = clients(&apps[0], 16, Duration::ZERO, &seen);
+            let cold = apps[1..]
+                .iter()
+                .map(|app| clients(app, 1, Duration::from_millis(2), &seen));
+            tokio::join!(hot, futures_join_all(cold));
+        }
+        Split::Late => {
+            let early = apps[..3]
+                .iter()
+                .map(|app| clients(app, 16, Duration::from_millis(1), &seen));
+            let late = async {
+                while seen.admitted.load(Ordering::Relaxed) < 600 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                clients(&apps[3], 16, Duration::ZERO, &seen).await;
+            };
+            tokio::join!(futures_join_all(early), late);
+        }
+    }
+    seen
+}
+
+async fn futures_join_all<F: Future<Output = ()>>(runs: impl Iterator<Item = F>) {
+    let handles: Vec<_> = runs.collect();
+    for run in handles {
+        run.await;
+    }
+}
+
+/// Four instances on `url`, each with its own connection, in `mode`.
+async fn apps(url: &str, prefix: &str, algorithm: Algorithm, mode: LocalMode) -> Vec<App> {
+    let mut apps = Vec::new();
+    for _ in 0..4 {
+        let store = local_store(url, prefix, mode).await;
+        apps.push(instance(algorithm, limit(), store));
+    }
+    apps
+}
+
+async fn exact_admits_the_limit(url: &str, name: &str) {
+    for algorithm in SUPPORTED {
+        for split in [Split::Even, Split::Hot, Split::Late] {
+            let prefix = format!("{name}-{algorithm}-{split:?}");
+            let apps = apps(url, &prefix, algorithm, LocalMode::Exact).await;
+            let seen = run(&apps, split).await;
+            let admitted = seen.admitted.load(Ordering::Relaxed);
+            println!(
+                "{name} exact {algorithm} {split:?}: admitted {admitted}, limited {}, failed {}",
+                seen.limited.load(Ordering::Relaxed),
+                seen.failed.load(Ordering::Relaxed)
+            );
+            assert_eq!(admitted, 1000, "{name} {algorithm} {split:?}");
+            assert_eq!(seen.failed.load(Ordering::Relaxed), 0);
+        }
+    }
+}
+
+// Fixed windows of a day end at midnight UTC: a run that crosses one would
+// see a fresh window. The tests take well under a minute.
+fn clear_of_midnight() -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    now % 86_400 < 86_400 - 120
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exact_mode_admits_exactly_the_limit_on_one_server() {
+    if !clear_of_midnight() {
+        return;
+    }
+    let server = RedisServer::start();
+    exact_admits_the_limit(&server.url(), "one").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exact_mode_admits_exactly_the_limit_on_a_cluster() {
+    if !clear_of_midnight() {
+        return;
+    }
+    let cluster = RedisCluster::start(3);
+    exact_admits_the_limit(&cluster.url(), "cluster").await;
+}
+
+/// Periodic mode's documented bound: an excess of at most (N − 1) × C
+/// over a burst, N instances, C the capacity (here the limit, 1,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn periodic_mode_stays_within_its_bound() {
+    if !clear_of_midnight() {
+        return;
+    }
+    let server = RedisServer::start();
+    let mode = LocalMode::Periodic {
+        sync_interval: Duration::from_millis(50),
+    };
+    for algorithm in SUPPORTED {
+        let apps = apps(
+            &server.url(),
+            &format!("periodic-{algorithm}"),
+            algorithm,
+            mode,
+        )
+        .await;
+        let seen = run(&apps, Split::Even).await;
+        let admitted = seen.admitted.load(Ordering::Relaxed);
+        println!("periodic {algorithm}: admitted {admitted} of 1000");
+        assert!(admitted >= 1000, "{algorithm}: {admitted}");
+        assert!(admitted <= 1000 + 3 * 1000, "{algorithm}: {admitted}");
+        assert_eq!(seen.failed.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// `INFO commandstats`' count of script calls (EVALSHA and EVAL).
+fn script_calls(server: &RedisServer) -> u64 {
+    let info = server.command(&["INFO", "commandstats"]);
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split(['=', ','])
+                .nth(1)
+                .and_then(|calls| calls.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn below_the_limit_exact_mode_calls_redis_once_per_twenty_decisions_or_fewer() {
+    let server = RedisServer::start();
+    // 64 clients, each one request every 200 ms: 320 a second, about half
+    // of 40,000 a minute (667 a second).
+    let quota: Quota = "40000/min".parse().unwrap();
+    let mut apps = Vec::new();
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        let store = local_store(&server.url(), "steady", LocalMode::Exact).await;
+        stores.push(store.clone());
+        apps.push(instance(Algorithm::Gcra, quota, store));
+    }
+    let before = script_calls(&server);
+    let decisions = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let mut app = apps[i % 4].clone();
+            let decisions = decisions.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(Duration::from_millis(200));
+                for _ in 0..20 {
+                    ticks.tick().await;
+                    assert_eq!(status(&mut app, Request::new(())).await, StatusCode::OK);
+                    decisions.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let calls = script_calls(&server) - before;
+    let decisions = decisions.load(Ordering::Relaxed) as u64;
+    println!("steady: {decisions} decisions, {calls} Redis calls");
+    assert!(calls * 20 <= decisions, "{calls} calls for {decisions}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_on_a_refused_key_makes_a_handful_of_redis_calls() {
+    let server = RedisServer::start();
+    let quota: Quota = "10/min".parse().unwrap();
+    let mut apps = Vec::new();
+    for _ in 0..4 {
+        let store = local_store(&server.url(), "flood", LocalMode::Exact).await;
+        apps.push(instance(Algorithm::Gcra, quota, store));
+    }
+    // Spend the limit.
+    let seen = run(&apps, Split::Even).await;
+    assert_eq!(seen.admitted.load(Ordering::Relaxed), 10);
+    let before = script_calls(&server);
+    let mut limited = 0;
+    for i in 0..10_000 {
+        let mut app = apps[i % 4].clone();
+        if status(&mut app, Request::new(())).await == StatusCode::TOO_MANY_REQUESTS {
+            limited += 1;
+        }
+    }
+    let calls = script_calls(&server) - before;
+    println!("flood: 10,000 requests, {limited} limited, {calls} Redis calls");
+    assert_eq!(limited, 10_000);
+    // A retry period here is 6 s, longer than the flood: a handful each.
+    assert!(calls <= 4 * 3, "{calls}");
+}
