@@ -312,3 +312,154 @@ async fn a_flood_on_a_refused_key_makes_a_handful_of_redis_calls() {
     // A retry period here is 6 s, longer than the flood: a handful each.
     assert!(calls <= 4 * 3, "{calls}");
 }
+
+/// The requests `apps` admit out of `n` sent one after another, spread
+/// over the instances; and how many failed (503: the store-error
+/// behaviour).
+async fn send(apps: &[App], n: usize) -> (usize, usize) {
+    let (mut admitted, mut failed) = (0, 0);
+    for i in 0..n {
+        let mut app = apps[i % apps.len()].clone();
+        match status(&mut app, Request::new(())).await {
+            StatusCode::OK => admitted += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            _ => failed += 1,
+        }
+    }
+    (admitted, failed)
+}
+
+/// Exact mode through a Redis restart: while Redis is away an instance
+/// admits only units it already held (the store-error behaviour answers
+/// the rest), and once Redis is back limiting resumes within a second.
+/// A Redis that restarts empty has forgotten every count, so the limit
+/// starts afresh (as it does for the plain Redis store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exact_mode_through_a_redis_restart() {
+    let mut server = RedisServer::start();
+    let mut apps = Vec::new();
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        let redis = RedisStore::builder(server.url())
+            .prefix("restart")
+            .reconnect_max_delay(Duration::from_millis(100))
+            .connect()
+            .await
+            .unwrap();
+        let store = LocalFirst::builder(redis, LocalMode::Exact).build();
+        stores.push(store.clone());
+        let layer = RateLimitLayer::builder()
+            .quota("api", limit())
+            .key(GlobalKey)
+            .store(store)
+            .store_timeout(Duration::from_millis(50))
+            .on_store_error(OnStoreError::Closed)
+            .build();
+        apps.push(behind(layer));
+    }
+    let (before, failed) = send(&apps, 400).await;
+    assert_eq!((before, failed), (400, 0));
+
+    server.kill();
+    let (during, failed) = send(&apps, 300).await;
+    // Every grant ever made (none can be while Redis is away).
+    let reserved: u64 = stores.iter().map(|s| s.stats().reserved_units).sum();
+    let first_reserved = stores[0].stats().reserved_units;
+    println!(
+        "restart: {before} admitted before, {during} while Redis was away ({failed} failed), {reserved} units reserved"
+    );
+    // Only what was reserved before Redis went away.
+    assert!(
+        before + during <= reserved as usize,
+        "{before} + {during} > {reserved}"
+    );
+    assert!(failed > 0);
+
+    server.restart();
+    let back = std::time::Instant::now();
+    let mut app = apps[0].clone();
+    loop {
+        // Admitted from a grant made after Redis came back.
+        let got = status(&mut app, Request::new(())).await;
+        if got == StatusCode::OK && stores[0].stats().reserved_units > first_reserved {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(1),
+            "limiting resumed late"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!(
+        "restart: limiting resumed {:?} after Redis came back",
+        back.elapsed()
+    );
+}
+
+/// What remains of the key's 1,000 in Redis, read with a plain store.
+async fn remaining(url: &str) -> u64 {
+    let policy = Arc::new(tollgate::Policy::new(vec![tollgate::NamedLimit::new(
+        "api",
+        limit(),
+    )]));
+    let store = RedisStore::builder(url)
+        .prefix("catch-up")
+        .connect()
+        .await
+        .unwrap();
+    let decision = match tollgate::Store::check(&store, &policy, &tollgate::Key::Global, 0) {
+        tollgate::StoreReply::Pending(f) => f.await.unwrap(),
+        tollgate::StoreReply::Ready(r) => r.unwrap(),
+    };
+    decision.merged.remaining()
+}
+
+/// Periodic mode through a Redis that goes away and comes back with its
+/// data (append-only file): what an instance admitted meanwhile is
+/// reported once, not lost and not twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn periodic_mode_reports_what_it_admitted_while_redis_was_away_once() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let redis = RedisStore::builder(server.url())
+        .prefix("catch-up")
+        .reconnect_max_delay(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let mode = LocalMode::Periodic {
+        sync_interval: Duration::from_millis(50),
+    };
+    let store = LocalFirst::builder(redis, mode).build();
+    let layer = RateLimitLayer::builder()
+        .quota("api", limit())
+        .key(GlobalKey)
+        .store(store)
+        .store_timeout(Duration::from_millis(200))
+        .on_store_error(OnStoreError::Closed)
+        .build();
+    let apps = [behind(layer)];
+    let url = server.url();
+    assert_eq!(send(&apps, 100).await, (100, 0));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(remaining(&url).await, 900);
+
+    server.kill();
+    // Within what it last read: decided here, Redis or not.
+    assert_eq!(send(&apps, 50).await, (50, 0));
+    // Syncs fail meanwhile; the report waits.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.restart();
+    let back = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Ok(left) = tokio::time::timeout(Duration::from_millis(500), remaining(&url)).await
+            && left == 850
+        {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(2), "not reported");
+    }
+    // And no later sync counts it again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(remaining(&url).await, 850);
+}
