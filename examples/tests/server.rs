@@ -391,7 +391,7 @@ fn the_other_settings_are_accepted() {
 
 #[test]
 fn bad_flags_exit_with_a_usage_error() {
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 16] = [
         (&["--bogus"], "--bogus"),
         (&["--store-timeout-ms", "0"], "--store-timeout-ms"),
         (&["--max-keys", "0"], "at least 1"),
@@ -409,6 +409,8 @@ fn bad_flags_exit_with_a_usage_error() {
         (&["--key", "cookie"], "header:NAME"),
         (&["--trust-proxy", "10.0.0.0/99"], "network"),
         (&["--headers", "fancy"], "fancy"),
+        (&["--local", "sometimes"], "periodic=MS"),
+        (&["--local", "exact"], "--local needs a Redis --store"),
     ];
     for (args, message) in cases {
         let (status, stderr) = run_to_exit(args);
@@ -437,6 +439,36 @@ fn a_one_server_url_at_a_cluster_node_is_a_usage_error() {
     let (status, stderr) = run_to_exit(&["--store", &url]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("redis+cluster://"), "{stderr}");
+}
+
+#[test]
+fn local_first_modes_limit_through_redis() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    for mode in ["exact", "periodic=20", "off"] {
+        let server = Server::start(&[
+            "--store",
+            &redis.url(),
+            "--local",
+            mode,
+            "--key",
+            "global",
+            "--limit",
+            &format!("{}=3/min", mode.replace('=', "-")),
+        ]);
+        let statuses: Vec<u16> = (0..5).map(|_| server.get("/", &[]).status).collect();
+        assert_eq!(statuses, [200, 200, 200, 429, 429], "--local {mode}");
+    }
+    // An algorithm the local-first store cannot run: a usage error.
+    let (status, stderr) = run_to_exit(&[
+        "--store",
+        &redis.url(),
+        "--local",
+        "exact",
+        "--algorithm",
+        "sliding-log",
+    ]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("local-first store cannot"), "{stderr}");
 }
 
 /// A connection that has sent `prefix` and nothing more: how long until

@@ -19,6 +19,7 @@
 //! --store-timeout-ms N     default 100
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
+//! --local MODE             Redis stores only: off (default: one Redis call per decision) | exact | periodic=MS
 //! --header-timeout-ms N    default 10000: a request's head must arrive within N ms
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
 //! --max-connections N      default 10000: connections beyond N wait to be accepted
@@ -43,6 +44,12 @@
 //!   until its slot, so one client sending one request at a time sees delays
 //!   rather than 429s; concurrent requests beyond the queue get 429.
 //! - `--max-keys` applies to the memory store only; Redis expires its keys.
+//! - `--local exact` decides in this process with capacity reserved from
+//!   Redis (never over the limit); `--local periodic=MS` counts here and
+//!   synchronises with Redis every MS milliseconds (within a documented
+//!   bound of the limit); see `tollgate_redis::LocalFirst`. Only with a
+//!   Redis `--store`, and only for algorithms the local-first store supports
+//!   (not `sliding-log` or `leaky-bucket`): otherwise exit code 2.
 //! - `--header-timeout-ms`, `--idle-timeout-ms` and `--max-connections`
 //!   belong to the server, not to the rate limiter: a client that never
 //!   finishes its request head (slowloris) is never counted by a limiter,
@@ -71,7 +78,7 @@ use tollgate::{
 };
 use tollgate_axum::ClientIp;
 use tollgate_examples::serving::{ServeLimits, serve};
-use tollgate_redis::RedisStore;
+use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
 
 /// The command line (see the module docs for the contract).
 #[derive(Debug, Parser)]
@@ -121,6 +128,11 @@ struct Args {
     /// The most keys the memory store keeps (at least 1).
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     max_keys: Option<usize>,
+
+    /// Redis stores only: off (one Redis call per decision, the default),
+    /// exact (reservations) or periodic=MS (synchronise every MS ms).
+    #[arg(long, value_name = "MODE", value_parser = parse_local)]
+    local: Option<Local>,
 
     /// How long a client may take to send a request's head, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -220,6 +232,33 @@ fn parse_network(text: &str) -> Result<IpNet, String> {
         .map_err(|_| format!("expected a network such as 10.0.0.0/8 or an address, not {text:?}"))
 }
 
+/// `--local`.
+#[derive(Clone, Copy, Debug)]
+enum Local {
+    Off,
+    On(LocalMode),
+}
+
+/// Parses `off`, `exact` or `periodic=MS`.
+fn parse_local(text: &str) -> Result<Local, String> {
+    match text {
+        "off" => Ok(Local::Off),
+        "exact" => Ok(Local::On(LocalMode::Exact)),
+        _ => {
+            let ms = text
+                .strip_prefix("periodic=")
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .filter(|ms| *ms >= 1)
+                .ok_or_else(|| {
+                    format!("expected off, exact or periodic=MS (MS at least 1), not {text:?}")
+                })?;
+            Ok(Local::On(LocalMode::Periodic {
+                sync_interval: Duration::from_millis(ms),
+            }))
+        }
+    }
+}
+
 /// Parses `memory` or a Redis URL.
 fn parse_store(text: &str) -> Result<StoreUrl, String> {
     if text == "memory" {
@@ -285,10 +324,14 @@ enum Failure {
     Startup(String),
 }
 
-/// The store `--store` and `--max-keys` ask for; fails if Redis is absent
-/// (or is not what the URL says).
-async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, Failure> {
+/// The store `--store`, `--max-keys` and `--local` ask for; fails if Redis
+/// is absent (or is not what the URL says).
+async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
+    let max_keys = args.max_keys;
     match url {
+        StoreUrl::Memory if args.local.is_some() => Err(Failure::Usage(
+            "--local needs a Redis --store: the memory store is local already".into(),
+        )),
         StoreUrl::Memory => {
             let builder = MemoryStore::builder();
             let builder = match max_keys {
@@ -299,7 +342,10 @@ async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, Fail
         }
         StoreUrl::Redis(url) => RedisStore::connect(url.as_str())
             .await
-            .map(BoxStore::new)
+            .map(|redis| match args.local {
+                Some(Local::On(mode)) => BoxStore::new(LocalFirst::builder(redis, mode).build()),
+                Some(Local::Off) | None => BoxStore::new(redis),
+            })
             .map_err(|e| {
                 let message = format!(
                     "cannot use the Redis store at {}: {e}",
@@ -337,7 +383,7 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
         .algorithm(args.algorithm)
         .key(key_extractor(&args.key, &args.trust_proxy))
-        .store(store(store_url, args.max_keys).await?)
+        .store(store(store_url, args).await?)
         .on_store_error(on_store_error)
         .store_timeout(Duration::from_millis(args.store_timeout_ms))
         .headers(header_style(args.headers))
