@@ -132,6 +132,7 @@ mod connection;
 mod error;
 mod keys;
 mod local;
+mod observe;
 #[cfg(feature = "quotas")]
 mod quotas;
 mod script;

@@ -192,6 +192,7 @@ impl RedisStore {
             .and_then(|within| self.shared.server_clock.deadline(within));
         let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
         let shared = self.shared.clone();
+        crate::observe::redis_call("check");
         StoreReply::Pending(Box::pin(async move {
             let reply = call_until_answered(&shared, &prepared.script, &command).await?;
             let (server_now, verdict) = prepared.verdict(&reply);
@@ -214,6 +215,10 @@ impl RedisStore {
     ) -> Result<ShareReply, RedisStoreError> {
         let prepared = self.prepared(policy);
         let command = prepared.share_command(&self.shared.prefix, key, op, self.now_micros());
+        crate::observe::redis_call(match op {
+            ShareOp::Reserve { .. } => "reserve",
+            ShareOp::Sync { .. } => "sync",
+        });
         let reply = call_until_answered(&self.shared, &prepared.share_script, &command).await?;
         let (server_now, answer) = prepared.share_reply(&reply);
         if let Some(server_now) = server_now {

@@ -123,6 +123,7 @@ impl Holdings {
             && cost >= refusal.cost
         {
             let answer = answers::refused(&refusal.decision, now - refusal.at);
+            inner.stats.blocked("exact");
             return (Step::Answer(answer), None);
         }
         let start = (!self.reserving).then(|| self.start(cost));
@@ -180,7 +181,12 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
         state.round += 1;
         match result {
             Ok(reply) => {
-                state.failure = None;
+                if state.failure.take().is_some() {
+                    tracing::info!(
+                        policy = slot.policy.label(),
+                        "local-first store: Redis answers again; reservations resume"
+                    );
+                }
                 let granted = u64::try_from(reply.first).unwrap_or(0);
                 if granted > 0 {
                     // A lapse is counted from when the call left: the script
@@ -209,12 +215,14 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
                 }
             }
             Err(error) => {
-                tracing::warn!(
-                    policy = slot.policy.label(),
-                    %error,
-                    "local-first store: a reservation failed; requests are decided with \
-                     the units this instance holds, then by the store-error behaviour"
-                );
+                if state.failure.is_none() {
+                    tracing::warn!(
+                        policy = slot.policy.label(),
+                        %error,
+                        "local-first store: a reservation failed; requests are decided with \
+                         the units this instance holds, then by the store-error behaviour"
+                    );
+                }
                 state.failure = Some(error.to_string());
             }
         }

@@ -71,7 +71,7 @@ mod exact;
 mod periodic;
 mod table;
 
-use crate::{RedisCheckFuture, RedisStore, RedisStoreError};
+use crate::{RedisCheckFuture, RedisStore, RedisStoreError, observe};
 use exact::ExactSlot;
 use periodic::PeriodicSlot;
 use std::hash::BuildHasher;
@@ -304,6 +304,14 @@ impl LocalFirstBuilder {
 }
 
 impl Inner {
+    /// The mode, as metrics label it.
+    fn mode_name(&self) -> &'static str {
+        match self.settings.mode {
+            LocalMode::Exact => "exact",
+            LocalMode::Periodic { .. } => "periodic",
+        }
+    }
+
     /// Local time in ns.
     fn now(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -420,7 +428,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: Arc<S>, cost: u32) -> Reply {
     let mut seen = turn.round;
     match turn.step {
         Step::Answer(decision) => {
-            inner.stats.decided();
+            inner.stats.decided(inner.mode_name());
             return StoreReply::Ready(Ok(decision));
         }
         Step::Fail(message) => {
@@ -442,7 +450,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: Arc<S>, cost: u32) -> Reply {
             seen = turn.round;
             match turn.step {
                 Step::Answer(decision) => {
-                    inner.stats.waited();
+                    inner.stats.waited(inner.mode_name());
                     return Ok(decision);
                 }
                 Step::Fail(message) => return Err(RedisStoreError::unavailable(message)),
@@ -523,11 +531,17 @@ async fn tick(inner: Weak<Inner>, interval: Duration) {
         let Slots::Periodic(table) = &inner.slots else {
             return;
         };
+        let now = inner.now();
+        let mut lag = 0;
         for slot in table.all() {
-            if slot.lock().due() {
+            let mut counts = slot.lock();
+            if counts.due() {
+                lag = lag.max(counts.age(now));
+                drop(counts);
                 tokio::spawn(periodic::sync(inner.clone(), slot));
             }
         }
+        observe::sync_lag(lag as f64 / 1e9);
     }
 }
 
@@ -539,6 +553,9 @@ pub struct LocalStats {
     pub local_decisions: u64,
     /// Requests that waited for a reservation or a first reading.
     pub waited: u64,
+    /// Requests refused from a refusal Redis gave earlier, before its retry
+    /// time, with no call (exact mode).
+    pub blocked: u64,
     /// Calls to Redis: reservations (exact) or syncs (periodic).
     pub redis_calls: u64,
     /// Units granted by reservations.
@@ -556,37 +573,49 @@ pub struct LocalStats {
 struct Stats {
     local: AtomicU64,
     waited: AtomicU64,
+    blocked: AtomicU64,
     calls: AtomicU64,
     reserved: AtomicU64,
     lapsed: AtomicU64,
     overflowed: AtomicU64,
 }
 
+/// Counted here for [`LocalFirst::stats`], and through `metrics` (see
+/// `observe.rs`).
 impl Stats {
-    fn decided(&self) {
+    fn decided(&self, mode: &'static str) {
         self.local.fetch_add(1, Ordering::Relaxed);
+        observe::local_decision(mode);
     }
-    fn waited(&self) {
+    fn waited(&self, mode: &'static str) {
         self.waited.fetch_add(1, Ordering::Relaxed);
+        observe::local_wait(mode);
+    }
+    pub(crate) fn blocked(&self, mode: &'static str) {
+        self.blocked.fetch_add(1, Ordering::Relaxed);
+        observe::local_blocked(mode);
     }
     fn call(&self) {
         self.calls.fetch_add(1, Ordering::Relaxed);
     }
     fn reserved(&self, units: u64) {
         self.reserved.fetch_add(units, Ordering::Relaxed);
+        observe::reserved(units);
     }
     fn lapsed(&self, units: u64) {
         self.lapsed.fetch_add(units, Ordering::Relaxed);
+        observe::lapsed(units);
     }
     fn overflowed(&self) {
         self.overflowed.fetch_add(1, Ordering::Relaxed);
+        observe::overflow();
     }
-    fn synced(&self, _now: u64) {}
 
     fn read(&self, inner: &Inner) -> LocalStats {
         LocalStats {
             local_decisions: self.local.load(Ordering::Relaxed),
             waited: self.waited.load(Ordering::Relaxed),
+            blocked: self.blocked.load(Ordering::Relaxed),
             redis_calls: self.calls.load(Ordering::Relaxed),
             reserved_units: self.reserved.load(Ordering::Relaxed),
             lapsed_units: self.lapsed.load(Ordering::Relaxed),

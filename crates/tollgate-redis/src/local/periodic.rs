@@ -97,6 +97,13 @@ impl Counts {
         (Step::Answer(answer), false)
     }
 
+    /// How long ago (ns) Redis last read the key; 0 if never.
+    pub(crate) fn age(&self, now: u64) -> u64 {
+        self.last
+            .as_ref()
+            .map_or(0, |(_, at)| now.saturating_sub(*at))
+    }
+
     /// Whether the periodic tick should sync this key; marks it syncing.
     pub(crate) fn due(&mut self) -> bool {
         let due = !self.syncing && (self.pending > 0 || self.unconfirmed.is_some() || self.touched);
@@ -145,7 +152,6 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
                         "local-first store: Redis answers again; counts reported"
                     );
                 }
-                inner.stats.synced(now);
             }
             Err(error) => {
                 if counts.failure.is_none() {
