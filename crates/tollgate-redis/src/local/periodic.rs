@@ -112,6 +112,13 @@ impl Counts {
     }
 }
 
+/// Who reports, as Redis tells reports apart: this instance's slot of
+/// the policy. Policies share a key's record of sequence numbers and each
+/// slot numbers its own reports, so the policy is part of the name.
+fn reporter(instance: u64, policy: u64) -> u64 {
+    instance ^ policy.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
 pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
@@ -132,7 +139,7 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
     };
     let op = ShareOp::Sync {
         spent,
-        instance: inner.instance,
+        instance: reporter(inner.instance, slot.policy.id()),
         sequence,
     };
     inner.stats.call();
@@ -167,4 +174,58 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
         }
     }
     slot.done.notify_waiters();
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::RedisStore;
+    use crate::script::ShareOp;
+    use tollgate::{Key, NamedLimit, Policy};
+    use tollgate_core::{Algorithm, Quota};
+    use tollgate_tests::redis::RedisServer;
+
+    /// A report sent again after a lost reply (same instance, same
+    /// sequence) is not counted twice; the next report is.
+    #[tokio::test]
+    async fn a_report_sent_again_is_counted_once() {
+        let server = RedisServer::start();
+        let redis = RedisStore::connect(server.url()).await.unwrap();
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingWindowBuckets,
+        ] {
+            let quota: Quota = "100/day".parse().unwrap();
+            let policy = Policy::new(vec![
+                NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm),
+            ]);
+            let instance = super::reporter(7, policy.id());
+            let report = |spent, sequence| ShareOp::Sync {
+                spent,
+                instance,
+                sequence,
+            };
+            let key = Key::from("k");
+            let first = redis.share(&policy, &key, report(10, 1)).await.unwrap();
+            assert_eq!((first.first, first.decision.merged.remaining()), (1, 90));
+            let again = redis.share(&policy, &key, report(10, 1)).await.unwrap();
+            assert_eq!((again.first, again.decision.merged.remaining()), (0, 90));
+            let next = redis.share(&policy, &key, report(5, 2)).await.unwrap();
+            assert_eq!(
+                (next.first, next.decision.merged.remaining()),
+                (1, 85),
+                "{algorithm}"
+            );
+            // Another instance's (or policy's) report of the same sequence
+            // counts.
+            let other = ShareOp::Sync {
+                spent: 5,
+                instance: super::reporter(8, policy.id()),
+                sequence: 1,
+            };
+            let other = redis.share(&policy, &key, other).await.unwrap();
+            assert_eq!(other.decision.merged.remaining(), 80, "{algorithm}");
+        }
+    }
 }
