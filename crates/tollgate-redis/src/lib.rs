@@ -81,6 +81,14 @@
 //! -P 16 -c 50` running the same script on the same server (109,600/s on
 //! two cores). `cargo bench -p tollgate-redis --bench redis` measures both.
 //!
+//! # Without a round trip per request
+//!
+//! [`LocalFirst`] stands in front of a [`RedisStore`] and decides in
+//! process memory: exactly (capacity reserved from Redis, never over the
+//! limit) or periodically synchronised (a documented bound over it). See
+//! its module docs for the modes, the algorithms they support, and what
+//! happens when Redis is away.
+//!
 //! # Failures
 //!
 //! A failed or slow call is an error of the store: the layer's
