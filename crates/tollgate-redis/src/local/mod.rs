@@ -2,69 +2,8 @@
 //! request in process memory and reaches Redis only in the background or
 //! once per many requests.
 //!
-//! # Two modes
-//!
-//! **Exact** ([`LocalMode::Exact`], reservations): an instance admits only
-//! capacity it reserved from Redis in one atomic script call, so all
-//! instances together never admit more than the limit allows. A
-//! reservation asks for what the key was spent at recently, over
-//! [`reserve_ahead`](LocalFirstBuilder::reserve_ahead) (at least the cost of
-//! the request that waits, at most
-//! [`max_reservation`](LocalFirstBuilder::max_reservation)); Redis grants
-//! at most a [`fanout`](LocalFirstBuilder::fanout)th of what remains, so the
-//! grants shrink as the limit nears, down to one request's cost. A request
-//! that finds too few units here waits for the reservation in flight (one
-//! round trip shared by every waiting request), or is refused when Redis
-//! refused; it is never admitted on credit. When the held units fall to a
-//! quarter of the last grant, the next reservation starts ahead of need.
-//!
-//! *Capacity that can sit unused*: units an instance holds are charged in
-//! Redis already; other instances cannot spend them. At any moment that is
-//! at most, per instance and key, the last grant (≤ `max_reservation`, and
-//! ≤ what remained ÷ `fanout` when it was granted). For the window
-//! algorithms, units are the window's: unspent at its end (the sub-window's,
-//! for sliding window buckets), they lapse and are lost; GCRA's and the
-//! token bucket's units never lapse (spent later, they are still within
-//! the limit, as a bucket only refills), but are lost when the key's slot is
-//! dropped to make room, or the process ends. Nothing is given back.
-//!
-//! **Periodic** ([`LocalMode::Periodic`], synchronised counts): each
-//! instance admits while what Redis last said remains, less what it
-//! admitted since, covers the cost; every `sync_interval` it reports what it
-//! admitted (charged in Redis whatever the state) and reads the key again.
-//! Reports carry a per-instance sequence number, so a report sent again
-//! after a lost reply is not counted twice. *Worst-case over-admission*:
-//! between two readings, each of `N` instances may spend all of the
-//! remaining `R` it read, and sees neither the others' spending nor refill
-//! until its next reading: with all instances reading at once, up to
-//! `N × R` requests pass where `R` should, an excess of `(N − 1) × R`; `R`
-//! is at most the limit's capacity `C` (the burst of a bucket, the limit
-//! of a window), and in steady overload it is what came back during one
-//! interval, `r × I` at rate `r` (limit ÷ period) and interval `I`. So the
-//! excess per burst is at most `(N − 1) × C`, and under sustained load at
-//! most `(N − 1) × r × I` per interval. Every admission is reported and
-//! charged, so an excess is paid back before the key admits again (a
-//! window's excess, within that window). BENCHMARKS.md has the measured
-//! curve against `I`.
-//!
-//! # Algorithms
-//!
-//! Both modes: GCRA, token bucket (continuous or interval refill), fixed
-//! window, sliding window, sliding window buckets. Neither: the sliding
-//! log (a reservation spent later than it was taken would leave the log
-//! early) and the leaky bucket, or any limit in delay mode (both space
-//! requests out in time; a local budget cannot). A layer built with an
-//! unsupported limit fails in `try_build`; a policy made at run time (per-key
-//! quotas) that is not supported is decided by the Redis store directly,
-//! one call per request.
-//!
-//! # Faults
-//!
-//! With Redis slow or away, an instance keeps deciding with what it holds
-//! (exact: its grants; periodic: what it last read, less what it admitted
-//! since); once that is spent, requests get the layer's store-error
-//! behaviour. It catches up when Redis is back: a periodic instance reports
-//! everything it admitted meanwhile, once.
+//! The modes, their bounds and their faults are documented on
+//! [`LocalFirst`], where users read them.
 
 mod answers;
 mod exact;
@@ -89,7 +28,7 @@ pub enum LocalMode {
     /// Admit only capacity reserved from Redis: never over the limit.
     Exact,
     /// Count locally and synchronise every `sync_interval`: within a
-    /// documented bound of the limit (see the [module docs](self)).
+    /// documented bound of the limit (see [`LocalFirst`]).
     Periodic {
         /// How often each key's counts are reported and its state read.
         sync_interval: Duration,
@@ -105,9 +44,72 @@ impl LocalMode {
     };
 }
 
-/// A store that decides in process memory and shares through Redis (see
-/// the [module docs](self) for the two modes and their bounds). Clones
-/// share the same counts.
+/// A store that decides in process memory and shares through Redis.
+/// Clones share the same counts.
+///
+/// # Two modes
+///
+/// **Exact** ([`LocalMode::Exact`], reservations): an instance admits only
+/// capacity it reserved from Redis in one atomic script call, so all
+/// instances together never admit more than the limit allows. A
+/// reservation asks for what the key was spent at recently, over
+/// [`reserve_ahead`](LocalFirstBuilder::reserve_ahead) (at least the cost of
+/// the request that waits, at most
+/// [`max_reservation`](LocalFirstBuilder::max_reservation)); Redis grants
+/// at most a [`fanout`](LocalFirstBuilder::fanout)th of what remains, so the
+/// grants shrink as the limit nears, down to one request's cost. A request
+/// that finds too few units here waits for the reservation in flight (one
+/// round trip shared by every waiting request), or is refused when Redis
+/// refused; it is never admitted on credit. When the held units fall to a
+/// quarter of the last grant, the next reservation starts ahead of need.
+///
+/// *Capacity that can sit unused*: units an instance holds are charged in
+/// Redis already; other instances cannot spend them. At any moment that is
+/// at most, per instance and key, the last grant (≤ `max_reservation`, and
+/// ≤ what remained ÷ `fanout` when it was granted). For the window
+/// algorithms, units are the window's: unspent at its end (the sub-window's,
+/// for sliding window buckets), they lapse and are lost; GCRA's and the
+/// token bucket's units never lapse (spent later, they are still within
+/// the limit, as a bucket only refills), but are lost when the key's slot is
+/// dropped to make room, or the process ends. Nothing is given back.
+///
+/// **Periodic** ([`LocalMode::Periodic`], synchronised counts): each
+/// instance admits while what Redis last said remains, less what it
+/// admitted since, covers the cost; every `sync_interval` it reports what it
+/// admitted (charged in Redis whatever the state) and reads the key again.
+/// Reports carry a per-instance sequence number, so a report sent again
+/// after a lost reply is not counted twice. *Worst-case over-admission*:
+/// between two readings, each of `N` instances may spend all of the
+/// remaining `R` it read, and sees neither the others' spending nor refill
+/// until its next reading: with all instances reading at once, up to
+/// `N × R` requests pass where `R` should, an excess of `(N − 1) × R`; `R`
+/// is at most the limit's capacity `C` (the burst of a bucket, the limit
+/// of a window), and in steady overload it is what came back during one
+/// interval, `r × I` at rate `r` (limit ÷ period) and interval `I`. So the
+/// excess per burst is at most `(N − 1) × C`, and under sustained load at
+/// most `(N − 1) × r × I` per interval. Every admission is reported and
+/// charged, so an excess is paid back before the key admits again (a
+/// window's excess, within that window). BENCHMARKS.md has the measured
+/// curve against `I`.
+///
+/// # Algorithms
+///
+/// Both modes: GCRA, token bucket (continuous or interval refill), fixed
+/// window, sliding window, sliding window buckets. Neither: the sliding
+/// log (a reservation spent later than it was taken would leave the log
+/// early) and the leaky bucket, or any limit in delay mode (both space
+/// requests out in time; a local budget cannot). A layer built with an
+/// unsupported limit fails in `try_build`; a policy made at run time (per-key
+/// quotas) that is not supported is decided by the Redis store directly,
+/// one call per request.
+///
+/// # Faults
+///
+/// With Redis slow or away, an instance keeps deciding with what it holds
+/// (exact: its grants; periodic: what it last read, less what it admitted
+/// since); once that is spent, requests get the layer's store-error
+/// behaviour. It catches up when Redis is back: a periodic instance reports
+/// everything it admitted meanwhile, once.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
