@@ -3,94 +3,8 @@
 //! remembers, shared with stores that consult it themselves (the Redis
 //! store does, by default).
 //!
-//! Under attack most requests are refused, and most refusals are the same
-//! few keys asking again and again. A shared store answers each of them
-//! with a round trip; a block cache answers all but the first from memory:
-//! a flood of 10,000 requests on a refused key costs Redis one call per
-//! retry period per instance, instead of 10,000.
-//!
-//! # What is remembered, and what a hit answers
-//!
-//! When the store behind answers a refusal (`merged.allowed()` is false)
-//! whose retry time is finite ([`Decision::can_ever_pass`]), the cache
-//! remembers, for (policy, key), the refused cost, the store's whole
-//! [`PolicyDecision`], and the instant the request was *sent* (read from a
-//! [`Clock`] before the store was asked). Until that instant plus the
-//! retry time, a request for the same policy and key whose cost is at
-//! least the remembered one is answered [`StoreReply::Ready`] with that
-//! decision, without asking the store; its times (`retry_after`,
-//! `reset_after`, `replenish_after`, and an allowed limit's `wait`, of the
-//! merged decision and of each limit's) are reduced by the time elapsed
-//! since, saturating at zero, so that `Retry-After` and `t` keep falling as
-//! they would have. Then:
-//!
-//! - A cheaper request goes to the store: it might pass.
-//! - An allowed answer for the key (of a cost above 0, for a request sent
-//!   no earlier than the remembered one) removes the entry: the store has
-//!   charged the key since, so the remembered figures are out of date.
-//! - An entry whose retry time has come is dropped when it is read, and
-//!   the request goes to the store.
-//! - A request that can never pass (its cost exceeds what a limit can ever
-//!   admit: `retry_after` is [`Decision::NEVER`]), a store error, a late
-//!   answer ([`Store::check_within`]): nothing is remembered.
-//!
-//! # Why a cached refusal is right
-//!
-//! A refusal's `retry_after` is the earliest moment at which the refused
-//! request could pass, given the key's state when the store decided
-//! (tollgate's algorithms are exact about it: 1 ns earlier it would not).
-//! From then on the state can only take more charges: other requests, from
-//! this instance or from others sharing the store, add to it, and a
-//! refused request adds nothing. More charges never make a request pass
-//! sooner, and a costlier request never passes sooner than a cheaper one,
-//! so no request of at least the refused cost can pass before that moment;
-//! answering them "refused" without asking changes no decision. The store
-//! decided after the request was sent, so measuring from the sending
-//! errs on the early side: the entry expires (and `Retry-After` falls) up
-//! to one trip to the store *early*, never late, and the first request
-//! after it just asks the store again.
-//!
-//! This reasoning holds while the store's state only grows between
-//! decisions. It does not cover state changed behind the store's back: a
-//! Redis `FLUSHALL` or a deleted key, or a fallback store (see
-//! [`Fallback`](super::Fallback)) whose refusal is remembered as any other
-//! and outlives the primary's return. Such a key stays refused until the
-//! remembered retry time, no longer; [`BlockList::clear`] forgets
-//! everything at once.
-//!
-//! What the figures do not tell: `remaining` is the store's count at the
-//! refusal, and a limit that gives quota back while the entry stands (one
-//! unit of a cost-3 refusal, or a limit that did not refuse) reads its next
-//! replenishment as 0 once that moment has passed. A costlier request than
-//! the remembered one is told the remembered request's retry time, a lower
-//! bound for its own.
-//!
-//! # Bounded
-//!
-//! At most [`max_entries`](BlockList::with_max_entries) entries (default
-//! 100,000), in shards behind short-held locks. An entry takes 217 bytes
-//! of its map (its key inline, the decisions of up to two limits inline),
-//! and a map grows only as entries come: about 30 MB with 100,000 keys
-//! refused at once, nothing with none. When a shard is full, entries past their retry time are swept
-//! (at most once a second a shard), and if none, the entry closest to its
-//! retry time of a small sample makes room. A flood of distinct refused
-//! keys therefore costs at most the bound; an entry lost to it costs one
-//! call to the store. With no entry at all (no key refused, the usual
-//! case) a check reads one atomic and takes no lock.
-//!
-//! A std map rather than moka (a dependency of the `quotas` feature only):
-//! an entry's lifetime is known exactly when it is made, so expiry on read
-//! and a sweep when full do all an eviction policy would; the hit path is
-//! one lock and one lookup by a 64-bit fingerprint, comparing the stored
-//! key without cloning it; and the crate's default features stay free of a
-//! cache crate.
-//!
-//! # Observability
-//!
-//! With the `metrics` feature, each request answered from the cache counts
-//! `tollgate_block_cache_hits_total{policy}` (the policy's
-//! [`label`](crate::Policy::label)). The layer counts the refusal itself
-//! as it counts any other (`tollgate_requests_total{outcome="limited"}`).
+//! See [`BlockCache`] for what is remembered, what a cached refusal says,
+//! why it is right, and what it costs.
 
 use super::memory::ByFingerprint;
 use super::{PolicyDecision, Store, StoreReply};
@@ -119,8 +33,7 @@ const SWEEP_INTERVAL: u64 = 1_000_000_000;
 /// The refusals a store made, remembered until their retry time: the data
 /// of a block cache, for [`BlockCache`] and for stores that consult one
 /// themselves before a round trip (the Redis store). Clones share the
-/// entries. See the [module docs](self) for what it answers and why that
-/// is right.
+/// entries. See [`BlockCache`] for what it answers and why that is right.
 ///
 /// Times are nanoseconds of one clock chosen by the caller, the same for
 /// [`lookup`](Self::lookup) and [`learn`](Self::learn): a monotonic one
@@ -143,8 +56,9 @@ const SWEEP_INTERVAL: u64 = 1_000_000_000;
 /// let verdict = PolicyDecision { merged: refused, each: [refused].into_iter().collect() };
 ///
 /// let blocked = BlockList::new();
-/// // The store refused a request of cost 1 sent at 0 ns: retry in 6 s.
-/// blocked.learn(&policy, &key, 1, 0, &verdict);
+/// // The store refused a request of cost 1 sent at 0 ns, answered at
+/// // once: retry in 6 s.
+/// blocked.learn(&policy, &key, 1, 0, 0, &verdict);
 /// // 2 s later, the same request is refused here, 4 s before its retry.
 /// let cached = blocked.lookup(&policy, &key, 1, 2_000_000_000).unwrap();
 /// assert_eq!(cached.merged.retry_after_nanos(), 4_000_000_000);
@@ -182,6 +96,8 @@ struct Entry {
     cost: u32,
     /// When the refused request was sent.
     sent: u64,
+    /// When the store's answer came: the figures are counted down from it.
+    answered: u64,
     /// `sent` plus the retry time: from then on, the store is asked again.
     until: u64,
     verdict: PolicyDecision,
@@ -245,8 +161,8 @@ impl BlockList {
 
     /// The refusal that answers a request of `cost` for `key` under
     /// `policy` at `now`, if one is remembered and still stands: the store's
-    /// decision with its times reduced by the time since the refused
-    /// request was sent. `None`: ask the store (then [`learn`](Self::learn)
+    /// decision with its times reduced by the time since its answer came.
+    /// `None`: ask the store (then [`learn`](Self::learn)
     /// from its answer). With the `metrics` feature, a hit counts
     /// `tollgate_block_cache_hits_total{policy}`.
     #[inline]
@@ -275,14 +191,16 @@ impl BlockList {
         if cost < entry.cost {
             return None;
         }
-        let verdict = aged(&entry.verdict, now.saturating_sub(entry.sent));
+        let verdict = aged(&entry.verdict, now.saturating_sub(entry.answered));
         drop(shard);
         crate::observe::block_cache_hit(policy.metrics());
         Some(verdict)
     }
 
     /// Learns from the store's `verdict` on a request of `cost` for `key`
-    /// under `policy`, sent at `sent`: remembers a refusal that can pass
+    /// under `policy`, sent at `sent` (read before the store was asked) and
+    /// answered at `answered` (read when its answer came; the same instant
+    /// for a store that answers at once): remembers a refusal that can pass
     /// some day, forgets the key's refusal when a later request was
     /// admitted.
     pub fn learn(
@@ -291,6 +209,7 @@ impl BlockList {
         key: &Key,
         cost: u32,
         sent: u64,
+        answered: u64,
         verdict: &PolicyDecision,
     ) {
         let inner = &*self.inner;
@@ -321,6 +240,7 @@ impl BlockList {
             key: key.clone(),
             cost,
             sent,
+            answered: answered.max(sent),
             until: sent.saturating_add(retry),
             verdict: verdict.clone(),
         };
@@ -447,10 +367,101 @@ impl fmt::Debug for BlockList {
 }
 
 /// A store in front of `S` that refuses on its own, until their retry
-/// time, the keys `S` refused, without asking `S` again: a flood of
-/// refused requests then costs a shared store one call per key per retry
-/// period. Clones share what they remember. See the [module docs](self)
-/// for what a cached refusal says and why it is right.
+/// time, the keys `S` refused, without asking `S` again. Clones share what
+/// they remember.
+///
+/// Under attack most requests are refused, and most refusals are the same
+/// few keys asking again and again. A shared store answers each of them
+/// with a round trip; a block cache answers all but the first from memory:
+/// a flood of 10,000 requests on a refused key costs Redis one call per
+/// retry period per instance, instead of 10,000.
+///
+/// # What is remembered, and what a hit answers
+///
+/// When the store behind answers a refusal (`merged.allowed()` is false)
+/// whose retry time is finite ([`Decision::can_ever_pass`]), the cache
+/// remembers, for (policy, key), the refused cost, the store's whole
+/// [`PolicyDecision`], and two instants of a [`Clock`]: when the request
+/// was *sent* (read before the store was asked) and when its answer came.
+/// Until the sending plus the retry time, a request for the same policy
+/// and key whose cost is at least the remembered one is answered
+/// [`StoreReply::Ready`] with that decision, without asking the store; its
+/// times (`retry_after`, `reset_after`, `replenish_after`, and an allowed
+/// limit's `wait`, of the merged decision and of each limit's) are reduced
+/// by the time elapsed since the answer came, saturating at zero, so that
+/// `Retry-After` and `t` keep falling as they would have. Then:
+///
+/// - A cheaper request goes to the store: it might pass.
+/// - An allowed answer for the key (of a cost above 0, for a request sent
+///   no earlier than the remembered one) removes the entry: the store has
+///   charged the key since, so the remembered figures are out of date.
+/// - An entry whose retry time has come is dropped when it is read, and
+///   the request goes to the store.
+/// - A request that can never pass (its cost exceeds what a limit can ever
+///   admit: `retry_after` is [`Decision::NEVER`]), a store error, a late
+///   answer ([`Store::check_within`]): nothing is remembered.
+///
+/// # Why a cached refusal is right
+///
+/// A refusal's `retry_after` is the earliest moment at which the refused
+/// request could pass, given the key's state when the store decided
+/// (tollgate's algorithms are exact about it: 1 ns earlier it would not).
+/// From then on the state can only take more charges: other requests, from
+/// this instance or from others sharing the store, add to it, and a
+/// refused request adds nothing. More charges never make a request pass
+/// sooner, and a costlier request never passes sooner than a cheaper one,
+/// so no request of at least the refused cost can pass before that moment;
+/// answering them "refused" without asking changes no decision. The store
+/// decided after the request was sent and before its answer came, so the
+/// entry, which expires at the sending plus the retry time, expires up to
+/// a round trip *early*, never late (the first request after it just asks
+/// the store again); and the times it reports, counted down from the
+/// answer, are up to a round trip *late*, never early: a client that
+/// waits out a cached `Retry-After` is not refused for waiting too little.
+///
+/// This reasoning holds while the store's state only grows between
+/// decisions. It does not cover state changed behind the store's back: a
+/// Redis `FLUSHALL` or a deleted key, or a fallback store (see
+/// [`Fallback`](super::Fallback)) whose refusal is remembered as any other
+/// and outlives the primary's return. Such a key stays refused until the
+/// remembered retry time, no longer; [`BlockList::clear`] forgets
+/// everything at once.
+///
+/// What the figures do not tell: `remaining` is the store's count at the
+/// refusal, and a limit that gives quota back while the entry stands (one
+/// unit of a cost-3 refusal, or a limit that did not refuse) reads its next
+/// replenishment as 0 once that moment has passed. A costlier request than
+/// the remembered one is told the remembered request's retry time, a lower
+/// bound for its own (it is refused here only while that one would be: a
+/// flood of mixed costs is answered from memory, and cannot slip past the
+/// cache by raising its cost).
+///
+/// # Bounded
+///
+/// At most [`max_entries`](BlockList::with_max_entries) entries (default
+/// 100,000), in shards behind short-held locks. An entry takes 217 bytes
+/// of its map (its key inline, the decisions of up to two limits inline),
+/// and a map grows only as entries come: about 30 MB with 100,000 keys
+/// refused at once, nothing with none. When a shard is full, entries past their retry time are swept
+/// (at most once a second a shard), and if none, the entry closest to its
+/// retry time of a small sample makes room. A flood of distinct refused
+/// keys therefore costs at most the bound; an entry lost to it costs one
+/// call to the store. With no entry at all (no key refused, the usual
+/// case) a check reads one atomic and takes no lock.
+///
+/// A std map rather than moka (a dependency of the `quotas` feature only):
+/// an entry's lifetime is known exactly when it is made, so expiry on read
+/// and a sweep when full do all an eviction policy would; the hit path is
+/// one lock and one lookup by a 64-bit fingerprint, comparing the stored
+/// key without cloning it; and the crate's default features stay free of a
+/// cache crate.
+///
+/// # Observability
+///
+/// With the `metrics` feature, each request answered from the cache counts
+/// `tollgate_block_cache_hits_total{policy}` (the policy's
+/// [`label`](crate::Policy::label)). The layer counts the refusal itself
+/// as it counts any other (`tollgate_requests_total{outcome="limited"}`).
 ///
 /// The Redis store has one built in (on by default, see
 /// `RedisStoreBuilder::block_cache`); put this one in front of any other
@@ -528,25 +539,27 @@ impl<S, C> BlockCache<S, C> {
 pin_project! {
     /// The future of a [`BlockCache`] check that asked the store behind:
     /// its answer, learnt from when it comes.
-    pub struct BlockCacheFuture<F> {
+    pub struct BlockCacheFuture<F, C = MonotonicClock> {
         #[pin]
         inner: F,
-        learn: Option<Learn>,
+        learn: Option<Learn<C>>,
     }
 }
 
 /// What a pending check needs to learn from its answer.
-struct Learn {
+struct Learn<C> {
     blocked: BlockList,
+    clock: C,
     policy: Arc<Policy>,
     key: Key,
     cost: u32,
     sent: u64,
 }
 
-impl<F, E> Future for BlockCacheFuture<F>
+impl<F, C, E> Future for BlockCacheFuture<F, C>
 where
     F: Future<Output = Result<PolicyDecision, E>>,
+    C: Clock,
 {
     type Output = Result<PolicyDecision, E>;
 
@@ -554,9 +567,16 @@ where
         let this = self.project();
         let answer = ready!(this.inner.poll(cx));
         if let (Ok(verdict), Some(learn)) = (&answer, this.learn.take()) {
-            learn
-                .blocked
-                .learn(&learn.policy, &learn.key, learn.cost, learn.sent, verdict);
+            let answered = learn.clock.now();
+            let Learn {
+                blocked,
+                policy,
+                key,
+                cost,
+                sent,
+                ..
+            } = learn;
+            blocked.learn(&policy, &key, cost, sent, answered, verdict);
         }
         Poll::Ready(answer)
     }
@@ -575,7 +595,7 @@ where
         key: &Key,
         cost: u32,
         ask: impl FnOnce(&S) -> StoreReply<S::Future, S::Error>,
-    ) -> StoreReply<BlockCacheFuture<S::Future>, S::Error> {
+    ) -> StoreReply<BlockCacheFuture<S::Future, C>, S::Error> {
         let sent = self.clock.now();
         if let Some(verdict) = self.blocked.lookup(policy, key, cost, sent) {
             return StoreReply::Ready(Ok(verdict));
@@ -583,7 +603,15 @@ where
         match ask(&self.inner) {
             StoreReply::Ready(answer) => {
                 if let Ok(verdict) = &answer {
-                    self.blocked.learn(policy, key, cost, sent, verdict);
+                    // The clock is read again only for a refusal, the
+                    // one answer the list keeps.
+                    let answered = if verdict.merged.allowed() {
+                        sent
+                    } else {
+                        self.clock.now()
+                    };
+                    self.blocked
+                        .learn(policy, key, cost, sent, answered, verdict);
                 }
                 StoreReply::Ready(answer)
             }
@@ -591,6 +619,7 @@ where
                 inner,
                 learn: Some(Learn {
                     blocked: self.blocked.clone(),
+                    clock: self.clock.clone(),
                     policy: policy.clone(),
                     key: key.clone(),
                     cost,
@@ -607,7 +636,7 @@ where
     C: Clock + Clone,
 {
     type Error = S::Error;
-    type Future = BlockCacheFuture<S::Future>;
+    type Future = BlockCacheFuture<S::Future, C>;
 
     fn check(
         &self,
@@ -774,6 +803,34 @@ mod tests {
             cached.each[1].reset_after(),
             Duration::from_secs(10 * 36) - Duration::from_millis(2_500)
         );
+    }
+
+    #[tokio::test]
+    async fn an_entry_ends_a_retry_time_after_the_sending_and_counts_down_from_the_answer() {
+        let (clock, remote, cache) = setup();
+        let (policy, key) = (ten_a_minute(), Key::from("ken"));
+        for _ in 0..10 {
+            decide(&cache, &policy, &key, 1).await;
+        }
+        // Sent (and decided) now; its answer comes 100 ms later.
+        let StoreReply::Pending(refusal) = cache.check(&policy, &key, 1) else {
+            panic!("the remote store answers later");
+        };
+        clock.advance(Duration::from_millis(100));
+        let refusal = refusal.await.unwrap();
+        assert_eq!(refusal.merged.retry_after(), Duration::from_secs(6));
+        // The cache cannot tell when in those 100 ms the store decided: its
+        // times count down from the answer (never early), ...
+        let cached = decide(&cache, &policy, &key, 1).await;
+        assert_eq!(cached.merged.retry_after(), Duration::from_secs(6));
+        // ... and it stops refusing 6 s after the sending (never late).
+        clock.advance(Duration::from_nanos(6 * SECOND - 100_000_000 - 1));
+        let last = decide(&cache, &policy, &key, 1).await;
+        assert_eq!(last.merged.retry_after_nanos(), 100_000_001);
+        assert_eq!(remote.calls(), 11);
+        clock.advance(Duration::from_nanos(1));
+        assert!(decide(&cache, &policy, &key, 1).await.merged.allowed());
+        assert_eq!(remote.calls(), 12);
     }
 
     #[test]
