@@ -17,6 +17,7 @@
 //! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]
 //! --on-store-error MODE    open | closed (default open)
 //! --store-timeout-ms N     default 100
+//! --block-cache MODE       on | off (default on): a Redis store refuses a key Redis refused until its retry time, with no call
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
 //! --header-timeout-ms N    default 10000: a request's head must arrive within N ms
@@ -43,6 +44,13 @@
 //!   until its slot, so one client sending one request at a time sees delays
 //!   rather than 429s; concurrent requests beyond the queue get 429.
 //! - `--max-keys` applies to the memory store only; Redis expires its keys.
+//! - `--block-cache` applies to a Redis store only (the memory store has
+//!   no round trip to save): given with the memory store, default or
+//!   named, it is a usage error. On, a flood on a refused key costs Redis
+//!   one call per retry period instead of one per request; its hits count
+//!   as `tollgate_block_cache_hits_total` where a metrics recorder is
+//!   installed (this program installs none). Off, every request reaches
+//!   Redis.
 //! - `--header-timeout-ms`, `--idle-timeout-ms` and `--max-connections`
 //!   belong to the server, not to the rate limiter: a client that never
 //!   finishes its request head (slowloris) is never counted by a limiter,
@@ -105,6 +113,11 @@ struct Args {
     /// rejected value whole, password included.
     #[arg(long, value_name = "URL", default_value = "memory")]
     store: String,
+
+    /// Whether a Redis store refuses, with no call, a key Redis refused
+    /// until its retry time (default on). Redis stores only.
+    #[arg(long, value_name = "MODE", value_enum)]
+    block_cache: Option<Switch>,
 
     /// What requests get when the store fails or is slow.
     #[arg(long, value_name = "MODE", value_enum, default_value_t = FailMode::Open)]
@@ -172,6 +185,15 @@ enum FailMode {
     Open,
     /// Answer 503.
     Closed,
+}
+
+/// `--block-cache`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    /// A key Redis refused is refused here until its retry time.
+    On,
+    /// Every request reaches Redis.
+    Off,
 }
 
 /// `--headers`.
@@ -267,6 +289,20 @@ fn reject_duplicate_names(limits: &[NamedLimit]) {
     }
 }
 
+/// Exits with a usage error (code 2) if `--block-cache` is given for the
+/// memory store, which it does not apply to.
+fn reject_block_cache_without_redis(block_cache: Option<Switch>, store: &StoreUrl) {
+    if let (Some(_), StoreUrl::Memory) = (block_cache, store) {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "'--block-cache' applies to a Redis store only (--store redis://… or \
+                 redis+cluster://…), not to the memory store",
+            )
+            .exit();
+    }
+}
+
 /// The key extractor `--key` and `--trust-proxy` ask for.
 fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
     match kind {
@@ -285,9 +321,13 @@ enum Failure {
     Startup(String),
 }
 
-/// The store `--store` and `--max-keys` ask for; fails if Redis is absent
-/// (or is not what the URL says).
-async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, Failure> {
+/// The store `--store`, `--max-keys` and `--block-cache` ask for; fails if
+/// Redis is absent (or is not what the URL says).
+async fn store(
+    url: &StoreUrl,
+    max_keys: Option<usize>,
+    block_cache: Option<Switch>,
+) -> Result<BoxStore, Failure> {
     match url {
         StoreUrl::Memory => {
             let builder = MemoryStore::builder();
@@ -297,7 +337,9 @@ async fn store(url: &StoreUrl, max_keys: Option<usize>) -> Result<BoxStore, Fail
             };
             Ok(BoxStore::new(builder.build()))
         }
-        StoreUrl::Redis(url) => RedisStore::connect(url.as_str())
+        StoreUrl::Redis(url) => RedisStore::builder(url.as_str())
+            .block_cache(block_cache != Some(Switch::Off))
+            .connect()
             .await
             .map(BoxStore::new)
             .map_err(|e| {
@@ -337,7 +379,7 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
         .algorithm(args.algorithm)
         .key(key_extractor(&args.key, &args.trust_proxy))
-        .store(store(store_url, args.max_keys).await?)
+        .store(store(store_url, args.max_keys, args.block_cache).await?)
         .on_store_error(on_store_error)
         .store_timeout(Duration::from_millis(args.store_timeout_ms))
         .headers(header_style(args.headers))
@@ -377,6 +419,7 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     reject_duplicate_names(&args.limits);
     let store_url = store_url(&args.store);
+    reject_block_cache_without_redis(args.block_cache, &store_url);
     match run(args, store_url).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {
