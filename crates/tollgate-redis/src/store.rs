@@ -198,12 +198,16 @@ impl RedisStore {
             }));
         }
         // A key Redis refused, until its retry time: no call.
-        let sent = self.shared.local_now();
-        let blocked = self.shared.blocked.as_ref();
-        if let Some(verdict) = blocked.and_then(|b| b.lookup(policy, key, cost, sent)) {
-            return StoreReply::Ready(Ok(verdict));
-        }
-        let learn = blocked.map(|_| (policy.clone(), key.clone()));
+        let learn = match &self.shared.blocked {
+            Some(blocked) => {
+                let sent = self.shared.local_now();
+                if let Some(verdict) = blocked.lookup(policy, key, cost, sent) {
+                    return StoreReply::Ready(Ok(verdict));
+                }
+                Some((policy.clone(), key.clone(), sent))
+            }
+            None => None,
+        };
         let prepared = self.prepared(policy);
         let now = self.now_micros();
         // With a test clock the script's time is not the server's.
@@ -218,7 +222,7 @@ impl RedisStore {
             if let Some(server_now) = server_now {
                 shared.server_clock.observe(server_now);
             }
-            if let (Some(blocked), Some((policy, key)), Ok(verdict)) =
+            if let (Some(blocked), Some((policy, key, sent)), Ok(verdict)) =
                 (&shared.blocked, learn, &verdict)
             {
                 let answered = shared.local_now();

@@ -6,9 +6,9 @@
 //! `tollgate_store_errors_total{policy}` where `policy` is the
 //! policy's [`label`](crate::Policy::label) (its limits' names),
 //! `tollgate_block_cache_hits_total{policy}` for the requests a block
-//! cache refused without asking its store ([`BlockList`](crate::store::BlockList):
-//! the [`BlockCache`](crate::store::BlockCache) store and the Redis store's
-//! own; each is also counted as "limited" above when a layer judges it),
+//! cache refused without asking its store (`store::BlockCache`, and the
+//! Redis store's own; each is also counted as "limited" above when a layer
+//! judges it),
 //! and `tollgate_quota_errors_total` for failed per-key quota lookups.
 
 use crate::PolicyDecision;
