@@ -833,6 +833,80 @@ mod tests {
         assert_eq!(remote.calls(), 12);
     }
 
+    /// A store that refuses from memory, or, when `down`, fails late (as a
+    /// Redis call that missed its deadline does); it keeps the `within`
+    /// it was last given.
+    #[derive(Clone)]
+    struct Flaky {
+        store: MemoryStore<ManualClock>,
+        down: Arc<std::sync::atomic::AtomicBool>,
+        within: Arc<Mutex<Option<Duration>>>,
+    }
+
+    impl Store for Flaky {
+        type Error = std::io::Error;
+        type Future = std::future::Ready<Result<PolicyDecision, std::io::Error>>;
+
+        fn check(
+            &self,
+            policy: &Arc<Policy>,
+            key: &Key,
+            cost: u32,
+        ) -> StoreReply<Self::Future, Self::Error> {
+            let answer = if self.down.load(Ordering::Relaxed) {
+                Err(std::io::Error::other("late: charged nothing"))
+            } else {
+                Ok(self.store.check_now(policy, key, cost))
+            };
+            StoreReply::Pending(std::future::ready(answer))
+        }
+
+        fn check_within(
+            &self,
+            policy: &Arc<Policy>,
+            key: &Key,
+            cost: u32,
+            within: Duration,
+        ) -> StoreReply<Self::Future, Self::Error> {
+            *self.within.lock().unwrap() = Some(within);
+            self.check(policy, key, cost)
+        }
+    }
+
+    #[tokio::test]
+    async fn while_the_store_fails_known_refusals_stand_and_failures_teach_nothing() {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let flaky = Flaky {
+            store: MemoryStore::builder().clock(clock.clone()).build(),
+            down: Arc::default(),
+            within: Arc::default(),
+        };
+        let cache = BlockCache::new(flaky.clone()).clock(clock.clone());
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let (known, other) = (Key::from("mallory"), Key::from("niaj"));
+        let within = Duration::from_millis(100);
+        for _ in 0..2 {
+            let StoreReply::Pending(answer) = cache.check_within(&policy, &known, 1, within) else {
+                panic!("the store answers later");
+            };
+            answer.await.unwrap();
+        }
+        // The store is asked with the caller's `within`.
+        assert_eq!(*flaky.within.lock().unwrap(), Some(within));
+        flaky.down.store(true, Ordering::Relaxed);
+        // A refusal it knows is answered at once, whatever `within`.
+        assert!(matches!(
+            cache.check_within(&policy, &known, 1, Duration::ZERO),
+            StoreReply::Ready(Ok(verdict)) if !verdict.merged.allowed()
+        ));
+        // A failure (an error, a late answer) teaches the cache nothing.
+        let StoreReply::Pending(answer) = cache.check_within(&policy, &other, 1, within) else {
+            panic!("an unknown key goes to the store");
+        };
+        assert!(answer.await.is_err());
+        assert_eq!(cache.block_list().len(), 1);
+    }
+
     #[test]
     fn times_fall_with_the_elapsed_time_and_stop_at_zero() {
         let fields = DecisionFields {
