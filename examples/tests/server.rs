@@ -391,7 +391,7 @@ fn the_other_settings_are_accepted() {
 
 #[test]
 fn bad_flags_exit_with_a_usage_error() {
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 19] = [
         (&["--bogus"], "--bogus"),
         (&["--store-timeout-ms", "0"], "--store-timeout-ms"),
         (&["--max-keys", "0"], "at least 1"),
@@ -411,6 +411,14 @@ fn bad_flags_exit_with_a_usage_error() {
         (&["--headers", "fancy"], "fancy"),
         (&["--local", "sometimes"], "periodic=MS"),
         (&["--local", "exact"], "--local needs a Redis --store"),
+        // The block cache is a Redis store's: with the memory store, named
+        // or by default, the flag is a mistake.
+        (&["--block-cache", "on"], "--block-cache"),
+        (
+            &["--store", "memory", "--block-cache", "off"],
+            "--block-cache",
+        ),
+        (&["--block-cache", "maybe"], "maybe"),
     ];
     for (args, message) in cases {
         let (status, stderr) = run_to_exit(args);
@@ -558,4 +566,59 @@ fn an_unreachable_redis_fails_at_startup() {
     let (status, stderr) = run_to_exit(&["--store", "redis://127.0.0.1:1"]);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("redis://127.0.0.1:1"), "{stderr}");
+}
+
+/// Script calls (`EVALSHA`, `EVAL`) `redis` has run, from `INFO
+/// commandstats`.
+fn script_calls(redis: &tollgate_tests::redis::RedisServer) -> u64 {
+    redis
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+            ["evalsha", "eval"]
+                .contains(&name)
+                .then(|| calls.parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+#[test]
+fn with_redis_the_block_cache_is_on_by_default_and_can_be_turned_off() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    // Each run counts under a key of its own (a header).
+    let runs: [(&[&str], &str, u64); 3] = [
+        // 2 admitted, then 1 refusal from Redis; the other 4 refusals are
+        // the cache's.
+        (&[], "default", 3),
+        (&["--block-cache", "on"], "on", 3),
+        // Every request reaches Redis.
+        (&["--block-cache", "off"], "off", 7),
+    ];
+    for (flags, run, calls) in runs {
+        let mut args = vec![
+            "--store",
+            &url,
+            "--limit",
+            "api=2/min",
+            "--key",
+            "header:x-run",
+        ];
+        args.extend_from_slice(flags);
+        let server = Server::start(&args);
+        // Loads the script (the first call of all is an EVALSHA that the
+        // server refuses, then an EVAL), under a key of its own.
+        server.get("/", &[("x-run", "warm-up")]);
+        let before = script_calls(&redis);
+        let statuses = server.statuses(7, &[("x-run", run)]);
+        assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429], "{run}");
+        assert_eq!(script_calls(&redis) - before, calls, "{run}");
+        // A cached refusal says what Redis said: 30 s to wait (or a second
+        // less, if one has passed).
+        let limited = server.get("/", &[("x-run", run)]);
+        let retry: u64 = limited.header("retry-after").unwrap().parse().unwrap();
+        assert!((29..=30).contains(&retry), "{run}: {retry}");
+    }
 }

@@ -3,6 +3,9 @@
 //! yields the same decisions, field by field, for every algorithm (the
 //! sliding log at its entry bound too), for
 //! several limits charged together, on one server and on a 3-master Cluster.
+//! The scripts are compared with the store's block cache off; with it on,
+//! the same trace is admitted and refused request by request as the core
+//! says, with fewer calls.
 
 mod common;
 
@@ -76,12 +79,32 @@ fn policies() -> Vec<Vec<NamedLimit>> {
 /// Runs every policy's trace through the core and through `url`, asserting
 /// equal decisions; returns how many requests were admitted in all.
 async fn assert_conforms(url: &str, key: &Key) -> usize {
+    assert_conforms_with(url, key, Cache::Off).await
+}
+
+/// Whether the store's block cache is on, and so what must agree.
+#[derive(Clone, Copy, PartialEq)]
+enum Cache {
+    /// Off: every decision is the script's, figure by figure the core's.
+    Off,
+    /// On: a refusal may be the cache's (its figures those of an earlier
+    /// refusal, moved on by the time since), but each request is admitted
+    /// or refused as the core says.
+    On,
+}
+
+async fn assert_conforms_with(url: &str, key: &Key, cache: Cache) -> usize {
     let start = 1_700_000_000_000_000_000 + 250_000_000;
     let mut admitted = 0;
     for limits in policies() {
         let clock = ManualClock::new(start);
         let store = RedisStore::builder(url)
-            .prefix(format!("conformance-{}", limits_label(&limits)))
+            .prefix(format!(
+                "conformance-{}{}",
+                limits_label(&limits),
+                if cache == Cache::On { "-cached" } else { "" }
+            ))
+            .block_cache(cache == Cache::On)
             .test_clock(clock.clone())
             .connect()
             .await
@@ -100,6 +123,15 @@ async fn assert_conforms(url: &str, key: &Key) -> usize {
             let expected_each: Vec<Decision> = expected_each.into_iter().map(in_micros).collect();
             let got = decide(&store, &policy, key, cost).await;
             let label = limits_label(&limits);
+            if cache == Cache::On {
+                assert_eq!(
+                    got.merged.allowed(),
+                    expected.allowed(),
+                    "{label}, request {i}, cached"
+                );
+                seen[usize::from(got.merged.allowed())] += 1;
+                continue;
+            }
             assert_eq!(
                 got.each.as_slice(),
                 expected_each.as_slice(),
@@ -140,6 +172,25 @@ fn limits_label(limits: &[NamedLimit]) -> String {
 async fn the_scripts_decide_as_the_core_on_one_server() {
     let server = RedisServer::start();
     assert_conforms(&server.url(), &Key::from_bytes(b"alice")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_block_cache_changes_no_decision_and_saves_calls() {
+    let server = RedisServer::start();
+    let key = Key::from_bytes(b"alice");
+    let calls = || common::script_calls(&server);
+    let before = calls();
+    let admitted = assert_conforms_with(&server.url(), &key, Cache::On).await;
+    let with_cache = calls() - before;
+    let before = calls();
+    assert_eq!(assert_conforms(&server.url(), &key).await, admitted);
+    let without = calls() - before;
+    let requests = (trace().len() * policies().len()) as u64;
+    println!(
+        "{requests} requests: {without} script calls without the block cache, {with_cache} with it"
+    );
+    assert_eq!(without, requests);
+    assert!(with_cache < without, "{with_cache} calls with the cache");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,26 +7,13 @@
 
 mod common;
 
-use common::decide;
+use common::{command_calls, decide};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::{Key, NamedLimit, Policy};
 use tollgate_core::{Algorithm, Gcra, ManualClock, Quota};
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
-
-/// `calls` of every command in `INFO commandstats`, by name.
-fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
-    server
-        .command(&["INFO", "commandstats"])
-        .lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {

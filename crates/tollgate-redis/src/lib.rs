@@ -24,6 +24,20 @@
 //! server answers `NOSCRIPT` (restarted, flushed, a new cluster node), the
 //! client loads the script and calls again.
 //!
+//! Before that call, the store's block cache (on by default,
+//! [`RedisStoreBuilder::block_cache`]) looks for the key: a key Redis
+//! refused is refused in this process until its retry time, with the
+//! decision Redis gave, its times counted down, and no call. A flood on a
+//! refused key then costs Redis one call per retry period from each
+//! instance (a few, while the first refusal is on its way back), not one
+//! per request; this never changes a decision, because a refused key's
+//! state can only take more charges before its retry time, from this
+//! instance or others (the reasoning, and what the cached figures say, is
+//! at [`tollgate::store::BlockCache`]). A cheaper request, which might
+//! pass, still goes to Redis. The cache is bounded (100,000 keys) and
+//! its hits count as `tollgate_block_cache_hits_total{policy}` with
+//! tollgate's `metrics` feature.
+//!
 //! # Server version
 //!
 //! Redis 5.0 or later, one server or Redis Cluster: the scripts read `TIME`
@@ -93,7 +107,12 @@
 //!
 //! A failed or slow call is an error of the store: the layer's
 //! `on_store_error` (fail open by default, fail closed, or a local fallback)
-//! and `store_timeout` decide what the request gets. The connection
+//! and `store_timeout` decide what the request gets. The block cache keeps
+//! answering the keys it holds meanwhile (until their retry times), and
+//! remembers nothing from a failure. It knows only what this store was
+//! told: keys reset in Redis behind its back (`FLUSHALL`, a deleted key)
+//! stay refused here until their retry time, unless
+//! [`RedisStore::block_list`] is cleared. The connection
 //! reconnects in the background with a pause of at most
 //! [`reconnect_max_delay`](RedisStoreBuilder::reconnect_max_delay), so
 //! limiting resumes soon after Redis is back, without a restart.

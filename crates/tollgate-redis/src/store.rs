@@ -9,8 +9,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate::store::BlockList;
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
-use tollgate_core::DecisionFields;
+use tollgate_core::{Clock, DecisionFields, MonotonicClock};
 
 /// The future of one check: one `EVALSHA` round trip.
 pub type RedisCheckFuture =
@@ -18,7 +19,9 @@ pub type RedisCheckFuture =
 
 /// A [`Store`] whose counters live in Redis or Redis Cluster, so every
 /// instance of a service that uses the same server and prefix shares one
-/// limit. Clones share one multiplexed connection.
+/// limit. Clones share one multiplexed connection, and one block cache:
+/// a key Redis refused is refused here until its retry time, with no call
+/// (see [`RedisStoreBuilder::block_cache`]).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
@@ -41,6 +44,8 @@ struct Shared {
     prefix: String,
     /// The server's clock, for deadlines in its own time.
     server_clock: ServerClock,
+    /// The keys Redis refused, until their retry time; `None` when off.
+    blocked: Option<BlockList>,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
 }
@@ -66,6 +71,7 @@ impl RedisStore {
                 response_timeout: None,
                 reconnect_max_delay: Duration::from_millis(500),
             },
+            block_cache: true,
             #[cfg(feature = "test-clock")]
             clock: None,
         }
@@ -121,6 +127,13 @@ impl RedisStore {
     fn prepared(&self, policy: &Policy) -> Arc<PreparedPolicy> {
         // Prepared on the policy's first request and kept with the policy.
         policy.prepared(PreparedPolicy::new).into_arc()
+    }
+
+    /// The block cache's list of refused keys (`None` when it is off): to
+    /// see how many are blocked, or to [`clear`](BlockList::clear) it after
+    /// the keys were reset in Redis behind the store's back.
+    pub fn block_list(&self) -> Option<&BlockList> {
+        self.shared.blocked.as_ref()
     }
 
     /// `None` (the script reads the server's clock), or the test clock in
@@ -184,6 +197,17 @@ impl RedisStore {
                 each: Default::default(),
             }));
         }
+        // A key Redis refused, until its retry time: no call.
+        let learn = match &self.shared.blocked {
+            Some(blocked) => {
+                let sent = self.shared.local_now();
+                if let Some(verdict) = blocked.lookup(policy, key, cost, sent) {
+                    return StoreReply::Ready(Ok(verdict));
+                }
+                Some((policy.clone(), key.clone(), sent))
+            }
+            None => None,
+        };
         let prepared = self.prepared(policy);
         let now = self.now_micros();
         // With a test clock the script's time is not the server's.
@@ -198,6 +222,12 @@ impl RedisStore {
             let (server_now, verdict) = prepared.verdict(&reply);
             if let Some(server_now) = server_now {
                 shared.server_clock.observe(server_now);
+            }
+            if let (Some(blocked), Some((policy, key, sent)), Ok(verdict)) =
+                (&shared.blocked, learn, &verdict)
+            {
+                let answered = shared.local_now();
+                blocked.learn(&policy, &key, cost, sent, answered, verdict);
             }
             verdict
         }))
@@ -225,6 +255,18 @@ impl RedisStore {
             self.shared.server_clock.observe(server_now);
         }
         answer
+    }
+}
+
+impl Shared {
+    /// This process's time for the block cache, in ns: the monotonic clock,
+    /// or the test clock.
+    fn local_now(&self) -> u64 {
+        #[cfg(feature = "test-clock")]
+        if let Some(clock) = &self.clock {
+            return clock.now();
+        }
+        MonotonicClock.now()
     }
 }
 
@@ -311,6 +353,7 @@ pub struct RedisStoreBuilder {
     url: String,
     prefix: String,
     options: ConnectOptions,
+    block_cache: bool,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
 }
@@ -321,6 +364,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("url", &crate::redacted(&self.url))
             .field("prefix", &self.prefix)
             .field("options", &self.options)
+            .field("block_cache", &self.block_cache)
             .finish_non_exhaustive()
     }
 }
@@ -355,9 +399,26 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether a key Redis refused is refused here until its retry time,
+    /// without a call (default on): a flood of requests on a refused key
+    /// then costs Redis one call per retry period from each instance, not
+    /// one per request. What a cached refusal says, and why it is right,
+    /// is in [`tollgate::store::BlockCache`]'s module; this is the same
+    /// [`BlockList`], of its default bound, consulted before each
+    /// `EVALSHA` (see [`RedisStore::block_list`]). Turn it off to have
+    /// every request reach Redis (to measure the server, or where keys are
+    /// reset in Redis by hand and must be admitted at once), or to put a
+    /// [`BlockCache`](tollgate::store::BlockCache) of your own bound in
+    /// front of the store.
+    pub fn block_cache(mut self, on: bool) -> Self {
+        self.block_cache = on;
+        self
+    }
+
     /// Scripts take `now` from `clock` instead of the server's `TIME`.
     /// Only for tests that compare decisions with tollgate-core at chosen
-    /// times; behind the `test-clock` feature.
+    /// times; behind the `test-clock` feature. The block cache measures
+    /// retry times on it too.
     #[cfg(feature = "test-clock")]
     pub fn test_clock(mut self, clock: tollgate_core::ManualClock) -> Self {
         self.clock = Some(clock);
@@ -384,6 +445,7 @@ impl RedisStoreBuilder {
                 topology: Topology::new(connection),
                 prefix: self.prefix,
                 server_clock,
+                blocked: self.block_cache.then(BlockList::new),
                 #[cfg(feature = "test-clock")]
                 clock: self.clock,
             }),

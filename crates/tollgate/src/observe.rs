@@ -4,8 +4,12 @@
 //! for, "limited" those it refused; a limit that would have admitted a
 //! request another limit refused was not charged and counts nothing — and
 //! `tollgate_store_errors_total{policy}` where `policy` is the
-//! policy's [`label`](crate::Policy::label) (its limits' names), and
-//! `tollgate_quota_errors_total` for failed per-key quota lookups.
+//! policy's [`label`](crate::Policy::label) (its limits' names),
+//! `tollgate_block_cache_hits_total{policy}` for the requests a block
+//! cache refused without asking its store (`store::BlockCache`, and the
+//! Redis store's own; each is also counted as "limited" above when a layer
+//! judges it),
+//! and `tollgate_quota_errors_total` for failed per-key quota lookups.
 
 use crate::PolicyDecision;
 use std::sync::Arc;
@@ -18,6 +22,7 @@ use std::sync::Arc;
 pub(crate) struct PolicyMetrics {
     per_limit: Vec<(metrics::Key, metrics::Key)>,
     store_errors: metrics::Key,
+    block_cache_hits: metrics::Key,
 }
 
 #[cfg(feature = "metrics")]
@@ -41,6 +46,10 @@ impl PolicyMetrics {
                 .collect(),
             store_errors: metrics::Key::from_parts(
                 "tollgate_store_errors_total",
+                vec![metrics::Label::new("policy", label.to_owned())],
+            ),
+            block_cache_hits: metrics::Key::from_parts(
+                "tollgate_block_cache_hits_total",
                 vec![metrics::Label::new("policy", label.to_owned())],
             ),
         }
@@ -96,6 +105,19 @@ pub(crate) fn store_failed(metrics: &PolicyMetrics) {
 #[cfg(not(feature = "metrics"))]
 #[inline]
 pub(crate) fn store_failed(_: &PolicyMetrics) {}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn block_cache_hit(metrics: &PolicyMetrics) {
+    metrics::with_recorder(|recorder| {
+        recorder
+            .register_counter(&metrics.block_cache_hits, &METADATA)
+            .increment(1);
+    });
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn block_cache_hit(_: &PolicyMetrics) {}
 
 #[cfg(all(feature = "metrics", feature = "quotas"))]
 pub(crate) fn quota_lookup_failed() {

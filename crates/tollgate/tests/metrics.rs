@@ -1,4 +1,5 @@
-//! With the `metrics` feature, decisions and store failures are counted.
+//! With the `metrics` feature, decisions, store failures and block-cache
+//! hits are counted.
 #![cfg(feature = "metrics")]
 
 mod common;
@@ -129,6 +130,26 @@ fn a_limit_that_another_refused_counts_nothing() {
     };
     assert_eq!((get("burst", "allowed"), get("burst", "limited")), (2, 3));
     assert_eq!((get("daily", "allowed"), get("daily", "limited")), (2, 0));
+}
+
+#[test]
+fn refusals_a_block_cache_answers_are_counted_as_its_hits() {
+    use tollgate::store::BlockCache;
+    let counts = counted(async {
+        let mut service = ServiceBuilder::new()
+            .layer(api_layer(BlockCache::new(MemoryStore::new())))
+            .service_fn(ok);
+        for _ in 0..6 {
+            send(&mut service, Request::new(())).await;
+        }
+    });
+    // 2 admitted, 4 refused: the store refused the first, the cache the
+    // other 3; all 4 are limited as the layer counts.
+    assert_eq!(
+        counts.get("tollgate_requests_total{limit=api,outcome=limited}"),
+        4
+    );
+    assert_eq!(counts.get("tollgate_block_cache_hits_total{policy=api}"), 3);
 }
 
 #[cfg(feature = "quotas")]

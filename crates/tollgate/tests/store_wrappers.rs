@@ -1,22 +1,20 @@
-//! Stores compose: [`Timeout`] and [`Fallback`] wrap other stores outside
-//! the layer, and a cache in front of a slower store is one small file of
-//! user code (`BlockCache` below, a block list of refused keys).
+//! Stores compose: [`Timeout`], [`Fallback`] and [`BlockCache`] wrap other
+//! stores outside the layer, and so does a store a user writes (`Counting`
+//! below, which counts the checks that reach the store behind it).
 
 mod common;
 
 use common::{BrokenStore, Later, send};
 use http::{Request, Response, StatusCode};
-use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tollgate::store::{Fallback, Timeout};
+use tollgate::store::{BlockCache, Fallback, Timeout};
 use tollgate::{
-    GlobalKey, Key, MemoryStore, OnStoreError, Policy, PolicyDecision, RateLimitLayer, Store,
-    StoreReply,
+    GlobalKey, Key, MemoryStore, OnStoreError, Policy, RateLimitLayer, Store, StoreReply,
 };
-use tollgate_core::{Clock, DecisionFields, ManualClock, Quota};
+use tollgate_core::{ManualClock, Quota};
 use tower::{Layer, service_fn};
 
 fn ok_service() -> impl tower::Service<
@@ -94,75 +92,10 @@ async fn a_timeout_alone_gives_the_layer_a_failure_to_answer() {
 }
 
 // ---------------------------------------------------------------------
-// A cache in front of another store, as a user would write it: keys the
-// store refused are refused here until their retry time, without asking
-// the store again. (A flood of refused requests then costs the shared
-// store nothing.)
+// A block cache in front of another store: keys the store refused are
+// refused there until their retry time, without asking the store again.
+// (A flood of refused requests then costs the shared store nothing.)
 // ---------------------------------------------------------------------
-
-/// (policy, key) → the verdict that refused it, and when it may pass.
-type Blocked = Arc<Mutex<HashMap<(u64, Key), (PolicyDecision, u64)>>>;
-
-/// Refuses, on its own, keys that `inner` refused, until they may pass.
-#[derive(Clone)]
-struct BlockCache<St, C> {
-    inner: St,
-    clock: C,
-    blocked: Blocked,
-}
-
-impl<St: Store, C: Clock + Clone + Send + Sync + 'static> Store for BlockCache<St, C> {
-    type Error = St::Error;
-    type Future = std::pin::Pin<Box<dyn Future<Output = Result<PolicyDecision, St::Error>> + Send>>;
-
-    fn check(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-    ) -> StoreReply<Self::Future, Self::Error> {
-        let now = self.clock.now();
-        let entry = (policy.id(), key.clone());
-        if let Some((verdict, until)) = self.blocked.lock().unwrap().get(&entry)
-            && now < *until
-        {
-            let mut verdict = verdict.clone();
-            verdict.merged = DecisionFields {
-                retry_after_nanos: until - now,
-                ..verdict.merged.fields()
-            }
-            .into();
-            return StoreReply::Ready(Ok(verdict));
-        }
-        let remember = {
-            let blocked = self.blocked.clone();
-            move |verdict: &PolicyDecision| {
-                if !verdict.merged.allowed() && verdict.merged.can_ever_pass() {
-                    let until = now + verdict.merged.retry_after_nanos();
-                    blocked
-                        .lock()
-                        .unwrap()
-                        .insert(entry, (verdict.clone(), until));
-                }
-            }
-        };
-        match self.inner.check(policy, key, cost) {
-            StoreReply::Ready(answer) => {
-                if let Ok(verdict) = &answer {
-                    remember(verdict);
-                }
-                StoreReply::Ready(answer)
-            }
-            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
-                let answer = future.await;
-                if let Ok(verdict) = &answer {
-                    remember(verdict);
-                }
-                answer
-            })),
-        }
-    }
-}
 
 /// A store that counts the checks it is asked for.
 #[derive(Clone)]
@@ -191,11 +124,7 @@ async fn a_cache_in_front_of_a_slower_store_spares_it_the_refused_requests() {
         Later(MemoryStore::builder().clock(clock.clone()).build()),
         calls.clone(),
     );
-    let cache = BlockCache {
-        inner: slow,
-        clock: clock.clone(),
-        blocked: Arc::default(),
-    };
+    let cache = BlockCache::new(slow).clock(clock.clone());
     let layer = RateLimitLayer::builder()
         .quota("api", Quota::per_minute(2))
         .key(GlobalKey)
@@ -211,15 +140,23 @@ async fn a_cache_in_front_of_a_slower_store_spares_it_the_refused_requests() {
     expected.extend([StatusCode::TOO_MANY_REQUESTS; 8]);
     assert_eq!(codes, expected);
     // Two admissions and the first refusal reached the store; the seven
-    // refusals after it were the cache's, with the same Retry-After.
+    // refusals after it were the cache's, with the same Retry-After (no
+    // time has passed).
     assert_eq!(calls.load(Ordering::Relaxed), 3);
     let retry_after: Vec<&str> = got[2..]
         .iter()
         .map(|r| r.headers()["retry-after"].to_str().unwrap())
         .collect();
     assert_eq!(retry_after, ["30"; 8]);
+    // 10 s on, the cache still refuses, and its Retry-After has fallen by
+    // 10 s, as the store's own would have.
+    clock.advance(Duration::from_secs(10));
+    let later = send(&mut service, Request::new(())).await;
+    assert_eq!(later.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(later.headers()["retry-after"], "20");
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
     // Once the retry time has passed, the store is asked again, and admits.
-    clock.advance(Duration::from_secs(30));
+    clock.advance(Duration::from_secs(20));
     assert_eq!(
         send(&mut service, Request::new(())).await.status(),
         StatusCode::OK

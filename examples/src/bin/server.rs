@@ -17,6 +17,7 @@
 //! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]
 //! --on-store-error MODE    open | closed (default open)
 //! --store-timeout-ms N     default 100
+//! --block-cache MODE       on | off (default on): a Redis store refuses a key Redis refused until its retry time, with no call
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
 //! --local MODE             Redis stores only: off (default: one Redis call per decision) | exact | periodic=MS
@@ -50,6 +51,13 @@
 //!   bound of the limit); see `tollgate_redis::LocalFirst`. Only with a
 //!   Redis `--store`, and only for algorithms the local-first store supports
 //!   (not `sliding-log` or `leaky-bucket`): otherwise exit code 2.
+//! - `--block-cache` applies to a Redis store only (the memory store has
+//!   no round trip to save): given with the memory store, default or
+//!   named, it is a usage error. On, a flood on a refused key costs Redis
+//!   one call per retry period instead of one per request; its hits count
+//!   as `tollgate_block_cache_hits_total` where a metrics recorder is
+//!   installed (this program installs none). Off, every request reaches
+//!   Redis.
 //! - `--header-timeout-ms`, `--idle-timeout-ms` and `--max-connections`
 //!   belong to the server, not to the rate limiter: a client that never
 //!   finishes its request head (slowloris) is never counted by a limiter,
@@ -112,6 +120,11 @@ struct Args {
     /// rejected value whole, password included.
     #[arg(long, value_name = "URL", default_value = "memory")]
     store: String,
+
+    /// Whether a Redis store refuses, with no call, a key Redis refused
+    /// until its retry time (default on). Redis stores only.
+    #[arg(long, value_name = "MODE", value_enum)]
+    block_cache: Option<Switch>,
 
     /// What requests get when the store fails or is slow.
     #[arg(long, value_name = "MODE", value_enum, default_value_t = FailMode::Open)]
@@ -184,6 +197,15 @@ enum FailMode {
     Open,
     /// Answer 503.
     Closed,
+}
+
+/// `--block-cache`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    /// A key Redis refused is refused here until its retry time.
+    On,
+    /// Every request reaches Redis.
+    Off,
 }
 
 /// `--headers`.
@@ -306,6 +328,20 @@ fn reject_duplicate_names(limits: &[NamedLimit]) {
     }
 }
 
+/// Exits with a usage error (code 2) if `--block-cache` is given for the
+/// memory store, which it does not apply to.
+fn reject_block_cache_without_redis(block_cache: Option<Switch>, store: &StoreUrl) {
+    if let (Some(_), StoreUrl::Memory) = (block_cache, store) {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "'--block-cache' applies to a Redis store only (--store redis://… or \
+                 redis+cluster://…), not to the memory store",
+            )
+            .exit();
+    }
+}
+
 /// The key extractor `--key` and `--trust-proxy` ask for.
 fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
     match kind {
@@ -324,10 +360,10 @@ enum Failure {
     Startup(String),
 }
 
-/// The store `--store`, `--max-keys` and `--local` ask for; fails if Redis
-/// is absent (or is not what the URL says).
+/// The store `--store`, `--max-keys`, `--block-cache` and `--local` ask
+/// for; fails if Redis is absent (or is not what the URL says).
 async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
-    let max_keys = args.max_keys;
+    let (max_keys, block_cache) = (args.max_keys, args.block_cache);
     match url {
         StoreUrl::Memory if args.local.is_some() => Err(Failure::Usage(
             "--local needs a Redis --store: the memory store is local already".into(),
@@ -340,7 +376,9 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
             };
             Ok(BoxStore::new(builder.build()))
         }
-        StoreUrl::Redis(url) => RedisStore::connect(url.as_str())
+        StoreUrl::Redis(url) => RedisStore::builder(url.as_str())
+            .block_cache(block_cache != Some(Switch::Off))
+            .connect()
             .await
             .map(|redis| match args.local {
                 Some(Local::On(mode)) => BoxStore::new(LocalFirst::builder(redis, mode).build()),
@@ -423,6 +461,7 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     reject_duplicate_names(&args.limits);
     let store_url = store_url(&args.store);
+    reject_block_cache_without_redis(args.block_cache, &store_url);
     match run(args, store_url).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {

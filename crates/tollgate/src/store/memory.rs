@@ -71,11 +71,11 @@ struct Inner<C> {
 }
 
 /// A map keyed by fingerprints, which are already uniformly random.
-type ByFingerprint<V> = HashMap<u64, V, BuildHasherDefault<FingerprintHasher>>;
+pub(super) type ByFingerprint<V> = HashMap<u64, V, BuildHasherDefault<FingerprintHasher>>;
 
 /// Passes a fingerprint through as its own hash.
 #[derive(Clone, Copy, Debug, Default)]
-struct FingerprintHasher(u64);
+pub(super) struct FingerprintHasher(u64);
 
 impl Hasher for FingerprintHasher {
     fn finish(&self) -> u64 {

@@ -8,14 +8,18 @@
 //!
 //! Stores compose as tower layers do: [`Timeout`] bounds how long another
 //! store's answer is awaited, [`Fallback`] decides with a second store when
-//! the first fails, and a store of your own can stand in front of any
-//! other (a cache, a block list) by implementing [`Store`] over it.
+//! the first fails, [`BlockCache`] refuses on its own, until their retry
+//! time, the keys the store behind refused (its [`BlockList`] is what the
+//! Redis store consults before each round trip), and a store of your own
+//! can stand in front of any other by implementing [`Store`] over it.
 
+mod block_cache;
 mod boxed;
 mod fallback;
 mod memory;
 mod timeout;
 
+pub use block_cache::{BlockCache, BlockCacheFuture, BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use fallback::{Fallback, FallbackFuture};
 pub use memory::{MemoryStore, MemoryStoreBuilder};

@@ -1,0 +1,1112 @@
+//! [`BlockCache`]: a store that refuses on its own, until their retry
+//! time, the keys the store behind it refused; [`BlockList`]: what it
+//! remembers, shared with stores that consult it themselves (the Redis
+//! store does, by default).
+//!
+//! See [`BlockCache`] for what is remembered, what a cached refusal says,
+//! why it is right, and what it costs.
+
+use super::memory::ByFingerprint;
+use super::{PolicyDecision, Store, StoreReply};
+use crate::{Key, Policy};
+use pin_project_lite::pin_project;
+use std::fmt;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tollgate_core::{Clock, Decision, DecisionFields, MonotonicClock};
+
+/// The default bound of a [`BlockList`].
+pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+
+/// How many entries are looked at to pick one to evict from a full shard.
+const EVICTION_SAMPLE: usize = 8;
+
+/// A full shard drops its expired entries at most this often (ns), so that
+/// a flood of refused keys cannot make every insert scan the shard.
+const SWEEP_INTERVAL: u64 = 1_000_000_000;
+
+/// The refusals a store made, remembered until their retry time: the data
+/// of a block cache, for [`BlockCache`] and for stores that consult one
+/// themselves before a round trip (the Redis store). Clones share the
+/// entries. See [`BlockCache`] for what it answers and why that is right.
+///
+/// Times are nanoseconds of one clock chosen by the caller, the same for
+/// [`lookup`](Self::lookup) and [`learn`](Self::learn): a monotonic one
+/// ([`MonotonicClock`]), or a [`ManualClock`](tollgate_core::ManualClock)
+/// in tests.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::store::BlockList;
+/// use tollgate::{Key, NamedLimit, Policy, PolicyDecision};
+/// use tollgate_core::{DecisionFields, Quota};
+///
+/// let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(10))]);
+/// let key = Key::from("alice");
+/// let refused: tollgate_core::Decision = DecisionFields {
+///     retry_after_nanos: 6_000_000_000,
+///     ..Default::default()
+/// }
+/// .into();
+/// let verdict = PolicyDecision { merged: refused, each: [refused].into_iter().collect() };
+///
+/// let blocked = BlockList::new();
+/// // The store refused a request of cost 1 sent at 0 ns, answered at
+/// // once: retry in 6 s.
+/// blocked.learn(&policy, &key, 1, 0, 0, &verdict);
+/// // 2 s later, the same request is refused here, 4 s before its retry.
+/// let cached = blocked.lookup(&policy, &key, 1, 2_000_000_000).unwrap();
+/// assert_eq!(cached.merged.retry_after_nanos(), 4_000_000_000);
+/// // At 6 s the store is asked again.
+/// assert!(blocked.lookup(&policy, &key, 1, 6_000_000_000).is_none());
+/// ```
+#[derive(Clone)]
+pub struct BlockList {
+    inner: Arc<ListInner>,
+}
+
+struct ListInner {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard: usize,
+    hasher: foldhash::fast::RandomState,
+    /// How many entries all shards hold: kept under the shards' locks, read
+    /// without one so that a check finds "nothing is blocked" for the
+    /// price of one load.
+    entries: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: ByFingerprint<Entry>,
+    last_sweep: u64,
+}
+
+/// One refusal.
+struct Entry {
+    /// The policy's identity and the key: compared on every hit, so that
+    /// two (policy, key) pairs with one fingerprint never share an entry.
+    policy: u64,
+    key: Key,
+    /// The refused cost: requests of this cost or more are refused.
+    cost: u32,
+    /// When the refused request was sent.
+    sent: u64,
+    /// When the store's answer came: the figures are counted down from it.
+    answered: u64,
+    /// `sent` plus the retry time: from then on, the store is asked again.
+    until: u64,
+    verdict: PolicyDecision,
+}
+
+impl BlockList {
+    /// An empty list holding at most [`DEFAULT_MAX_ENTRIES`] entries.
+    pub fn new() -> Self {
+        Self::with_max_entries(DEFAULT_MAX_ENTRIES)
+    }
+
+    /// An empty list holding at most `max_entries` entries (0: it
+    /// remembers nothing). The bound is split evenly between its shards (4
+    /// per available CPU, fewer for a small bound), rounded down:
+    /// [`capacity`](Self::capacity) says what it came to.
+    pub fn with_max_entries(max_entries: usize) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let wanted = cpus.saturating_mul(4).clamp(1, 1 << 16).next_power_of_two();
+        // No more shards than entries: the largest power of two ≤ the bound.
+        let fit = match max_entries {
+            0 => 1,
+            n => 1 << n.ilog2(),
+        };
+        let shards = wanted.min(fit);
+        BlockList {
+            inner: Arc::new(ListInner {
+                shards: (0..shards).map(|_| Mutex::default()).collect(),
+                per_shard: max_entries / shards,
+                hasher: Default::default(),
+                entries: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The most entries the list holds.
+    pub fn capacity(&self) -> usize {
+        self.inner.per_shard * self.inner.shards.len()
+    }
+
+    /// How many refusals are remembered now (some may be past their retry
+    /// time, not yet dropped).
+    pub fn len(&self) -> usize {
+        self.inner.entries.load(Ordering::Relaxed)
+    }
+
+    /// Whether no refusal is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets every refusal: after the store's state was reset behind its
+    /// back (a flushed Redis), so that keys are asked about again at once.
+    pub fn clear(&self) {
+        for shard in &self.inner.shards {
+            let mut shard = lock(shard);
+            let dropped = shard.map.len();
+            shard.map.clear();
+            self.inner.entries.fetch_sub(dropped, Ordering::Relaxed);
+        }
+    }
+
+    /// The refusal that answers a request of `cost` for `key` under
+    /// `policy` at `now`, if one is remembered and still stands: the store's
+    /// decision with its times reduced by the time since its answer came.
+    /// `None`: ask the store (then [`learn`](Self::learn)
+    /// from its answer). With the `metrics` feature, a hit counts
+    /// `tollgate_block_cache_hits_total{policy}`.
+    #[inline]
+    pub fn lookup(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        cost: u32,
+        now: u64,
+    ) -> Option<PolicyDecision> {
+        let inner = &*self.inner;
+        if inner.entries.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let fingerprint = inner.fingerprint(policy, key);
+        let mut shard = lock(inner.shard(fingerprint));
+        let entry = shard.map.get(&fingerprint)?;
+        if entry.policy != policy.id() || entry.key != *key {
+            return None;
+        }
+        if now >= entry.until {
+            shard.map.remove(&fingerprint);
+            inner.entries.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        if cost < entry.cost {
+            return None;
+        }
+        let verdict = aged(&entry.verdict, now.saturating_sub(entry.answered));
+        drop(shard);
+        crate::observe::block_cache_hit(policy.metrics());
+        Some(verdict)
+    }
+
+    /// Learns from the store's `verdict` on a request of `cost` for `key`
+    /// under `policy`, sent at `sent` (read before the store was asked) and
+    /// answered at `answered` (read when its answer came; the same instant
+    /// for a store that answers at once): remembers a refusal that can pass
+    /// some day, forgets the key's refusal when a later request was
+    /// admitted.
+    pub fn learn(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        cost: u32,
+        sent: u64,
+        answered: u64,
+        verdict: &PolicyDecision,
+    ) {
+        let inner = &*self.inner;
+        let merged = &verdict.merged;
+        if merged.allowed() {
+            // A request of cost 0 (a peek) charged nothing: nothing changed.
+            if cost == 0 || inner.entries.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            let fingerprint = inner.fingerprint(policy, key);
+            let mut shard = lock(inner.shard(fingerprint));
+            let stale = shard.map.get(&fingerprint).is_some_and(|entry| {
+                entry.policy == policy.id() && entry.key == *key && entry.sent <= sent
+            });
+            if stale {
+                shard.map.remove(&fingerprint);
+                inner.entries.fetch_sub(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        let retry = merged.retry_after_nanos();
+        if !merged.can_ever_pass() || retry == 0 || inner.per_shard == 0 {
+            return;
+        }
+        let fingerprint = inner.fingerprint(policy, key);
+        let entry = Entry {
+            policy: policy.id(),
+            key: key.clone(),
+            cost,
+            sent,
+            answered: answered.max(sent),
+            until: sent.saturating_add(retry),
+            verdict: verdict.clone(),
+        };
+        let mut shard = lock(inner.shard(fingerprint));
+        match shard.map.get_mut(&fingerprint) {
+            Some(old) => {
+                // A refusal of a request sent later knows more; one sent
+                // earlier whose answer came late does not replace it.
+                let same = old.policy == entry.policy && old.key == entry.key;
+                if !same || old.sent <= sent {
+                    *old = entry;
+                }
+            }
+            None => {
+                let dropped = shard.make_room(inner.per_shard, sent);
+                shard.map.insert(fingerprint, entry);
+                if dropped > 0 {
+                    inner.entries.fetch_sub(dropped, Ordering::Relaxed);
+                }
+                inner.entries.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl ListInner {
+    #[inline]
+    fn fingerprint(&self, policy: &Policy, key: &Key) -> u64 {
+        self.hasher.hash_one((policy.id(), key))
+    }
+
+    /// Sharded by middle bits, as the memory store does: the map uses the
+    /// low bits for the bucket and the top seven as a tag.
+    #[inline]
+    fn shard(&self, fingerprint: u64) -> &Mutex<Shard> {
+        &self.shards[(fingerprint >> 32) as usize & (self.shards.len() - 1)]
+    }
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // A panic elsewhere under this lock leaves the map whole (every update
+    // is one insert or remove): carry on with it.
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shard {
+    /// Makes room for one more entry in a shard holding at most
+    /// `capacity`: drops the entries past their retry time (at most once
+    /// per [`SWEEP_INTERVAL`]), and if that freed nothing, evicts, of a
+    /// small sample, the entry closest to its retry time (it saves the
+    /// fewest calls). Returns how many entries it dropped.
+    fn make_room(&mut self, capacity: usize, now: u64) -> usize {
+        let before = self.map.len();
+        if before < capacity {
+            return 0;
+        }
+        if now.saturating_sub(self.last_sweep) >= SWEEP_INTERVAL {
+            self.last_sweep = now;
+            self.map.retain(|_, entry| entry.until > now);
+            if self.map.len() < capacity {
+                return before - self.map.len();
+            }
+        }
+        let victim = self
+            .map
+            .iter()
+            .take(EVICTION_SAMPLE)
+            .min_by_key(|(_, entry)| entry.until)
+            .map(|(fingerprint, _)| *fingerprint);
+        if let Some(fingerprint) = victim {
+            self.map.remove(&fingerprint);
+        }
+        before - self.map.len()
+    }
+}
+
+/// `decision` as it reads `elapsed` ns later: every time reduced by
+/// `elapsed`, saturating at zero ("never" stays never).
+fn aged_decision(decision: &Decision, elapsed: u64) -> Decision {
+    let f = decision.fields();
+    let less = |nanos: u64| nanos.saturating_sub(elapsed);
+    DecisionFields {
+        reset_after_nanos: less(f.reset_after_nanos),
+        replenish_after_nanos: less(f.replenish_after_nanos),
+        retry_after_nanos: if f.retry_after_nanos == Decision::NEVER_NANOS {
+            Decision::NEVER_NANOS
+        } else {
+            less(f.retry_after_nanos)
+        },
+        wait_nanos: less(f.wait_nanos),
+        ..f
+    }
+    .into()
+}
+
+/// `verdict` as it reads `elapsed` ns later.
+fn aged(verdict: &PolicyDecision, elapsed: u64) -> PolicyDecision {
+    if elapsed == 0 {
+        return verdict.clone();
+    }
+    PolicyDecision {
+        merged: aged_decision(&verdict.merged, elapsed),
+        each: verdict
+            .each
+            .iter()
+            .map(|d| aged_decision(d, elapsed))
+            .collect(),
+    }
+}
+
+impl Default for BlockList {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for BlockList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockList")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A store in front of `S` that refuses on its own, until their retry
+/// time, the keys `S` refused, without asking `S` again. Clones share what
+/// they remember.
+///
+/// Under attack most requests are refused, and most refusals are the same
+/// few keys asking again and again. A shared store answers each of them
+/// with a round trip; a block cache answers all but the first from memory:
+/// a flood of 10,000 requests on a refused key costs Redis one call per
+/// retry period per instance, instead of 10,000.
+///
+/// # What is remembered, and what a hit answers
+///
+/// When the store behind answers a refusal (`merged.allowed()` is false)
+/// whose retry time is finite ([`Decision::can_ever_pass`]), the cache
+/// remembers, for (policy, key), the refused cost, the store's whole
+/// [`PolicyDecision`], and two instants of a [`Clock`]: when the request
+/// was *sent* (read before the store was asked) and when its answer came.
+/// Until the sending plus the retry time, a request for the same policy
+/// and key whose cost is at least the remembered one is answered
+/// [`StoreReply::Ready`] with that decision, without asking the store; its
+/// times (`retry_after`, `reset_after`, `replenish_after`, and an allowed
+/// limit's `wait`, of the merged decision and of each limit's) are reduced
+/// by the time elapsed since the answer came, saturating at zero, so that
+/// `Retry-After` and `t` keep falling as they would have. Then:
+///
+/// - A cheaper request goes to the store: it might pass.
+/// - An allowed answer for the key (of a cost above 0, for a request sent
+///   no earlier than the remembered one) removes the entry: the store has
+///   charged the key since, so the remembered figures are out of date.
+/// - An entry whose retry time has come is dropped when it is read, and
+///   the request goes to the store.
+/// - A request that can never pass (its cost exceeds what a limit can ever
+///   admit: `retry_after` is [`Decision::NEVER`]), a store error, a late
+///   answer ([`Store::check_within`]): nothing is remembered.
+///
+/// # Why a cached refusal is right
+///
+/// A refusal's `retry_after` is the earliest moment at which the refused
+/// request could pass, given the key's state when the store decided
+/// (tollgate's algorithms are exact about it: 1 ns earlier it would not).
+/// From then on the state can only take more charges: other requests, from
+/// this instance or from others sharing the store, add to it, and a
+/// refused request adds nothing. More charges never make a request pass
+/// sooner, and a costlier request never passes sooner than a cheaper one,
+/// so no request of at least the refused cost can pass before that moment;
+/// answering them "refused" without asking changes no decision. The store
+/// decided after the request was sent and before its answer came, so the
+/// entry, which expires at the sending plus the retry time, expires up to
+/// a round trip *early*, never late (the first request after it just asks
+/// the store again); and the times it reports, counted down from the
+/// answer, are up to a round trip *late*, never early: a client that
+/// waits out a cached `Retry-After` is not refused for waiting too little.
+///
+/// This reasoning holds while the store's state only grows between
+/// decisions. It does not cover state changed behind the store's back: a
+/// Redis `FLUSHALL` or a deleted key, or a fallback store (see
+/// [`Fallback`](super::Fallback)) whose refusal is remembered as any other
+/// and outlives the primary's return. Such a key stays refused until the
+/// remembered retry time, no longer; [`BlockList::clear`] forgets
+/// everything at once.
+///
+/// What the figures do not tell: `remaining` is the store's count at the
+/// refusal, and a limit that gives quota back while the entry stands (one
+/// unit of a cost-3 refusal, or a limit that did not refuse) reads its next
+/// replenishment as 0 once that moment has passed. A costlier request than
+/// the remembered one is told the remembered request's retry time, a lower
+/// bound for its own (it is refused here only while that one would be: a
+/// flood of mixed costs is answered from memory, and cannot slip past the
+/// cache by raising its cost).
+///
+/// # Bounded
+///
+/// At most [`max_entries`](BlockList::with_max_entries) entries (default
+/// 100,000), in shards behind short-held locks. An entry takes 217 bytes
+/// of its map (its key inline, the decisions of up to two limits inline),
+/// and a map grows only as entries come: about 30 MB with 100,000 keys
+/// refused at once, nothing with none. When a shard is full, entries past their retry time are swept
+/// (at most once a second a shard), and if none, the entry closest to its
+/// retry time of a small sample makes room. A flood of distinct refused
+/// keys therefore costs at most the bound; an entry lost to it costs one
+/// call to the store. With no entry at all (no key refused, the usual
+/// case) a check reads one atomic and takes no lock.
+///
+/// A std map rather than moka (a dependency of the `quotas` feature only):
+/// an entry's lifetime is known exactly when it is made, so expiry on read
+/// and a sweep when full do all an eviction policy would; the hit path is
+/// one lock and one lookup by a 64-bit fingerprint, comparing the stored
+/// key without cloning it; and the crate's default features stay free of a
+/// cache crate.
+///
+/// # Observability
+///
+/// With the `metrics` feature, each request answered from the cache counts
+/// `tollgate_block_cache_hits_total{policy}` (the policy's
+/// [`label`](crate::Policy::label)). The layer counts the refusal itself
+/// as it counts any other (`tollgate_requests_total{outcome="limited"}`).
+///
+/// The Redis store has one built in (on by default, see
+/// `RedisStoreBuilder::block_cache`); put this one in front of any other
+/// store that makes a round trip, or of a Redis store whose own is off,
+/// to choose the bound or the clock.
+///
+/// ```
+/// use tollgate::store::BlockCache;
+/// use tollgate::{MemoryStore, RateLimitLayer};
+/// use tollgate_core::Quota;
+///
+/// # let slow_store = MemoryStore::new(); // a store that makes round trips
+/// let store = BlockCache::new(slow_store).max_entries(10_000);
+/// assert_eq!(store.block_list().capacity(), 10_000);
+/// let layer = RateLimitLayer::builder()
+///     .quota("api", Quota::per_minute(100))
+///     .store(store)
+///     .build();
+/// # let _ = layer;
+/// ```
+#[derive(Clone, Debug)]
+pub struct BlockCache<S, C = MonotonicClock> {
+    inner: S,
+    blocked: BlockList,
+    clock: C,
+}
+
+impl<S> BlockCache<S> {
+    /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`] entries on
+    /// the monotonic clock.
+    pub fn new(inner: S) -> Self {
+        BlockCache {
+            inner,
+            blocked: BlockList::new(),
+            clock: MonotonicClock,
+        }
+    }
+}
+
+impl<S, C> BlockCache<S, C> {
+    /// Remembers at most `max_entries` refusals (a fresh, empty list; see
+    /// [`BlockList::with_max_entries`]).
+    pub fn max_entries(self, max_entries: usize) -> Self {
+        self.with_block_list(BlockList::with_max_entries(max_entries))
+    }
+
+    /// Remembers refusals in `blocked`, which may be shared (with another
+    /// cache, or kept to [`clear`](BlockList::clear) it).
+    pub fn with_block_list(self, blocked: BlockList) -> Self {
+        BlockCache { blocked, ..self }
+    }
+
+    /// Measures retry times on `clock` (a
+    /// [`ManualClock`](tollgate_core::ManualClock) in tests; the same one
+    /// as the store behind, when it has one).
+    pub fn clock<C2: Clock>(self, clock: C2) -> BlockCache<S, C2> {
+        BlockCache {
+            inner: self.inner,
+            blocked: self.blocked,
+            clock,
+        }
+    }
+
+    /// What the cache remembers.
+    pub fn block_list(&self) -> &BlockList {
+        &self.blocked
+    }
+
+    /// The store behind.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+pin_project! {
+    /// The future of a [`BlockCache`] check that asked the store behind:
+    /// its answer, learnt from when it comes.
+    pub struct BlockCacheFuture<F, C = MonotonicClock> {
+        #[pin]
+        inner: F,
+        learn: Option<Learn<C>>,
+    }
+}
+
+/// What a pending check needs to learn from its answer.
+struct Learn<C> {
+    blocked: BlockList,
+    clock: C,
+    policy: Arc<Policy>,
+    key: Key,
+    cost: u32,
+    sent: u64,
+}
+
+impl<F, C, E> Future for BlockCacheFuture<F, C>
+where
+    F: Future<Output = Result<PolicyDecision, E>>,
+    C: Clock,
+{
+    type Output = Result<PolicyDecision, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let answer = ready!(this.inner.poll(cx));
+        if let (Ok(verdict), Some(learn)) = (&answer, this.learn.take()) {
+            let answered = learn.clock.now();
+            let Learn {
+                blocked,
+                policy,
+                key,
+                cost,
+                sent,
+                ..
+            } = learn;
+            blocked.learn(&policy, &key, cost, sent, answered, verdict);
+        }
+        Poll::Ready(answer)
+    }
+}
+
+impl<S, C> BlockCache<S, C>
+where
+    S: Store,
+    C: Clock + Clone,
+{
+    /// The cached refusal, or `ask`'s answer, learnt from.
+    #[inline]
+    fn decide(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        ask: impl FnOnce(&S) -> StoreReply<S::Future, S::Error>,
+    ) -> StoreReply<BlockCacheFuture<S::Future, C>, S::Error> {
+        let sent = self.clock.now();
+        if let Some(verdict) = self.blocked.lookup(policy, key, cost, sent) {
+            return StoreReply::Ready(Ok(verdict));
+        }
+        match ask(&self.inner) {
+            StoreReply::Ready(answer) => {
+                if let Ok(verdict) = &answer {
+                    // The clock is read again only for a refusal, the
+                    // one answer the list keeps.
+                    let answered = if verdict.merged.allowed() {
+                        sent
+                    } else {
+                        self.clock.now()
+                    };
+                    self.blocked
+                        .learn(policy, key, cost, sent, answered, verdict);
+                }
+                StoreReply::Ready(answer)
+            }
+            StoreReply::Pending(inner) => StoreReply::Pending(BlockCacheFuture {
+                inner,
+                learn: Some(Learn {
+                    blocked: self.blocked.clone(),
+                    clock: self.clock.clone(),
+                    policy: policy.clone(),
+                    key: key.clone(),
+                    cost,
+                    sent,
+                }),
+            }),
+        }
+    }
+}
+
+impl<S, C> Store for BlockCache<S, C>
+where
+    S: Store,
+    C: Clock + Clone,
+{
+    type Error = S::Error;
+    type Future = BlockCacheFuture<S::Future, C>;
+
+    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+        self.inner.supports(policy)
+    }
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.decide(policy, key, cost, |inner| inner.check(policy, key, cost))
+    }
+
+    /// A cached refusal is answered at once, whatever `within`; otherwise
+    /// the store behind is asked with the same `within`.
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.decide(policy, key, cost, |inner| {
+            inner.check_within(policy, key, cost, within)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MemoryStore, NamedLimit};
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicUsize;
+    use tollgate_core::{Algorithm, ManualClock};
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// A memory store that answers later (a future, as a network store
+    /// does) and counts the checks it is asked for.
+    #[derive(Clone)]
+    struct Remote {
+        store: MemoryStore<ManualClock>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl Remote {
+        fn calls(&self) -> usize {
+            self.calls.load(Ordering::Relaxed)
+        }
+    }
+
+    impl Store for Remote {
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
+
+        fn check(
+            &self,
+            policy: &Arc<Policy>,
+            key: &Key,
+            cost: u32,
+        ) -> StoreReply<Self::Future, Infallible> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            StoreReply::Pending(std::future::ready(Ok(self
+                .store
+                .check_now(policy, key, cost))))
+        }
+    }
+
+    /// A clock, a remote store on it, and a block cache in front.
+    fn setup() -> (ManualClock, Remote, BlockCache<Remote, ManualClock>) {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let remote = Remote {
+            store: MemoryStore::builder().clock(clock.clone()).build(),
+            calls: Arc::default(),
+        };
+        let cache = BlockCache::new(remote.clone()).clock(clock.clone());
+        (clock, remote, cache)
+    }
+
+    fn policy(limits: &[(&str, &str, Algorithm)]) -> Arc<Policy> {
+        Arc::new(Policy::new(
+            limits
+                .iter()
+                .map(|(name, quota, algorithm)| {
+                    NamedLimit::new(*name, quota.parse().unwrap()).with_algorithm(*algorithm)
+                })
+                .collect(),
+        ))
+    }
+
+    fn ten_a_minute() -> Arc<Policy> {
+        policy(&[("api", "10/min", Algorithm::Gcra)])
+    }
+
+    async fn decide<S: Store>(
+        store: &S,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> PolicyDecision
+    where
+        S::Error: fmt::Debug,
+    {
+        match store.check(policy, key, cost) {
+            StoreReply::Ready(answer) => answer.unwrap(),
+            StoreReply::Pending(future) => future.await.unwrap(),
+        }
+    }
+
+    /// Whether `store` answers at once (from the cache) with a refusal.
+    fn refused_at_once<S: Store>(store: &S, policy: &Arc<Policy>, key: &Key, cost: u32) -> bool {
+        matches!(
+            store.check(policy, key, cost),
+            StoreReply::Ready(Ok(verdict)) if !verdict.merged.allowed()
+        )
+    }
+
+    #[tokio::test]
+    async fn a_refused_key_is_refused_here_until_its_retry_time() {
+        let (clock, remote, cache) = setup();
+        let (policy, key) = (ten_a_minute(), Key::from("alice"));
+        for _ in 0..10 {
+            assert!(decide(&cache, &policy, &key, 1).await.merged.allowed());
+        }
+        let refusal = decide(&cache, &policy, &key, 1).await;
+        assert!(!refusal.merged.allowed());
+        assert_eq!(refusal.merged.retry_after(), Duration::from_secs(6));
+        assert_eq!(remote.calls(), 11);
+        assert_eq!(cache.block_list().len(), 1);
+        // Up to 1 ns before the retry time: refused here, the store not asked.
+        for _ in 0..1_000 {
+            assert!(refused_at_once(&cache, &policy, &key, 1));
+        }
+        clock.advance(Duration::from_nanos(6 * SECOND - 1));
+        assert!(refused_at_once(&cache, &policy, &key, 1));
+        assert_eq!(remote.calls(), 11);
+        // At the retry time the store is asked again, and admits.
+        clock.advance(Duration::from_nanos(1));
+        assert!(decide(&cache, &policy, &key, 1).await.merged.allowed());
+        assert_eq!(remote.calls(), 12);
+        assert!(cache.block_list().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_cached_refusal_reads_as_the_store_would_read_it_later() {
+        // GCRA, two limits: the store's own refusal 2.5 s later has the
+        // same figures as the cached one, every time reduced by 2.5 s.
+        let (clock, remote, cache) = setup();
+        let policy = policy(&[
+            ("minute", "10/min", Algorithm::Gcra),
+            ("hour", "100/h", Algorithm::Gcra),
+        ]);
+        let key = Key::from("bob");
+        for _ in 0..11 {
+            decide(&cache, &policy, &key, 1).await;
+        }
+        clock.advance(Duration::from_millis(2_500));
+        let cached = decide(&cache, &policy, &key, 1).await;
+        assert_eq!(remote.calls(), 11);
+        let fresh = remote.store.check_now(&policy, &key, 1);
+        assert!(!fresh.merged.allowed());
+        assert_eq!(cached, fresh);
+        assert_eq!(cached.merged.retry_after(), Duration::from_millis(3_500));
+        // The limit that allowed (the hour) is read 2.5 s on too.
+        assert_eq!(
+            cached.each[1].reset_after(),
+            Duration::from_secs(10 * 36) - Duration::from_millis(2_500)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_entry_ends_a_retry_time_after_the_sending_and_counts_down_from_the_answer() {
+        let (clock, remote, cache) = setup();
+        let (policy, key) = (ten_a_minute(), Key::from("ken"));
+        for _ in 0..10 {
+            decide(&cache, &policy, &key, 1).await;
+        }
+        // Sent (and decided) now; its answer comes 100 ms later.
+        let StoreReply::Pending(refusal) = cache.check(&policy, &key, 1) else {
+            panic!("the remote store answers later");
+        };
+        clock.advance(Duration::from_millis(100));
+        let refusal = refusal.await.unwrap();
+        assert_eq!(refusal.merged.retry_after(), Duration::from_secs(6));
+        // The cache cannot tell when in those 100 ms the store decided: its
+        // times count down from the answer (never early), ...
+        let cached = decide(&cache, &policy, &key, 1).await;
+        assert_eq!(cached.merged.retry_after(), Duration::from_secs(6));
+        // ... and it stops refusing 6 s after the sending (never late).
+        clock.advance(Duration::from_nanos(6 * SECOND - 100_000_000 - 1));
+        let last = decide(&cache, &policy, &key, 1).await;
+        assert_eq!(last.merged.retry_after_nanos(), 100_000_001);
+        assert_eq!(remote.calls(), 11);
+        clock.advance(Duration::from_nanos(1));
+        assert!(decide(&cache, &policy, &key, 1).await.merged.allowed());
+        assert_eq!(remote.calls(), 12);
+    }
+
+    /// A store that refuses from memory, or, when `down`, fails late (as a
+    /// Redis call that missed its deadline does); it keeps the `within`
+    /// it was last given.
+    #[derive(Clone)]
+    struct Flaky {
+        store: MemoryStore<ManualClock>,
+        down: Arc<std::sync::atomic::AtomicBool>,
+        within: Arc<Mutex<Option<Duration>>>,
+    }
+
+    impl Store for Flaky {
+        type Error = std::io::Error;
+        type Future = std::future::Ready<Result<PolicyDecision, std::io::Error>>;
+
+        fn check(
+            &self,
+            policy: &Arc<Policy>,
+            key: &Key,
+            cost: u32,
+        ) -> StoreReply<Self::Future, Self::Error> {
+            let answer = if self.down.load(Ordering::Relaxed) {
+                Err(std::io::Error::other("late: charged nothing"))
+            } else {
+                Ok(self.store.check_now(policy, key, cost))
+            };
+            StoreReply::Pending(std::future::ready(answer))
+        }
+
+        fn check_within(
+            &self,
+            policy: &Arc<Policy>,
+            key: &Key,
+            cost: u32,
+            within: Duration,
+        ) -> StoreReply<Self::Future, Self::Error> {
+            *self.within.lock().unwrap() = Some(within);
+            self.check(policy, key, cost)
+        }
+    }
+
+    #[tokio::test]
+    async fn while_the_store_fails_known_refusals_stand_and_failures_teach_nothing() {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let flaky = Flaky {
+            store: MemoryStore::builder().clock(clock.clone()).build(),
+            down: Arc::default(),
+            within: Arc::default(),
+        };
+        let cache = BlockCache::new(flaky.clone()).clock(clock.clone());
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let (known, other) = (Key::from("mallory"), Key::from("niaj"));
+        let within = Duration::from_millis(100);
+        for _ in 0..2 {
+            let StoreReply::Pending(answer) = cache.check_within(&policy, &known, 1, within) else {
+                panic!("the store answers later");
+            };
+            answer.await.unwrap();
+        }
+        // The store is asked with the caller's `within`.
+        assert_eq!(*flaky.within.lock().unwrap(), Some(within));
+        flaky.down.store(true, Ordering::Relaxed);
+        // A refusal it knows is answered at once, whatever `within`.
+        assert!(matches!(
+            cache.check_within(&policy, &known, 1, Duration::ZERO),
+            StoreReply::Ready(Ok(verdict)) if !verdict.merged.allowed()
+        ));
+        // A failure (an error, a late answer) teaches the cache nothing.
+        let StoreReply::Pending(answer) = cache.check_within(&policy, &other, 1, within) else {
+            panic!("an unknown key goes to the store");
+        };
+        assert!(answer.await.is_err());
+        assert_eq!(cache.block_list().len(), 1);
+    }
+
+    #[test]
+    fn times_fall_with_the_elapsed_time_and_stop_at_zero() {
+        let fields = DecisionFields {
+            allowed: false,
+            limit: 10,
+            remaining: 0,
+            reset_after_nanos: 9 * SECOND,
+            replenish_after_nanos: SECOND,
+            retry_after_nanos: 3 * SECOND,
+            wait_nanos: 0,
+        };
+        let never = DecisionFields {
+            retry_after_nanos: Decision::NEVER_NANOS,
+            ..fields
+        };
+        let verdict = PolicyDecision {
+            merged: fields.into(),
+            each: [fields.into(), never.into()].into_iter().collect(),
+        };
+        let later = aged(&verdict, 2 * SECOND);
+        let expected = DecisionFields {
+            reset_after_nanos: 7 * SECOND,
+            replenish_after_nanos: 0,
+            retry_after_nanos: SECOND,
+            ..fields
+        };
+        assert_eq!(later.merged.fields(), expected);
+        assert_eq!(later.each[0].fields(), expected);
+        assert_eq!(later.each[1].retry_after(), Decision::NEVER);
+        assert_eq!(aged(&verdict, 0), verdict);
+    }
+
+    #[tokio::test]
+    async fn a_cheaper_request_asks_the_store_and_its_admission_clears_the_entry() {
+        let (_clock, remote, cache) = setup();
+        let (policy, key) = (ten_a_minute(), Key::from("carol"));
+        for _ in 0..8 {
+            decide(&cache, &policy, &key, 1).await;
+        }
+        // 2 left: a cost of 3 is refused and remembered.
+        assert!(!decide(&cache, &policy, &key, 3).await.merged.allowed());
+        assert_eq!(remote.calls(), 9);
+        assert!(refused_at_once(&cache, &policy, &key, 3));
+        assert!(refused_at_once(&cache, &policy, &key, 5));
+        assert_eq!(remote.calls(), 9);
+        // A cost of 2 might pass: the store is asked, and admits it.
+        let StoreReply::Pending(asked) = cache.check(&policy, &key, 2) else {
+            panic!("a cheaper request is the store's to decide");
+        };
+        assert_eq!(remote.calls(), 10);
+        assert!(asked.await.unwrap().merged.allowed());
+        // That admission changed the key: the refusal is forgotten.
+        assert!(cache.block_list().is_empty());
+        assert!(matches!(
+            cache.check(&policy, &key, 3),
+            StoreReply::Pending(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_peek_of_cost_zero_leaves_the_refusal_standing() {
+        let (_clock, _remote, cache) = setup();
+        let (policy, key) = (ten_a_minute(), Key::from("dan"));
+        for _ in 0..11 {
+            decide(&cache, &policy, &key, 1).await;
+        }
+        decide(&cache, &policy, &key, 0).await;
+        assert!(refused_at_once(&cache, &policy, &key, 1));
+    }
+
+    #[tokio::test]
+    async fn a_request_that_can_never_pass_is_not_remembered() {
+        let (_clock, remote, cache) = setup();
+        let (policy, key) = (ten_a_minute(), Key::from("eve"));
+        for _ in 0..3 {
+            let verdict = decide(&cache, &policy, &key, 11).await;
+            assert_eq!(verdict.merged.retry_after(), Decision::NEVER);
+        }
+        assert_eq!(remote.calls(), 3);
+        assert!(cache.block_list().is_empty());
+    }
+
+    #[tokio::test]
+    async fn policies_and_keys_are_kept_apart() {
+        let (_clock, remote, cache) = setup();
+        let (a, b) = (ten_a_minute(), ten_a_minute());
+        let key = Key::from("frank");
+        for _ in 0..11 {
+            decide(&cache, &a, &key, 1).await;
+        }
+        assert!(refused_at_once(&cache, &a, &key, 1));
+        let calls = remote.calls();
+        assert!(decide(&cache, &b, &key, 1).await.merged.allowed());
+        assert!(
+            decide(&cache, &a, &Key::from("grace"), 1)
+                .await
+                .merged
+                .allowed()
+        );
+        assert_eq!(remote.calls(), calls + 2);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_in_delay_mode_is_remembered_too() {
+        // A leaky bucket holds admitted requests until their slot; once its
+        // queue is full, a request would wait too long and is refused
+        // (`allowed` false, as any refusal) until a slot is within reach.
+        let (clock, remote, cache) = setup();
+        let policy = policy(&[("shape", "1/s", Algorithm::LeakyBucket)]);
+        let key = Key::from("heidi");
+        let mut refusal = None;
+        for _ in 0..10 {
+            let verdict = decide(&cache, &policy, &key, 1).await;
+            if !verdict.merged.allowed() {
+                refusal = Some(verdict);
+                break;
+            }
+        }
+        let refusal = refusal.expect("the bucket refuses once full");
+        let retry = refusal.merged.retry_after();
+        assert!(retry > Duration::ZERO && retry < Decision::NEVER);
+        let calls = remote.calls();
+        assert!(refused_at_once(&cache, &policy, &key, 1));
+        clock.advance(retry);
+        let verdict = decide(&cache, &policy, &key, 1).await;
+        assert!(verdict.merged.allowed());
+        assert_eq!(remote.calls(), calls + 1);
+    }
+
+    #[test]
+    fn a_flood_of_refused_keys_stays_within_the_bound() {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        let cache = BlockCache::new(store).clock(clock.clone()).max_entries(100);
+        assert!(cache.block_list().capacity() <= 100);
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let refuse = |i: u64| {
+            let key = Key::from(i);
+            let _ = cache.check(&policy, &key, 1);
+            let _ = cache.check(&policy, &key, 1);
+        };
+        for i in 0..10_000 {
+            refuse(i);
+            assert!(cache.block_list().len() <= cache.block_list().capacity());
+        }
+        assert!(cache.block_list().len() >= cache.block_list().capacity() / 2);
+        // Past every retry time, a full list sweeps its expired entries:
+        // the new refusals find room without evicting one another.
+        clock.advance(Duration::from_secs(61));
+        for i in 10_000..10_050 {
+            refuse(i);
+        }
+        assert!(cache.block_list().len() <= cache.block_list().capacity());
+        let recent = (10_000..10_050)
+            .filter(|&i| refused_at_once(&cache, &policy, &Key::from(i), 1))
+            .count();
+        assert_eq!(recent, 50);
+    }
+
+    #[test]
+    fn expired_entries_go_when_read_and_a_list_of_zero_remembers_nothing() {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        let cache = BlockCache::new(store.clone()).clock(clock.clone());
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let key = Key::from("ivan");
+        let _ = cache.check(&policy, &key, 1);
+        assert!(refused_at_once(&cache, &policy, &key, 1));
+        assert_eq!(cache.block_list().len(), 1);
+        clock.advance(Duration::from_secs(60));
+        // Read at its retry time: dropped, and the store (which admits) asked.
+        assert!(matches!(
+            cache.check(&policy, &key, 1),
+            StoreReply::Ready(Ok(verdict)) if verdict.merged.allowed()
+        ));
+        assert!(cache.block_list().is_empty());
+
+        let none = BlockCache::new(store).clock(clock.clone()).max_entries(0);
+        assert_eq!(none.block_list().capacity(), 0);
+        let _ = none.check(&policy, &key, 1);
+        let _ = none.check(&policy, &key, 1);
+        assert!(none.block_list().is_empty());
+    }
+
+    #[test]
+    fn clear_forgets_every_refusal_and_clones_share_them() {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        let cache = BlockCache::new(store).clock(clock);
+        let clone = cache.clone();
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let key = Key::from("judy");
+        let _ = cache.check(&policy, &key, 1);
+        let _ = cache.check(&policy, &key, 1);
+        assert_eq!(clone.block_list().len(), 1);
+        clone.block_list().clear();
+        assert!(cache.block_list().is_empty());
+    }
+}
