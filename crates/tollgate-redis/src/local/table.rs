@@ -8,9 +8,12 @@ use tollgate::Key;
 
 const SHARDS: usize = 16;
 
+/// One shard: the slots of some keys, by (policy id, key).
+type Shard<S> = Mutex<HashMap<(u64, Key), Arc<S>>>;
+
 /// The slots of every key the store decides, at most `max_keys` of them.
 pub(crate) struct Table<S> {
-    shards: Box<[Mutex<HashMap<(u64, Key), Arc<S>>>]>,
+    shards: Box<[Shard<S>]>,
     per_shard: usize,
     hasher: RandomState,
 }
@@ -31,7 +34,7 @@ impl<S: Evictable> Table<S> {
         }
     }
 
-    fn shard(&self, policy: u64, key: &Key) -> &Mutex<HashMap<(u64, Key), Arc<S>>> {
+    fn shard(&self, policy: u64, key: &Key) -> &Shard<S> {
         let mut hasher = self.hasher.build_hasher();
         policy.hash(&mut hasher);
         key.hash(&mut hasher);
