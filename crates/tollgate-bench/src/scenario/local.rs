@@ -835,6 +835,8 @@ impl Local {
             .configure_mesh()
             .x_desc("sync interval, ms (log scale)")
             .y_desc("admitted − allowed (requests)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:+.0}"))
             .label_style(("sans-serif", 13))
             .draw()?;
         let colors = [RGBColor(214, 39, 40), RGBColor(31, 119, 180)];
@@ -908,7 +910,7 @@ impl Local {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(SeriesLabelPosition::MiddleLeft)
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK)
             .label_font(("sans-serif", 13))
