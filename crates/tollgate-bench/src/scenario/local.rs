@@ -161,6 +161,8 @@ pub struct Local {
     pub outcomes: Vec<Outcome>,
     /// Part 1's medians, decisions per second, in [`Kind::ALL`]'s order.
     rates: [f64; 4],
+    /// Part 1's rounds, decisions per second, same order.
+    rounds: Vec<Vec<f64>>,
     /// Part 1's decisions, Redis calls and waits of the local-first stores,
     /// all rounds together, same order (zeros for the others).
     counts: [(u64, u64, u64); 4],
@@ -209,7 +211,8 @@ pub fn run(settings: Settings) -> Local {
         &mut [&mut memory, &mut exact, &mut periodic, &mut redis],
     );
     let rates: [f64; 4] = std::array::from_fn(|i| median(&figures[i]));
-    eprintln!("  decisions/s: {rates:?}");
+    eprintln!("  decisions/s, medians: {rates:?}");
+    eprintln!("  decisions/s, rounds: {figures:?}");
 
     let latency_rounds = settings.pick(3, 1);
     let mut samples: [Vec<(f64, f64)>; 4] = Default::default();
@@ -318,6 +321,7 @@ pub fn run(settings: Settings) -> Local {
     Local {
         outcomes,
         rates,
+        rounds: figures,
         counts,
         latency,
         steady,
@@ -707,8 +711,8 @@ impl Local {
              (medians of the rounds' percentiles), one instance, {TASKS} tasks, one key, GCRA \
              {HOT_RATE}/s (never reached), `Store::check` called directly, a yield every \
              {YIELD_EVERY} decisions.\n\n\
-             | store | decisions/s | × MemoryStore | × RedisStore | p50 | p99 | Redis calls per decision | decisions that waited |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|\n",
+             | store | decisions/s | rounds (lowest–highest) | × MemoryStore | × RedisStore | p50 | p99 | Redis calls per decision | decisions that waited |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for (i, kind) in Kind::ALL.iter().enumerate() {
             let (decisions, calls, waited) = self.counts[i];
@@ -720,11 +724,15 @@ impl Local {
                 Kind::Memory => ("none".to_string(), "–".to_string()),
                 Kind::Redis => ("1".to_string(), "all".to_string()),
             };
+            let lowest = self.rounds[i].iter().copied().fold(f64::INFINITY, f64::min);
+            let highest = self.rounds[i].iter().copied().fold(0.0, f64::max);
             let _ = writeln!(
                 out,
-                "| {} | {:.0} | {:.3} | {:.1} | {} | {} | {calls} | {waited} |",
+                "| {} | {:.0} | {:.0}–{:.0} | {:.3} | {:.1} | {} | {} | {calls} | {waited} |",
                 kind.label(),
                 self.rates[i],
+                lowest,
+                highest,
                 self.rates[i] / self.rates[0],
                 self.rates[i] / self.rates[3],
                 time(self.latency[i].0),
