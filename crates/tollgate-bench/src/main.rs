@@ -45,7 +45,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios, comma-separated: accuracy, core, memory,
-    /// contention, layer, http, redis, redis-scripts.
+    /// contention, layer, http, redis, redis-scripts, local.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the Markdown table, with the machine, to this file.
@@ -130,6 +130,24 @@ fn main() {
                     Vec::new()
                 }
                 None => scenario::redis_scripts::run(settings),
+            },
+            "local" => match scenario::redis::missing_tools() {
+                Some(why) => {
+                    eprintln!("{why}");
+                    Vec::new()
+                }
+                None => {
+                    let local = scenario::local::run(settings);
+                    if let Some(dir) = &args.charts {
+                        std::fs::create_dir_all(dir).expect("create the chart directory");
+                        local
+                            .draw(&dir.join(scenario::local::CHART))
+                            .expect("draw the local-first chart");
+                    }
+                    // Its own tables (calls, over-admission), after the rows.
+                    tables.push(local.to_markdown());
+                    local.outcomes
+                }
             },
             _ => unreachable!("names were checked against scenario::ALL"),
         };

@@ -2,20 +2,22 @@
 //! anchor back to back in alternating rounds and returns one
 //! [`Outcome`](crate::report::Outcome) per row of the table; but
 //! [`accuracy`], which compares decisions with the exact sliding log's and
-//! has a table of its own.
+//! has a table of its own, and [`local`], whose Redis call counts and
+//! over-admission have tables of their own beside its rows.
 
 pub mod accuracy;
 pub mod contention;
 pub mod core;
 pub mod http;
 pub mod layer;
+pub mod local;
 pub mod memory;
 pub mod redis;
 pub mod redis_scripts;
 
 /// Every scenario's name, in the order they run (cheap and short first, so
 /// that a broken build fails fast).
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "accuracy",
     "core",
     "memory",
@@ -24,4 +26,5 @@ pub const ALL: [&str; 8] = [
     "http",
     "redis",
     "redis-scripts",
+    "local",
 ];

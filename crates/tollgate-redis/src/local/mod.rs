@@ -82,15 +82,18 @@ impl LocalMode {
 /// between two readings, each of `N` instances may spend all of the
 /// remaining `R` it read, and sees neither the others' spending nor refill
 /// until its next reading: with all instances reading at once, up to
-/// `N × R` requests pass where `R` should, an excess of `(N − 1) × R`; `R`
-/// is at most the limit's capacity `C` (the burst of a bucket, the limit
-/// of a window), and in steady overload it is what came back during one
-/// interval, `r × I` at rate `r` (limit ÷ period) and interval `I`. So the
-/// excess per burst is at most `(N − 1) × C`, and under sustained load at
-/// most `(N − 1) × r × I` per interval. Every admission is reported and
-/// charged, so an excess is paid back before the key admits again (a
-/// window's excess, within that window). BENCHMARKS.md has the measured
-/// curve against `I`.
+/// `N × R` requests pass where `R` should, an excess of `(N − 1) × R`. For
+/// GCRA and the token bucket `R` is at most the burst `B`, and under
+/// sustained load what came back during one interval, `r × I` at rate `r`
+/// (limit ÷ period) and interval `I`: an excess of at most `(N − 1) × B`
+/// over a burst and `(N − 1) × r × I` per interval after it; every
+/// admission is reported and charged, so an excess is paid back before the
+/// key admits again. For the window algorithms each new window reads the
+/// whole limit `L` again, so a flood can pass `(N − 1) × L` over it in every
+/// window, however short the interval. A reading never shows a bucket more
+/// than `B`, so an interval longer than `B ÷ r` admits *less* than the
+/// limit under sustained load. BENCHMARKS.md has the measured curve
+/// against `I`.
 ///
 /// # Algorithms
 ///
