@@ -15,33 +15,19 @@
 -- time alone, having read and written nothing.
 
 local cost = tonumber(ARGV[1])
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
+local now = time_now(ARGV[2])
 if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then
   return { now }
 end
 
-local limits = {}
+local limits, failure = load_limits(#KEYS, 4)
+if not limits then
+  return failure
+end
 local all_allowed = true
-for i = 1, #KEYS do
-  local base = 4 + 5 * (i - 1)
-  local algorithm = ALGORITHMS[ARGV[base]]
-  if not algorithm then
-    return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[base]))
-  end
-  local p = {
-    tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
-    tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]),
-  }
-  local state = algorithm.load(KEYS[i])
-  local d, admission = algorithm.evaluate(state, now, cost, p)
-  limits[i] = { algorithm = algorithm, p = p, state = state, decision = d, admission = admission }
-  all_allowed = all_allowed and d[1] == 1
+for _, limit in ipairs(limits) do
+  limit.decision, limit.admission = limit.algorithm.evaluate(limit.state, now, cost, limit.p)
+  all_allowed = all_allowed and limit.decision[1] == 1
 end
 
 for i, limit in ipairs(limits) do

@@ -98,3 +98,32 @@ end
 local function store(key, value, ttl_ms)
   redis.call('SET', key, value, 'PX', ttl_ms)
 end
+
+-- The time to decide at, in µs: `arg` when tests set it, else the server's.
+local function time_now(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+
+-- The first `n` limits, their arguments from ARGV[first] on (five each: the
+-- algorithm's name, four parameters), each with its key and loaded state;
+-- or nil and an error reply for an algorithm no file registered.
+local function load_limits(n, first)
+  local limits = {}
+  for i = 1, n do
+    local base = first + 5 * (i - 1)
+    local algorithm = ALGORITHMS[ARGV[base]]
+    if not algorithm then
+      return nil, redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[base]))
+    end
+    local p = {
+      tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
+      tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]),
+    }
+    limits[i] = { algorithm = algorithm, p = p, key = KEYS[i], state = algorithm.load(KEYS[i]) }
+  end
+  return limits
+end

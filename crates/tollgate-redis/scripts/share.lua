@@ -25,31 +25,13 @@
 --            (what remains now).
 
 local op = ARGV[1]
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
+local now = time_now(ARGV[2])
 local count = tonumber(ARGV[3])
 
-local limits = {}
-local nlimits = #KEYS
-if op == 'sync' then
-  nlimits = nlimits - 1
-end
-for i = 1, nlimits do
-  local base = 6 + 5 * (i - 1)
-  local algorithm = ALGORITHMS[ARGV[base]]
-  if not algorithm then
-    return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[base]))
-  end
-  local p = {
-    tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
-    tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]),
-  }
-  limits[i] = { algorithm = algorithm, p = p, key = KEYS[i], state = algorithm.load(KEYS[i]) }
+-- A sync's last key is the sequence numbers', not a limit's.
+local limits, failure = load_limits(op == 'sync' and #KEYS - 1 or #KEYS, 6)
+if not limits then
+  return failure
 end
 
 -- Every limit's decision for `cost`, and whether all allow it.

@@ -149,6 +149,9 @@ pub(crate) struct PreparedPolicy {
     pub(crate) script: Arc<LuaScript>,
     /// The same algorithms' script for the local-first store.
     pub(crate) share_script: Arc<LuaScript>,
+    /// Whether the local-first store can decide the policy in memory
+    /// (checked once here, read on every request).
+    pub(crate) local_first: bool,
     /// Five arguments per limit: the algorithm's name and four parameters.
     pub(crate) args: Vec<Vec<u8>>,
     key_suffixes: Vec<String>,
@@ -175,6 +178,7 @@ impl PreparedPolicy {
         PreparedPolicy {
             script: script_for(files, Entry::Check),
             share_script: script_for(files, Entry::Share),
+            local_first: crate::local::supports(policy).is_ok(),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
         }

@@ -124,6 +124,14 @@ impl RedisStore {
             .collect()
     }
 
+    /// The policy's prepared form, borrowed: no reference count touched.
+    pub(crate) fn prepared_form<'p>(
+        &self,
+        policy: &'p Policy,
+    ) -> tollgate::Prepared<'p, PreparedPolicy> {
+        policy.prepared(PreparedPolicy::new)
+    }
+
     fn prepared(&self, policy: &Policy) -> Arc<PreparedPolicy> {
         // Prepared on the policy's first request and kept with the policy.
         policy.prepared(PreparedPolicy::new).into_arc()

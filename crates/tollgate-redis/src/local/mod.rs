@@ -221,28 +221,34 @@ impl LocalFirst {
     /// Whether this store can decide `policy` locally: every limit of an
     /// algorithm the mode supports, none in delay mode.
     pub fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
-        for limit in policy.limits() {
-            let limiter = limit.limiter();
-            let script = limiter.script().script;
-            if !SUPPORTED.contains(&script) {
-                return Err(ConfigError::new(format!(
-                    "the local-first store cannot decide limit {:?} ({}): it supports GCRA, \
-                     the token bucket, the fixed window, the sliding window and sliding \
-                     window buckets; use the Redis store directly for this limit",
-                    limit.name(),
-                    limiter.algorithm(),
-                )));
-            }
-            if limiter.with_max_delay(Duration::ZERO) != *limiter {
-                return Err(ConfigError::new(format!(
-                    "the local-first store cannot delay requests (limit {:?} has a max \
-                     delay): remove max_delay, or use the Redis store directly",
-                    limit.name()
-                )));
-            }
-        }
-        Ok(())
+        supports(policy)
     }
+}
+
+/// What [`LocalFirst::supports`] says, for any store: the Redis store's
+/// prepared form keeps it, so that a request reads one flag.
+pub(crate) fn supports(policy: &Policy) -> Result<(), ConfigError> {
+    for limit in policy.limits() {
+        let limiter = limit.limiter();
+        let script = limiter.script().script;
+        if !SUPPORTED.contains(&script) {
+            return Err(ConfigError::new(format!(
+                "the local-first store cannot decide limit {:?} ({}): it supports GCRA, \
+                 the token bucket, the fixed window, the sliding window and sliding \
+                 window buckets; use the Redis store directly for this limit",
+                limit.name(),
+                limiter.algorithm(),
+            )));
+        }
+        if limiter.with_max_delay(Duration::ZERO) != *limiter {
+            return Err(ConfigError::new(format!(
+                "the local-first store cannot delay requests (limit {:?} has a max \
+                 delay): remove max_delay, or use the Redis store directly",
+                limit.name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The Lua files of the algorithms both modes support (those with a
@@ -348,7 +354,7 @@ impl Store for LocalFirst {
         if cost == 0
             || policy.limits().is_empty()
             || tokio::runtime::Handle::try_current().is_err()
-            || self.supports(policy).is_err()
+            || !self.inner.redis.prepared_form(policy).local_first
         {
             return self.inner.redis.check_within(policy, key, cost, within);
         }
