@@ -8,6 +8,7 @@ use redis::{ErrorKind, ServerErrorKind};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate::store::BlockList;
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
@@ -46,6 +47,8 @@ struct Shared {
     server_clock: ServerClock,
     /// The keys Redis refused, until their retry time; `None` when off.
     blocked: Option<BlockList>,
+    /// Script calls made, for [`RedisStore::calls`].
+    calls: AtomicU64,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
 }
@@ -144,6 +147,19 @@ impl RedisStore {
         self.shared.blocked.as_ref()
     }
 
+    /// How many script calls this store and its clones have made to Redis
+    /// since it connected: one per decision that reached Redis (not those
+    /// the block cache answered), one per reservation or sync of a
+    /// [`LocalFirst`](crate::LocalFirst) in front of it. A call sent again
+    /// after a Cluster redirection counts once.
+    ///
+    /// Calls per request is the figure to watch: 1 for a plain store under
+    /// load below the limit, far less with the block cache under a flood
+    /// or with a local-first store.
+    pub fn calls(&self) -> u64 {
+        self.shared.calls.load(Ordering::Relaxed)
+    }
+
     /// `None` (the script reads the server's clock), or the test clock in
     /// µs.
     fn now_micros(&self) -> Option<u64> {
@@ -224,6 +240,7 @@ impl RedisStore {
             .and_then(|within| self.shared.server_clock.deadline(within));
         let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
         let shared = self.shared.clone();
+        shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call("check");
         StoreReply::Pending(Box::pin(async move {
             let reply = call_until_answered(&shared, &prepared.script, &command).await?;
@@ -253,6 +270,7 @@ impl RedisStore {
     ) -> Result<ShareReply, RedisStoreError> {
         let prepared = self.prepared(policy);
         let command = prepared.share_command(&self.shared.prefix, key, op, self.now_micros());
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call(match op {
             ShareOp::Reserve { .. } => "reserve",
             ShareOp::Sync { .. } => "sync",
@@ -454,6 +472,7 @@ impl RedisStoreBuilder {
                 prefix: self.prefix,
                 server_clock,
                 blocked: self.block_cache.then(BlockList::new),
+                calls: AtomicU64::new(0),
                 #[cfg(feature = "test-clock")]
                 clock: self.clock,
             }),

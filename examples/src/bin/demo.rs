@@ -22,7 +22,9 @@ use tollgate_examples::demo::{self, Config};
 #[command(name = "demo")]
 struct Args {
     /// Run against Redis (redis://HOST:PORT or redis+cluster://...): one
-    /// instance, two instances sharing the limit, two that do not.
+    /// instance, two instances sharing the limit, two that do not; then two
+    /// sharing it with one Redis call per request, and with the local-first
+    /// store's exact and periodic modes.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
     /// Where to write algorithms.svg.

@@ -60,24 +60,58 @@ where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = Reply> + Send + 'static,
 {
+    drive_timed(trace, start, progress, send)
+        .await
+        .into_iter()
+        .map(|timed| timed.reply)
+        .collect()
+}
+
+/// A reply and how long its client waited for it.
+#[derive(Clone, Debug)]
+pub struct Timed {
+    /// What came back.
+    pub reply: Reply,
+    /// From the moment the request was sent to the moment its answer was
+    /// read (for HTTP, connecting included).
+    pub latency: Duration,
+}
+
+/// [`drive`], with the latency each client saw.
+pub async fn drive_timed<F, Fut>(
+    trace: &Trace,
+    start: Instant,
+    progress: &ProgressBar,
+    send: F,
+) -> Vec<Timed>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Reply> + Send + 'static,
+{
     let mut tasks = JoinSet::new();
     for (i, &at) in trace.arrivals.iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_nanos(at)).await;
         let request = send(i);
         let progress = progress.clone();
         tasks.spawn(async move {
+            let sent = Instant::now();
             let reply = match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
                 Ok(reply) => reply,
                 Err(_) => Reply::Failed(format!("no answer within {REQUEST_TIMEOUT:?}")),
             };
+            let latency = sent.elapsed();
             progress.inc(1);
-            (i, reply)
+            (i, Timed { reply, latency })
         });
     }
-    let mut replies = vec![Reply::Failed("not sent".into()); trace.arrivals.len()];
+    let not_sent = Timed {
+        reply: Reply::Failed("not sent".into()),
+        latency: Duration::ZERO,
+    };
+    let mut replies = vec![not_sent; trace.arrivals.len()];
     while let Some(joined) = tasks.join_next().await {
         match joined {
-            Ok((i, reply)) => replies[i] = reply,
+            Ok((i, timed)) => replies[i] = timed,
             // A panicking request task leaves its slot as "not sent".
             Err(error) => eprintln!("a request task failed: {error}"),
         }

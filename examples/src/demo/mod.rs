@@ -6,10 +6,12 @@
 //! algorithm over HTTP and gRPC at once, in real time, and returns a
 //! [`Demo`]: what each client saw and, from the server side, when each
 //! request was admitted. [`report`] prints it, [`chart`] draws it;
-//! [`redis`] runs the trace against instances sharing a Redis.
+//! [`redis`] runs the trace against instances sharing a Redis, and
+//! [`local`] compares the ways they can share it.
 
 pub mod chart;
 pub mod clients;
+pub mod local;
 pub mod record;
 pub mod redis;
 pub mod report;

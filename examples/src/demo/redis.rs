@@ -1,7 +1,10 @@
 //! `demo --redis URL`: the trace against app instances that share their
-//! counters in Redis, beside one instance alone and two that do not share.
+//! counters in Redis, beside one instance alone and two that do not share;
+//! then (see [`local`]) two instances sharing a limit with and without the
+//! local-first store.
 
 use super::clients::{self, Reply};
+use super::local::{self, LocalComparison};
 use super::servers;
 use super::trace::Trace;
 use super::{Config, DemoError, progress_bar, schedule};
@@ -10,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tollgate::MemoryStore;
-use tollgate_core::Algorithm;
+use tollgate_core::{Algorithm, Quota};
 use tollgate_redis::RedisStore;
 
 /// The answers one instance gave.
@@ -92,6 +95,15 @@ pub struct RedisComparison {
     pub trace: Trace,
     /// One per algorithm, in [`Algorithm::ALL`] order.
     pub results: Vec<RedisResult>,
+    /// The second part: two instances sharing a limit with and without the
+    /// local-first store.
+    pub local: LocalComparison,
+}
+
+/// The local-first part's limit: ten times the demo's quota over the same
+/// period, so that a reservation can hold more than one unit.
+pub fn local_quota(quota: Quota) -> Quota {
+    Quota::new(quota.limit().saturating_mul(10), quota.period()).unwrap_or(quota)
 }
 
 async fn connect(url: &str, prefix: String) -> Result<RedisStore, DemoError> {
@@ -172,13 +184,15 @@ pub async fn run(url: &str, config: &Config) -> Result<RedisComparison, DemoErro
         });
     }
     progress.finish_and_clear();
-    // The servers stop here, before the report is printed.
+    // The servers stop here, before the next part starts.
     drop((one, shared, separate));
+    let local = local::run(url, &prefix, local_quota(config.quota), config.progress).await?;
     Ok(RedisComparison {
         url: url.to_owned(),
         prefix,
         trace,
         results,
+        local,
     })
 }
 
@@ -272,5 +286,6 @@ pub fn render(comparison: &RedisComparison) -> String {
             "{failed} requests failed (503 when Redis did not answer in time: the demo fails closed)."
         );
     }
+    let _ = writeln!(out, "\n{}", local::render(&comparison.local));
     out
 }

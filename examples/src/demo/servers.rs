@@ -66,17 +66,31 @@ async fn bind() -> Result<(TcpListener, SocketAddr), DemoError> {
 /// not the default fail-open: the demo counts what the limit admitted, and
 /// a Redis hiccup must show up as a failure rather than as admissions.
 pub async fn start_http<St: Store>(quota: Quota, store: St) -> Result<Running, DemoError> {
+    start_http_for(&Algorithm::ALL, quota, store).await
+}
+
+/// [`start_http`] with a route for each of `algorithms` only: a store that
+/// supports some algorithms (the local-first store) refuses to build a
+/// layer with the others.
+pub async fn start_http_for<St: Store>(
+    algorithms: &[Algorithm],
+    quota: Quota,
+    store: St,
+) -> Result<Running, DemoError> {
     let mut limits = RateLimitLayer::builder()
         .key(GlobalKey)
         .store(store)
         .store_timeout(Duration::from_secs(1))
         .on_store_error(OnStoreError::Closed);
-    for algorithm in Algorithm::ALL {
+    for &algorithm in algorithms {
         limits = limits.path(&http_path(algorithm), [limit(algorithm, quota)]);
     }
+    let limits = limits
+        .try_build()
+        .map_err(DemoError::context("cannot build the demo's limits"))?;
     let app = Router::new()
         .route("/{algorithm}", get(|| async { "ok" }))
-        .layer(limits.build());
+        .layer(limits);
     let (listener, addr) = bind().await?;
     let task = tokio::spawn(async move {
         if let Err(error) = serve(listener, app, ServeLimits::default()).await {

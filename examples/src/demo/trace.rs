@@ -1,7 +1,7 @@
 //! The traffic the demo offers every algorithm, and how to measure what got
 //! through.
 
-use tollgate_core::Quota;
+use tollgate_core::{Algorithm, Limiter, Quota};
 
 /// A bursty trace of arrivals against one quota, laid out in periods of the
 /// quota so that its window boundaries are known in advance.
@@ -50,6 +50,22 @@ impl Trace {
         Trace { quota, arrivals }
     }
 
+    /// A load below the limit, then a flood: `L` requests evenly over
+    /// `[0, 2P)` (half the quota's rate), then `3L` evenly over `[2P, 3P)`
+    /// (three times it). The local-first part of `demo --redis` uses it:
+    /// the first half shows the Redis calls a store makes while requests
+    /// pass, the second the calls it makes while they are refused.
+    pub fn under_then_flood(quota: Quota) -> Trace {
+        let period = quota.period_nanos();
+        let limit = quota.limit();
+        let under = (0..limit).map(|i| i * (2 * period / limit));
+        let flood = (0..3 * limit).map(|i| 2 * period + i * (period / (3 * limit)));
+        Trace {
+            quota,
+            arrivals: under.chain(flood).collect(),
+        }
+    }
+
     /// The window boundary that the last burst straddles, in nanoseconds
     /// from the start.
     pub fn boundary(&self) -> u64 {
@@ -94,6 +110,23 @@ pub fn aligned_start(now: u64, period: u64, lead: u64) -> u64 {
     earliest.div_ceil(period).saturating_mul(period)
 }
 
+/// When `algorithm` alone, at the trace's exact times, admits each request
+/// it admits (in ns from the start, the leaky bucket's hold included), the
+/// trace starting at `origin` on the limiter's clock: what a server should
+/// see when nothing is late.
+pub fn ideal_admissions(algorithm: Algorithm, trace: &Trace, origin: u64) -> Vec<u64> {
+    let limiter = Limiter::new(algorithm, trace.quota);
+    let mut state = limiter.new_state();
+    trace
+        .arrivals
+        .iter()
+        .filter_map(|&at| {
+            let decision = limiter.check(&mut state, origin.saturating_add(at), 1);
+            decision.allowed().then_some(at + decision.wait_nanos())
+        })
+        .collect()
+}
+
 /// The most of `times` (sorted or not) that fall in any half-open window
 /// `[t, t + width)`.
 pub fn max_in_window(times: &[u64], width: u64) -> usize {
@@ -113,24 +146,8 @@ pub fn max_in_window(times: &[u64], width: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_core::{Algorithm, Limiter};
 
     const SECOND: u64 = 1_000_000_000;
-
-    /// The trace through the core alone, at its exact times: what the
-    /// servers should see when nothing is late.
-    fn admitted(algorithm: Algorithm, trace: &Trace, origin: u64) -> Vec<u64> {
-        let limiter = Limiter::new(algorithm, trace.quota);
-        let mut state = limiter.new_state();
-        trace
-            .arrivals
-            .iter()
-            .filter_map(|&at| {
-                let decision = limiter.check(&mut state, origin + at, 1);
-                decision.allowed().then_some(at + decision.wait_nanos())
-            })
-            .collect()
-    }
 
     #[test]
     fn the_boundary_burst_shows_the_fixed_window_at_twice_the_limit() {
@@ -138,17 +155,29 @@ mod tests {
         assert_eq!(trace.arrivals.len(), 80);
         let origin = aligned_start(1_700_000_000 * SECOND + 123, SECOND, SECOND / 5);
         assert_eq!(origin % SECOND, 0);
-        let fixed = admitted(Algorithm::FixedWindow, &trace, origin);
+        let fixed = ideal_admissions(Algorithm::FixedWindow, &trace, origin);
         assert_eq!(max_in_window(&fixed, SECOND), 20);
-        let log = admitted(Algorithm::SlidingLog, &trace, origin);
+        let log = ideal_admissions(Algorithm::SlidingLog, &trace, origin);
         assert_eq!(max_in_window(&log, SECOND), 10);
         for algorithm in Algorithm::ALL {
-            let admitted = admitted(algorithm, &trace, origin).len();
+            let admitted = ideal_admissions(algorithm, &trace, origin).len();
             assert!(
                 admitted < trace.arrivals.len(),
                 "{algorithm} limited nothing"
             );
         }
+    }
+
+    #[test]
+    fn under_then_flood_is_half_the_rate_then_three_times_it() {
+        let trace = Trace::under_then_flood(Quota::per_second(100));
+        assert_eq!(trace.arrivals.len(), 400);
+        assert!(trace.arrivals.is_sorted());
+        let under = trace.arrivals.iter().filter(|&&t| t < 2 * SECOND).count();
+        assert_eq!(under, 100);
+        assert_eq!(max_in_window(&trace.arrivals[..100], SECOND), 50);
+        assert_eq!(max_in_window(&trace.arrivals[100..], SECOND), 300);
+        assert!(trace.last_arrival() < 3 * SECOND);
     }
 
     #[test]
