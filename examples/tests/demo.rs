@@ -179,4 +179,73 @@ fn two_instances_sharing_redis_admit_what_one_does() {
         );
     }
     assert!(report.contains("two sharing"), "{report}");
+    local_first_part(&comparison.local, &report);
+}
+
+/// The `--redis` demo's second part: two instances sharing one limit with
+/// one Redis call per request, and with the local-first store's exact and
+/// periodic modes.
+fn local_first_part(local: &demo::local::LocalComparison, report: &str) {
+    use demo::local::Sharing;
+    // The algorithms the local-first store supports, as it says itself.
+    assert_eq!(
+        local.algorithms,
+        [
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::TokenBucketInterval,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingWindowBuckets,
+        ]
+    );
+    let limit = local.trace.quota.limit() as usize;
+    let sharing: Vec<Sharing> = local.results.iter().map(|r| r.sharing).collect();
+    assert_eq!(sharing, Sharing::ALL);
+    let [off, exact, periodic] = [&local.results[0], &local.results[1], &local.results[2]];
+    for result in &local.results {
+        let what = result.sharing.label();
+        assert_eq!(result.failed, 0, "{what}\n{report}");
+        assert_eq!(
+            result.offered,
+            local.algorithms.len() * local.trace.arrivals.len()
+        );
+        assert_eq!(result.latencies.len(), result.offered);
+        assert!(result.latency_quantile(0.5) <= result.latency_quantile(0.99));
+    }
+    for (i, algorithm) in local.algorithms.iter().enumerate() {
+        // Exact mode admits no more than the limit: what one call per
+        // request admitted, or the limit's own answer at the trace's exact
+        // times, give or take a request the scheduler moved across a
+        // boundary.
+        let most = off.admitted[i].max(local.ideal[i]) + 2;
+        assert!(
+            exact.admitted[i] <= most,
+            "{algorithm}: exact admitted {}, at most {most}\n{report}",
+            exact.admitted[i]
+        );
+        assert!(exact.admitted[i] > 0, "{algorithm}\n{report}");
+        // Periodic mode: within its bound for two instances, one limit
+        // more (the window algorithms' bound per window of a flood; GCRA's
+        // burst).
+        assert!(
+            periodic.admitted[i] <= local.ideal[i] + limit,
+            "{algorithm}: periodic admitted {}\n{report}",
+            periodic.admitted[i]
+        );
+    }
+    // One call per decision at most with the plain store (fewer once the
+    // block cache answers refusals); fewer with reservations; fewer still
+    // with a sync every 100 ms.
+    assert!(off.calls_per_request() <= 1.0, "{report}");
+    assert!(
+        exact.calls_per_request() < off.calls_per_request(),
+        "{report}"
+    );
+    assert!(
+        periodic.calls_per_request() < exact.calls_per_request(),
+        "{report}"
+    );
+    assert!(report.contains("Redis calls per request"), "{report}");
+    assert!(report.contains("client latency p99"), "{report}");
 }

@@ -313,6 +313,74 @@ async fn a_flood_on_a_refused_key_makes_a_handful_of_redis_calls() {
     assert!(calls <= 4 * 3, "{calls}");
 }
 
+/// A bucket refills while instances hold units they reserved: a unit held
+/// past its refill must not be spent on top of the refilled one. GCRA and
+/// the token bucket (both refills), 100 a second (burst 100): two instances at half the
+/// rate for 0.6 s, reserving a second ahead (so each holds a few dozen
+/// units while Redis's bucket is full again), then a flood of 16 clients
+/// each. Whatever they held, the flood gets at most what a bucket gives
+/// over its length: the burst, plus the rate × the flood's duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exact_mode_never_spends_a_held_unit_on_top_of_its_refill() {
+    let server = RedisServer::start();
+    let quota = Quota::per_second(100);
+    let unix_secs = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::TokenBucketInterval,
+    ] {
+        let mut apps = Vec::new();
+        for _ in 0..2 {
+            let redis = RedisStore::builder(server.url())
+                .prefix(format!("refill-{algorithm}"))
+                .connect()
+                .await
+                .unwrap();
+            let store = LocalFirst::builder(redis, LocalMode::Exact)
+                .reserve_ahead(Duration::from_secs(1))
+                .fanout(2)
+                .build();
+            apps.push(instance(algorithm, quota, store));
+        }
+        // Half the rate: every request passes, and each instance reserves
+        // ahead of what it spends.
+        let mut ticks = tokio::time::interval(Duration::from_millis(20));
+        for i in 0..30 {
+            ticks.tick().await;
+            let mut app = apps[i % 2].clone();
+            assert_eq!(status(&mut app, Request::new(())).await, StatusCode::OK);
+        }
+        let seen = Arc::new(Seen::default());
+        let (flood, first_second) = (std::time::Instant::now(), unix_secs());
+        tokio::join!(
+            clients(&apps[0], 16, Duration::ZERO, &seen),
+            clients(&apps[1], 16, Duration::ZERO, &seen)
+        );
+        let lasted = flood.elapsed();
+        let admitted = seen.admitted.load(Ordering::Relaxed);
+        let refilled = if algorithm == Algorithm::TokenBucketInterval {
+            // 100 at once at every whole second of the server's clock.
+            100 * (unix_secs() - first_second) as usize
+        } else {
+            (lasted.as_secs_f64() * 100.0).ceil() as usize
+        };
+        println!("{algorithm}: the flood admitted {admitted} in {lasted:?}");
+        assert_eq!(seen.failed.load(Ordering::Relaxed), 0);
+        assert!(
+            admitted <= 100 + refilled,
+            "{algorithm}: {admitted} admitted in {lasted:?}: more than the burst (100) and \
+             {refilled} refilled"
+        );
+        assert!(admitted >= 50, "{algorithm}: {admitted}");
+    }
+}
+
 /// The requests `apps` admit out of `n` sent one after another, spread
 /// over the instances; and how many failed (503: the store-error
 /// behaviour).

@@ -17,8 +17,10 @@ local min = math.min
 -- commit(key, admission, now, p, ttl_ms). For the local-first store
 -- (share.lua), optionally: force(state, now, cost, p) -> decision, admission,
 -- a charge taken whatever the state (counts other instances already
--- admitted), and lapse(now, p) -> µs, how long capacity reserved now may be
--- spent (absent: as long as the instance likes; a bucket only refills).
+-- admitted); lapse(now, p) -> µs, how long capacity reserved now may be
+-- spent (absent: as long as the instance holds it, see `held` below); and
+-- held(state, held_key, now, p) -> state, the state with what instances
+-- hold taken into account (see gcra.lua; absent: nothing to take).
 local ALGORITHMS = {}
 
 -- ⌊a / b⌋ for non-negative integers, corrected for the rounding of the

@@ -3,8 +3,10 @@
 -- shared state (periodic mode). Joined after the algorithms' files, like
 -- check.lua.
 --
--- KEYS[i], i ≤ #limits: the state of limit i. KEYS[#limits + 1]: the
--- instances' sequence numbers (sync only; any key of the same hash tag).
+-- KEYS[i], i ≤ #limits: the state of limit i. Reserve: KEYS[#limits + i],
+-- what instances hold of limit i (see `held` in gcra.lua). Sync:
+-- KEYS[#limits + 1], the instances' sequence numbers (any key of the same
+-- hash tag).
 -- ARGV[1]: "reserve" or "sync".
 -- ARGV[2]: "" to read the server's time; a number of µs only in tests.
 -- ARGV[3]: reserve: the least worth granting (the cost of the request that
@@ -13,23 +15,34 @@
 -- ARGV[4]: reserve: the most this instance wants; sync: the instance's id.
 -- ARGV[5]: reserve: the fan-out, a share of what remains (see below);
 --          sync: the report's sequence number, increasing per instance.
--- ARGV[6 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
+-- ARGV[6]: reserve: who holds (the instance, for one policy).
+-- ARGV[7]: reserve: the units it holds now, unspent (what it had less
+--          what it spent since; the grant is added to it).
+-- ARGV[8]: reserve: for how many µs it will spend what it then holds (0:
+--          it spends the grant at once and holds nothing).
+-- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
+-- ARGV[10 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
 --
--- Returns two integers, then seven per limit (as check.lua), then the time
--- the script ran at:
+-- Returns three integers, then seven per limit (as check.lua), then the
+-- time the script ran at:
 --   reserve: granted (0 when even the least would not pass: the limits'
 --            decisions are then for that least, with their retry times),
---            the µs the grant may be spent for (−1: no lapse);
+--            the µs the grant may be spent for by the window limits (−1:
+--            none has a lapse), the µs everything the instance holds may
+--            be spent for by the limits that count held units (−1: none
+--            does);
 --   sync:    1 if the report was applied, 0 if it had been already (a
---            retried call), then 0; the decisions read for a cost of 0
+--            retried call), then 0, 0; the decisions read for a cost of 0
 --            (what remains now).
 
 local op = ARGV[1]
 local now = time_now(ARGV[2])
 local count = tonumber(ARGV[3])
 
--- A sync's last key is the sequence numbers', not a limit's.
-local limits, failure = load_limits(op == 'sync' and #KEYS - 1 or #KEYS, 6)
+-- A sync's last key is the sequence numbers'; a reservation's second half
+-- are the held units'.
+local n = (op == 'sync') and #KEYS - 1 or #KEYS / 2
+local limits, failure = load_limits(n, 10)
 if not limits then
   return failure
 end
@@ -51,8 +64,8 @@ local function commit_all()
   end
 end
 
-local function reply(a, b)
-  local out = { a, b }
+local function reply(a, b, c)
+  local out = { a, b, c }
   for _, limit in ipairs(limits) do
     for _, field in ipairs(limit.decision) do
       out[#out + 1] = field
@@ -62,10 +75,59 @@ local function reply(a, b)
   return out
 end
 
+-- Records that `reporter` now holds `units` of each limit that counts held
+-- units, until `expiry`; drops the counts that expired.
+local function record_held(reporter, units, expiry)
+  for _, limit in ipairs(limits) do
+    if limit.held_key then
+      redis.call('DEL', limit.held_key)
+      for field, held in pairs(limit.live) do
+        if field ~= reporter then
+          redis.call('HSET', limit.held_key, field, int(held) .. ' ' .. int(limit.expiry[field]))
+        end
+      end
+      if units > 0 and expiry > now then
+        redis.call('HSET', limit.held_key, reporter, int(units) .. ' ' .. int(expiry))
+      end
+      if redis.call('EXISTS', limit.held_key) == 1 then
+        -- Kept while a count's floor can still matter: its expiry, then a
+        -- whole refill.
+        redis.call('PEXPIRE', limit.held_key, floor((expiry - now + limit.p[2]) / 1000) + 1000)
+      end
+    end
+  end
+end
+
 if op == 'reserve' then
   local need, want, fanout = count, tonumber(ARGV[4]), tonumber(ARGV[5])
+  local reporter, held_now, hold = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+  local ahead = tonumber(ARGV[9])
+  -- Units of a window lapse at its end: no more than the instance spends
+  -- at its rate before then (unspent, they would be lost to everyone).
+  local lapse = NEVER
+  for _, limit in ipairs(limits) do
+    if limit.algorithm.lapse then
+      local l = limit.algorithm.lapse(now, limit.p)
+      if lapse == NEVER or l < lapse then
+        lapse = l
+      end
+    end
+  end
+  if lapse ~= NEVER and ahead > 0 and lapse < ahead then
+    want = max(need, div_ceil(want * lapse, ahead))
+  end
+  local any_held = false
+  for i, limit in ipairs(limits) do
+    if limit.algorithm.held then
+      limit.held_key = KEYS[n + i]
+      limit.state, limit.live, limit.expiry =
+        limit.algorithm.held(limit.state, limit.held_key, now, limit.p)
+      any_held = true
+    end
+  end
   if not evaluate_all(need) then
-    return reply(0, 0)
+    -- Nothing written: what instances hold stays as it was.
+    return reply(0, 0, 0)
   end
   -- The most that would pass now, up to want × fanout: admission is
   -- monotone in the cost for every algorithm, so a bisection finds it.
@@ -83,16 +145,10 @@ if op == 'reserve' then
   local granted = min(want, max(need, div_floor(low, fanout)))
   evaluate_all(granted)
   commit_all()
-  local lapse = NEVER
-  for _, limit in ipairs(limits) do
-    if limit.algorithm.lapse then
-      local l = limit.algorithm.lapse(now, limit.p)
-      if lapse == NEVER or l < lapse then
-        lapse = l
-      end
-    end
+  if any_held then
+    record_held(reporter, held_now + granted, now + hold)
   end
-  return reply(granted, lapse)
+  return reply(granted, lapse, any_held and hold or NEVER)
 end
 
 if op == 'sync' then
@@ -116,7 +172,7 @@ if op == 'sync' then
   end
   -- Read for a cost of 0: what remains now, nothing taken off.
   evaluate_all(0)
-  return reply(applied, 0)
+  return reply(applied, 0, 0)
 end
 
 return redis.error_reply('tollgate: unknown operation ' .. tostring(op))

@@ -46,6 +46,12 @@ ALGORITHMS.token_bucket = {
   end,
 }
 
+-- Reserved before a refill, spent after it, a unit would be spent on top of
+-- the tokens the refill brought back: a grant lapses at the next boundary.
+ALGORITHMS.token_bucket.lapse = function(now, p)
+  return (div_floor(now, p[2]) + 1) * p[2] - now
+end
+
 -- Charges `cost` whatever the state (see share.lua).
 ALGORITHMS.token_bucket.force = function(state, now, cost, p)
   return ALGORITHMS.token_bucket.evaluate(state, now, cost, { p[1], p[2], UNBOUNDED, p[4] })

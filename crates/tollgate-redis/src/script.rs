@@ -253,8 +253,8 @@ impl PreparedPolicy {
     ) -> Cmd {
         let count = self.key_suffixes.len();
         let sync = matches!(op, ShareOp::Sync { .. });
-        let keys = count + usize::from(sync);
-        let mut command = Cmd::with_capacity(8 + keys + self.args.len(), 256);
+        let keys = if sync { count + 1 } else { 2 * count };
+        let mut command = Cmd::with_capacity(11 + keys + self.args.len(), 256);
         command
             .arg("EVALSHA")
             .arg(self.share_script.get_hash())
@@ -262,6 +262,15 @@ impl PreparedPolicy {
         self.for_each_key(prefix, key, |name| {
             command.arg(name);
         });
+        if !sync {
+            // What instances hold of each limit, beside its state.
+            self.for_each_key(prefix, key, |name| {
+                let mut held = String::with_capacity(name.len() + HELD_SUFFIX.len());
+                held.push_str(name);
+                held.push_str(HELD_SUFFIX);
+                command.arg(held);
+            });
+        }
         if sync {
             let mut name = String::with_capacity(prefix.len() + 40);
             name.push_str(prefix);
@@ -270,35 +279,54 @@ impl PreparedPolicy {
             name.push_str(SEQUENCES_SUFFIX);
             command.arg(name);
         }
-        let (name, a, b, c) = match op {
-            ShareOp::Reserve { need, want, fanout } => {
-                ("reserve", u64::from(need), want, u64::from(fanout))
-            }
+        let (name, args) = match op {
+            ShareOp::Reserve {
+                need,
+                want,
+                fanout,
+                holder,
+                held,
+                hold_micros,
+                ahead_micros,
+            } => (
+                "reserve",
+                [
+                    u64::from(need),
+                    want,
+                    u64::from(fanout),
+                    holder,
+                    held,
+                    hold_micros,
+                    ahead_micros,
+                ],
+            ),
             ShareOp::Sync {
                 spent,
                 instance,
                 sequence,
-            } => ("sync", spent, instance, sequence),
+            } => ("sync", [spent, instance, sequence, 0, 0, 0, 0]),
         };
         command.arg(name);
         match now {
             Some(micros) => command.arg(micros),
             None => command.arg(""),
         };
-        command.arg(a).arg(b).arg(c);
+        for arg in args {
+            command.arg(arg);
+        }
         for arg in &self.args {
             command.arg(arg.as_slice());
         }
         command
     }
 
-    /// Reads `share.lua`'s reply: two integers, then what
+    /// Reads `share.lua`'s reply: three integers, then what
     /// [`verdict`](Self::verdict) reads.
     pub(crate) fn share_reply(
         &self,
         reply: &[i64],
     ) -> (Option<u64>, Result<ShareReply, RedisStoreError>) {
-        let Some((head, rest)) = reply.split_first_chunk::<2>() else {
+        let Some((head, rest)) = reply.split_first_chunk::<3>() else {
             return (
                 None,
                 Err(RedisStoreError::unexpected_reply("a short reply")),
@@ -308,6 +336,7 @@ impl PreparedPolicy {
         let reply = verdict.map(|decision| ShareReply {
             first: head[0],
             second: head[1],
+            third: head[2],
             decision,
         });
         (server_now, reply)
@@ -357,12 +386,28 @@ impl PreparedPolicy {
 /// `~` is not allowed in limit names, so it is no limit's key.
 const SEQUENCES_SUFFIX: &str = "}:~sync";
 
+/// After a limit's state key: the hash of what instances hold of it (see
+/// `held` in gcra.lua).
+const HELD_SUFFIX: &str = "~held";
+
 /// What the local-first store asks of `share.lua`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum ShareOp {
     /// Reserve at least `need` and at most `want` units, a `fanout`th of
-    /// what remains.
-    Reserve { need: u32, want: u64, fanout: u32 },
+    /// what remains, for `holder` (an instance's slot of one policy), which
+    /// holds `held` units unspent now and will spend what it then holds for
+    /// `hold_micros` (0: it spends the grant at once). `want` is what the
+    /// key was spent at over `ahead_micros`: the script asks for less when
+    /// a window ends sooner.
+    Reserve {
+        need: u32,
+        want: u64,
+        fanout: u32,
+        holder: u64,
+        held: u64,
+        hold_micros: u64,
+        ahead_micros: u64,
+    },
     /// Charge `spent` units this instance admitted (once per `sequence`),
     /// and read the state.
     Sync {
@@ -379,6 +424,9 @@ pub(crate) struct ShareReply {
     pub(crate) first: i64,
     /// Reserve: how long the grant may be spent, in µs (−1: no lapse).
     pub(crate) second: i64,
+    /// Reserve: how long everything the instance holds may be spent, in µs,
+    /// as the limits that count held units recorded it (−1: none does).
+    pub(crate) third: i64,
     /// The limits' decisions: after the grant, or for the least asked when
     /// nothing was granted; sync: for a cost of 0 after the report.
     pub(crate) decision: PolicyDecision,

@@ -290,7 +290,11 @@ pub fn render(comparison: &LocalComparison) -> String {
         3 * limit,
         secs(1),
     );
-    let labels: Vec<String> = comparison.results.iter().map(|r| r.sharing.label()).collect();
+    let labels: Vec<String> = comparison
+        .results
+        .iter()
+        .map(|r| r.sharing.label())
+        .collect();
     let _ = write!(out, "{:<24} {:>9} |", "admitted", "the limit");
     for label in &labels {
         let _ = write!(out, " {label:>12}");

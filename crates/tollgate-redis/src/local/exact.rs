@@ -26,7 +26,8 @@ pub(crate) struct ExactSlot {
     pub(crate) key: Key,
 }
 
-/// Units granted together, spendable until `lapse_at` (local ns).
+/// Units granted together, spendable until `lapse_at` (local ns): the end
+/// of the window they were charged in, for the window limits.
 #[derive(Clone, Copy, Debug)]
 struct Grant {
     units: u64,
@@ -50,6 +51,10 @@ pub(crate) struct Holdings {
     refusal: Option<Refusal>,
     /// Redis's answer to the last grant, and when it came (local ns).
     last: Option<(PolicyDecision, u64)>,
+    /// Until when (local ns) Redis counts what this slot holds as held (for
+    /// the limits that count held units: GCRA and the continuous token
+    /// bucket); nothing is spent after it. `u64::MAX` when no limit does.
+    held_until: u64,
     /// A reservation is in flight.
     reserving: bool,
     /// Reservations ended so far; a waiter compares it with the count it saw.
@@ -95,11 +100,12 @@ impl Holdings {
         let lapsed: u64 = self
             .grants
             .iter()
-            .filter(|g| g.lapse_at <= now)
+            .filter(|g| g.lapse_at.min(self.held_until) <= now)
             .map(|g| g.units)
             .sum();
         if lapsed > 0 {
-            self.grants.retain(|g| g.lapse_at > now);
+            let held_until = self.held_until;
+            self.grants.retain(|g| g.lapse_at.min(held_until) > now);
             inner.stats.lapsed(lapsed);
         }
         let held: u64 = self.grants.iter().map(|g| g.units).sum();
@@ -122,7 +128,7 @@ impl Holdings {
             && now < refusal.until
             && cost >= refusal.cost
         {
-            let answer = answers::refused(&refusal.decision, now - refusal.at);
+            let answer = answers::refused(&refusal.decision, now.saturating_sub(refusal.at));
             inner.stats.blocked("exact");
             return (Step::Answer(answer), None);
         }
@@ -161,16 +167,32 @@ fn take(grants: &mut SmallVec<[Grant; 2]>, mut units: u64) {
 /// requests that wait on it.
 pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) {
     let sent = inner.now();
-    let want = slot.lock().want(
-        sent,
-        need,
-        inner.settings.reserve_ahead_nanos,
-        inner.settings.max_reservation,
-    );
+    let (want, held) = {
+        let state = slot.lock();
+        let want = state.want(
+            sent,
+            need,
+            inner.settings.reserve_ahead_nanos,
+            inner.settings.max_reservation,
+        );
+        // What is still spendable at `sent`; spent further while the call
+        // is away, so Redis's count stays at or above it.
+        let held = state
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at.min(state.held_until) > sent)
+            .map(|g| g.units)
+            .sum();
+        (want, held)
+    };
     let op = ShareOp::Reserve {
         need,
         want,
         fanout: inner.settings.fanout,
+        holder: super::holder(inner.instance, slot.policy.id()),
+        held,
+        hold_micros: inner.settings.hold_nanos / 1_000,
+        ahead_micros: inner.settings.reserve_ahead_nanos / 1_000,
     };
     inner.stats.call();
     let result = inner.redis.share(&slot.policy, &slot.key, op).await;
@@ -191,12 +213,18 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
                 if granted > 0 {
                     // A lapse is counted from when the call left: the script
                     // ran later, so the grant lapses no later than Redis says.
-                    let lapse_at = u64::try_from(reply.second)
-                        .map_or(u64::MAX, |micros| sent.saturating_add(micros * 1_000));
+                    let after = |micros: i64| {
+                        u64::try_from(micros).map_or(u64::MAX, |micros| {
+                            sent.saturating_add(micros.saturating_mul(1_000))
+                        })
+                    };
                     state.grants.push(Grant {
                         units: granted,
-                        lapse_at,
+                        lapse_at: after(reply.second),
                     });
+                    // Redis now counts all this slot holds, old grants
+                    // too, as held until then.
+                    state.held_until = after(reply.third);
                     state.grants.sort_by_key(|g| g.lapse_at);
                     state.last = Some((reply.decision, now));
                     state.refusal = None;

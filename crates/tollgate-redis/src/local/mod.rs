@@ -10,6 +10,7 @@ mod exact;
 mod periodic;
 mod table;
 
+use crate::script::ShareOp;
 use crate::{RedisCheckFuture, RedisStore, RedisStoreError, observe};
 use exact::ExactSlot;
 use periodic::PeriodicSlot;
@@ -63,15 +64,31 @@ impl LocalMode {
 /// refused; it is never admitted on credit. When the held units fall to a
 /// quarter of the last grant, the next reservation starts ahead of need.
 ///
+/// *Held units and the buckets*: a bucket refills what a grant took. A
+/// unit held past its own refill would be spent on top of the refilled
+/// one, over the burst. So for GCRA and the continuous token bucket, Redis
+/// keeps, beside each key, what every instance holds (reported at each
+/// reservation, counted until [`hold`](LocalFirstBuilder::hold) after it,
+/// 1 s by default; the instance spends none later), and refills the bucket
+/// only up to the burst less those units. An interval-refill token
+/// bucket's grant lapses at its next refill instead; a window's at the
+/// window's end (the sub-window's, for sliding window buckets), as its
+/// units are that window's.
+///
 /// *Capacity that can sit unused*: units an instance holds are charged in
 /// Redis already; other instances cannot spend them. At any moment that is
 /// at most, per instance and key, the last grant (≤ `max_reservation`, and
-/// ≤ what remained ÷ `fanout` when it was granted). For the window
-/// algorithms, units are the window's: unspent at its end (the sub-window's,
-/// for sliding window buckets), they lapse and are lost; GCRA's and the
-/// token bucket's units never lapse (spent later, they are still within
-/// the limit, as a bucket only refills), but are lost when the key's slot is
-/// dropped to make room, or the process ends. Nothing is given back.
+/// ≤ what remained ÷ `fanout` when it was granted) plus what is left of
+/// earlier ones. A window's units unspent at its end are lost (a grant is
+/// sized for what the instance spends before the window ends, at its
+/// recent rate, so that little is). A bucket's units spent since the last
+/// reservation still count as held until the next one (Redis cannot know
+/// when they were spent), so their refill starts late: exact mode then
+/// admits a little less than the limit, never more. Units held by an
+/// instance that stops are out of reach for `hold`; units of a slot dropped
+/// to make room are lost. Nothing is given back. A plain `RedisStore` does
+/// not read the held units: do not share a key prefix between it and an
+/// exact-mode store.
 ///
 /// **Periodic** ([`LocalMode::Periodic`], synchronised counts): each
 /// instance admits while what Redis last said remains, less what it
@@ -167,6 +184,7 @@ struct Settings {
     fanout: u32,
     reserve_ahead_nanos: u64,
     max_reservation: u64,
+    hold_nanos: u64,
 }
 
 /// What a request's slot says.
@@ -198,6 +216,7 @@ impl LocalFirst {
                 fanout: 8,
                 reserve_ahead_nanos: 250_000_000,
                 max_reservation: 1_000,
+                hold_nanos: 1_000_000_000,
             },
             max_keys: 100_000,
         }
@@ -277,6 +296,19 @@ impl LocalFirstBuilder {
         self
     }
 
+    /// Exact mode, GCRA and the continuous token bucket: how long after its
+    /// last reservation an instance may spend what it holds of a key
+    /// (default 1 s). Redis counts those units as still in the bucket, so
+    /// that it does not refill them too, until this long after the
+    /// reservation; the instance spends none after that. An instance that
+    /// stops keeps what it held from the others for this long.
+    pub fn hold(mut self, hold: Duration) -> Self {
+        self.settings.hold_nanos = u64::try_from(hold.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1_000);
+        self
+    }
+
     /// Exact mode: the most units one reservation asks for (default 1,000).
     pub fn max_reservation(mut self, units: u64) -> Self {
         self.settings.max_reservation = units.max(1);
@@ -323,6 +355,36 @@ impl Inner {
         }
     }
 
+    /// A request decided by Redis, for a key with no slot here. In exact
+    /// mode through a reservation of exactly `cost` that holds nothing, so
+    /// that the units other instances hold count (the plain script does
+    /// not read them); in periodic mode, which holds nothing, by the plain
+    /// script.
+    fn decide_in_redis(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> Reply {
+        if !matches!(self.settings.mode, LocalMode::Exact) {
+            return self.redis.check_within(policy, key, cost, within);
+        }
+        let op = ShareOp::Reserve {
+            need: cost,
+            want: u64::from(cost),
+            fanout: 1,
+            holder: holder(self.instance, policy.id()),
+            held: 0,
+            hold_micros: 0,
+            ahead_micros: 0,
+        };
+        let (redis, policy, key) = (self.redis.clone(), policy.clone(), key.clone());
+        StoreReply::Pending(Box::pin(async move {
+            Ok(redis.share(&policy, &key, op).await?.decision)
+        }))
+    }
+
     /// Local time in ns.
     fn now(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -349,16 +411,19 @@ impl Store for LocalFirst {
         cost: u32,
         within: Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
-        // A peek, a policy it cannot decide, or no runtime to call Redis
-        // from: one call, as the Redis store makes.
+        // A peek, a policy it cannot decide: one call, as the Redis store
+        // makes.
         if cost == 0
             || policy.limits().is_empty()
-            || tokio::runtime::Handle::try_current().is_err()
             || !self.inner.redis.prepared_form(policy).local_first
         {
             return self.inner.redis.check_within(policy, key, cost, within);
         }
         let inner = &self.inner;
+        // No runtime to run reservations or syncs on: decided by Redis.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return inner.decide_in_redis(policy, key, cost, within);
+        }
         let reply = match &inner.slots {
             Slots::Exact(table) => table
                 .get_or_insert(policy.id(), key, || {
@@ -375,7 +440,7 @@ impl Store for LocalFirst {
             Some(reply) => reply,
             None => {
                 inner.stats.overflowed();
-                inner.redis.check_within(policy, key, cost, within)
+                inner.decide_in_redis(policy, key, cost, within)
             }
         }
     }
@@ -637,4 +702,11 @@ impl Stats {
             },
         }
     }
+}
+
+/// Who reports or holds, as Redis tells them apart: this instance's slot
+/// of the policy. Policies share a key's records (sequence numbers, held
+/// units), and each slot keeps its own, so the policy is part of the name.
+pub(crate) fn holder(instance: u64, policy: u64) -> u64 {
+    instance ^ policy.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }

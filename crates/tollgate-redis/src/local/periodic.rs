@@ -112,13 +112,6 @@ impl Counts {
     }
 }
 
-/// Who reports, as Redis tells reports apart: this instance's slot of
-/// the policy. Policies share a key's record of sequence numbers and each
-/// slot numbers its own reports, so the policy is part of the name.
-fn reporter(instance: u64, policy: u64) -> u64 {
-    instance ^ policy.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
 pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
@@ -139,7 +132,7 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
     };
     let op = ShareOp::Sync {
         spent,
-        instance: reporter(inner.instance, slot.policy.id()),
+        instance: super::holder(inner.instance, slot.policy.id()),
         sequence,
     };
     inner.stats.call();
@@ -200,7 +193,7 @@ mod tests {
             let policy = Policy::new(vec![
                 NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm),
             ]);
-            let instance = super::reporter(7, policy.id());
+            let instance = super::super::holder(7, policy.id());
             let report = |spent, sequence| ShareOp::Sync {
                 spent,
                 instance,
@@ -221,7 +214,7 @@ mod tests {
             // counts.
             let other = ShareOp::Sync {
                 spent: 5,
-                instance: super::reporter(8, policy.id()),
+                instance: super::super::holder(8, policy.id()),
                 sequence: 1,
             };
             let other = redis.share(&policy, &key, other).await.unwrap();
