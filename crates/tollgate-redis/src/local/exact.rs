@@ -75,6 +75,10 @@ impl Evictable for ExactSlot {
         // were charged when granted.
         !self.lock().reserving
     }
+
+    fn is(&self, policy: u64, key: &Key) -> bool {
+        self.policy.id() == policy && self.key == *key
+    }
 }
 
 impl ExactSlot {

@@ -215,7 +215,7 @@ impl LocalFirst {
                 mode,
                 fanout: 8,
                 reserve_ahead_nanos: 250_000_000,
-                max_reservation: 1_000,
+                max_reservation: 100_000,
                 hold_nanos: 1_000_000_000,
             },
             max_keys: 100_000,
@@ -309,7 +309,10 @@ impl LocalFirstBuilder {
         self
     }
 
-    /// Exact mode: the most units one reservation asks for (default 1,000).
+    /// Exact mode: the most units one reservation asks for (default
+    /// 100,000; a reservation also asks for no more than the key was spent
+    /// at over [`reserve_ahead`](Self::reserve_ahead), and gets at most a
+    /// [`fanout`](Self::fanout)th of what remains).
     pub fn max_reservation(mut self, units: u64) -> Self {
         self.settings.max_reservation = units.max(1);
         self
@@ -420,21 +423,25 @@ impl Store for LocalFirst {
             return self.inner.redis.check_within(policy, key, cost, within);
         }
         let inner = &self.inner;
-        // No runtime to run reservations or syncs on: decided by Redis.
-        if tokio::runtime::Handle::try_current().is_err() {
+        // No runtime to run reservations or syncs on: decided by Redis. (A
+        // request in a task is on one; asking for the runtime's handle
+        // clones it, an atomic every thread would contend on.)
+        if tokio::task::try_id().is_none() && tokio::runtime::Handle::try_current().is_err() {
             return inner.decide_in_redis(policy, key, cost, within);
         }
         let reply = match &inner.slots {
-            Slots::Exact(table) => table
-                .get_or_insert(policy.id(), key, || {
-                    ExactSlot::new(policy.clone(), key.clone())
-                })
-                .map(|slot| check_slot(inner, slot, cost)),
-            Slots::Periodic(table) => table
-                .get_or_insert(policy.id(), key, || {
-                    PeriodicSlot::new(policy.clone(), key.clone())
-                })
-                .map(|slot| check_slot(inner, slot, cost)),
+            Slots::Exact(table) => table.with_slot(
+                policy.id(),
+                key,
+                || ExactSlot::new(policy.clone(), key.clone()),
+                |slot| check_slot(inner, slot, cost),
+            ),
+            Slots::Periodic(table) => table.with_slot(
+                policy.id(),
+                key,
+                || PeriodicSlot::new(policy.clone(), key.clone()),
+                |slot| check_slot(inner, slot, cost),
+            ),
         };
         match reply {
             Some(reply) => reply,
@@ -496,7 +503,7 @@ impl Turn {
 
 /// A request at its key's slot: decided at once, or waiting for the call
 /// in flight, turn after turn, until the slot can decide it.
-fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: Arc<S>, cost: u32) -> Reply {
+fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
     let turn = slot.turn(inner, cost, None);
     if let Some(need) = turn.start {
         tokio::spawn(S::call(inner.clone(), slot.clone(), need));
@@ -512,7 +519,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: Arc<S>, cost: u32) -> Reply {
         }
         Step::Wait => {}
     }
-    let inner = inner.clone();
+    let (inner, slot) = (inner.clone(), slot.clone());
     StoreReply::Pending(Box::pin(async move {
         loop {
             // Listening before looking: a call that ends in between still

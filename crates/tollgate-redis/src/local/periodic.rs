@@ -50,6 +50,10 @@ impl Evictable for PeriodicSlot {
         let counts = self.lock();
         counts.pending == 0 && counts.unconfirmed.is_none() && !counts.syncing
     }
+
+    fn is(&self, policy: u64, key: &Key) -> bool {
+        self.policy.id() == policy && self.key == *key
+    }
 }
 
 impl PeriodicSlot {

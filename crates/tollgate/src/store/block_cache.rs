@@ -6,7 +6,7 @@
 //! See [`BlockCache`] for what is remembered, what a cached refusal says,
 //! why it is right, and what it costs.
 
-use super::memory::ByFingerprint;
+use super::fingerprint::ByFingerprint;
 use super::{PolicyDecision, Store, StoreReply};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;

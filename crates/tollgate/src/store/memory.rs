@@ -1,12 +1,12 @@
 //! [`MemoryStore`]: counters in process memory.
 
+use super::fingerprint::ByFingerprint;
 use super::{PolicyDecision, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
 use smallvec::SmallVec;
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tollgate_core::{Clock, Decision, Limiter, MonotonicClock, State, check_all};
@@ -68,30 +68,6 @@ struct Inner<C> {
     per_shard: usize,
     hasher: foldhash::fast::RandomState,
     clock: C,
-}
-
-/// A map keyed by fingerprints, which are already uniformly random.
-pub(super) type ByFingerprint<V> = HashMap<u64, V, BuildHasherDefault<FingerprintHasher>>;
-
-/// Passes a fingerprint through as its own hash.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct FingerprintHasher(u64);
-
-impl Hasher for FingerprintHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used; fold anything else rather than lose it.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
 }
 
 /// Aligned to 128 bytes (two cache lines, the unit adjacent-line

@@ -16,12 +16,14 @@
 mod block_cache;
 mod boxed;
 mod fallback;
+mod fingerprint;
 mod memory;
 mod timeout;
 
 pub use block_cache::{BlockCache, BlockCacheFuture, BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use fallback::{Fallback, FallbackFuture};
+pub use fingerprint::{ByFingerprint, FingerprintHasher};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 
