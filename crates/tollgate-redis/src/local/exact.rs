@@ -9,17 +9,20 @@
 //! need, so that under steady load requests rarely wait.
 
 use super::answers;
+use super::budget::{Budget, Budgeted, Locked, Signature};
 use super::table::Evictable;
 use super::{Inner, Step};
 use crate::script::ShareOp;
 use smallvec::SmallVec;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tollgate::{Key, Policy, PolicyDecision};
 
 /// One key's reservations.
 pub(crate) struct ExactSlot {
     state: Mutex<Holdings>,
+    /// The held units that requests spend without the lock.
+    budget: Budget,
     /// Wakes the requests waiting for a reservation when it ends.
     pub(crate) done: Notify,
     pub(crate) policy: Arc<Policy>,
@@ -67,6 +70,8 @@ pub(crate) struct Holdings {
     rate_since: u64,
     /// The size of the last grant.
     last_grant: u64,
+    /// The units the budget was last opened with.
+    opened: u64,
 }
 
 impl Evictable for ExactSlot {
@@ -85,14 +90,73 @@ impl ExactSlot {
     pub(crate) fn new(policy: Arc<Policy>, key: Key) -> Self {
         ExactSlot {
             state: Mutex::default(),
+            budget: Budget::default(),
             done: Notify::new(),
             policy,
             key,
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Holdings> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn lock(&self) -> Locked<'_, Holdings> {
+        Locked::new(&self.state, &self.budget)
+    }
+
+    /// A request of `cost` at `now` decided from held units without the
+    /// lock: the answer, and whether a reservation ahead of need was
+    /// started (its argument). `None`: the request needs the lock.
+    pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
+        let spent = self.budget.try_spend(now, u64::from(cost))?;
+        let reading = spent.reading.as_ref()?;
+        let left = spent.left;
+        let answer = answers::admitted(&reading.decision, now.saturating_sub(reading.at), |r| {
+            r.saturating_add(left)
+        });
+        let start = if spent.low() {
+            self.lock().ahead(now)
+        } else {
+            None
+        };
+        Some((answer, start))
+    }
+}
+
+impl Budgeted for Holdings {
+    fn reconcile(&mut self, left: u64) {
+        let spent = self.opened.saturating_sub(left);
+        self.opened = left;
+        if spent > 0 {
+            take(&mut self.grants, spent);
+            self.spent = self.spent.saturating_add(spent);
+        }
+    }
+
+    fn decision(&self) -> Option<PolicyDecision> {
+        self.last.as_ref().map(|(decision, _)| decision.clone())
+    }
+
+    fn opening(&mut self) -> (u64, Option<Signature>) {
+        let Some((_, at)) = &self.last else {
+            self.opened = 0;
+            return (0, None);
+        };
+        let held: u64 = self.grants.iter().map(|g| g.units).sum();
+        let until = self
+            .grants
+            .iter()
+            .map(|g| g.lapse_at)
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(self.held_until);
+        // Low: time to reserve ahead, unless one is on its way or Redis has
+        // just said there is none.
+        let low = (!self.reserving && self.refusal.is_none()).then_some(self.last_grant / 4);
+        let signature = Signature {
+            at: *at,
+            until,
+            low,
+        };
+        self.opened = held;
+        (held, Some(signature))
     }
 }
 
@@ -121,12 +185,12 @@ impl Holdings {
             let left = held - u64::from(cost);
             let answer =
                 answers::admitted(last, now.saturating_sub(*at), |r| r.saturating_add(left));
-            // Low: reserve ahead, unless Redis has just said there is none.
-            let ahead = (left.saturating_mul(4) <= self.last_grant
-                && !self.reserving
-                && self.refusal.as_ref().is_none_or(|r| now >= r.until))
-            .then_some(1);
-            return (Step::Answer(answer), ahead.map(|n| self.start(n)));
+            let ahead = if left.saturating_mul(4) <= self.last_grant {
+                self.ahead(now)
+            } else {
+                None
+            };
+            return (Step::Answer(answer), ahead);
         }
         if let Some(refusal) = &self.refusal
             && now < refusal.until
@@ -143,6 +207,16 @@ impl Holdings {
     fn start(&mut self, need: u32) -> u32 {
         self.reserving = true;
         need
+    }
+
+    /// Starts a reservation ahead of need (the held units run low), unless
+    /// one is on its way or Redis has just said there is none.
+    fn ahead(&mut self, now: u64) -> Option<u32> {
+        if self.reserving || self.refusal.as_ref().is_some_and(|r| now < r.until) {
+            return None;
+        }
+        self.refusal = None;
+        Some(self.start(1))
     }
 
     /// How many units to ask for: enough for `ahead` nanoseconds at the

@@ -6,8 +6,10 @@
 //! [`LocalFirst`], where users read them.
 
 mod answers;
+mod budget;
 mod exact;
 mod periodic;
+mod striped;
 mod table;
 
 use crate::script::ShareOp;
@@ -472,6 +474,10 @@ trait Slot: Send + Sync + Sized + 'static {
 
     /// Wakes the requests waiting on the slot when a call ends.
     fn done(&self) -> &Notify;
+
+    /// Decides a request of `cost` at `now` without the slot's lock, when
+    /// it can: the answer, and a call to start (its argument).
+    fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)>;
 }
 
 /// One turn of a request at its slot.
@@ -504,6 +510,13 @@ impl Turn {
 /// A request at its key's slot: decided at once, or waiting for the call
 /// in flight, turn after turn, until the slot can decide it.
 fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
+    if let Some((decision, start)) = slot.spend(inner.now(), cost) {
+        if let Some(need) = start {
+            tokio::spawn(S::call(inner.clone(), slot.clone(), need));
+        }
+        inner.stats.decided(inner.mode_name());
+        return StoreReply::Ready(Ok(decision));
+    }
     let turn = slot.turn(inner, cost, None);
     if let Some(need) = turn.start {
         tokio::spawn(S::call(inner.clone(), slot.clone(), need));
@@ -558,6 +571,10 @@ impl Slot for ExactSlot {
     fn done(&self) -> &Notify {
         &self.done
     }
+
+    fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
+        ExactSlot::spend(self, now, cost)
+    }
 }
 
 impl Slot for PeriodicSlot {
@@ -577,6 +594,10 @@ impl Slot for PeriodicSlot {
 
     fn done(&self) -> &Notify {
         &self.done
+    }
+
+    fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
+        PeriodicSlot::spend(self, now, cost).map(|answer| (answer, None))
     }
 }
 
@@ -654,7 +675,9 @@ pub struct LocalStats {
 
 #[derive(Default)]
 struct Stats {
-    local: AtomicU64,
+    /// Every request decided here adds to it: striped, so that threads do
+    /// not contend on one counter.
+    local: striped::Striped,
     waited: AtomicU64,
     blocked: AtomicU64,
     calls: AtomicU64,
@@ -667,7 +690,7 @@ struct Stats {
 /// `observe.rs`).
 impl Stats {
     fn decided(&self, mode: &'static str) {
-        self.local.fetch_add(1, Ordering::Relaxed);
+        self.local.add(1);
         observe::local_decision(mode);
     }
     fn waited(&self, mode: &'static str) {
@@ -696,7 +719,7 @@ impl Stats {
 
     fn read(&self, inner: &Inner) -> LocalStats {
         LocalStats {
-            local_decisions: self.local.load(Ordering::Relaxed),
+            local_decisions: self.local.sum(),
             waited: self.waited.load(Ordering::Relaxed),
             blocked: self.blocked.load(Ordering::Relaxed),
             redis_calls: self.calls.load(Ordering::Relaxed),

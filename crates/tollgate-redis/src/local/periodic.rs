@@ -9,16 +9,19 @@
 //! so a report sent again after a lost reply is not counted twice.
 
 use super::answers;
+use super::budget::{Budget, Budgeted, Locked, Signature};
 use super::table::Evictable;
 use super::{Inner, Step};
 use crate::script::ShareOp;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tollgate::{Key, Policy, PolicyDecision};
 
 /// One key's local counts.
 pub(crate) struct PeriodicSlot {
     state: Mutex<Counts>,
+    /// What remains to admit here, spent without the lock.
+    budget: Budget,
     /// Wakes the requests waiting for the key's first reading.
     pub(crate) done: Notify,
     pub(crate) policy: Arc<Policy>,
@@ -43,6 +46,8 @@ pub(crate) struct Counts {
     pub(crate) round: u64,
     /// Why the last sync failed, if it did.
     pub(crate) failure: Option<String>,
+    /// The units the budget was last opened with.
+    opened: u64,
 }
 
 impl Evictable for PeriodicSlot {
@@ -60,14 +65,65 @@ impl PeriodicSlot {
     pub(crate) fn new(policy: Arc<Policy>, key: Key) -> Self {
         PeriodicSlot {
             state: Mutex::default(),
+            budget: Budget::default(),
             done: Notify::new(),
             policy,
             key,
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Counts> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn lock(&self) -> Locked<'_, Counts> {
+        Locked::new(&self.state, &self.budget)
+    }
+
+    /// A request of `cost` at `now` admitted from what remains without the
+    /// lock; `None`: the request needs the lock.
+    pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<PolicyDecision> {
+        let spent = self.budget.try_spend(now, u64::from(cost))?;
+        let reading = spent.reading.as_ref()?;
+        // Admitted here since Redis read `remaining`: all but what is left.
+        // (The reading may be a moment older than the count, when the lock
+        // holder opened the budget in between: the headers are then a
+        // little off, never the count.)
+        let since = reading
+            .decision
+            .merged
+            .remaining()
+            .saturating_sub(spent.left);
+        Some(answers::admitted(
+            &reading.decision,
+            now.saturating_sub(reading.at),
+            |r| r.saturating_sub(since),
+        ))
+    }
+}
+
+impl Budgeted for Counts {
+    fn reconcile(&mut self, left: u64) {
+        self.pending += self.opened.saturating_sub(left);
+        self.opened = left;
+    }
+
+    fn decision(&self) -> Option<PolicyDecision> {
+        self.last.as_ref().map(|(decision, _)| decision.clone())
+    }
+
+    fn opening(&mut self) -> (u64, Option<Signature>) {
+        let Some((decision, at)) = &self.last else {
+            self.opened = 0;
+            return (0, None);
+        };
+        let left = decision
+            .merged
+            .remaining()
+            .saturating_sub(self.outstanding());
+        self.opened = left;
+        let signature = Signature {
+            at: *at,
+            until: u64::MAX,
+            low: None,
+        };
+        (left, Some(signature))
     }
 }
 
@@ -82,9 +138,7 @@ impl Counts {
             self.syncing = true;
             return (Step::Wait, start);
         };
-        let outstanding = self
-            .pending
-            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units));
+        let outstanding = self.outstanding();
         let left = last.merged.remaining().saturating_sub(outstanding);
         let elapsed = now.saturating_sub(*at);
         if left >= u64::from(cost) {
@@ -99,6 +153,12 @@ impl Counts {
         }
         let answer = answers::spent(last, elapsed, next_sync.saturating_sub(now));
         (Step::Answer(answer), false)
+    }
+
+    /// Admitted here and not yet known to Redis's last reading.
+    fn outstanding(&self) -> u64 {
+        self.pending
+            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units))
     }
 
     /// How long ago (ns) Redis last read the key; 0 if never.
