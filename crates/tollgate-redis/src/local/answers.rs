@@ -1,6 +1,7 @@
 //! The decisions a local-first store answers with, made from what Redis
 //! said at its last call for the key, aged by the time since.
 
+use super::budget::Reading;
 use tollgate::PolicyDecision;
 use tollgate_core::{Decision, DecisionFields};
 
@@ -44,6 +45,32 @@ pub(crate) fn admitted(
     merge(each)
 }
 
+/// [`admitted`], from a budget's reading (see `budget.rs`) rather than
+/// the decision it was copied from.
+pub(crate) fn admitted_from(
+    reading: &Reading,
+    elapsed: u64,
+    remaining: impl Fn(u64) -> u64,
+) -> PolicyDecision {
+    let later = |nanos: u64| nanos.saturating_sub(elapsed);
+    let each: smallvec::SmallVec<[Decision; 2]> = reading
+        .limits()
+        .iter()
+        .map(|l| {
+            Decision::from(DecisionFields {
+                allowed: true,
+                limit: l.limit,
+                remaining: remaining(l.remaining),
+                reset_after_nanos: later(l.reset_after_nanos),
+                replenish_after_nanos: later(l.replenish_after_nanos),
+                retry_after_nanos: 0,
+                wait_nanos: 0,
+            })
+        })
+        .collect();
+    merge(each)
+}
+
 /// A refusal decided locally: Redis's refusal, `elapsed` later. Limits
 /// that allowed keep saying so (another limit refused).
 pub(crate) fn refused(refusal: &PolicyDecision, elapsed: u64) -> PolicyDecision {
@@ -74,11 +101,14 @@ pub(crate) fn spent(last: &PolicyDecision, elapsed: u64, retry_floor: u64) -> Po
 }
 
 fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
-    let merged = each
-        .iter()
-        .copied()
-        .reduce(Decision::merge)
-        .unwrap_or_default();
+    let merged = match each.as_slice() {
+        [one] => *one,
+        _ => each
+            .iter()
+            .copied()
+            .reduce(Decision::merge)
+            .unwrap_or_default(),
+    };
     PolicyDecision { merged, each }
 }
 

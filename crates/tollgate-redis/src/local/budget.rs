@@ -9,23 +9,32 @@
 //! which first [closes](Budget::close) the budget: from then on only the
 //! lock's holder changes the count, until it [opens](Budget::open) it
 //! again with what the slot then holds.
+//!
+//! The reading is kept in atomics behind a sequence number (a seqlock):
+//! a request copies it and checks that the number did not move meanwhile.
+//! It changes only when Redis answers, so a request almost never retries,
+//! and copying a few words costs less than any shared pointer's bookkeeping.
 
-use arc_swap::ArcSwapOption;
-use arc_swap::Guard;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use tollgate::PolicyDecision;
+use tollgate_core::Decision;
 
 /// Set in the word while the slot's lock holder reconciles.
 const CLOSED: u64 = 1 << 63;
 
+/// The most limits a policy may have for its requests to be decided
+/// without the lock; a policy with more is decided under it.
+pub(crate) const MAX_LIMITS: usize = 4;
+
+/// `low` when there is none.
+const NO_LOW: u64 = u64::MAX;
+
 /// What requests answer from, as the slot last opened the budget.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Reading {
-    /// Redis's last answer for the key.
-    pub(crate) decision: PolicyDecision,
-    /// When it came (local ns).
+    /// When Redis's answer came (local ns).
     pub(crate) at: u64,
     /// The units may be spent until then (local ns); later, the slot
     /// decides (a grant lapses).
@@ -33,11 +42,24 @@ pub(crate) struct Reading {
     /// A request that leaves this many units or fewer also tells the slot
     /// (exact mode: time to reserve ahead); `None`: never.
     pub(crate) low: Option<u64>,
+    /// Each limit as Redis last answered, in the policy's order.
+    pub(crate) limits: [LimitReading; MAX_LIMITS],
+    /// How many of `limits` there are.
+    pub(crate) count: usize,
 }
 
-/// What tells readings apart, short of the decision: a slot opens its
-/// budget after every request its lock decides (a refusal, under a flood),
-/// and the reading is replaced only when this changes.
+/// What an admission's answer takes from one limit's last decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LimitReading {
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_nanos: u64,
+    pub(crate) replenish_after_nanos: u64,
+}
+
+/// What tells readings apart, short of the limits' figures: a slot opens
+/// its budget after every request its lock decides (a refusal, under a
+/// flood), and the reading is rewritten only when this changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Signature {
     /// When Redis's answer came (local ns): a new answer, a new reading.
@@ -48,37 +70,48 @@ pub(crate) struct Signature {
     pub(crate) low: Option<u64>,
 }
 
+impl Reading {
+    /// The limits read.
+    pub(crate) fn limits(&self) -> &[LimitReading] {
+        &self.limits[..self.count]
+    }
+
+    /// What the policy as a whole had left: the least of its limits.
+    pub(crate) fn remaining(&self) -> u64 {
+        self.limits().iter().map(|l| l.remaining).min().unwrap_or(0)
+    }
+}
+
+/// The reading, one word per figure.
+#[derive(Default)]
+struct Words {
+    at: AtomicU64,
+    until: AtomicU64,
+    low: AtomicU64,
+    count: AtomicU64,
+    limits: [[AtomicU64; 4]; MAX_LIMITS],
+}
+
 /// Units spendable without the slot's lock, and the reading to answer
 /// from.
 #[derive(Default)]
 pub(crate) struct Budget {
     word: AtomicU64,
-    reading: ArcSwapOption<Reading>,
-}
-
-impl Reading {
-    fn signature(&self) -> Signature {
-        Signature {
-            at: self.at,
-            until: self.until,
-            low: self.low,
-        }
-    }
+    /// Odd while the reading is being rewritten.
+    sequence: AtomicU64,
+    reading: Words,
 }
 
 /// A spend from the budget: the reading, and the units left after it.
 pub(crate) struct Spent {
-    pub(crate) reading: Guard<Option<Arc<Reading>>>,
+    pub(crate) reading: Reading,
     pub(crate) left: u64,
 }
 
 impl Spent {
     /// Whether the slot should hear of this spend (see [`Reading::low`]).
     pub(crate) fn low(&self) -> bool {
-        self.reading
-            .as_ref()
-            .and_then(|r| r.low)
-            .is_some_and(|low| self.left <= low)
+        self.reading.low.is_some_and(|low| self.left <= low)
     }
 }
 
@@ -86,8 +119,8 @@ impl Budget {
     /// Takes `cost` units at `now` if the budget is open, its units still
     /// spendable and enough.
     pub(crate) fn try_spend(&self, now: u64, cost: u64) -> Option<Spent> {
-        let reading = self.reading.load();
-        if reading.as_ref().is_none_or(|r| now >= r.until) {
+        let reading = self.read()?;
+        if now >= reading.until {
             return None;
         }
         let mut word = self.word.load(Ordering::Acquire);
@@ -112,6 +145,35 @@ impl Budget {
         }
     }
 
+    /// A consistent copy of the reading; `None` when there is none, or it
+    /// is being rewritten right now (the request then takes the lock).
+    fn read(&self) -> Option<Reading> {
+        let before = self.sequence.load(Ordering::Acquire);
+        if before & 1 == 1 {
+            return None;
+        }
+        let words = &self.reading;
+        let count = (words.count.load(Ordering::Relaxed) as usize).min(MAX_LIMITS);
+        let mut reading = Reading {
+            at: words.at.load(Ordering::Relaxed),
+            until: words.until.load(Ordering::Relaxed),
+            low: Some(words.low.load(Ordering::Relaxed)).filter(|&low| low != NO_LOW),
+            count,
+            ..Reading::default()
+        };
+        for (limit, w) in reading.limits.iter_mut().zip(&words.limits).take(count) {
+            *limit = LimitReading {
+                limit: w[0].load(Ordering::Relaxed),
+                remaining: w[1].load(Ordering::Relaxed),
+                reset_after_nanos: w[2].load(Ordering::Relaxed),
+                replenish_after_nanos: w[3].load(Ordering::Relaxed),
+            };
+        }
+        // The copy's loads complete before the sequence is read again.
+        fence(Ordering::Acquire);
+        (count > 0 && self.sequence.load(Ordering::Relaxed) == before).then_some(reading)
+    }
+
     /// Closes the budget; returns the units it held. Called under the
     /// slot's lock, which then owns the count until [`open`](Self::open).
     pub(crate) fn close(&self) -> u64 {
@@ -120,38 +182,97 @@ impl Budget {
 
     /// Opens the budget with `units` and the reading `signature` names
     /// (`None`: nothing to answer from, so nothing is spent here); the
-    /// reading's decision is made by `decision` only when the reading
-    /// changed.
+    /// limits' figures are taken from `decision` only when the reading
+    /// changed. Called under the slot's lock, the only writer.
     pub(crate) fn open(
         &self,
         units: u64,
         signature: Option<Signature>,
         decision: impl FnOnce() -> Option<PolicyDecision>,
     ) {
-        let current = self.reading.load();
-        let same = match (current.as_ref(), signature) {
-            (Some(reading), Some(signature)) => reading.signature() == signature,
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            let reading = signature.zip(decision()).map(|(s, decision)| {
-                Arc::new(Reading {
-                    decision,
-                    at: s.at,
-                    until: s.until,
-                    low: s.low,
-                })
-            });
-            self.reading.store(reading);
-        }
+        let written = self.written();
         let units = match signature {
-            Some(_) => units.min(CLOSED - 1),
-            None => 0,
+            // A policy of more limits than a reading holds is decided
+            // under the lock.
+            Some(signature) if signature != written.unwrap_or(NEVER_WRITTEN) => {
+                match decision().filter(|d| !d.each.is_empty() && d.each.len() <= MAX_LIMITS) {
+                    Some(decision) => {
+                        self.write(signature, &decision.each);
+                        units
+                    }
+                    None => {
+                        self.write_none();
+                        0
+                    }
+                }
+            }
+            Some(_) if self.reading.count.load(Ordering::Relaxed) > 0 => units,
+            Some(_) => 0,
+            None => {
+                if written.is_some() {
+                    self.write_none();
+                }
+                0
+            }
         };
-        self.word.store(units, Ordering::Release);
+        self.word.store(units.min(CLOSED - 1), Ordering::Release);
+    }
+
+    /// The signature of the reading written last (read by the writer).
+    fn written(&self) -> Option<Signature> {
+        let words = &self.reading;
+        let at = words.at.load(Ordering::Relaxed);
+        (words.count.load(Ordering::Relaxed) > 0 || at != 0).then(|| Signature {
+            at,
+            until: words.until.load(Ordering::Relaxed),
+            low: Some(words.low.load(Ordering::Relaxed)).filter(|&low| low != NO_LOW),
+        })
+    }
+
+    fn write(&self, signature: Signature, each: &[Decision]) {
+        let words = &self.reading;
+        self.begin_write();
+        words.at.store(signature.at, Ordering::Relaxed);
+        words.until.store(signature.until, Ordering::Relaxed);
+        words
+            .low
+            .store(signature.low.unwrap_or(NO_LOW), Ordering::Relaxed);
+        words.count.store(each.len() as u64, Ordering::Relaxed);
+        for (w, d) in words.limits.iter().zip(each) {
+            w[0].store(d.limit(), Ordering::Relaxed);
+            w[1].store(d.remaining(), Ordering::Relaxed);
+            w[2].store(d.reset_after_nanos(), Ordering::Relaxed);
+            w[3].store(d.replenish_after_nanos(), Ordering::Relaxed);
+        }
+        self.end_write();
+    }
+
+    fn write_none(&self) {
+        self.begin_write();
+        self.reading.count.store(0, Ordering::Relaxed);
+        self.reading.at.store(0, Ordering::Relaxed);
+        self.end_write();
+    }
+
+    fn begin_write(&self) {
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence.store(sequence + 1, Ordering::Relaxed);
+        // The odd number is seen before any figure changes.
+        fence(Ordering::Release);
+    }
+
+    fn end_write(&self) {
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence.store(sequence + 1, Ordering::Release);
     }
 }
+
+/// No signature matches it: a reading is always written the first time.
+const NEVER_WRITTEN: Signature = Signature {
+    at: u64::MAX,
+    until: 0,
+    low: None,
+};
 
 /// A slot's state as the budget sees it.
 pub(crate) trait Budgeted {
@@ -209,16 +330,24 @@ impl<T: Budgeted> Drop for Locked<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn decision() -> Option<PolicyDecision> {
+        let limit: Decision = tollgate_core::DecisionFields {
+            allowed: true,
+            limit: 10,
+            remaining: 7,
+            ..Default::default()
+        }
+        .into();
         Some(PolicyDecision {
-            merged: tollgate_core::DecisionFields::default().into(),
-            each: Default::default(),
+            merged: limit,
+            each: [limit].into_iter().collect(),
         })
     }
 
     fn reading(until: u64, low: Option<u64>) -> Option<Signature> {
-        Some(Signature { at: 0, until, low })
+        Some(Signature { at: 1, until, low })
     }
 
     #[test]
@@ -228,6 +357,8 @@ mod tests {
         budget.open(10, reading(100, Some(3)), decision);
         let spent = budget.try_spend(5, 6).unwrap();
         assert_eq!(spent.left, 4);
+        assert_eq!(spent.reading.limits()[0].limit, 10);
+        assert_eq!(spent.reading.remaining(), 7);
         assert!(!spent.low());
         assert!(budget.try_spend(5, 5).is_none(), "4 left");
         let spent = budget.try_spend(5, 1).unwrap();
@@ -259,5 +390,72 @@ mod tests {
         let taken: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert_eq!(taken + budget.close(), 10_000);
         assert!(taken >= 9_998);
+    }
+
+    /// A reading is never seen half rewritten: a writer switches between
+    /// two readings whose figures are all 1 or all 2, and every reading a
+    /// spender gets has one value throughout.
+    #[test]
+    fn a_reading_is_seen_whole_or_not_at_all() {
+        let budget = Arc::new(Budget::default());
+        let figures = |n: u64| {
+            let limit: Decision = tollgate_core::DecisionFields {
+                allowed: true,
+                limit: n,
+                remaining: n,
+                reset_after_nanos: n,
+                replenish_after_nanos: n,
+                ..Default::default()
+            }
+            .into();
+            Some(PolicyDecision {
+                merged: limit,
+                each: [limit, limit].into_iter().collect(),
+            })
+        };
+        let signature = |n: u64| {
+            Some(Signature {
+                at: n,
+                until: u64::MAX,
+                low: None,
+            })
+        };
+        budget.open(u64::MAX >> 2, signature(1), || figures(1));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (budget, stop) = (budget.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 1;
+                while !stop.load(Ordering::Relaxed) {
+                    n = 3 - n;
+                    budget.close();
+                    budget.open(u64::MAX >> 2, signature(n), || figures(n));
+                }
+            })
+        };
+        let mut seen = 0;
+        for _ in 0..200_000 {
+            if let Some(spent) = budget.try_spend(0, 1) {
+                let r = &spent.reading;
+                let n = r.at;
+                assert!(n == 1 || n == 2);
+                for l in r.limits() {
+                    assert_eq!(
+                        [
+                            l.limit,
+                            l.remaining,
+                            l.reset_after_nanos,
+                            l.replenish_after_nanos
+                        ],
+                        [n; 4]
+                    );
+                }
+                assert_eq!(r.limits().len(), 2);
+                seen += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        assert!(seen > 0);
     }
 }

@@ -106,9 +106,8 @@ impl ExactSlot {
     /// started (its argument). `None`: the request needs the lock.
     pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
         let spent = self.budget.try_spend(now, u64::from(cost))?;
-        let reading = spent.reading.as_ref()?;
-        let left = spent.left;
-        let answer = answers::admitted(&reading.decision, now.saturating_sub(reading.at), |r| {
+        let (reading, left) = (&spent.reading, spent.left);
+        let answer = answers::admitted_from(reading, now.saturating_sub(reading.at), |r| {
             r.saturating_add(left)
         });
         let start = if spent.low() {
