@@ -102,23 +102,25 @@ pub(crate) struct Budget {
     reading: Words,
 }
 
-/// A spend from the budget: the reading, and the units left after it.
-pub(crate) struct Spent {
-    pub(crate) reading: Reading,
-    pub(crate) left: u64,
-}
-
-impl Spent {
-    /// Whether the slot should hear of this spend (see [`Reading::low`]).
-    pub(crate) fn low(&self) -> bool {
-        self.reading.low.is_some_and(|low| self.left <= low)
+impl Reading {
+    /// Whether a spend that left `left` units should be told to the slot
+    /// (see [`Reading::low`]).
+    pub(crate) fn is_low(&self, left: u64) -> bool {
+        self.low.is_some_and(|low| left <= low)
     }
 }
 
 impl Budget {
     /// Takes `cost` units at `now` if the budget is open, its units still
-    /// spendable and enough.
-    pub(crate) fn try_spend(&self, now: u64, cost: u64) -> Option<Spent> {
+    /// spendable and enough, and answers with `answer` (given the reading
+    /// and the units left), made where the reading was copied to rather
+    /// than moved out.
+    pub(crate) fn try_spend<R>(
+        &self,
+        now: u64,
+        cost: u64,
+        answer: impl FnOnce(&Reading, u64) -> R,
+    ) -> Option<R> {
         let reading = self.read()?;
         if now >= reading.until {
             return None;
@@ -134,12 +136,7 @@ impl Budget {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    return Some(Spent {
-                        reading,
-                        left: word - cost,
-                    });
-                }
+                Ok(_) => return Some(answer(&reading, word - cost)),
                 Err(seen) => word = seen,
             }
         }
@@ -353,21 +350,22 @@ mod tests {
     #[test]
     fn spends_only_while_open_unexpired_and_enough() {
         let budget = Budget::default();
-        assert!(budget.try_spend(0, 1).is_none(), "never opened");
+        let spend = |budget: &Budget, now, cost| budget.try_spend(now, cost, |r, left| (*r, left));
+        assert!(spend(&budget, 0, 1).is_none(), "never opened");
         budget.open(10, reading(100, Some(3)), decision);
-        let spent = budget.try_spend(5, 6).unwrap();
-        assert_eq!(spent.left, 4);
-        assert_eq!(spent.reading.limits()[0].limit, 10);
-        assert_eq!(spent.reading.remaining(), 7);
-        assert!(!spent.low());
-        assert!(budget.try_spend(5, 5).is_none(), "4 left");
-        let spent = budget.try_spend(5, 1).unwrap();
-        assert!(spent.low(), "3 left, at the low mark");
-        assert!(budget.try_spend(100, 1).is_none(), "past its time");
+        let (reading, left) = spend(&budget, 5, 6).unwrap();
+        assert_eq!(left, 4);
+        assert_eq!(reading.limits()[0].limit, 10);
+        assert_eq!(reading.remaining(), 7);
+        assert!(!reading.is_low(left));
+        assert!(spend(&budget, 5, 5).is_none(), "4 left");
+        let (reading, left) = spend(&budget, 5, 1).unwrap();
+        assert!(reading.is_low(left), "3 left, at the low mark");
+        assert!(spend(&budget, 100, 1).is_none(), "past its time");
         assert_eq!(budget.close(), 3);
-        assert!(budget.try_spend(5, 1).is_none(), "closed");
+        assert!(spend(&budget, 5, 1).is_none(), "closed");
         budget.open(7, None, decision);
-        assert!(budget.try_spend(5, 1).is_none(), "no reading");
+        assert!(spend(&budget, 5, 1).is_none(), "no reading");
         assert_eq!(budget.close(), 0);
     }
 
@@ -380,7 +378,7 @@ mod tests {
                 let budget = budget.clone();
                 std::thread::spawn(move || {
                     let mut taken = 0;
-                    while budget.try_spend(1, 3).is_some() {
+                    while budget.try_spend(1, 3, |_, _| ()).is_some() {
                         taken += 3;
                     }
                     taken
@@ -435,8 +433,8 @@ mod tests {
         };
         let mut seen = 0;
         for _ in 0..200_000 {
-            if let Some(spent) = budget.try_spend(0, 1) {
-                let r = &spent.reading;
+            if let Some(r) = budget.try_spend(0, 1, |r, _| *r) {
+                let r = &r;
                 let n = r.at;
                 assert!(n == 1 || n == 2);
                 for l in r.limits() {

@@ -105,16 +105,15 @@ impl ExactSlot {
     /// lock: the answer, and whether a reservation ahead of need was
     /// started (its argument). `None`: the request needs the lock.
     pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
-        let spent = self.budget.try_spend(now, u64::from(cost))?;
-        let (reading, left) = (&spent.reading, spent.left);
-        let answer = answers::admitted_from(reading, now.saturating_sub(reading.at), |r| {
-            r.saturating_add(left)
-        });
-        let start = if spent.low() {
-            self.lock().ahead(now)
-        } else {
-            None
-        };
+        let (answer, low) = self
+            .budget
+            .try_spend(now, u64::from(cost), |reading, left| {
+                let answer = answers::admitted_from(reading, now.saturating_sub(reading.at), |r| {
+                    r.saturating_add(left)
+                });
+                (answer, reading.is_low(left))
+            })?;
+        let start = if low { self.lock().ahead(now) } else { None };
         Some((answer, start))
     }
 }

@@ -20,10 +20,11 @@ use std::hash::BuildHasher;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use table::Table;
 use tokio::sync::Notify;
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
+use tollgate_core::{Clock, MonotonicClock};
 
 /// How a [`LocalFirst`] store shares its limits through Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,7 +166,6 @@ pub(crate) struct Inner {
     redis: RedisStore,
     settings: Settings,
     slots: Slots,
-    origin: Instant,
     /// Tells this instance's sync reports from other instances'.
     instance: u64,
     stats: Stats,
@@ -341,7 +341,6 @@ impl LocalFirstBuilder {
                 redis: self.redis,
                 settings: self.settings,
                 slots,
-                origin: Instant::now(),
                 instance,
                 stats: Stats::default(),
                 next_tick: AtomicU64::new(0),
@@ -392,7 +391,9 @@ impl Inner {
 
     /// Local time in ns.
     fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        // The memory store's clock: the time-stamp counter where the OS
+        // vouches for it, a few ns a read.
+        MonotonicClock.now()
     }
 }
 

@@ -79,18 +79,17 @@ impl PeriodicSlot {
     /// A request of `cost` at `now` admitted from what remains without the
     /// lock; `None`: the request needs the lock.
     pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<PolicyDecision> {
-        let spent = self.budget.try_spend(now, u64::from(cost))?;
-        let reading = &spent.reading;
-        // Admitted here since Redis read what remains: all but what is
-        // left. (The reading may be a moment older than the count, when the
-        // lock holder opened the budget in between: the headers are then a
-        // little off, never the count.)
-        let since = reading.remaining().saturating_sub(spent.left);
-        Some(answers::admitted_from(
-            reading,
-            now.saturating_sub(reading.at),
-            |r| r.saturating_sub(since),
-        ))
+        self.budget
+            .try_spend(now, u64::from(cost), |reading, left| {
+                // Admitted here since Redis read what remains: all but what is
+                // left. (The reading may be a moment older than the count, when
+                // the lock holder opened the budget in between: the headers are
+                // then a little off, never the count.)
+                let since = reading.remaining().saturating_sub(left);
+                answers::admitted_from(reading, now.saturating_sub(reading.at), |r| {
+                    r.saturating_sub(since)
+                })
+            })
     }
 }
 
