@@ -158,18 +158,22 @@ fn two_instances_sharing_redis_admit_what_one_does() {
             result.shared.iter().all(|c| c.admitted > 0),
             "{name}: {result:?}"
         );
-        // Shared: what one instance admits, give or take timing. The runs
-        // are real time and only as simultaneous as the machine allows: a
-        // request the scheduler delays can land in a later slot in one
-        // setup and not in the other (seen: up to 3 apart on a 2-core
-        // machine under full load), so sharing may admit up to half a limit
-        // more than one instance alone.
+        // Shared: what one instance admits, or the limit's own answer at
+        // the trace's exact times, give or take timing. The runs are real
+        // time and only as simultaneous as the machine allows: a request
+        // the scheduler delays can land in a later slot in one setup and
+        // not in the other (seen: one instance alone admitting 9 fewer
+        // than the limit allows, when a burst's requests slipped past a
+        // refill), so sharing may admit up to half a limit more than the
+        // larger of the two.
         let slack = limit / 2;
+        let most = result.one.admitted.max(result.ideal) + slack;
         assert!(
-            result.shared_admitted() <= result.one.admitted + slack,
-            "{name}: two sharing admitted {}, one alone {}\n{report}",
+            result.shared_admitted() <= most,
+            "{name}: two sharing admitted {}, one alone {}, the limit {}\n{report}",
             result.shared_admitted(),
-            result.one.admitted
+            result.one.admitted,
+            result.ideal
         );
         // Without sharing they admit 20 to 40 more on this trace; the test
         // asks for one limit more.

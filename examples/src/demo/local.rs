@@ -51,14 +51,7 @@ impl Sharing {
 
     /// An instance's store, over its own connection to `url`.
     async fn instance(self, url: &str, prefix: &str) -> Result<Instance, DemoError> {
-        let redis = RedisStore::builder(url)
-            .prefix(prefix)
-            .connect()
-            .await
-            .map_err(DemoError::context(&format!(
-                "cannot use Redis at {}",
-                tollgate_redis::redacted(url)
-            )))?;
+        let redis = super::redis::connect(url, prefix.to_owned()).await?;
         let local = |mode| LocalFirst::builder(redis.clone(), mode).build();
         let store = match self {
             Sharing::OneCallPerRequest => InstanceStore::Plain(redis.clone()),

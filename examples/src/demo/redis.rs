@@ -6,7 +6,7 @@
 use super::clients::{self, Reply};
 use super::local::{self, LocalComparison};
 use super::servers;
-use super::trace::Trace;
+use super::trace::{self, Trace};
 use super::{Config, DemoError, progress_bar, schedule};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -55,6 +55,9 @@ impl Counts {
 pub struct RedisResult {
     /// The algorithm.
     pub algorithm: Algorithm,
+    /// What the algorithm admits of the trace alone, in memory, at the
+    /// trace's exact times: the limit's own answer.
+    pub ideal: usize,
     /// One instance, counters in Redis.
     pub one: Counts,
     /// Two instances, one Redis, the same key prefix: one limit between
@@ -106,7 +109,9 @@ pub fn local_quota(quota: Quota) -> Quota {
     Quota::new(quota.limit().saturating_mul(10), quota.period()).unwrap_or(quota)
 }
 
-async fn connect(url: &str, prefix: String) -> Result<RedisStore, DemoError> {
+/// A Redis store at `url` under `prefix`, or an error that names the URL
+/// (redacted).
+pub(super) async fn connect(url: &str, prefix: String) -> Result<RedisStore, DemoError> {
     RedisStore::builder(url)
         .prefix(prefix)
         .connect()
@@ -145,7 +150,7 @@ pub async fn run(url: &str, config: &Config) -> Result<RedisComparison, DemoErro
     ];
 
     let trace = Trace::bursty(config.quota);
-    let (_, start) = schedule(config.quota);
+    let (start_ns, start) = schedule(config.quota);
     let progress = progress_bar(
         config.progress,
         3 * Algorithm::ALL.len() * trace.arrivals.len(),
@@ -178,6 +183,7 @@ pub async fn run(url: &str, config: &Config) -> Result<RedisComparison, DemoErro
         let apart = apart.await.map_err(task())?;
         results.push(RedisResult {
             algorithm,
+            ideal: trace::ideal_admissions(algorithm, &trace, start_ns).len(),
             one: Counts::per_instance::<1>(&alone)[0],
             shared: Counts::per_instance(&together),
             separate: Counts::per_instance(&apart),
