@@ -99,6 +99,7 @@ mod clock;
 mod decision;
 mod limiter;
 mod quota;
+mod refund;
 mod registry;
 
 // Every algorithm's types at the root: a new algorithm needs no line here.
@@ -108,3 +109,4 @@ pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::{Decision, DecisionFields};
 pub use limiter::{Charge, Limiter, State, check_all};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
+pub use refund::Receipt;

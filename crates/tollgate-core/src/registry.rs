@@ -249,6 +249,41 @@ macro_rules! define_algorithms {
                 }
             }
 
+            /// Evaluates and, if allowed, commits, like
+            /// [`check`](Self::check); for an admission also returns the
+            /// [`Receipt`](crate::Receipt) that a later
+            /// [`refund`](Self::refund) needs.
+            pub fn charge(
+                &self,
+                state: &mut State,
+                now: u64,
+                cost: u32,
+            ) -> (Decision, Option<crate::Receipt>) {
+                let (decision, charge) = self.evaluate(state, now, cost);
+                let Some(charge) = charge else {
+                    return (decision, None);
+                };
+                let receipt = match (self, &charge) {
+                    $((Limiter::$variant(a), Charge::$variant(c)) => Some(a.receipt(c, now, cost)),)+
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                };
+                self.commit(state, charge);
+                (decision, receipt)
+            }
+
+            /// Gives back, at `now`, the charge `receipt` describes, as far
+            /// as it still counts (see
+            /// [`RateAlgorithm::refund`](crate::RateAlgorithm::refund)). A
+            /// state made for another algorithm is left alone.
+            pub fn refund(&self, state: &mut State, receipt: crate::Receipt, now: u64) {
+                match (self, state) {
+                    $((Limiter::$variant(a), State::$variant(s)) => a.refund(s, receipt, now),)+
+                    #[allow(unreachable_patterns)]
+                    _ => {}
+                }
+            }
+
             /// Evaluates and, if allowed, commits.
             #[inline]
             pub fn check(&self, state: &mut State, now: u64, cost: u32) -> Decision {

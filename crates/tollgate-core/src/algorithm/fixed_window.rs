@@ -120,4 +120,12 @@ impl RateAlgorithm for FixedWindow {
     fn commit(&self, state: &mut FixedWindowState, charge: FixedWindowState) {
         *state = charge;
     }
+
+    /// Off the window the request was charged in, while it is the current
+    /// one; a later window never counted it.
+    fn refund(&self, state: &mut FixedWindowState, receipt: crate::Receipt, _now: u64) {
+        if state.window == self.per_period.div(receipt.at) {
+            state.count -= u64::from(receipt.cost).min(state.count);
+        }
+    }
 }

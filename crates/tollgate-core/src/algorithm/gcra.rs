@@ -140,6 +140,28 @@ impl RateAlgorithm for Gcra {
     fn commit(&self, state: &mut GcraState, charge: GcraState) {
         *state = charge;
     }
+
+    fn receipt(&self, charge: &GcraState, now: u64, cost: u32) -> crate::Receipt {
+        crate::Receipt {
+            at: now,
+            cost,
+            mark: u128::from(charge.tat),
+        }
+    }
+
+    /// The request's units occupy the schedule up to the TAT it left
+    /// (`mark`); those still ahead of `now` are taken off the TAT, at most
+    /// its cost's worth and never below `now` (a bucket already full
+    /// stays full).
+    fn refund(&self, state: &mut GcraState, receipt: crate::Receipt, now: u64) {
+        let mark = u64::try_from(receipt.mark).unwrap_or(u64::MAX);
+        let give = self
+            .interval
+            .saturating_mul(u64::from(receipt.cost))
+            .min(mark.saturating_sub(now))
+            .min(state.tat.saturating_sub(now));
+        state.tat -= give;
+    }
 }
 
 #[cfg(test)]

@@ -150,4 +150,24 @@ impl RateAlgorithm for LeakyBucket {
     fn commit(&self, state: &mut LeakyBucketState, charge: LeakyBucketState) {
         *state = charge;
     }
+
+    fn receipt(&self, charge: &LeakyBucketState, now: u64, cost: u32) -> crate::Receipt {
+        crate::Receipt {
+            at: now,
+            cost,
+            mark: u128::from(charge.next_free),
+        }
+    }
+
+    /// As GCRA's: the request's slots still ahead of `now` are freed, at
+    /// most its cost's worth, never before `now`.
+    fn refund(&self, state: &mut LeakyBucketState, receipt: crate::Receipt, now: u64) {
+        let mark = u64::try_from(receipt.mark).unwrap_or(u64::MAX);
+        let give = self
+            .interval
+            .saturating_mul(u64::from(receipt.cost))
+            .min(mark.saturating_sub(now))
+            .min(state.next_free.saturating_sub(now));
+        state.next_free -= give;
+    }
 }

@@ -288,4 +288,16 @@ impl RateAlgorithm for SlidingLog {
             merge_oldest(state);
         }
     }
+
+    /// Off the entry the request was logged in. An entry merged with its
+    /// neighbour at the log's bound is no longer found: nothing is given
+    /// back (never more lenient than without the request).
+    fn refund(&self, state: &mut SlidingLogState, receipt: crate::Receipt, _now: u64) {
+        if let Some(entry) = state.entries.iter_mut().rev().find(|e| e.at == receipt.at) {
+            let give = receipt.cost.min(entry.cost);
+            entry.cost -= give;
+            state.total -= u64::from(give);
+        }
+        state.entries.retain(|e| e.cost > 0);
+    }
 }

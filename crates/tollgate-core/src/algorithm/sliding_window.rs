@@ -225,4 +225,16 @@ impl RateAlgorithm for SlidingWindow {
     fn commit(&self, state: &mut SlidingWindowState, charge: SlidingWindowState) {
         *state = charge;
     }
+
+    /// Off the window the request was charged in: the current one's
+    /// count, or the previous one's while it still weighs.
+    fn refund(&self, state: &mut SlidingWindowState, receipt: crate::Receipt, _now: u64) {
+        let charged = self.per_period.div(receipt.at);
+        let cost = u64::from(receipt.cost);
+        if state.window == charged {
+            state.current -= cost.min(state.current);
+        } else if state.window == charged.saturating_add(1) {
+            state.previous -= cost.min(state.previous);
+        }
+    }
 }

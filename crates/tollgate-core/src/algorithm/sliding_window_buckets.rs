@@ -283,6 +283,21 @@ impl RateAlgorithm for SlidingWindowBuckets {
         let slot = &mut state.counts[(charge.index % slots) as usize];
         *slot = slot.saturating_add(u64::from(charge.cost));
     }
+
+    /// Off the sub-window the request was charged in, while the ring still
+    /// holds it.
+    fn refund(&self, state: &mut SlidingWindowBucketsState, receipt: crate::Receipt, _now: u64) {
+        let slots = self.slots();
+        let index = self.per_sub_window.div(receipt.at);
+        if state.counts.len() as u64 != slots
+            || index > state.newest
+            || state.newest - index >= slots
+        {
+            return;
+        }
+        let slot = &mut state.counts[(index % slots) as usize];
+        *slot -= u64::from(receipt.cost).min(*slot);
+    }
 }
 
 #[cfg(test)]

@@ -340,6 +340,14 @@ impl RateAlgorithm for IntervalTokenBucket {
         self.0.commit(state, charge);
     }
 
+    fn receipt(&self, charge: &TokenBucketState, now: u64, cost: u32) -> crate::Receipt {
+        self.0.receipt(charge, now, cost)
+    }
+
+    fn refund(&self, state: &mut TokenBucketState, receipt: crate::Receipt, now: u64) {
+        self.0.refund(state, receipt, now);
+    }
+
     fn from_quota(quota: Quota) -> Self {
         Self::new(quota)
     }
@@ -440,6 +448,46 @@ impl RateAlgorithm for TokenBucket {
     #[inline]
     fn commit(&self, state: &mut TokenBucketState, charge: TokenBucketState) {
         *state = charge;
+    }
+
+    /// Continuous: the moment of being full that the charge left (scaled
+    /// units). Interval: the interval it was charged in.
+    fn receipt(&self, charge: &TokenBucketState, now: u64, cost: u32) -> crate::Receipt {
+        let mark = match *charge {
+            TokenBucketState::Continuous { full_at } => full_at.get(),
+            TokenBucketState::Interval { interval, .. } => u128::from(interval),
+        };
+        crate::Receipt {
+            at: now,
+            cost,
+            mark,
+        }
+    }
+
+    /// Continuous: as GCRA's refund, in the scaled units. Interval: the
+    /// tokens still missing because of the charge (its cost, less what
+    /// the refills since could have brought back) are put back, never
+    /// more than are missing now.
+    fn refund(&self, state: &mut TokenBucketState, receipt: crate::Receipt, now: u64) {
+        match state {
+            TokenBucketState::Continuous { full_at } => {
+                let now = u128::from(now) * u128::from(self.scale);
+                let give = (u128::from(self.unit) * u128::from(receipt.cost))
+                    .min(receipt.mark.saturating_sub(now))
+                    .min(full_at.get().saturating_sub(now));
+                *full_at = ScaledTime::from(full_at.get() - give);
+            }
+            TokenBucketState::Interval { interval, used } => {
+                let current = self.per_period.div(now).max(*interval);
+                let limit = u128::from(self.quota.limit());
+                let refilled = u128::from(current - *interval) * limit;
+                let used_now = to_u64(u128::from(*used).saturating_sub(refilled));
+                let since = u128::from(current).saturating_sub(receipt.mark);
+                let still = to_u64(u128::from(receipt.cost).saturating_sub(since * limit));
+                *interval = current;
+                *used = used_now - still.min(used_now);
+            }
+        }
     }
 
     #[inline]
