@@ -26,7 +26,18 @@ pub struct Receipt {
     /// What it was charged.
     pub cost: u32,
     /// Where the charge left the key's schedule, in the algorithm's own
-    /// units (GCRA: the theoretical arrival time after it); 0 for the
-    /// algorithms that keep none.
+    /// units (GCRA: the theoretical arrival time after it); 0 when unknown
+    /// (a store that keeps only when and how much) or for the algorithms
+    /// that keep none. Unknown, the refund takes the earliest the schedule
+    /// can have been left at (`at` plus the cost's time): never more than
+    /// is due, and all of it when given back at once.
     pub mark: u128,
+}
+
+impl Receipt {
+    /// A receipt that knows only when and how much: what a store that
+    /// keeps no more of a request can refund with.
+    pub fn new(at: u64, cost: u32) -> Self {
+        Receipt { at, cost, mark: 0 }
+    }
 }

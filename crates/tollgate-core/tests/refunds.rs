@@ -122,6 +122,28 @@ proptest! {
         never_more_lenient(&limiter, quota, &state, &never, now)?;
     }
 
+    /// The same with receipts that know only when and how much (what a
+    /// store keeps): still never more lenient.
+    #[test]
+    fn a_refund_knowing_only_when_and_how_much_is_never_more_lenient(
+        algorithm in prop::sample::select(Algorithm::ALL.to_vec()),
+        quota in small_quota(),
+        start in 0u64..1_000_000_000_000_000,
+        trace in trace(),
+        pick in any::<prop::sample::Index>(),
+        later in 0u32..=3000,
+    ) {
+        let limiter = Limiter::new(algorithm, quota);
+        let (mut state, admitted, end) = admit_all(&limiter, quota, start, &trace);
+        prop_assume!(!admitted.is_empty());
+        let skip = pick.index(admitted.len());
+        let now = end + quota.period_nanos() * u64::from(later) / 1000;
+        let (at, cost, _) = admitted[skip];
+        limiter.refund(&mut state, Receipt::new(at, cost), now);
+        let never = without(&limiter, &admitted, skip)?;
+        never_more_lenient(&limiter, quota, &state, &never, now)?;
+    }
+
     /// Given back at once, with nothing charged in between, a request
     /// leaves the key exactly as if it had never come.
     #[test]
@@ -135,10 +157,16 @@ proptest! {
         let limiter = Limiter::new(algorithm, quota);
         let (mut state, _, end) = admit_all(&limiter, quota, start, &trace);
         let before = state.clone();
+        let charged = state.clone();
         let (_, receipt) = limiter.charge(&mut state, end, cost);
         prop_assume!(receipt.is_some());
         limiter.refund(&mut state, receipt.unwrap(), end);
         never_more_lenient(&limiter, quota, &state, &before, end)?;
+        never_more_lenient(&limiter, quota, &before, &state, end)?;
+        // Knowing only when and how much, the same.
+        let mut state = charged;
+        limiter.charge(&mut state, end, cost);
+        limiter.refund(&mut state, Receipt::new(end, cost), end);
         never_more_lenient(&limiter, quota, &before, &state, end)?;
     }
 

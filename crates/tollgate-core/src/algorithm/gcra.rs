@@ -154,10 +154,12 @@ impl RateAlgorithm for Gcra {
     /// its cost's worth and never below `now` (a bucket already full
     /// stays full).
     fn refund(&self, state: &mut GcraState, receipt: crate::Receipt, now: u64) {
-        let mark = u64::try_from(receipt.mark).unwrap_or(u64::MAX);
-        let give = self
-            .interval
-            .saturating_mul(u64::from(receipt.cost))
+        let cost = self.interval.saturating_mul(u64::from(receipt.cost));
+        // The schedule the charge left is at least `at` plus the cost.
+        let mark = u64::try_from(receipt.mark)
+            .unwrap_or(u64::MAX)
+            .max(receipt.at.saturating_add(cost));
+        let give = cost
             .min(mark.saturating_sub(now))
             .min(state.tat.saturating_sub(now));
         state.tat -= give;

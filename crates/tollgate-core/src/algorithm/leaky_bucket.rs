@@ -162,10 +162,12 @@ impl RateAlgorithm for LeakyBucket {
     /// As GCRA's: the request's slots still ahead of `now` are freed, at
     /// most its cost's worth, never before `now`.
     fn refund(&self, state: &mut LeakyBucketState, receipt: crate::Receipt, now: u64) {
-        let mark = u64::try_from(receipt.mark).unwrap_or(u64::MAX);
-        let give = self
-            .interval
-            .saturating_mul(u64::from(receipt.cost))
+        let cost = self.interval.saturating_mul(u64::from(receipt.cost));
+        // The schedule the charge left is at least `at` plus the cost.
+        let mark = u64::try_from(receipt.mark)
+            .unwrap_or(u64::MAX)
+            .max(receipt.at.saturating_add(cost));
+        let give = cost
             .min(mark.saturating_sub(now))
             .min(state.next_free.saturating_sub(now));
         state.next_free -= give;

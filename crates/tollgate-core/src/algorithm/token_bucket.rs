@@ -451,11 +451,11 @@ impl RateAlgorithm for TokenBucket {
     }
 
     /// Continuous: the moment of being full that the charge left (scaled
-    /// units). Interval: the interval it was charged in.
+    /// units). Interval: nothing more than when (the interval follows).
     fn receipt(&self, charge: &TokenBucketState, now: u64, cost: u32) -> crate::Receipt {
         let mark = match *charge {
             TokenBucketState::Continuous { full_at } => full_at.get(),
-            TokenBucketState::Interval { interval, .. } => u128::from(interval),
+            TokenBucketState::Interval { .. } => 0,
         };
         crate::Receipt {
             at: now,
@@ -472,8 +472,12 @@ impl RateAlgorithm for TokenBucket {
         match state {
             TokenBucketState::Continuous { full_at } => {
                 let now = u128::from(now) * u128::from(self.scale);
-                let give = (u128::from(self.unit) * u128::from(receipt.cost))
-                    .min(receipt.mark.saturating_sub(now))
+                let cost = u128::from(self.unit) * u128::from(receipt.cost);
+                // The schedule the charge left is at least `at` plus the cost.
+                let at = u128::from(receipt.at) * u128::from(self.scale);
+                let mark = receipt.mark.max(at.saturating_add(cost));
+                let give = cost
+                    .min(mark.saturating_sub(now))
                     .min(full_at.get().saturating_sub(now));
                 *full_at = ScaledTime::from(full_at.get() - give);
             }
@@ -482,7 +486,8 @@ impl RateAlgorithm for TokenBucket {
                 let limit = u128::from(self.quota.limit());
                 let refilled = u128::from(current - *interval) * limit;
                 let used_now = to_u64(u128::from(*used).saturating_sub(refilled));
-                let since = u128::from(current).saturating_sub(receipt.mark);
+                let charged = u128::from(self.per_period.div(receipt.at));
+                let since = u128::from(current).saturating_sub(charged);
                 let still = to_u64(u128::from(receipt.cost).saturating_sub(since * limit));
                 *interval = current;
                 *used = used_now - still.min(used_now);
