@@ -72,6 +72,28 @@ where
     }
 }
 
+/// Gives back, at `now`, the charge `receipt` describes, to a state held in
+/// an atomic cell (see [`RateAlgorithm::refund`]).
+pub fn refund_atomic<A>(algorithm: &A, cell: &AtomicU64, receipt: crate::Receipt, now: u64)
+where
+    A: RateAlgorithm,
+    A::State: PackedState,
+{
+    let mut current = cell.load(Ordering::Acquire);
+    loop {
+        let mut state = A::State::unpack(current);
+        algorithm.refund(&mut state, receipt, now);
+        let refunded = state.pack();
+        if refunded == current {
+            return;
+        }
+        match cell.compare_exchange_weak(current, refunded, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

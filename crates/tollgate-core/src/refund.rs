@@ -1,11 +1,12 @@
 //! Giving a charge back: what a refund needs to know of an admission.
 
 /// An admission as a later [`refund`](crate::RateAlgorithm::refund) needs
-/// it: when it was charged, how much, and, for the algorithms that keep a
-/// schedule (GCRA, the continuous token bucket, the leaky bucket), where
-/// the charge left it. Made by [`Limiter::charge`](crate::Limiter::charge)
-/// (or [`RateAlgorithm::receipt`](crate::RateAlgorithm::receipt)); keep it
-/// with the request until its outcome is known.
+/// it: when it was charged, how much, and the admission's
+/// [`reset_after`](crate::Decision::reset_after) (from which the algorithms
+/// that keep a schedule — GCRA, the continuous token bucket, the leaky
+/// bucket — tell where the charge left it). Made by
+/// [`Limiter::charge`](crate::Limiter::charge); keep it with the request
+/// until its outcome is known.
 ///
 /// ```
 /// use tollgate_core::{Algorithm, Limiter, Quota};
@@ -25,19 +26,36 @@ pub struct Receipt {
     pub at: u64,
     /// What it was charged.
     pub cost: u32,
-    /// Where the charge left the key's schedule, in the algorithm's own
-    /// units (GCRA: the theoretical arrival time after it); 0 when unknown
-    /// (a store that keeps only when and how much) or for the algorithms
-    /// that keep none. Unknown, the refund takes the earliest the schedule
-    /// can have been left at (`at` plus the cost's time): never more than
-    /// is due, and all of it when given back at once.
-    pub mark: u128,
+    /// The admission's `reset_after`, in ns from `at`; `None` when unknown.
+    /// Unknown, a schedule's refund takes the earliest the charge can have
+    /// left it at (`at` plus the cost's time): never more than is due, and
+    /// all of it when given back at once, but less than is due once time
+    /// has passed on a key that was not whole. An `at` a little early and
+    /// a `reset_after` a little short only give back less.
+    pub reset_after: Option<u64>,
 }
 
 impl Receipt {
-    /// A receipt that knows only when and how much: what a store that
-    /// keeps no more of a request can refund with.
+    /// A receipt that knows only when and how much.
     pub fn new(at: u64, cost: u32) -> Self {
-        Receipt { at, cost, mark: 0 }
+        Receipt {
+            at,
+            cost,
+            reset_after: None,
+        }
+    }
+
+    /// Where the charge left a schedule whose `reset_after` is its end
+    /// less `slack` ns: that, or, unknown, `at` plus `cost_nanos`.
+    pub(crate) fn schedule_end(&self, cost_nanos: u64, slack: u64) -> u64 {
+        let earliest = self.at.saturating_add(cost_nanos);
+        match self.reset_after {
+            Some(reset) => self
+                .at
+                .saturating_add(reset)
+                .saturating_add(slack)
+                .max(earliest),
+            None => earliest,
+        }
     }
 }

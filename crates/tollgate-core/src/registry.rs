@@ -263,13 +263,13 @@ macro_rules! define_algorithms {
                 let Some(charge) = charge else {
                     return (decision, None);
                 };
-                let receipt = match (self, &charge) {
-                    $((Limiter::$variant(a), Charge::$variant(c)) => Some(a.receipt(c, now, cost)),)+
-                    #[allow(unreachable_patterns)]
-                    _ => None,
-                };
                 self.commit(state, charge);
-                (decision, receipt)
+                let receipt = crate::Receipt {
+                    at: now,
+                    cost,
+                    reset_after: Some(decision.reset_after_nanos()),
+                };
+                (decision, Some(receipt))
             }
 
             /// Gives back, at `now`, the charge `receipt` describes, as far

@@ -99,7 +99,7 @@ fn without(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig { cases: 2000, max_global_rejects: 100_000, ..ProptestConfig::default() })]
 
     /// Refunded at any later moment, a request leaves the key no more
     /// lenient than if it had never been admitted.
@@ -110,7 +110,7 @@ proptest! {
         start in 0u64..1_000_000_000_000_000,
         trace in trace(),
         pick in any::<prop::sample::Index>(),
-        later in 0u32..=3000,
+        later in prop_oneof![3 => 0u32..=100, 1 => 0u32..=3000],
     ) {
         let limiter = Limiter::new(algorithm, quota);
         let (mut state, admitted, end) = admit_all(&limiter, quota, start, &trace);

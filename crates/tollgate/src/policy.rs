@@ -150,6 +150,16 @@ impl PackedLimiter {
             PackedLimiter::LeakyBucket(bucket) => check_atomic(bucket, cell, now, cost),
         }
     }
+
+    /// Gives back a charge to the state in `cell`.
+    pub(crate) fn refund(&self, cell: &AtomicU64, receipt: tollgate_core::Receipt, now: u64) {
+        match self {
+            PackedLimiter::Gcra(gcra) => tollgate_core::refund_atomic(gcra, cell, receipt, now),
+            PackedLimiter::LeakyBucket(bucket) => {
+                tollgate_core::refund_atomic(bucket, cell, receipt, now)
+            }
+        }
+    }
 }
 
 impl Policy {

@@ -141,24 +141,13 @@ impl RateAlgorithm for Gcra {
         *state = charge;
     }
 
-    fn receipt(&self, charge: &GcraState, now: u64, cost: u32) -> crate::Receipt {
-        crate::Receipt {
-            at: now,
-            cost,
-            mark: u128::from(charge.tat),
-        }
-    }
-
-    /// The request's units occupy the schedule up to the TAT it left
-    /// (`mark`); those still ahead of `now` are taken off the TAT, at most
-    /// its cost's worth and never below `now` (a bucket already full
-    /// stays full).
+    /// The request's units occupy the schedule up to the TAT it left (its
+    /// time plus its `reset_after`); those still ahead of `now` are taken
+    /// off the TAT, at most its cost's worth and never below `now` (a
+    /// bucket already full stays full).
     fn refund(&self, state: &mut GcraState, receipt: crate::Receipt, now: u64) {
         let cost = self.interval.saturating_mul(u64::from(receipt.cost));
-        // The schedule the charge left is at least `at` plus the cost.
-        let mark = u64::try_from(receipt.mark)
-            .unwrap_or(u64::MAX)
-            .max(receipt.at.saturating_add(cost));
+        let mark = receipt.schedule_end(cost, 0);
         let give = cost
             .min(mark.saturating_sub(now))
             .min(state.tat.saturating_sub(now));

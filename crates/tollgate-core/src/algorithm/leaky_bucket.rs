@@ -151,22 +151,12 @@ impl RateAlgorithm for LeakyBucket {
         *state = charge;
     }
 
-    fn receipt(&self, charge: &LeakyBucketState, now: u64, cost: u32) -> crate::Receipt {
-        crate::Receipt {
-            at: now,
-            cost,
-            mark: u128::from(charge.next_free),
-        }
-    }
-
     /// As GCRA's: the request's slots still ahead of `now` are freed, at
-    /// most its cost's worth, never before `now`.
+    /// most its cost's worth, never before `now`. (`reset_after` is the
+    /// queue's end less `T − 1`.)
     fn refund(&self, state: &mut LeakyBucketState, receipt: crate::Receipt, now: u64) {
         let cost = self.interval.saturating_mul(u64::from(receipt.cost));
-        // The schedule the charge left is at least `at` plus the cost.
-        let mark = u64::try_from(receipt.mark)
-            .unwrap_or(u64::MAX)
-            .max(receipt.at.saturating_add(cost));
+        let mark = receipt.schedule_end(cost, self.interval - 1);
         let give = cost
             .min(mark.saturating_sub(now))
             .min(state.next_free.saturating_sub(now));

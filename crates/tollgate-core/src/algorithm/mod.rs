@@ -105,18 +105,6 @@ pub trait RateAlgorithm {
     /// Applies a charge that `evaluate` returned for this state.
     fn commit(&self, state: &mut Self::State, charge: Self::Charge);
 
-    /// What a later [`refund`](Self::refund) of the admission that
-    /// `charge` commits needs (see [`Receipt`](crate::Receipt)). By
-    /// default: when, and how much.
-    fn receipt(&self, charge: &Self::Charge, now: u64, cost: u32) -> crate::Receipt {
-        let _ = charge;
-        crate::Receipt {
-            at: now,
-            cost,
-            mark: 0,
-        }
-    }
-
     /// Gives back, at `now`, the charge `receipt` describes, as far as it
     /// still counts. Afterwards the state is never more lenient than if
     /// the request had never been admitted (every other admission kept):

@@ -289,11 +289,12 @@ impl RateAlgorithm for SlidingLog {
         }
     }
 
-    /// Off the entry the request was logged in. An entry merged with its
-    /// neighbour at the log's bound is no longer found: nothing is given
-    /// back (never more lenient than without the request).
+    /// Off the entry the request was logged in: the latest at or before
+    /// its time (a receipt's time may be a little early, never late; an
+    /// earlier entry leaves the window sooner, so taking from it is never
+    /// more lenient than taking from the request's own).
     fn refund(&self, state: &mut SlidingLogState, receipt: crate::Receipt, _now: u64) {
-        if let Some(entry) = state.entries.iter_mut().rev().find(|e| e.at == receipt.at) {
+        if let Some(entry) = state.entries.iter_mut().rev().find(|e| e.at <= receipt.at) {
             let give = receipt.cost.min(entry.cost);
             entry.cost -= give;
             state.total -= u64::from(give);

@@ -340,10 +340,6 @@ impl RateAlgorithm for IntervalTokenBucket {
         self.0.commit(state, charge);
     }
 
-    fn receipt(&self, charge: &TokenBucketState, now: u64, cost: u32) -> crate::Receipt {
-        self.0.receipt(charge, now, cost)
-    }
-
     fn refund(&self, state: &mut TokenBucketState, receipt: crate::Receipt, now: u64) {
         self.0.refund(state, receipt, now);
     }
@@ -450,20 +446,6 @@ impl RateAlgorithm for TokenBucket {
         *state = charge;
     }
 
-    /// Continuous: the moment of being full that the charge left (scaled
-    /// units). Interval: nothing more than when (the interval follows).
-    fn receipt(&self, charge: &TokenBucketState, now: u64, cost: u32) -> crate::Receipt {
-        let mark = match *charge {
-            TokenBucketState::Continuous { full_at } => full_at.get(),
-            TokenBucketState::Interval { .. } => 0,
-        };
-        crate::Receipt {
-            at: now,
-            cost,
-            mark,
-        }
-    }
-
     /// Continuous: as GCRA's refund, in the scaled units. Interval: the
     /// tokens still missing because of the charge (its cost, less what
     /// the refills since could have brought back) are put back, never
@@ -472,10 +454,17 @@ impl RateAlgorithm for TokenBucket {
         match state {
             TokenBucketState::Continuous { full_at } => {
                 let now = u128::from(now) * u128::from(self.scale);
+                let scale = u128::from(self.scale);
                 let cost = u128::from(self.unit) * u128::from(receipt.cost);
-                // The schedule the charge left is at least `at` plus the cost.
-                let at = u128::from(receipt.at) * u128::from(self.scale);
-                let mark = receipt.mark.max(at.saturating_add(cost));
+                let at = u128::from(receipt.at) * scale;
+                // `reset_after` is the scaled moment of being full rounded
+                // up to the ns: one ns less, scaled, is never past it.
+                let mark = receipt
+                    .reset_after
+                    .map_or(0, |reset| {
+                        u128::from(receipt.at.saturating_add(reset).saturating_sub(1)) * scale
+                    })
+                    .max(at.saturating_add(cost));
                 let give = cost
                     .min(mark.saturating_sub(now))
                     .min(full_at.get().saturating_sub(now));

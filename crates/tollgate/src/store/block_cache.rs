@@ -14,7 +14,7 @@ use std::fmt;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -78,6 +78,9 @@ struct ListInner {
     /// without one so that a check finds "nothing is blocked" for the
     /// price of one load.
     entries: AtomicUsize,
+    /// When a charge was last given back (see [`BlockList::forget`]): a
+    /// refusal sent before then may no longer hold, and is not learned.
+    refunded_at: AtomicU64,
 }
 
 #[derive(Default)]
@@ -128,6 +131,7 @@ impl BlockList {
                 per_shard: max_entries / shards,
                 hasher: Default::default(),
                 entries: AtomicUsize::new(0),
+                refunded_at: AtomicU64::new(0),
             }),
         }
     }
@@ -156,6 +160,23 @@ impl BlockList {
             let dropped = shard.map.len();
             shard.map.clear();
             self.inner.entries.fetch_sub(dropped, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the refusal remembered for `key` under `policy`, if any: a
+    /// charge given back at `now` may let the key pass before the
+    /// refusal's retry time. A refusal of a request sent before `now`
+    /// whose answer comes later is not learned either (for any key: the
+    /// list keeps no time per key it does not hold).
+    pub fn forget(&self, policy: &Policy, key: &Key, now: u64) {
+        self.inner.refunded_at.fetch_max(now, Ordering::AcqRel);
+        let fingerprint = self.inner.fingerprint(policy, key);
+        if lock(self.inner.shard(fingerprint))
+            .map
+            .remove(&fingerprint)
+            .is_some()
+        {
+            self.inner.entries.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -231,7 +252,11 @@ impl BlockList {
             return;
         }
         let retry = merged.retry_after_nanos();
-        if !merged.can_ever_pass() || retry == 0 || inner.per_shard == 0 {
+        if !merged.can_ever_pass()
+            || retry == 0
+            || inner.per_shard == 0
+            || sent <= inner.refunded_at.load(Ordering::Acquire)
+        {
             return;
         }
         let fingerprint = inner.fingerprint(policy, key);
@@ -640,6 +665,17 @@ where
 
     fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
         self.inner.supports(policy)
+    }
+
+    fn refunds(&self) -> bool {
+        self.inner.refunds()
+    }
+
+    /// Gives the charge back to the store behind, and forgets the key's
+    /// remembered refusal, which the refund may have made untrue.
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
+        self.blocked.forget(policy, key, self.clock.now());
+        self.inner.refund(policy, key, refund);
     }
 
     fn check(

@@ -65,6 +65,10 @@ trait ErasedStore: Send + Sync {
     ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
 
     fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError>;
+
+    fn refunds_erased(&self) -> bool;
+
+    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund);
 }
 
 impl<St: Store> ErasedStore for St {
@@ -91,6 +95,14 @@ impl<St: Store> ErasedStore for St {
 
     fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
         self.supports(policy)
+    }
+
+    fn refunds_erased(&self) -> bool {
+        self.refunds()
+    }
+
+    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
+        self.refund(policy, key, refund);
     }
 }
 
@@ -119,5 +131,13 @@ impl Store for BoxStore {
 
     fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
         self.0.supports_erased(policy)
+    }
+
+    fn refunds(&self) -> bool {
+        self.0.refunds_erased()
+    }
+
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
+        self.0.refund_erased(policy, key, refund);
     }
 }

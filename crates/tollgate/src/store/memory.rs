@@ -236,6 +236,34 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+impl<C: Clock> MemoryStore<C> {
+    /// Gives a charge back at once: what [`Store::refund`] does. A key the
+    /// store no longer holds (dropped at rest, or to make room) has nothing
+    /// to give back.
+    pub fn refund_now(&self, policy: &Policy, key: &Key, refund: super::Refund) {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        let fingerprint = inner.hasher.hash_one((policy.id(), key));
+        let shard = &inner.shards[(fingerprint >> 32) as usize & (inner.shards.len() - 1)];
+        match policy.packed() {
+            Some(limiter) => {
+                if let Some(cell) = read(shard).cells.get(&fingerprint) {
+                    limiter.refund(cell, refund.receipt(0, now), now);
+                }
+            }
+            None => {
+                let mut shard = write(shard);
+                if let Some(slot) = shard.slots.get_mut(&fingerprint) {
+                    let limits = policy.limiters().iter().zip(slot.states.iter_mut());
+                    for (index, (limiter, state)) in limits.enumerate() {
+                        limiter.refund(state, refund.receipt(index, now), now);
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl<C> Inner<C> {
     /// A one-word state: the shard's read lock and a compare-and-swap; the
     /// write lock only to add a key.
@@ -358,6 +386,14 @@ impl<C: Clock> Store for MemoryStore<C> {
         cost: u32,
     ) -> StoreReply<Self::Future, Infallible> {
         StoreReply::Ready(Ok(self.check_now(policy, key, cost)))
+    }
+
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
+        self.refund_now(policy, key, refund);
     }
 }
 

@@ -99,4 +99,68 @@ pub trait Store: Clone + Send + Sync + 'static {
         let _ = policy;
         Ok(())
     }
+
+    /// Whether [`refund`](Self::refund) gives charges back. A layer that
+    /// counts only some outcomes needs it. The default: no.
+    fn refunds(&self) -> bool {
+        false
+    }
+
+    /// Gives back, as far as it still counts, a charge that
+    /// [`check`](Self::check) made for `key` under `policy` (see
+    /// [`Refund`]): every limit of the policy then stands as if the request
+    /// had not been admitted, or, where its charge has partly or wholly
+    /// stopped counting (a window moved on, a bucket refilled), never more
+    /// lenient than that. Best effort: a store that cannot reach its
+    /// counters keeps the charge (the request counts), and says so in its
+    /// logs. The default does nothing; see [`refunds`](Self::refunds).
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) {
+        let _ = (policy, key, refund);
+    }
+}
+
+/// A charge to give back: `cost` units that a check admitted `ago` before
+/// the refund, with the check's decision. The caller measures `ago` from
+/// *before* it called [`Store::check`], so it is never shorter than the
+/// time since the charge; the store takes its own clock less `ago` as the
+/// charge's time, which needs no agreement between clocks (a Redis
+/// server's and this process's). Each limit's `reset_after` tells the
+/// algorithms that keep a schedule where the charge left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refund {
+    /// What the check charged.
+    pub cost: u32,
+    /// How long before the refund the check was called.
+    pub ago: std::time::Duration,
+    /// Each limit's `reset_after` in the admission, in ns, in the policy's
+    /// order (empty: unknown; the refund then gives back less once time
+    /// has passed).
+    pub resets: SmallVec<[u64; 2]>,
+}
+
+impl Refund {
+    /// The refund of `decision`, an admission of `cost` whose check was
+    /// called `ago` before now.
+    pub fn of(decision: &PolicyDecision, cost: u32, ago: std::time::Duration) -> Self {
+        Refund {
+            cost,
+            ago,
+            resets: decision
+                .each
+                .iter()
+                .map(|d| d.reset_after_nanos())
+                .collect(),
+        }
+    }
+
+    /// The core's receipt of this charge for limit `index` of the policy,
+    /// on a clock reading `now`.
+    pub fn receipt(&self, index: usize, now: u64) -> tollgate_core::Receipt {
+        let ago = u64::try_from(self.ago.as_nanos()).unwrap_or(u64::MAX);
+        tollgate_core::Receipt {
+            at: now.saturating_sub(ago),
+            cost: self.cost,
+            reset_after: self.resets.get(index).copied(),
+        }
+    }
 }

@@ -127,6 +127,14 @@ impl<St: Store> Store for Timeout<St> {
         self.inner.supports(policy)
     }
 
+    fn refunds(&self) -> bool {
+        self.inner.refunds()
+    }
+
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
+        self.inner.refund(policy, key, refund);
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,
