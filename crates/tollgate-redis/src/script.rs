@@ -378,7 +378,11 @@ impl PreparedPolicy {
             .copied()
             .reduce(Decision::merge)
             .unwrap_or_default();
-        PolicyDecision { merged, each }
+        PolicyDecision {
+            merged,
+            each,
+            charged_at: None,
+        }
     }
 }
 

@@ -219,6 +219,7 @@ impl RedisStore {
                 }
                 .into(),
                 each: Default::default(),
+                charged_at: None,
             }));
         }
         // A key Redis refused, until its retry time: no call.

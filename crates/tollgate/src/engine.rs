@@ -9,13 +9,14 @@
 use crate::headers::{FieldValues, HeaderStyle, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
+use crate::outcome::Ticket;
 use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
 use crate::store::{PolicyDecision, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the layer does when the store fails or does not answer in time.
 #[derive(Clone, Debug, Default)]
@@ -64,6 +65,8 @@ pub(crate) struct Settings {
     pub store_timeout: Duration,
     pub shadow: bool,
     pub request_info: bool,
+    /// Which responses count; `None`: every admission counts.
+    pub charge_when: Option<crate::outcome::ChargeWhen>,
 }
 
 impl Default for Settings {
@@ -78,6 +81,7 @@ impl Default for Settings {
             store_timeout: Duration::from_millis(100),
             shadow: false,
             request_info: false,
+            charge_when: None,
         }
     }
 }
@@ -91,6 +95,9 @@ pub(crate) enum Action<B> {
         wait: Duration,
         // Boxed: it is rare (opt-in) and would triple the size of the action.
         info: Option<Box<RateLimitInfo>>,
+        /// With `charge_when`: what to give back if the response does not
+        /// count. Boxed, as `info`.
+        ticket: Option<Box<Ticket>>,
     },
     /// Answer with this response instead. Boxed: a response is large, and
     /// every allowed request would otherwise move an action that size.
@@ -141,8 +148,16 @@ impl<K, St, R> Engine<K, St, R> {
         Some(entry)
     }
 
-    /// The action for a verdict on the limits of entry `entry`.
-    fn judge<B: Default>(&self, entry: &EntryRef, key: &Key, verdict: &PolicyDecision) -> Action<B>
+    /// The action for a verdict on the limits of entry `entry`, for a
+    /// request of `charge` (its cost, and when the store was asked, when
+    /// the layer counts only some outcomes).
+    fn judge<B: Default>(
+        &self,
+        entry: &EntryRef,
+        key: &Key,
+        verdict: &PolicyDecision,
+        charge: Charge,
+    ) -> Action<B>
     where
         R: Rejector<B>,
     {
@@ -166,10 +181,19 @@ impl<K, St, R> Engine<K, St, R> {
                 .settings
                 .request_info
                 .then(|| Box::new(RateLimitInfo::new(policy, verdict)));
+            // Only a request that was charged has anything to give back
+            // (in shadow mode a refused one passes uncharged).
+            let ticket = match charge.asked {
+                Some(asked) if decision.allowed() && charge.cost > 0 => Some(Box::new(
+                    Ticket::new(policy, key, charge.cost, asked, verdict),
+                )),
+                _ => None,
+            };
             return Action::Forward {
                 fields,
                 wait: decision.wait(),
                 info,
+                ticket,
             };
         }
         tracing::debug!(
@@ -214,6 +238,7 @@ impl<K, St, R> Engine<K, St, R> {
                 fields: FieldValues::default(),
                 wait: Duration::ZERO,
                 info: None,
+                ticket: None,
             },
             OnStoreError::Closed => {
                 Action::Reject(Box::new(self.rejector.reject_without_decision(
@@ -246,6 +271,16 @@ pub(crate) struct PendingCheck<F> {
     pub(crate) check: F,
     pub(crate) entry: EntryRef,
     pub(crate) key: Key,
+    pub(crate) charge: Charge,
+}
+
+/// What a request is charged, as a refund needs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Charge {
+    pub(crate) cost: u32,
+    /// When the store was asked; `None` unless the layer counts only some
+    /// outcomes.
+    pub(crate) asked: Option<Instant>,
 }
 
 impl<K, St, R> Engine<K, St, R>
@@ -290,6 +325,10 @@ where
             return Start::Pass;
         };
         let cost = self.settings.cost.as_ref().map_or(1, |cost| cost(&info));
+        let charge = Charge {
+            cost,
+            asked: self.settings.charge_when.as_ref().map(|_| Instant::now()),
+        };
         let policy = &self.routes.get(&entry).policy;
         match self
             .store
@@ -300,11 +339,16 @@ where
                 crate::observe::decided(policy.metrics(), &verdict);
                 Start::Pass
             }
-            StoreReply::Ready(Ok(verdict)) => Start::Act(self.judge(&entry, &key, &verdict)),
-            StoreReply::Ready(Err(error)) => Start::Act(self.on_failure(&entry, &error)),
-            StoreReply::Pending(check) => {
-                Start::Check(Box::new(PendingCheck { check, entry, key }))
+            StoreReply::Ready(Ok(verdict)) => {
+                Start::Act(self.judge(&entry, &key, &verdict, charge))
             }
+            StoreReply::Ready(Err(error)) => Start::Act(self.on_failure(&entry, &error)),
+            StoreReply::Pending(check) => Start::Check(Box::new(PendingCheck {
+                check,
+                entry,
+                key,
+                charge,
+            })),
         }
     }
 }
@@ -316,13 +360,14 @@ impl<K, St, R> Engine<K, St, R> {
         &self,
         entry: &EntryRef,
         key: &Key,
+        charge: Charge,
         answer: Option<Result<PolicyDecision, E>>,
     ) -> Action<B>
     where
         R: Rejector<B>,
     {
         match answer {
-            Some(Ok(verdict)) => self.judge(entry, key, &verdict),
+            Some(Ok(verdict)) => self.judge(entry, key, &verdict, charge),
             Some(Err(error)) => self.on_failure(entry, &error),
             None => self.on_failure(entry, &"the store did not answer in time"),
         }

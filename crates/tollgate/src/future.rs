@@ -1,8 +1,9 @@
 //! [`ResponseFuture`], the future of a rate-limited call.
 
-use crate::engine::{Action, Engine, PendingCheck};
+use crate::engine::{Action, Charge, Engine, PendingCheck};
 use crate::headers::FieldValues;
 use crate::key::Key;
+use crate::outcome::Ticket;
 use crate::rejection::{Rejector, status_response};
 use crate::routes::EntryRef;
 use crate::store::Store;
@@ -48,7 +49,10 @@ pin_project! {
         // the future stays small and cheap to move.
         Calling { #[pin] future: S::Future },
         Checking { checking: Pin<Box<Checking<S, Req, Check, Sh>>> },
-        Waiting { waiting: Pin<Box<Waiting<S, Req>>> },
+        Waiting { waiting: Pin<Box<Waiting<S, Req, Sh>>> },
+        // The inner service's future, whose response decides whether the
+        // request's charge stands (`charge_when`).
+        Judging { judging: Pin<Box<Judging<S, Req, Sh>>> },
         Rejected { response: Option<Box<S::Response>> },
     }
 }
@@ -62,18 +66,35 @@ pin_project! {
         pending: Option<(S, Req)>,
         entry: EntryRef,
         key: Key,
+        charge: Charge,
     }
 }
 
 pin_project! {
     #[project = WaitingProj]
-    struct Waiting<S, Req> {
+    struct Waiting<S, Req, Sh> {
         #[pin] until: Sleep,
         pending: Option<(S, Req)>,
+        judge: Option<(Sh, Box<Ticket>)>,
     }
 }
 
-fn waiting<S, Req, Check, Sh>(wait: Duration, pending: (S, Req)) -> Phase<S, Req, Check, Sh>
+pin_project! {
+    #[project = JudgingProj]
+    struct Judging<S, Req, Sh>
+    where
+        S: Service<Req>,
+    {
+        #[pin] future: S::Future,
+        judge: Option<(Sh, Box<Ticket>)>,
+    }
+}
+
+fn waiting<S, Req, Check, Sh>(
+    wait: Duration,
+    pending: (S, Req),
+    judge: Option<(Sh, Box<Ticket>)>,
+) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
 {
@@ -81,7 +102,28 @@ where
         waiting: Box::pin(Waiting {
             until: tokio::time::sleep(wait),
             pending: Some(pending),
+            judge,
         }),
+    }
+}
+
+/// Calls the inner service: judged by its response when there is a
+/// ticket to give back, plainly otherwise.
+fn calling<S, Req, Check, Sh>(
+    future: S::Future,
+    judge: Option<(Sh, Box<Ticket>)>,
+) -> Phase<S, Req, Check, Sh>
+where
+    S: Service<Req>,
+{
+    match judge {
+        None => Phase::Calling { future },
+        Some(judge) => Phase::Judging {
+            judging: Box::pin(Judging {
+                future,
+                judge: Some(judge),
+            }),
+        },
     }
 }
 
@@ -103,9 +145,28 @@ where
     }
 
     /// Holds `pending` for `wait` (the leaky bucket's slot), then calls.
-    pub(crate) fn waiting(wait: Duration, pending: (S, Req), fields: FieldValues) -> Self {
+    pub(crate) fn waiting(
+        wait: Duration,
+        pending: (S, Req),
+        fields: FieldValues,
+        judge: Option<Judge<K, St, R>>,
+    ) -> Self {
         ResponseFuture {
-            phase: waiting(wait, pending),
+            phase: waiting(wait, pending, judge),
+            fields,
+        }
+    }
+
+    /// The inner service's future, whose response says whether the
+    /// request's charge stands (see [`Ticket`]).
+    pub(crate) fn judging(
+        future: S::Future,
+        fields: FieldValues,
+        engine: &Arc<Engine<K, St, R>>,
+        ticket: Box<Ticket>,
+    ) -> Self {
+        ResponseFuture {
+            phase: calling(future, Some((engine.clone(), ticket))),
             fields,
         }
     }
@@ -130,7 +191,12 @@ where
     where
         S: Clone,
     {
-        let PendingCheck { check, entry, key } = pending;
+        let PendingCheck {
+            check,
+            entry,
+            key,
+            charge,
+        } = pending;
         ResponseFuture {
             phase: Phase::Checking {
                 checking: Box::pin(Checking {
@@ -140,6 +206,7 @@ where
                     pending: Some((take_ready(inner), request)),
                     entry,
                     key,
+                    charge,
                 }),
             },
             fields: FieldValues::default(),
@@ -192,11 +259,23 @@ where
                     ready!(poll_checking(checking.as_mut(), this.fields, cx))
                 }
                 PhaseProj::Waiting { waiting } => ready!(poll_waiting(waiting.as_mut(), cx)),
+                PhaseProj::Judging { judging } => {
+                    let mut response = ready!(poll_judging(judging.as_mut(), cx))?;
+                    std::mem::take(this.fields).write_into(response.headers_mut());
+                    return Poll::Ready(Ok(response));
+                }
             };
             this.phase.set(next);
         }
     }
 }
+
+/// What judges a response: the engine (its `charge_when`, its store) and
+/// what to give back.
+pub(crate) type Judge<K, St, R> = (Arc<Engine<K, St, R>>, Box<Ticket>);
+
+/// The judged call of an HTTP request.
+type HttpJudging<S, ReqBody, K, St, R> = Judging<S, http::Request<ReqBody>, Arc<Engine<K, St, R>>>;
 
 /// The phase of a future over an HTTP request.
 type HttpPhase<S, ReqBody, K, St, R> =
@@ -227,6 +306,7 @@ where
         pending,
         entry,
         key,
+        charge,
     } = checking.project();
     let answer = match check.poll(cx) {
         Poll::Ready(answer) => Some(answer),
@@ -235,7 +315,7 @@ where
             None
         }
     };
-    let action = shared.finish(entry, key, answer);
+    let action = shared.finish(entry, key, *charge, answer);
     let next = match (action, pending.take()) {
         (Action::Reject(response), _) => Phase::Rejected {
             response: Some(response),
@@ -245,6 +325,7 @@ where
                 fields: add,
                 wait,
                 info,
+                ticket,
             },
             Some(mut pending),
         ) => {
@@ -252,13 +333,12 @@ where
             if let Some(info) = info {
                 pending.1.extensions_mut().insert(*info);
             }
+            let judge = ticket.map(|ticket| (shared.clone(), ticket));
             if wait.is_zero() {
                 let (mut service, request) = pending;
-                Phase::Calling {
-                    future: service.call(request),
-                }
+                calling(service.call(request), judge)
             } else {
-                waiting(wait, pending)
+                waiting(wait, pending, judge)
             }
         }
         // The request was already handed on: cannot happen through `poll`.
@@ -272,20 +352,51 @@ where
 /// Holds the request until its slot, then calls the inner service.
 #[inline(never)]
 fn poll_waiting<S, Req, Check, Sh>(
-    waiting: Pin<&mut Waiting<S, Req>>,
+    waiting: Pin<&mut Waiting<S, Req, Sh>>,
     cx: &mut Context<'_>,
 ) -> Poll<Phase<S, Req, Check, Sh>>
 where
     S: Service<Req>,
 {
-    let WaitingProj { until, pending } = waiting.project();
+    let WaitingProj {
+        until,
+        pending,
+        judge,
+    } = waiting.project();
     ready!(until.poll(cx));
     let Some((mut service, request)) = pending.take() else {
         // Already handed on (cannot happen through `poll`): an empty 500
         // rather than a hang.
         return Poll::Ready(Phase::Rejected { response: None });
     };
-    Poll::Ready(Phase::Calling {
-        future: service.call(request),
-    })
+    Poll::Ready(calling(service.call(request), judge.take()))
+}
+
+/// Awaits the inner service's response; when `charge_when` says it does
+/// not count, gives the request's charge back. An error from the inner
+/// service is no response: the charge stands.
+#[inline(never)]
+fn poll_judging<S, ReqBody, K, St, R, B>(
+    judging: Pin<&mut HttpJudging<S, ReqBody, K, St, R>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Response<B>, S::Error>>
+where
+    S: Service<http::Request<ReqBody>, Response = Response<B>>,
+    St: Store,
+{
+    let JudgingProj { future, judge } = judging.project();
+    let response = ready!(future.poll(cx))?;
+    let Some((engine, ticket)) = judge.take() else {
+        return Poll::Ready(Ok(response));
+    };
+    let Some(charge_when) = &engine.settings.charge_when else {
+        return Poll::Ready(Ok(response));
+    };
+    let (parts, body) = response.into_parts();
+    if !charge_when.counts(&parts) {
+        engine
+            .store
+            .refund(&ticket.policy, &ticket.key, ticket.refund());
+    }
+    Poll::Ready(Ok(Response::from_parts(parts, body)))
 }

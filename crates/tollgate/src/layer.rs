@@ -377,6 +377,18 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
+    /// Counts only the responses `when` says count (see [`ChargeWhen`]):
+    /// a request is charged when admitted, and its charge is given back
+    /// when its response does not count. Needs a store that gives charges
+    /// back ([`Store::refunds`](crate::Store::refunds)): the memory store
+    /// and the wrappers over it; `try_build` fails otherwise.
+    ///
+    /// [`ChargeWhen`]: crate::ChargeWhen
+    pub fn charge_when(mut self, when: crate::ChargeWhen) -> Self {
+        self.config.settings.charge_when = Some(when);
+        self
+    }
+
     /// Answers limited requests with the response `rejector` builds: for a
     /// [`Rejector`](crate::Rejector) type of your own or another crate's
     /// (tollgate-axum's `problem+json`, say). For a closure, see
@@ -467,6 +479,12 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                  milliseconds (the default is 100 ms)",
             ));
         }
+        if self.config.settings.charge_when.is_some() && !self.store.refunds() {
+            return Err(ConfigError::new(
+                "charge_when needs a store that gives charges back (Store::refunds): the \
+                 memory store, or a wrapper over one; this store counts every admission",
+            ));
+        }
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;
@@ -502,7 +520,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         let settings = config.settings;
         let headers = settings.headers;
         let fields_on_allowed = headers.on_allowed && (headers.draft || headers.legacy);
-        let forwards_bare = !settings.request_info && !fields_on_allowed;
+        let forwards_bare =
+            !settings.request_info && !fields_on_allowed && settings.charge_when.is_none();
         RateLimitLayer {
             shared: Arc::new(Engine {
                 rejector: self.rejector,

@@ -50,6 +50,7 @@ mod info;
 mod key;
 mod layer;
 mod observe;
+mod outcome;
 mod policy;
 mod prepared;
 #[cfg(feature = "quotas")]
@@ -73,6 +74,7 @@ pub use key::{
     ShortKey, key_fn,
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};
+pub use outcome::ChargeWhen;
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use prepared::Prepared;
 pub use rejection::{DefaultRejector, FnRejector, RejectReason, Rejection, Rejector};

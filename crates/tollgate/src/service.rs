@@ -89,15 +89,27 @@ where
 {
     match engine.start(&request) {
         Start::Pass => ResponseFuture::passed(inner.call(request)),
-        Start::Act(Action::Forward { fields, wait, info }) => {
+        Start::Act(Action::Forward {
+            fields,
+            wait,
+            info,
+            ticket,
+        }) => {
             let mut request = request;
             if let Some(info) = info {
                 request.extensions_mut().insert(*info);
             }
-            if wait.is_zero() {
-                ResponseFuture::calling(inner.call(request), fields)
-            } else {
-                ResponseFuture::waiting(wait, (take_ready(inner), request), fields)
+            match (wait.is_zero(), ticket) {
+                (true, None) => ResponseFuture::calling(inner.call(request), fields),
+                (true, Some(ticket)) => {
+                    ResponseFuture::judging(inner.call(request), fields, engine, ticket)
+                }
+                (false, ticket) => ResponseFuture::waiting(
+                    wait,
+                    (take_ready(inner), request),
+                    fields,
+                    ticket.map(|ticket| (engine.clone(), ticket)),
+                ),
             }
         }
         Start::Act(Action::Reject(response)) => ResponseFuture::rejected(response),

@@ -109,7 +109,11 @@ fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
             .reduce(Decision::merge)
             .unwrap_or_default(),
     };
-    PolicyDecision { merged, each }
+    PolicyDecision {
+        merged,
+        each,
+        charged_at: None,
+    }
 }
 
 #[cfg(test)]

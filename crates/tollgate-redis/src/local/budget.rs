@@ -340,6 +340,7 @@ mod tests {
         Some(PolicyDecision {
             merged: limit,
             each: [limit].into_iter().collect(),
+            charged_at: None,
         })
     }
 
@@ -409,6 +410,7 @@ mod tests {
             Some(PolicyDecision {
                 merged: limit,
                 each: [limit, limit].into_iter().collect(),
+                charged_at: None,
             })
         };
         let signature = |n: u64| {

@@ -62,6 +62,7 @@ where
                         ..DecisionFields::default()
                     }),
                     each: Default::default(),
+                    charged_at: None,
                 })
             }),
             CheckStateProj::Pending { future } => ready!(future.poll(cx)),

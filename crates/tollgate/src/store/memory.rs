@@ -229,6 +229,7 @@ impl<C: Clock> MemoryStore<C> {
                 PolicyDecision {
                     merged: decision,
                     each: smallvec::smallvec![decision],
+                    charged_at: decision.allowed().then_some(now),
                 }
             }
             None => inner.check_slot(shard, fingerprint, policy, now, cost),
@@ -321,7 +322,12 @@ impl<C> Inner<C> {
         slot.rest_at = now
             .saturating_add(merged.reset_after_nanos())
             .saturating_add(policy.rest_slack_nanos());
-        PolicyDecision { merged, each }
+        let charged_at = merged.allowed().then_some(now);
+        PolicyDecision {
+            merged,
+            each,
+            charged_at,
+        }
     }
 }
 

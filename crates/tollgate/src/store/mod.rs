@@ -41,6 +41,10 @@ pub struct PolicyDecision {
     pub merged: Decision,
     /// Each limit's own decision, in the policy's order.
     pub each: SmallVec<[Decision; 2]>,
+    /// For an admission, when the store charged it, on the store's own
+    /// clock (ns): what a [`Refund`] gives back exactly. `None` when the
+    /// store does not say (a refund then goes by how long ago it was).
+    pub charged_at: Option<u64>,
 }
 
 /// A store's answer: at once, or later.
@@ -136,6 +140,10 @@ pub struct Refund {
     /// order (empty: unknown; the refund then gives back less once time
     /// has passed).
     pub resets: SmallVec<[u64; 2]>,
+    /// When the store charged it, on its own clock, as its decision said
+    /// ([`PolicyDecision::charged_at`]): then `ago` is not needed, and the
+    /// refund is exact.
+    pub charged_at: Option<u64>,
 }
 
 impl Refund {
@@ -150,6 +158,7 @@ impl Refund {
                 .iter()
                 .map(|d| d.reset_after_nanos())
                 .collect(),
+            charged_at: decision.charged_at,
         }
     }
 
@@ -158,7 +167,7 @@ impl Refund {
     pub fn receipt(&self, index: usize, now: u64) -> tollgate_core::Receipt {
         let ago = u64::try_from(self.ago.as_nanos()).unwrap_or(u64::MAX);
         tollgate_core::Receipt {
-            at: now.saturating_sub(ago),
+            at: self.charged_at.unwrap_or(now.saturating_sub(ago)),
             cost: self.cost,
             reset_after: self.resets.get(index).copied(),
         }

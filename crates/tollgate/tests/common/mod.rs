@@ -55,6 +55,14 @@ impl<C: tollgate_core::Clock + Clone> Store for Later<C> {
     ) -> StoreReply<Self::Future, Infallible> {
         StoreReply::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
     }
+
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: tollgate::store::Refund) {
+        self.0.refund_now(policy, key, refund);
+    }
 }
 
 /// Sends one request through `service` once it is ready.
