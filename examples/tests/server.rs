@@ -622,3 +622,41 @@ fn with_redis_the_block_cache_is_on_by_default_and_can_be_turned_off() {
         assert!((29..=30).contains(&retry), "{run}: {retry}");
     }
 }
+
+#[test]
+fn x_status_sets_the_answer_and_charge_when_counts_only_those_statuses() {
+    let server = Server::start(&[
+        "--key",
+        "global",
+        "--limit",
+        "logins=2/min",
+        "--charge-when",
+        "401,5xx",
+    ]);
+    // Any number of responses that do not count pass.
+    for _ in 0..6 {
+        assert_eq!(server.get("/", &[]).status, 200);
+        assert_eq!(server.get("/", &[("x-status", "404")]).status, 404);
+    }
+    assert_eq!(server.get("/", &[("x-status", "401")]).status, 401);
+    assert_eq!(server.get("/", &[("x-status", "503")]).status, 503);
+    // Two counted: the limit is spent, whatever the next would answer.
+    assert_eq!(server.get("/", &[("x-status", "401")]).status, 429);
+    assert_eq!(server.get("/", &[]).status, 429);
+    // Without --charge-when every response counts.
+    let plain = Server::start(&["--key", "global", "--limit", "api=2/min"]);
+    assert_eq!(plain.get("/", &[("x-status", "418")]).status, 418);
+    assert_eq!(plain.get("/", &[]).status, 200);
+    assert_eq!(plain.get("/", &[]).status, 429);
+    // An x-status that is not a status code: 400.
+    let other = Server::start(&["--key", "global"]);
+    assert_eq!(other.get("/", &[("x-status", "teapot")]).status, 400);
+    // A list that is not statuses, or a store that cannot give back: usage
+    // errors.
+    let (status, stderr) = run_to_exit(&["--charge-when", "4xx,nope"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let (status, stderr) = run_to_exit(&["--store", &redis.url(), "--charge-when", "4xx"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("charge_when"), "{stderr}");
+}

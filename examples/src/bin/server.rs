@@ -21,6 +21,7 @@
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
 //! --local MODE             Redis stores only: off (default: one Redis call per decision) | exact | periodic=MS
+//! --charge-when STATUSES   only responses of these statuses count, e.g. 4xx,5xx or 401,403 (default: every response)
 //! --header-timeout-ms N    default 10000: a request's head must arrive within N ms
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
 //! --max-connections N      default 10000: connections beyond N wait to be accepted
@@ -51,6 +52,13 @@
 //!   bound of the limit); see `tollgate_redis::LocalFirst`. Only with a
 //!   Redis `--store`, and only for algorithms the local-first store supports
 //!   (not `sliding-log` or `leaky-bucket`): otherwise exit code 2.
+//! - Every route answers the status in an `x-status` request header (`200`
+//!   when absent; an `x-status` that is not a status code gets `400`), so a
+//!   script can play failed requests. With `--charge-when 4xx,5xx` a
+//!   request is charged when admitted and given back when its status is
+//!   not listed: any number of `200`s pass, the limit counts the rest.
+//!   `--charge-when` needs a store that gives charges back (the memory
+//!   store): with a Redis `--store` it is a usage error (exit 2).
 //! - `--block-cache` applies to a Redis store only (the memory store has
 //!   no round trip to save): given with the memory store, default or
 //!   named, it is a usage error. On, a flood on a refused key costs Redis
@@ -70,7 +78,7 @@
 //!   taken): a message and exit code 1.
 
 use axum::Router;
-use axum::http::HeaderName;
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use clap::{CommandFactory, Parser, ValueEnum};
 use ipnet::IpNet;
 use std::collections::HashSet;
@@ -81,8 +89,8 @@ use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::store::BoxStore;
 use tollgate::{
-    GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit, OnStoreError,
-    RateLimitLayer,
+    ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
+    OnStoreError, RateLimitLayer,
 };
 use tollgate_axum::ClientIp;
 use tollgate_examples::serving::{ServeLimits, serve};
@@ -147,6 +155,11 @@ struct Args {
     #[arg(long, value_name = "MODE", value_parser = parse_local)]
     local: Option<Local>,
 
+    /// Only responses of these statuses count against the limit, e.g.
+    /// 4xx,5xx or 401,403 (default: every response counts).
+    #[arg(long, value_name = "STATUSES", value_parser = parse_charge_when)]
+    charge_when: Option<ChargeWhen>,
+
     /// How long a client may take to send a request's head, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     header_timeout_ms: u64,
@@ -159,6 +172,31 @@ struct Args {
     /// The most connections open at once; more wait to be accepted.
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = at_least_one)]
     max_connections: usize,
+}
+
+/// Parses `--charge-when`.
+fn parse_charge_when(text: &str) -> Result<ChargeWhen, String> {
+    ChargeWhen::statuses(text).map_err(|e| e.to_string())
+}
+
+/// The status an `x-status` request header asks for: `200` without one,
+/// `400` (with why) for one that is not a status code.
+async fn answer(headers: HeaderMap) -> (StatusCode, &'static str) {
+    match headers.get("x-status") {
+        None => (StatusCode::OK, "ok"),
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u16>().ok())
+            .and_then(|code| StatusCode::from_u16(code).ok())
+        {
+            Some(status) => (status, "ok"),
+            None => (
+                StatusCode::BAD_REQUEST,
+                "x-status must be a status code (100 to 999)\n",
+            ),
+        },
+    }
 }
 
 /// Parses a count of at least one.
@@ -414,7 +452,7 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         FailMode::Open => OnStoreError::Open,
         FailMode::Closed => OnStoreError::Closed,
     };
-    let layer = args
+    let mut builder = args
         .limits
         .iter()
         .cloned()
@@ -424,11 +462,15 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .store(store(store_url, args).await?)
         .on_store_error(on_store_error)
         .store_timeout(Duration::from_millis(args.store_timeout_ms))
-        .headers(header_style(args.headers))
+        .headers(header_style(args.headers));
+    if let Some(charge_when) = &args.charge_when {
+        builder = builder.charge_when(charge_when.clone());
+    }
+    let layer = builder
         .try_build()
         .map_err(|e| Failure::Usage(e.to_string()))?;
     // A fallback, not a route, so that every path is answered and limited.
-    Ok(Router::new().fallback(|| async { "ok" }).layer(layer))
+    Ok(Router::new().fallback(answer).layer(layer))
 }
 
 /// Binds, announces the address, and serves until killed.

@@ -78,8 +78,9 @@ struct ListInner {
     /// without one so that a check finds "nothing is blocked" for the
     /// price of one load.
     entries: AtomicUsize,
-    /// When a charge was last given back (see [`BlockList::forget`]): a
-    /// refusal sent before then may no longer hold, and is not learned.
+    /// Just after a charge was last given back (its time + 1 ns; 0:
+    /// never; see [`BlockList::forget`]): a refusal sent before then may no
+    /// longer hold, and is not learned.
     refunded_at: AtomicU64,
 }
 
@@ -169,7 +170,9 @@ impl BlockList {
     /// whose answer comes later is not learned either (for any key: the
     /// list keeps no time per key it does not hold).
     pub fn forget(&self, policy: &Policy, key: &Key, now: u64) {
-        self.inner.refunded_at.fetch_max(now, Ordering::AcqRel);
+        self.inner
+            .refunded_at
+            .fetch_max(now.saturating_add(1), Ordering::AcqRel);
         let fingerprint = self.inner.fingerprint(policy, key);
         if lock(self.inner.shard(fingerprint))
             .map
@@ -255,7 +258,7 @@ impl BlockList {
         if !merged.can_ever_pass()
             || retry == 0
             || inner.per_shard == 0
-            || sent <= inner.refunded_at.load(Ordering::Acquire)
+            || sent < inner.refunded_at.load(Ordering::Acquire)
         {
             return;
         }
@@ -675,8 +678,10 @@ where
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
-        self.blocked.forget(policy, key, self.clock.now());
+        // Given back first, then forgotten: a refusal of a request sent in
+        // between was made without the refund, and is not learned.
         self.inner.refund(policy, key, refund);
+        self.blocked.forget(policy, key, self.clock.now());
     }
 
     fn check(
