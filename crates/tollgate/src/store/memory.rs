@@ -219,10 +219,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn check_now(&self, policy: &Policy, key: &Key, cost: u32) -> PolicyDecision {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        let fingerprint = inner.hasher.hash_one((policy.id(), key));
-        // Shard by middle bits: the map uses the low bits for the bucket and
-        // the top seven as a tag, which must not be the same for a whole shard.
-        let shard = &inner.shards[(fingerprint >> 32) as usize & (inner.shards.len() - 1)];
+        let (fingerprint, shard) = inner.shard_of(policy, key);
         match policy.packed() {
             Some(limiter) => {
                 let decision = inner.check_cell(shard, fingerprint, limiter, now, cost);
@@ -244,8 +241,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn refund_now(&self, policy: &Policy, key: &Key, refund: super::Refund) {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        let fingerprint = inner.hasher.hash_one((policy.id(), key));
-        let shard = &inner.shards[(fingerprint >> 32) as usize & (inner.shards.len() - 1)];
+        let (fingerprint, shard) = inner.shard_of(policy, key);
         match policy.packed() {
             Some(limiter) => {
                 if let Some(cell) = read(shard).cells.get(&fingerprint) {
@@ -266,6 +262,16 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C> Inner<C> {
+    /// The fingerprint of `key` under `policy`, and the shard that holds it.
+    #[inline]
+    fn shard_of(&self, policy: &Policy, key: &Key) -> (u64, &RwLock<Shard>) {
+        let fingerprint = self.hasher.hash_one((policy.id(), key));
+        // Shard by middle bits: the map uses the low bits for the bucket and
+        // the top seven as a tag, which must not be the same for a whole shard.
+        let shard = &self.shards[(fingerprint >> 32) as usize & (self.shards.len() - 1)];
+        (fingerprint, shard)
+    }
+
     /// A one-word state: the shard's read lock and a compare-and-swap; the
     /// write lock only to add a key.
     fn check_cell(
