@@ -381,7 +381,7 @@ impl PreparedPolicy {
         PolicyDecision {
             merged,
             each,
-            charged_at: None,
+            charged_at: 0,
         }
     }
 }

@@ -219,7 +219,7 @@ impl RedisStore {
                 }
                 .into(),
                 each: Default::default(),
-                charged_at: None,
+                charged_at: 0,
             }));
         }
         // A key Redis refused, until its retry time: no call.

@@ -461,7 +461,7 @@ mod tests {
         let verdict = PolicyDecision {
             merged: decision,
             each: names.iter().map(|_| decision).collect(),
-            charged_at: None,
+            charged_at: 0,
         };
         let fields = PolicyFields::new(&Policy::new(limits));
         let value = fields.state_value(&verdict, "").expect("a valid value");

@@ -170,7 +170,7 @@ impl Ticket {
             cost,
             asked,
             resets: verdict.each.iter().map(|d| d.reset_after_nanos()).collect(),
-            charged_at: verdict.charged_at,
+            charged_at: (verdict.charged_at != 0).then_some(verdict.charged_at),
         }
     }
 

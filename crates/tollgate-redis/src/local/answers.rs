@@ -112,7 +112,7 @@ fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
     PolicyDecision {
         merged,
         each,
-        charged_at: None,
+        charged_at: 0,
     }
 }
 

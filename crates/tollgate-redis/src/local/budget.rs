@@ -340,7 +340,7 @@ mod tests {
         Some(PolicyDecision {
             merged: limit,
             each: [limit].into_iter().collect(),
-            charged_at: None,
+            charged_at: 0,
         })
     }
 
@@ -410,7 +410,7 @@ mod tests {
             Some(PolicyDecision {
                 merged: limit,
                 each: [limit, limit].into_iter().collect(),
-                charged_at: None,
+                charged_at: 0,
             })
         };
         let signature = |n: u64| {

@@ -62,7 +62,7 @@ where
                         ..DecisionFields::default()
                     }),
                     each: Default::default(),
-                    charged_at: None,
+                    charged_at: 0,
                 })
             }),
             CheckStateProj::Pending { future } => ready!(future.poll(cx)),

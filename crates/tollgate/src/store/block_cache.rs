@@ -53,7 +53,7 @@ const SWEEP_INTERVAL: u64 = 1_000_000_000;
 ///     ..Default::default()
 /// }
 /// .into();
-/// let verdict = PolicyDecision { merged: refused, each: [refused].into_iter().collect(), charged_at: None };
+/// let verdict = PolicyDecision { merged: refused, each: [refused].into_iter().collect(), charged_at: 0 };
 ///
 /// let blocked = BlockList::new();
 /// // The store refused a request of cost 1 sent at 0 ns, answered at
@@ -376,7 +376,7 @@ fn aged(verdict: &PolicyDecision, elapsed: u64) -> PolicyDecision {
             .iter()
             .map(|d| aged_decision(d, elapsed))
             .collect(),
-        charged_at: None,
+        charged_at: 0,
     }
 }
 
@@ -971,7 +971,7 @@ mod tests {
         let verdict = PolicyDecision {
             merged: fields.into(),
             each: [fields.into(), never.into()].into_iter().collect(),
-            charged_at: None,
+            charged_at: 0,
         };
         let later = aged(&verdict, 2 * SECOND);
         let expected = DecisionFields {

@@ -226,7 +226,7 @@ impl<C: Clock> MemoryStore<C> {
                 PolicyDecision {
                     merged: decision,
                     each: smallvec::smallvec![decision],
-                    charged_at: decision.allowed().then_some(now),
+                    charged_at: if decision.allowed() { now } else { 0 },
                 }
             }
             None => inner.check_slot(shard, fingerprint, policy, now, cost),
@@ -328,7 +328,7 @@ impl<C> Inner<C> {
         slot.rest_at = now
             .saturating_add(merged.reset_after_nanos())
             .saturating_add(policy.rest_slack_nanos());
-        let charged_at = merged.allowed().then_some(now);
+        let charged_at = if merged.allowed() { now } else { 0 };
         PolicyDecision {
             merged,
             each,

@@ -42,9 +42,11 @@ pub struct PolicyDecision {
     /// Each limit's own decision, in the policy's order.
     pub each: SmallVec<[Decision; 2]>,
     /// For an admission, when the store charged it, on the store's own
-    /// clock (ns): what a [`Refund`] gives back exactly. `None` when the
-    /// store does not say (a refund then goes by how long ago it was).
-    pub charged_at: Option<u64>,
+    /// clock (ns): what a [`Refund`] gives back exactly. 0 when the store
+    /// does not say (a refund then goes by how long ago it was). A plain
+    /// number rather than an `Option`: every decision carries it, and the
+    /// layer's hot path moves decisions.
+    pub charged_at: u64,
 }
 
 /// A store's answer: at once, or later.
@@ -158,7 +160,7 @@ impl Refund {
                 .iter()
                 .map(|d| d.reset_after_nanos())
                 .collect(),
-            charged_at: decision.charged_at,
+            charged_at: (decision.charged_at != 0).then_some(decision.charged_at),
         }
     }
 
