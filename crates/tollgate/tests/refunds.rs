@@ -96,6 +96,16 @@ async fn run<St: Store>(store: St, algorithm: Algorithm) -> Arc<Counted> {
         "{algorithm}: outcomes given back used the limit up ({refunded} passed)"
     );
     tasks(&store, &policy, &seen, 64, 100, |task| task % 2 == 1).await;
+    // Then a counted request every millisecond for a fifth of a second. A
+    // GCRA-like schedule refunded for a request charged on a full bucket
+    // keeps, for a moment, the time until the next charge came (the
+    // refund cannot know when that was, and never gives back more than is
+    // due): a unit held back so comes free within microseconds, or
+    // milliseconds on a loaded machine.
+    for _ in 0..200 {
+        request(&store, &policy, false, &seen).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     seen
 }
 
