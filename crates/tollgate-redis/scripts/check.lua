@@ -30,11 +30,9 @@ for _, limit in ipairs(limits) do
   all_allowed = all_allowed and limit.decision[1] == 1
 end
 
-for i, limit in ipairs(limits) do
+for _, limit in ipairs(limits) do
   if all_allowed then
-    -- Keep the key until its state is back at rest (reset_after), rounded up.
-    local ttl_ms = floor(limit.decision[4] / 1000) + 1
-    limit.algorithm.commit(KEYS[i], limit.admission, now, limit.p, ttl_ms)
+    commit_limit(limit, now)
   elseif #limits > 1 and limit.decision[1] == 1 then
     -- Denied by another limit: report this one's state with nothing charged.
     local d = limit.algorithm.evaluate(limit.state, now, 0, limit.p)
@@ -43,11 +41,4 @@ for i, limit in ipairs(limits) do
   end
 end
 
-local out = {}
-for _, limit in ipairs(limits) do
-  for _, field in ipairs(limit.decision) do
-    out[#out + 1] = field
-  end
-end
-out[#out + 1] = now
-return out
+return reply_with_decisions({}, limits, now)

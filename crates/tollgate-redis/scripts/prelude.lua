@@ -101,6 +101,25 @@ local function store(key, value, ttl_ms)
   redis.call('SET', key, value, 'PX', ttl_ms)
 end
 
+-- Charges `limit` what its last evaluation admitted, keeping the key until
+-- its state is back at rest (reset_after), rounded up.
+local function commit_limit(limit, now)
+  local ttl_ms = floor(limit.decision[4] / 1000) + 1
+  limit.algorithm.commit(limit.key, limit.admission, now, limit.p, ttl_ms)
+end
+
+-- A script's reply: `out` (the values before the decisions), then the seven
+-- integers of every limit's decision, then the time the script ran at.
+local function reply_with_decisions(out, limits, now)
+  for _, limit in ipairs(limits) do
+    for _, field in ipairs(limit.decision) do
+      out[#out + 1] = field
+    end
+  end
+  out[#out + 1] = now
+  return out
+end
+
 -- The time to decide at, in µs: `arg` when tests set it, else the server's.
 local function time_now(arg)
   if arg ~= '' then

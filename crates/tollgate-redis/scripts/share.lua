@@ -59,20 +59,12 @@ end
 
 local function commit_all()
   for _, limit in ipairs(limits) do
-    local ttl_ms = floor(limit.decision[4] / 1000) + 1
-    limit.algorithm.commit(limit.key, limit.admission, now, limit.p, ttl_ms)
+    commit_limit(limit, now)
   end
 end
 
 local function reply(a, b, c)
-  local out = { a, b, c }
-  for _, limit in ipairs(limits) do
-    for _, field in ipairs(limit.decision) do
-      out[#out + 1] = field
-    end
-  end
-  out[#out + 1] = now
-  return out
+  return reply_with_decisions({ a, b, c }, limits, now)
 end
 
 -- Records that `reporter` now holds `units` of each limit that counts held
