@@ -80,6 +80,30 @@ impl RedisServer {
         command(self.port, args)
     }
 
+    /// `calls` of every command in the server's `INFO commandstats`, by
+    /// name.
+    pub fn command_calls(&self) -> Vec<(String, u64)> {
+        self.command(&["INFO", "commandstats"])
+            .lines()
+            .filter_map(|line| {
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+                Some((name.to_owned(), calls.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// How many script calls (`EVALSHA`, and `EVAL` when the server lacked
+    /// the script) the server has run: one per decision a `RedisStore`
+    /// asked it for, one per reservation or sync of a local-first store.
+    pub fn script_calls(&self) -> u64 {
+        self.command_calls()
+            .into_iter()
+            .filter(|(name, _)| name == "evalsha" || name == "eval")
+            .map(|(_, calls)| calls)
+            .sum()
+    }
+
     /// Starts the process on `self.port`; panics, with the server's log, if
     /// it does not come up.
     fn spawn(&mut self) {

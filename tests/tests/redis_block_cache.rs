@@ -10,7 +10,6 @@
 
 mod common;
 
-use common::script_calls;
 use http::{Request, StatusCode};
 use std::time::{Duration, Instant};
 use tollgate::{GlobalKey, RateLimitLayer};
@@ -76,7 +75,7 @@ async fn spend(instances: &[App]) {
 /// Sends [`FLOOD`] requests spread over `instances`, [`TASKS`] at a time
 /// on each.
 async fn flood(server: &RedisServer, instances: &[App]) -> Flood {
-    let before = script_calls(server);
+    let before = server.script_calls();
     let started = Instant::now();
     let n = TASKS * instances.len();
     let mut tasks = Vec::new();
@@ -107,7 +106,7 @@ async fn flood(server: &RedisServer, instances: &[App]) -> Flood {
     Flood {
         ok,
         limited,
-        calls: script_calls(server) - before,
+        calls: server.script_calls() - before,
         took,
     }
 }
@@ -211,7 +210,7 @@ async fn a_cached_refusal_tells_the_time_left_as_redis_would() {
     let refused = send().await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(fields(&refused), (6, r#""api";r=0;t=6"#.to_owned()));
-    let calls = script_calls(&server);
+    let calls = server.script_calls();
     assert_eq!(store.block_list().map(|b| b.len()), Some(1));
 
     // 2 s on: refused from the cache, 4 s to wait.
@@ -223,11 +222,11 @@ async fn a_cached_refusal_tells_the_time_left_as_redis_would() {
     clock.advance(Duration::from_millis(3_500));
     let cached = send().await;
     assert_eq!(fields(&cached), (1, r#""api";r=0;t=1"#.to_owned()));
-    assert_eq!(script_calls(&server), calls, "no call while cached");
+    assert_eq!(server.script_calls(), calls, "no call while cached");
 
     // 6 s on: Redis is asked again, and admits.
     clock.advance(Duration::from_millis(500));
     assert_eq!(send().await.status(), StatusCode::OK);
-    assert_eq!(script_calls(&server), calls + 1);
+    assert_eq!(server.script_calls(), calls + 1);
     assert_eq!(store.block_list().map(|b| b.len()), Some(0));
 }

@@ -178,7 +178,7 @@ async fn the_scripts_decide_as_the_core_on_one_server() {
 async fn the_block_cache_changes_no_decision_and_saves_calls() {
     let server = RedisServer::start();
     let key = Key::from_bytes(b"alice");
-    let calls = || common::script_calls(&server);
+    let calls = || server.script_calls();
     let before = calls();
     let admitted = assert_conforms_with(&server.url(), &key, Cache::On).await;
     let with_cache = calls() - before;

@@ -236,17 +236,6 @@ async fn periodic_mode_stays_within_its_bound() {
 }
 
 /// `INFO commandstats`' count of script calls (EVALSHA and EVAL).
-fn script_calls(server: &RedisServer) -> u64 {
-    let info = server.command(&["INFO", "commandstats"]);
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split(['=', ','])
-                .nth(1)
-                .and_then(|calls| calls.parse::<u64>().ok())
-        })
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn below_the_limit_exact_mode_calls_redis_once_per_twenty_decisions_or_fewer() {
@@ -261,7 +250,7 @@ async fn below_the_limit_exact_mode_calls_redis_once_per_twenty_decisions_or_few
         stores.push(store.clone());
         apps.push(instance(Algorithm::Gcra, quota, store));
     }
-    let before = script_calls(&server);
+    let before = server.script_calls();
     let decisions = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..64)
         .map(|i| {
@@ -280,7 +269,7 @@ async fn below_the_limit_exact_mode_calls_redis_once_per_twenty_decisions_or_few
     for task in tasks {
         task.await.unwrap();
     }
-    let calls = script_calls(&server) - before;
+    let calls = server.script_calls() - before;
     let decisions = decisions.load(Ordering::Relaxed) as u64;
     println!("steady: {decisions} decisions, {calls} Redis calls");
     assert!(calls * 20 <= decisions, "{calls} calls for {decisions}");
@@ -298,7 +287,7 @@ async fn a_flood_on_a_refused_key_makes_a_handful_of_redis_calls() {
     // Spend the limit.
     let seen = run(&apps, Split::Even).await;
     assert_eq!(seen.admitted.load(Ordering::Relaxed), 10);
-    let before = script_calls(&server);
+    let before = server.script_calls();
     let mut limited = 0;
     for i in 0..10_000 {
         let mut app = apps[i % 4].clone();
@@ -306,7 +295,7 @@ async fn a_flood_on_a_refused_key_makes_a_handful_of_redis_calls() {
             limited += 1;
         }
     }
-    let calls = script_calls(&server) - before;
+    let calls = server.script_calls() - before;
     println!("flood: 10,000 requests, {limited} limited, {calls} Redis calls");
     assert_eq!(limited, 10_000);
     // A retry period here is 6 s, longer than the flood: a handful each.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{command_calls, decide};
+use common::decide;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::{Key, NamedLimit, Policy};
@@ -32,7 +32,8 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
         let key = Key::from_bytes(format!("user-{}", i % 5).as_bytes());
         assert_eq!(decide(&store, &policy, &key, 1).await.each.len(), 3);
     }
-    let mut calls: Vec<(String, u64)> = command_calls(&server)
+    let mut calls: Vec<(String, u64)> = server
+        .command_calls()
         .into_iter()
         .filter(|(name, _)| name != "info" && name != "config|resetstat")
         .collect();

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Decision, DecisionFields};
-use tollgate_tests::redis::RedisServer;
 
 /// `store`'s decision for one request of `cost`, awaited if it is not
 /// immediate; panics if the store fails (these tests need a working one).
@@ -42,28 +41,4 @@ pub fn in_micros(d: Decision) -> Decision {
         ..d.fields()
     }
     .into()
-}
-
-/// `calls` of every command in `server`'s `INFO commandstats`, by name.
-pub fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
-    server
-        .command(&["INFO", "commandstats"])
-        .lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
-}
-
-/// How many script calls (`EVALSHA`, and `EVAL` when the server lacked
-/// the script) `server` has run: one per decision a `RedisStore` asked it
-/// for.
-pub fn script_calls(server: &RedisServer) -> u64 {
-    command_calls(server)
-        .into_iter()
-        .filter(|(name, _)| name == "evalsha" || name == "eval")
-        .map(|(_, calls)| calls)
-        .sum()
 }

@@ -495,20 +495,6 @@ fn total(stores: &[LocalFirst]) -> LocalStats {
     sum
 }
 
-/// The server's count of script calls so far (`EVALSHA` and `EVAL`).
-fn script_calls(server: &RedisServer) -> u64 {
-    server
-        .command(&["INFO", "commandstats"])
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split(['=', ','])
-                .nth(1)
-                .and_then(|calls| calls.parse::<u64>().ok())
-        })
-        .sum()
-}
-
 /// Part 2: [`TASKS`] tasks over [`INSTANCES`] instances, together at
 /// `fraction` of the limit's rate, evenly spaced; half a second of warm-up,
 /// then `seconds` measured.
@@ -558,12 +544,12 @@ async fn steady_load(
         })
         .collect();
     tokio::time::sleep_until(start + warm_up).await;
-    let (before, server_before) = (total(&stores), script_calls(server));
+    let (before, server_before) = (total(&stores), server.script_calls());
     measuring.store(true, Ordering::Relaxed);
     let measured_from = Instant::now();
     tokio::time::sleep_until(end).await;
     measuring.store(false, Ordering::Relaxed);
-    let (after, server_after) = (total(&stores), script_calls(server));
+    let (after, server_after) = (total(&stores), server.script_calls());
     let measured = measured_from.elapsed().as_secs_f64();
     for task in tasks {
         task.await.expect("a task ends");
