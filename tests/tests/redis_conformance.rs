@@ -12,9 +12,11 @@ mod common;
 use common::{decide, in_micros};
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate::store::Refund;
 use tollgate::{Key, NamedLimit, Policy};
 use tollgate_core::{
-    Algorithm, Decision, Limiter, ManualClock, Quota, Refill, SlidingLog, TokenBucket, check_all,
+    Algorithm, Decision, Limiter, ManualClock, Quota, Receipt, Refill, SlidingLog, TokenBucket,
+    check_all,
 };
 use tollgate_redis::RedisStore;
 use tollgate_tests::redis::{RedisCluster, RedisServer};
@@ -79,7 +81,25 @@ fn policies() -> Vec<Vec<NamedLimit>> {
 /// Runs every policy's trace through the core and through `url`, asserting
 /// equal decisions; returns how many requests were admitted in all.
 async fn assert_conforms(url: &str, key: &Key) -> usize {
-    assert_conforms_with(url, key, Cache::Off).await
+    assert_conforms_with(url, key, Cache::Off, Refunds::None).await
+}
+
+/// Whether some admissions are given back, a step later, on both sides.
+#[derive(Clone, Copy, PartialEq)]
+enum Refunds {
+    None,
+    /// Every third request's admission, refunded after the next gap
+    /// (`Limiter::refund` in the core, `refund.lua` in Redis).
+    EveryThird,
+}
+
+/// An admission to give back: when, its cost, the core's decisions and
+/// Redis's.
+struct Admission {
+    at: u64,
+    cost: u32,
+    core: Vec<Decision>,
+    redis: tollgate::PolicyDecision,
 }
 
 /// Whether the store's block cache is on, and so what must agree.
@@ -93,16 +113,21 @@ enum Cache {
     On,
 }
 
-async fn assert_conforms_with(url: &str, key: &Key, cache: Cache) -> usize {
+async fn assert_conforms_with(url: &str, key: &Key, cache: Cache, refunds: Refunds) -> usize {
     let start = 1_700_000_000_000_000_000 + 250_000_000;
     let mut admitted = 0;
     for limits in policies() {
         let clock = ManualClock::new(start);
         let store = RedisStore::builder(url)
             .prefix(format!(
-                "conformance-{}{}",
+                "conformance-{}{}{}",
                 limits_label(&limits),
-                if cache == Cache::On { "-cached" } else { "" }
+                if cache == Cache::On { "-cached" } else { "" },
+                if refunds == Refunds::EveryThird {
+                    "-refunds"
+                } else {
+                    ""
+                }
             ))
             .block_cache(cache == Cache::On)
             .test_clock(clock.clone())
@@ -114,15 +139,44 @@ async fn assert_conforms_with(url: &str, key: &Key, cache: Cache) -> usize {
         let mut states: Vec<_> = limiters.iter().map(Limiter::new_state).collect();
         let mut now = start;
         let mut seen = [0usize; 2];
+        let mut to_refund: Option<Admission> = None;
         for (i, (gap, cost)) in trace().into_iter().enumerate() {
             clock.advance(Duration::from_millis(gap));
             now += gap * 1_000_000;
+            if let Some(admission) = to_refund.take() {
+                for (k, limiter) in limiters.iter().enumerate() {
+                    let receipt = Receipt {
+                        at: admission.at,
+                        cost: admission.cost,
+                        reset_after: Some(admission.core[k].reset_after_nanos()),
+                    };
+                    limiter.refund(&mut states[k], receipt, now);
+                }
+                let ago = Duration::from_nanos(now - admission.at);
+                let refund = Refund::of(&admission.redis, admission.cost, ago);
+                store
+                    .give_back(&policy, key, &refund)
+                    .await
+                    .expect("refunded");
+            }
             let mut expected_each = vec![Decision::default(); limiters.len()];
             let mut pairs: Vec<_> = limiters.iter().zip(states.iter_mut()).collect();
             let expected = in_micros(check_all(&mut pairs, now, cost, &mut expected_each));
             let expected_each: Vec<Decision> = expected_each.into_iter().map(in_micros).collect();
             let got = decide(&store, &policy, key, cost).await;
             let label = limits_label(&limits);
+            if refunds == Refunds::EveryThird && i % 3 == 0 && expected.allowed() {
+                assert_eq!(
+                    got.charged_at, now,
+                    "{label}, request {i}: the charge's time"
+                );
+                to_refund = Some(Admission {
+                    at: now,
+                    cost,
+                    core: expected_each.clone(),
+                    redis: got.clone(),
+                });
+            }
             if cache == Cache::On {
                 assert_eq!(
                     got.merged.allowed(),
@@ -174,13 +228,28 @@ async fn the_scripts_decide_as_the_core_on_one_server() {
     assert_conforms(&server.url(), &Key::from_bytes(b"alice")).await;
 }
 
+/// Refunds too: every third admission given back a step later leaves the
+/// scripts' state where the core's refund leaves the core's, figure by
+/// figure in every later decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripts_give_back_as_the_core_does() {
+    let server = RedisServer::start();
+    let key = Key::from_bytes(b"alice");
+    let with = assert_conforms_with(&server.url(), &key, Cache::Off, Refunds::EveryThird).await;
+    let without = assert_conforms(&server.url(), &key).await;
+    assert!(
+        with > without,
+        "refunds let more through: {with} vs {without}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_block_cache_changes_no_decision_and_saves_calls() {
     let server = RedisServer::start();
     let key = Key::from_bytes(b"alice");
     let calls = || server.script_calls();
     let before = calls();
-    let admitted = assert_conforms_with(&server.url(), &key, Cache::On).await;
+    let admitted = assert_conforms_with(&server.url(), &key, Cache::On, Refunds::None).await;
     let with_cache = calls() - before;
     let before = calls();
     assert_eq!(assert_conforms(&server.url(), &key).await, admitted);

@@ -43,3 +43,11 @@ end
 ALGORITHMS.fixed_window.lapse = function(now, p)
   return (div_floor(now, p[2]) + 1) * p[2] - now
 end
+
+-- A charge counts in its own window only: given back there, nothing later.
+ALGORITHMS.fixed_window.refund = function(key, state, now, at, cost, reset, p)
+  if state and state[1] and tonumber(state[1]) == div_floor(at, p[2]) then
+    local count = tonumber(state[2])
+    restore(key, state[1] .. ' ' .. int(count - min(cost, count)))
+  end
+end

@@ -59,3 +59,14 @@ ALGORITHMS.gcra = {
     return decision(true, p[3], 0, finish - now, 0, 0, 0), finish
   end,
 }
+
+-- Gives back what is left of a charge of `cost` made at `at` (as
+-- tollgate-core's gcra.rs): the charge's time still ahead of now comes off
+-- the TAT.
+ALGORITHMS.gcra.refund = function(key, tat, now, at, cost, reset, p)
+  local charge = cost * p[1]
+  local give = schedule_give(charge, schedule_mark(at, charge, reset, 0), tat, now)
+  if give > 0 then
+    restore(key, int(tat - give))
+  end
+end

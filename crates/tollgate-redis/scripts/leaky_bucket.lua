@@ -31,3 +31,14 @@ ALGORITHMS.leaky_bucket = {
     return decision(true, p[3], 0, finish - now, 0, 0, 0), finish
   end,
 }
+
+-- As GCRA's (tollgate-core's leaky_bucket.rs): `reset` is the queue's end
+-- less an interval but 1 µs.
+ALGORITHMS.leaky_bucket.refund = function(key, next_free, now, at, cost, reset, p)
+  local charge = cost * p[1]
+  local mark = schedule_mark(at, charge, reset, p[1] - 1)
+  local give = schedule_give(charge, mark, next_free, now)
+  if give > 0 then
+    restore(key, int(next_free - give))
+  end
+end

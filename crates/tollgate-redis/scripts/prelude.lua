@@ -148,3 +148,27 @@ local function load_limits(n, first)
   end
   return limits
 end
+
+-- Writes a state's new value, keeping the key's expiry (a refund only
+-- brings a state nearer rest).
+local function restore(key, value)
+  redis.call('SET', key, value, 'KEEPTTL')
+end
+
+-- For a refund: how much of a schedule's charge of `cost` µs, which left
+-- it at `mark` (µs), is still ahead of `now` in a state at `state`: at most
+-- the cost, never before now (a full bucket stays full).
+local function schedule_give(cost, mark, state, now)
+  return max(min(cost, mark - now, state - now), 0)
+end
+
+-- Where a charge at `at` of `cost` µs left a schedule whose decision's
+-- reset_after was `reset` (µs; negative: unknown) less `slack`: that, or
+-- the earliest it can have been, `at` plus the cost.
+local function schedule_mark(at, cost, reset, slack)
+  local earliest = at + cost
+  if reset < 0 then
+    return earliest
+  end
+  return max(at + reset + slack, earliest)
+end

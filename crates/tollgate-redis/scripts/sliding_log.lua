@@ -178,3 +178,27 @@ ALGORITHMS.sliding_log = {
     redis.call('PEXPIRE', key, ttl_ms)
   end,
 }
+
+-- Gives back from the entry made at `at` (several requests of one
+-- microsecond share it), else from the newest entry before it (entries
+-- merged at the bound); nothing once the entry has left the log.
+ALGORITHMS.sliding_log.refund = function(key, log, now, at, cost, reset, p)
+  local members = redis.call('ZRANGEBYSCORE', key, at, at)
+  if #members == 0 then
+    members = redis.call('ZREVRANGEBYSCORE', key, at, 0, 'LIMIT', 0, 1)
+  end
+  local member = members[#members]
+  if not member or log_total_newest(member) ~= nil then
+    return
+  end
+  local entry_at, entry_cost = log_entry(member)
+  local give = min(cost, entry_cost)
+  redis.call('ZREM', key, member)
+  if give < entry_cost then
+    redis.call('ZADD', key, entry_at, int(entry_at) .. ':' .. int(entry_cost - give))
+  end
+  log.total = log.total - give
+  -- The newest entry's time, should this one have been it and gone.
+  local last = log_entries(key, -1, -1)[1]
+  log_set_total(log, last and last.at or nil)
+end

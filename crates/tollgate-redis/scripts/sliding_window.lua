@@ -96,3 +96,21 @@ end
 ALGORITHMS.sliding_window.lapse = function(now, p)
   return (div_floor(now, p[2]) + 1) * p[2] - now
 end
+
+-- A charge counts in its window, then weighted in the next: given back
+-- from whichever of the state's two counts holds it.
+ALGORITHMS.sliding_window.refund = function(key, state, now, at, cost, reset, p)
+  if not (state and state[1]) then
+    return
+  end
+  local window, previous, current = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+  local charged = div_floor(at, p[2])
+  if window == charged then
+    current = current - min(cost, current)
+  elseif window == charged + 1 then
+    previous = previous - min(cost, previous)
+  else
+    return
+  end
+  restore(key, int(window) .. ' ' .. int(previous) .. ' ' .. int(current))
+end

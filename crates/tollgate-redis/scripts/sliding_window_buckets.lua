@@ -130,3 +130,18 @@ end
 ALGORITHMS.sliding_window_buckets.lapse = function(now, p)
   return (div_floor(now, p[2]) + 1) * p[2] - now
 end
+
+-- A charge counts in its sub-window's counter while that is in the hash.
+ALGORITHMS.sliding_window_buckets.refund = function(key, state, now, at, cost, reset, p)
+  local index = div_floor(at, p[2])
+  local count = state.counts[index]
+  if not count then
+    return
+  end
+  local give = min(cost, count)
+  if give >= count then
+    redis.call('HDEL', key, int(index))
+  else
+    redis.call('HINCRBY', key, int(index), -give)
+  end
+end

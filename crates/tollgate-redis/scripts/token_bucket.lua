@@ -56,3 +56,18 @@ end
 ALGORITHMS.token_bucket.force = function(state, now, cost, p)
   return ALGORITHMS.token_bucket.evaluate(state, now, cost, { p[1], p[2], UNBOUNDED, p[4] })
 end
+
+-- Gives back what of a charge at `at` the refills since have not already
+-- made good (tollgate-core's token_bucket.rs).
+ALGORITHMS.token_bucket.refund = function(key, state, now, at, cost, reset, p)
+  if not (state and state[1]) then
+    return
+  end
+  local limit, period = p[1], p[2]
+  local interval, used = tonumber(state[1]), tonumber(state[2])
+  local current = max(div_floor(now, period), interval)
+  local used_now = max(used - (current - interval) * limit, 0)
+  local since = max(current - div_floor(at, period), 0)
+  local still = max(cost - since * limit, 0)
+  restore(key, int(current) .. ' ' .. int(used_now - min(still, used_now)))
+end

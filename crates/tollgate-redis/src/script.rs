@@ -17,6 +17,7 @@ use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
 const SHARE: &str = include_str!("../scripts/share.lua");
+const REFUND: &str = include_str!("../scripts/refund.lua");
 
 /// Makes [`LUA_FILES`] from the algorithm registry's list.
 macro_rules! lua_files {
@@ -54,12 +55,13 @@ fn file_bit(script: &str) -> Option<u32> {
 }
 
 /// What a script does with the algorithms' files: decide one request
-/// (`check.lua`), or the local-first store's reservations and syncs
-/// (`share.lua`).
+/// (`check.lua`), the local-first store's reservations and syncs
+/// (`share.lua`), or give a charge back (`refund.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Entry {
     Check,
     Share,
+    Refund,
 }
 
 /// The script for a set of Lua files (one bit each): the prelude, the
@@ -70,9 +72,12 @@ fn script_for(files: u32, entry: Entry) -> Arc<LuaScript> {
         [const { OnceLock::new() }; SCRIPT_SETS];
     static SHARES: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
         [const { OnceLock::new() }; SCRIPT_SETS];
+    static REFUNDS: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
+        [const { OnceLock::new() }; SCRIPT_SETS];
     let (table, tail) = match entry {
         Entry::Check => (&CHECKS, CHECK),
         Entry::Share => (&SHARES, SHARE),
+        Entry::Refund => (&REFUNDS, REFUND),
     };
     // `files` is made of `file_bit`s, so it is below SCRIPT_SETS.
     table[files as usize % SCRIPT_SETS]
@@ -149,6 +154,8 @@ pub(crate) struct PreparedPolicy {
     pub(crate) script: Arc<LuaScript>,
     /// The same algorithms' script for the local-first store.
     pub(crate) share_script: Arc<LuaScript>,
+    /// The same algorithms' script that gives a charge back.
+    pub(crate) refund_script: Arc<LuaScript>,
     /// Whether the local-first store can decide the policy in memory
     /// (checked once here, read on every request).
     pub(crate) local_first: bool,
@@ -178,6 +185,7 @@ impl PreparedPolicy {
         PreparedPolicy {
             script: script_for(files, Entry::Check),
             share_script: script_for(files, Entry::Share),
+            refund_script: script_for(files, Entry::Refund),
             local_first: crate::local::supports(policy).is_ok(),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
@@ -230,10 +238,41 @@ impl PreparedPolicy {
         });
         command.arg(cost);
         for micros in [now, deadline] {
-            match micros {
-                Some(micros) => command.arg(micros),
-                None => command.arg(""),
-            };
+            optional_arg(&mut command, micros);
+        }
+        for arg in &self.args {
+            command.arg(arg.as_slice());
+        }
+        command
+    }
+
+    /// The call that gives `refund` back for `key` (`refund.lua`):
+    /// `EVALSHA sha numkeys keys… cost now charged_at ago resets…
+    /// params…`. Times in µs; a charge time or reset unknown is "".
+    pub(crate) fn refund_command(
+        &self,
+        prefix: &str,
+        key: &Key,
+        refund: &tollgate::store::Refund,
+        now: Option<u64>,
+    ) -> Cmd {
+        let count = self.key_suffixes.len();
+        let mut command = Cmd::with_capacity(7 + 2 * count + self.args.len(), 256);
+        command
+            .arg("EVALSHA")
+            .arg(self.refund_script.get_hash())
+            .arg(count);
+        self.for_each_key(prefix, key, |name| {
+            command.arg(name);
+        });
+        let micros = |nanos: u64| nanos / 1_000;
+        let ago = u64::try_from(refund.ago.as_micros()).unwrap_or(u64::MAX);
+        command.arg(refund.cost);
+        for value in [now, refund.charged_at.map(micros), Some(ago)] {
+            optional_arg(&mut command, value);
+        }
+        for index in 0..count {
+            optional_arg(&mut command, refund.resets.get(index).copied().map(micros));
         }
         for arg in &self.args {
             command.arg(arg.as_slice());
@@ -307,10 +346,7 @@ impl PreparedPolicy {
             } => ("sync", [spent, instance, sequence, 0, 0, 0, 0]),
         };
         command.arg(name);
-        match now {
-            Some(micros) => command.arg(micros),
-            None => command.arg(""),
-        };
+        optional_arg(&mut command, now);
         for arg in args {
             command.arg(arg);
         }
@@ -367,23 +403,37 @@ impl PreparedPolicy {
             );
             return (server_now, Err(RedisStoreError::unexpected_reply(message)));
         }
-        (server_now, Ok(self.decisions(fields)))
+        (server_now, Ok(self.decisions(fields, server_now)))
     }
 
-    /// The verdict of `fields`, seven per limit.
-    fn decisions(&self, fields: &[i64]) -> PolicyDecision {
+    /// The verdict of `fields`, seven per limit, decided at `server_now`
+    /// (µs; the script's clock, which a refund's charge time is read on).
+    fn decisions(&self, fields: &[i64], server_now: Option<u64>) -> PolicyDecision {
         let each: SmallVec<[Decision; 2]> = fields.chunks_exact(FIELDS).map(decision).collect();
         let merged = each
             .iter()
             .copied()
             .reduce(Decision::merge)
             .unwrap_or_default();
+        let charged_at = match server_now {
+            Some(micros) if merged.allowed() => micros.saturating_mul(1_000),
+            _ => 0,
+        };
         PolicyDecision {
             merged,
             each,
-            charged_at: 0,
+            charged_at,
         }
     }
+}
+
+/// A number argument, or "" for none (the scripts' "unknown" or "read the
+/// server's clock").
+fn optional_arg(command: &mut Cmd, value: Option<u64>) {
+    match value {
+        Some(value) => command.arg(value),
+        None => command.arg(""),
+    };
 }
 
 /// The end of the key that holds the instances' sync sequence numbers:

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::BlockList;
+use tollgate::store::{BlockList, Refund, RefundReply};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, DecisionFields, MonotonicClock};
 
@@ -196,6 +196,80 @@ impl Store for RedisStore {
         within: Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
         self.decide(policy, key, cost, Some(within))
+    }
+
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    /// Sends the refund (`refund.lua`, one script call) from a spawned
+    /// task; the reply completes when it has landed (the layer holds the
+    /// response until then, at most its store timeout). Checks that reach
+    /// Redis before it see the charge still there (stricter, never more
+    /// lenient). Without a Tokio runtime, or when Redis cannot be reached,
+    /// the charge stays (the request counts) and a warning is logged.
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        let store = self.clone();
+        let (policy, key) = (policy.clone(), key.clone());
+        spawn_refund(async move { store.give_back(&policy, &key, &refund).await })
+    }
+}
+
+/// Runs a refund's call on the current Tokio runtime, logging a failure;
+/// the reply completes when the call has. Without a runtime, logs that it
+/// was not sent.
+pub(crate) fn spawn_refund(
+    call: impl Future<Output = Result<(), RedisStoreError>> + Send + 'static,
+) -> RefundReply {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!("tollgate-redis: a refund outside a Tokio runtime was not sent");
+        return RefundReply::Done;
+    };
+    let task = runtime.spawn(async move {
+        if let Err(error) = call.await {
+            tracing::warn!(%error, "tollgate-redis: a refund failed; the charge stands");
+        }
+    });
+    // Dropping a task's handle does not cancel the task.
+    RefundReply::Pending(Box::pin(async move {
+        let _ = task.await;
+    }))
+}
+
+impl RedisStore {
+    /// Gives `refund` back in Redis (one call of `refund.lua`) and, once
+    /// it is, forgets the key's remembered refusal: what [`Store::refund`]
+    /// spawns, for a caller that wants to wait for it (a test, an admin
+    /// tool). `refund.charged_at`, when set, is the server's time of the
+    /// charge in ns ([`PolicyDecision::charged_at`] of this store's
+    /// decision): then the refund is exact.
+    ///
+    /// # Errors
+    ///
+    /// When Redis cannot be reached or answers an error: the charge stands.
+    pub async fn give_back(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        refund: &Refund,
+    ) -> Result<(), RedisStoreError> {
+        if policy.limits().is_empty() || refund.cost == 0 {
+            return Ok(());
+        }
+        let prepared = self.prepared(policy);
+        let command = prepared.refund_command(&self.shared.prefix, key, refund, self.now_micros());
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        crate::observe::redis_call("refund");
+        let reply = call_until_answered(&self.shared, &prepared.refund_script, &command).await?;
+        if let Some(server_now) = reply.first().and_then(|&t| u64::try_from(t).ok()) {
+            self.shared.server_clock.observe(server_now);
+        }
+        // Forgotten once given back: a refusal of a request sent before
+        // now was made without the refund.
+        if let Some(blocked) = &self.shared.blocked {
+            blocked.forget(policy, key, self.shared.local_now());
+        }
+        Ok(())
     }
 }
 

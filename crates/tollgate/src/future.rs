@@ -6,7 +6,7 @@ use crate::key::Key;
 use crate::outcome::Ticket;
 use crate::rejection::{Rejector, status_response};
 use crate::routes::EntryRef;
-use crate::store::Store;
+use crate::store::{RefundReply, Store};
 use http::Response;
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -87,8 +87,14 @@ pin_project! {
     {
         #[pin] future: S::Future,
         judge: Option<(Sh, Box<Ticket>)>,
+        // The response, held until its refund lands (or the store timeout
+        // passes), so that the client's next request finds it given back.
+        held: Option<(S::Response, Landing)>,
     }
 }
+
+/// A refund on its way, bounded by the store timeout.
+type Landing = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn waiting<S, Req, Check, Sh>(
     wait: Duration,
@@ -122,6 +128,7 @@ where
             judging: Box::pin(Judging {
                 future,
                 judge: Some(judge),
+                held: None,
             }),
         },
     }
@@ -373,8 +380,10 @@ where
 }
 
 /// Awaits the inner service's response; when `charge_when` says it does
-/// not count, gives the request's charge back. An error from the inner
-/// service is no response: the charge stands.
+/// not count, gives the request's charge back, and holds the response
+/// until the refund lands (a store that does I/O), at most the store
+/// timeout. An error from the inner service is no response: the charge
+/// stands.
 #[inline(never)]
 fn poll_judging<S, ReqBody, K, St, R, B>(
     judging: Pin<&mut HttpJudging<S, ReqBody, K, St, R>>,
@@ -383,8 +392,20 @@ fn poll_judging<S, ReqBody, K, St, R, B>(
 where
     S: Service<http::Request<ReqBody>, Response = Response<B>>,
     St: Store,
+    B: Default,
 {
-    let JudgingProj { future, judge } = judging.project();
+    let JudgingProj {
+        future,
+        judge,
+        held,
+    } = judging.project();
+    if let Some((_, landing)) = held {
+        ready!(landing.as_mut().poll(cx));
+        return match held.take() {
+            Some((response, _)) => Poll::Ready(Ok(response)),
+            None => Poll::Ready(Ok(status_response(http::StatusCode::INTERNAL_SERVER_ERROR))),
+        };
+    }
     let response = ready!(future.poll(cx))?;
     let Some((engine, ticket)) = judge.take() else {
         return Poll::Ready(Ok(response));
@@ -393,10 +414,28 @@ where
         return Poll::Ready(Ok(response));
     };
     let (parts, body) = response.into_parts();
-    if !charge_when.counts(&parts) {
-        engine
-            .store
-            .refund(&ticket.policy, &ticket.key, ticket.refund());
+    let counts = charge_when.counts(&parts);
+    let response = Response::from_parts(parts, body);
+    if counts {
+        return Poll::Ready(Ok(response));
     }
-    Poll::Ready(Ok(Response::from_parts(parts, body)))
+    match engine
+        .store
+        .refund(&ticket.policy, &ticket.key, ticket.refund())
+    {
+        RefundReply::Done => Poll::Ready(Ok(response)),
+        RefundReply::Pending(landed) => {
+            let timeout = engine.settings.store_timeout;
+            let mut landing: Landing = Box::pin(async move {
+                // Past the timeout the refund still lands; the response
+                // just does not wait for it.
+                let _ = tokio::time::timeout(timeout, landed).await;
+            });
+            if landing.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(response));
+            }
+            *held = Some((response, landing));
+            Poll::Pending
+        }
+    }
 }

@@ -57,8 +57,9 @@
 //!   script can play failed requests. With `--charge-when 4xx,5xx` a
 //!   request is charged when admitted and given back when its status is
 //!   not listed: any number of `200`s pass, the limit counts the rest.
-//!   `--charge-when` needs a store that gives charges back (the memory
-//!   store): with a Redis `--store` it is a usage error (exit 2).
+//!   Every store gives charges back (Redis from a task of its own, so a
+//!   request that comes a moment after a refunded one may still find the
+//!   charge; with `--local`, through the local-first store).
 //! - `--block-cache` applies to a Redis store only (the memory store has
 //!   no round trip to save): given with the memory store, default or
 //!   named, it is a usage error. On, a flood on a refused key costs Redis

@@ -72,6 +72,15 @@ pub(crate) struct Holdings {
     last_grant: u64,
     /// The units the budget was last opened with.
     opened: u64,
+    /// When (local ns) a charge of this key was last given back in Redis:
+    /// a refusal to a reservation sent before it may be untrue, and is
+    /// not remembered.
+    refunded_at: u64,
+    /// When (local ns) the last reservation left, reporting what the slot
+    /// held then: units spent after it are still counted held in Redis.
+    reported_at: u64,
+    /// When the newest grant lapses (local ns); 0 before the first.
+    newest_lapse: u64,
 }
 
 impl Evictable for ExactSlot {
@@ -99,6 +108,38 @@ impl ExactSlot {
 
     pub(crate) fn lock(&self) -> Locked<'_, Holdings> {
         Locked::new(&self.state, &self.budget)
+    }
+
+    /// Puts back `cost` units that a request admitted here spent, checked
+    /// `ago` ns before `now`, when Redis still counts them held: spent
+    /// since the last reservation reported what the slot held, and the
+    /// newest grant (the window the request was charged in) not lapsed.
+    /// The slot then holds them as if the request had not come, exactly.
+    /// `false` otherwise: the refund is then Redis's to give.
+    pub(crate) fn unspend(&self, now: u64, ago: u64, cost: u32) -> bool {
+        let mut state = self.lock();
+        let lapse = state.newest_lapse.min(state.held_until);
+        if state.reported_at > now.saturating_sub(ago) || now >= lapse {
+            return false;
+        }
+        let (units, lapse_at) = (u64::from(cost), state.newest_lapse);
+        match state.grants.iter_mut().find(|g| g.lapse_at == lapse_at) {
+            Some(grant) => grant.units += units,
+            None => {
+                state.grants.push(Grant { units, lapse_at });
+                state.grants.sort_by_key(|g| g.lapse_at);
+            }
+        }
+        state.spent = state.spent.saturating_sub(units);
+        true
+    }
+
+    /// A charge of the key was given back in Redis at `now`: the refusal
+    /// remembered may no longer hold (the next request asks Redis).
+    pub(crate) fn refunded(&self, now: u64) {
+        let mut state = self.lock();
+        state.refunded_at = state.refunded_at.max(now.saturating_add(1));
+        state.refusal = None;
     }
 
     /// A request of `cost` at `now` decided from held units without the
@@ -244,7 +285,8 @@ fn take(grants: &mut SmallVec<[Grant; 2]>, mut units: u64) {
 pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) {
     let sent = inner.now();
     let (want, held) = {
-        let state = slot.lock();
+        let mut state = slot.lock();
+        state.reported_at = sent;
         let want = state.want(
             sent,
             need,
@@ -302,13 +344,14 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
                     // too, as held until then.
                     state.held_until = after(reply.third);
                     state.grants.sort_by_key(|g| g.lapse_at);
+                    state.newest_lapse = after(reply.second);
                     state.last = Some((reply.decision, now));
                     state.refusal = None;
                     state.last_grant = granted;
                     state.spent = 0;
                     state.rate_since = now;
                     inner.stats.reserved(granted);
-                } else {
+                } else if sent >= state.refunded_at {
                     let retry = reply.decision.merged.retry_after_nanos();
                     state.refusal = Some(Refusal {
                         until: now.saturating_add(retry),

@@ -23,6 +23,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use table::Table;
 use tokio::sync::Notify;
+use tollgate::store::{Refund, RefundReply};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -457,6 +458,64 @@ impl Store for LocalFirst {
 
     fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
         LocalFirst::supports(self, policy)
+    }
+
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    /// Gives the charge back. An admission decided here is undone here
+    /// when Redis has not yet heard of it: in periodic mode taken off the
+    /// report not yet sent, in exact mode its units put back among those
+    /// the instance holds (while Redis still counts them held and their
+    /// window has not lapsed); both exact. Otherwise the charge is
+    /// given back in Redis, from a spawned task (see [`RedisStore`]'s
+    /// `refund`): a request decided here spent units this instance
+    /// reserved (exact mode) or reported (periodic), and giving its charge
+    /// back in Redis frees a unit there for every instance, as if the
+    /// request had left its unit unspent. Its charge time is unknown to
+    /// Redis, so the refund goes by how long ago the request was checked:
+    /// a little less than an exact refund where a schedule moved on
+    /// meanwhile, never more. Once given back, a refusal this instance
+    /// remembers for the key (exact mode) is forgotten. A refund of a
+    /// report still on its way may reach Redis first and find nothing to
+    /// give back: the request then counts.
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        let local = refund.charged_at.is_none();
+        let slot = match &self.inner.slots {
+            Slots::Exact(table) => {
+                let slot = table.find(policy.id(), key);
+                let ago = u64::try_from(refund.ago.as_nanos()).unwrap_or(u64::MAX);
+                let now = self.inner.now();
+                if local
+                    && slot
+                        .as_ref()
+                        .is_some_and(|s| s.unspend(now, ago, refund.cost))
+                {
+                    return RefundReply::Done;
+                }
+                slot
+            }
+            Slots::Periodic(table) => {
+                if local
+                    && table
+                        .find(policy.id(), key)
+                        .is_some_and(|s| s.cancel(refund.cost))
+                {
+                    return RefundReply::Done;
+                }
+                None
+            }
+        };
+        let redis = self.inner.redis.clone();
+        let (policy, key) = (policy.clone(), key.clone());
+        crate::store::spawn_refund(async move {
+            redis.give_back(&policy, &key, &refund).await?;
+            if let Some(slot) = slot {
+                slot.refunded(MonotonicClock.now());
+            }
+            Ok(())
+        })
     }
 }
 

@@ -76,6 +76,20 @@ impl PeriodicSlot {
         Locked::new(&self.state, &self.budget)
     }
 
+    /// Cancels `cost` units admitted here and not yet reported, if that
+    /// many are: a refund Redis never needs to see (its admission is not
+    /// reported either). `false` when the report has gone: the refund is
+    /// Redis's to give.
+    pub(crate) fn cancel(&self, cost: u32) -> bool {
+        let mut counts = self.lock();
+        let cost = u64::from(cost);
+        if counts.pending < cost {
+            return false;
+        }
+        counts.pending -= cost;
+        true
+    }
+
     /// A request of `cost` at `now` admitted from what remains without the
     /// lock; `None`: the request needs the lock.
     pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<PolicyDecision> {

@@ -56,10 +56,7 @@ impl<S: Evictable> Table<S> {
         make: impl FnOnce() -> S,
         decide: impl FnOnce(&Arc<S>) -> R,
     ) -> Option<R> {
-        let fingerprint = self.hasher.hash_one((policy, key));
-        // Bits the shard's map does not use to place entries (its low bits)
-        // or to tell them apart in a group (its top seven).
-        let shard = &self.shards[(fingerprint >> 32) as usize & (SHARDS - 1)];
+        let (fingerprint, shard) = self.place(policy, key);
         {
             let slots = shard.0.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(slot) = slots.get(&fingerprint) {
@@ -79,6 +76,25 @@ impl<S: Evictable> Table<S> {
         }
         let slot = slots.entry(fingerprint).or_insert_with(|| Arc::new(make()));
         Some(decide(slot))
+    }
+
+    /// The fingerprint of `key` under policy `policy`, and its shard.
+    fn place(&self, policy: u64, key: &Key) -> (u64, &Shard<S>) {
+        let fingerprint = self.hasher.hash_one((policy, key));
+        // Bits the shard's map does not use to place entries (its low bits)
+        // or to tell them apart in a group (its top seven).
+        let shard = &self.shards[(fingerprint >> 32) as usize & (SHARDS - 1)];
+        (fingerprint, shard)
+    }
+
+    /// The slot of `key` under policy `policy`, if the table holds one.
+    pub(crate) fn find(&self, policy: u64, key: &Key) -> Option<Arc<S>> {
+        let (fingerprint, shard) = self.place(policy, key);
+        let slots = shard.0.read().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .get(&fingerprint)
+            .filter(|slot| slot.is(policy, key))
+            .cloned()
     }
 
     /// Every slot, for the periodic sync (cloned out, so that no shard

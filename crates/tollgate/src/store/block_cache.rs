@@ -7,7 +7,7 @@
 //! why it is right, and what it costs.
 
 use super::fingerprint::ByFingerprint;
-use super::{PolicyDecision, Store, StoreReply};
+use super::{PolicyDecision, RefundReply, Store, StoreReply};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -677,11 +677,26 @@ where
 
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         // Given back first, then forgotten: a refusal of a request sent in
         // between was made without the refund, and is not learned.
-        self.inner.refund(policy, key, refund);
-        self.blocked.forget(policy, key, self.clock.now());
+        match self.inner.refund(policy, key, refund) {
+            RefundReply::Done => {
+                self.blocked.forget(policy, key, self.clock.now());
+                RefundReply::Done
+            }
+            RefundReply::Pending(landed) => {
+                // Forgotten now too, should the reply be dropped before
+                // the refund lands.
+                self.blocked.forget(policy, key, self.clock.now());
+                let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
+                let (policy, key) = (policy.clone(), key.clone());
+                RefundReply::Pending(Box::pin(async move {
+                    landed.await;
+                    blocked.forget(&policy, &key, clock.now());
+                }))
+            }
+        }
     }
 
     fn check(

@@ -1,6 +1,6 @@
 //! [`BoxStore`]: any store behind one type, chosen at run time.
 
-use super::{PolicyDecision, Store, StoreReply};
+use super::{PolicyDecision, RefundReply, Store, StoreReply};
 use crate::{Key, Policy};
 use std::fmt;
 use std::future::Future;
@@ -68,7 +68,7 @@ trait ErasedStore: Send + Sync {
 
     fn refunds_erased(&self) -> bool;
 
-    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund);
+    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply;
 }
 
 impl<St: Store> ErasedStore for St {
@@ -101,8 +101,8 @@ impl<St: Store> ErasedStore for St {
         self.refunds()
     }
 
-    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
-        self.refund(policy, key, refund);
+    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
+        self.refund(policy, key, refund)
     }
 }
 
@@ -137,7 +137,7 @@ impl Store for BoxStore {
         self.0.refunds_erased()
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
-        self.0.refund_erased(policy, key, refund);
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
+        self.0.refund_erased(policy, key, refund)
     }
 }

@@ -1,7 +1,7 @@
 //! [`MemoryStore`]: counters in process memory.
 
 use super::fingerprint::ByFingerprint;
-use super::{PolicyDecision, Store, StoreReply};
+use super::{PolicyDecision, RefundReply, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
 use smallvec::SmallVec;
@@ -404,8 +404,9 @@ impl<C: Clock> Store for MemoryStore<C> {
         true
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.refund_now(policy, key, refund);
+        RefundReply::Done
     }
 }
 

@@ -30,6 +30,7 @@ pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 use crate::{ConfigError, Key, Policy};
 use smallvec::SmallVec;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use tollgate_core::Decision;
 
@@ -120,8 +121,45 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// lenient than that. Best effort: a store that cannot reach its
     /// counters keeps the charge (the request counts), and says so in its
     /// logs. The default does nothing; see [`refunds`](Self::refunds).
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) {
+    ///
+    /// A store that does I/O starts the refund on its own (a spawned task)
+    /// and answers [`RefundReply::Pending`], which completes when the
+    /// refund has landed: the layer waits for it (at most its
+    /// `store_timeout`) before it hands the response on, so that the
+    /// client's next request finds the charge given back. Dropping the
+    /// reply does not cancel the refund.
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
         let _ = (policy, key, refund);
+        RefundReply::Done
+    }
+}
+
+/// What [`Store::refund`] answers: given back already, or on its way.
+#[must_use = "a pending refund can be awaited; dropping it does not cancel it"]
+pub enum RefundReply {
+    /// Given back (or, for a store that does not refund, nothing to do).
+    Done,
+    /// Started; the future completes when the refund has landed (or
+    /// failed, which the store logs). It does not have to be polled for
+    /// the refund to happen.
+    Pending(Pin<Box<dyn Future<Output = ()> + Send>>),
+}
+
+impl RefundReply {
+    /// Waits for the refund to land.
+    pub async fn landed(self) {
+        if let RefundReply::Pending(future) = self {
+            future.await;
+        }
+    }
+}
+
+impl std::fmt::Debug for RefundReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RefundReply::Done => "RefundReply::Done",
+            RefundReply::Pending(_) => "RefundReply::Pending(..)",
+        })
     }
 }
 

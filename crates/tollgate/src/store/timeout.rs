@@ -1,6 +1,6 @@
 //! [`Timeout`]: a store whose answers are awaited for a bounded time.
 
-use super::{PolicyDecision, Store, StoreReply};
+use super::{PolicyDecision, RefundReply, Store, StoreReply};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -131,8 +131,8 @@ impl<St: Store> Store for Timeout<St> {
         self.inner.refunds()
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) {
-        self.inner.refund(policy, key, refund);
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
+        self.inner.refund(policy, key, refund)
     }
 
     fn check_within(

@@ -60,8 +60,14 @@ impl<C: tollgate_core::Clock + Clone> Store for Later<C> {
         true
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: tollgate::store::Refund) {
+    fn refund(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        refund: tollgate::store::Refund,
+    ) -> tollgate::store::RefundReply {
         self.0.refund_now(policy, key, refund);
+        tollgate::store::RefundReply::Done
     }
 }
 
