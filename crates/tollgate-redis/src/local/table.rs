@@ -81,6 +81,34 @@ impl<S: Evictable> Table<S> {
         Some(decide(slot))
     }
 
+    /// `key`'s slot under policy `policy`, if the table holds one.
+    pub(crate) fn get(&self, policy: u64, key: &Key) -> Option<Arc<S>> {
+        let fingerprint = self.hasher.hash_one((policy, key));
+        let shard = &self.shards[(fingerprint >> 32) as usize & (SHARDS - 1)];
+        let slots = shard.0.read().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .get(&fingerprint)
+            .filter(|slot| slot.is(policy, key))
+            .cloned()
+    }
+
+    /// Takes `key`'s slot under policy `policy` out of the table (an
+    /// operator's reset or unblock); requests that hold it finish with it,
+    /// the next ones make a fresh one.
+    pub(crate) fn remove(&self, policy: u64, key: &Key) -> Option<Arc<S>> {
+        let fingerprint = self.hasher.hash_one((policy, key));
+        let shard = &self.shards[(fingerprint >> 32) as usize & (SHARDS - 1)];
+        let mut slots = shard.0.write().unwrap_or_else(PoisonError::into_inner);
+        let ours = slots
+            .get(&fingerprint)
+            .is_some_and(|slot| slot.is(policy, key));
+        if ours {
+            slots.remove(&fingerprint)
+        } else {
+            None
+        }
+    }
+
     /// Every slot, for the periodic sync (cloned out, so that no shard
     /// stays locked while Redis answers).
     pub(crate) fn all(&self) -> Vec<Arc<S>> {
