@@ -249,3 +249,42 @@ fn the_book_is_bounded() {
     );
     assert!(store.capacity() <= 64 && store.capacity() > 0);
 }
+
+#[tokio::test]
+async fn the_layer_builder_puts_a_penalty_box_in_front_of_its_store() {
+    use http::{Request, Response, StatusCode};
+    use tower::{Layer, ServiceExt, service_fn};
+
+    let clock = ManualClock::new(1_700_000_000 * SECOND);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let layer = tollgate::RateLimitLayer::builder()
+        .quota("api", Quota::per_hour(1))
+        .key(tollgate::GlobalKey)
+        .store(Counting(memory, calls.clone()))
+        .penalty(Penalty::new(
+            2,
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+        ))
+        .build();
+    let service = layer.layer(service_fn(|_: Request<()>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+    }));
+    let mut statuses = Vec::new();
+    let mut retry = None;
+    for _ in 0..10 {
+        let response = service.clone().oneshot(Request::new(())).await.unwrap();
+        statuses.push(response.status());
+        retry = response.headers().get("retry-after").cloned();
+    }
+    assert_eq!(statuses[0], StatusCode::OK);
+    assert!(
+        statuses[1..]
+            .iter()
+            .all(|s| *s == StatusCode::TOO_MANY_REQUESTS)
+    );
+    // The admission and two refusals reached the store; then the block.
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    assert_eq!(retry.unwrap(), "600");
+}

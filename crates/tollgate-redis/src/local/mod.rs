@@ -490,10 +490,10 @@ impl Store for LocalFirst {
     /// a periodic slot's refusals come from its last reading, which is
     /// counts, not a block), and the Redis store's block-cache entry.
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
-        if let Slots::Exact(table) = &self.inner.slots {
-            if let Some(slot) = table.get(policy.id(), key) {
-                slot.forget_refusal();
-            }
+        if let Slots::Exact(table) = &self.inner.slots
+            && let Some(slot) = table.get(policy.id(), key)
+        {
+            slot.forget_refusal();
         }
         self.inner.redis.unblock(policy, key)
     }
