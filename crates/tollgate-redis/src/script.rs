@@ -444,6 +444,14 @@ const SEQUENCES_SUFFIX: &str = "}:~sync";
 /// `held` in gcra.lua).
 const HELD_SUFFIX: &str = "~held";
 
+/// The key of what instances hold of the limit whose state is at `state`.
+pub(crate) fn held_key(state: &str) -> String {
+    let mut held = String::with_capacity(state.len() + HELD_SUFFIX.len());
+    held.push_str(state);
+    held.push_str(HELD_SUFFIX);
+    held
+}
+
 /// What the local-first store asks of `share.lua`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum ShareOp {

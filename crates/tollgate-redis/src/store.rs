@@ -198,6 +198,47 @@ impl Store for RedisStore {
         self.decide(policy, key, cost, Some(within))
     }
 
+    // `peek`: the default, the policy's script at cost 0, which charges
+    // nothing for any algorithm (it may write the state back as it stands,
+    // a no-op for every later decision; tested in
+    // `tests/tests/redis_admin.rs`), and teaches the block cache nothing.
+
+    /// One `DEL` of the key's state under every limit of `policy`, and of
+    /// the units a [`LocalFirst`](crate::LocalFirst) store in exact mode
+    /// counts as held beside it (`…~held`), then the block cache's entry.
+    /// Not deleted: the key's sync sequence numbers (`…:~sync`), which hold
+    /// no capacity and are shared by the key's policies; keeping them keeps
+    /// a report sent before the reset, and sent again after it, from being
+    /// counted a second time. A failure leaves the key as it was, or reset
+    /// (a reset is safe to repeat).
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+        let shared = self.shared.clone();
+        let names = self.reset_keys(policy, key);
+        let (policy, key) = (policy.clone(), key.clone());
+        tollgate::store::AdminFuture::new(async move {
+            let mut connection = shared.topology.current().connection.clone();
+            let deleted = redis::cmd("DEL")
+                .arg(&names)
+                .query_async::<i64>(&mut connection)
+                .await;
+            if let Some(blocked) = &shared.blocked {
+                blocked.forget(&policy, &key, shared.local_now());
+            }
+            deleted
+                .map(drop)
+                .map_err(|error| tollgate::store::AdminError::store(RedisStoreError::from(error)))
+        })
+    }
+
+    /// Forgets the block cache's remembered refusal for the key, if any.
+    /// Redis itself remembers no refusal: its counts decide.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+        if let Some(blocked) = &self.shared.blocked {
+            blocked.forget(policy, key, self.shared.local_now());
+        }
+        tollgate::store::AdminFuture::ready(Ok(()))
+    }
+
     fn refunds(&self) -> bool {
         true
     }
@@ -270,6 +311,16 @@ impl RedisStore {
             blocked.forget(policy, key, self.shared.local_now());
         }
         Ok(())
+    }
+
+    /// The keys a reset deletes: each limit's state and its held units.
+    fn reset_keys(&self, policy: &Policy, key: &Key) -> Vec<String> {
+        let prepared = self.prepared(policy);
+        let states = prepared.keys(&self.shared.prefix, key);
+        let held = states.iter().map(|name| crate::script::held_key(name));
+        let mut names: Vec<String> = held.collect();
+        names.extend(states);
+        names
     }
 }
 

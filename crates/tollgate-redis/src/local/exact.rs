@@ -106,6 +106,12 @@ impl ExactSlot {
         }
     }
 
+    /// Drops the refusal Redis made, if one is remembered (an operator's
+    /// unblock): the next request reserves again.
+    pub(crate) fn forget_refusal(&self) {
+        self.lock().refusal = None;
+    }
+
     pub(crate) fn lock(&self) -> Locked<'_, Holdings> {
         Locked::new(&self.state, &self.budget)
     }

@@ -390,6 +390,14 @@ impl Inner {
         }))
     }
 
+    /// Takes the key's slot out of this instance's table.
+    fn forget_slot(&self, policy: &Policy, key: &Key) {
+        match &self.slots {
+            Slots::Exact(table) => drop(table.remove(policy.id(), key)),
+            Slots::Periodic(table) => drop(table.remove(policy.id(), key)),
+        }
+    }
+
     /// Local time in ns.
     fn now(&self) -> u64 {
         // The memory store's clock: the time-stamp counter where the OS
@@ -516,6 +524,37 @@ impl Store for LocalFirst {
             }
             Ok(())
         })
+    }
+
+    // `peek`: the default, a check of cost 0, which this store sends to
+    // Redis as it sends every peek (see `check_within`): Redis's counts,
+    // in which what instances hold is spent already. (For GCRA and the
+    // token bucket in exact mode, the plain script does not read the held
+    // units, so a peek may show up to what other instances hold as
+    // remaining.)
+
+    /// Drops this instance's slot for the key (exact: the units it holds,
+    /// so that it does not spend them after the reset; periodic: the
+    /// counts not yet reported), then resets the key in Redis. Other
+    /// instances keep what they hold until it lapses or is spent (exact)
+    /// or until their next sync (periodic); a reservation in flight during
+    /// the reset may leave its grant charged in Redis, unused, until it
+    /// lapses.
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+        self.inner.forget_slot(policy, key);
+        self.inner.redis.reset(policy, key)
+    }
+
+    /// Drops the refusal this instance remembers for the key (exact mode;
+    /// a periodic slot's refusals come from its last reading, which is
+    /// counts, not a block), and the Redis store's block-cache entry.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+        if let Slots::Exact(table) = &self.inner.slots
+            && let Some(slot) = table.find(policy.id(), key)
+        {
+            slot.forget_refusal();
+        }
+        self.inner.redis.unblock(policy, key)
     }
 }
 

@@ -97,6 +97,22 @@ impl<S: Evictable> Table<S> {
             .cloned()
     }
 
+    /// Takes `key`'s slot under policy `policy` out of the table (an
+    /// operator's reset or unblock); requests that hold it finish with it,
+    /// the next ones make a fresh one.
+    pub(crate) fn remove(&self, policy: u64, key: &Key) -> Option<Arc<S>> {
+        let (fingerprint, shard) = self.place(policy, key);
+        let mut slots = shard.0.write().unwrap_or_else(PoisonError::into_inner);
+        let ours = slots
+            .get(&fingerprint)
+            .is_some_and(|slot| slot.is(policy, key));
+        if ours {
+            slots.remove(&fingerprint)
+        } else {
+            None
+        }
+    }
+
     /// Every slot, for the periodic sync (cloned out, so that no shard
     /// stays locked while Redis answers).
     pub(crate) fn all(&self) -> Vec<Arc<S>> {

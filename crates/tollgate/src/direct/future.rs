@@ -19,7 +19,7 @@ pin_project! {
     pub struct Check<F, E> {
         #[pin]
         state: CheckState<F, E>,
-        // A peek: the decision of a call of cost 0, read as one of cost 1.
+        // A peek (`Store::peek`, a call of cost 0), read as one of cost 1.
         peek: bool,
     }
 }

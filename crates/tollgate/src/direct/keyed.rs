@@ -96,7 +96,7 @@ impl<St: Store> KeyedLimiter<St> {
     /// The other figures are the limit's as they stand. A call may still be
     /// refused after a peek said yes, if another caller took the unit first.
     pub fn peek(&self, key: &Key) -> Check<St::Future, St::Error> {
-        Check::new(self.store.check(&self.policy, key, 0), true)
+        Check::new(self.store.peek(&self.policy, key), true)
     }
 
     /// Waits until a call for `key` is allowed, then charges it (and, where
@@ -129,6 +129,6 @@ impl<C: Clock> KeyedLimiter<MemoryStore<C>> {
 
     /// [`peek`](Self::peek) without `await`.
     pub fn peek_now(&self, key: &Key) -> Decision {
-        super::future::peeked(self.store.check_now(&self.policy, key, 0).merged)
+        super::future::peeked(self.store.peek_now(&self.policy, key).merged)
     }
 }

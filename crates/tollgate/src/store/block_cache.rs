@@ -659,6 +659,22 @@ where
     }
 }
 
+impl<S, C> BlockCache<S, C>
+where
+    C: Clock + Clone,
+{
+    /// Forgets the key's refusal once the store behind has reset it: a
+    /// refusal of a request sent before then is not learned afterwards.
+    fn forget_after(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
+        let (policy, key) = (policy.clone(), key.clone());
+        super::AdminFuture::new(async move {
+            blocked.forget(&policy, &key, clock.now());
+            Ok(())
+        })
+    }
+}
+
 impl<S, C> Store for BlockCache<S, C>
 where
     S: Store,
@@ -706,6 +722,31 @@ where
         cost: u32,
     ) -> StoreReply<Self::Future, Self::Error> {
         self.decide(policy, key, cost, |inner| inner.check(policy, key, cost))
+    }
+
+    /// The store behind's peek: a cost of 0 is never answered by a cached
+    /// refusal (it might pass), and a peek teaches the cache nothing.
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
+        match self.inner.peek(policy, key) {
+            StoreReply::Ready(answer) => StoreReply::Ready(answer),
+            StoreReply::Pending(inner) => {
+                StoreReply::Pending(BlockCacheFuture { inner, learn: None })
+            }
+        }
+    }
+
+    /// Resets the key in the store behind and forgets its remembered
+    /// refusal, which no longer holds.
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        let reset = self.inner.reset(policy, key);
+        let forget = self.forget_after(policy, key);
+        reset.and(forget)
+    }
+
+    /// Forgets the key's remembered refusal, and passes the call on.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.blocked.forget(policy, key, self.clock.now());
+        self.inner.unblock(policy, key)
     }
 
     /// A cached refusal is answered at once, whatever `within`; otherwise

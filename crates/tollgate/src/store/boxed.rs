@@ -69,6 +69,16 @@ trait ErasedStore: Send + Sync {
     fn refunds_erased(&self) -> bool;
 
     fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply;
+
+    fn peek_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+    ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
+
+    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture;
+
+    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture;
 }
 
 impl<St: Store> ErasedStore for St {
@@ -83,14 +93,23 @@ impl<St: Store> ErasedStore for St {
             Some(within) => self.check_within(policy, key, cost, within),
             None => self.check(policy, key, cost),
         };
-        match check {
-            StoreReply::Ready(result) => {
-                StoreReply::Ready(result.map_err(|e| BoxStoreError(Box::new(e))))
-            }
-            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
-                future.await.map_err(|e| BoxStoreError(Box::new(e)))
-            })),
-        }
+        erase(check)
+    }
+
+    fn peek_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+    ) -> StoreReply<BoxStoreFuture, BoxStoreError> {
+        erase(self.peek(policy, key))
+    }
+
+    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.reset(policy, key)
+    }
+
+    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.unblock(policy, key)
     }
 
     fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
@@ -103,6 +122,22 @@ impl<St: Store> ErasedStore for St {
 
     fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.refund(policy, key, refund)
+    }
+}
+
+/// A store's reply with its future and error boxed.
+fn erase<F, E>(reply: StoreReply<F, E>) -> StoreReply<BoxStoreFuture, BoxStoreError>
+where
+    F: Future<Output = Result<PolicyDecision, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match reply {
+        StoreReply::Ready(result) => {
+            StoreReply::Ready(result.map_err(|e| BoxStoreError(Box::new(e))))
+        }
+        StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
+            future.await.map_err(|e| BoxStoreError(Box::new(e)))
+        })),
     }
 }
 
@@ -139,5 +174,17 @@ impl Store for BoxStore {
 
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.0.refund_erased(policy, key, refund)
+    }
+
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<BoxStoreFuture, BoxStoreError> {
+        self.0.peek_erased(policy, key)
+    }
+
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.0.reset_erased(policy, key)
+    }
+
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.0.unblock_erased(policy, key)
     }
 }

@@ -141,6 +141,23 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         self.secondary.supports(policy)
     }
 
+    // `peek`: the default, a check of cost 0, so that a peek falls back as
+    // a check does.
+
+    /// Resets the key in both stores: the secondary may hold counts from
+    /// an outage of the primary, which would outlive the reset. Both are
+    /// asked even if the primary fails; the first error is returned.
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        let primary = self.primary.reset(policy, key);
+        primary.and(self.secondary.reset(policy, key))
+    }
+
+    /// Unblocks the key in both stores, as [`reset`](Self::reset) does.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        let primary = self.primary.unblock(policy, key);
+        primary.and(self.secondary.unblock(policy, key))
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

@@ -235,6 +235,50 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C: Clock> MemoryStore<C> {
+    /// `key`'s state under `policy` now, charging nothing: what
+    /// [`Store::peek`] answers. Decided on a copy of the key's state (a
+    /// check of cost 0), so nothing in the store changes, and a key the
+    /// store does not hold is not added.
+    pub fn peek_now(&self, policy: &Policy, key: &Key) -> PolicyDecision {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        let (fingerprint, shard) = inner.shard_of(policy, key);
+        let (merged, each) = match policy.packed() {
+            Some(limiter) => {
+                let word = read(shard)
+                    .cells
+                    .get(&fingerprint)
+                    .map_or(0, |cell| cell.load(Ordering::Acquire));
+                let decision = limiter.check(&AtomicU64::new(word), now, 0);
+                (decision, smallvec::smallvec![decision])
+            }
+            None => {
+                let mut states = match read(shard).slots.get(&fingerprint) {
+                    Some(slot) => slot.states.clone(),
+                    None => policy.limiters().iter().map(Limiter::new_state).collect(),
+                };
+                check_states(policy, &mut states, now, 0)
+            }
+        };
+        PolicyDecision {
+            merged,
+            each,
+            charged_at: 0,
+        }
+    }
+
+    /// Forgets `key`'s state under `policy`: what [`Store::reset`] does.
+    pub fn reset_now(&self, policy: &Policy, key: &Key) {
+        let (fingerprint, shard) = self.inner.shard_of(policy, key);
+        let mut shard = write(shard);
+        // A policy keeps a key in one map or the other; removing from both
+        // costs nothing and needs no second look at the policy.
+        shard.cells.remove(&fingerprint);
+        shard.slots.remove(&fingerprint);
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
     /// Gives a charge back at once: what [`Store::refund`] does. A key the
     /// store no longer holds (dropped at rest, or to make room) has nothing
     /// to give back.
@@ -310,21 +354,7 @@ impl<C> Inner<C> {
             states: policy.limiters().iter().map(Limiter::new_state).collect(),
             rest_at: now,
         });
-        let (merged, each) = match (policy.limiters(), slot.states.as_mut_slice()) {
-            // One limit: no pairing, no merging.
-            ([limiter], [state]) => {
-                let decision = limiter.check(state, now, cost);
-                (decision, smallvec::smallvec![decision])
-            }
-            (limiters, states) => {
-                let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
-                    limiters.iter().zip(states.iter_mut()).collect();
-                let mut each: SmallVec<[Decision; 2]> =
-                    smallvec::smallvec![Decision::default(); pairs.len()];
-                let merged = check_all(&mut pairs, now, cost, &mut each);
-                (merged, each)
-            }
-        };
+        let (merged, each) = check_states(policy, &mut slot.states, now, cost);
         slot.rest_at = now
             .saturating_add(merged.reset_after_nanos())
             .saturating_add(policy.rest_slack_nanos());
@@ -333,6 +363,32 @@ impl<C> Inner<C> {
             merged,
             each,
             charged_at,
+        }
+    }
+}
+
+/// Checks a request of `cost` against `states`, one per limit of
+/// `policy`, all or nothing.
+#[inline]
+fn check_states(
+    policy: &Policy,
+    states: &mut [State],
+    now: u64,
+    cost: u32,
+) -> (Decision, SmallVec<[Decision; 2]>) {
+    match (policy.limiters(), states) {
+        // One limit: no pairing, no merging.
+        ([limiter], [state]) => {
+            let decision = limiter.check(state, now, cost);
+            (decision, smallvec::smallvec![decision])
+        }
+        (limiters, states) => {
+            let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
+                limiters.iter().zip(states.iter_mut()).collect();
+            let mut each: SmallVec<[Decision; 2]> =
+                smallvec::smallvec![Decision::default(); pairs.len()];
+            let merged = check_all(&mut pairs, now, cost, &mut each);
+            (merged, each)
         }
     }
 }
@@ -408,6 +464,18 @@ impl<C: Clock> Store for MemoryStore<C> {
         self.refund_now(policy, key, refund);
         RefundReply::Done
     }
+
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Infallible> {
+        StoreReply::Ready(Ok(self.peek_now(policy, key)))
+    }
+
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.reset_now(policy, key);
+        super::AdminFuture::ready(Ok(()))
+    }
+
+    // `unblock`: the default. The memory store remembers no refusal; a
+    // key refused here is refused by its counts, which `reset` forgets.
 }
 
 #[cfg(test)]

@@ -12,19 +12,33 @@
 //! time, the keys the store behind refused (its [`BlockList`] is what the
 //! Redis store consults before each round trip), and a store of your own
 //! can stand in front of any other by implementing [`Store`] over it.
+//! [`PenaltyBox`] refuses, for a while, the keys that keep being refused.
+//!
+//! # An operator's handle
+//!
+//! Every store answers [`Store::peek`] (a key's state, charging nothing),
+//! [`Store::reset`] (the key is whole again) and [`Store::unblock`] (any
+//! refusal remembered for it is dropped). A peek is a check, so it has a
+//! check's shape ([`StoreReply`], see [`StoreReply::resolve`] to `await`
+//! it); reset and unblock return an [`AdminFuture`]. Stores that wrap
+//! stores pass all three on.
 
+mod admin;
 mod block_cache;
 mod boxed;
 mod fallback;
 mod fingerprint;
 mod memory;
+mod penalty;
 mod timeout;
 
+pub use admin::{AdminError, AdminFuture};
 pub use block_cache::{BlockCache, BlockCacheFuture, BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use fallback::{Fallback, FallbackFuture};
 pub use fingerprint::{ByFingerprint, FingerprintHasher};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 
 use crate::{ConfigError, Key, Policy};
@@ -59,6 +73,20 @@ pub enum StoreReply<F, E> {
     Ready(Result<PolicyDecision, E>),
     /// Will be decided when the future completes.
     Pending(F),
+}
+
+impl<F, E> StoreReply<F, E>
+where
+    F: Future<Output = Result<PolicyDecision, E>>,
+{
+    /// The answer, waiting for it if it is not there yet: for callers
+    /// outside the layer (an admin route awaiting a [`Store::peek`]).
+    pub async fn resolve(self) -> Result<PolicyDecision, E> {
+        match self {
+            StoreReply::Ready(answer) => answer,
+            StoreReply::Pending(future) => future.await,
+        }
+    }
 }
 
 /// Keeps the state of every key and decides requests against a [`Policy`].
@@ -131,6 +159,48 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
         let _ = (policy, key, refund);
         RefundReply::Done
+    }
+
+    /// `key`'s state under every limit of `policy`, charging nothing and
+    /// changing nothing a later decision could see: each limit's
+    /// `limit`, `remaining`, `reset_after` and `replenish_after` as a
+    /// request would find them now. `allowed` is the answer to a request
+    /// of cost 0 (true unless the key is blocked or over its limit); read
+    /// `remaining` to know whether a request of cost 1 would pass.
+    ///
+    /// The default is a check of cost 0, which charges nothing for every
+    /// algorithm in the core and in the Redis scripts (tested by
+    /// `tests/admin.rs` and the Redis admin tests: a key peeked at between
+    /// requests is decided as one that was not). The memory store
+    /// overrides it so that a peek at an unknown key does not take a
+    /// place in the store; a [`PenaltyBox`] answers a blocked key's block.
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
+        self.check(policy, key, 0)
+    }
+
+    /// Forgets `key`'s state under every limit of `policy`: the key is
+    /// whole again, as one never seen, and any refusal or block
+    /// remembered for it is dropped too (a reset key that stayed refused
+    /// would not be whole). Other keys and other policies are untouched.
+    ///
+    /// The default fails with [`AdminError::Unsupported`]: a store of your
+    /// own must say how to forget a key.
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let _ = (policy, key);
+        AdminFuture::ready(Err(AdminError::Unsupported { operation: "reset" }))
+    }
+
+    /// Drops any refusal or penalty block remembered for `key` under
+    /// `policy` (a [`BlockCache`]'s entry, a [`PenaltyBox`]'s block and
+    /// offences), so that its next request is decided by its counts. The
+    /// counts stay: a key over its limit is still refused by them.
+    ///
+    /// The default does nothing and succeeds, right for a store that
+    /// remembers no refusal; a store that does must override it, and a
+    /// store that wraps another must pass it on.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let _ = (policy, key);
+        AdminFuture::ready(Ok(()))
     }
 }
 

@@ -135,6 +135,29 @@ impl<St: Store> Store for Timeout<St> {
         self.inner.refund(policy, key, refund)
     }
 
+    /// The store behind's peek, given up on after the timeout.
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
+        match self.inner.peek(policy, key) {
+            StoreReply::Ready(answer) => StoreReply::Ready(answer.map_err(TimeoutError::Inner)),
+            StoreReply::Pending(inner) => StoreReply::Pending(TimeoutFuture {
+                inner,
+                deadline: tokio::time::sleep(self.timeout),
+                after: self.timeout,
+            }),
+        }
+    }
+
+    /// The store behind's reset, given up on after the timeout (it may
+    /// still complete: a reset that reached Redis is not undone).
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        bounded(self.inner.reset(policy, key), self.timeout)
+    }
+
+    /// The store behind's unblock, given up on after the timeout.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        bounded(self.inner.unblock(policy, key), self.timeout)
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,
@@ -152,4 +175,17 @@ impl<St: Store> Store for Timeout<St> {
             }),
         }
     }
+}
+
+/// `call`, failed with [`TimeoutError::Elapsed`] if it is not done after
+/// `after`.
+fn bounded(call: super::AdminFuture, after: Duration) -> super::AdminFuture {
+    super::AdminFuture::new(async move {
+        match tokio::time::timeout(after, call).await {
+            Ok(done) => done,
+            Err(_) => Err(super::AdminError::store(TimeoutError::<
+                std::convert::Infallible,
+            >::Elapsed(after))),
+        }
+    })
 }
