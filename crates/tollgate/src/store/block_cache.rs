@@ -170,15 +170,15 @@ impl BlockList {
     /// whose answer comes later is not learned either (for any key: the
     /// list keeps no time per key it does not hold).
     pub fn forget(&self, policy: &Policy, key: &Key, now: u64) {
+        let fingerprint = self.inner.fingerprint(policy, key);
+        // Under the key's shard lock, as `learn` reads `refunded_at`: a
+        // refusal is either learned before (and removed here) or finds the
+        // new time (and is not learned).
+        let mut shard = lock(self.inner.shard(fingerprint));
         self.inner
             .refunded_at
             .fetch_max(now.saturating_add(1), Ordering::AcqRel);
-        let fingerprint = self.inner.fingerprint(policy, key);
-        if lock(self.inner.shard(fingerprint))
-            .map
-            .remove(&fingerprint)
-            .is_some()
-        {
+        if shard.map.remove(&fingerprint).is_some() {
             self.inner.entries.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -255,11 +255,7 @@ impl BlockList {
             return;
         }
         let retry = merged.retry_after_nanos();
-        if !merged.can_ever_pass()
-            || retry == 0
-            || inner.per_shard == 0
-            || sent < inner.refunded_at.load(Ordering::Acquire)
-        {
+        if !merged.can_ever_pass() || retry == 0 || inner.per_shard == 0 {
             return;
         }
         let fingerprint = inner.fingerprint(policy, key);
@@ -273,6 +269,10 @@ impl BlockList {
             verdict: verdict.clone(),
         };
         let mut shard = lock(inner.shard(fingerprint));
+        // Read under the lock that `forget` holds while it moves it on.
+        if sent < inner.refunded_at.load(Ordering::Acquire) {
+            return;
+        }
         match shard.map.get_mut(&fingerprint) {
             Some(old) => {
                 // A refusal of a request sent later knows more; one sent
