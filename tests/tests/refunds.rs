@@ -222,3 +222,39 @@ async fn local_first_gives_back_through_redis() {
         }
     }
 }
+
+/// A refund's reply dropped unawaited: the refund still lands (it runs in
+/// a task of its own), as `Store::refund` promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_redis_refund_reply_still_gives_back() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder(server.url())
+        .prefix("refunds-dropped")
+        .connect()
+        .await
+        .unwrap();
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", Quota::per_day(1))]));
+    let seen = Counted::default();
+    let asked = Instant::now();
+    let decision = match store.check(&policy, &Key::Global, 1) {
+        StoreReply::Ready(decision) => decision,
+        StoreReply::Pending(future) => future.await,
+    }
+    .unwrap();
+    assert!(decision.merged.allowed());
+    assert!(
+        !request(&store, &policy, false, &seen).await,
+        "the day's one is spent"
+    );
+    drop(store.refund(
+        &policy,
+        &Key::Global,
+        Refund::of(&decision, 1, asked.elapsed()),
+    ));
+    // Given back within a moment, with nobody waiting for it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !request(&store, &policy, false, &seen).await {
+        assert!(Instant::now() < deadline, "the dropped refund never landed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

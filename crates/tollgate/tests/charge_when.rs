@@ -1,8 +1,9 @@
 //! Limits that count only some outcomes (`charge_when`): `/login` limited
 //! to 3 failures a minute over real HTTP; every algorithm through the
 //! layer, with a store that answers at once and one that answers later;
-//! and a store that cannot give charges back refused when the layer is
-//! built.
+//! a refund that lands later holds the response until it lands, at most
+//! the store timeout; and a store that cannot give charges back refused
+//! when the layer is built.
 
 mod common;
 
@@ -12,8 +13,12 @@ use axum::extract::RawQuery;
 use axum::routing::{get, post};
 use common::{Later, http_over_tcp, serve_on_loopback};
 use http::{Request, StatusCode};
-use tollgate::store::Fallback;
-use tollgate::{ChargeWhen, GlobalKey, MemoryStore, RateLimitLayer, Store};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tollgate::store::{Fallback, Refund, RefundReply};
+use tollgate::{
+    ChargeWhen, GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply,
+};
 use tollgate_core::{Algorithm, Quota};
 use tower::ServiceExt;
 
@@ -127,4 +132,89 @@ fn a_store_that_cannot_give_back_fails_the_build() {
         .try_build()
         .unwrap_err();
     assert!(error.to_string().contains("charge_when"), "{error}");
+}
+
+/// The memory store, whose refunds land `delay` after they are asked for
+/// (as a store over the network answers `RefundReply::Pending`).
+#[derive(Clone)]
+struct SlowRefunds {
+    store: MemoryStore,
+    delay: Duration,
+}
+
+impl Store for SlowRefunds {
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<tollgate::PolicyDecision, Self::Error>>;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.store.check(policy, key, cost)
+    }
+
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        let (store, delay) = (self.store.clone(), self.delay);
+        let (policy, key) = (policy.clone(), key.clone());
+        RefundReply::Pending(Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            store.refund_now(&policy, &key, refund);
+        }))
+    }
+}
+
+/// One a day, only 5xx counts: a router over `store`.
+fn one_failure_a_day(store: SlowRefunds, store_timeout: Duration) -> Router {
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_day(1))
+        .key(GlobalKey)
+        .store(store)
+        .store_timeout(store_timeout)
+        .charge_when(ChargeWhen::statuses("5xx").unwrap())
+        .build();
+    Router::new()
+        .route("/ok", get(|| async { StatusCode::OK }))
+        .layer(layer)
+}
+
+#[tokio::test]
+async fn a_refunded_response_waits_for_its_refund_to_land() {
+    let delay = Duration::from_millis(30);
+    let store = SlowRefunds {
+        store: MemoryStore::new(),
+        delay,
+    };
+    let router = one_failure_a_day(store, Duration::from_secs(5));
+    // Each response comes once its refund has landed, so the next request
+    // of a limit of one finds the unit back.
+    for i in 0..5 {
+        let started = Instant::now();
+        assert_eq!(status(&router, "/ok").await, StatusCode::OK, "request {i}");
+        assert!(started.elapsed() >= delay, "request {i} did not wait");
+    }
+}
+
+#[tokio::test]
+async fn a_refund_that_does_not_land_holds_the_response_only_for_the_store_timeout() {
+    let store = SlowRefunds {
+        store: MemoryStore::new(),
+        delay: Duration::from_secs(3_600),
+    };
+    let timeout = Duration::from_millis(50);
+    let router = one_failure_a_day(store, timeout);
+    let started = Instant::now();
+    assert_eq!(status(&router, "/ok").await, StatusCode::OK);
+    let waited = started.elapsed();
+    assert!(
+        waited >= timeout && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    // The charge stands meanwhile: the next request finds the limit spent.
+    assert_eq!(status(&router, "/ok").await, StatusCode::TOO_MANY_REQUESTS);
 }

@@ -3,6 +3,9 @@
 //! blocked key costs the store behind no call; other keys are untouched;
 //! an operator's unblock lifts it. On a manual clock.
 
+mod common;
+
+use common::Counting;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -12,39 +15,10 @@ use tollgate_core::{ManualClock, Quota};
 
 const SECOND: u64 = 1_000_000_000;
 
-/// The memory store, counting the checks it is asked for (peeks and
-/// resets pass uncounted).
-#[derive(Clone)]
-struct Counting(MemoryStore<ManualClock>, Arc<AtomicUsize>);
-
-impl Store for Counting {
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<PolicyDecision, Self::Error>>;
-
-    fn check(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-    ) -> StoreReply<Self::Future, Self::Error> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        self.0.check(policy, key, cost)
-    }
-
-    // Not counted: only checks are.
-    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
-        self.0.peek(policy, key)
-    }
-
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
-        self.0.reset(policy, key)
-    }
-}
-
 struct Setup {
     clock: ManualClock,
     calls: Arc<AtomicUsize>,
-    store: PenaltyBox<Counting, ManualClock>,
+    store: PenaltyBox<Counting<MemoryStore<ManualClock>>, ManualClock>,
     policy: Arc<Policy>,
 }
 

@@ -1,19 +1,17 @@
 //! Stores compose: [`Timeout`], [`Fallback`] and [`BlockCache`] wrap other
 //! stores outside the layer, and so does a store a user writes (`Counting`
-//! below, which counts the checks that reach the store behind it).
+//! in `common`, which counts the checks that reach the store behind it).
 
 mod common;
 
-use common::{BrokenStore, Later, send};
+use common::{BrokenStore, Counting, Later, send};
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tollgate::store::{BlockCache, Fallback, Timeout};
-use tollgate::{
-    GlobalKey, Key, MemoryStore, OnStoreError, Policy, RateLimitLayer, Store, StoreReply,
-};
+use tollgate::{GlobalKey, MemoryStore, OnStoreError, RateLimitLayer, Store};
 use tollgate_core::{ManualClock, Quota};
 use tower::{Layer, service_fn};
 
@@ -96,25 +94,6 @@ async fn a_timeout_alone_gives_the_layer_a_failure_to_answer() {
 // refused there until their retry time, without asking the store again.
 // (A flood of refused requests then costs the shared store nothing.)
 // ---------------------------------------------------------------------
-
-/// A store that counts the checks it is asked for.
-#[derive(Clone)]
-struct Counting<St>(St, Arc<AtomicUsize>);
-
-impl<St: Store> Store for Counting<St> {
-    type Error = St::Error;
-    type Future = St::Future;
-
-    fn check(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-    ) -> StoreReply<Self::Future, Self::Error> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        self.0.check(policy, key, cost)
-    }
-}
 
 #[tokio::test]
 async fn a_cache_in_front_of_a_slower_store_spares_it_the_refused_requests() {

@@ -112,6 +112,8 @@ fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
     PolicyDecision {
         merged,
         each,
+        // Decided here, not by a script: `LocalFirst::refund` reads the
+        // missing charge time as "undo it here if Redis has not heard".
         charged_at: 0,
     }
 }

@@ -489,6 +489,8 @@ impl Store for LocalFirst {
     /// report still on its way may reach Redis first and find nothing to
     /// give back: the request then counts.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        // Decisions made here carry no charge time (`charged_at` 0);
+        // those Redis made carry the script's.
         let local = refund.charged_at.is_none();
         let slot = match &self.inner.slots {
             Slots::Exact(table) => {

@@ -124,3 +124,58 @@ pub async fn serve_on_loopback(
     let server = tokio::spawn(async move { axum::serve(listener, service).await });
     (addr, server)
 }
+
+/// A store of a user's own in front of another: counts the checks that
+/// reach the store behind it. Peeks, resets, unblocks and refunds pass on
+/// uncounted.
+#[derive(Clone)]
+#[allow(dead_code)] // not every test binary counts calls
+pub struct Counting<St>(pub St, pub Arc<std::sync::atomic::AtomicUsize>);
+
+impl<St: Store> Counting<St> {
+    /// The checks counted so far.
+    #[allow(dead_code)]
+    pub fn calls(&self) -> usize {
+        self.1.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<St: Store> Store for Counting<St> {
+    type Error = St::Error;
+    type Future = St::Future;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.check(policy, key, cost)
+    }
+
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
+        self.0.peek(policy, key)
+    }
+
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+        self.0.reset(policy, key)
+    }
+
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+        self.0.unblock(policy, key)
+    }
+
+    fn refunds(&self) -> bool {
+        self.0.refunds()
+    }
+
+    fn refund(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        refund: tollgate::store::Refund,
+    ) -> tollgate::store::RefundReply {
+        self.0.refund(policy, key, refund)
+    }
+}
