@@ -86,7 +86,14 @@ async fn tasks<St: Store>(
 /// First 32 tasks whose outcomes are all given back (20 requests each:
 /// far more than 10 pass), then 64 tasks at once, odd ones giving back,
 /// 100 requests each; what they saw.
-async fn run<St: Store>(store: St, algorithm: Algorithm) -> Arc<Counted> {
+/// How many of the first phase's outcomes must have been given back and
+/// taken up again: far more than the limit where a refund is back at once
+/// for every instance; more than the limit at all for the local-first
+/// store, whose instance remembers Redis's refusal until a refund lands.
+const REUSED: usize = 50;
+const REUSED_LOCAL_FIRST: usize = 10;
+
+async fn run<St: Store>(store: St, algorithm: Algorithm, reused: usize) -> Arc<Counted> {
     // A day: nothing refills during the test, so "admitted" is exact.
     let quota = Quota::per_day(10);
     let policy = Arc::new(Policy::new(vec![
@@ -98,7 +105,7 @@ async fn run<St: Store>(store: St, algorithm: Algorithm) -> Arc<Counted> {
     // far more than 10 in all.
     let refunded = seen.refunded.load(Ordering::Relaxed);
     assert!(
-        refunded > 50,
+        refunded > reused,
         "{algorithm}: outcomes given back used the limit up ({refunded} passed)"
     );
     tasks(&store, &policy, &seen, (64, 100), |task| task % 2 == 1).await;
@@ -132,7 +139,7 @@ async fn admitted_without_refunds(algorithm: Algorithm) -> usize {
 async fn the_limit_of_counted_outcomes_pass_for_every_algorithm() {
     for algorithm in Algorithm::ALL {
         let limit = admitted_without_refunds(algorithm).await;
-        let seen = run(MemoryStore::new(), algorithm).await;
+        let seen = run(MemoryStore::new(), algorithm, REUSED).await;
         let (counted, refunded) = (
             seen.counted.load(Ordering::Relaxed),
             seen.refunded.load(Ordering::Relaxed),
@@ -148,7 +155,7 @@ async fn the_limit_of_counted_outcomes_pass_for_every_algorithm() {
 async fn the_wrappers_pass_refunds_on() {
     let store = BlockCache::new(Timeout::new(MemoryStore::new(), Duration::from_secs(1)));
     assert!(store.refunds());
-    let seen = run(store, Algorithm::FixedWindow).await;
+    let seen = run(store, Algorithm::FixedWindow, REUSED).await;
     assert_eq!(seen.counted.load(Ordering::Relaxed), 10);
     assert!(MemoryStore::new().refunds());
     // A store that cannot give charges back says so.
@@ -168,7 +175,7 @@ async fn redis_gives_back_exactly_what_was_refunded() {
             .await
             .unwrap();
         assert!(store.refunds());
-        let seen = run(store, algorithm).await;
+        let seen = run(store, algorithm, REUSED).await;
         let (counted, refunded) = (
             seen.counted.load(Ordering::Relaxed),
             seen.refunded.load(Ordering::Relaxed),
@@ -189,7 +196,7 @@ async fn redis_without_the_block_cache_gives_back_too() {
         .connect()
         .await
         .unwrap();
-    let seen = run(store, Algorithm::Gcra).await;
+    let seen = run(store, Algorithm::Gcra, REUSED).await;
     assert_eq!(seen.counted.load(Ordering::Relaxed), 10);
 }
 
@@ -214,11 +221,21 @@ async fn local_first_gives_back_through_redis() {
                 .unwrap();
             let store = LocalFirst::builder(redis, mode).build();
             assert!(store.refunds());
-            let seen = run(store, algorithm).await;
-            // One instance: exact in either mode (periodic mode's excess
-            // comes from other instances' unreported admissions).
+            let seen = run(store, algorithm, REUSED_LOCAL_FIRST).await;
             let counted = seen.counted.load(Ordering::Relaxed);
-            assert_eq!(counted, 10, "{algorithm}, {mode:?}");
+            match mode {
+                // Exact mode: never over the limit. A refund that races a
+                // reservation reporting its unit spent is given back in
+                // Redis, where the instance's report re-counts it (see
+                // `LocalFirst::refund`): a little under.
+                LocalMode::Exact => assert!(
+                    (8..=10).contains(&counted),
+                    "{algorithm}, exact: {counted} counted"
+                ),
+                // Periodic: refunds come off this instance's reports, so
+                // one instance counts exactly the limit.
+                _ => assert_eq!(counted, 10, "{algorithm}, periodic"),
+            }
         }
     }
 }

@@ -472,11 +472,11 @@ impl Store for LocalFirst {
         true
     }
 
-    /// Gives the charge back. An admission decided here is undone here
-    /// when Redis has not yet heard of it: in periodic mode taken off the
-    /// report not yet sent, in exact mode its units put back among those
-    /// the instance holds (while Redis still counts them held and their
-    /// window has not lapsed); both exact. Otherwise the charge is
+    /// Gives the charge back. An admission decided here is undone here:
+    /// in periodic mode taken off the reports (the one not yet sent, else
+    /// the next ones); in exact mode, when Redis still counts its units
+    /// held (spent since the last reservation, their window not lapsed),
+    /// put back among them. Both exact. Otherwise the charge is
     /// given back in Redis, from a spawned task (see [`RedisStore`]'s
     /// `refund`): a request decided here spent units this instance
     /// reserved (exact mode) or reported (periodic), and giving its charge
@@ -485,9 +485,12 @@ impl Store for LocalFirst {
     /// Redis, so the refund goes by how long ago the request was checked:
     /// a little less than an exact refund where a schedule moved on
     /// meanwhile, never more. Once given back, a refusal this instance
-    /// remembers for the key (exact mode) is forgotten. A refund of a
-    /// report still on its way may reach Redis first and find nothing to
-    /// give back: the request then counts.
+    /// remembers for the key (exact mode) is forgotten. For GCRA and the
+    /// continuous token bucket in exact mode, a Redis refund of a unit
+    /// that this instance's last held report still counted is taken back
+    /// by its next reservation (which charges the units the report held
+    /// and the instance spent): such a request counts, a little under the
+    /// limit, never over.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
         // Decisions made here carry no charge time (`charged_at` 0);
         // those Redis made carry the script's.
@@ -507,11 +510,8 @@ impl Store for LocalFirst {
                 slot
             }
             Slots::Periodic(table) => {
-                if local
-                    && table
-                        .find(policy.id(), key)
-                        .is_some_and(|s| s.cancel(refund.cost))
-                {
+                if local && let Some(slot) = table.find(policy.id(), key) {
+                    slot.give_back(refund.cost);
                     return RefundReply::Done;
                 }
                 None

@@ -34,6 +34,9 @@ pub(crate) struct Counts {
     last: Option<(PolicyDecision, u64)>,
     /// Admitted here and not yet reported.
     pending: u64,
+    /// Admitted here, reported, then given back: taken off the next
+    /// reports (and off what this instance counts as spent meanwhile).
+    owed: u64,
     /// A report sent whose answer did not come: (sequence, units). Sent
     /// again, with the same sequence, until Redis answers.
     unconfirmed: Option<(u64, u64)>,
@@ -76,18 +79,17 @@ impl PeriodicSlot {
         Locked::new(&self.state, &self.budget)
     }
 
-    /// Cancels `cost` units admitted here and not yet reported, if that
-    /// many are: a refund Redis never needs to see (its admission is not
-    /// reported either). `false` when the report has gone: the refund is
-    /// Redis's to give.
-    pub(crate) fn cancel(&self, cost: u32) -> bool {
+    /// Gives back `cost` units admitted here: taken off what is not yet
+    /// reported, and the rest (already reported, or on its way) off the
+    /// next reports. Redis never counts the refunded admission once the
+    /// reports are netted, exactly as if it had not come; until then only
+    /// this instance knows it has the units back.
+    pub(crate) fn give_back(&self, cost: u32) {
         let mut counts = self.lock();
         let cost = u64::from(cost);
-        if counts.pending < cost {
-            return false;
-        }
-        counts.pending -= cost;
-        true
+        let unreported = cost.min(counts.pending);
+        counts.pending -= unreported;
+        counts.owed += cost - unreported;
     }
 
     /// A request of `cost` at `now` admitted from what remains without the
@@ -122,10 +124,7 @@ impl Budgeted for Counts {
             self.opened = 0;
             return (0, None);
         };
-        let left = decision
-            .merged
-            .remaining()
-            .saturating_sub(self.outstanding());
+        let left = self.left(decision.merged.remaining());
         self.opened = left;
         let signature = Signature {
             at: *at,
@@ -147,13 +146,12 @@ impl Counts {
             self.syncing = true;
             return (Step::Wait, start);
         };
-        let outstanding = self.outstanding();
-        let left = last.merged.remaining().saturating_sub(outstanding);
         let elapsed = now.saturating_sub(*at);
-        if left >= u64::from(cost) {
+        if self.left(last.merged.remaining()) >= u64::from(cost) {
+            let answer = answers::admitted(last, elapsed, |r| {
+                self.left(r).saturating_sub(u64::from(cost))
+            });
             self.pending += u64::from(cost);
-            let spent = outstanding + u64::from(cost);
-            let answer = answers::admitted(last, elapsed, |r| r.saturating_sub(spent));
             return (Step::Answer(answer), false);
         }
         if let Some(failure) = &self.failure {
@@ -164,10 +162,16 @@ impl Counts {
         (Step::Answer(answer), false)
     }
 
-    /// Admitted here and not yet known to Redis's last reading.
-    fn outstanding(&self) -> u64 {
-        self.pending
-            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units))
+    /// What this instance may still admit of `remaining`, Redis's last
+    /// reading: less what it admitted that the reading does not know of,
+    /// plus what was given back after it was reported.
+    fn left(&self, remaining: u64) -> u64 {
+        let unreported = self
+            .pending
+            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units));
+        remaining
+            .saturating_add(self.owed)
+            .saturating_sub(unreported)
     }
 
     /// How long ago (ns) Redis last read the key; 0 if never.
@@ -191,6 +195,9 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
     let (spent, sequence) = {
         let mut counts = slot.lock();
         counts.touched = false;
+        let netted = counts.owed.min(counts.pending);
+        counts.owed -= netted;
+        counts.pending -= netted;
         match counts.unconfirmed {
             Some(report) => (report.1, report.0),
             None if counts.pending > 0 => {
