@@ -79,15 +79,35 @@ where
     A: RateAlgorithm,
     A::State: PackedState,
 {
+    update_atomic::<A>(cell, |state| algorithm.refund(state, receipt, now));
+}
+
+/// Charges `cost` at `now` whatever the limit says, to a state held in an
+/// atomic cell (see [`RateAlgorithm::force`]).
+pub fn force_atomic<A>(algorithm: &A, cell: &AtomicU64, now: u64, cost: u32)
+where
+    A: RateAlgorithm,
+    A::State: PackedState,
+{
+    update_atomic::<A>(cell, |state| algorithm.force(state, now, cost));
+}
+
+/// Applies `change` to the state in `cell`, again on a fresh copy
+/// whenever another thread changed the cell in between.
+fn update_atomic<A>(cell: &AtomicU64, change: impl Fn(&mut A::State))
+where
+    A: RateAlgorithm,
+    A::State: PackedState,
+{
     let mut current = cell.load(Ordering::Acquire);
     loop {
         let mut state = A::State::unpack(current);
-        algorithm.refund(&mut state, receipt, now);
-        let refunded = state.pack();
-        if refunded == current {
+        change(&mut state);
+        let changed = state.pack();
+        if changed == current {
             return;
         }
-        match cell.compare_exchange_weak(current, refunded, Ordering::AcqRel, Ordering::Acquire) {
+        match cell.compare_exchange_weak(current, changed, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return,
             Err(actual) => current = actual,
         }

@@ -104,7 +104,7 @@ mod registry;
 
 // Every algorithm's types at the root: a new algorithm needs no line here.
 pub use algorithm::*;
-pub use atomic::{PackedState, check_atomic, refund_atomic};
+pub use atomic::{PackedState, check_atomic, force_atomic, refund_atomic};
 pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::{Decision, DecisionFields};
 pub use limiter::{Charge, Limiter, State, check_all};

@@ -284,6 +284,24 @@ macro_rules! define_algorithms {
                 }
             }
 
+            /// Charges `cost` at `now` whatever the limit says, into debt
+            /// if need be (see
+            /// [`RateAlgorithm::force`](crate::RateAlgorithm::force)). A
+            /// state made for another algorithm is replaced by a fresh one
+            /// first.
+            pub fn force(&self, state: &mut State, now: u64, cost: u32) {
+                match self {
+                    $(Limiter::$variant(a) => {
+                        if !matches!(state, State::$variant(_)) {
+                            *state = self.new_state();
+                        }
+                        if let State::$variant(s) = state {
+                            a.force(s, now, cost);
+                        }
+                    })+
+                }
+            }
+
             /// Evaluates and, if allowed, commits.
             #[inline]
             pub fn check(&self, state: &mut State, now: u64, cost: u32) -> Decision {

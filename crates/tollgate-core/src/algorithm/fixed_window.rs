@@ -128,4 +128,17 @@ impl RateAlgorithm for FixedWindow {
             state.count -= u64::from(receipt.cost).min(state.count);
         }
     }
+
+    /// Added to the current window's count (the window a clock that went
+    /// back left ahead, if any), past the limit if need be.
+    fn force(&self, state: &mut FixedWindowState, now: u64, cost: u32) {
+        let current = self.per_period.div(now);
+        if state.window < current {
+            *state = FixedWindowState {
+                window: current,
+                count: 0,
+            };
+        }
+        state.count = state.count.saturating_add(u64::from(cost));
+    }
 }

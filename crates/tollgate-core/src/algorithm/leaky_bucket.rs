@@ -162,4 +162,10 @@ impl RateAlgorithm for LeakyBucket {
             .min(state.next_free.saturating_sub(now));
         state.next_free -= give;
     }
+
+    /// The queue grows by the cost's slots, from now or from its end.
+    fn force(&self, state: &mut LeakyBucketState, now: u64, cost: u32) {
+        let cost = self.interval.saturating_mul(u64::from(cost));
+        state.next_free = state.next_free.max(now).saturating_add(cost);
+    }
 }

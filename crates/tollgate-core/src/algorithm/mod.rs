@@ -113,6 +113,15 @@ pub trait RateAlgorithm {
     /// in between, it leaves the state as if the request had never come.
     fn refund(&self, state: &mut Self::State, receipt: crate::Receipt, now: u64);
 
+    /// Charges `cost` at `now` whatever the state says: a cost learned only
+    /// after the request was admitted ("pay after"). The state may go past
+    /// the limit — into debt — and later requests are then refused (or
+    /// delayed) until the debt has been paid off at the quota's rate, with
+    /// `retry_after` saying when. Windowed algorithms hold a debt only as
+    /// long as the window that holds it: what is still over the limit when
+    /// that window has left is forgiven.
+    fn force(&self, state: &mut Self::State, now: u64, cost: u32);
+
     /// This algorithm over `quota`, with its default options: what
     /// [`Limiter::new`](crate::Limiter::new) builds.
     fn from_quota(quota: Quota) -> Self

@@ -305,4 +305,9 @@ impl RateAlgorithm for SlidingLog {
         }
         state.entries.retain(|e| e.cost > 0);
     }
+
+    /// Logged at `now`, past the limit if need be.
+    fn force(&self, state: &mut SlidingLogState, now: u64, cost: u32) {
+        self.commit(state, LogCharge { at: now, cost });
+    }
 }

@@ -298,6 +298,18 @@ impl RateAlgorithm for SlidingWindowBuckets {
         let slot = &mut state.counts[(index % slots) as usize];
         *slot -= u64::from(receipt.cost).min(*slot);
     }
+
+    /// Added to the sub-window a request would be charged in now, past the
+    /// limit if need be.
+    fn force(&self, state: &mut SlidingWindowBucketsState, now: u64, cost: u32) {
+        let current = self.per_sub_window.div(now);
+        let index = if state.counts.len() as u64 == self.slots() {
+            current.max(state.newest)
+        } else {
+            current
+        };
+        self.commit(state, SubWindowCharge { index, cost });
+    }
 }
 
 #[cfg(test)]

@@ -224,14 +224,13 @@ impl TokenBucket {
         )
     }
 
-    fn evaluate_interval(
-        &self,
-        state: &TokenBucketState,
-        now: u64,
-        cost: u32,
-    ) -> (Decision, Option<TokenBucketState>) {
+    /// An interval bucket's `(interval, used)` at `now`: the refills since
+    /// its interval taken off (a state from a later interval, the clock
+    /// having gone back, is kept as it is; one of the other style is a
+    /// full bucket).
+    fn refilled(&self, state: &TokenBucketState, now: u64) -> (u64, u64) {
         let current = self.per_period.div(now);
-        let (interval, used) = match *state {
+        match *state {
             TokenBucketState::Interval { interval, used } if interval >= current => {
                 (interval, used)
             }
@@ -240,7 +239,16 @@ impl TokenBucket {
                 (current, to_u64(u128::from(used).saturating_sub(refilled)))
             }
             TokenBucketState::Continuous { .. } => (current, 0),
-        };
+        }
+    }
+
+    fn evaluate_interval(
+        &self,
+        state: &TokenBucketState,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<TokenBucketState>) {
+        let (interval, used) = self.refilled(state, now);
         let available = self.quota.burst().saturating_sub(used);
         let allowed = u64::from(cost) <= available;
         let used_after = if allowed {
@@ -259,12 +267,15 @@ impl TokenBucket {
         } else if u64::from(cost) > self.quota.burst() {
             Decision::NEVER_NANOS
         } else {
-            after_refills((u64::from(cost) - available).div_ceil(self.quota.limit()))
+            // Tokens missing for the request: past a debt (more used than
+            // the bucket holds), all of it comes first.
+            let missing = used.saturating_add(u64::from(cost)) - self.quota.burst();
+            after_refills(missing.div_ceil(self.quota.limit()))
         };
         let decision = DecisionFields {
             allowed,
             limit: self.quota.burst(),
-            remaining: self.quota.burst() - used_after,
+            remaining: self.quota.burst().saturating_sub(used_after),
             reset_after_nanos: after_refills(used_after.div_ceil(self.quota.limit())),
             // Tokens come back only at boundaries, the next one first.
             replenish_after_nanos: if used_after == 0 { 0 } else { after_refills(1) },
@@ -342,6 +353,10 @@ impl RateAlgorithm for IntervalTokenBucket {
 
     fn refund(&self, state: &mut TokenBucketState, receipt: crate::Receipt, now: u64) {
         self.0.refund(state, receipt, now);
+    }
+
+    fn force(&self, state: &mut TokenBucketState, now: u64, cost: u32) {
+        self.0.force(state, now, cost);
     }
 
     fn from_quota(quota: Quota) -> Self {
@@ -482,6 +497,32 @@ impl RateAlgorithm for TokenBucket {
                 *used = used_now - still.min(used_now);
             }
         }
+    }
+
+    /// Continuous: the moment of being full moves on by the cost, from now
+    /// or from where it stands. Interval: the cost is added to the tokens
+    /// missing, past the bucket's size if need be.
+    fn force(&self, state: &mut TokenBucketState, now: u64, cost: u32) {
+        *state = match (self.refill, *state) {
+            (Refill::Continuous, state) => {
+                let full_at = match state {
+                    TokenBucketState::Continuous { full_at } => full_at.get(),
+                    TokenBucketState::Interval { .. } => 0,
+                };
+                let now = u128::from(now) * u128::from(self.scale);
+                let cost = u128::from(self.unit) * u128::from(cost);
+                TokenBucketState::Continuous {
+                    full_at: ScaledTime::from(full_at.max(now).saturating_add(cost)),
+                }
+            }
+            (Refill::Interval, state) => {
+                let (interval, used) = self.refilled(&state, now);
+                TokenBucketState::Interval {
+                    interval,
+                    used: used.saturating_add(u64::from(cost)),
+                }
+            }
+        };
     }
 
     #[inline]
