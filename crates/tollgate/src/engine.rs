@@ -10,9 +10,10 @@ use crate::headers::{FieldValues, HeaderStyle, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
 use crate::outcome::Ticket;
+use crate::pay_after::Meter;
 use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
-use crate::store::{PolicyDecision, Store, StoreReply};
+use crate::store::{PolicyDecision, RefundReply, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -67,6 +68,8 @@ pub(crate) struct Settings {
     pub request_info: bool,
     /// Which responses count; `None`: every admission counts.
     pub charge_when: Option<crate::outcome::ChargeWhen>,
+    /// Whether a request's cost is settled once it is over (a `Meter`).
+    pub pay_after: bool,
 }
 
 impl Default for Settings {
@@ -82,6 +85,7 @@ impl Default for Settings {
             shadow: false,
             request_info: false,
             charge_when: None,
+            pay_after: false,
         }
     }
 }
@@ -182,11 +186,17 @@ impl<K, St, R> Engine<K, St, R> {
                 .request_info
                 .then(|| Box::new(RateLimitInfo::new(policy, verdict)));
             // Only a request that was charged has anything to give back
-            // (in shadow mode a refused one passes uncharged).
+            // (in shadow mode a refused one passes uncharged); one that
+            // pays after may owe more than it was charged.
+            let settles = charge.cost > 0 || self.settings.pay_after;
             let ticket = match charge.asked {
-                Some(asked) if decision.allowed() && charge.cost > 0 => Some(Box::new(
-                    Ticket::new(policy, key, charge.cost, asked, verdict),
-                )),
+                Some(asked) if decision.allowed() && settles => Some(Box::new(Ticket::new(
+                    policy,
+                    key,
+                    charge.cost,
+                    asked,
+                    verdict,
+                ))),
                 _ => None,
             };
             return Action::Forward {
@@ -327,7 +337,8 @@ where
         let cost = self.settings.cost.as_ref().map_or(1, |cost| cost(&info));
         let charge = Charge {
             cost,
-            asked: self.settings.charge_when.as_ref().map(|_| Instant::now()),
+            asked: (self.settings.charge_when.is_some() || self.settings.pay_after)
+                .then(Instant::now),
         };
         let policy = &self.routes.get(&entry).policy;
         match self
@@ -350,6 +361,111 @@ where
                 charge,
             })),
         }
+    }
+}
+
+impl<K, St: Store, R> Engine<K, St, R> {
+    /// What settles an admitted request once its outcome is known: its
+    /// meter (pay after), put in the request's extensions for the handler,
+    /// or its ticket (charge by outcome).
+    pub(crate) fn settlement(
+        &self,
+        ticket: Box<Ticket>,
+        extensions: &mut http::Extensions,
+    ) -> Settlement {
+        if !self.settings.pay_after {
+            return Settlement::Refund(ticket);
+        }
+        let store = self.store.clone();
+        let timeout = self.settings.store_timeout;
+        let meter = Meter::new(Box::new(move |reported| {
+            bounded(settle_cost(&store, &ticket, reported), timeout)
+        }));
+        extensions.insert(meter.clone());
+        Settlement::Meter(meter)
+    }
+
+    /// Settles a request whose response's head is `response`: gives its
+    /// charge back if the response does not count, and lets go of the
+    /// layer's handle on its meter. The answer is pending while a store
+    /// that does I/O sends the change, for at most the store timeout.
+    pub(crate) fn settle(
+        &self,
+        settlement: Settlement,
+        response: &http::response::Parts,
+    ) -> RefundReply {
+        let counts = self
+            .settings
+            .charge_when
+            .as_ref()
+            .is_none_or(|when| when.counts(response));
+        match settlement {
+            Settlement::Refund(_) if counts => RefundReply::Done,
+            Settlement::Refund(ticket) => bounded(
+                self.store
+                    .refund(&ticket.policy, &ticket.key, ticket.refund()),
+                self.settings.store_timeout,
+            ),
+            Settlement::Meter(meter) => {
+                if !counts {
+                    meter.void();
+                }
+                meter.finish()
+            }
+        }
+    }
+
+    /// Gives requests that the layer lets through uncharged (or on a route
+    /// without limits) a meter that settles nothing, so that a handler
+    /// asking for one always finds it.
+    #[inline]
+    pub(crate) fn add_idle_meter(&self, extensions: &mut http::Extensions) {
+        if self.settings.pay_after && extensions.get::<Meter>().is_none() {
+            extensions.insert(Meter::default());
+        }
+    }
+}
+
+/// What settles an admitted request once its outcome is known.
+pub(crate) enum Settlement {
+    /// `charge_when`: the ticket to give back if the response does not
+    /// count.
+    Refund(Box<Ticket>),
+    /// Pay after: the layer's handle on the request's meter.
+    Meter(Meter),
+}
+
+/// Replaces `ticket`'s charge by the `reported` cost: the difference
+/// charged (into debt if need be) or given back. Nothing reported, the
+/// charge stands.
+fn settle_cost<St: Store>(store: &St, ticket: &Ticket, reported: Option<u64>) -> RefundReply {
+    let Some(cost) = reported else {
+        return RefundReply::Done;
+    };
+    let charged = u64::from(ticket.cost);
+    let (policy, key) = (&ticket.policy, &ticket.key);
+    match cost.cmp(&charged) {
+        std::cmp::Ordering::Equal => RefundReply::Done,
+        std::cmp::Ordering::Greater => {
+            let more = u32::try_from(cost - charged).unwrap_or(u32::MAX);
+            store.debit(policy, key, more)
+        }
+        std::cmp::Ordering::Less => {
+            // Less than u32::MAX: below `charged`.
+            let less = (charged - cost) as u32;
+            store.refund(policy, key, ticket.refund_part(less))
+        }
+    }
+}
+
+/// `reply`, waited for at most `timeout` (past it the change still lands;
+/// nobody waits for it).
+fn bounded(reply: RefundReply, timeout: Duration) -> RefundReply {
+    match reply {
+        RefundReply::Done => RefundReply::Done,
+        RefundReply::Pending(landed) => RefundReply::Pending(Box::pin(async move {
+            let _ = tokio::time::timeout(timeout, landed).await;
+        })),
     }
 }
 

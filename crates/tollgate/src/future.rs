@@ -1,9 +1,8 @@
 //! [`ResponseFuture`], the future of a rate-limited call.
 
-use crate::engine::{Action, Charge, Engine, PendingCheck};
+use crate::engine::{Action, Charge, Engine, PendingCheck, Settlement};
 use crate::headers::FieldValues;
 use crate::key::Key;
-use crate::outcome::Ticket;
 use crate::rejection::{Rejector, status_response};
 use crate::routes::EntryRef;
 use crate::store::{RefundReply, Store};
@@ -50,8 +49,8 @@ pin_project! {
         Calling { #[pin] future: S::Future },
         Checking { checking: Pin<Box<Checking<S, Req, Check, Sh>>> },
         Waiting { waiting: Pin<Box<Waiting<S, Req, Sh>>> },
-        // The inner service's future, whose response decides whether the
-        // request's charge stands (`charge_when`).
+        // The inner service's future, whose response settles the request's
+        // charge (`charge_when`, `pay_after`).
         Judging { judging: Pin<Box<Judging<S, Req, Sh>>> },
         Rejected { response: Option<Box<S::Response>> },
     }
@@ -75,7 +74,7 @@ pin_project! {
     struct Waiting<S, Req, Sh> {
         #[pin] until: Sleep,
         pending: Option<(S, Req)>,
-        judge: Option<(Sh, Box<Ticket>)>,
+        judge: Option<(Sh, Settlement)>,
     }
 }
 
@@ -86,20 +85,20 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin] future: S::Future,
-        judge: Option<(Sh, Box<Ticket>)>,
-        // The response, held until its refund lands (or the store timeout
-        // passes), so that the client's next request finds it given back.
+        judge: Option<(Sh, Settlement)>,
+        // The response, held until its settlement lands (or the store
+        // timeout passes), so that the client's next request finds it.
         held: Option<(S::Response, Landing)>,
     }
 }
 
-/// A refund on its way, bounded by the store timeout.
+/// A settlement on its way, bounded by the store timeout.
 type Landing = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn waiting<S, Req, Check, Sh>(
     wait: Duration,
     pending: (S, Req),
-    judge: Option<(Sh, Box<Ticket>)>,
+    judge: Option<(Sh, Settlement)>,
 ) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
@@ -114,10 +113,10 @@ where
 }
 
 /// Calls the inner service: judged by its response when there is a
-/// ticket to give back, plainly otherwise.
+/// charge to settle, plainly otherwise.
 fn calling<S, Req, Check, Sh>(
     future: S::Future,
-    judge: Option<(Sh, Box<Ticket>)>,
+    judge: Option<(Sh, Settlement)>,
 ) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
@@ -164,16 +163,16 @@ where
         }
     }
 
-    /// The inner service's future, whose response says whether the
-    /// request's charge stands (see [`Ticket`]).
+    /// The inner service's future, whose response settles the request's
+    /// charge (see [`Settlement`]).
     pub(crate) fn judging(
         future: S::Future,
         fields: FieldValues,
         engine: &Arc<Engine<K, St, R>>,
-        ticket: Box<Ticket>,
+        settlement: Settlement,
     ) -> Self {
         ResponseFuture {
-            phase: calling(future, Some((engine.clone(), ticket))),
+            phase: calling(future, Some((engine.clone(), settlement))),
             fields,
         }
     }
@@ -278,8 +277,8 @@ where
 }
 
 /// What judges a response: the engine (its `charge_when`, its store) and
-/// what to give back.
-pub(crate) type Judge<K, St, R> = (Arc<Engine<K, St, R>>, Box<Ticket>);
+/// what to settle.
+pub(crate) type Judge<K, St, R> = (Arc<Engine<K, St, R>>, Settlement);
 
 /// The judged call of an HTTP request.
 type HttpJudging<S, ReqBody, K, St, R> = Judging<S, http::Request<ReqBody>, Arc<Engine<K, St, R>>>;
@@ -337,10 +336,13 @@ where
             Some(mut pending),
         ) => {
             *fields = add;
+            let extensions = pending.1.extensions_mut();
             if let Some(info) = info {
-                pending.1.extensions_mut().insert(*info);
+                extensions.insert(*info);
             }
-            let judge = ticket.map(|ticket| (shared.clone(), ticket));
+            let judge =
+                ticket.map(|ticket| (shared.clone(), shared.settlement(ticket, extensions)));
+            shared.add_idle_meter(extensions);
             if wait.is_zero() {
                 let (mut service, request) = pending;
                 calling(service.call(request), judge)
@@ -379,11 +381,13 @@ where
     Poll::Ready(calling(service.call(request), judge.take()))
 }
 
-/// Awaits the inner service's response; when `charge_when` says it does
-/// not count, gives the request's charge back, and holds the response
-/// until the refund lands (a store that does I/O), at most the store
-/// timeout. An error from the inner service is no response: the charge
-/// stands.
+/// Awaits the inner service's response, then settles the request's
+/// charge ([`Engine::settle`]: given back when `charge_when` says the
+/// response does not count; the layer's handle on a pay-after meter let
+/// go), and holds the response until the settlement lands (a store that
+/// does I/O), at most the store timeout. An error from the inner service
+/// is no response: the charge stands (a meter settles what was reported
+/// when its last handle goes).
 #[inline(never)]
 fn poll_judging<S, ReqBody, K, St, R, B>(
     judging: Pin<&mut HttpJudging<S, ReqBody, K, St, R>>,
@@ -407,30 +411,16 @@ where
         };
     }
     let response = ready!(future.poll(cx))?;
-    let Some((engine, ticket)) = judge.take() else {
-        return Poll::Ready(Ok(response));
-    };
-    let Some(charge_when) = &engine.settings.charge_when else {
+    let Some((engine, settlement)) = judge.take() else {
         return Poll::Ready(Ok(response));
     };
     let (parts, body) = response.into_parts();
-    let counts = charge_when.counts(&parts);
+    let reply = engine.settle(settlement, &parts);
     let response = Response::from_parts(parts, body);
-    if counts {
-        return Poll::Ready(Ok(response));
-    }
-    match engine
-        .store
-        .refund(&ticket.policy, &ticket.key, ticket.refund())
-    {
+    match reply {
         RefundReply::Done => Poll::Ready(Ok(response)),
-        RefundReply::Pending(landed) => {
-            let timeout = engine.settings.store_timeout;
-            let mut landing: Landing = Box::pin(async move {
-                // Past the timeout the refund still lands; the response
-                // just does not wait for it.
-                let _ = tokio::time::timeout(timeout, landed).await;
-            });
+        // Bounded by the store timeout already (`Engine::settle`).
+        RefundReply::Pending(mut landing) => {
             if landing.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Ok(response));
             }

@@ -421,6 +421,32 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
+    /// Charges costs known only once the response is over (see
+    /// [`pay_after`](crate::pay_after)): each admitted request carries a
+    /// [`Meter`](crate::pay_after::Meter) in its extensions, and what it
+    /// reports replaces the admission's charge (1 unit, or what
+    /// [`cost`](Self::cost) estimates) when the request is over — the
+    /// difference charged into debt if need be, or given back. With
+    /// [`charge_when`](Self::charge_when), a response that does not count
+    /// gives the whole charge back. Needs a store that charges into debt
+    /// and gives back ([`Store::debits`](crate::Store::debits),
+    /// [`Store::refunds`](crate::Store::refunds)); `try_build` fails
+    /// otherwise.
+    ///
+    /// ```
+    /// use tollgate::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota("tokens", "1000/min".parse().unwrap())
+    ///     .pay_after()
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn pay_after(mut self) -> Self {
+        self.config.settings.pay_after = true;
+        self
+    }
+
     /// Answers limited requests with the response `rejector` builds: for a
     /// [`Rejector`](crate::Rejector) type of your own or another crate's
     /// (tollgate-axum's `problem+json`, say). For a closure, see
@@ -517,6 +543,13 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                  memory store, or a wrapper over one; this store counts every admission",
             ));
         }
+        if self.config.settings.pay_after && !(self.store.debits() && self.store.refunds()) {
+            return Err(ConfigError::new(
+                "pay_after needs a store that charges into debt and gives charges back \
+                 (Store::debits, Store::refunds): the memory store, the Redis store, or a \
+                 wrapper over one",
+            ));
+        }
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;
@@ -552,8 +585,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         let settings = config.settings;
         let headers = settings.headers;
         let fields_on_allowed = headers.on_allowed && (headers.draft || headers.legacy);
-        let forwards_bare =
-            !settings.request_info && !fields_on_allowed && settings.charge_when.is_none();
+        let forwards_bare = !settings.request_info
+            && !fields_on_allowed
+            && settings.charge_when.is_none()
+            && !settings.pay_after;
         RateLimitLayer {
             shared: Arc::new(Engine {
                 rejector: self.rejector,

@@ -51,6 +51,7 @@ mod key;
 mod layer;
 mod observe;
 mod outcome;
+pub mod pay_after;
 mod policy;
 mod prepared;
 #[cfg(feature = "quotas")]

@@ -176,8 +176,13 @@ impl Ticket {
 
     /// The refund of this admission, now.
     pub(crate) fn refund(&self) -> Refund {
+        self.refund_part(self.cost)
+    }
+
+    /// The refund of `cost` of this admission's charge, now.
+    pub(crate) fn refund_part(&self, cost: u32) -> Refund {
         Refund {
-            cost: self.cost,
+            cost,
             ago: self.asked.elapsed(),
             resets: self.resets.clone(),
             charged_at: self.charged_at,

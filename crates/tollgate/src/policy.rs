@@ -162,6 +162,18 @@ impl PackedLimiter {
     }
 }
 
+impl PackedLimiter {
+    /// Charges `cost` whatever the limit says, to the state in `cell`.
+    pub(crate) fn force(&self, cell: &AtomicU64, now: u64, cost: u32) {
+        match self {
+            PackedLimiter::Gcra(gcra) => tollgate_core::force_atomic(gcra, cell, now, cost),
+            PackedLimiter::LeakyBucket(bucket) => {
+                tollgate_core::force_atomic(bucket, cell, now, cost)
+            }
+        }
+    }
+}
+
 impl Policy {
     /// A policy of `limits`, with a fresh identity.
     pub fn new(limits: Vec<NamedLimit>) -> Self {

@@ -88,7 +88,11 @@ where
     R: Rejector<ResBody>,
 {
     match engine.start(&request) {
-        Start::Pass => ResponseFuture::passed(inner.call(request)),
+        Start::Pass => {
+            let mut request = request;
+            engine.add_idle_meter(request.extensions_mut());
+            ResponseFuture::passed(inner.call(request))
+        }
         Start::Act(Action::Forward {
             fields,
             wait,
@@ -96,19 +100,22 @@ where
             ticket,
         }) => {
             let mut request = request;
+            let extensions = request.extensions_mut();
             if let Some(info) = info {
-                request.extensions_mut().insert(*info);
+                extensions.insert(*info);
             }
-            match (wait.is_zero(), ticket) {
+            let settlement = ticket.map(|ticket| engine.settlement(ticket, extensions));
+            engine.add_idle_meter(extensions);
+            match (wait.is_zero(), settlement) {
                 (true, None) => ResponseFuture::calling(inner.call(request), fields),
-                (true, Some(ticket)) => {
-                    ResponseFuture::judging(inner.call(request), fields, engine, ticket)
+                (true, Some(settlement)) => {
+                    ResponseFuture::judging(inner.call(request), fields, engine, settlement)
                 }
-                (false, ticket) => ResponseFuture::waiting(
+                (false, settlement) => ResponseFuture::waiting(
                     wait,
                     (take_ready(inner), request),
                     fields,
-                    ticket.map(|ticket| (engine.clone(), ticket)),
+                    settlement.map(|settlement| (engine.clone(), settlement)),
                 ),
             }
         }

@@ -691,6 +691,17 @@ where
         self.inner.refunds()
     }
 
+    fn debits(&self) -> bool {
+        self.inner.debits()
+    }
+
+    /// Charged to the store behind. A remembered refusal stays true (a
+    /// debit only makes the key stricter); the next refusal the store
+    /// behind answers is learned with the debt's retry time.
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        self.inner.debit(policy, key, cost)
+    }
+
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {

@@ -70,6 +70,10 @@ trait ErasedStore: Send + Sync {
 
     fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply;
 
+    fn debits_erased(&self) -> bool;
+
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply;
+
     fn peek_erased(
         &self,
         policy: &Arc<Policy>,
@@ -123,6 +127,14 @@ impl<St: Store> ErasedStore for St {
     fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.refund(policy, key, refund)
     }
+
+    fn debits_erased(&self) -> bool {
+        self.debits()
+    }
+
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        self.debit(policy, key, cost)
+    }
 }
 
 /// A store's reply with its future and error boxed.
@@ -174,6 +186,14 @@ impl Store for BoxStore {
 
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.0.refund_erased(policy, key, refund)
+    }
+
+    fn debits(&self) -> bool {
+        self.0.debits_erased()
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        self.0.debit_erased(policy, key, cost)
     }
 
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<BoxStoreFuture, BoxStoreError> {

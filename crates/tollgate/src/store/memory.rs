@@ -305,6 +305,36 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+impl<C: Clock> MemoryStore<C> {
+    /// Charges `key` `cost` more under every limit of `policy`, whatever
+    /// they say: what [`Store::debit`] does. A key the store does not hold
+    /// is added (a debt must be remembered).
+    pub fn debit_now(&self, policy: &Policy, key: &Key, cost: u32) {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        let (fingerprint, shard) = inner.shard_of(policy, key);
+        match policy.packed() {
+            Some(limiter) => inner.with_cell(shard, fingerprint, now, |cell| {
+                limiter.force(cell, now, cost);
+            }),
+            None => {
+                inner.with_slot(shard, fingerprint, policy, now, |slot| {
+                    let limits = policy.limiters().iter().zip(slot.states.iter_mut());
+                    for (limiter, state) in limits {
+                        limiter.force(state, now, cost);
+                    }
+                    // Kept at least until the debt is paid off.
+                    let (rest, _) = check_states(policy, &mut slot.states, now, 0);
+                    slot.rest_at = slot.rest_at.max(
+                        now.saturating_add(rest.reset_after_nanos())
+                            .saturating_add(policy.rest_slack_nanos()),
+                    );
+                });
+            }
+        }
+    }
+}
+
 impl<C> Inner<C> {
     /// The fingerprint of `key` under `policy`, and the shard that holds it.
     #[inline]
@@ -326,15 +356,50 @@ impl<C> Inner<C> {
         now: u64,
         cost: u32,
     ) -> Decision {
+        self.with_cell(shard, fingerprint, now, |cell| {
+            limiter.check(cell, now, cost)
+        })
+    }
+
+    /// Runs `f` on the key's cell, adding the key if the shard does not
+    /// hold it (making room if need be).
+    #[inline]
+    fn with_cell<R>(
+        &self,
+        shard: &RwLock<Shard>,
+        fingerprint: u64,
+        now: u64,
+        f: impl FnOnce(&AtomicU64) -> R,
+    ) -> R {
         if let Some(cell) = read(shard).cells.get(&fingerprint) {
-            return limiter.check(cell, now, cost);
+            return f(cell);
         }
         let mut shard = write(shard);
         if !shard.cells.contains_key(&fingerprint) {
             shard.make_room(self.per_shard, now);
         }
-        let cell = shard.cells.entry(fingerprint).or_default();
-        limiter.check(cell, now, cost)
+        f(shard.cells.entry(fingerprint).or_default())
+    }
+
+    /// Runs `f` on the key's slot under the shard's write lock, adding the
+    /// key if the shard does not hold it (making room if need be).
+    fn with_slot<R>(
+        &self,
+        shard: &RwLock<Shard>,
+        fingerprint: u64,
+        policy: &Policy,
+        now: u64,
+        f: impl FnOnce(&mut Slot) -> R,
+    ) -> R {
+        let mut shard = write(shard);
+        if !shard.slots.contains_key(&fingerprint) {
+            shard.make_room(self.per_shard, now);
+        }
+        let slot = shard.slots.entry(fingerprint).or_insert_with(|| Slot {
+            states: policy.limiters().iter().map(Limiter::new_state).collect(),
+            rest_at: now,
+        });
+        f(slot)
     }
 
     /// Any other policy: its states under the shard's write lock.
@@ -346,24 +411,18 @@ impl<C> Inner<C> {
         now: u64,
         cost: u32,
     ) -> PolicyDecision {
-        let mut shard = write(shard);
-        if !shard.slots.contains_key(&fingerprint) {
-            shard.make_room(self.per_shard, now);
-        }
-        let slot = shard.slots.entry(fingerprint).or_insert_with(|| Slot {
-            states: policy.limiters().iter().map(Limiter::new_state).collect(),
-            rest_at: now,
-        });
-        let (merged, each) = check_states(policy, &mut slot.states, now, cost);
-        slot.rest_at = now
-            .saturating_add(merged.reset_after_nanos())
-            .saturating_add(policy.rest_slack_nanos());
-        let charged_at = if merged.allowed() { now } else { 0 };
-        PolicyDecision {
-            merged,
-            each,
-            charged_at,
-        }
+        self.with_slot(shard, fingerprint, policy, now, |slot| {
+            let (merged, each) = check_states(policy, &mut slot.states, now, cost);
+            slot.rest_at = now
+                .saturating_add(merged.reset_after_nanos())
+                .saturating_add(policy.rest_slack_nanos());
+            let charged_at = if merged.allowed() { now } else { 0 };
+            PolicyDecision {
+                merged,
+                each,
+                charged_at,
+            }
+        })
     }
 }
 
@@ -462,6 +521,15 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.refund_now(policy, key, refund);
+        RefundReply::Done
+    }
+
+    fn debits(&self) -> bool {
+        true
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        self.debit_now(policy, key, cost);
         RefundReply::Done
     }
 

@@ -161,6 +161,28 @@ pub trait Store: Clone + Send + Sync + 'static {
         RefundReply::Done
     }
 
+    /// Whether [`debit`](Self::debit) charges. A layer that charges
+    /// costs known only after the response
+    /// ([`pay_after`](crate::RateLimitBuilder::pay_after)) needs it. The
+    /// default: no.
+    fn debits(&self) -> bool {
+        false
+    }
+
+    /// Charges `key` `cost` more under every limit of `policy`, whatever
+    /// the limits say: a cost learned only once a request it admitted is
+    /// over (bytes sent, tokens generated). The key may go past its limit
+    /// — into debt — and its later requests are refused (or delayed) until
+    /// the debt is paid off at the quota's rate, with `Retry-After` saying
+    /// when (see [`RateAlgorithm::force`](tollgate_core::RateAlgorithm::force)).
+    /// Best effort, as [`refund`](Self::refund), and answered the same
+    /// way: [`RefundReply::Pending`] while a store that does I/O sends it.
+    /// The default does nothing; see [`debits`](Self::debits).
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        let _ = (policy, key, cost);
+        RefundReply::Done
+    }
+
     /// `key`'s state under every limit of `policy`, charging nothing and
     /// changing nothing a later decision could see: each limit's
     /// `limit`, `remaining`, `reset_after` and `replenish_after` as a
@@ -204,14 +226,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     }
 }
 
-/// What [`Store::refund`] answers: given back already, or on its way.
+/// What [`Store::refund`] and [`Store::debit`] answer: a charge given
+/// back (or added) already, or on its way.
 #[must_use = "a pending refund can be awaited; dropping it does not cancel it"]
 pub enum RefundReply {
-    /// Given back (or, for a store that does not refund, nothing to do).
+    /// Done (or, for a store that does not refund or debit, nothing to do).
     Done,
-    /// Started; the future completes when the refund has landed (or
-    /// failed, which the store logs). It does not have to be polled for
-    /// the refund to happen.
+    /// Started; the future completes when the refund (or debit) has
+    /// landed, or failed, which the store logs. It does not have to be
+    /// polled for the change to happen.
     Pending(Pin<Box<dyn Future<Output = ()> + Send>>),
 }
 

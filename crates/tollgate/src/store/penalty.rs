@@ -604,6 +604,14 @@ where
         self.inner.refund(policy, key, refund)
     }
 
+    fn debits(&self) -> bool {
+        self.inner.debits()
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        self.inner.debit(policy, key, cost)
+    }
+
     /// The block, for a blocked key; else the store behind's peek.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
         if let Some(answer) = self.book.blocked(policy, key, self.clock.now()) {

@@ -135,6 +135,14 @@ impl<St: Store> Store for Timeout<St> {
         self.inner.refund(policy, key, refund)
     }
 
+    fn debits(&self) -> bool {
+        self.inner.debits()
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        self.inner.debit(policy, key, cost)
+    }
+
     /// The store behind's peek, given up on after the timeout.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
         match self.inner.peek(policy, key) {
