@@ -84,13 +84,17 @@ async fn assert_conforms(url: &str, key: &Key) -> usize {
     assert_conforms_with(url, key, Cache::Off, Refunds::None).await
 }
 
-/// Whether some admissions are given back, a step later, on both sides.
+/// What changes charges after the checks, on both sides.
 #[derive(Clone, Copy, PartialEq)]
 enum Refunds {
     None,
     /// Every third request's admission, refunded after the next gap
     /// (`Limiter::refund` in the core, `refund.lua` in Redis).
     EveryThird,
+    /// Every fifth request is followed by a forced charge of 3 units
+    /// (pay after: `Limiter::force` in the core, `debit.lua` in Redis),
+    /// into debt where the limit is spent.
+    DebtsEveryFifth,
 }
 
 /// An admission to give back: when, its cost, the core's decisions and
@@ -123,10 +127,10 @@ async fn assert_conforms_with(url: &str, key: &Key, cache: Cache, refunds: Refun
                 "conformance-{}{}{}",
                 limits_label(&limits),
                 if cache == Cache::On { "-cached" } else { "" },
-                if refunds == Refunds::EveryThird {
-                    "-refunds"
-                } else {
-                    ""
+                match refunds {
+                    Refunds::None => "",
+                    Refunds::EveryThird => "-refunds",
+                    Refunds::DebtsEveryFifth => "-debts",
                 }
             ))
             .block_cache(cache == Cache::On)
@@ -193,6 +197,12 @@ async fn assert_conforms_with(url: &str, key: &Key, cache: Cache, refunds: Refun
             );
             assert_eq!(got.merged, expected, "{label}, request {i}");
             seen[usize::from(got.merged.allowed())] += 1;
+            if refunds == Refunds::DebtsEveryFifth && i % 5 == 2 {
+                for (limiter, state) in limiters.iter().zip(states.iter_mut()) {
+                    limiter.force(state, now, 3);
+                }
+                store.charge_debt(&policy, key, 3).await.expect("charged");
+            }
         }
         assert!(
             seen[0] > 0 && seen[1] > 0,
@@ -240,6 +250,22 @@ async fn the_scripts_give_back_as_the_core_does() {
     assert!(
         with > without,
         "refunds let more through: {with} vs {without}"
+    );
+}
+
+/// Debts too (pay after): a forced charge after every fifth request
+/// leaves the scripts' state where the core's `force` leaves the core's,
+/// figure by figure in every later decision, refusals in debt included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripts_charge_debts_as_the_core_does() {
+    let server = RedisServer::start();
+    let key = Key::from_bytes(b"alice");
+    let with =
+        assert_conforms_with(&server.url(), &key, Cache::Off, Refunds::DebtsEveryFifth).await;
+    let without = assert_conforms(&server.url(), &key).await;
+    assert!(
+        with < without,
+        "debts let less through: {with} vs {without}"
     );
 }
 

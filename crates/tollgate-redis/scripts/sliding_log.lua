@@ -179,6 +179,11 @@ ALGORITHMS.sliding_log = {
   end,
 }
 
+-- Charges `cost` whatever the log holds (see share.lua, debit.lua).
+ALGORITHMS.sliding_log.force = function(log, now, cost, p)
+  return ALGORITHMS.sliding_log.evaluate(log, now, cost, { UNBOUNDED, p[2], p[3], p[4] })
+end
+
 -- Gives back from the entry made at `at` (several requests of one
 -- microsecond share it), else from the newest entry before it (entries
 -- merged at the bound); nothing once the entry has left the log.

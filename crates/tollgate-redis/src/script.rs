@@ -18,6 +18,7 @@ const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
 const SHARE: &str = include_str!("../scripts/share.lua");
 const REFUND: &str = include_str!("../scripts/refund.lua");
+const DEBIT: &str = include_str!("../scripts/debit.lua");
 
 /// Makes [`LUA_FILES`] from the algorithm registry's list.
 macro_rules! lua_files {
@@ -56,12 +57,14 @@ fn file_bit(script: &str) -> Option<u32> {
 
 /// What a script does with the algorithms' files: decide one request
 /// (`check.lua`), the local-first store's reservations and syncs
-/// (`share.lua`), or give a charge back (`refund.lua`).
+/// (`share.lua`), give a charge back (`refund.lua`), or charge into debt
+/// (`debit.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Entry {
     Check,
     Share,
     Refund,
+    Debit,
 }
 
 /// The script for a set of Lua files (one bit each): the prelude, the
@@ -74,10 +77,13 @@ fn script_for(files: u32, entry: Entry) -> Arc<LuaScript> {
         [const { OnceLock::new() }; SCRIPT_SETS];
     static REFUNDS: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
         [const { OnceLock::new() }; SCRIPT_SETS];
+    static DEBITS: [OnceLock<Arc<LuaScript>>; SCRIPT_SETS] =
+        [const { OnceLock::new() }; SCRIPT_SETS];
     let (table, tail) = match entry {
         Entry::Check => (&CHECKS, CHECK),
         Entry::Share => (&SHARES, SHARE),
         Entry::Refund => (&REFUNDS, REFUND),
+        Entry::Debit => (&DEBITS, DEBIT),
     };
     // `files` is made of `file_bit`s, so it is below SCRIPT_SETS.
     table[files as usize % SCRIPT_SETS]
@@ -156,6 +162,8 @@ pub(crate) struct PreparedPolicy {
     pub(crate) share_script: Arc<LuaScript>,
     /// The same algorithms' script that gives a charge back.
     pub(crate) refund_script: Arc<LuaScript>,
+    /// The same algorithms' script that charges into debt.
+    pub(crate) debit_script: Arc<LuaScript>,
     /// Whether the local-first store can decide the policy in memory
     /// (checked once here, read on every request).
     pub(crate) local_first: bool,
@@ -186,6 +194,7 @@ impl PreparedPolicy {
             script: script_for(files, Entry::Check),
             share_script: script_for(files, Entry::Share),
             refund_script: script_for(files, Entry::Refund),
+            debit_script: script_for(files, Entry::Debit),
             local_first: crate::local::supports(policy).is_ok(),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
@@ -274,6 +283,32 @@ impl PreparedPolicy {
         for index in 0..count {
             optional_arg(&mut command, refund.resets.get(index).copied().map(micros));
         }
+        for arg in &self.args {
+            command.arg(arg.as_slice());
+        }
+        command
+    }
+
+    /// The call that charges `cost` into debt for `key` (`debit.lua`):
+    /// `EVALSHA sha numkeys keys… cost now params…`.
+    pub(crate) fn debit_command(
+        &self,
+        prefix: &str,
+        key: &Key,
+        cost: u32,
+        now: Option<u64>,
+    ) -> Cmd {
+        let count = self.key_suffixes.len();
+        let mut command = Cmd::with_capacity(5 + count + self.args.len(), 256);
+        command
+            .arg("EVALSHA")
+            .arg(self.debit_script.get_hash())
+            .arg(count);
+        self.for_each_key(prefix, key, |name| {
+            command.arg(name);
+        });
+        command.arg(cost);
+        optional_arg(&mut command, now);
         for arg in &self.args {
             command.arg(arg.as_slice());
         }

@@ -252,23 +252,69 @@ impl Store for RedisStore {
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
-        spawn_refund(async move { store.give_back(&policy, &key, &refund).await })
+        spawn_change(Change::Refund, async move {
+            store.give_back(&policy, &key, &refund).await
+        })
+    }
+
+    fn debits(&self) -> bool {
+        true
+    }
+
+    /// Sends the debit (`debit.lua`, one script call) from a spawned task,
+    /// as [`refund`](Self::refund) does; a failure is logged and the cost
+    /// goes uncharged.
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        let store = self.clone();
+        let (policy, key) = (policy.clone(), key.clone());
+        spawn_change(Change::Debit, async move {
+            store.charge_debt(&policy, &key, cost).await
+        })
     }
 }
 
-/// Runs a refund's call on the current Tokio runtime, logging a failure;
-/// the reply completes when the call has. Without a runtime, logs that it
-/// was not sent.
-pub(crate) fn spawn_refund(
+/// A change to a charge sent after the check: what a failure means.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Change {
+    /// A refund: when it fails, the charge stands.
+    Refund,
+    /// A debit: when it fails, the cost goes uncharged.
+    Debit,
+}
+
+impl Change {
+    fn name(self) -> &'static str {
+        match self {
+            Change::Refund => "refund",
+            Change::Debit => "debit",
+        }
+    }
+
+    fn consequence(self) -> &'static str {
+        match self {
+            Change::Refund => "the charge stands",
+            Change::Debit => "the cost goes uncharged",
+        }
+    }
+}
+
+/// Runs a refund's or a debit's call on the current Tokio runtime,
+/// logging a failure; the reply completes when the call has. Without a
+/// runtime, logs that it was not sent.
+pub(crate) fn spawn_change(
+    change: Change,
     call: impl Future<Output = Result<(), RedisStoreError>> + Send + 'static,
 ) -> RefundReply {
+    let (name, consequence) = (change.name(), change.consequence());
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!("tollgate-redis: a refund outside a Tokio runtime was not sent");
+        tracing::warn!(
+            "tollgate-redis: a {name} outside a Tokio runtime was not sent; {consequence}"
+        );
         return RefundReply::Done;
     };
     let task = runtime.spawn(async move {
         if let Err(error) = call.await {
-            tracing::warn!(%error, "tollgate-redis: a refund failed; the charge stands");
+            tracing::warn!(%error, "tollgate-redis: a {name} failed; {consequence}");
         }
     });
     // Dropping a task's handle does not cancel the task.
@@ -309,6 +355,36 @@ impl RedisStore {
         // now was made without the refund.
         if let Some(blocked) = &self.shared.blocked {
             blocked.forget(policy, key, self.shared.local_now());
+        }
+        Ok(())
+    }
+
+    /// Charges `cost` to `key` under every limit of `policy` whatever they
+    /// say (one call of `debit.lua`): what [`Store::debit`] spawns, for a
+    /// caller that wants to wait for it. The key may go into debt; its
+    /// next checks are refused until it is paid off. A refusal remembered
+    /// for the key (the block cache) stays true.
+    ///
+    /// # Errors
+    ///
+    /// When Redis cannot be reached or answers an error: nothing is
+    /// charged.
+    pub async fn charge_debt(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        cost: u32,
+    ) -> Result<(), RedisStoreError> {
+        if policy.limits().is_empty() || cost == 0 {
+            return Ok(());
+        }
+        let prepared = self.prepared(policy);
+        let command = prepared.debit_command(&self.shared.prefix, key, cost, self.now_micros());
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        crate::observe::redis_call("debit");
+        let reply = call_until_answered(&self.shared, &prepared.debit_script, &command).await?;
+        if let Some(server_now) = reply.first().and_then(|&t| u64::try_from(t).ok()) {
+            self.shared.server_clock.observe(server_now);
         }
         Ok(())
     }

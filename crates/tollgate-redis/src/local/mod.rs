@@ -519,7 +519,7 @@ impl Store for LocalFirst {
         };
         let redis = self.inner.redis.clone();
         let (policy, key) = (policy.clone(), key.clone());
-        crate::store::spawn_refund(async move {
+        crate::store::spawn_change(crate::store::Change::Refund, async move {
             redis.give_back(&policy, &key, &refund).await?;
             if let Some(slot) = slot {
                 slot.refunded(MonotonicClock.now());

@@ -1,0 +1,82 @@
+//! Pay after on Redis: a cost reported once the response is ready is
+//! charged by `debit.lua` (into debt where the limit is spent), before the
+//! response is handed on; the third request of 500 units against 1,000 a
+//! minute is refused with a `Retry-After` that, honoured, is enough. A
+//! real `redis-server`, the store on a manual clock (the scripts read it).
+
+use http::{Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::time::Duration;
+use tollgate::pay_after::Meter;
+use tollgate::{GlobalKey, RateLimitLayer};
+use tollgate_core::{Algorithm, ManualClock, Quota};
+use tollgate_redis::RedisStore;
+use tollgate_tests::redis::RedisServer;
+use tower::{Layer, ServiceExt, service_fn};
+
+const MINUTE: u64 = 60_000_000_000;
+
+/// A handler that reports 500 units through the request's meter.
+async fn generate(request: Request<()>) -> Result<Response<String>, Infallible> {
+    let meter = request.extensions().get::<Meter>().cloned();
+    meter.expect("pay_after puts a meter in").add(500);
+    Ok(Response::new("tokens".to_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_units_against_a_thousand_a_minute_in_redis() {
+    let server = RedisServer::start();
+    // The leaky bucket shapes (it holds the third request rather than
+    // refusing it): see tollgate-core's tests/debts.rs.
+    let not_shaping = |a: &Algorithm| *a != Algorithm::LeakyBucket;
+    for algorithm in Algorithm::ALL.into_iter().filter(not_shaping) {
+        let clock = ManualClock::new(1_700_000_000 * 1_000_000_000 + 20 * MINUTE + MINUTE / 4);
+        let store = RedisStore::builder(server.url())
+            .prefix(format!("pay-after-{algorithm}"))
+            .test_clock(clock.clone())
+            .connect()
+            .await
+            .expect("connect");
+        let layer = RateLimitLayer::builder()
+            .quota("tokens", Quota::per_minute(1_000))
+            .algorithm(algorithm)
+            .key(GlobalKey)
+            .store(store)
+            .pay_after()
+            .try_build()
+            .unwrap();
+        let service = layer.layer(service_fn(generate));
+        let call = || async {
+            let request = Request::builder().uri("/generate").body(()).unwrap();
+            service.clone().oneshot(request).await.unwrap()
+        };
+        for request in 1..=2 {
+            assert_eq!(
+                call().await.status(),
+                StatusCode::OK,
+                "{algorithm}: {request}"
+            );
+        }
+        let refused = call().await;
+        assert_eq!(
+            refused.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{algorithm}"
+        );
+        let retry: u64 = refused.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (1..=61).contains(&retry),
+            "{algorithm}: retry after {retry} s"
+        );
+        clock.advance(Duration::from_secs(retry));
+        assert_eq!(
+            call().await.status(),
+            StatusCode::OK,
+            "{algorithm}: honoured"
+        );
+    }
+}
