@@ -7,10 +7,11 @@
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::time::Duration;
+use tollgate::Store;
 use tollgate::pay_after::Meter;
 use tollgate::{GlobalKey, RateLimitLayer};
 use tollgate_core::{Algorithm, ManualClock, Quota};
-use tollgate_redis::RedisStore;
+use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
 use tollgate_tests::redis::RedisServer;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -78,5 +79,63 @@ async fn five_hundred_units_against_a_thousand_a_minute_in_redis() {
             StatusCode::OK,
             "{algorithm}: honoured"
         );
+    }
+}
+
+/// The local-first store charges debts too: periodic mode counts one at
+/// once and reports it; exact mode sends it to Redis. Either way the
+/// third request of 500 units against 1,000 a minute is refused, and the
+/// debt is in Redis's counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_first_store_charges_debts() {
+    let server = RedisServer::start();
+    for (i, mode) in [LocalMode::Exact, LocalMode::PERIODIC]
+        .into_iter()
+        .enumerate()
+    {
+        let redis = RedisStore::builder(server.url())
+            .prefix(format!("pay-after-local-{i}"))
+            .connect()
+            .await
+            .expect("connect");
+        let store = LocalFirst::builder(redis.clone(), mode).build();
+        let layer = RateLimitLayer::builder()
+            .quota("tokens", Quota::per_minute(1_000))
+            .key(GlobalKey)
+            .store(store)
+            .pay_after()
+            .try_build()
+            .unwrap();
+        let policy = layer.policy().clone();
+        let service = layer.layer(service_fn(generate));
+        let call = || async {
+            let request = Request::builder().uri("/generate").body(()).unwrap();
+            service.clone().oneshot(request).await.unwrap()
+        };
+        for request in 1..=2 {
+            assert_eq!(call().await.status(), StatusCode::OK, "{mode:?}: {request}");
+        }
+        let refused = call().await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{mode:?}");
+        assert!(refused.headers().contains_key("retry-after"), "{mode:?}");
+        // The debt reaches Redis: at once (exact) or with the next report
+        // (periodic, every sync interval).
+        let mut left = u64::MAX;
+        for _ in 0..100 {
+            left = decide_peek(&redis, &policy).await;
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(left, 0, "{mode:?}: Redis still counts {left} remaining");
+    }
+}
+
+/// What Redis says remains for the global key, charging nothing.
+async fn decide_peek(redis: &RedisStore, policy: &std::sync::Arc<tollgate::Policy>) -> u64 {
+    match redis.peek(policy, &tollgate::Key::Global) {
+        tollgate::StoreReply::Ready(answer) => answer.unwrap().merged.remaining(),
+        tollgate::StoreReply::Pending(answer) => answer.await.unwrap().merged.remaining(),
     }
 }

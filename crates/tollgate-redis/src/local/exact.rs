@@ -140,6 +140,30 @@ impl ExactSlot {
         true
     }
 
+    /// Spends up to `cost` of the units held (not lapsed at `now`) for a
+    /// cost learned after the request (pay after), as an admission here
+    /// would; says how many. Redis already counts them charged; the rest
+    /// of the cost is Redis's to charge.
+    pub(crate) fn spend_held(&self, now: u64, cost: u32) -> u32 {
+        let mut state = self.lock();
+        let held_until = state.held_until;
+        let held: u64 = state
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at.min(held_until) > now)
+            .map(|g| g.units)
+            .sum();
+        let units = held.min(u64::from(cost));
+        if units > 0 {
+            let state = &mut *state;
+            state.grants.retain(|g| g.lapse_at.min(held_until) > now);
+            take(&mut state.grants, units);
+            state.spent = state.spent.saturating_add(units);
+        }
+        // At most `cost`, a u32.
+        units as u32
+    }
+
     /// A charge of the key was given back in Redis at `now`: the refusal
     /// remembered may no longer hold (the next request asks Redis).
     pub(crate) fn refunded(&self, now: u64) {

@@ -528,6 +528,40 @@ impl Store for LocalFirst {
         })
     }
 
+    fn debits(&self) -> bool {
+        true
+    }
+
+    /// Charges a cost learned once the request was over. Periodic mode:
+    /// counted here at once and sent with the next report (which Redis
+    /// charges whatever the state), so this instance refuses from its next
+    /// request on and the others from their next sync. Exact mode: paid
+    /// first from the units this instance holds (Redis counts them charged
+    /// already), the rest charged in Redis at once (`debit.lua`, from a
+    /// spawned task), where every instance's next reservation finds the
+    /// debt; units another instance holds may still be spent (they were
+    /// Redis's to give before the debt). A key with no slot here: charged
+    /// in Redis.
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        let rest = match &self.inner.slots {
+            Slots::Periodic(table) => match table.find(policy.id(), key) {
+                Some(slot) => {
+                    slot.charge(cost);
+                    return RefundReply::Done;
+                }
+                None => cost,
+            },
+            Slots::Exact(table) => match table.find(policy.id(), key) {
+                Some(slot) => cost - slot.spend_held(self.inner.now(), cost),
+                None => cost,
+            },
+        };
+        if rest == 0 {
+            return RefundReply::Done;
+        }
+        self.inner.redis.debit(policy, key, rest)
+    }
+
     // `peek`: the default, a check of cost 0, which this store sends to
     // Redis as it sends every peek (see `check_within`): Redis's counts,
     // in which what instances hold is spent already. (For GCRA and the

@@ -92,6 +92,19 @@ impl PeriodicSlot {
         counts.owed += cost - unreported;
     }
 
+    /// Charges `cost` units more (pay after: a cost learned once the
+    /// request was over), whatever remains: first off what was given back
+    /// and not yet netted, the rest added to the next report, which Redis
+    /// charges whatever the state. This instance counts them at once.
+    pub(crate) fn charge(&self, cost: u32) {
+        let mut counts = self.lock();
+        let cost = u64::from(cost);
+        let netted = cost.min(counts.owed);
+        counts.owed -= netted;
+        counts.pending += cost - netted;
+        counts.touched = true;
+    }
+
     /// A request of `cost` at `now` admitted from what remains without the
     /// lock; `None`: the request needs the lock.
     pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<PolicyDecision> {
