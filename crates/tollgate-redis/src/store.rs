@@ -298,9 +298,15 @@ impl Change {
     }
 }
 
-/// Runs a refund's or a debit's call on the current Tokio runtime,
-/// logging a failure; the reply completes when the call has. Without a
-/// runtime, logs that it was not sent.
+/// How long a refund or a debit sent from its own task may wait for
+/// Redis. While Redis is down the connection waits for it to come back,
+/// and without a bound every refunded or debited request would leave a
+/// task waiting for as long as the outage lasts.
+pub(crate) const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs a refund's or a debit's call on the current Tokio runtime, given
+/// up after [`CHANGE_TIMEOUT`], logging a failure; the reply completes
+/// when the call has. Without a runtime, logs that it was not sent.
 pub(crate) fn spawn_change(
     change: Change,
     call: impl Future<Output = Result<(), RedisStoreError>> + Send + 'static,
@@ -313,8 +319,15 @@ pub(crate) fn spawn_change(
         return RefundReply::Done;
     };
     let task = runtime.spawn(async move {
-        if let Err(error) = call.await {
-            tracing::warn!(%error, "tollgate-redis: a {name} failed; {consequence}");
+        match tokio::time::timeout(CHANGE_TIMEOUT, call).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "tollgate-redis: a {name} failed; {consequence}");
+            }
+            Err(_) => tracing::warn!(
+                "tollgate-redis: a {name} had no answer within {} s; {consequence}",
+                CHANGE_TIMEOUT.as_secs()
+            ),
         }
     });
     // Dropping a task's handle does not cancel the task.
