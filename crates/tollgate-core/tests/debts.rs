@@ -154,3 +154,34 @@ fn five_hundred_units_after_each_response_against_a_thousand_a_minute() {
         );
     }
 }
+
+/// In delay mode a request after a debt waits for it to be paid off
+/// (admitted, with `wait` the time until it conforms), when that is
+/// within the delay; beyond it, refused with a `retry_after` that says
+/// when it would conform.
+#[test]
+fn in_delay_mode_a_request_after_a_debt_waits_for_it() {
+    let quota = Quota::per_minute(1_000);
+    let interval = quota.emission_interval_nanos(); // 60 ms
+    let now = 10 * 60_000_000_000u64;
+    for (max_delay, admitted) in [
+        (Duration::from_secs(40), true),
+        (Duration::from_secs(10), false),
+    ] {
+        let limiter = Limiter::new(Algorithm::Gcra, quota).with_max_delay(max_delay);
+        let mut state = limiter.new_state();
+        // 1,500 units at once: 500 beyond the bucket, 30 s of debt.
+        limiter.force(&mut state, now, 1_500);
+        let next = limiter.check(&mut state, now, 1);
+        let conforms = 500 * interval + interval;
+        assert_eq!(next.allowed(), admitted, "delay {max_delay:?}: {next:?}");
+        if admitted {
+            assert_eq!(next.wait_nanos(), conforms);
+        } else {
+            assert_eq!(
+                next.retry_after_nanos(),
+                conforms - max_delay.as_nanos() as u64
+            );
+        }
+    }
+}
