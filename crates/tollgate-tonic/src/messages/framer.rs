@@ -206,7 +206,11 @@ mod tests {
         body.extend(framed(0, 1));
         assert_eq!(starts(&body, &[]), [0]);
         let mut framer = Framer::default();
-        let _ = framer.feed(&body);
+        let mut rest = &body[..];
+        while !rest.is_empty() {
+            rest = &rest[framer.feed(rest).read..];
+        }
+        assert_eq!(framer.state, State::Broken);
         assert!(framer.at_boundary());
     }
 
