@@ -252,7 +252,10 @@ mod tests {
     /// A tally of `limit` messages per minute on a clock that never moves.
     fn tally(limit: u32) -> Tally<MemoryStore<ManualClock>> {
         let store = MemoryStore::builder().clock(ManualClock::new(0)).build();
-        let policy = Policy::new(vec![NamedLimit::new("messages", Quota::per_minute(limit.into()))]);
+        let policy = Policy::new(vec![NamedLimit::new(
+            "messages",
+            Quota::per_minute(limit.into()),
+        )]);
         Tally::new(
             Arc::new(Limits {
                 store,
@@ -322,13 +325,20 @@ mod tests {
         ));
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(status.get_details_retry_info().is_some());
-        assert!(status.message().contains("\"messages\""), "{}", status.message());
+        assert!(
+            status.message().contains("\"messages\""),
+            "{}",
+            status.message()
+        );
     }
 
     #[test]
     fn a_body_that_is_not_counted_passes_as_it_is() {
         let body: Vec<u8> = messages(10, |_| 1).concat();
-        let (data, ends) = drain(ResponseBody::new(cut(&body, &[3, 4]), None::<Tally<MemoryStore>>));
+        let (data, ends) = drain(ResponseBody::new(
+            cut(&body, &[3, 4]),
+            None::<Tally<MemoryStore>>,
+        ));
         assert_eq!(data, body);
         assert!(ends.is_empty());
     }
