@@ -14,6 +14,8 @@
 //!   layer's own limits as the default
 //!   ([`RateLimitBuilder::path`](tollgate::RateLimitBuilder::path) with the
 //!   method's path, or [`method`]).
+//! - Per-message limits on streams: [`MessageLimitLayer`] counts each
+//!   message of a client or server stream (see below).
 //!
 //! ```no_run
 //! use tollgate::NamedLimit;
