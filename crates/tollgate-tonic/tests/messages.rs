@@ -72,6 +72,7 @@ impl Decoder for Raw {
 const COUNT: &str = "/test.Streams/Count";
 const SUM: &str = "/test.Streams/Sum";
 const ECHO: &str = "/test.Streams/Echo";
+const CHAT: &str = "/test.Streams/Chat";
 
 /// `test.Streams`:
 /// - `Count` (server streaming): asked for `n` messages of `size` bytes
@@ -79,6 +80,8 @@ const ECHO: &str = "/test.Streams/Echo";
 /// - `Sum` (client streaming): reads every message, passing a failure on
 ///   with `?`, and answers how many it read.
 /// - `Echo` (unary): answers its request.
+/// - `Chat` (both streams): answers each message with itself, and ends
+///   with the request stream's failure if it fails.
 #[derive(Clone, Default)]
 struct Streams {
     /// How many messages `Sum` has read, over all calls.
@@ -131,6 +134,24 @@ where
                             }
                         });
                     grpc.client_streaming(sum, request).await
+                }
+                CHAT => {
+                    let chat =
+                        tower::service_fn(move |request: Request<tonic::Streaming<Bytes>>| {
+                            let read = read.clone();
+                            async move {
+                                let echoes =
+                                    tokio_stream::StreamExt::map(request.into_inner(), move |m| {
+                                        if m.is_ok() {
+                                            read.fetch_add(1, Ordering::SeqCst);
+                                        }
+                                        m
+                                    });
+                                let echoes: MessageStream = Box::pin(echoes);
+                                Ok::<_, Status>(tonic::Response::new(echoes))
+                            }
+                        });
+                    grpc.streaming(chat, request).await
                 }
                 ECHO => {
                     let echo = tower::service_fn(|request: Request<Bytes>| async move {
@@ -280,6 +301,27 @@ impl Client {
         Ok(reply.get_u32())
     }
 
+    /// Sends `n` messages to `Chat`: how many answers arrived, and the
+    /// status the call ended with (`None`: OK).
+    async fn chat(&mut self, n: usize) -> (usize, Option<Status>) {
+        self.grpc.ready().await.unwrap();
+        let messages = (0..n).map(|_| Bytes::from_static(b"hi"));
+        let request = self.request(tokio_stream::iter(messages));
+        let path = PathAndQuery::from_static(CHAT);
+        let mut stream = match self.grpc.streaming(request, path, Raw).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return (0, Some(status)),
+        };
+        let mut answers = 0;
+        loop {
+            match stream.message().await {
+                Ok(Some(_)) => answers += 1,
+                Ok(None) => return (answers, None),
+                Err(status) => return (answers, Some(status)),
+            }
+        }
+    }
+
     async fn echo(&mut self) -> Result<Bytes, Status> {
         self.grpc.ready().await.unwrap();
         let request = self.request(Bytes::from_static(b"hello"));
@@ -413,6 +455,24 @@ async fn a_client_stream_past_its_budget_ends_with_resource_exhausted_and_retry_
             .quota_id,
         "uploads"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_streams_of_a_call_share_one_budget() {
+    let layer = MessageLimitLayer::builder()
+        .quota("messages", Quota::per_minute(7))
+        .key(GlobalKey)
+        .store(still_store())
+        .build();
+    let server = serve(layer).await;
+    let mut client = server.client().await;
+    let (answers, status) = client.chat(10).await;
+    let status = status.expect("the call ends out of budget");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(retry_delay(&status).is_some());
+    // Each message that got through was charged once, in whichever
+    // direction: seven in all, however the two streams interleaved.
+    assert_eq!(server.read() + answers, 7, "read {}", server.read());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
