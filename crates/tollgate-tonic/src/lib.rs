@@ -14,6 +14,8 @@
 //!   layer's own limits as the default
 //!   ([`RateLimitBuilder::path`](tollgate::RateLimitBuilder::path) with the
 //!   method's path, or [`method`]).
+//! - Per-message limits on streams: [`MessageLimitLayer`] counts each
+//!   message of a client or server stream (see below).
 //!
 //! ```no_run
 //! use tollgate::NamedLimit;
@@ -39,9 +41,12 @@
 //! # }
 //! ```
 //!
-//! A call is counted once, when it starts: a server-streaming call that
-//! sends a thousand messages costs what a unary call costs. Limiting the
-//! messages of a stream is the service's own business.
+//! The rate-limit layer counts a call once, when it starts: a
+//! server-streaming call that sends a thousand messages costs what a unary
+//! call costs. To count each message of a stream as well, add a
+//! [`MessageLimitLayer`] (module [`messages`]): a stream that runs out of
+//! budget ends with `RESOURCE_EXHAUSTED` and `RetryInfo`, or waits in
+//! delay mode.
 //!
 //! The layer also wraps one generated service, keeping its name, so
 //! `add_service(layer.layer(GreeterServer::new(...)))` limits that service
@@ -54,9 +59,11 @@
 struct ReadmeDoctests;
 
 mod key;
+pub mod messages;
 mod rejection;
 
 pub use key::{BearerToken, GrpcMethod, GrpcPeerIp, MetadataKey};
+pub use messages::{MessageLimitBuilder, MessageLimitLayer};
 pub use rejection::GrpcRejector;
 
 use tollgate::{MemoryStore, RateLimitBuilder, RateLimitLayer};

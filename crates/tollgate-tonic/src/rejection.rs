@@ -9,7 +9,7 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
 use std::fmt::Write as _;
 use std::time::Duration;
-use tollgate::{Key, RejectReason, Rejection, Rejector};
+use tollgate::{Key, Policy, PolicyDecision, RejectReason, Rejection, Rejector};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
@@ -84,42 +84,13 @@ impl GrpcRejector {
 
 impl<B: Default> Rejector<B> for GrpcRejector {
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
-        let merged = &rejection.decision.merged;
-        let retry_after = merged.can_ever_pass().then(|| merged.retry_after());
-        let mut details = match retry_after {
-            Some(delay) => ErrorDetails::with_retry_info(Some(delay)),
-            None => ErrorDetails::new(),
-        };
-        let subject = subject(rejection.key);
-        let refused = rejection
-            .policy
-            .limits()
-            .iter()
-            .zip(&rejection.decision.each)
-            .filter(|(_, decision)| !decision.allowed());
-        let mut names = String::new();
-        let mut violations = Vec::new();
-        for (limit, decision) in refused {
-            if !names.is_empty() {
-                names.push_str(", ");
-            }
-            let _ = write!(names, "\"{}\" ({})", limit.name(), limit.quota());
-            let mut violation = QuotaViolation::new(
-                subject.clone(),
-                format!("limit \"{}\" of {} exceeded", limit.name(), limit.quota()),
-            );
-            violation.quota_id = limit.name().to_owned();
-            violation.quota_value = i64::try_from(decision.limit()).unwrap_or(i64::MAX);
-            violations.push(violation);
-        }
-        details.set_quota_failure(violations);
-        let message = message(&names, retry_after);
-        let metadata = MetadataMap::from_headers(rejection.headers);
-        let status = Status::with_error_details_and_metadata(
+        let status = limited_status(
             self.code_for(rejection.status),
-            message,
-            details,
-            metadata,
+            "rate limit exceeded",
+            rejection.policy,
+            rejection.key,
+            rejection.decision,
+            MetadataMap::from_headers(rejection.headers),
         );
         trailers_only(&status)
     }
@@ -137,15 +108,59 @@ impl<B: Default> Rejector<B> for GrpcRejector {
     }
 }
 
+/// The status of a call (or a stream's message) that `policy`'s limits
+/// refused for `key`: `code`, a message starting with `what` that names
+/// the limits that refused and when to retry, `google.rpc.RetryInfo` (the
+/// exact delay until a retry can pass; absent when it never can) and
+/// `google.rpc.QuotaFailure` details, and `metadata` (the rate-limit
+/// fields). What [`GrpcRejector`] answers a limited call with, and what a
+/// [`MessageLimitLayer`](crate::MessageLimitLayer) ends a stream with.
+pub(crate) fn limited_status(
+    code: Code,
+    what: &str,
+    policy: &Policy,
+    key: &Key,
+    verdict: &PolicyDecision,
+    metadata: MetadataMap,
+) -> Status {
+    let merged = &verdict.merged;
+    let retry_after = merged.can_ever_pass().then(|| merged.retry_after());
+    let mut details = match retry_after {
+        Some(delay) => ErrorDetails::with_retry_info(Some(delay)),
+        None => ErrorDetails::new(),
+    };
+    let subject = subject(key);
+    let refused = policy
+        .limits()
+        .iter()
+        .zip(&verdict.each)
+        .filter(|(_, decision)| !decision.allowed());
+    let mut names = String::new();
+    let mut violations = Vec::new();
+    for (limit, decision) in refused {
+        if !names.is_empty() {
+            names.push_str(", ");
+        }
+        let _ = write!(names, "\"{}\" ({})", limit.name(), limit.quota());
+        let mut violation = QuotaViolation::new(
+            subject.clone(),
+            format!("limit \"{}\" of {} exceeded", limit.name(), limit.quota()),
+        );
+        violation.quota_id = limit.name().to_owned();
+        violation.quota_value = i64::try_from(decision.limit()).unwrap_or(i64::MAX);
+        violations.push(violation);
+    }
+    details.set_quota_failure(violations);
+    let message = message(what, &names, retry_after);
+    Status::with_error_details_and_metadata(code, message, details, metadata)
+}
+
 /// The `grpc-message` text.
-fn message(names: &str, retry_after: Option<Duration>) -> String {
+fn message(what: &str, names: &str, retry_after: Option<Duration>) -> String {
     match retry_after {
-        Some(delay) => format!(
-            "rate limit exceeded: {names}; retry in {:.3} s",
-            delay.as_secs_f64()
-        ),
+        Some(delay) => format!("{what}: {names}; retry in {:.3} s", delay.as_secs_f64()),
         None => format!(
-            "rate limit exceeded: {names}; this call costs more than the limit allows, so it can never pass"
+            "{what}: {names}; this call costs more than the limit allows, so it can never pass"
         ),
     }
 }
@@ -166,15 +181,23 @@ fn trailers_only<B: Default>(status: &Status) -> Response<B> {
     let mut response = Response::new(B::default());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    if status.add_header(headers).is_err() {
+    write_status(status, headers);
+    response
+}
+
+/// Writes `status` into `headers` (`grpc-status`, `grpc-message`,
+/// `grpc-status-details-bin` and its metadata): the headers of a
+/// trailers-only response, or the trailers that end a stream.
+pub(crate) fn write_status(status: &Status, headers: &mut HeaderMap) {
+    let mut written = headers.clone();
+    if status.add_header(&mut written).is_ok() {
+        *headers = written;
+    } else {
         // Only a message or details that cannot be a header value fail
         // here; neither can (both are encoded), but the code alone is
         // still a correct answer.
-        *headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         let _ = Status::new(status.code(), "").add_header(headers);
     }
-    response
 }
 
 #[cfg(test)]

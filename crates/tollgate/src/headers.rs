@@ -431,6 +431,40 @@ pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
         .then(|| HeaderValue::from(ceil_seconds(decision.retry_after()).max(1)))
 }
 
+/// The fields `style` asks for, reporting `verdict` for `key` on
+/// `policy`'s limits, and `Retry-After` when `verdict` is a refusal: what
+/// the layer writes on a response, for answers made outside it (the
+/// trailers that end a gRPC stream out of budget). Formats the policy's
+/// constant parts afresh on each call: meant for refusals, not for every
+/// request.
+///
+/// ```
+/// use tollgate::headers::{RATELIMIT, fields_for};
+/// use tollgate::{HeaderStyle, Key, MemoryStore, NamedLimit, Policy};
+/// use tollgate_core::Quota;
+///
+/// let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]);
+/// let store = MemoryStore::new();
+/// store.check_now(&policy, &Key::Global, 1);
+/// let refused = store.check_now(&policy, &Key::Global, 1);
+/// let headers = fields_for(HeaderStyle::DRAFT, &policy, &refused, &Key::Global);
+/// assert_eq!(headers[&RATELIMIT], "\"api\";r=0;t=60");
+/// assert_eq!(headers[http::header::RETRY_AFTER], "60");
+/// ```
+pub fn fields_for(
+    style: HeaderStyle,
+    policy: &Policy,
+    verdict: &PolicyDecision,
+    key: &Key,
+) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    FieldValues::of(style, &PolicyFields::new(policy), verdict, key).write_into(&mut headers);
+    if !verdict.merged.allowed() {
+        write_retry_after(&mut headers, &verdict.merged);
+    }
+    headers
+}
+
 /// Writes `Retry-After` for a rejection.
 pub(crate) fn write_retry_after(headers: &mut HeaderMap, decision: &Decision) {
     if let Some(value) = retry_after_value(decision) {
