@@ -46,6 +46,7 @@ mod engine;
 mod error;
 mod future;
 pub mod headers;
+pub mod in_flight;
 mod info;
 mod key;
 mod layer;
@@ -77,7 +78,9 @@ pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use outcome::ChargeWhen;
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use prepared::Prepared;
-pub use rejection::{DefaultRejector, FnRejector, RejectReason, Rejection, Rejector};
+pub use rejection::{
+    DefaultRejector, FnRejector, InFlightRejection, RejectReason, Rejection, Rejector,
+};
 pub use service::RateLimit;
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;
