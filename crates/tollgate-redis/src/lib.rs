@@ -164,6 +164,7 @@ mod observe;
 mod quotas;
 mod script;
 mod server_clock;
+mod slots;
 mod store;
 mod url;
 
@@ -172,5 +173,6 @@ pub use keys::MAX_KEY_LEN;
 pub use local::{LocalFirst, LocalFirstBuilder, LocalMode, LocalStats};
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
+pub use slots::{RedisFreed, RedisPermit, RedisSlots, RedisSlotsBuilder, RedisSlotsFuture};
 pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};
 pub use url::{check_url, redacted};
