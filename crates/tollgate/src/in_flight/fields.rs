@@ -39,10 +39,34 @@ impl FieldValues {
         self.0.is_empty()
     }
 
-    /// Writes the fields into `headers`, replacing any of the same names.
+    /// Writes the fields into `headers`. The draft's fields are lists:
+    /// where another layer (a rate limit inside this one) wrote its own,
+    /// this limit's item is added at the end of each. The legacy fields
+    /// report one limit: another layer's are left as they are.
     pub(crate) fn write_into(self, headers: &mut HeaderMap) {
+        let other_legacy = headers.contains_key(&X_RATELIMIT_LIMIT)
+            || headers.contains_key(&X_RATELIMIT_REMAINING);
         for (name, value) in self.0 {
-            headers.insert(name.clone(), value);
+            let is_legacy = *name == X_RATELIMIT_LIMIT || *name == X_RATELIMIT_REMAINING;
+            if is_legacy && other_legacy {
+                continue;
+            }
+            let is_list = *name == RATELIMIT_POLICY || *name == RATELIMIT;
+            match headers.get(name) {
+                None => {
+                    headers.insert(name.clone(), value);
+                }
+                Some(existing) if is_list => {
+                    let mut joined = Vec::with_capacity(existing.len() + 2 + value.len());
+                    joined.extend_from_slice(existing.as_bytes());
+                    joined.extend_from_slice(b", ");
+                    joined.extend_from_slice(value.as_bytes());
+                    if let Ok(joined) = HeaderValue::from_bytes(&joined) {
+                        headers.insert(name.clone(), joined);
+                    }
+                }
+                Some(_) => {}
+            }
         }
     }
 }
@@ -188,6 +212,28 @@ mod tests {
             text(plain.values(1, &key))[1],
             pair("ratelimit", "\"big\";r=4999")
         );
+    }
+
+    #[test]
+    fn the_draft_items_join_another_layers_lists_and_legacy_fields_are_kept() {
+        let limit = InFlightLimit::new("inflight", 2).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "ratelimit-policy",
+            HeaderValue::from_static("\"api\";q=10;w=1"),
+        );
+        headers.insert("ratelimit", HeaderValue::from_static("\"api\";r=9;t=1"));
+        headers.insert("x-ratelimit-remaining", HeaderValue::from_static("9"));
+        Fields::new(HeaderStyle::BOTH, &limit)
+            .values(1, &Key::Global)
+            .write_into(&mut headers);
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"api\";q=10;w=1, \"inflight\";q=2;qu=\"concurrent-requests\""
+        );
+        assert_eq!(headers["ratelimit"], "\"api\";r=9;t=1, \"inflight\";r=1");
+        assert_eq!(headers["x-ratelimit-remaining"], "9");
+        assert!(!headers.contains_key("x-ratelimit-limit"));
     }
 
     #[test]
