@@ -32,6 +32,9 @@
 //!   ([`OnStoreError`]), and are logged with `tracing`.
 //! - With the leaky bucket, admitted requests are held until their slot, so
 //!   they reach the service evenly spaced (this needs a tokio runtime).
+//! - [`InFlightLayer`], a layer of its own, limits how many requests of one
+//!   key run at once: a slot is held from admission until the response
+//!   body ends (or fails, or the client goes away); see [`in_flight`].
 #![warn(missing_docs)]
 
 /// The workspace README's Rust examples, compiled and run as doctests so
@@ -69,6 +72,7 @@ pub use engine::OnStoreError;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, PartitionKey};
+pub use in_flight::InFlightLayer;
 pub use info::RateLimitInfo;
 pub use key::{
     FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerAddr, PeerIp, RequestInfo,

@@ -45,18 +45,19 @@ impl RejectReason {
 }
 
 /// Everything known about a request an in-flight limit turned away
-/// ([`InFlightLayer`](crate::in_flight::InFlightLayer)): its key already had
+/// ([`InFlightLayer`](crate::InFlightLayer)): its key already had
 /// `limit` requests running (and, when the layer queues, kept them for as
 /// long as it waited).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct InFlightRejection<'a> {
-    /// The status the layer answers with (429 unless set with
-    /// [`InFlightBuilder::rejection_status`](crate::in_flight::InFlightBuilder::rejection_status)).
+    /// The status the layer answers with (429 unless its builder's
+    /// `rejection_status` set another).
     pub status: StatusCode,
     /// The fields to send: `RateLimit-Policy` and `RateLimit` with
     /// `qu="concurrent-requests"` (as the layer's header style asks), and
-    /// no `Retry-After` (see [`in_flight`](crate::in_flight) for why).
+    /// no `Retry-After` (the [`InFlightLayer`](crate::InFlightLayer)
+    /// docs say why).
     pub headers: HeaderMap,
     /// The limit's name, as in the fields.
     pub name: &'a str,
