@@ -45,7 +45,7 @@
 //!
 //! How many calls of one client run at once is an in-flight limit
 //! ([`in_flight`]: tollgate's
-//! [`InFlightLayer`](tollgate::in_flight::InFlightLayer) with gRPC
+//! [`InFlightLayer`] with gRPC
 //! defaults). A streaming call holds its slot for the life of the stream:
 //! the response body is the stream, and the slot is given back when it
 //! ends, fails, or is cancelled (the client dropped it). A refused call

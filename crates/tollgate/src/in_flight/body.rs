@@ -127,7 +127,9 @@ mod tests {
         }
     }
 
-    fn poll<B: Body + Unpin>(body: &mut B) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+    type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
+    fn poll<B: Body + Unpin>(body: &mut B) -> Polled<B> {
         let waker = std::task::Waker::noop();
         Pin::new(body).poll_frame(&mut Context::from_waker(waker))
     }

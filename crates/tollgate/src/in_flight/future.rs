@@ -272,10 +272,9 @@ where
                         response: Some(response),
                     });
                 }
-                match this.freed.as_mut().as_pin_mut() {
-                    Some(freed) => ready!(freed.poll(cx)),
-                    // Cannot happen: a request sleeps only once registered.
-                    None => {}
+                // Always there: a request sleeps only once registered.
+                if let Some(freed) = this.freed.as_mut().as_pin_mut() {
+                    ready!(freed.poll(cx));
                 }
                 // A slot may have come free: register for the next one,
                 // then ask.
