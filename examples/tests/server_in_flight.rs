@@ -253,6 +253,38 @@ fn in_flight_refuses_the_n_plus_first_request_of_a_key_while_n_run() {
 }
 
 #[test]
+fn a_request_the_in_flight_limit_refuses_is_not_charged_by_the_rate_limit() {
+    // In Redis, where the test can see when the holder has its slot.
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let server = Server::start(&[
+        "--store",
+        url.as_str(),
+        "--store-timeout-ms",
+        "2000",
+        "--in-flight",
+        "1",
+        "--key",
+        "header:x-key",
+        "--limit",
+        "api=2/min",
+    ]);
+    let holder = server.get_in_background(&[("x-key", "alice"), ("x-hold-ms", "3000")]);
+    wait_for_slot(&redis, "alice");
+    // Refused by the in-flight limit while the holder runs (it took the
+    // first of the two a minute when it was admitted).
+    for _ in 0..3 {
+        let response = server.get(&[("x-key", "alice")]);
+        assert_eq!(response.status, 429);
+        assert_eq!(response.header("ratelimit"), Some(r#""inflight";r=0"#));
+    }
+    assert_eq!(holder.join().unwrap().expect("a response").status, 200);
+    // The three refusals cost nothing: one of the two a minute is left.
+    assert_eq!(server.get(&[("x-key", "alice")]).status, 200);
+    assert_eq!(server.get(&[("x-key", "alice")]).status, 429);
+}
+
+#[test]
 fn in_flight_wait_queues_requests_until_a_slot_comes_back() {
     let server = Server::start(&[
         "--in-flight",
@@ -318,15 +350,7 @@ fn in_redis_a_killed_servers_slots_come_back_after_the_lease_and_not_before() {
     let survivor = Server::start(&args);
     // The doomed server runs alice's only request, for a minute.
     let _holder = doomed.get_in_background(&[("x-key", "alice"), ("x-hold-ms", "60000")]);
-    let slots = "tollgate:{alice}:inflight:inflight";
-    let started = Instant::now();
-    while !redis.command(&["EXISTS", slots]).starts_with(":1") {
-        assert!(
-            started.elapsed() < STEP,
-            "the doomed server never took the slot"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_slot(&redis, "alice");
     let refused = survivor.get(&[("x-key", "alice")]);
     assert_eq!(refused.status, 429);
     assert_eq!(refused.header("ratelimit"), Some(r#""inflight";r=0"#));
@@ -356,4 +380,15 @@ fn in_redis_a_killed_servers_slots_come_back_after_the_lease_and_not_before() {
     );
     // Other keys were never held.
     assert_eq!(survivor.get(&[("x-key", "bob")]).status, 200);
+}
+
+/// Waits until a slot of `key` is held in `redis` (the default prefix and
+/// limit name); fails after `STEP`.
+fn wait_for_slot(redis: &tollgate_tests::redis::RedisServer, key: &str) {
+    let slots = format!("tollgate:{{{key}}}:inflight:inflight");
+    let started = Instant::now();
+    while !redis.command(&["EXISTS", &slots]).starts_with(":1") {
+        assert!(started.elapsed() < STEP, "no slot of {key} was taken");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -212,6 +212,8 @@ async fn a_slot_is_taken_for_the_lease_the_docs_give_and_the_set_expires_with_it
     assert_eq!(default.lease(), Duration::from_secs(30));
     assert_eq!(RedisSlots::DEFAULT_LEASE, Duration::from_secs(30));
     assert_eq!(default.renew_every(), Duration::from_secs(10));
+    assert_eq!(RedisSlots::DEFAULT_POLL_INTERVAL, Duration::from_millis(50));
+    assert_eq!(RedisSlots::MIN_LEASE, Duration::from_millis(100));
     let limit = InFlightLimit::new("inflight", 2).unwrap();
     let key = Key::from("alice");
     let before = server_ms(&server);

@@ -298,6 +298,13 @@ mod tests {
     }
 
     #[test]
+    fn the_default_bound_is_the_documented_one() {
+        assert_eq!(DEFAULT_MAX_KEYS, 100_000);
+        assert_eq!(MemorySlots::new().table.max_keys, 100_000);
+        assert_eq!(MemorySlots::with_max_keys(0).table.max_keys, 1);
+    }
+
+    #[test]
     fn the_bound_refuses_new_keys_only() {
         let slots = MemorySlots::with_max_keys(2);
         let limit = limit(5);
