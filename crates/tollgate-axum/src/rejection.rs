@@ -4,7 +4,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::header::{CONTENT_TYPE, HeaderValue};
 use std::fmt::Write;
-use tollgate::{Rejection, Rejector};
+use tollgate::{InFlightRejection, Rejection, Rejector};
 
 /// The problem type of the rate-limit headers draft for an exceeded quota.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -27,6 +27,33 @@ pub struct ProblemJson;
 impl Rejector<Body> for ProblemJson {
     fn reject(&self, rejection: Rejection<'_>) -> Response<Body> {
         let body = problem_body(&rejection);
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = rejection.status;
+        *response.headers_mut() = rejection.headers;
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+
+    /// The same problem type for a request an in-flight limit turned away,
+    /// with its own detail (`Too many requests running at once: at most 5
+    /// per client; retry when one of yours has ended.`) and the limit's
+    /// name in `violated-policies`; no retry time, as there is no honest
+    /// one.
+    fn reject_in_flight(&self, rejection: InFlightRejection<'_>) -> Response<Body> {
+        let mut body = String::with_capacity(256);
+        let _ = write!(
+            body,
+            "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as assigned quota \
+             has been exceeded\",\"status\":{},\"detail\":\"Too many requests running at once: at \
+             most {} per client; retry when one of yours has ended.\",\"violated-policies\":[",
+            rejection.status.as_u16(),
+            rejection.limit
+        );
+        push_json_string(&mut body, rejection.name);
+        body.push_str("]}");
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = rejection.status;
         *response.headers_mut() = rejection.headers;
@@ -134,5 +161,45 @@ where
             }
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{HeaderMap, StatusCode};
+    use tollgate::Key;
+
+    #[tokio::test]
+    async fn an_in_flight_refusal_is_a_problem_naming_the_limit() {
+        let mut headers = HeaderMap::new();
+        headers.insert("ratelimit", HeaderValue::from_static("\"inflight\";r=0"));
+        let key = Key::Global;
+        let response = ProblemJson.reject_in_flight(InFlightRejection::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            headers,
+            "inflight",
+            5,
+            &key,
+        ));
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        assert_eq!(response.headers()["ratelimit"], "\"inflight\";r=0");
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        assert_eq!(
+            body,
+            format!(
+                "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as \
+                 assigned quota has been exceeded\",\"status\":429,\"detail\":\"Too many \
+                 requests running at once: at most 5 per client; retry when one of yours has \
+                 ended.\",\"violated-policies\":[\"inflight\"]}}"
+            )
+        );
     }
 }

@@ -103,6 +103,16 @@
 //! its module docs for the modes, the algorithms they support, and what
 //! happens when Redis is away.
 //!
+//! # In-flight slots
+//!
+//! [`RedisSlots`] keeps the slots of tollgate's in-flight limits
+//! ([`InFlightLayer`](tollgate::InFlightLayer): at most `N` requests of one
+//! key running at once) in Redis, so every instance counts against one
+//! limit: a sorted set per key of slot ids scored by the end of their
+//! lease (30 s by default), taken by one script call, renewed while the
+//! request runs, given back with one `ZREM`. The slots of an instance that
+//! died come back when their lease ends. See its docs.
+//!
 //! # Failures
 //!
 //! A failed or slow call is an error of the store: the layer's
@@ -164,6 +174,7 @@ mod observe;
 mod quotas;
 mod script;
 mod server_clock;
+mod slots;
 mod store;
 mod url;
 
@@ -172,5 +183,6 @@ pub use keys::MAX_KEY_LEN;
 pub use local::{LocalFirst, LocalFirstBuilder, LocalMode, LocalStats};
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
+pub use slots::{RedisFreed, RedisPermit, RedisSlots, RedisSlotsBuilder, RedisSlotsFuture};
 pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};
 pub use url::{check_url, redacted};

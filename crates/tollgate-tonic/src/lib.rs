@@ -48,6 +48,14 @@
 //! budget ends with `RESOURCE_EXHAUSTED` and `RetryInfo`, or waits in
 //! delay mode.
 //!
+//! How many calls of one client run at once is an in-flight limit
+//! ([`in_flight`]: tollgate's
+//! [`InFlightLayer`] with gRPC
+//! defaults). A streaming call holds its slot for the life of the stream:
+//! the response body is the stream, and the slot is given back when it
+//! ends, fails, or is cancelled (the client dropped it). A refused call
+//! gets `RESOURCE_EXHAUSTED` with a `QuotaFailure` and no `RetryInfo`.
+//!
 //! The layer also wraps one generated service, keeping its name, so
 //! `add_service(layer.layer(GreeterServer::new(...)))` limits that service
 //! alone.
@@ -66,6 +74,7 @@ pub use key::{BearerToken, GrpcMethod, GrpcPeerIp, MetadataKey};
 pub use messages::{MessageLimitBuilder, MessageLimitLayer};
 pub use rejection::GrpcRejector;
 
+use tollgate::in_flight::{InFlightBuilder, InFlightLayer, MemorySlots};
 use tollgate::{MemoryStore, RateLimitBuilder, RateLimitLayer};
 
 /// A layer builder with gRPC defaults: calls keyed by [`GrpcPeerIp`],
@@ -75,6 +84,31 @@ use tollgate::{MemoryStore, RateLimitBuilder, RateLimitLayer};
 /// [`rejector`](RateLimitBuilder::rejector) replaces these defaults.
 pub fn builder() -> RateLimitBuilder<GrpcPeerIp, MemoryStore, GrpcRejector> {
     RateLimitLayer::builder()
+        .key(GrpcPeerIp)
+        .rejector(GrpcRejector::default())
+}
+
+/// An in-flight layer builder with gRPC defaults: at most
+/// [`limit`](tollgate::in_flight::InFlightBuilder::limit) calls at once
+/// per client ([`GrpcPeerIp`]), refused with [`GrpcRejector`]
+/// (`RESOURCE_EXHAUSTED`), counted in memory. Every setting of
+/// [`InFlightBuilder`] is available.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # let (_, health) = tonic_health::server::health_reporter();
+/// // At most 4 calls (streams included, for as long as they run) per client.
+/// let layer = tollgate_tonic::in_flight().limit(4).build();
+/// tonic::transport::Server::builder()
+///     .layer(layer)
+///     .add_service(health)
+///     .serve("127.0.0.1:50051".parse()?)
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub fn in_flight() -> InFlightBuilder<GrpcPeerIp, MemorySlots, GrpcRejector> {
+    InFlightLayer::builder()
         .key(GrpcPeerIp)
         .rejector(GrpcRejector::default())
 }

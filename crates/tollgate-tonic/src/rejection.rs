@@ -9,7 +9,7 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
 use std::fmt::Write as _;
 use std::time::Duration;
-use tollgate::{Key, Policy, PolicyDecision, RejectReason, Rejection, Rejector};
+use tollgate::{InFlightRejection, Key, Policy, PolicyDecision, RejectReason, Rejection, Rejector};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
@@ -105,6 +105,40 @@ impl<B: Default> Rejector<B> for GrpcRejector {
             _ => Code::Unavailable,
         };
         trailers_only(&Status::new(code, reason.message()))
+    }
+
+    /// A call an in-flight limit turned away (its key has as many calls
+    /// running as the limit allows): the same code (`RESOURCE_EXHAUSTED`,
+    /// or `UNAVAILABLE` as configured), a message naming the limit, a
+    /// `QuotaFailure` with one violation (the limit's name as `quota_id`,
+    /// the number of calls at once as `quota_value`), and no `RetryInfo`:
+    /// when a running call ends is not known, so there is no honest delay
+    /// to give.
+    fn reject_in_flight(&self, rejection: InFlightRejection<'_>) -> Response<B> {
+        let mut details = ErrorDetails::new();
+        let mut violation = QuotaViolation::new(
+            subject(rejection.key),
+            format!(
+                "in-flight limit \"{}\" of {} concurrent calls reached",
+                rejection.name, rejection.limit
+            ),
+        );
+        violation.quota_id = rejection.name.to_owned();
+        violation.quota_value = i64::from(rejection.limit);
+        details.set_quota_failure(vec![violation]);
+        let message = format!(
+            "in-flight limit exceeded: \"{}\" allows {} concurrent calls per key; retry when one \
+             of yours has ended",
+            rejection.name, rejection.limit
+        );
+        let metadata = MetadataMap::from_headers(rejection.headers);
+        let status = Status::with_error_details_and_metadata(
+            self.code_for(rejection.status),
+            message,
+            details,
+            metadata,
+        );
+        trailers_only(&status)
     }
 }
 
@@ -313,6 +347,50 @@ mod tests {
         assert_eq!(violations[0].quota_value, 2);
         assert_eq!(violations[0].subject, "global");
         assert!(!status.message().contains("daily"), "{}", status.message());
+    }
+
+    #[test]
+    fn an_in_flight_refusal_names_the_limit_and_gives_no_retry_info() {
+        let key = Key::from("sk-secret");
+        let mut headers = HeaderMap::new();
+        headers.insert("ratelimit", HeaderValue::from_static("\"inflight\";r=0"));
+        let response: Response<()> = GrpcRejector::new().reject_in_flight(InFlightRejection::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            headers,
+            "inflight",
+            5,
+            &key,
+        ));
+        assert_eq!(response.status(), StatusCode::OK);
+        let status = status_of(&response);
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(
+            status.message().contains("\"inflight\""),
+            "{}",
+            status.message()
+        );
+        assert!(!status.message().contains("sk-secret"));
+        assert_eq!(
+            status.metadata().get("ratelimit").unwrap(),
+            "\"inflight\";r=0"
+        );
+        let details = status.get_error_details();
+        assert!(details.retry_info().is_none());
+        let violations = &details.quota_failure().expect("a quota failure").violations;
+        assert_eq!(violations.len(), 1);
+        assert_eq!(violations[0].quota_id, "inflight");
+        assert_eq!(violations[0].quota_value, 5);
+        assert_eq!(violations[0].subject, "key");
+        // A layer answering 503 gets UNAVAILABLE.
+        let key = Key::Global;
+        let response: Response<()> = GrpcRejector::new().reject_in_flight(InFlightRejection::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            HeaderMap::new(),
+            "x",
+            1,
+            &key,
+        ));
+        assert_eq!(status_of(&response).code(), Code::Unavailable);
     }
 
     #[test]

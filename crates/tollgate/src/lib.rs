@@ -32,6 +32,9 @@
 //!   ([`OnStoreError`]), and are logged with `tracing`.
 //! - With the leaky bucket, admitted requests are held until their slot, so
 //!   they reach the service evenly spaced (this needs a tokio runtime).
+//! - [`InFlightLayer`], a layer of its own, limits how many requests of one
+//!   key run at once: a slot is held from admission until the response
+//!   body ends (or fails, or the client goes away); see [`in_flight`].
 #![warn(missing_docs)]
 
 /// The workspace README's Rust examples, compiled and run as doctests so
@@ -46,6 +49,7 @@ mod engine;
 mod error;
 mod future;
 pub mod headers;
+pub mod in_flight;
 mod info;
 mod key;
 mod layer;
@@ -69,6 +73,7 @@ pub use engine::OnStoreError;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, PartitionKey};
+pub use in_flight::InFlightLayer;
 pub use info::RateLimitInfo;
 pub use key::{
     FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerAddr, PeerIp, RequestInfo,
@@ -78,7 +83,9 @@ pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use outcome::ChargeWhen;
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use prepared::Prepared;
-pub use rejection::{DefaultRejector, FnRejector, RejectReason, Rejection, Rejector};
+pub use rejection::{
+    DefaultRejector, FnRejector, InFlightRejection, RejectReason, Rejection, Rejector,
+};
 pub use service::RateLimit;
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;

@@ -44,6 +44,50 @@ impl RejectReason {
     }
 }
 
+/// Everything known about a request an in-flight limit turned away
+/// ([`InFlightLayer`](crate::InFlightLayer)): its key already had
+/// `limit` requests running (and, when the layer queues, kept them for as
+/// long as it waited).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct InFlightRejection<'a> {
+    /// The status the layer answers with (429 unless its builder's
+    /// `rejection_status` set another).
+    pub status: StatusCode,
+    /// The fields to send: `RateLimit-Policy` and `RateLimit` with
+    /// `qu="concurrent-requests"` (as the layer's header style asks), and
+    /// no `Retry-After` (the [`InFlightLayer`](crate::InFlightLayer)
+    /// docs say why).
+    pub headers: HeaderMap,
+    /// The limit's name, as in the fields.
+    pub name: &'a str,
+    /// How many requests of one key may run at once.
+    pub limit: u32,
+    /// The key the request was counted under.
+    pub key: &'a Key,
+}
+
+impl<'a> InFlightRejection<'a> {
+    /// A rejection of a request of `key` by the in-flight limit `name` of
+    /// `limit` concurrent requests: for rejectors' tests and for layers
+    /// outside this crate.
+    pub fn new(
+        status: StatusCode,
+        headers: HeaderMap,
+        name: &'a str,
+        limit: u32,
+        key: &'a Key,
+    ) -> Self {
+        InFlightRejection {
+            status,
+            headers,
+            name,
+            limit,
+            key,
+        }
+    }
+}
+
 /// Builds the response to a limited request, for a response body type `B`.
 pub trait Rejector<B>: Send + Sync + 'static {
     /// The response to a request its limits rejected.
@@ -59,6 +103,19 @@ pub trait Rejector<B>: Send + Sync + 'static {
     {
         let _ = reason;
         status_response(status)
+    }
+
+    /// The response to a request an in-flight limit turned away (its key
+    /// already has as many requests running as the limit allows). By
+    /// default: the rejection's status and fields, an empty body. Protocols
+    /// with their own error shape (gRPC) override it.
+    fn reject_in_flight(&self, rejection: InFlightRejection<'_>) -> Response<B>
+    where
+        B: Default,
+    {
+        let mut response = status_response(rejection.status);
+        *response.headers_mut() = rejection.headers;
+        response
     }
 }
 

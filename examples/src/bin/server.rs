@@ -22,6 +22,9 @@
 //! --max-keys N             bound for the memory store (at least 1)
 //! --local MODE             Redis stores only: off (default: one Redis call per decision) | exact | periodic=MS
 //! --charge-when STATUSES   only responses of these statuses count, e.g. 4xx,5xx or 401,403 (default: every response)
+//! --in-flight N            at most N requests of one key (the --key) running at once (default: no such limit)
+//! --in-flight-wait-ms N    with --in-flight: a request may wait up to N ms for a slot (default 0: refused at once)
+//! --in-flight-lease-ms N   with --in-flight and a Redis --store: a slot's lease (default 30000, at least 100)
 //! --header-timeout-ms N    default 10000: a request's head must arrive within N ms
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
 //! --max-connections N      default 10000: connections beyond N wait to be accepted
@@ -60,6 +63,29 @@
 //!   Every store gives charges back (Redis from a task of its own, so a
 //!   request that comes a moment after a refunded one may still find the
 //!   charge; with `--local`, through the local-first store).
+//! - Every route holds the request for the milliseconds an `x-hold-ms`
+//!   request header gives (0 when absent; at most 60000) before it
+//!   answers, so a script can play slow requests. A value that is not a
+//!   whole number from 0 to 60000 gets `400` with a message saying so, at
+//!   once. A hold longer than `--idle-timeout-ms` is cut by it (no byte
+//!   moves meanwhile).
+//! - `--in-flight N` limits how many requests of one key run at once
+//!   (`tollgate::in_flight`): a request is counted from when it is
+//!   admitted until its response body has been sent (or the client went
+//!   away); the `N + 1`th gets `429` with `RateLimit-Policy:
+//!   "inflight";q=N;qu="concurrent-requests"` and `RateLimit:
+//!   "inflight";r=0` and no `Retry-After` (when a running request ends is
+//!   not known). Allowed responses carry the same fields (as `--headers`
+//!   says), after the `--limit` ones in the same fields. It applies before
+//!   the rate limits: a request it refuses is not charged. With
+//!   `--in-flight-wait-ms N` a request waits up to N ms for a slot of its
+//!   key before it is refused. With a Redis `--store` the slots live in
+//!   that Redis (`tollgate_redis::RedisSlots`), shared by every server on
+//!   it, each with a lease (`--in-flight-lease-ms`, 30 s by default)
+//!   renewed while its request runs: the slots of a server that was
+//!   killed count until their lease ends, then come back.
+//!   `--in-flight-lease-ms` with the memory store is a usage error.
+//!   `--on-store-error` and `--store-timeout-ms` apply to the slots too.
 //! - `--block-cache` applies to a Redis store only (the memory store has
 //!   no round trip to save): given with the memory store, default or
 //!   named, it is a usage error. On, a flood on a refused key costs Redis
@@ -88,6 +114,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
+use tollgate::in_flight::InFlightLayer;
 use tollgate::store::BoxStore;
 use tollgate::{
     ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
@@ -95,7 +122,7 @@ use tollgate::{
 };
 use tollgate_axum::ClientIp;
 use tollgate_examples::serving::{ServeLimits, serve};
-use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+use tollgate_redis::{LocalFirst, LocalMode, RedisSlots, RedisStore};
 
 /// The command line (see the module docs for the contract).
 #[derive(Debug, Parser)]
@@ -161,6 +188,20 @@ struct Args {
     #[arg(long, value_name = "STATUSES", value_parser = parse_charge_when)]
     charge_when: Option<ChargeWhen>,
 
+    /// At most N requests of one key running at once (at least 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    in_flight: Option<u32>,
+
+    /// With --in-flight: how long a request may wait for a slot, in
+    /// milliseconds (default 0: refused at once).
+    #[arg(long, value_name = "N", requires = "in_flight")]
+    in_flight_wait_ms: Option<u64>,
+
+    /// With --in-flight and a Redis --store: how long a slot outlives its
+    /// server's last renewal, in milliseconds (at least 100).
+    #[arg(long, value_name = "N", requires = "in_flight", value_parser = clap::value_parser!(u64).range(100..))]
+    in_flight_lease_ms: Option<u64>,
+
     /// How long a client may take to send a request's head, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     header_timeout_ms: u64,
@@ -180,24 +221,52 @@ fn parse_charge_when(text: &str) -> Result<ChargeWhen, String> {
     ChargeWhen::statuses(text).map_err(|e| e.to_string())
 }
 
-/// The status an `x-status` request header asks for: `200` without one,
-/// `400` (with why) for one that is not a status code.
+/// The longest hold an `x-hold-ms` header may ask for, in milliseconds.
+const MAX_HOLD_MS: u64 = 60_000;
+
+/// The status an `x-status` request header asks for (`200` without one),
+/// after holding the request for the milliseconds an `x-hold-ms` header
+/// asks for (none without one); `400` (with why, at once) for a header
+/// that is not a status code, or not a hold from 0 to 60000.
 async fn answer(headers: HeaderMap) -> (StatusCode, &'static str) {
-    match headers.get("x-status") {
-        None => (StatusCode::OK, "ok"),
+    let hold = match headers.get("x-hold-ms") {
+        None => 0,
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .filter(|ms| *ms <= MAX_HOLD_MS)
+        {
+            Some(ms) => ms,
+            None => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "x-hold-ms must be a whole number of milliseconds from 0 to 60000\n",
+                );
+            }
+        },
+    };
+    let status = match headers.get("x-status") {
+        None => StatusCode::OK,
         Some(value) => match value
             .to_str()
             .ok()
             .and_then(|s| s.trim().parse::<u16>().ok())
             .and_then(|code| StatusCode::from_u16(code).ok())
         {
-            Some(status) => (status, "ok"),
-            None => (
-                StatusCode::BAD_REQUEST,
-                "x-status must be a status code (100 to 999)\n",
-            ),
+            Some(status) => status,
+            None => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "x-status must be a status code (100 to 999)\n",
+                );
+            }
         },
+    };
+    if hold > 0 {
+        tokio::time::sleep(Duration::from_millis(hold)).await;
     }
+    (status, "ok")
 }
 
 /// Parses a count of at least one.
@@ -449,10 +518,7 @@ fn header_style(headers: Headers) -> HeaderStyle {
 
 /// The app: `ok` on every route, behind the layer the flags describe.
 async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
-    let on_store_error = match args.on_store_error {
-        FailMode::Open => OnStoreError::Open,
-        FailMode::Closed => OnStoreError::Closed,
-    };
+    let on_store_error = on_store_error(args.on_store_error);
     let mut builder = args
         .limits
         .iter()
@@ -471,7 +537,73 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .try_build()
         .map_err(|e| Failure::Usage(e.to_string()))?;
     // A fallback, not a route, so that every path is answered and limited.
-    Ok(Router::new().fallback(answer).layer(layer))
+    let router = Router::new().fallback(answer).layer(layer);
+    // The in-flight limit outside the rate limits: its fields join theirs,
+    // and a request it refuses is not charged.
+    match args.in_flight {
+        Some(limit) => in_flight(router, limit, args, store_url).await,
+        None => Ok(router),
+    }
+}
+
+/// `--on-store-error` as the library's setting.
+fn on_store_error(mode: FailMode) -> OnStoreError {
+    match mode {
+        FailMode::Open => OnStoreError::Open,
+        FailMode::Closed => OnStoreError::Closed,
+    }
+}
+
+/// `router` under the in-flight limit `--in-flight`, `--in-flight-wait-ms`
+/// and `--in-flight-lease-ms` ask for, its slots in the `--store`.
+async fn in_flight(
+    router: Router,
+    limit: u32,
+    args: &Args,
+    store_url: &StoreUrl,
+) -> Result<Router, Failure> {
+    let mut builder = InFlightLayer::builder()
+        .limit(limit)
+        .key(key_extractor(&args.key, &args.trust_proxy))
+        .on_store_error(on_store_error(args.on_store_error))
+        .store_timeout(Duration::from_millis(args.store_timeout_ms))
+        .headers(header_style(args.headers));
+    if let Some(ms) = args.in_flight_wait_ms.filter(|ms| *ms > 0) {
+        builder = builder.wait(Duration::from_millis(ms));
+    }
+    match store_url {
+        StoreUrl::Memory if args.in_flight_lease_ms.is_some() => Err(Failure::Usage(
+            "--in-flight-lease-ms needs a Redis --store: slots in memory need no lease".into(),
+        )),
+        StoreUrl::Memory => {
+            let layer = builder
+                .try_build()
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+            Ok(router.layer(layer))
+        }
+        StoreUrl::Redis(url) => {
+            let mut slots = RedisSlots::builder(url.as_str());
+            if let Some(ms) = args.in_flight_lease_ms {
+                slots = slots.lease(Duration::from_millis(ms));
+            }
+            let slots = slots.connect().await.map_err(|e| {
+                let message = format!(
+                    "cannot keep in-flight slots in Redis at {}: {e}",
+                    tollgate_redis::redacted(url)
+                );
+                if e.is_config() {
+                    Failure::Usage(message)
+                } else {
+                    Failure::Startup(message)
+                }
+            })?;
+            let layer = builder
+                .slots(slots)
+                .try_build()
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+            Ok(router.layer(layer))
+        }
+    }
 }
 
 /// Binds, announces the address, and serves until killed.

@@ -1,0 +1,395 @@
+//! [`InFlightLayer`] and its builder, and the [`Gate`] every service of a
+//! layer shares.
+
+use super::fields::{FieldValues, Fields};
+use super::memory::MemorySlots;
+use super::service::InFlight;
+use super::{Acquired, InFlightLimit, Slots};
+use crate::headers::HeaderStyle;
+use crate::key::{Key, KeyExtractor, OnMissingKey, PeerIp};
+use crate::rejection::{DefaultRejector, InFlightRejection, RejectReason, Rejector};
+use crate::{ConfigError, OnStoreError};
+use http::{HeaderMap, Response, StatusCode};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_layer::Layer;
+
+/// Limits how many requests of one key run at once. See the
+/// [module docs](crate::in_flight).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::GlobalKey;
+/// use tollgate::in_flight::InFlightLayer;
+///
+/// // At most 5 requests per client IP at once, refused beyond (429).
+/// let layer = InFlightLayer::new(5);
+///
+/// // At most 2 at once for the whole service; a third waits up to 1 s
+/// // for a slot before it is refused.
+/// let layer = InFlightLayer::builder()
+///     .limit(2)
+///     .key(GlobalKey)
+///     .wait(Duration::from_secs(1))
+///     .build();
+/// # let _ = layer;
+/// ```
+pub struct InFlightLayer<K = PeerIp, Sl = MemorySlots, R = DefaultRejector> {
+    gate: Arc<Gate<K, Sl, R>>,
+}
+
+impl<K, Sl, R> Clone for InFlightLayer<K, Sl, R> {
+    fn clone(&self) -> Self {
+        InFlightLayer {
+            gate: self.gate.clone(),
+        }
+    }
+}
+
+impl<K, Sl, R> fmt::Debug for InFlightLayer<K, Sl, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InFlightLayer")
+            .field("limit", &self.gate.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InFlightLayer {
+    /// At most `limit` requests per client IP (the connection's peer
+    /// address) at once, counted in a fresh [`MemorySlots`], refused beyond
+    /// with 429 and the draft's fields.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0 (every request would be refused).
+    pub fn new(limit: u32) -> Self {
+        Self::builder().limit(limit).build()
+    }
+
+    /// A builder with the defaults of [`InFlightLayer::new`] and a limit of
+    /// 1 until [`limit`](InFlightBuilder::limit) sets it.
+    pub fn builder() -> InFlightBuilder {
+        InFlightBuilder {
+            key: PeerIp,
+            slots: MemorySlots::new(),
+            rejector: DefaultRejector,
+            config: Config::default(),
+        }
+    }
+}
+
+impl<K, Sl, R> InFlightLayer<K, Sl, R> {
+    /// The limit this layer applies.
+    pub fn limit(&self) -> &InFlightLimit {
+        &self.gate.limit
+    }
+
+    /// The store the slots are taken in.
+    pub fn slots(&self) -> &Sl {
+        &self.gate.slots
+    }
+}
+
+impl<S, K, Sl, R> Layer<S> for InFlightLayer<K, Sl, R> {
+    type Service = InFlight<S, K, Sl, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        InFlight::new(inner, self.gate.clone())
+    }
+}
+
+/// Builds an [`InFlightLayer`]. Every setting has a default; see each
+/// method.
+#[must_use]
+pub struct InFlightBuilder<K = PeerIp, Sl = MemorySlots, R = DefaultRejector> {
+    key: K,
+    slots: Sl,
+    rejector: R,
+    config: Config,
+}
+
+/// The builder's settings that do not change its type.
+struct Config {
+    name: String,
+    limit: u32,
+    headers: HeaderStyle,
+    settings: Settings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            name: super::DEFAULT_NAME.to_owned(),
+            limit: 1,
+            headers: HeaderStyle::default(),
+            settings: Settings {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                missing_key: OnMissingKey::default(),
+                on_store_error: OnStoreError::default(),
+                store_timeout: Duration::from_millis(100),
+                wait: None,
+            },
+        }
+    }
+}
+
+/// The settings a gate decides with.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) status: StatusCode,
+    pub(crate) missing_key: OnMissingKey,
+    pub(crate) on_store_error: OnStoreError,
+    pub(crate) store_timeout: Duration,
+    /// How long a refused request may wait for a slot; `None`: refused at
+    /// once.
+    pub(crate) wait: Option<Duration>,
+}
+
+impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
+    /// How many requests of one key may run at once (at least 1; default
+    /// 1).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.config.limit = limit;
+        self
+    }
+
+    /// The limit's name (default `inflight`): what the fields call it, and
+    /// in a shared store what its counts are kept under, so instances
+    /// that share a limit must give it the same name, and layers that
+    /// must not share one different names. A short token: 1 to 64
+    /// letters, digits, `-`, `_`, `.`.
+    pub fn name(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.config.name);
+        self
+    }
+
+    /// How requests map to keys (default [`PeerIp`]): any of tollgate's
+    /// [`KeyExtractor`]s, as for the rate-limit layer.
+    pub fn key<K2: KeyExtractor>(self, key: K2) -> InFlightBuilder<K2, Sl, R> {
+        InFlightBuilder {
+            key,
+            slots: self.slots,
+            rejector: self.rejector,
+            config: self.config,
+        }
+    }
+
+    /// Where the slots are counted (default a fresh [`MemorySlots`]; for
+    /// instances that share a limit, tollgate-redis's `RedisSlots`).
+    pub fn slots<Sl2: Slots>(self, slots: Sl2) -> InFlightBuilder<K, Sl2, R> {
+        InFlightBuilder {
+            key: self.key,
+            slots,
+            rejector: self.rejector,
+            config: self.config,
+        }
+    }
+
+    /// Answers refused requests with the responses `rejector` builds (its
+    /// [`reject_in_flight`](Rejector::reject_in_flight), and for a missing
+    /// key or a failing store [`reject_without_decision`](Rejector::reject_without_decision)):
+    /// tollgate-tonic's `GrpcRejector` for gRPC.
+    pub fn rejector<R2>(self, rejector: R2) -> InFlightBuilder<K, Sl, R2> {
+        InFlightBuilder {
+            key: self.key,
+            slots: self.slots,
+            rejector,
+            config: self.config,
+        }
+    }
+
+    /// The status refused requests get (default `429 Too Many Requests`).
+    pub fn rejection_status(mut self, status: StatusCode) -> Self {
+        self.config.settings.status = status;
+        self
+    }
+
+    /// Which fields responses carry (default: the draft's, on every
+    /// response). See the [module docs](crate::in_flight) for what they
+    /// say.
+    pub fn headers(mut self, headers: HeaderStyle) -> Self {
+        self.config.headers = headers;
+        self
+    }
+
+    /// What to do with a request whose key cannot be extracted (default:
+    /// all such requests share one key).
+    pub fn on_missing_key(mut self, missing_key: OnMissingKey) -> Self {
+        self.config.settings.missing_key = missing_key;
+        self
+    }
+
+    /// What to do when the store fails or does not answer in time
+    /// (default: let the request through, without a slot).
+    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
+        self.config.settings.on_store_error = on_store_error;
+        self
+    }
+
+    /// How long the store may take to answer one request (default 100
+    /// ms); a later answer is a store failure. The memory store answers at
+    /// once; a shared store's answer is timed with tokio's timer.
+    pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
+        self.config.settings.store_timeout = store_timeout;
+        self
+    }
+
+    /// Queues a request whose key has every slot taken, for up to
+    /// `max_wait`, instead of refusing it at once: it takes a slot that
+    /// comes free meanwhile, and is refused if none does. Waiting requests
+    /// hold their connection and a clone of the inner service, and are
+    /// woken when a slot of their key is given back in this process (a
+    /// shared store also polls; see its docs). There is no order among
+    /// waiters. Needs a tokio runtime for the timer.
+    pub fn wait(mut self, max_wait: Duration) -> Self {
+        self.config.settings.wait = Some(max_wait);
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Panics
+    ///
+    /// If a setting cannot work, with the message
+    /// [`try_build`](Self::try_build) would return.
+    pub fn build(self) -> InFlightLayer<K, Sl, R> {
+        self.try_build()
+            .unwrap_or_else(|error| panic!("tollgate: {error}"))
+    }
+
+    /// The layer, or what is wrong with its settings: a limit of 0, a
+    /// name that is not a token, a zero store timeout.
+    pub fn try_build(self) -> Result<InFlightLayer<K, Sl, R>, ConfigError> {
+        let limit = InFlightLimit::new(&self.config.name, self.config.limit)?;
+        if self.config.settings.store_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "store_timeout is zero: every store answer that is not immediate would be \
+                 late; give the store at least a few milliseconds (the default is 100 ms)",
+            ));
+        }
+        Ok(InFlightLayer {
+            gate: Arc::new(Gate {
+                fields: Fields::new(self.config.headers, &limit),
+                limit,
+                key: self.key,
+                slots: self.slots,
+                rejector: self.rejector,
+                settings: self.config.settings,
+            }),
+        })
+    }
+}
+
+/// What every service of one layer shares: the limit, the key, the store,
+/// the rejector, the fields made once.
+pub(crate) struct Gate<K, Sl, R> {
+    pub(crate) limit: InFlightLimit,
+    pub(crate) key: K,
+    pub(crate) slots: Sl,
+    pub(crate) rejector: R,
+    pub(crate) fields: Fields,
+    pub(crate) settings: Settings,
+}
+
+/// What becomes of a request once its store has answered.
+pub(crate) enum Settled<P, B> {
+    /// Run it, holding `permit` (none when the store failed and the layer
+    /// fails open), adding `fields` to its response.
+    Run {
+        permit: Option<P>,
+        fields: FieldValues,
+    },
+    /// Its key is full and the layer queues: wait for a slot.
+    Queue { in_flight: u32 },
+    /// Answer this instead.
+    Reject(Box<Response<B>>),
+}
+
+impl<K, Sl: Slots, R> Gate<K, Sl, R> {
+    /// What a request of `key` gets for the store's `answer`; a full key
+    /// is queued if the layer queues and `may_queue`.
+    pub(crate) fn settle<B: Default>(
+        &self,
+        answer: Result<Acquired<Sl::Permit>, Sl::Error>,
+        key: &Key,
+        may_queue: bool,
+    ) -> Settled<Sl::Permit, B>
+    where
+        R: Rejector<B>,
+    {
+        match answer {
+            Ok(Acquired::Taken { permit, in_flight }) => Settled::Run {
+                permit: Some(permit),
+                fields: if self.fields.on_allowed() {
+                    self.fields.values(in_flight, key)
+                } else {
+                    FieldValues::default()
+                },
+            },
+            Ok(Acquired::Full { in_flight }) if may_queue && self.settings.wait.is_some() => {
+                Settled::Queue { in_flight }
+            }
+            Ok(Acquired::Full { in_flight }) => Settled::Reject(self.reject(key, in_flight)),
+            Err(error) => self.store_failed(&error),
+        }
+    }
+
+    /// The refusal of a request of `key`, whose key has `in_flight` running.
+    pub(crate) fn reject<B: Default>(&self, key: &Key, in_flight: u32) -> Box<Response<B>>
+    where
+        R: Rejector<B>,
+    {
+        let mut headers = HeaderMap::new();
+        self.fields
+            .values(in_flight.max(self.limit.max()), key)
+            .write_into(&mut headers);
+        Box::new(self.rejector.reject_in_flight(InFlightRejection::new(
+            self.settings.status,
+            headers,
+            self.limit.name(),
+            self.limit.max(),
+            key,
+        )))
+    }
+
+    /// What a request gets when the store failed (`error`) or was late.
+    pub(crate) fn store_failed<B: Default>(
+        &self,
+        error: &dyn std::error::Error,
+    ) -> Settled<Sl::Permit, B>
+    where
+        R: Rejector<B>,
+    {
+        tracing::warn!(
+            limit = self.limit.name(),
+            %error,
+            on_store_error = ?self.settings.on_store_error,
+            "in-flight limit: the slot store failed"
+        );
+        match self.settings.on_store_error {
+            OnStoreError::Open => Settled::Run {
+                permit: None,
+                fields: FieldValues::default(),
+            },
+            OnStoreError::Closed => {
+                Settled::Reject(Box::new(self.rejector.reject_without_decision(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    RejectReason::StoreFailed,
+                )))
+            }
+        }
+    }
+}
+
+/// A store that did not answer within the layer's store timeout.
+#[derive(Debug)]
+pub(crate) struct Late(pub(crate) Duration);
+
+impl fmt::Display for Late {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no answer within the store timeout of {:?}", self.0)
+    }
+}
+
+impl std::error::Error for Late {}
