@@ -19,7 +19,7 @@
 //!    (`LocalFirst::stats().redis_calls`, summed) and the server's
 //!    (`INFO commandstats`, `EVALSHA` + `EVAL`).
 //! 3. **Over-admission against the sync interval**: 4 instances × 16 tasks
-//!    flooding one key for [`FLOOD`] (periodic mode at 10, 50, 100, 500 and
+//!    flooding one key for `FLOOD` (periodic mode at 10, 50, 100, 500 and
 //!    1,000 ms; exact mode beside it), for GCRA and the fixed window.
 //!    Over-admission = admitted − what the algorithm allows over the flood
 //!    (see [`allowed`]), at its end and at its worst moment. Periodic
@@ -577,7 +577,7 @@ async fn steady_load(
     }
 }
 
-/// What `algorithm` (at [`RATE`], GCRA with [`GCRA_BURST`]) allows over
+/// What `algorithm` (at `RATE`, GCRA with `GCRA_BURST`) allows over
 /// `seconds` from the start of a flood that has reached its `windows`th
 /// fixed window: GCRA, `burst + rate × seconds` (a full bucket at the
 /// start, then one request per emission interval); the fixed window,
