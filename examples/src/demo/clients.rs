@@ -75,6 +75,9 @@ pub struct Timed {
     /// From the moment the request was sent to the moment its answer was
     /// read (for HTTP, connecting included).
     pub latency: Duration,
+    /// When it was really sent, in ns from the trace's start (later than
+    /// its arrival time when the machine was busy).
+    pub sent_at: u64,
 }
 
 /// [`drive`], with the latency each client saw.
@@ -95,18 +98,27 @@ where
         let progress = progress.clone();
         tasks.spawn(async move {
             let sent = Instant::now();
+            let sent_at = u64::try_from((sent - start).as_nanos()).unwrap_or(u64::MAX);
             let reply = match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
                 Ok(reply) => reply,
                 Err(_) => Reply::Failed(format!("no answer within {REQUEST_TIMEOUT:?}")),
             };
             let latency = sent.elapsed();
             progress.inc(1);
-            (i, Timed { reply, latency })
+            (
+                i,
+                Timed {
+                    reply,
+                    latency,
+                    sent_at,
+                },
+            )
         });
     }
     let not_sent = Timed {
         reply: Reply::Failed("not sent".into()),
         latency: Duration::ZERO,
+        sent_at: 0,
     };
     let mut replies = vec![not_sent; trace.arrivals.len()];
     while let Some(joined) = tasks.join_next().await {

@@ -105,6 +105,10 @@ pub struct SharingResult {
     pub redis_calls: u64,
     /// Every request's latency as its client saw it, sorted.
     pub latencies: Vec<Duration>,
+    /// Per algorithm, what the limit alone admits at the moments the
+    /// requests were really sent (a busy machine sends some late, across
+    /// a window's or a refill's boundary).
+    pub ideal_as_sent: Vec<usize>,
 }
 
 impl SharingResult {
@@ -191,7 +195,17 @@ pub async fn run(
         let replies = drive_all(&trace, &algorithms, addrs, start, progress).await?;
         let redis_calls = counters.iter().map(RedisStore::calls).sum::<u64>() - calls_before;
         drop(servers);
-        results.push(SharingResult::new(sharing, &replies, redis_calls));
+        let mut result = SharingResult::new(sharing, &replies, redis_calls);
+        result.ideal_as_sent = algorithms
+            .iter()
+            .zip(&replies)
+            .map(|(&algorithm, run)| {
+                let mut sent: Vec<u64> = run.iter().map(|t| t.sent_at).collect();
+                sent.sort_unstable();
+                trace::ideal_admissions_at(algorithm, quota, &sent, start_ns).len()
+            })
+            .collect();
+        results.push(result);
     }
     Ok(LocalComparison {
         trace,
@@ -256,6 +270,7 @@ impl SharingResult {
                 .count(),
             redis_calls,
             latencies,
+            ideal_as_sent: Vec::new(),
         }
     }
 }

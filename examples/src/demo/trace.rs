@@ -115,10 +115,20 @@ pub fn aligned_start(now: u64, period: u64, lead: u64) -> u64 {
 /// trace starting at `origin` on the limiter's clock: what a server should
 /// see when nothing is late.
 pub fn ideal_admissions(algorithm: Algorithm, trace: &Trace, origin: u64) -> Vec<u64> {
-    let limiter = Limiter::new(algorithm, trace.quota);
+    ideal_admissions_at(algorithm, trace.quota, &trace.arrivals, origin)
+}
+
+/// [`ideal_admissions`] at the moments `arrivals` (ns from the start,
+/// sorted): the times requests were really sent, say.
+pub fn ideal_admissions_at(
+    algorithm: Algorithm,
+    quota: Quota,
+    arrivals: &[u64],
+    origin: u64,
+) -> Vec<u64> {
+    let limiter = Limiter::new(algorithm, quota);
     let mut state = limiter.new_state();
-    trace
-        .arrivals
+    arrivals
         .iter()
         .filter_map(|&at| {
             let decision = limiter.check(&mut state, origin.saturating_add(at), 1);
