@@ -6,44 +6,14 @@
 //! told apart through headers: `X-Forwarded-For` with a trusted proxy,
 //! or an API key header.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod playground;
+
+use playground::{Response, STEP, Server, parse_response, request, run_to_exit};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How long any one step (startup, a request, an exit) may take.
-const STEP: Duration = Duration::from_secs(30);
-
-/// A running `server`, killed when dropped.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
 impl Server {
-    /// Starts `server --listen 127.0.0.1:0 ARGS...` and waits for its address.
-    fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the server binary starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        // The guard exists before the wait, so a failed wait still kills it.
-        let mut server = Server {
-            child,
-            addr: String::new(),
-        };
-        server.addr = first_line_within(stdout, STEP)
-            .strip_prefix("listening on http://")
-            .expect("the first line announces the address")
-            .trim()
-            .to_owned();
-        server
-    }
-
     /// `GET path` with `headers`.
     fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
         request(&self.addr, path, headers)
@@ -53,112 +23,6 @@ impl Server {
     fn statuses(&self, n: usize, headers: &[(&str, &str)]) -> Vec<u16> {
         (0..n).map(|_| self.get("/", headers).status).collect()
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The first line `stdout` writes, read on a thread so a silent child
-/// fails the test after `timeout` instead of hanging it.
-fn first_line_within(stdout: impl Read + Send + 'static, timeout: Duration) -> String {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    rx.recv_timeout(timeout)
-        .expect("the server prints its address in time")
-}
-
-/// A response: status, headers (names lowercased) and body.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Response {
-    /// The value of header `name` (lowercase), if present.
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// One HTTP/1.1 request on a fresh connection, read until the server
-/// closes it (`Connection: close`).
-fn request(addr: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-    let mut stream = TcpStream::connect(addr).expect("connect to the server");
-    stream.set_read_timeout(Some(STEP)).expect("set a timeout");
-    stream.set_write_timeout(Some(STEP)).expect("set a timeout");
-    let mut text = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    text.push_str("\r\n");
-    stream.write_all(text.as_bytes()).expect("send the request");
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).expect("read the response");
-    parse_response(&raw)
-}
-
-/// Parses a response with a `Content-Length` body (all the server sends).
-fn parse_response(raw: &str) -> Response {
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a complete head");
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|code| code.parse().ok())
-        .expect("a status line");
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Response {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
-}
-
-/// Runs `server ARGS...` expecting it to exit by itself; its status and
-/// stderr. Killed (and the test failed) if it is still running after `STEP`.
-fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the server binary starts");
-    let deadline = Instant::now() + STEP;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll the child") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("server {args:?} kept running; it should have refused to start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    let _ = child
-        .stderr
-        .take()
-        .expect("stderr is piped")
-        .read_to_string(&mut stderr);
-    (status, stderr)
 }
 
 /// Splits a `RateLimit` value into (name, r, t) per limit.
@@ -557,7 +421,7 @@ fn connections_beyond_the_cap_wait_until_one_closes() {
     drop(holders);
     waiting.set_read_timeout(Some(STEP)).expect("set a timeout");
     waiting.read_to_string(&mut reply).expect("answered");
-    assert_eq!(parse_response(&reply).status, 200);
+    assert_eq!(parse_response(&reply).expect("a response").status, 200);
 }
 
 #[test]

@@ -4,55 +4,16 @@
 //! prints, and sends plain HTTP/1.1 requests over loopback, one
 //! connection per request. Keys differ by an `x-key` header.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+mod playground;
+
+use playground::{Response, STEP, Server, request, run_to_exit, try_request};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long any one step (startup, a request, an exit) may take.
-const STEP: Duration = Duration::from_secs(30);
-
-/// A running `server`, killed when dropped.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
 impl Server {
-    /// Starts `server --listen 127.0.0.1:0 ARGS...` and waits for its address.
-    fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the server binary starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut server = Server {
-            child,
-            addr: String::new(),
-        };
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        server.addr = rx
-            .recv_timeout(STEP)
-            .expect("the server prints its address in time")
-            .strip_prefix("listening on http://")
-            .expect("the first line announces the address")
-            .trim()
-            .to_owned();
-        server
-    }
-
     /// `GET /` with `headers`.
     fn get(&self, headers: &[(&str, &str)]) -> Response {
-        request(&self.addr, headers)
+        request(&self.addr, "/", headers)
     }
 
     /// `GET /` with `headers` on a thread of its own; the response when it
@@ -68,7 +29,7 @@ impl Server {
                 .iter()
                 .map(|(n, v)| (n.as_str(), v.as_str()))
                 .collect();
-            try_request(&addr, &headers)
+            try_request(&addr, "/", &headers)
         })
     }
 
@@ -88,92 +49,6 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A response: status, headers (names lowercased) and body.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-fn request(addr: &str, headers: &[(&str, &str)]) -> Response {
-    try_request(addr, headers).expect("a response")
-}
-
-/// One HTTP/1.1 `GET /` on a fresh connection, read until the server
-/// closes it; `None` if the connection broke first.
-fn try_request(addr: &str, headers: &[(&str, &str)]) -> Option<Response> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(STEP * 3)).ok()?;
-    let mut text = format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    text.push_str("\r\n");
-    stream.write_all(text.as_bytes()).ok()?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Some(Response {
-        status,
-        headers,
-        body: body.to_owned(),
-    })
-}
-
-/// Runs `server ARGS...` expecting it to refuse to start: its status and
-/// stderr.
-fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the server binary starts");
-    let deadline = Instant::now() + STEP;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll the child") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("server {args:?} kept running; it should have refused to start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    let _ = child
-        .stderr
-        .take()
-        .expect("stderr is piped")
-        .read_to_string(&mut stderr);
-    (status, stderr)
 }
 
 #[test]
@@ -357,8 +232,7 @@ fn in_redis_a_killed_servers_slots_come_back_after_the_lease_and_not_before() {
     // Let it renew its slot at least once (every third of the lease).
     std::thread::sleep(Duration::from_millis(lease_ms / 3 + 200));
     // SIGKILL: no goodbye, nothing given back.
-    doomed.child.kill().expect("kill the server");
-    doomed.child.wait().expect("reap it");
+    doomed.kill();
     let killed = Instant::now();
     assert_eq!(
         survivor.get(&[("x-key", "alice")]).status,
