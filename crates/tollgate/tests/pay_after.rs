@@ -4,8 +4,10 @@
 //! `Retry-After` that, honoured, is enough); a streamed body settles when
 //! it ends, a dropped one when it goes; bytes counted; a cheaper response
 //! gives back; nothing reported keeps the estimate; `charge_when` voids;
-//! requests the layer does not charge still find a meter; stores that
-//! cannot charge into debt refused when the layer is built.
+//! requests the layer does not charge still find a meter; the end of a
+//! metered body waits for a settlement that lands later, at most the
+//! store timeout; stores that cannot charge into debt refused when the
+//! layer is built.
 
 mod common;
 
@@ -20,8 +22,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::pay_after::{Meter, MeterLayer};
-use tollgate::store::Fallback;
-use tollgate::{ChargeWhen, GlobalKey, Key, MemoryStore, Policy, RateLimitLayer};
+use tollgate::store::{Fallback, RefundReply};
+use tollgate::{
+    ChargeWhen, GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply,
+};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tower::ServiceExt;
 
@@ -157,18 +161,24 @@ impl HttpBody for ChunkBody {
     }
 }
 
-#[tokio::test]
-async fn a_streamed_body_settles_when_it_ends() {
+/// `/stream` streams `chunks` chunks of 3 units each, behind a
+/// `MeterLayer` and a day's limit of 100: the store, the app, its policy.
+fn streaming_app(chunks: usize) -> (MemoryStore<ManualClock>, Router, Arc<Policy>) {
     let (store, _clock) = store_at_quarter_past();
     let limit = day_limit(&store);
     let policy = limit.policy().clone();
+    let stream =
+        move |Extension(meter): Extension<Meter>| async move { metered_stream(meter, chunks) };
     let router = Router::new()
-        .route(
-            "/stream",
-            get(|Extension(meter): Extension<Meter>| async move { metered_stream(meter, 7) }),
-        )
+        .route("/stream", get(stream))
         .layer(MeterLayer::new())
         .layer(limit);
+    (store, router, policy)
+}
+
+#[tokio::test]
+async fn a_streamed_body_settles_when_it_ends() {
+    let (store, router, policy) = streaming_app(7);
     let (status, body) = get_body(&router, "/stream").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body.len(), 7 * 5);
@@ -177,16 +187,7 @@ async fn a_streamed_body_settles_when_it_ends() {
 
 #[tokio::test]
 async fn a_body_dropped_midway_pays_for_what_was_sent() {
-    let (store, _clock) = store_at_quarter_past();
-    let limit = day_limit(&store);
-    let policy = limit.policy().clone();
-    let router = Router::new()
-        .route(
-            "/stream",
-            get(|Extension(meter): Extension<Meter>| async move { metered_stream(meter, 1_000) }),
-        )
-        .layer(MeterLayer::new())
-        .layer(limit);
+    let (store, router, policy) = streaming_app(1_000);
     let request = Request::builder()
         .uri("/stream")
         .body(Body::empty())
@@ -332,4 +333,99 @@ async fn a_store_that_cannot_charge_into_debt_is_refused() {
         .try_build();
     let error = built.expect_err("Fallback cannot debit").to_string();
     assert!(error.contains("pay_after needs a store"), "{error}");
+}
+
+/// A memory store whose debits land `delay` after they are asked for, as
+/// a networked store's do.
+#[derive(Clone)]
+struct SlowDebits {
+    store: MemoryStore<ManualClock>,
+    delay: Duration,
+}
+
+impl Store for SlowDebits {
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<tollgate::PolicyDecision, Infallible>>;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Infallible> {
+        self.store.check(policy, key, cost)
+    }
+
+    fn refunds(&self) -> bool {
+        true
+    }
+
+    fn debits(&self) -> bool {
+        true
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+        let (store, delay) = (self.store.clone(), self.delay);
+        let (policy, key) = (policy.clone(), key.clone());
+        RefundReply::Pending(Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            store.debit_now(&policy, &key, cost);
+        }))
+    }
+}
+
+/// `/stream` (7 chunks of 3 units) behind a `MeterLayer` and a day's
+/// limit of 100 over a store whose debits land `delay` late.
+fn slow_debit_app(
+    delay: Duration,
+    store_timeout: Duration,
+) -> (MemoryStore<ManualClock>, Router, Arc<Policy>) {
+    let (store, _clock) = store_at_quarter_past();
+    let limit = RateLimitLayer::builder()
+        .quota("units", Quota::per_day(100))
+        .key(GlobalKey)
+        .store(SlowDebits {
+            store: store.clone(),
+            delay,
+        })
+        .store_timeout(store_timeout)
+        .pay_after()
+        .build();
+    let policy = limit.policy().clone();
+    let stream = |Extension(meter): Extension<Meter>| async move { metered_stream(meter, 7) };
+    let router = Router::new()
+        .route("/stream", get(stream))
+        .layer(MeterLayer::new())
+        .layer(limit);
+    (store, router, policy)
+}
+
+#[tokio::test]
+async fn the_body_ends_once_its_settlement_has_landed() {
+    let delay = Duration::from_millis(30);
+    let (store, router, policy) = slow_debit_app(delay, Duration::from_secs(5));
+    let started = std::time::Instant::now();
+    let (status, _) = get_body(&router, "/stream").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        started.elapsed() >= delay,
+        "the body ended before its debit"
+    );
+    assert_eq!(
+        remaining(&store, &policy),
+        100 - 21,
+        "charged before the end"
+    );
+}
+
+#[tokio::test]
+async fn a_settlement_that_does_not_land_holds_the_body_only_for_the_store_timeout() {
+    let timeout = Duration::from_millis(50);
+    let (store, router, policy) = slow_debit_app(Duration::from_secs(3_600), timeout);
+    let started = std::time::Instant::now();
+    assert_eq!(get_body(&router, "/stream").await.0, StatusCode::OK);
+    let waited = started.elapsed();
+    assert!(waited >= timeout, "did not wait: {waited:?}");
+    assert!(waited < Duration::from_secs(60), "held for {waited:?}");
+    assert_eq!(remaining(&store, &policy), 99, "the debit has not landed");
 }
