@@ -147,7 +147,7 @@ impl RedisServer {
 
 /// Has the kernel send the process SIGKILL when the calling thread ends.
 #[cfg(target_os = "linux")]
-fn die_with_this_thread(cmd: &mut Command) {
+pub(crate) fn die_with_this_thread(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and only
     // calls prctl, which is async-signal-safe and touches no parent state.
@@ -164,7 +164,7 @@ fn die_with_this_thread(cmd: &mut Command) {
 
 /// Elsewhere a server outlives a test process that is killed outright.
 #[cfg(not(target_os = "linux"))]
-fn die_with_this_thread(_: &mut Command) {}
+pub(crate) fn die_with_this_thread(_: &mut Command) {}
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
@@ -377,7 +377,7 @@ fn debug_command_flag() -> &'static [&'static str] {
 
 /// Waits until the server on `port` answers `PING`; an error saying what
 /// happened if `child` exits first or nothing answers within 10 s.
-fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), String> {
+pub(crate) fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -411,7 +411,7 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port below 55000 (with port + 10000 free) in 1,000 tries");
 }
 
-fn temp_dir() -> PathBuf {
+pub(crate) fn temp_dir() -> PathBuf {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "tollgate-redis-{}-{}",
