@@ -11,3 +11,5 @@ pub mod logs;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod redis;
+pub mod sentinel;
+pub mod tls;

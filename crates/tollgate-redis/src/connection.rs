@@ -1,10 +1,14 @@
 //! One connection type for standalone Redis and Redis Cluster.
 
 use crate::RedisStoreError;
+use crate::sentinel::{SentinelAuth, SentinelMaster};
+use crate::tls::TlsSettings;
 use crate::url::{self, Target};
 use arc_swap::ArcSwap;
 use redis::AsyncConnectionConfig;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
@@ -17,16 +21,47 @@ pub(crate) struct ConnectOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Option<Duration>,
     pub(crate) reconnect_max_delay: Duration,
+    /// Certificates for `rediss://` URLs.
+    pub(crate) tls: TlsSettings,
+    /// What the sentinels of a `redis+sentinel://` URL ask for.
+    pub(crate) sentinel_auth: SentinelAuth,
+}
+
+impl Default for ConnectOptions {
+    /// Connect within 1 s, no response timeout of the client's own (the
+    /// layer's store timeout bounds each check), reconnect attempts at
+    /// most 500 ms apart.
+    fn default() -> Self {
+        ConnectOptions {
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: None,
+            reconnect_max_delay: Duration::from_millis(500),
+            tls: TlsSettings::default(),
+            sentinel_auth: SentinelAuth::default(),
+        }
+    }
+}
+
+impl ConnectOptions {
+    /// The settings of one multiplexed connection.
+    pub(crate) fn connection_config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(self.response_timeout)
+    }
 }
 
 /// A multiplexed connection that reconnects by itself: a connection manager
 /// for one server, the cluster client's connection (which follows MOVED and
 /// ASK and refreshes its slot map) for a cluster, with the client that made
-/// it (see [`Topology`]). Clones share it.
+/// it (see [`Topology`]); for a Sentinel-watched master, a plain connection
+/// that [`Topology`] replaces by one to the master the sentinels name when
+/// it fails. Clones share it.
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection, Box<ClusterClient>),
+    Sentinel(MultiplexedConnection, Arc<SentinelMaster>),
 }
 
 /// A store's connection, replaced by a fresh one when a Cluster's
@@ -70,8 +105,9 @@ impl Topology {
     }
 
     /// A connection newer than generation `seen`: made now if nobody has
-    /// made one since, from the cluster's nodes. `None` for one server,
-    /// where there is no slot map to read again.
+    /// made one since, from the cluster's nodes, or to the master the
+    /// sentinels name. `None` for one server, whose connection manager
+    /// reconnects by itself.
     pub(crate) async fn refreshed_after(
         &self,
         seen: u64,
@@ -81,19 +117,31 @@ impl Topology {
         if current.number != seen {
             return Some(Ok(current));
         }
-        let Connection::Cluster(_, client) = &current.connection else {
-            return None;
+        let connection = match &current.connection {
+            Connection::Single(_) => return None,
+            Connection::Cluster(_, client) => match client.get_async_connection().await {
+                Ok(fresh) => {
+                    tracing::warn!(
+                        "Redis Cluster: a node answered READONLY (a failover moved its \
+                         slots); reconnected to read the slot map again"
+                    );
+                    Connection::Cluster(fresh, client.clone())
+                }
+                Err(error) => return Some(Err(error.into())),
+            },
+            Connection::Sentinel(_, master) => match master.connect().await {
+                Ok(fresh) => {
+                    tracing::warn!(
+                        "Redis Sentinel: the master stopped answering as one; reconnected \
+                         to the master the sentinels name now"
+                    );
+                    Connection::Sentinel(fresh, master.clone())
+                }
+                Err(error) => return Some(Err(error)),
+            },
         };
-        let fresh = match client.get_async_connection().await {
-            Ok(connection) => connection,
-            Err(error) => return Some(Err(error.into())),
-        };
-        tracing::warn!(
-            "Redis Cluster: a node answered READONLY (a failover moved its slots); \
-             reconnected to read the slot map again"
-        );
         let next = Arc::new(Generation {
-            connection: Connection::Cluster(fresh, client.clone()),
+            connection,
             number: seen + 1,
         });
         self.current.store(next.clone());
@@ -103,16 +151,25 @@ impl Topology {
 
 impl Connection {
     pub(crate) async fn open(url: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
-        match url::parse(url)? {
+        let target = url::parse(url)?;
+        options.tls.check_used(target.uses_tls())?;
+        #[cfg(feature = "tls")]
+        if target.uses_tls() {
+            crate::tls::use_default_crypto();
+        }
+        match target {
             Target::Cluster(nodes) => Self::open_cluster(nodes, options).await,
             Target::Single(url) => Self::open_single(&url, options).await,
+            Target::Sentinel(target) => {
+                let master = SentinelMaster::new(&target, options)?;
+                let connection = master.connect().await?;
+                Ok(Connection::Sentinel(connection, Arc::new(master)))
+            }
         }
     }
 
     async fn open_single(url: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
-        let client = redis::Client::open(url).map_err(|e| {
-            RedisStoreError::config(format!("{} is not a Redis URL: {e}", url::redacted(url)))
-        })?;
+        let client = single_client(url, options)?;
         // One plain attempt first: the manager retries without end (what
         // reconnection wants), which would make a wrong address hang here
         // instead of failing.
@@ -153,12 +210,29 @@ impl Connection {
         if let Some(timeout) = options.response_timeout {
             builder = builder.response_timeout(timeout);
         }
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = options.tls.certificates()? {
+            builder = builder.certs(certificates);
+        }
         let client = builder
             .build()
             .map_err(|e| RedisStoreError::config(format!("invalid cluster nodes: {e}")))?;
         let connection = client.get_async_connection().await?;
         Ok(Connection::Cluster(connection, Box::new(client)))
     }
+}
+
+/// The client of one server, with the certificates of the store's TLS
+/// settings when it has some.
+fn single_client(url: &str, options: &ConnectOptions) -> Result<redis::Client, RedisStoreError> {
+    let not_a_url =
+        |e| RedisStoreError::config(format!("{} is not a Redis URL: {e}", url::redacted(url)));
+    #[cfg(feature = "tls")]
+    if let Some(certificates) = options.tls.certificates()? {
+        return redis::Client::build_with_tls(url, certificates).map_err(not_a_url);
+    }
+    let _ = options;
+    redis::Client::open(url).map_err(not_a_url)
 }
 
 /// Fails with a configuration error if the server behind a one-server URL is
@@ -246,6 +320,11 @@ impl Connection {
         matches!(self, Connection::Cluster(..))
     }
 
+    /// Whether this is a connection to a master found through Sentinel.
+    pub(crate) fn is_sentinel(&self) -> bool {
+        matches!(self, Connection::Sentinel(..))
+    }
+
     /// Sends `ASKING` and then `command` to the node at `host:port` (where
     /// an `ASK` redirected the call): the reply to `command`.
     pub(crate) async fn ask(
@@ -278,6 +357,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(c) => c.req_packed_command(cmd),
             Connection::Cluster(c, _) => c.req_packed_command(cmd),
+            Connection::Sentinel(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -290,6 +370,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(c) => c.req_packed_commands(cmd, offset, count),
             Connection::Cluster(c, _) => c.req_packed_commands(cmd, offset, count),
+            Connection::Sentinel(c, _) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -297,6 +378,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(c) => c.get_db(),
             Connection::Cluster(c, _) => c.get_db(),
+            Connection::Sentinel(c, _) => c.get_db(),
         }
     }
 }

@@ -173,9 +173,11 @@ mod observe;
 #[cfg(feature = "quotas")]
 mod quotas;
 mod script;
+mod sentinel;
 mod server_clock;
 mod slots;
 mod store;
+mod tls;
 mod url;
 
 pub use error::RedisStoreError;

@@ -140,11 +140,7 @@ impl RedisSlots {
             prefix: "tollgate".into(),
             lease: Self::DEFAULT_LEASE,
             poll_interval: Self::DEFAULT_POLL_INTERVAL,
-            options: ConnectOptions {
-                connect_timeout: Duration::from_secs(1),
-                response_timeout: None,
-                reconnect_max_delay: Duration::from_millis(500),
-            },
+            options: ConnectOptions::default(),
         }
     }
 

@@ -4,8 +4,12 @@ use crate::RedisStoreError;
 use crate::connection::{ConnectOptions, Connection, Failure, Topology};
 use crate::script::{LuaScript, PreparedPolicy, ShareOp, ShareReply};
 use crate::server_clock::ServerClock;
+#[cfg(feature = "tls")]
+use crate::tls::Pem;
 use redis::{ErrorKind, ServerErrorKind};
 use std::future::Future;
+#[cfg(feature = "tls")]
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,18 +66,30 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// A builder for a store at `url`: `redis://host:port` (or with a
-    /// password and database, `redis://:secret@host:port/2`) for one
-    /// server, `redis+cluster://host:port,host:port` for a cluster.
+    /// A builder for a store at `url`:
+    ///
+    /// - `redis://host:port` (or with a password and database,
+    ///   `redis://:secret@host:port/2`, or a user, `redis://app:secret@…`)
+    ///   for one server;
+    /// - `redis+cluster://host:port,host:port` for a Cluster (a few nodes
+    ///   suffice: the client learns the others);
+    /// - `redis+sentinel://host:port,host:port/service_name[/db]` for the
+    ///   master of `service_name` (the name in `sentinel monitor`), found
+    ///   through the sentinels listed and found again after a failover. A
+    ///   user and password before the first sentinel
+    ///   (`redis+sentinel://:secret@s1:26379,s2:26379/mymaster`) are the
+    ///   master's; sentinels that ask for their own take
+    ///   [`sentinel_password`](RedisStoreBuilder::sentinel_password).
+    ///
+    /// `rediss://`, `rediss+cluster://` and `rediss+sentinel://` are the
+    /// same over TLS, with the `tls` feature: the system's root
+    /// certificates are trusted unless
+    /// [`tls_ca_file`](RedisStoreBuilder::tls_ca_file) names others.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder {
             url: url.into(),
             prefix: "tollgate".into(),
-            options: ConnectOptions {
-                connect_timeout: Duration::from_secs(1),
-                response_timeout: None,
-                reconnect_max_delay: Duration::from_millis(500),
-            },
+            options: ConnectOptions::default(),
             block_cache: true,
             #[cfg(feature = "test-clock")]
             clock: None,
@@ -536,10 +552,30 @@ async fn call_until_answered(
             Err(error) => error,
         };
         attempt += 1;
-        if attempt >= MAX_ATTEMPTS || !generation.connection.is_cluster() {
+        if attempt >= MAX_ATTEMPTS {
             return Err(error.into());
         }
-        match Failure::of(&error) {
+        let failure = Failure::of(&error);
+        if generation.connection.is_sentinel() {
+            if !master_lost(&error, &failure) {
+                return Err(error.into());
+            }
+            // The master died or was demoted: ask the sentinels for the
+            // one now, and send the call again only if it cannot have run.
+            match shared.topology.refreshed_after(generation.number).await {
+                Some(Ok(fresh)) if failure != Failure::Final => generation = fresh,
+                Some(Err(refresh)) => {
+                    tracing::debug!("{refresh}");
+                    return Err(error.into());
+                }
+                _ => return Err(error.into()),
+            }
+            continue;
+        }
+        if !generation.connection.is_cluster() {
+            return Err(error.into());
+        }
+        match failure {
             Failure::Final => return Err(error.into()),
             Failure::Again => {
                 tokio::time::sleep(Duration::from_millis(1 << attempt.min(6))).await;
@@ -565,6 +601,20 @@ async fn call_until_answered(
             }
         }
     }
+}
+
+/// Whether `error`, on a connection to a Sentinel-watched master, says that
+/// the server is no longer a master to talk to: the connection is gone
+/// (refused, dropped, timed out) or the server answers as a replica
+/// (`READONLY`, after a failover demoted it) or as a master without its
+/// replicas (`MASTERDOWN`). A script error or a bad reply says nothing of
+/// the kind.
+fn master_lost(error: &redis::RedisError, failure: &Failure) -> bool {
+    matches!(failure, Failure::Refresh | Failure::Again)
+        || error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.is_unrecoverable_error()
 }
 
 /// Sends the decision's command on `connection`: `EVALSHA`, and if the
@@ -653,6 +703,75 @@ impl RedisStoreBuilder {
     /// front of the store.
     pub fn block_cache(mut self, on: bool) -> Self {
         self.block_cache = on;
+        self
+    }
+
+    /// Trusts the CA certificates of this PEM file for `rediss…` URLs,
+    /// instead of the system's root certificates: for a server whose
+    /// certificate a private CA signed (self-managed Redis, most test
+    /// setups). Read when the store connects; a file that cannot be read
+    /// or parsed is a configuration error then.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
+    /// let store = tollgate_redis::RedisStore::builder("rediss://redis.internal:6380")
+    ///     .tls_ca_file("/etc/redis/ca.pem")
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.options.tls.roots = Some(Pem::File(path.into()));
+        self
+    }
+
+    /// [`tls_ca_file`](Self::tls_ca_file) with the PEM text given here.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.options.tls.roots = Some(Pem::Bytes(pem.into()));
+        self
+    }
+
+    /// Shows this client certificate (a PEM file, the chain from the
+    /// client's certificate up) and proves it with this private key (a PEM
+    /// file, PKCS#8, PKCS#1 or SEC1), for servers that ask clients for one
+    /// (`tls-auth-clients yes`). Read when the store connects.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert_files(
+        mut self,
+        certificate: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.options.tls.identity = Some((Pem::File(certificate.into()), Pem::File(key.into())));
+        self
+    }
+
+    /// [`tls_client_cert_files`](Self::tls_client_cert_files) with the PEM
+    /// text given here.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert_pem(
+        mut self,
+        certificate: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.options.tls.identity = Some((Pem::Bytes(certificate.into()), Pem::Bytes(key.into())));
+        self
+    }
+
+    /// The password the sentinels of a `redis+sentinel://` URL ask for
+    /// (`requirepass` in their configuration), when they ask for one. The
+    /// password in the URL is the master's.
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.options.sentinel_auth.password = Some(password.into());
+        self
+    }
+
+    /// The user the sentinels of a `redis+sentinel://` URL are to know this
+    /// client as (their ACL), with
+    /// [`sentinel_password`](Self::sentinel_password).
+    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
+        self.options.sentinel_auth.username = Some(username.into());
         self
     }
 

@@ -3,16 +3,55 @@
 
 use crate::RedisStoreError;
 
-/// The URL scheme of a cluster: `redis+cluster://host:port,host:port`.
-const CLUSTER_SCHEME: &str = "redis+cluster://";
+/// The URL schemes of a cluster, without and with TLS:
+/// `redis+cluster://host:port,host:port`.
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis://"),
+    ("rediss+cluster://", "rediss://"),
+];
+
+/// The URL schemes of a master found through Sentinel, without and with
+/// TLS: `redis+sentinel://host:port,host:port/service_name[/db]`.
+const SENTINEL_SCHEMES: [(&str, &str); 2] = [
+    ("redis+sentinel://", "redis://"),
+    ("rediss+sentinel://", "rediss://"),
+];
 
 /// What a store URL names.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Target {
     /// One server: the URL as the redis client reads it.
     Single(String),
-    /// A cluster: a `redis://` URL for each node given.
+    /// A cluster: a `redis://` (or `rediss://`) URL for each node given.
     Cluster(Vec<String>),
+    /// The master of a service that Sentinel watches.
+    Sentinel(SentinelTarget),
+}
+
+impl Target {
+    /// Whether the URL asks for TLS (`rediss…`).
+    pub(crate) fn uses_tls(&self) -> bool {
+        match self {
+            Target::Single(url) => is_tls(url),
+            Target::Cluster(nodes) => nodes.iter().any(|node| is_tls(node)),
+            Target::Sentinel(target) => target.tls,
+        }
+    }
+}
+
+/// A `redis+sentinel://` URL taken apart.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct SentinelTarget {
+    /// A `redis://host:port` (or `rediss://`) URL for each sentinel given.
+    pub(crate) sentinels: Vec<String>,
+    /// The name the sentinels know the master by (`sentinel monitor NAME`).
+    pub(crate) service: String,
+    /// A URL of the first sentinel with the user-info and database the
+    /// master is to be used with: the client's own parser reads them from
+    /// it, percent-escapes included.
+    pub(crate) master_settings: String,
+    /// Whether the sentinels and the servers are reached over TLS.
+    pub(crate) tls: bool,
 }
 
 /// Reads `url` as [`RedisStore::builder`](crate::RedisStore::builder)
@@ -22,35 +61,104 @@ pub(crate) fn parse(url: &str) -> Result<Target, RedisStoreError> {
     let not_a_url = |reason: &dyn std::fmt::Display| {
         RedisStoreError::config(format!(
             "{} is not a Redis URL ({reason}): use redis://HOST:PORT, \
-             redis://:PASSWORD@HOST:PORT/DB or redis+cluster://HOST:PORT,HOST:PORT",
+             redis://:PASSWORD@HOST:PORT/DB, redis+cluster://HOST:PORT,HOST:PORT or \
+             redis+sentinel://HOST:PORT,HOST:PORT/SERVICE (rediss… for TLS)",
             redacted(url)
         ))
     };
-    let target = match url.strip_prefix(CLUSTER_SCHEME) {
-        Some(nodes) => {
-            let nodes: Vec<String> = nodes
-                .split(',')
-                .map(str::trim)
-                .filter(|node| !node.is_empty())
-                .map(|node| format!("redis://{node}"))
-                .collect();
-            if nodes.is_empty() {
-                return Err(not_a_url(&"a cluster URL names at least one node"));
-            }
-            Target::Cluster(nodes)
+    let target = if let Some((nodes, scheme)) = strip_any(url, &CLUSTER_SCHEMES) {
+        let nodes = node_urls(nodes, scheme);
+        if nodes.is_empty() {
+            return Err(not_a_url(&"a cluster URL names at least one node"));
         }
-        None => Target::Single(url.to_owned()),
+        Target::Cluster(nodes)
+    } else if let Some((rest, scheme)) = strip_any(url, &SENTINEL_SCHEMES) {
+        Target::Sentinel(sentinel_target(rest, scheme).map_err(|why| not_a_url(&why))?)
+    } else {
+        Target::Single(url.to_owned())
     };
     let urls = match &target {
         Target::Single(url) => std::slice::from_ref(url),
         Target::Cluster(nodes) => nodes.as_slice(),
+        Target::Sentinel(sentinel) => sentinel.sentinels.as_slice(),
     };
     for url in urls {
+        if is_tls(url) && !cfg!(feature = "tls") {
+            return Err(RedisStoreError::config(format!(
+                "{} asks for TLS: enable tollgate-redis's `tls` feature",
+                redacted(url)
+            )));
+        }
         // The client's own parser names the problem (a bad port, an
         // unknown scheme) without echoing the URL.
         redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| not_a_url(&e))?;
     }
+    if let Target::Sentinel(sentinel) = &target {
+        redis::IntoConnectionInfo::into_connection_info(sentinel.master_settings.as_str())
+            .map_err(|e| not_a_url(&e))?;
+    }
     Ok(target)
+}
+
+/// Whether a one-server URL asks for TLS (the client also reads
+/// `valkeys://` as `rediss://`).
+fn is_tls(url: &str) -> bool {
+    url.starts_with("rediss://") || url.starts_with("valkeys://")
+}
+
+/// `url` without the first of `schemes` it starts with, and the plain
+/// scheme that stands for it.
+fn strip_any<'u>(
+    url: &'u str,
+    schemes: &[(&str, &'static str)],
+) -> Option<(&'u str, &'static str)> {
+    schemes
+        .iter()
+        .find_map(|(prefix, plain)| Some((url.strip_prefix(prefix)?, *plain)))
+}
+
+/// `scheme` + each comma-separated address of `list`, blanks dropped.
+fn node_urls(list: &str, scheme: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|node| !node.is_empty())
+        .map(|node| format!("{scheme}{node}"))
+        .collect()
+}
+
+/// `[user-info@]host:port,…/service[/db]` taken apart. The user-info is
+/// for the servers, not for the sentinels (see
+/// [`RedisStoreBuilder::sentinel_password`](crate::RedisStoreBuilder::sentinel_password)).
+fn sentinel_target(rest: &str, scheme: &str) -> Result<SentinelTarget, &'static str> {
+    let (addresses, path) = rest
+        .split_once('/')
+        .ok_or("a Sentinel URL ends with /SERVICE, the name the sentinels know the master by")?;
+    let (service, db) = match path.split_once('/') {
+        Some((service, db)) => (service, db),
+        None => (path, ""),
+    };
+    if service.is_empty() {
+        return Err("a Sentinel URL ends with /SERVICE, the name the sentinels know the master by");
+    }
+    let (userinfo, addresses) = match addresses.rsplit_once('@') {
+        Some((userinfo, addresses)) => (Some(userinfo), addresses),
+        None => (None, addresses),
+    };
+    let sentinels = node_urls(addresses, scheme);
+    let Some(first) = sentinels.first() else {
+        return Err("a Sentinel URL names at least one sentinel");
+    };
+    let first = &first[scheme.len()..];
+    let master_settings = match userinfo {
+        Some(userinfo) => format!("{scheme}{userinfo}@{first}/{db}"),
+        None => format!("{scheme}{first}/{db}"),
+    };
+    Ok(SentinelTarget {
+        sentinels,
+        service: service.to_owned(),
+        master_settings,
+        tls: scheme == "rediss://",
+    })
 }
 
 /// Checks that `url` is a store URL, without connecting: for programs that
@@ -61,6 +169,7 @@ pub(crate) fn parse(url: &str) -> Result<Target, RedisStoreError> {
 /// ```
 /// assert!(tollgate_redis::check_url("redis://127.0.0.1:6379").is_ok());
 /// assert!(tollgate_redis::check_url("redis+cluster://10.0.0.1:7000,10.0.0.2:7000").is_ok());
+/// assert!(tollgate_redis::check_url("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster").is_ok());
 /// let error = tollgate_redis::check_url("redis://:hunter2@127.0.0.1:port").unwrap_err();
 /// assert!(error.is_config());
 /// assert!(!error.to_string().contains("hunter2"));
@@ -132,6 +241,66 @@ mod tests {
         );
         assert!(parse("redis+cluster://").unwrap_err().is_config());
         assert!(parse("redis+cluster://a:1,b:port").unwrap_err().is_config());
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_the_service_and_the_master_settings() {
+        let Target::Sentinel(target) =
+            parse("redis+sentinel://app:p%40ss@a:26379, b:26380/mymaster/2").unwrap()
+        else {
+            panic!("not a Sentinel target");
+        };
+        assert_eq!(
+            target,
+            SentinelTarget {
+                sentinels: vec!["redis://a:26379".into(), "redis://b:26380".into()],
+                service: "mymaster".into(),
+                master_settings: "redis://app:p%40ss@a:26379/2".into(),
+                tls: false,
+            }
+        );
+        let settings =
+            redis::IntoConnectionInfo::into_connection_info(target.master_settings.as_str())
+                .unwrap();
+        let settings = settings.redis_settings();
+        assert_eq!(
+            (settings.username(), settings.password(), settings.db()),
+            (Some("app"), Some("p@ss"), 2)
+        );
+        for bad in [
+            "redis+sentinel://a:26379",
+            "redis+sentinel://a:26379/",
+            "redis+sentinel:///mymaster",
+            "redis+sentinel://a:port/mymaster",
+            "redis+sentinel://a:1/mymaster/notadb",
+        ] {
+            let error = parse(bad).unwrap_err();
+            assert!(error.is_config(), "{bad}");
+        }
+        assert_eq!(
+            redacted("redis+sentinel://:s3cret@a:1,b:2/mymaster"),
+            "redis+sentinel://:***@a:1,b:2/mymaster"
+        );
+    }
+
+    #[test]
+    fn tls_urls_need_the_tls_feature() {
+        for url in [
+            "rediss://a:6380",
+            "rediss+cluster://a:1,b:2",
+            "rediss+sentinel://a:1/m",
+        ] {
+            let parsed = parse(url);
+            if cfg!(feature = "tls") {
+                assert!(parsed.is_ok(), "{url}");
+            } else {
+                let error = parsed.unwrap_err().to_string();
+                assert!(error.contains("`tls` feature"), "{error}");
+            }
+        }
+        if let Ok(Target::Cluster(nodes)) = parse("rediss+cluster://a:1,b:2") {
+            assert_eq!(nodes, ["rediss://a:1", "rediss://b:2"]);
+        }
     }
 
     #[test]

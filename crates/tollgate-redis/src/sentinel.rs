@@ -1,0 +1,145 @@
+//! The master of a Sentinel-watched service: asked of the sentinels when
+//! the store connects, and asked again when the master stops answering as
+//! one (it died, or a failover demoted it).
+
+use crate::RedisStoreError;
+use crate::connection::ConnectOptions;
+use crate::url::SentinelTarget;
+use redis::aio::MultiplexedConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, TlsMode};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long after a failed search for the master the next one may start:
+/// while the sentinels have no master to give (a failover under way),
+/// requests fail at once instead of each asking them again.
+const SEARCH_PAUSE: Duration = Duration::from_millis(50);
+
+/// Finds a service's master through its sentinels and connects to it.
+pub(crate) struct SentinelMaster {
+    /// The redis client's Sentinel support: it asks the sentinels in turn
+    /// for a master that is neither down nor demoted, and checks the
+    /// server's `ROLE` before naming it.
+    client: tokio::sync::Mutex<SentinelClient>,
+    /// The `sentinel monitor` name, for messages.
+    service: String,
+    /// How the connection to the master is made.
+    config: AsyncConnectionConfig,
+    /// How long a search (sentinels and then the master) may take.
+    search_timeout: Duration,
+    /// When the last search failed, and why.
+    failed: Mutex<Option<(Instant, String)>>,
+}
+
+/// The password (and user) the sentinels ask for, when they ask for one.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SentinelAuth {
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl SentinelMaster {
+    /// The client for `target`, checked but not yet connected.
+    pub(crate) fn new(
+        target: &SentinelTarget,
+        options: &ConnectOptions,
+    ) -> Result<Self, RedisStoreError> {
+        let config_error = |e: redis::RedisError| {
+            RedisStoreError::config(format!("invalid Sentinel settings: {e}"))
+        };
+        let sentinels = target
+            .sentinels
+            .iter()
+            .map(|url| Ok(url.as_str().into_connection_info()?.addr().clone()))
+            .collect::<Result<Vec<ConnectionAddr>, redis::RedisError>>()
+            .map_err(config_error)?;
+        let master = target
+            .master_settings
+            .as_str()
+            .into_connection_info()
+            .map_err(config_error)?;
+        let master = master.redis_settings();
+        let mut builder =
+            SentinelClientBuilder::new(sentinels, &target.service, SentinelServerType::Master)
+                .map_err(config_error)?
+                .set_client_to_redis_db(master.db());
+        if let Some(username) = master.username() {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = master.password() {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if let Some(username) = &options.sentinel_auth.username {
+            builder = builder.set_client_to_sentinel_username(username);
+        }
+        if let Some(password) = &options.sentinel_auth.password {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        if target.tls {
+            builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+            #[cfg(feature = "tls")]
+            if let Some(certificates) = options.tls.certificates()? {
+                builder = builder
+                    .set_client_to_redis_certificates(certificates.clone())
+                    .set_client_to_sentinel_certificates(certificates);
+            }
+        }
+        let client = builder.build().map_err(config_error)?;
+        Ok(SentinelMaster {
+            client: tokio::sync::Mutex::new(client),
+            service: target.service.clone(),
+            config: options.connection_config(),
+            search_timeout: options.connect_timeout * 2,
+            failed: Mutex::new(None),
+        })
+    }
+
+    /// A connection to the master the sentinels name now. Fails at once,
+    /// with the last search's reason, if a search failed less than
+    /// [`SEARCH_PAUSE`] ago.
+    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, RedisStoreError> {
+        if let Some(reason) = self.recent_failure() {
+            return Err(self.no_master(&reason));
+        }
+        let search = async {
+            let master = self.client.lock().await.async_get_client().await?;
+            master
+                .get_multiplexed_async_connection_with_config(&self.config)
+                .await
+        };
+        let reason = match tokio::time::timeout(self.search_timeout, search).await {
+            Ok(Ok(connection)) => return Ok(connection),
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => format!("no answer within {:?}", self.search_timeout),
+        };
+        *lock(&self.failed) = Some((Instant::now(), reason.clone()));
+        Err(self.no_master(&reason))
+    }
+
+    fn recent_failure(&self) -> Option<String> {
+        match &*lock(&self.failed) {
+            Some((at, reason)) if at.elapsed() < SEARCH_PAUSE => Some(reason.clone()),
+            _ => None,
+        }
+    }
+
+    fn no_master(&self, reason: &str) -> RedisStoreError {
+        RedisStoreError::from(redis::RedisError::from((
+            redis::ErrorKind::MasterNameNotFoundBySentinel,
+            "no master to connect to",
+            format!(
+                "the sentinels named no reachable master for {:?} ({reason}); a failover \
+                 may be under way",
+                self.service
+            ),
+        )))
+    }
+}
+
+/// The lock's data, also after a panic elsewhere (it holds plain values).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

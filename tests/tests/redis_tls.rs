@@ -1,0 +1,154 @@
+//! `rediss://`: a real `redis-server` listening with TLS on a free port,
+//! with certificates the test makes (a private CA, as self-managed Redis
+//! has). The store trusts the CA named by `tls_ca_file` (or given as PEM),
+//! refuses a server another CA signed, and shows a client certificate when
+//! the server asks for one.
+
+use http::{Request, StatusCode};
+use std::time::Duration;
+use tollgate::{HeaderKey, RateLimitLayer};
+use tollgate_core::Quota;
+use tollgate_redis::{RedisStore, RedisStoreBuilder, RedisStoreError};
+use tollgate_tests::app::{behind, status};
+use tollgate_tests::tls::{Certificates, TlsServer};
+
+/// Three requests a minute for `x-user` `alice` through a layer on
+/// `store`: what the four requests got.
+async fn four_requests(store: RedisStore) -> Vec<StatusCode> {
+    let layer = RateLimitLayer::builder()
+        .quota("api", "3/min".parse::<Quota>().unwrap())
+        .key(HeaderKey::new("x-user"))
+        .store(store)
+        .build();
+    let mut app = behind(layer);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let request = Request::builder()
+            .header("x-user", "alice")
+            .body(())
+            .unwrap();
+        statuses.push(status(&mut app, request).await);
+    }
+    statuses
+}
+
+const LIMITED: [StatusCode; 4] = [
+    StatusCode::OK,
+    StatusCode::OK,
+    StatusCode::OK,
+    StatusCode::TOO_MANY_REQUESTS,
+];
+
+fn builder(url: String) -> RedisStoreBuilder {
+    RedisStore::builder(url).connect_timeout(Duration::from_secs(5))
+}
+
+#[tokio::test]
+async fn a_store_over_tls_limits_as_over_plain_tcp() {
+    let certificates = Certificates::make();
+    let server = TlsServer::start(&certificates, false);
+    for host in ["localhost", "127.0.0.1"] {
+        let store = builder(server.url(host))
+            .tls_ca_file(certificates.ca())
+            .prefix(host)
+            .connect()
+            .await
+            .expect("connect over TLS");
+        assert_eq!(four_requests(store).await, LIMITED, "{host}");
+    }
+    // The decisions were the server's: its scripts ran (on the TLS port,
+    // the only one the store was given).
+    assert!(server.server.script_calls() >= 8);
+    // That port speaks only TLS.
+    let plain = format!("redis://127.0.0.1:{}", server.tls_port);
+    assert!(builder(plain).connect().await.is_err());
+}
+
+#[tokio::test]
+async fn the_ca_can_be_given_as_pem_text() {
+    let certificates = Certificates::make();
+    let server = TlsServer::start(&certificates, false);
+    let pem = std::fs::read(certificates.ca()).unwrap();
+    let store = builder(server.url("localhost"))
+        .tls_ca_pem(pem)
+        .connect()
+        .await
+        .expect("connect over TLS");
+    assert_eq!(four_requests(store).await, LIMITED);
+}
+
+#[tokio::test]
+async fn a_server_another_ca_signed_is_refused() {
+    let certificates = Certificates::make();
+    let server = TlsServer::start(&certificates, false);
+    let error = builder(server.url("localhost"))
+        .tls_ca_file(certificates.other_ca())
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(!error.is_config(), "{error}");
+    assert!(error.to_string().contains("certificate"), "{error}");
+    // Nor is it trusted by the system's roots, the default.
+    let error = builder(server.url("localhost"))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("certificate"), "{error}");
+}
+
+#[tokio::test]
+async fn a_client_certificate_is_shown_when_the_server_asks_for_one() {
+    let certificates = Certificates::make();
+    let server = TlsServer::start(&certificates, true);
+    // Without one, the server ends the handshake.
+    let refused = builder(server.url("localhost"))
+        .tls_ca_file(certificates.ca())
+        .connect()
+        .await;
+    assert!(refused.is_err());
+    let (cert, key) = certificates.client();
+    let store = builder(server.url("localhost"))
+        .tls_ca_file(certificates.ca())
+        .tls_client_cert_files(&cert, &key)
+        .connect()
+        .await
+        .expect("connect with a client certificate");
+    assert_eq!(four_requests(store).await, LIMITED);
+    // The same as PEM text.
+    let store = builder(server.url("localhost"))
+        .tls_ca_file(certificates.ca())
+        .tls_client_cert_pem(std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap())
+        .prefix("pem")
+        .connect()
+        .await
+        .expect("connect with a client certificate given as PEM");
+    assert_eq!(four_requests(store).await, LIMITED);
+}
+
+#[tokio::test]
+async fn certificates_that_cannot_be_used_are_configuration_errors() {
+    let certificates = Certificates::make();
+    let server = TlsServer::start(&certificates, false);
+    let config_error = |result: Result<RedisStore, RedisStoreError>| {
+        let error = result.expect_err("connected");
+        assert!(error.is_config(), "{error}");
+        error.to_string()
+    };
+    // A CA file that is not there: named in the error.
+    let missing = certificates.ca().with_file_name("missing.pem");
+    let error = config_error(
+        builder(server.url("localhost"))
+            .tls_ca_file(&missing)
+            .connect()
+            .await,
+    );
+    assert!(error.contains("missing.pem"), "{error}");
+    // Certificates for a URL without TLS would be ignored: refused.
+    let error = config_error(
+        builder(server.server.url())
+            .tls_ca_file(certificates.ca())
+            .connect()
+            .await,
+    );
+    assert!(error.contains("rediss://"), "{error}");
+}
