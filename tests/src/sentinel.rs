@@ -135,6 +135,11 @@ impl SentinelSetup {
         })
     }
 
+    /// Sends one command to the first sentinel; the raw reply.
+    pub fn sentinel_command(&self, args: &[&str]) -> String {
+        command(self.sentinels[0].port, args)
+    }
+
     /// The first master.
     pub fn master(&self) -> &RedisServer {
         &self.master

@@ -82,6 +82,10 @@ pub(crate) struct Topology {
     refreshing: tokio::sync::Mutex<()>,
 }
 
+/// How often a store on a Sentinel-watched master asks the sentinels
+/// whether the master is still the one it is connected to.
+pub(crate) const SENTINEL_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 /// A connection and how many times the connection was replaced before it.
 pub(crate) struct Generation {
     pub(crate) connection: Connection,
@@ -89,13 +93,45 @@ pub(crate) struct Generation {
 }
 
 impl Topology {
-    pub(crate) fn new(connection: Connection) -> Self {
-        Topology {
+    /// The topology of `connection`. For a Sentinel-watched master, a
+    /// task also asks the sentinels every [`SENTINEL_CHECK_EVERY`] which
+    /// server is the master, and moves to it when it changed (see
+    /// [`Topology::follow_sentinel`]); it ends with the topology.
+    pub(crate) fn new(connection: Connection) -> Arc<Self> {
+        let sentinel = connection.is_sentinel();
+        let topology = Arc::new(Topology {
             current: ArcSwap::from_pointee(Generation {
                 connection,
                 number: 0,
             }),
             refreshing: tokio::sync::Mutex::new(()),
+        });
+        if sentinel {
+            tokio::spawn(Self::follow_sentinel(Arc::downgrade(&topology)));
+        }
+        topology
+    }
+
+    /// Moves to the master the sentinels name whenever it is not the one
+    /// connected to. A dead master shows itself by failing calls (which
+    /// refresh at once, see `call_until_answered`), but a master demoted
+    /// by a failover while alive keeps accepting writes until the
+    /// sentinels reconfigure it, seconds later: without this check those
+    /// writes, lost with the demotion, would go on.
+    async fn follow_sentinel(topology: std::sync::Weak<Topology>) {
+        loop {
+            tokio::time::sleep(SENTINEL_CHECK_EVERY).await;
+            let Some(topology) = topology.upgrade() else {
+                return;
+            };
+            let current = topology.current();
+            let Connection::Sentinel(_, master) = &current.connection else {
+                return;
+            };
+            if master.has_moved().await {
+                // A failure is logged by the next call that meets it.
+                let _ = topology.refreshed_after(current.number).await;
+            }
         }
     }
 

@@ -30,6 +30,8 @@ pub(crate) struct SentinelMaster {
     search_timeout: Duration,
     /// When the last search failed, and why.
     failed: Mutex<Option<(Instant, String)>>,
+    /// The address of the master last connected to.
+    connected_to: Mutex<Option<ConnectionAddr>>,
 }
 
 /// The password (and user) the sentinels ask for, when they ask for one.
@@ -92,6 +94,7 @@ impl SentinelMaster {
             config: options.connection_config(),
             search_timeout: options.connect_timeout * 2,
             failed: Mutex::new(None),
+            connected_to: Mutex::new(None),
         })
     }
 
@@ -104,17 +107,34 @@ impl SentinelMaster {
         }
         let search = async {
             let master = self.client.lock().await.async_get_client().await?;
-            master
+            let connection = master
                 .get_multiplexed_async_connection_with_config(&self.config)
-                .await
+                .await?;
+            Ok::<_, redis::RedisError>((connection, master.get_connection_info().addr().clone()))
         };
         let reason = match tokio::time::timeout(self.search_timeout, search).await {
-            Ok(Ok(connection)) => return Ok(connection),
+            Ok(Ok((connection, address))) => {
+                *lock(&self.connected_to) = Some(address);
+                return Ok(connection);
+            }
             Ok(Err(error)) => error.to_string(),
             Err(_) => format!("no answer within {:?}", self.search_timeout),
         };
         *lock(&self.failed) = Some((Instant::now(), reason.clone()));
         Err(self.no_master(&reason))
+    }
+
+    /// Whether the sentinels now name a master other than the one last
+    /// connected to. `false` when they cannot be asked: a dead master is
+    /// noticed by the calls that fail on it.
+    pub(crate) async fn has_moved(&self) -> bool {
+        let ask = async { self.client.lock().await.async_get_client().await };
+        match tokio::time::timeout(self.search_timeout, ask).await {
+            Ok(Ok(master)) => {
+                lock(&self.connected_to).as_ref() != Some(master.get_connection_info().addr())
+            }
+            _ => false,
+        }
     }
 
     fn recent_failure(&self) -> Option<String> {

@@ -1,7 +1,7 @@
 //! [`RedisSlots`]: in-flight slots shared by every instance through Redis.
 
 use crate::RedisStoreError;
-use crate::connection::{ConnectOptions, Connection};
+use crate::connection::{ConnectOptions, Connection, Topology};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -95,7 +95,8 @@ pub struct RedisSlots {
 }
 
 struct Shared {
-    connection: Connection,
+    /// The connection (replaced after a failover; see [`Topology`]).
+    topology: Arc<Topology>,
     prefix: String,
     lease: Duration,
     poll_interval: Duration,
@@ -141,6 +142,7 @@ impl RedisSlots {
             lease: Self::DEFAULT_LEASE,
             poll_interval: Self::DEFAULT_POLL_INTERVAL,
             options: ConnectOptions::default(),
+            shared_with: None,
         }
     }
 
@@ -179,7 +181,7 @@ impl RedisSlots {
         limit: &InFlightLimit,
         key: &Key,
     ) -> Result<u32, RedisStoreError> {
-        let mut connection = self.shared.connection.clone();
+        let mut connection = self.shared.connection();
         let held: i64 = self
             .shared
             .count
@@ -196,6 +198,11 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl Shared {
+    /// The connection to use now.
+    fn connection(&self) -> Connection {
+        self.topology.current().connection.clone()
+    }
+
     /// Takes a slot of `redis_key` (at most `max`), with the id `id`.
     async fn take(
         self: Arc<Self>,
@@ -204,7 +211,7 @@ impl Shared {
         max: u32,
         hash: u64,
     ) -> Result<Acquired<RedisPermit>, RedisStoreError> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let reply: Vec<i64> = self
             .acquire
             .key(&redis_key)
@@ -244,7 +251,7 @@ async fn renew(shared: Arc<Shared>, redis_key: String, id: String) {
     let every = shared.lease / 3;
     loop {
         tokio::time::sleep(every).await;
-        let mut connection = shared.connection.clone();
+        let mut connection = shared.connection();
         let renewed: Result<i64, _> = shared
             .renew
             .key(&redis_key)
@@ -314,7 +321,7 @@ impl Drop for RedisPermit {
         let id = std::mem::take(&mut self.id);
         let hash = self.hash;
         runtime.spawn(async move {
-            let mut connection = shared.connection.clone();
+            let mut connection = shared.connection();
             let removed: Result<i64, _> = redis::cmd("ZREM")
                 .arg(&redis_key)
                 .arg(&id)
@@ -419,6 +426,8 @@ pub struct RedisSlotsBuilder {
     lease: Duration,
     poll_interval: Duration,
     options: ConnectOptions,
+    /// A store's connection, used instead of a connection of their own.
+    shared_with: Option<Arc<Topology>>,
 }
 
 impl fmt::Debug for RedisSlotsBuilder {
@@ -465,6 +474,16 @@ impl RedisSlotsBuilder {
         self
     }
 
+    /// Uses `store`'s connection instead of opening one: its server, TLS
+    /// certificates and Sentinel settings, and the failovers it follows.
+    /// The URL given to [`RedisSlots::builder`] is then not used. The way
+    /// to give slots a `rediss://` server with a private CA, or a
+    /// Sentinel-watched master.
+    pub fn share_connection(mut self, store: &crate::RedisStore) -> Self {
+        self.shared_with = Some(store.topology());
+        self
+    }
+
     /// Connects (failing if no server answers within the connect timeout)
     /// and returns the slots.
     pub async fn connect(self) -> Result<RedisSlots, RedisStoreError> {
@@ -487,7 +506,10 @@ impl RedisSlotsBuilder {
                 "the in-flight poll interval must be at least 1 ms",
             ));
         }
-        let connection = Connection::open(&self.url, &self.options).await?;
+        let topology = match self.shared_with {
+            Some(topology) => topology,
+            None => Topology::new(Connection::open(&self.url, &self.options).await?),
+        };
         let instance = {
             let seed = foldhash::fast::RandomState::default();
             let time = std::time::SystemTime::now()
@@ -500,7 +522,7 @@ impl RedisSlotsBuilder {
         };
         Ok(RedisSlots {
             shared: Arc::new(Shared {
-                connection,
+                topology,
                 prefix: self.prefix,
                 lease: self.lease,
                 poll_interval: self.poll_interval,

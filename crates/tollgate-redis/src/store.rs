@@ -45,7 +45,7 @@ pub struct RedisStore {
 
 struct Shared {
     /// The connection, replaced after a Cluster failover (see [`Topology`]).
-    topology: Topology,
+    topology: Arc<Topology>,
     prefix: String,
     /// The server's clock, for deadlines in its own time.
     server_clock: ServerClock,
@@ -99,6 +99,12 @@ impl RedisStore {
     /// A store at `url` with the default settings.
     pub async fn connect(url: impl Into<String>) -> Result<Self, RedisStoreError> {
         Self::builder(url).connect().await
+    }
+
+    /// The store's topology, for [`RedisSlots`](crate::RedisSlots) sharing
+    /// its connection.
+    pub(crate) fn topology(&self) -> Arc<Topology> {
+        self.shared.topology.clone()
     }
 
     /// The store's connection, for other commands on the same server.
