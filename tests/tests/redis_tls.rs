@@ -152,3 +152,41 @@ async fn certificates_that_cannot_be_used_are_configuration_errors() {
     );
     assert!(error.contains("rediss://"), "{error}");
 }
+
+#[tokio::test]
+async fn in_flight_slots_share_a_tls_store_connection() {
+    use tollgate::Key;
+    use tollgate::in_flight::{Acquired, InFlightLimit, SlotReply, Slots};
+    use tollgate_redis::RedisSlots;
+
+    let certificates = Certificates::make();
+    let server = TlsServer::start(&certificates, false);
+    let store = builder(server.url("localhost"))
+        .tls_ca_file(certificates.ca())
+        .connect()
+        .await
+        .expect("connect over TLS");
+    // The URL is not used: the store's connection (and its CA) is.
+    let slots = RedisSlots::builder("redis://unused.invalid:1")
+        .share_connection(&store)
+        .connect()
+        .await
+        .expect("slots on the store's connection");
+    let limit = InFlightLimit::new("inflight", 1).unwrap();
+    let key = Key::from("alice");
+    let acquire = |slots: &RedisSlots| match slots.acquire(&limit, &key) {
+        SlotReply::Pending(future) => future,
+        SlotReply::Ready(_) => panic!("RedisSlots always asks Redis"),
+    };
+    let Acquired::Taken { permit, .. } = acquire(&slots).await.expect("Redis answers") else {
+        panic!("the first slot was not free");
+    };
+    assert!(matches!(
+        acquire(&slots).await.expect("Redis answers"),
+        Acquired::Full { in_flight: 1 }
+    ));
+    // Held in the TLS server's Redis, where the harness sees it.
+    let name = slots.redis_key(&limit, &key);
+    assert!(server.server.command(&["ZCARD", &name]).starts_with(":1"));
+    drop(permit);
+}
