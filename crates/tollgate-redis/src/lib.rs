@@ -12,6 +12,47 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Connecting
+//!
+//! | URL | server |
+//! |---|---|
+//! | `redis://[user:password@]host:port[/db]` | one server |
+//! | `redis+cluster://host:port,host:port` | a Redis Cluster (some nodes; the client learns the rest) |
+//! | `redis+sentinel://[user:password@]host:port,host:port/service[/db]` | the master of `service`, through its sentinels |
+//! | `rediss://…`, `rediss+cluster://…`, `rediss+sentinel://…` | the same over TLS (feature `tls`) |
+//!
+//! **TLS** (feature `tls`: rustls with its ring provider, installed as
+//! rustls's process default unless the program chose one): the server's
+//! certificate is checked against the system's root certificates, or
+//! against the CA certificates of
+//! [`tls_ca_file`](RedisStoreBuilder::tls_ca_file) /
+//! [`tls_ca_pem`](RedisStoreBuilder::tls_ca_pem) (a private CA, as
+//! self-managed Redis and most test setups have). Servers that ask clients for a certificate
+//! (`tls-auth-clients yes`) get the one of
+//! [`tls_client_cert_files`](RedisStoreBuilder::tls_client_cert_files).
+//! The same settings apply to every node of a Cluster and to a Sentinel
+//! master and its sentinels. Certificates set for a URL without TLS are a
+//! configuration error, not silently ignored.
+//!
+//! **Sentinel**: the store asks the sentinels listed, in turn, for the
+//! master of `service` (one neither down nor demoted, whose `ROLE` says
+//! master) and connects to it. The user and password in the URL are the
+//! master's; sentinels that have their own take
+//! [`sentinel_password`](RedisStoreBuilder::sentinel_password). When the
+//! master dies, calls fail (the layer's store-error behaviour answers
+//! them) and each failure asks the sentinels again, so limiting resumes as soon as they have promoted a replica: the
+//! sentinels' `down-after-milliseconds` plus the promotion, about 2.5 s
+//! with 1 s here; the bound tested is `down-after-milliseconds` + 10 s.
+//! A failover with the master alive (`SENTINEL FAILOVER`, a maintenance)
+//! leaves the old master accepting writes until the sentinels reconfigure
+//! it seconds later; the store asks the sentinels every second which
+//! server is the master, and moves within about a second of their switch
+//! (0.6 s here). Counts written to the old master after the switch, and
+//! any the replica had not yet received, are lost with the failover, as
+//! with any Redis client: a key may admit up to that much more once.
+//! [`RedisSlots`] follow the same master when they share the store's
+//! connection ([`RedisSlotsBuilder::share_connection`]).
+//!
 //! # How a decision is made
 //!
 //! One round trip: `EVALSHA` of the policy's script with the keys of every

@@ -727,6 +727,7 @@ impl RedisStoreBuilder {
     /// # let _ = store; Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.options.tls.roots = Some(Pem::File(path.into()));
         self
@@ -734,6 +735,7 @@ impl RedisStoreBuilder {
 
     /// [`tls_ca_file`](Self::tls_ca_file) with the PEM text given here.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.options.tls.roots = Some(Pem::Bytes(pem.into()));
         self
@@ -744,6 +746,7 @@ impl RedisStoreBuilder {
     /// file, PKCS#8, PKCS#1 or SEC1), for servers that ask clients for one
     /// (`tls-auth-clients yes`). Read when the store connects.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert_files(
         mut self,
         certificate: impl Into<PathBuf>,
@@ -756,6 +759,7 @@ impl RedisStoreBuilder {
     /// [`tls_client_cert_files`](Self::tls_client_cert_files) with the PEM
     /// text given here.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert_pem(
         mut self,
         certificate: impl Into<Vec<u8>>,
