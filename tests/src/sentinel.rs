@@ -22,8 +22,8 @@ struct SentinelProcess {
 
 impl SentinelProcess {
     /// Starts a sentinel watching the master at `master_port` as `service`,
-    /// with a quorum of 2.
-    fn start(service: &str, master_port: u16) -> Self {
+    /// with a quorum of 2, and `extra` lines of configuration.
+    fn start(service: &str, master_port: u16, extra: &str) -> Self {
         let port = free_port();
         let dir = temp_dir();
         let config = dir.join("sentinel.conf");
@@ -32,7 +32,7 @@ impl SentinelProcess {
              sentinel monitor {service} 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds {service} {down}\n\
              sentinel failover-timeout {service} 5000\n\
-             sentinel parallel-syncs {service} 1\n",
+             sentinel parallel-syncs {service} 1\n{extra}\n",
             dir = dir.display(),
             down = DOWN_AFTER.as_millis(),
         );
@@ -75,11 +75,19 @@ impl SentinelSetup {
     /// in sync and every sentinel knows the replica and the two other
     /// sentinels: only then can a failover happen.
     pub fn start(service: &str) -> Self {
-        let master = RedisServer::start();
+        Self::start_with(service, &[], "")
+    }
+
+    /// [`start`](Self::start) with extra arguments for both servers and
+    /// extra configuration lines for the sentinels (ACL users, say).
+    pub fn start_with(service: &str, server_args: &[&str], sentinel_config: &str) -> Self {
+        let master = RedisServer::start_with(server_args);
         let master_port = master.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]);
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", &master_port];
+        replica_args.extend_from_slice(server_args);
+        let replica = RedisServer::start_with(&replica_args);
         let sentinels = (0..3)
-            .map(|_| SentinelProcess::start(service, master.port()))
+            .map(|_| SentinelProcess::start(service, master.port(), sentinel_config))
             .collect();
         let setup = SentinelSetup {
             service: service.to_owned(),

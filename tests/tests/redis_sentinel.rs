@@ -152,6 +152,43 @@ async fn a_failover_with_the_master_alive_is_followed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_credentials_go_to_the_master_and_the_sentinel_ones_to_the_sentinels() {
+    // ACL users beside the default one (which the harness keeps using).
+    let setup = SentinelSetup::start_with(
+        "tollgate-auth",
+        &["--user", "app", "on", ">app-secret", "~*", "&*", "+@all"],
+        "user watcher on >watch-secret +@all",
+    );
+    let url = setup
+        .url()
+        .replace("redis+sentinel://", "redis+sentinel://app:app-secret@");
+    let store = RedisStore::builder(&url)
+        .sentinel_username("watcher")
+        .sentinel_password("watch-secret")
+        .connect()
+        .await
+        .expect("connect with both credentials");
+    let master_clients = setup.master().command(&["CLIENT", "LIST"]);
+    assert!(master_clients.contains("user=app"), "{master_clients}");
+    drop(store);
+    // A wrong password for the sentinels, or for the master, is refused:
+    // each password reaches the servers it is for.
+    let wrong_sentinel = RedisStore::builder(&url)
+        .sentinel_username("watcher")
+        .sentinel_password("wrong")
+        .connect()
+        .await;
+    assert!(wrong_sentinel.is_err());
+    let wrong_master = url.replace("app-secret", "wrong");
+    let wrong_master = RedisStore::builder(&wrong_master)
+        .sentinel_username("watcher")
+        .sentinel_password("watch-secret")
+        .connect()
+        .await;
+    assert!(wrong_master.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_the_sentinels_do_not_know_is_an_error_at_connect() {
     let setup = SentinelSetup::start("tollgate-known");
     let url = setup.url().replace("/tollgate-known", "/tollgate-unknown");

@@ -30,9 +30,10 @@
 //! self-managed Redis and most test setups have). Servers that ask clients for a certificate
 //! (`tls-auth-clients yes`) get the one of
 //! [`tls_client_cert_files`](RedisStoreBuilder::tls_client_cert_files).
-//! The same settings apply to every node of a Cluster and to a Sentinel
-//! master and its sentinels. Certificates set for a URL without TLS are a
-//! configuration error, not silently ignored.
+//! The same settings apply to every node of a Cluster, and to a Sentinel
+//! master and its sentinels (`rediss+sentinel://`: TLS to both; tested
+//! for one server and a Cluster, not yet with Sentinel). Certificates set
+//! for a URL without TLS are a configuration error, not silently ignored.
 //!
 //! **Sentinel**: the store asks the sentinels listed, in turn, for the
 //! master of `service` (one neither down nor demoted, whose `ROLE` says
