@@ -236,14 +236,25 @@ impl RedisCluster {
     /// Starts `masters × (1 + replicas)` servers and joins them, each master
     /// with `replicas` replicas (`--cluster-replicas`).
     pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
+        Self::start_with_node_args(masters, replicas, |_| Vec::new())
+    }
+
+    /// [`start_with_replicas`](Self::start_with_replicas), node `i` started
+    /// with the extra arguments `node_args(i)` (TLS ports, say).
+    pub fn start_with_node_args(
+        masters: usize,
+        replicas: usize,
+        mut node_args: impl FnMut(usize) -> Vec<String>,
+    ) -> Self {
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-node-timeout",
-                    "5000",
-                ])
+            .map(|i| {
+                let mut args: Vec<String> =
+                    ["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"]
+                        .map(str::to_owned)
+                        .to_vec();
+                args.extend(node_args(i));
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                RedisServer::start_with(&args)
             })
             .collect();
         let addresses: Vec<String> = nodes

@@ -190,3 +190,52 @@ async fn in_flight_slots_share_a_tls_store_connection() {
     assert!(server.server.command(&["ZCARD", &name]).starts_with(":1"));
     drop(permit);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_limits_every_key_on_its_node() {
+    use tollgate_tests::redis::RedisCluster;
+
+    let certificates = Certificates::make();
+    // Each node also listens with TLS, and the nodes talk to each other
+    // with TLS (`tls-cluster yes`): a node then names the TLS ports of the
+    // others to a client that came over TLS.
+    let mut tls_ports = Vec::new();
+    let cluster = RedisCluster::start_with_node_args(3, 0, |_| {
+        let port = tollgate_tests::redis::free_port();
+        tls_ports.push(port);
+        let mut args = certificates.server_args(port, false);
+        args.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
+        args
+    });
+    let nodes: Vec<String> = tls_ports
+        .iter()
+        .map(|port| format!("localhost:{port}"))
+        .collect();
+    let url = format!("rediss+cluster://{}", nodes.join(","));
+    let store = builder(url)
+        .tls_ca_file(certificates.ca())
+        .connect()
+        .await
+        .expect("connect to the cluster over TLS");
+    let layer = RateLimitLayer::builder()
+        .quota("api", "3/min".parse::<Quota>().unwrap())
+        .key(HeaderKey::new("x-user"))
+        .store(store)
+        .build();
+    let mut app = behind(layer);
+    // Users whose keys spread over the three masters.
+    for user in 0..30 {
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let request = Request::builder()
+                .header("x-user", format!("user-{user}"))
+                .body(())
+                .unwrap();
+            statuses.push(status(&mut app, request).await);
+        }
+        assert_eq!(statuses, LIMITED, "user-{user}");
+    }
+    for node in cluster.nodes() {
+        assert!(node.script_calls() > 0, "a master decided nothing");
+    }
+}
