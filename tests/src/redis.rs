@@ -7,6 +7,14 @@
 //! start servers on the thread that uses them, as every test here does. The
 //! binaries come from the system: `scripts/test.sh` installs them when they
 //! are missing.
+//!
+//! `TOLLGATE_TEST_SERVER` picks the server the tests run against: unset,
+//! `redis-server` and `redis-cli`; otherwise a prefix to which `-server`
+//! and `-cli` are added, so `valkey` runs `valkey-server` and `valkey-cli`
+//! from the `PATH`, and `/opt/valkey/bin/valkey` the binaries there. Every
+//! process the tests start, servers and the Cluster tool alike, goes
+//! through [`server_program`] and [`cli_program`], so one variable moves
+//! the whole suite to another Redis-compatible server.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,7 +24,45 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// One `redis-server` process.
+/// The environment variable that selects the server (see the module docs).
+pub const SERVER_VARIABLE: &str = "TOLLGATE_TEST_SERVER";
+
+/// The prefix of the binaries under test: `redis` unless
+/// `TOLLGATE_TEST_SERVER` says otherwise.
+fn program_prefix() -> String {
+    match std::env::var(SERVER_VARIABLE) {
+        Ok(prefix) if !prefix.is_empty() => prefix,
+        _ => "redis".to_owned(),
+    }
+}
+
+/// The server binary the tests start: `redis-server`, or the one
+/// `TOLLGATE_TEST_SERVER` selects.
+pub fn server_program() -> String {
+    format!("{}-server", program_prefix())
+}
+
+/// The command-line client the tests run (`--cluster create`, `--cluster
+/// reshard`): `redis-cli`, or the one `TOLLGATE_TEST_SERVER` selects.
+pub fn cli_program() -> String {
+    format!("{}-cli", program_prefix())
+}
+
+/// What `server_program() --version` prints, e.g. `Redis server v=7.0.15
+/// sha=…` or `Valkey server v=8.1.8 sha=…`; empty if it cannot run.
+pub fn server_version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        Command::new(server_program())
+            .arg("--version")
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            .unwrap_or_default()
+    })
+}
+
+/// One `redis-server` process (or the server `TOLLGATE_TEST_SERVER`
+/// selects).
 pub struct RedisServer {
     port: u16,
     dir: PathBuf,
@@ -114,7 +160,8 @@ impl RedisServer {
 
     fn try_spawn(&mut self) -> Result<(), String> {
         let log = self.dir.join("redis.log");
-        let mut cmd = Command::new("redis-server");
+        let program = server_program();
+        let mut cmd = Command::new(&program);
         cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -129,7 +176,7 @@ impl RedisServer {
             .stderr(Stdio::null());
         die_with_this_thread(&mut cmd);
         let child = cmd.spawn().unwrap_or_else(|e| {
-            panic!("cannot start redis-server ({e}); scripts/test.sh installs it when missing")
+            panic!("cannot start {program} ({e}); scripts/test.sh installs it when missing")
         });
         let child = self.child.insert(child);
         wait_until_ready(self.port, child).map_err(|exit| {
@@ -137,7 +184,7 @@ impl RedisServer {
             let log = std::fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(5).collect();
             format!(
-                "redis-server on port {} {exit}; its log ends:\n{}",
+                "{program} on port {} {exit}; its log ends:\n{}",
                 self.port,
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             )
@@ -181,7 +228,7 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts `masters` servers with `--cluster-enabled yes` and joins them
-    /// with `redis-cli --cluster create`.
+    /// with `redis-cli --cluster create` (or the [`cli_program`] selected).
     pub fn start(masters: usize) -> Self {
         Self::start_with_replicas(masters, 0)
     }
@@ -203,7 +250,8 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
-        let status = Command::new("redis-cli")
+        let cli = cli_program();
+        let status = Command::new(&cli)
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
@@ -211,8 +259,10 @@ impl RedisCluster {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .expect("cannot run redis-cli; scripts/test.sh installs it when missing");
-        assert!(status.success(), "redis-cli --cluster create failed");
+            .unwrap_or_else(|e| {
+                panic!("cannot run {cli} ({e}); scripts/test.sh installs it when missing")
+            });
+        assert!(status.success(), "{cli} --cluster create failed");
         let cluster = RedisCluster { nodes };
         cluster.wait_until_ok();
         cluster.wait_until_replicas_synced();
@@ -351,17 +401,13 @@ fn value_end(reply: &[u8], at: usize) -> Option<usize> {
 
 /// `--enable-debug-command local` (tests use `DEBUG SLEEP`) on Redis 7 and
 /// later, which refuse `DEBUG` without it; nothing on older servers, which
-/// allow `DEBUG` and refuse the flag.
+/// allow `DEBUG` and refuse the flag. Valkey began at 7.2, so it always
+/// gets the flag.
 fn debug_command_flag() -> &'static [&'static str] {
     static FLAG: std::sync::OnceLock<&'static [&'static str]> = std::sync::OnceLock::new();
     FLAG.get_or_init(|| {
-        let version = Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
-            .unwrap_or_default();
-        // "Redis server v=7.0.15 sha=…"
-        let major: u32 = version
+        // "Redis server v=7.0.15 sha=…", "Valkey server v=8.1.8 sha=…"
+        let major: u32 = server_version()
             .split("v=")
             .nth(1)
             .and_then(|v| v.split('.').next())

@@ -18,7 +18,7 @@ use tollgate::{HeaderKey, OnStoreError, RateLimitLayer};
 use tollgate_core::Quota;
 use tollgate_redis::RedisStore;
 use tollgate_tests::app::{App, behind, status};
-use tollgate_tests::redis::RedisCluster;
+use tollgate_tests::redis::{RedisCluster, cli_program};
 
 /// How soon every key must be decided again after a topology change.
 const RECOVERY: Duration = Duration::from_secs(10);
@@ -151,7 +151,8 @@ async fn a_restarted_master_is_decided_on_again() {
 }
 
 /// Moves 2,000 slots from the first master to the second with
-/// `redis-cli --cluster reshard` (MIGRATE, ASK, MOVED) while requests
+/// `redis-cli --cluster reshard` (MIGRATE, ASK, MOVED; or the selected
+/// server's own cli, see `tollgate_tests::redis`) while requests
 /// keep coming: no request fails, and no count is lost or doubled, so
 /// each user is admitted exactly its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,14 +178,14 @@ async fn resharding_under_load_keeps_every_count() {
     let reshard = std::thread::spawn({
         let (source, target) = (ids[0].clone(), ids[1].clone());
         move || {
-            Command::new("redis-cli")
+            Command::new(cli_program())
                 .args(["--cluster", "reshard", &from])
                 .args(["--cluster-from", &source, "--cluster-to", &target])
                 .args(["--cluster-slots", "2000", "--cluster-yes"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
-                .expect("run redis-cli")
+                .unwrap_or_else(|e| panic!("run {} ({e})", cli_program()))
         }
     });
     let mut admitted = vec![0usize; USERS];
