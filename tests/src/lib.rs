@@ -11,3 +11,11 @@ pub mod logs;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod redis;
+
+/// The workspace README's Rust examples, compiled and run as doctests so
+/// that they cannot rot. They are here, in a crate that is never published,
+/// because a published crate holds only the files under its own directory
+/// and the README is above every crate's.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -159,6 +159,9 @@
 //! `δ` can charge an answer up to `δ` late: keep them on NTP.
 
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
+// a feature then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]
