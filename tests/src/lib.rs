@@ -13,3 +13,11 @@ pub mod metrics;
 pub mod redis;
 pub mod sentinel;
 pub mod tls;
+
+/// The workspace README's Rust examples, compiled and run as doctests so
+/// that they cannot rot. They are here, in a crate that is never published,
+/// because a published crate holds only the files under its own directory
+/// and the README is above every crate's.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

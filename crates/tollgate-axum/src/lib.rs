@@ -12,6 +12,9 @@
 //!   `application/problem+json` or as any `IntoResponse`.
 
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
+// a feature then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]

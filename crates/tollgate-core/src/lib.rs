@@ -92,6 +92,9 @@
 //! Several limits on one request ("10 per minute and 500 per hour") are checked
 //! with [`check_all`]: all must pass, and all are charged or none.
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
+// a feature then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
 mod atomic;

@@ -80,11 +80,16 @@
 //! its hits count as `tollgate_block_cache_hits_total{policy}` with
 //! tollgate's `metrics` feature.
 //!
-//! # Server version
+//! # Servers
 //!
-//! Redis 5.0 or later, one server or Redis Cluster: the scripts read `TIME`
-//! and then write, which needs script effects replication, the default
-//! since 5.0. Tested with Redis 7.0.
+//! Redis 6.0 or later, one server or Redis Cluster, or a server compatible
+//! with it: the scripts read `TIME` and then write, which needs script
+//! effects replication (the default since 5.0), and a refund writes with
+//! `SET … KEEPTTL` (6.0). Tested with Redis 7.0.15 and Valkey 8.1.8, each
+//! standalone and as a Cluster. The scripts use Lua 5.1's base functions
+//! (`unpack` among them), `math`, `string.format`, `string.match` and
+//! `table.sort`, no `cjson`, `bit` or `struct`; the workspace README lists
+//! every command the store sends.
 //!
 //! # Keys
 //!
@@ -201,6 +206,9 @@
 //! `δ` can charge an answer up to `δ` late: keep them on NTP.
 
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
+// a feature then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]

@@ -60,6 +60,9 @@
 //! `add_service(layer.layer(GreeterServer::new(...)))` limits that service
 //! alone.
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
+// a feature then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]
