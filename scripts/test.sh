@@ -54,6 +54,17 @@ apt_install() {
 # The Redis tests start their own redis-server processes (standalone and a
 # Cluster), so the binaries must be here.
 install_redis() {
+    # The TLS tests (tests/tests/redis_tls.rs) make their certificates with
+    # the openssl command.
+    if ! command -v openssl >/dev/null; then
+        echo "installing openssl (the TLS tests make their certificates with it)"
+        if command -v apt-get >/dev/null; then
+            apt_install openssl || return 1
+        else
+            echo "openssl is missing: install it, then run again" >&2
+            return 1
+        fi
+    fi
     if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
         return
     fi
