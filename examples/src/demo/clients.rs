@@ -80,6 +80,14 @@ pub struct Timed {
     pub sent_at: u64,
 }
 
+impl Timed {
+    /// When its answer was read, in ns from the trace's start.
+    pub fn answered_at(&self) -> u64 {
+        let latency = u64::try_from(self.latency.as_nanos()).unwrap_or(u64::MAX);
+        self.sent_at.saturating_add(latency)
+    }
+}
+
 /// [`drive`], with the latency each client saw.
 pub async fn drive_timed<F, Fut>(
     trace: &Trace,

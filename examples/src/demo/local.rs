@@ -109,6 +109,10 @@ pub struct SharingResult {
     /// requests were really sent (a busy machine sends some late, across
     /// a window's or a refill's boundary).
     pub ideal_as_sent: Vec<usize>,
+    /// The same at the moments their answers came back: a request is
+    /// decided between the two, and one held up on its way can be decided
+    /// after a boundary it was sent before.
+    pub ideal_as_answered: Vec<usize>,
 }
 
 impl SharingResult {
@@ -196,15 +200,19 @@ pub async fn run(
         let redis_calls = counters.iter().map(RedisStore::calls).sum::<u64>() - calls_before;
         drop(servers);
         let mut result = SharingResult::new(sharing, &replies, redis_calls);
-        result.ideal_as_sent = algorithms
-            .iter()
-            .zip(&replies)
-            .map(|(&algorithm, run)| {
-                let mut sent: Vec<u64> = run.iter().map(|t| t.sent_at).collect();
-                sent.sort_unstable();
-                trace::ideal_admissions_at(algorithm, quota, &sent, start_ns).len()
-            })
-            .collect();
+        let ideal_at = |when: fn(&Timed) -> u64| -> Vec<usize> {
+            algorithms
+                .iter()
+                .zip(&replies)
+                .map(|(&algorithm, run)| {
+                    let mut times: Vec<u64> = run.iter().map(when).collect();
+                    times.sort_unstable();
+                    trace::ideal_admissions_at(algorithm, quota, &times, start_ns).len()
+                })
+                .collect()
+        };
+        result.ideal_as_sent = ideal_at(|t| t.sent_at);
+        result.ideal_as_answered = ideal_at(Timed::answered_at);
         results.push(result);
     }
     Ok(LocalComparison {
@@ -271,6 +279,7 @@ impl SharingResult {
             redis_calls,
             latencies,
             ideal_as_sent: Vec::new(),
+            ideal_as_answered: Vec::new(),
         }
     }
 }
