@@ -16,6 +16,26 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + 'static {
     /// The current time in nanoseconds since this clock's origin.
     fn now(&self) -> u64;
+
+    /// The current time, for a caller that acts on it at once and needs no
+    /// order between this reading and what it read before: the reading may
+    /// be taken up to some tens of nanoseconds ahead of the instructions
+    /// that precede it, so it can be that much earlier than a time another
+    /// thread published and this one read first. [`now`](Self::now) is
+    /// never earlier.
+    ///
+    /// The stores read the clock this way for a check. A check's time needs
+    /// no such order: two threads' checks reach a key's state in no fixed
+    /// order anyway (a thread can be paused between reading the clock and
+    /// updating the state), so every algorithm accepts a time earlier than
+    /// the one its state was last updated at; a reading a few nanoseconds
+    /// early is a request that arrived that much earlier. Defaults to
+    /// [`now`](Self::now); [`MonotonicClock`] saves the fence its `now`
+    /// needs on the time-stamp counter.
+    #[inline]
+    fn now_relaxed(&self) -> u64 {
+        self.now()
+    }
 }
 
 /// The wall clock: nanoseconds since the Unix epoch, as the system reports
@@ -47,7 +67,8 @@ impl Clock for WallClock {
 /// The monotonic source ([`MonotonicClock::source`]) is chosen once:
 ///
 /// - the CPU's time-stamp counter, through `quanta` (about 10 ns a reading,
-///   fenced so that it is never read ahead of the instructions before it),
+///   fenced so that it is never read ahead of the instructions before it;
+///   the stores' checks read it unfenced, see [`Clock::now_relaxed`]),
 ///   only where the operating system vouches that every core's counter
 ///   agrees: on Linux, when the kernel's clocksource is `tsc`
 ///   (`cat /sys/devices/system/clocksource/clocksource0/current_clocksource`),
@@ -156,16 +177,26 @@ fn anchor() -> &'static Anchor {
 }
 
 impl Anchor {
-    #[inline]
-    fn elapsed_nanos(&self) -> u64 {
+    /// Nanoseconds since the anchor; `ordered`: the reading is not taken
+    /// ahead of the instructions before it (see [`Clock::now_relaxed`]).
+    #[inline(always)]
+    fn elapsed_nanos(&self, ordered: bool) -> u64 {
         match &self.source {
             #[cfg(feature = "quanta")]
             Source::Counter { counter, start } => {
-                ordered_before_counter();
+                if ordered {
+                    ordered_before_counter();
+                }
                 counter.delta_as_nanos(*start, counter.raw())
             }
+            // The OS clock orders its own reads.
             Source::Os { start } => saturating_nanos(start.elapsed()),
         }
+    }
+
+    #[inline(always)]
+    fn now(&self, ordered: bool) -> u64 {
+        self.wall_nanos.saturating_add(self.elapsed_nanos(ordered))
     }
 }
 
@@ -191,8 +222,12 @@ fn ordered_before_counter() {
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
-        let anchor = anchor();
-        anchor.wall_nanos.saturating_add(anchor.elapsed_nanos())
+        anchor().now(true)
+    }
+
+    #[inline]
+    fn now_relaxed(&self) -> u64 {
+        anchor().now(false)
     }
 }
 
@@ -251,6 +286,11 @@ impl<C: Clock> Clock for Arc<C> {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    #[inline]
+    fn now_relaxed(&self) -> u64 {
+        (**self).now_relaxed()
     }
 }
 

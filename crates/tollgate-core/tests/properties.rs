@@ -422,3 +422,43 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// Checks whose times come a little out of order, as concurrent checks'
+    /// do (a thread can be paused between reading the clock and updating
+    /// the state, and the stores read the clock unfenced): a request judged
+    /// at a time earlier than the latest one read before it, on whatever
+    /// state it finds, is never admitted where the latest time would have
+    /// refused it (the `RateAlgorithm` docs' "conservatively"), and nothing
+    /// panics.
+    #[test]
+    fn a_time_a_little_out_of_order_is_judged_conservatively(
+        algorithm in prop::sample::select(Algorithm::ALL.to_vec()),
+        quota in small_quota(),
+        start in 0u64..4_000_000_000_000_000_000,
+        // Ten or more arrivals a period, so that limits fill up.
+        trace in prop::collection::vec((0u32..=100, 0u32..=3), 1..150),
+        // How early each time is: a few ns (an unfenced clock read), or up
+        // to 5 % of the period (a thread paused between reading the clock
+        // and updating the state), so that windows' edges are crossed.
+        backs in prop::collection::vec((0u64..=200, prop_oneof![Just(0u64), 0u64..=50]), 150),
+    ) {
+        let limiter = Limiter::new(algorithm, quota);
+        let mut state = limiter.new_state();
+        let mut latest = start;
+        for (&(gap_permille, cost), &(nanos, permille)) in trace.iter().zip(&backs) {
+            latest += quota.period_nanos() * u64::from(gap_permille) / 1000;
+            let back = nanos + quota.period_nanos() * permille / 1000;
+            let mut at_latest = state.clone();
+            let on_time = limiter.check(&mut at_latest, latest, cost);
+            let early = limiter.check(&mut state, latest.saturating_sub(back), cost);
+            prop_assert!(early.remaining() <= early.limit());
+            prop_assert!(
+                !early.allowed() || on_time.allowed(),
+                "admitted {back} ns early, refused on time: {early:?} vs {on_time:?}"
+            );
+        }
+    }
+}

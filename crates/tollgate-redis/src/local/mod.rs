@@ -400,9 +400,10 @@ impl Inner {
 
     /// Local time in ns.
     fn now(&self) -> u64 {
-        // The memory store's clock: the time-stamp counter where the OS
-        // vouches for it, a few ns a read.
-        MonotonicClock.now()
+        // The memory store's clock, read as the memory store reads it (see
+        // `Clock::now_relaxed`): the time-stamp counter where the OS vouches
+        // for it, a few ns a read.
+        MonotonicClock.now_relaxed()
     }
 }
 

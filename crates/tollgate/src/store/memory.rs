@@ -218,7 +218,7 @@ impl<C: Clock> MemoryStore<C> {
     /// Checks a request synchronously: what [`Store::check`] does.
     pub fn check_now(&self, policy: &Policy, key: &Key, cost: u32) -> PolicyDecision {
         let inner = &*self.inner;
-        let now = inner.clock.now();
+        let now = inner.clock.now_relaxed();
         let (fingerprint, shard) = inner.shard_of(policy, key);
         match policy.packed() {
             Some(limiter) => {
@@ -241,7 +241,7 @@ impl<C: Clock> MemoryStore<C> {
     /// store does not hold is not added.
     pub fn peek_now(&self, policy: &Policy, key: &Key) -> PolicyDecision {
         let inner = &*self.inner;
-        let now = inner.clock.now();
+        let now = inner.clock.now_relaxed();
         let (fingerprint, shard) = inner.shard_of(policy, key);
         let (merged, each) = match policy.packed() {
             Some(limiter) => {
@@ -284,7 +284,7 @@ impl<C: Clock> MemoryStore<C> {
     /// to give back.
     pub fn refund_now(&self, policy: &Policy, key: &Key, refund: super::Refund) {
         let inner = &*self.inner;
-        let now = inner.clock.now();
+        let now = inner.clock.now_relaxed();
         let (fingerprint, shard) = inner.shard_of(policy, key);
         match policy.packed() {
             Some(limiter) => {
@@ -311,7 +311,7 @@ impl<C: Clock> MemoryStore<C> {
     /// is added (a debt must be remembered).
     pub fn debit_now(&self, policy: &Policy, key: &Key, cost: u32) {
         let inner = &*self.inner;
-        let now = inner.clock.now();
+        let now = inner.clock.now_relaxed();
         let (fingerprint, shard) = inner.shard_of(policy, key);
         match policy.packed() {
             Some(limiter) => inner.with_cell(shard, fingerprint, now, |cell| {
