@@ -184,7 +184,16 @@ sys.exit(1 if newer else 0)
 # here. --allow-dirty: the check is about what would be packaged, so that a
 # run with uncommitted changes checks them too.
 package() {
-    cargo package --workspace --locked --allow-dirty \
+    # Verification builds each crate against the others' packages, from a
+    # local registry that cargo takes to be immutable: it reuses what an
+    # earlier run unpacked (into cargo's home) and built for the same name
+    # and version, and would check that run's sources. So the earlier
+    # copies go first, and the check builds in a target directory of its
+    # own, where only its tollgate crates are rebuilt each time.
+    local home="${CARGO_HOME:-$HOME/.cargo}" dir="$target/package-check"
+    rm -rf "$home"/registry/src/-*/tollgate*-[0-9]* "$home"/registry/cache/-*/tollgate*-[0-9]*.crate \
+        "$dir"/debug/.fingerprint/tollgate* "$dir"/debug/deps/*tollgate*
+    CARGO_TARGET_DIR="$dir" cargo package --workspace --locked --allow-dirty \
         --exclude tollgate-bench --exclude tollgate-examples --exclude tollgate-tests
 }
 

@@ -211,7 +211,11 @@ async fn a_local_first_reset_drops_the_held_units_here_and_in_redis() {
             .connect()
             .await
             .unwrap();
-        let store = LocalFirst::builder(redis.clone(), LocalMode::Exact).build();
+        // Reservations ask for an hour's worth at the rate spent, so that
+        // a grant holds more than was spent however slow the machine is.
+        let store = LocalFirst::builder(redis.clone(), LocalMode::Exact)
+            .reserve_ahead(Duration::from_secs(3600))
+            .build();
         let policy = Arc::new(Policy::new(vec![
             NamedLimit::new("api", "20/day".parse().unwrap()).with_algorithm(algorithm),
         ]));
