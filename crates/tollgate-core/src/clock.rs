@@ -24,14 +24,16 @@ pub trait Clock: Send + Sync + 'static {
     /// thread published and this one read first. [`now`](Self::now) is
     /// never earlier.
     ///
-    /// The stores read the clock this way for a check. A check's time needs
-    /// no such order: two threads' checks reach a key's state in no fixed
-    /// order anyway (a thread can be paused between reading the clock and
-    /// updating the state), so every algorithm accepts a time earlier than
-    /// the one its state was last updated at; a reading a few nanoseconds
-    /// early is a request that arrived that much earlier. Defaults to
-    /// [`now`](Self::now); [`MonotonicClock`] saves the fence its `now`
-    /// needs on the time-stamp counter.
+    /// The stores read the clock this way for a check (and for a refund or
+    /// a debit, which could as well have come a moment earlier). A check's
+    /// time needs no such order: two threads' checks reach a key's state in
+    /// no fixed order anyway (a thread can be paused between reading the
+    /// clock and updating the state), so every algorithm judges a time
+    /// earlier than the one its state was last updated at conservatively
+    /// (see [`RateAlgorithm`](crate::RateAlgorithm)); a reading a few
+    /// nanoseconds early is a request that arrived that much earlier.
+    /// Defaults to [`now`](Self::now); [`MonotonicClock`] saves the fence
+    /// its `now` needs on the time-stamp counter.
     #[inline]
     fn now_relaxed(&self) -> u64 {
         self.now()
