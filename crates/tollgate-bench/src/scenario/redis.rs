@@ -85,7 +85,11 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     ]
 }
 
-/// A runtime, a fresh `redis-server` and a store connected to it.
+/// A runtime, a fresh `redis-server` and a store connected to it. The
+/// store's block cache is off: these scenarios measure the script and the
+/// round trip, so every call, refused ones included, must reach Redis (with
+/// the cache on, a refused key is answered in process until its retry
+/// time, and the script-cost rows would time nothing).
 pub(crate) fn start() -> (tokio::runtime::Runtime, RedisServer, RedisStore) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -93,7 +97,11 @@ pub(crate) fn start() -> (tokio::runtime::Runtime, RedisServer, RedisStore) {
         .expect("a tokio runtime");
     let server = RedisServer::start();
     let store = runtime
-        .block_on(RedisStore::connect(server.url()))
+        .block_on(
+            RedisStore::builder(server.url())
+                .block_cache(false)
+                .connect(),
+        )
         .expect("connect to the redis-server just started");
     (runtime, server, store)
 }
