@@ -2,7 +2,8 @@
 //! `perf record`, `valgrind --tool=callgrind` or timing whole processes.
 //!
 //! `cargo run --release -p tollgate-bench --example prof_layer -- VARIANT [N]`:
-//! VARIANT is `bare` (no layer), `none` (tollgate, no headers), `draft`
+//! VARIANT is `bare` (no layer), `empty` (a layer that does nothing:
+//! axum's share of any layer), `none` (tollgate, no headers), `draft`
 //! (tollgate's default headers), `gov` or `govh` (tower_governor without and
 //! with its headers); three rounds of N requests (default 5,000,000), through
 //! the scenario's own routers. `sizes` prints the size of each layer's
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
     };
     let variant = match which.as_str() {
         "bare" => Variant::NoLayer,
+        "empty" => Variant::EmptyLayer,
         "none" => Variant::Tollgate(HeaderStyle::NONE),
         "draft" => Variant::Tollgate(HeaderStyle::DRAFT),
         "gov" => Variant::TowerGovernor(false),
@@ -56,7 +58,7 @@ fn main() -> ExitCode {
 }
 
 fn usage(problem: &str) -> ExitCode {
-    eprintln!("prof_layer: {problem}\nusage: prof_layer bare|none|draft|gov|govh|sizes [N]");
+    eprintln!("prof_layer: {problem}\nusage: prof_layer bare|empty|none|draft|gov|govh|sizes [N]");
     ExitCode::from(2)
 }
 

@@ -15,6 +15,13 @@
 //! differences. The rejected path is compared whole, rejection included:
 //! without a layer there is no rejection to subtract.
 //!
+//! A router with a layer that does nothing (tower's `Identity`) runs in
+//! the same rounds: axum wraps and boxes every route once more for any
+//! layer, and clones the layered service for every request, so part of
+//! each limiter's added cost is axum's. The row "above an empty layer"
+//! takes that share off both sides (with − empty, round by round), leaving
+//! what each limiter's own code costs.
+//!
 //! Headers are compared like for like: tollgate without headers vs
 //! tower_governor's default (none on allowed responses), and tollgate's
 //! default (the IETF draft's `RateLimit-Policy` and `RateLimit`) vs
@@ -44,6 +51,10 @@ use tower_governor::governor::GovernorConfigBuilder;
 pub enum Variant {
     /// The bare router: the baseline.
     NoLayer,
+    /// The router with a layer that does nothing (tower's `Identity`):
+    /// what axum charges for any layer (each route wrapped and boxed once
+    /// more), the floor under both rate limiters' added cost.
+    EmptyLayer,
     /// tollgate with a header style.
     Tollgate(HeaderStyle),
     /// tower_governor, with (`true`) or without its `use_headers`.
@@ -95,6 +106,7 @@ pub fn router(variant: Variant, path: Path) -> Router {
     };
     match variant {
         Variant::NoLayer => app(),
+        Variant::EmptyLayer => app().layer(tower::layer::util::Identity::new()),
         Variant::Tollgate(headers) => app().layer(
             RateLimitLayer::builder()
                 .quota("api", quota)
@@ -125,7 +137,7 @@ pub fn router(variant: Variant, path: Path) -> Router {
 /// The status every timed request of `variant` on `path` must get.
 pub fn expected_status(variant: Variant, path: Path) -> StatusCode {
     match (variant, path) {
-        (Variant::NoLayer, _) | (_, Path::Allowed) => StatusCode::OK,
+        (Variant::NoLayer | Variant::EmptyLayer, _) | (_, Path::Allowed) => StatusCode::OK,
         (_, Path::Rejected) => StatusCode::TOO_MANY_REQUESTS,
     }
 }
@@ -179,9 +191,13 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         Variant::TowerGovernor(false),
         Variant::Tollgate(HeaderStyle::default()),
         Variant::TowerGovernor(true),
+        Variant::EmptyLayer,
     ];
     let figures = measure(&runtime, &variants, Path::Allowed, rounds, n);
     let added = |i: usize| median(&differences(&figures[i], &figures[0]));
+    // What each limiter adds above a layer that does nothing: its own work,
+    // without axum's share of wrapping a route in one more layer.
+    let own = |i: usize| median(&differences(&figures[i], &figures[5]));
     out.push(
         Outcome::new(
             "layer: allowed, added cost, no headers",
@@ -203,6 +219,26 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         )
         .target(1.0)
         .against("tower_governor use_headers"),
+    );
+    out.push(
+        Outcome::new(
+            "layer: allowed, above an empty layer, no headers",
+            own(1),
+            own(2),
+            "ns/request",
+            Better::Lower,
+        )
+        .against("tower_governor"),
+    );
+    out.push(
+        Outcome::new(
+            "layer: allowed, empty layer, added cost",
+            added(5),
+            added(2),
+            "ns/request",
+            Better::Lower,
+        )
+        .against("tower_governor's added cost"),
     );
     out.push(
         Outcome::new(
