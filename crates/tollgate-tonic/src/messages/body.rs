@@ -68,19 +68,10 @@ where
                     return Poll::Ready(Some(Err(error)));
                 }
                 Step::NeedData => {
-                    let Some(inner) = this.inner.as_mut().as_pin_mut() else {
-                        return Poll::Ready(None);
-                    };
-                    match ready!(inner.poll_frame(cx)) {
-                        Some(Ok(frame)) => match frame.into_data() {
-                            Ok(data) => this.gate.as_mut().push(data),
-                            Err(frame) => return Poll::Ready(Some(Ok(frame))),
-                        },
-                        Some(Err(error)) => return Poll::Ready(Some(Err(error.into()))),
-                        None => {
-                            this.inner.set(None);
-                            return Poll::Ready(None);
-                        }
+                    if let Pulled::Answer(answer) =
+                        ready!(pull(this.inner.as_mut(), this.gate.as_mut(), cx))
+                    {
+                        return Poll::Ready(answer.map(|frame| frame.map_err(Into::into)));
                     }
                 }
             }
@@ -88,15 +79,11 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.gate.is_empty() && self.inner.as_ref().is_none_or(Body::is_end_stream)
+        is_end_stream(&self.inner, &self.gate)
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.inner {
-            // Counting may end the body early.
-            Some(inner) if !self.gate.counts() => inner.size_hint(),
-            _ => SizeHint::default(),
-        }
+        size_hint(&self.inner, &self.gate)
     }
 }
 
@@ -151,19 +138,10 @@ where
                     return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
                 }
                 Step::NeedData => {
-                    let Some(inner) = this.inner.as_mut().as_pin_mut() else {
-                        return Poll::Ready(None);
-                    };
-                    match ready!(inner.poll_frame(cx)) {
-                        Some(Ok(frame)) => match frame.into_data() {
-                            Ok(data) => this.gate.as_mut().push(data),
-                            Err(frame) => return Poll::Ready(Some(Ok(frame))),
-                        },
-                        Some(Err(error)) => return Poll::Ready(Some(Err(error))),
-                        None => {
-                            this.inner.set(None);
-                            return Poll::Ready(None);
-                        }
+                    if let Pulled::Answer(answer) =
+                        ready!(pull(this.inner.as_mut(), this.gate.as_mut(), cx))
+                    {
+                        return Poll::Ready(answer);
                     }
                 }
             }
@@ -171,14 +149,11 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.gate.is_empty() && self.inner.as_ref().is_none_or(Body::is_end_stream)
+        is_end_stream(&self.inner, &self.gate)
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.inner {
-            Some(inner) if !self.gate.counts() => inner.size_hint(),
-            _ => SizeHint::default(),
-        }
+        size_hint(&self.inner, &self.gate)
     }
 }
 
@@ -187,6 +162,61 @@ impl<B: Default, St: Store> Default for ResponseBody<B, St> {
     /// with, e.g. a rejection).
     fn default() -> Self {
         ResponseBody::new(B::default(), None)
+    }
+}
+
+/// What pulling the inner body's next frame gave.
+enum Pulled<E> {
+    /// A data frame, now in the gate: step the gate again.
+    Data,
+    /// What the counted body answers as it is: a frame that is not data
+    /// (trailers), the inner body's error, or the end.
+    Answer(Option<Result<Frame<Bytes>, E>>),
+}
+
+/// Pulls the inner body's next frame, both bodies alike: data goes into
+/// `gate` to be counted; anything else is handed back. The inner body is
+/// dropped at its end (or was, at a refusal).
+fn pull<B, St>(
+    mut inner: Pin<&mut Option<B>>,
+    gate: Pin<&mut Gate<St>>,
+    cx: &mut Context<'_>,
+) -> Poll<Pulled<B::Error>>
+where
+    B: Body<Data = Bytes>,
+    St: Store,
+{
+    let Some(body) = inner.as_mut().as_pin_mut() else {
+        return Poll::Ready(Pulled::Answer(None));
+    };
+    Poll::Ready(match ready!(body.poll_frame(cx)) {
+        Some(Ok(frame)) => match frame.into_data() {
+            Ok(data) => {
+                gate.push(data);
+                Pulled::Data
+            }
+            Err(frame) => Pulled::Answer(Some(Ok(frame))),
+        },
+        Some(Err(error)) => Pulled::Answer(Some(Err(error))),
+        None => {
+            inner.set(None);
+            Pulled::Answer(None)
+        }
+    })
+}
+
+/// Whether a counted body is over: nothing held in its gate, and the inner
+/// body gone or over.
+fn is_end_stream<B: Body, St: Store>(inner: &Option<B>, gate: &Gate<St>) -> bool {
+    gate.is_empty() && inner.as_ref().is_none_or(Body::is_end_stream)
+}
+
+/// A counted body's size: the inner body's while nothing is counted;
+/// unknown otherwise, since counting may end the body early.
+fn size_hint<B: Body, St: Store>(inner: &Option<B>, gate: &Gate<St>) -> SizeHint {
+    match inner {
+        Some(inner) if !gate.counts() => inner.size_hint(),
+        _ => SizeHint::default(),
     }
 }
 
