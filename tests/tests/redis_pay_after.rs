@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tollgate::Store;
 use tollgate::pay_after::Meter;
-use tollgate::store::Refund;
+use tollgate::store::{Debit, Refund};
 use tollgate::{GlobalKey, RateLimitLayer};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
@@ -169,13 +169,14 @@ async fn a_change_that_cannot_reach_redis_is_logged() {
         ago: Duration::ZERO,
         resets: Default::default(),
         charged_at: None,
+        charged_by: Default::default(),
     };
     let bound = Duration::from_secs(20);
     let refunded = store.refund(&policy, &key, refund).landed();
     tokio::time::timeout(bound, refunded)
         .await
         .expect("the refund's reply completes");
-    let debited = store.debit(&policy, &key, 5).landed();
+    let debited = store.debit(&policy, &key, Debit::new(5)).landed();
     tokio::time::timeout(bound, debited)
         .await
         .expect("the debit's reply completes");

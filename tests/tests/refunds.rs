@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::store::{BlockCache, Refund, Timeout};
+use tollgate::store::{BlockCache, Capability, Fallback, Refund, Timeout};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::{Algorithm, Quota};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
@@ -154,12 +154,13 @@ async fn the_limit_of_counted_outcomes_pass_for_every_algorithm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_wrappers_pass_refunds_on() {
     let store = BlockCache::new(Timeout::new(MemoryStore::new(), Duration::from_secs(1)));
-    assert!(store.refunds());
+    assert!(store.can(Capability::Refund).is_ok());
     let seen = run(store, Algorithm::FixedWindow, REUSED).await;
     assert_eq!(seen.counted.load(Ordering::Relaxed), 10);
-    assert!(MemoryStore::new().refunds());
-    // A store that cannot give charges back says so.
-    assert!(!tollgate::store::Fallback::new(MemoryStore::new(), MemoryStore::new()).refunds());
+    assert!(MemoryStore::new().can(Capability::Refund).is_ok());
+    // A fallback gives back to whichever of its stores charged.
+    let fallback = Fallback::new(MemoryStore::new(), MemoryStore::new());
+    assert!(fallback.can(Capability::Refund).is_ok());
 }
 
 /// Every algorithm in Redis (`refund.lua`, sent from a spawned task: the
@@ -174,7 +175,7 @@ async fn redis_gives_back_exactly_what_was_refunded() {
             .connect()
             .await
             .unwrap();
-        assert!(store.refunds());
+        assert!(store.can(Capability::Refund).is_ok());
         let seen = run(store, algorithm, REUSED).await;
         let (counted, refunded) = (
             seen.counted.load(Ordering::Relaxed),
@@ -220,7 +221,7 @@ async fn local_first_gives_back_through_redis() {
                 .await
                 .unwrap();
             let store = LocalFirst::builder(redis, mode).build();
-            assert!(store.refunds());
+            assert!(store.can(Capability::Refund).is_ok());
             let seen = run(store, algorithm, REUSED_LOCAL_FIRST).await;
             let counted = seen.counted.load(Ordering::Relaxed);
             match mode {

@@ -458,6 +458,7 @@ impl PreparedPolicy {
             merged,
             each,
             charged_at,
+            charged_by: Default::default(),
         }
     }
 }

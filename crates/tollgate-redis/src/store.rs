@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::{BlockList, Refund, RefundReply};
+use tollgate::store::{BlockList, Debit, Refund, RefundReply};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, DecisionFields, MonotonicClock};
 
@@ -261,8 +261,9 @@ impl Store for RedisStore {
         tollgate::store::AdminFuture::ready(Ok(()))
     }
 
-    fn refunds(&self) -> bool {
-        true
+    /// Refunds and debits, both.
+    fn can(&self, _: tollgate::store::Capability) -> Result<(), tollgate::store::Missing> {
+        Ok(())
     }
 
     /// Sends the refund (`refund.lua`, one script call) from a spawned
@@ -279,14 +280,11 @@ impl Store for RedisStore {
         })
     }
 
-    fn debits(&self) -> bool {
-        true
-    }
-
     /// Sends the debit (`debit.lua`, one script call) from a spawned task,
     /// as [`refund`](Self::refund) does; a failure is logged and the cost
     /// goes uncharged.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        let cost = debit.cost;
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
         spawn_change(Change::Debit, async move {
@@ -456,6 +454,7 @@ impl RedisStore {
                 .into(),
                 each: Default::default(),
                 charged_at: 0,
+                charged_by: Default::default(),
             }));
         }
         // A key Redis refused, until its retry time: no call.

@@ -448,7 +448,7 @@ fn settle_cost<St: Store>(store: &St, ticket: &Ticket, reported: Option<u64>) ->
         std::cmp::Ordering::Equal => RefundReply::Done,
         std::cmp::Ordering::Greater => {
             let more = u32::try_from(cost - charged).unwrap_or(u32::MAX);
-            store.debit(policy, key, more)
+            store.debit(policy, key, ticket.debit(more))
         }
         std::cmp::Ordering::Less => {
             // Less than u32::MAX: below `charged`.

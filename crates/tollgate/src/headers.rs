@@ -496,6 +496,7 @@ mod tests {
             merged: decision,
             each: names.iter().map(|_| decision).collect(),
             charged_at: 0,
+            charged_by: Default::default(),
         };
         let fields = PolicyFields::new(&Policy::new(limits));
         let value = fields.state_value(&verdict, "").expect("a valid value");

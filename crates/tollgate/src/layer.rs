@@ -8,7 +8,7 @@ use crate::policy::{NamedLimit, Policy};
 use crate::rejection::{DefaultRejector, FnRejector, Rejection};
 use crate::routes::{RouteMatch, Routes, path_is};
 use crate::service::RateLimit;
-use crate::store::{MemoryStore, Store};
+use crate::store::{Capability, MemoryStore, Store, short_type_name};
 use http::StatusCode;
 use std::fmt;
 use std::sync::Arc;
@@ -537,18 +537,12 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                  milliseconds (the default is 100 ms)",
             ));
         }
-        if self.config.settings.charge_when.is_some() && !self.store.refunds() {
-            return Err(ConfigError::new(
-                "charge_when needs a store that gives charges back (Store::refunds): the \
-                 memory store, or a wrapper over one; this store counts every admission",
-            ));
+        if self.config.settings.charge_when.is_some() {
+            needs(&self.store, "charge_when", Capability::Refund)?;
         }
-        if self.config.settings.pay_after && !(self.store.debits() && self.store.refunds()) {
-            return Err(ConfigError::new(
-                "pay_after needs a store that charges into debt and gives charges back \
-                 (Store::debits, Store::refunds): the memory store, the Redis store, or a \
-                 wrapper over one",
-            ));
+        if self.config.settings.pay_after {
+            needs(&self.store, "pay_after", Capability::Refund)?;
+            needs(&self.store, "pay_after", Capability::Debit)?;
         }
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
@@ -603,4 +597,32 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             }),
         }
     }
+}
+
+/// Whether `store` does what `feature` needs, or an error that names the
+/// feature, the store of the composition that lacks it and the fix.
+pub(crate) fn needs<St: Store>(
+    store: &St,
+    feature: &str,
+    capability: Capability,
+) -> Result<(), ConfigError> {
+    let Err(missing) = store.can(capability) else {
+        return Ok(());
+    };
+    let whole = short_type_name::<St>();
+    let within = if whole == missing.store {
+        String::new()
+    } else {
+        format!(" (in `{whole}`)")
+    };
+    Err(ConfigError::new(format!(
+        "{feature} needs a store that {does} (`{method}`): `{lacking}`{within} does not say \
+         that it does. help: if `{lacking}` wraps another store, implement `StoreWrapper` \
+         for it, which forwards `{method}` by itself; if it keeps counts, override \
+         `Store::can` and `{method}`; or use a store that does (the memory store, the Redis \
+         store, the local-first store, and the wrappers and fallbacks over them)",
+        does = capability.does(),
+        method = capability.method(),
+        lacking = missing.store,
+    )))
 }

@@ -4,13 +4,12 @@
 use crate::ConfigError;
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{PolicyDecision, Refund};
+use crate::store::{Debit, PolicyDecision, Refund};
 use http::StatusCode;
 use http::response::Parts;
-use smallvec::SmallVec;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Which responses count against the limit. A request is charged when it
 /// is admitted (so that requests still running cannot overrun the limit
@@ -143,17 +142,15 @@ fn parse_statuses(spec: &str) -> Result<Vec<StatusMatch>, ConfigError> {
 }
 
 /// What the layer keeps of an admission until its response says whether
-/// it counts: enough to give the charge back.
+/// it counts: enough to give the charge back, or to charge more.
 pub(crate) struct Ticket {
     pub(crate) policy: Arc<Policy>,
     pub(crate) key: Key,
     pub(crate) cost: u32,
     /// Read before the store was asked.
     pub(crate) asked: Instant,
-    /// Each limit's `reset_after` in the admission.
-    pub(crate) resets: SmallVec<[u64; 2]>,
-    /// When the store charged it, on its clock, if it said.
-    pub(crate) charged_at: Option<u64>,
+    /// The refund of the whole charge, but for its age.
+    charge: Refund,
 }
 
 impl Ticket {
@@ -169,8 +166,7 @@ impl Ticket {
             key: key.clone(),
             cost,
             asked,
-            resets: verdict.each.iter().map(|d| d.reset_after_nanos()).collect(),
-            charged_at: (verdict.charged_at != 0).then_some(verdict.charged_at),
+            charge: Refund::of(verdict, cost, Duration::ZERO),
         }
     }
 
@@ -181,11 +177,16 @@ impl Ticket {
 
     /// The refund of `cost` of this admission's charge, now.
     pub(crate) fn refund_part(&self, cost: u32) -> Refund {
-        Refund {
+        let mut refund = self.charge.clone().part(cost);
+        refund.ago = self.asked.elapsed();
+        refund
+    }
+
+    /// `cost` more for this admission, to the store that charged it.
+    pub(crate) fn debit(&self, cost: u32) -> Debit {
+        Debit {
             cost,
-            ago: self.asked.elapsed(),
-            resets: self.resets.clone(),
-            charged_at: self.charged_at,
+            charged_by: self.charge.charged_by,
         }
     }
 }

@@ -15,9 +15,9 @@ use common::{Later, http_over_tcp, serve_on_loopback};
 use http::{Request, StatusCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::store::{Fallback, Refund, RefundReply};
+use tollgate::store::{Fallback, Refund, RefundReply, StoreWrapper};
 use tollgate::{
-    ChargeWhen, GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply,
+    ChargeWhen, GlobalKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store, StoreReply,
 };
 use tollgate_core::{Algorithm, Quota};
 use tower::ServiceExt;
@@ -123,15 +123,150 @@ async fn every_algorithm_gives_back_what_does_not_count() {
     }
 }
 
+/// The error names the feature, the store of the composition that cannot
+/// give back, the composition, and the fix.
 #[test]
 fn a_store_that_cannot_give_back_fails_the_build() {
     let error = RateLimitLayer::builder()
         .quota("api", Quota::per_minute(3))
-        .store(Fallback::new(MemoryStore::new(), MemoryStore::new()))
+        .store(Fallback::new(
+            MemoryStore::new(),
+            common::BrokenStore::Failing,
+        ))
         .charge_when(ChargeWhen::statuses("4xx").unwrap())
         .try_build()
-        .unwrap_err();
-    assert!(error.to_string().contains("charge_when"), "{error}");
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(
+            "charge_when needs a store that gives charges back (`Store::refund`): \
+             `BrokenStore` (in `Fallback<MemoryStore, BrokenStore>`) does not \
+             say that it does. help: if `BrokenStore` wraps another store, implement \
+             `StoreWrapper`"
+        ),
+        "{error}"
+    );
+}
+
+/// A fallback of two stores that give back gives back to the one that
+/// charged: the primary down, the secondary's charges of responses that
+/// do not count (only 4xx count here) are given back to it, even when the
+/// primary is back by the time the response is known; the primary up, the
+/// secondary is never charged.
+#[tokio::test]
+async fn a_fallback_gives_back_to_the_store_that_charged() {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let (primary, secondary) = (common::Outage::default(), MemoryStore::new());
+        let app = statuses_app(Fallback::new(primary.clone(), secondary.clone()), algorithm);
+        primary.set_down(true);
+        for _ in 0..5 {
+            assert_eq!(status_of(&app, 200).await, StatusCode::OK, "{algorithm}");
+        }
+        // Back before the response of this admission by the secondary.
+        let back = Router::new().route(
+            "/",
+            get({
+                let primary = primary.clone();
+                move || async move {
+                    primary.set_down(false);
+                    StatusCode::OK
+                }
+            }),
+        );
+        let app_back = back.layer(statuses_layer(
+            Fallback::new(primary.clone(), secondary.clone()),
+            algorithm,
+        ));
+        let request = Request::get("/").body(Body::empty()).unwrap();
+        assert_eq!(
+            app_back.oneshot(request).await.unwrap().status(),
+            StatusCode::OK
+        );
+        // Not one refund went to the primary, which never charged.
+        assert!(
+            primary.store.is_empty(),
+            "{algorithm}: the primary was touched"
+        );
+        primary.set_down(true);
+        for _ in 0..3 {
+            assert_eq!(
+                status_of(&app, 401).await,
+                StatusCode::UNAUTHORIZED,
+                "{algorithm}"
+            );
+        }
+        assert_eq!(
+            status_of(&app, 401).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{algorithm}"
+        );
+
+        let (primary, secondary) = (MemoryStore::new(), MemoryStore::new());
+        let app = statuses_app(Fallback::new(primary.clone(), secondary.clone()), algorithm);
+        for _ in 0..5 {
+            assert_eq!(status_of(&app, 200).await, StatusCode::OK, "{algorithm}");
+        }
+        for _ in 0..3 {
+            assert_eq!(
+                status_of(&app, 401).await,
+                StatusCode::UNAUTHORIZED,
+                "{algorithm}"
+            );
+        }
+        assert_eq!(
+            status_of(&app, 401).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{algorithm}"
+        );
+        assert!(
+            secondary.is_empty(),
+            "{algorithm}: the secondary was charged"
+        );
+    }
+}
+
+fn login_limit(algorithm: Algorithm) -> NamedLimit {
+    NamedLimit::new("login", Quota::per_minute(3)).with_algorithm(algorithm)
+}
+
+/// 3 a minute of the responses that count (4xx), by a global key, over
+/// `store`.
+fn statuses_layer<St: Store>(store: St, algorithm: Algorithm) -> RateLimitLayer<GlobalKey, St> {
+    RateLimitLayer::builder()
+        .limit(login_limit(algorithm))
+        .key(GlobalKey)
+        .store(store)
+        .charge_when(ChargeWhen::statuses("4xx").unwrap())
+        .build()
+}
+
+/// [`statuses_layer`] over a router whose `/?status=N` answers N.
+fn statuses_app<St: Store>(store: St, algorithm: Algorithm) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(|RawQuery(query): RawQuery| async move {
+                let status = query
+                    .as_deref()
+                    .and_then(|q| q.strip_prefix("status="))
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(200);
+                StatusCode::from_u16(status).unwrap_or(StatusCode::OK)
+            }),
+        )
+        .layer(statuses_layer(store, algorithm))
+}
+
+/// The status `app` answers to `/?status=status`.
+async fn status_of(app: &Router, status: u16) -> StatusCode {
+    let request = Request::get(format!("/?status={status}"))
+        .body(Body::empty())
+        .unwrap();
+    app.clone().oneshot(request).await.unwrap().status()
 }
 
 /// The memory store, whose refunds land `delay` after they are asked for
@@ -142,21 +277,23 @@ struct SlowRefunds {
     delay: Duration,
 }
 
-impl Store for SlowRefunds {
+impl StoreWrapper for SlowRefunds {
+    type Inner = MemoryStore;
     type Error = std::convert::Infallible;
     type Future = std::future::Ready<Result<tollgate::PolicyDecision, Self::Error>>;
 
-    fn check(
+    fn inner(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        within: Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
-        self.store.check(policy, key, cost)
-    }
-
-    fn refunds(&self) -> bool {
-        true
+        self.store.check_within(policy, key, cost, within)
     }
 
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {

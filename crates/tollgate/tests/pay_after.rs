@@ -22,7 +22,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::pay_after::{Meter, MeterLayer};
-use tollgate::store::{Fallback, RefundReply};
+use tollgate::store::{Debit, Fallback, RefundReply, StoreWrapper};
 use tollgate::{
     ChargeWhen, GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply,
 };
@@ -325,14 +325,20 @@ async fn requests_the_layer_does_not_charge_still_find_a_meter() {
 
 #[tokio::test]
 async fn a_store_that_cannot_charge_into_debt_is_refused() {
-    let store = Fallback::new(MemoryStore::new(), MemoryStore::new());
+    let store = Fallback::new(MemoryStore::new(), common::BrokenStore::Failing);
     let built = RateLimitLayer::builder()
         .quota("units", Quota::per_day(100))
         .store(store)
         .pay_after()
         .try_build();
-    let error = built.expect_err("Fallback cannot debit").to_string();
-    assert!(error.contains("pay_after needs a store"), "{error}");
+    let error = built.expect_err("BrokenStore cannot refund").to_string();
+    assert!(
+        error.starts_with(
+            "pay_after needs a store that gives charges back (`Store::refund`): `BrokenStore` \
+             (in `Fallback<MemoryStore, BrokenStore>`)"
+        ),
+        "{error}"
+    );
 }
 
 /// A memory store whose debits land `delay` after they are asked for, as
@@ -343,33 +349,31 @@ struct SlowDebits {
     delay: Duration,
 }
 
-impl Store for SlowDebits {
+impl StoreWrapper for SlowDebits {
+    type Inner = MemoryStore<ManualClock>;
     type Error = Infallible;
     type Future = std::future::Ready<Result<tollgate::PolicyDecision, Infallible>>;
 
-    fn check(
+    fn inner(&self) -> &Self::Inner {
+        &self.store
+    }
+
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        within: Duration,
     ) -> StoreReply<Self::Future, Infallible> {
-        self.store.check(policy, key, cost)
+        self.store.check_within(policy, key, cost, within)
     }
 
-    fn refunds(&self) -> bool {
-        true
-    }
-
-    fn debits(&self) -> bool {
-        true
-    }
-
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
         let (store, delay) = (self.store.clone(), self.delay);
         let (policy, key) = (policy.clone(), key.clone());
         RefundReply::Pending(Box::pin(async move {
             tokio::time::sleep(delay).await;
-            store.debit_now(&policy, &key, cost);
+            store.debit_now(&policy, &key, debit.cost);
         }))
     }
 }

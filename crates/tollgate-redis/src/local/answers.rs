@@ -115,6 +115,7 @@ fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
         // Decided here, not by a script: `LocalFirst::refund` reads the
         // missing charge time as "undo it here if Redis has not heard".
         charged_at: 0,
+        charged_by: Default::default(),
     }
 }
 

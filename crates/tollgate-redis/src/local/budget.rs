@@ -341,6 +341,7 @@ mod tests {
             merged: limit,
             each: [limit].into_iter().collect(),
             charged_at: 0,
+            charged_by: Default::default(),
         })
     }
 
@@ -411,6 +412,7 @@ mod tests {
                 merged: limit,
                 each: [limit, limit].into_iter().collect(),
                 charged_at: 0,
+                charged_by: Default::default(),
             })
         };
         let signature = |n: u64| {

@@ -23,7 +23,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use table::Table;
 use tokio::sync::Notify;
-use tollgate::store::{Refund, RefundReply};
+use tollgate::store::{Debit, Refund, RefundReply};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -469,8 +469,9 @@ impl Store for LocalFirst {
         LocalFirst::supports(self, policy)
     }
 
-    fn refunds(&self) -> bool {
-        true
+    /// Refunds and debits, both.
+    fn can(&self, _: tollgate::store::Capability) -> Result<(), tollgate::store::Missing> {
+        Ok(())
     }
 
     /// Gives the charge back. An admission decided here is undone here:
@@ -529,10 +530,6 @@ impl Store for LocalFirst {
         })
     }
 
-    fn debits(&self) -> bool {
-        true
-    }
-
     /// Charges a cost learned once the request was over. Periodic mode:
     /// counted here at once and sent with the next report (which Redis
     /// charges whatever the state), so this instance refuses from its next
@@ -543,7 +540,8 @@ impl Store for LocalFirst {
     /// debt; units another instance holds may still be spent (they were
     /// Redis's to give before the debt). A key with no slot here: charged
     /// in Redis.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        let cost = debit.cost;
         let rest = match &self.inner.slots {
             Slots::Periodic(table) => match table.find(policy.id(), key) {
                 Some(slot) => {
@@ -560,7 +558,7 @@ impl Store for LocalFirst {
         if rest == 0 {
             return RefundReply::Done;
         }
-        self.inner.redis.debit(policy, key, rest)
+        self.inner.redis.debit(policy, key, Debit::new(rest))
     }
 
     // `peek`: the default, a check of cost 0, which this store sends to

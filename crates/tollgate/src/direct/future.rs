@@ -63,6 +63,7 @@ where
                     }),
                     each: Default::default(),
                     charged_at: 0,
+                    charged_by: Default::default(),
                 })
             }),
             CheckStateProj::Pending { future } => ready!(future.poll(cx)),

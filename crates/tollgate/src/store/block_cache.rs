@@ -7,7 +7,7 @@
 //! why it is right, and what it costs.
 
 use super::fingerprint::ByFingerprint;
-use super::{PolicyDecision, RefundReply, Store, StoreReply};
+use super::{PolicyDecision, RefundReply, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -53,7 +53,7 @@ const SWEEP_INTERVAL: u64 = 1_000_000_000;
 ///     ..Default::default()
 /// }
 /// .into();
-/// let verdict = PolicyDecision { merged: refused, each: [refused].into_iter().collect(), charged_at: 0 };
+/// let verdict = PolicyDecision { merged: refused, each: [refused].into_iter().collect(), charged_at: 0, charged_by: Default::default() };
 ///
 /// let blocked = BlockList::new();
 /// // The store refused a request of cost 1 sent at 0 ns, answered at
@@ -377,6 +377,7 @@ fn aged(verdict: &PolicyDecision, elapsed: u64) -> PolicyDecision {
             .map(|d| aged_decision(d, elapsed))
             .collect(),
         charged_at: 0,
+        charged_by: Default::default(),
     }
 }
 
@@ -675,32 +676,22 @@ where
     }
 }
 
-impl<S, C> Store for BlockCache<S, C>
+impl<S, C> StoreWrapper for BlockCache<S, C>
 where
     S: Store,
     C: Clock + Clone,
 {
+    type Inner = S;
     type Error = S::Error;
     type Future = BlockCacheFuture<S::Future, C>;
 
-    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
-        self.inner.supports(policy)
+    fn inner(&self) -> &S {
+        &self.inner
     }
 
-    fn refunds(&self) -> bool {
-        self.inner.refunds()
-    }
-
-    fn debits(&self) -> bool {
-        self.inner.debits()
-    }
-
-    /// Charged to the store behind. A remembered refusal stays true (a
-    /// debit only makes the key stricter); the next refusal the store
-    /// behind answers is learned with the debt's retry time.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
-        self.inner.debit(policy, key, cost)
-    }
+    // `debit`: forwarded. A remembered refusal stays true (a debit only
+    // makes the key stricter); the next refusal the store behind answers
+    // is learned with the debt's retry time.
 
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
@@ -724,15 +715,6 @@ where
                 }))
             }
         }
-    }
-
-    fn check(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-    ) -> StoreReply<Self::Future, Self::Error> {
-        self.decide(policy, key, cost, |inner| inner.check(policy, key, cost))
     }
 
     /// The store behind's peek: a cost of 0 is never answered by a cached
@@ -999,7 +981,9 @@ mod tests {
         let (known, other) = (Key::from("mallory"), Key::from("niaj"));
         let within = Duration::from_millis(100);
         for _ in 0..2 {
-            let StoreReply::Pending(answer) = cache.check_within(&policy, &known, 1, within) else {
+            let StoreReply::Pending(answer) =
+                Store::check_within(&cache, &policy, &known, 1, within)
+            else {
                 panic!("the store answers later");
             };
             answer.await.unwrap();
@@ -1009,11 +993,12 @@ mod tests {
         flaky.down.store(true, Ordering::Relaxed);
         // A refusal it knows is answered at once, whatever `within`.
         assert!(matches!(
-            cache.check_within(&policy, &known, 1, Duration::ZERO),
+            Store::check_within(&cache, &policy, &known, 1, Duration::ZERO),
             StoreReply::Ready(Ok(verdict)) if !verdict.merged.allowed()
         ));
         // A failure (an error, a late answer) teaches the cache nothing.
-        let StoreReply::Pending(answer) = cache.check_within(&policy, &other, 1, within) else {
+        let StoreReply::Pending(answer) = Store::check_within(&cache, &policy, &other, 1, within)
+        else {
             panic!("an unknown key goes to the store");
         };
         assert!(answer.await.is_err());
@@ -1039,6 +1024,7 @@ mod tests {
             merged: fields.into(),
             each: [fields.into(), never.into()].into_iter().collect(),
             charged_at: 0,
+            charged_by: Default::default(),
         };
         let later = aged(&verdict, 2 * SECOND);
         let expected = DecisionFields {

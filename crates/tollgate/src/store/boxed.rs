@@ -66,13 +66,11 @@ trait ErasedStore: Send + Sync {
 
     fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError>;
 
-    fn refunds_erased(&self) -> bool;
+    fn can_erased(&self, capability: super::Capability) -> Result<(), super::Missing>;
 
     fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply;
 
-    fn debits_erased(&self) -> bool;
-
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply;
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply;
 
     fn peek_erased(
         &self,
@@ -120,20 +118,16 @@ impl<St: Store> ErasedStore for St {
         self.supports(policy)
     }
 
-    fn refunds_erased(&self) -> bool {
-        self.refunds()
+    fn can_erased(&self, capability: super::Capability) -> Result<(), super::Missing> {
+        self.can(capability)
     }
 
     fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.refund(policy, key, refund)
     }
 
-    fn debits_erased(&self) -> bool {
-        self.debits()
-    }
-
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
-        self.debit(policy, key, cost)
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+        self.debit(policy, key, debit)
     }
 }
 
@@ -180,20 +174,16 @@ impl Store for BoxStore {
         self.0.supports_erased(policy)
     }
 
-    fn refunds(&self) -> bool {
-        self.0.refunds_erased()
+    fn can(&self, capability: super::Capability) -> Result<(), super::Missing> {
+        self.0.can_erased(capability)
     }
 
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
         self.0.refund_erased(policy, key, refund)
     }
 
-    fn debits(&self) -> bool {
-        self.0.debits_erased()
-    }
-
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
-        self.0.debit_erased(policy, key, cost)
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+        self.0.debit_erased(policy, key, debit)
     }
 
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<BoxStoreFuture, BoxStoreError> {

@@ -1,7 +1,10 @@
 //! [`Fallback`]: a store that decides with a second store when the first
 //! fails.
 
-use super::{PolicyDecision, Store, StoreReply};
+use super::{
+    AdminFuture, Branch, Capability, Debit, Missing, PolicyDecision, Refund, RefundReply, Store,
+    StoreReply,
+};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -15,6 +18,14 @@ use std::time::Duration;
 /// instead, logging the primary's error with `tracing`. The usual pairing
 /// is a shared store in front of a local one: each instance then still
 /// enforces the limit on its own while the shared store is away.
+///
+/// Every admission remembers which of the two charged it
+/// ([`PolicyDecision::charged_by`]), and its refund or debit goes to that
+/// one: a request admitted by the secondary during an outage is given
+/// back to the secondary, never to the primary, which never counted it.
+/// So `charge_when` and `pay_after` work through a fallback when both
+/// stores can give charges back (and debit, for `pay_after`); the layer
+/// refuses to build otherwise, naming the store that cannot.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -90,7 +101,10 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
         let mut state = self.project().state;
         loop {
             let next = match state.as_mut().project() {
-                StateProj::Secondary { check } => return check.poll(cx),
+                StateProj::Secondary { check } => {
+                    let answer = ready!(check.poll(cx));
+                    return Poll::Ready(answer.map(|v| took(v, Branch::Secondary)));
+                }
                 StateProj::Primary {
                     check,
                     secondary,
@@ -100,12 +114,14 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
                     within,
                 } => {
                     let error = match ready!(check.poll(cx)) {
-                        Ok(verdict) => return Poll::Ready(Ok(verdict)),
+                        Ok(verdict) => return Poll::Ready(Ok(took(verdict, Branch::Primary))),
                         Err(error) => error,
                     };
                     log_failure(policy, &error);
                     match secondary.check_within(policy, key, *cost, *within) {
-                        StoreReply::Ready(answer) => return Poll::Ready(answer),
+                        StoreReply::Ready(answer) => {
+                            return Poll::Ready(answer.map(|v| took(v, Branch::Secondary)));
+                        }
                         StoreReply::Pending(check) => State::Secondary { check },
                     }
                 }
@@ -113,6 +129,12 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
             state.set(next);
         }
     }
+}
+
+/// `verdict`, marked as decided by `branch`.
+fn took(mut verdict: PolicyDecision, branch: Branch) -> PolicyDecision {
+    verdict.charged_by = verdict.charged_by.took(branch);
+    verdict
 }
 
 fn log_failure(policy: &Policy, error: &dyn std::fmt::Display) {
@@ -141,19 +163,45 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         self.secondary.supports(policy)
     }
 
+    /// Both stores must: either may have charged an admission.
+    fn can(&self, capability: Capability) -> Result<(), Missing> {
+        self.primary.can(capability)?;
+        self.secondary.can(capability)
+    }
+
+    /// Gives the charge back to the store that charged it.
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, mut refund: Refund) -> RefundReply {
+        let (branch, rest) = refund.charged_by.pop();
+        refund.charged_by = rest;
+        match branch {
+            Branch::Primary => self.primary.refund(policy, key, refund),
+            Branch::Secondary => self.secondary.refund(policy, key, refund),
+        }
+    }
+
+    /// Charges the debt to the store that charged the admission.
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, mut debit: Debit) -> RefundReply {
+        let (branch, rest) = debit.charged_by.pop();
+        debit.charged_by = rest;
+        match branch {
+            Branch::Primary => self.primary.debit(policy, key, debit),
+            Branch::Secondary => self.secondary.debit(policy, key, debit),
+        }
+    }
+
     // `peek`: the default, a check of cost 0, so that a peek falls back as
     // a check does.
 
     /// Resets the key in both stores: the secondary may hold counts from
     /// an outage of the primary, which would outlive the reset. Both are
     /// asked even if the primary fails; the first error is returned.
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         let primary = self.primary.reset(policy, key);
         primary.and(self.secondary.reset(policy, key))
     }
 
     /// Unblocks the key in both stores, as [`reset`](Self::reset) does.
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         let primary = self.primary.unblock(policy, key);
         primary.and(self.secondary.unblock(policy, key))
     }
@@ -166,11 +214,13 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         within: Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
         match self.primary.check_within(policy, key, cost, within) {
-            StoreReply::Ready(Ok(verdict)) => StoreReply::Ready(Ok(verdict)),
+            StoreReply::Ready(Ok(verdict)) => StoreReply::Ready(Ok(took(verdict, Branch::Primary))),
             StoreReply::Ready(Err(error)) => {
                 log_failure(policy, &error);
                 match self.secondary.check_within(policy, key, cost, within) {
-                    StoreReply::Ready(answer) => StoreReply::Ready(answer),
+                    StoreReply::Ready(answer) => {
+                        StoreReply::Ready(answer.map(|v| took(v, Branch::Secondary)))
+                    }
                     StoreReply::Pending(check) => StoreReply::Pending(FallbackFuture {
                         state: State::Secondary { check },
                     }),

@@ -227,6 +227,7 @@ impl<C: Clock> MemoryStore<C> {
                     merged: decision,
                     each: smallvec::smallvec![decision],
                     charged_at: if decision.allowed() { now } else { 0 },
+                    charged_by: Default::default(),
                 }
             }
             None => inner.check_slot(shard, fingerprint, policy, now, cost),
@@ -264,6 +265,7 @@ impl<C: Clock> MemoryStore<C> {
             merged,
             each,
             charged_at: 0,
+            charged_by: Default::default(),
         }
     }
 
@@ -421,6 +423,7 @@ impl<C> Inner<C> {
                 merged,
                 each,
                 charged_at,
+                charged_by: Default::default(),
             }
         })
     }
@@ -515,8 +518,9 @@ impl<C: Clock> Store for MemoryStore<C> {
         StoreReply::Ready(Ok(self.check_now(policy, key, cost)))
     }
 
-    fn refunds(&self) -> bool {
-        true
+    /// Refunds and debits, both.
+    fn can(&self, _: super::Capability) -> Result<(), super::Missing> {
+        Ok(())
     }
 
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
@@ -524,12 +528,8 @@ impl<C: Clock> Store for MemoryStore<C> {
         RefundReply::Done
     }
 
-    fn debits(&self) -> bool {
-        true
-    }
-
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
-        self.debit_now(policy, key, cost);
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+        self.debit_now(policy, key, debit.cost);
         RefundReply::Done
     }
 

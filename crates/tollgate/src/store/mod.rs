@@ -26,25 +26,30 @@
 mod admin;
 mod block_cache;
 mod boxed;
+mod capability;
+mod charge;
 mod fallback;
 mod fingerprint;
 mod memory;
 mod penalty;
 mod timeout;
+mod wrapper;
 
 pub use admin::{AdminError, AdminFuture};
 pub use block_cache::{BlockCache, BlockCacheFuture, BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
+pub use capability::{Capability, Missing, short_type_name};
+pub use charge::{Branch, Debit, Refund, RefundReply, Route};
 pub use fallback::{Fallback, FallbackFuture};
 pub use fingerprint::{ByFingerprint, FingerprintHasher};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
+pub use wrapper::StoreWrapper;
 
 use crate::{ConfigError, Key, Policy};
 use smallvec::SmallVec;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use tollgate_core::Decision;
 
@@ -62,6 +67,11 @@ pub struct PolicyDecision {
     /// number rather than an `Option`: every decision carries it, and the
     /// layer's hot path moves decisions.
     pub charged_at: u64,
+    /// Which store of a composition decided (see [`Route`]): the
+    /// [`Fallback`]s it passed through mark the branch they took, so that
+    /// a refund or a debit of this admission reaches the store that
+    /// charged it. The default for a store that decides alone.
+    pub charged_by: Route,
 }
 
 /// A store's answer: at once, or later.
@@ -93,6 +103,20 @@ where
 ///
 /// A store must charge a request's limits all-or-nothing and must never admit
 /// more than the algorithm allows, however many tasks call it at once.
+///
+/// # Writing a store
+///
+/// - A store **in front of another store** (a cache, a counter, a
+///   timeout) implements [`StoreWrapper`] instead: it names the store it
+///   wraps once and forwards every operation it does not change, so that
+///   it never drops one of the inner store's capabilities.
+/// - A store **that keeps counts** implements this trait: [`check`](Self::check)
+///   is required; every other method has a default that is true for a
+///   store that does not do that thing (it cannot give charges back, it
+///   remembers no refusal, it cannot forget a key). Override
+///   [`can`](Self::can) together with [`refund`](Self::refund) or
+///   [`debit`](Self::debit) when it can; the layer asks `can` when it is
+///   built, so a feature the store lacks fails there, naming the store.
 pub trait Store: Clone + Send + Sync + 'static {
     /// What can go wrong (`Infallible` for memory).
     type Error: std::error::Error + Send + Sync + 'static;
@@ -128,17 +152,20 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Whether this store can decide `policy`, or what it cannot do: a
     /// layer asks when it is built, so that a combination a store does not
     /// support (an algorithm, a delay) fails in `try_build`, not at the
-    /// first request. Stores that wrap stores ask theirs. The default
-    /// supports everything.
+    /// first request. The default supports everything.
     fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
         let _ = policy;
         Ok(())
     }
 
-    /// Whether [`refund`](Self::refund) gives charges back. A layer that
-    /// counts only some outcomes needs it. The default: no.
-    fn refunds(&self) -> bool {
-        false
+    /// Whether this store does `capability` ([`Capability::Refund`]:
+    /// [`refund`](Self::refund) gives charges back; [`Capability::Debit`]:
+    /// [`debit`](Self::debit) charges into debt), or which store lacks it.
+    /// A layer asks when it is built: `charge_when` needs refunds,
+    /// `pay_after` both. The default: [`Missing`], naming this store's
+    /// type.
+    fn can(&self, capability: Capability) -> Result<(), Missing> {
+        Err(Missing::of::<Self>(capability))
     }
 
     /// Gives back, as far as it still counts, a charge that
@@ -148,7 +175,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// stopped counting (a window moved on, a bucket refilled), never more
     /// lenient than that. Best effort: a store that cannot reach its
     /// counters keeps the charge (the request counts), and says so in its
-    /// logs. The default does nothing; see [`refunds`](Self::refunds).
+    /// logs. The default does nothing, for a store that cannot
+    /// ([`can`](Self::can) says so).
     ///
     /// A store that does I/O starts the refund on its own (a spawned task)
     /// and answers [`RefundReply::Pending`], which completes when the
@@ -161,25 +189,19 @@ pub trait Store: Clone + Send + Sync + 'static {
         RefundReply::Done
     }
 
-    /// Whether [`debit`](Self::debit) charges. A layer that charges
-    /// costs known only after the response
-    /// ([`pay_after`](crate::RateLimitBuilder::pay_after)) needs it. The
-    /// default: no.
-    fn debits(&self) -> bool {
-        false
-    }
-
-    /// Charges `key` `cost` more under every limit of `policy`, whatever
-    /// the limits say: a cost learned only once a request it admitted is
-    /// over (bytes sent, tokens generated). The key may go past its limit
-    /// — into debt — and its later requests are refused (or delayed) until
-    /// the debt is paid off at the quota's rate, with `Retry-After` saying
-    /// when (see [`RateAlgorithm::force`](tollgate_core::RateAlgorithm::force)).
+    /// Charges `key` `debit.cost` more under every limit of `policy`,
+    /// whatever the limits say: a cost learned only once a request it
+    /// admitted is over (bytes sent, tokens generated). The key may go
+    /// past its limit — into debt — and its later requests are refused (or
+    /// delayed) until the debt is paid off at the quota's rate, with
+    /// `Retry-After` saying when (see
+    /// [`RateAlgorithm::force`](tollgate_core::RateAlgorithm::force)).
     /// Best effort, as [`refund`](Self::refund), and answered the same
     /// way: [`RefundReply::Pending`] while a store that does I/O sends it.
-    /// The default does nothing; see [`debits`](Self::debits).
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
-        let _ = (policy, key, cost);
+    /// The default does nothing, for a store that cannot ([`can`](Self::can)
+    /// says so).
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        let _ = (policy, key, debit);
         RefundReply::Done
     }
 
@@ -218,91 +240,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// counts stay: a key over its limit is still refused by them.
     ///
     /// The default does nothing and succeeds, right for a store that
-    /// remembers no refusal; a store that does must override it, and a
-    /// store that wraps another must pass it on.
+    /// remembers no refusal; a store that does must override it (a
+    /// [`StoreWrapper`] passes it on by itself).
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         let _ = (policy, key);
         AdminFuture::ready(Ok(()))
-    }
-}
-
-/// What [`Store::refund`] and [`Store::debit`] answer: a charge given
-/// back (or added) already, or on its way.
-#[must_use = "a pending refund can be awaited; dropping it does not cancel it"]
-pub enum RefundReply {
-    /// Done (or, for a store that does not refund or debit, nothing to do).
-    Done,
-    /// Started; the future completes when the refund (or debit) has
-    /// landed, or failed, which the store logs. It does not have to be
-    /// polled for the change to happen.
-    Pending(Pin<Box<dyn Future<Output = ()> + Send>>),
-}
-
-impl RefundReply {
-    /// Waits for the refund to land.
-    pub async fn landed(self) {
-        if let RefundReply::Pending(future) = self {
-            future.await;
-        }
-    }
-}
-
-impl std::fmt::Debug for RefundReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RefundReply::Done => "RefundReply::Done",
-            RefundReply::Pending(_) => "RefundReply::Pending(..)",
-        })
-    }
-}
-
-/// A charge to give back: `cost` units that a check admitted `ago` before
-/// the refund, with the check's decision. The caller measures `ago` from
-/// *before* it called [`Store::check`], so it is never shorter than the
-/// time since the charge; the store takes its own clock less `ago` as the
-/// charge's time, which needs no agreement between clocks (a Redis
-/// server's and this process's). Each limit's `reset_after` tells the
-/// algorithms that keep a schedule where the charge left it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refund {
-    /// What the check charged.
-    pub cost: u32,
-    /// How long before the refund the check was called.
-    pub ago: std::time::Duration,
-    /// Each limit's `reset_after` in the admission, in ns, in the policy's
-    /// order (empty: unknown; the refund then gives back less once time
-    /// has passed).
-    pub resets: SmallVec<[u64; 2]>,
-    /// When the store charged it, on its own clock, as its decision said
-    /// ([`PolicyDecision::charged_at`]): then `ago` is not needed, and the
-    /// refund is exact.
-    pub charged_at: Option<u64>,
-}
-
-impl Refund {
-    /// The refund of `decision`, an admission of `cost` whose check was
-    /// called `ago` before now.
-    pub fn of(decision: &PolicyDecision, cost: u32, ago: std::time::Duration) -> Self {
-        Refund {
-            cost,
-            ago,
-            resets: decision
-                .each
-                .iter()
-                .map(|d| d.reset_after_nanos())
-                .collect(),
-            charged_at: (decision.charged_at != 0).then_some(decision.charged_at),
-        }
-    }
-
-    /// The core's receipt of this charge for limit `index` of the policy,
-    /// on a clock reading `now`.
-    pub fn receipt(&self, index: usize, now: u64) -> tollgate_core::Receipt {
-        let ago = u64::try_from(self.ago.as_nanos()).unwrap_or(u64::MAX);
-        tollgate_core::Receipt {
-            at: self.charged_at.unwrap_or(now.saturating_sub(ago)),
-            cost: self.cost,
-            reset_after: self.resets.get(index).copied(),
-        }
     }
 }

@@ -2,7 +2,7 @@
 //! the keys that keep being refused; [`Penalty`]: when, and for how long.
 
 use super::fingerprint::ByFingerprint;
-use super::{AdminFuture, PolicyDecision, RefundReply, Store, StoreReply};
+use super::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -345,6 +345,7 @@ fn blocked_answer(refusal: &PolicyDecision, left: u64) -> PolicyDecision {
         merged: block(&refusal.merged),
         each: refusal.each.iter().map(block).collect(),
         charged_at: 0,
+        charged_by: Default::default(),
     }
 }
 
@@ -559,21 +560,17 @@ where
     }
 }
 
-impl<S, C> Store for PenaltyBox<S, C>
+impl<S, C> StoreWrapper for PenaltyBox<S, C>
 where
     S: Store,
     C: Clock + Clone,
 {
+    type Inner = S;
     type Error = S::Error;
     type Future = PenaltyFuture<S::Future, C>;
 
-    fn check(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-    ) -> StoreReply<Self::Future, Self::Error> {
-        self.decide(policy, key, cost, |inner| inner.check(policy, key, cost))
+    fn inner(&self) -> &S {
+        &self.inner
     }
 
     /// A blocked key is answered at once, whatever `within`; otherwise the
@@ -590,27 +587,8 @@ where
         })
     }
 
-    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
-        self.inner.supports(policy)
-    }
-
-    fn refunds(&self) -> bool {
-        self.inner.refunds()
-    }
-
-    /// Gives the charge back to the store behind. A block stands: it
-    /// punishes the refusals, which a refund of an admission does not undo.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
-        self.inner.refund(policy, key, refund)
-    }
-
-    fn debits(&self) -> bool {
-        self.inner.debits()
-    }
-
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
-        self.inner.debit(policy, key, cost)
-    }
+    // `refund` and `debit`: forwarded. A block stands after a refund: it
+    // punishes the refusals, which a refund of an admission does not undo.
 
     /// The block, for a blocked key; else the store behind's peek.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {

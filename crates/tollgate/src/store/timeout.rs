@@ -1,6 +1,6 @@
 //! [`Timeout`]: a store whose answers are awaited for a bounded time.
 
-use super::{PolicyDecision, RefundReply, Store, StoreReply};
+use super::{PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -110,50 +110,35 @@ where
     }
 }
 
-impl<St: Store> Store for Timeout<St> {
+impl<St: Store> StoreWrapper for Timeout<St> {
+    type Inner = St;
     type Error = TimeoutError<St::Error>;
     type Future = TimeoutFuture<St::Future>;
 
-    fn check(
+    fn inner(&self) -> &St {
+        &self.inner
+    }
+
+    /// The store behind's check, given up on after the timeout (or
+    /// `within`, if shorter), which the store behind is told.
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        within: Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
-        self.check_within(policy, key, cost, self.timeout)
-    }
-
-    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
-        self.inner.supports(policy)
-    }
-
-    fn refunds(&self) -> bool {
-        self.inner.refunds()
-    }
-
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
-        self.inner.refund(policy, key, refund)
-    }
-
-    fn debits(&self) -> bool {
-        self.inner.debits()
-    }
-
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, cost: u32) -> RefundReply {
-        self.inner.debit(policy, key, cost)
+        let after = within.min(self.timeout);
+        self.bound(self.inner.check_within(policy, key, cost, after), after)
     }
 
     /// The store behind's peek, given up on after the timeout.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
-        match self.inner.peek(policy, key) {
-            StoreReply::Ready(answer) => StoreReply::Ready(answer.map_err(TimeoutError::Inner)),
-            StoreReply::Pending(inner) => StoreReply::Pending(TimeoutFuture {
-                inner,
-                deadline: tokio::time::sleep(self.timeout),
-                after: self.timeout,
-            }),
-        }
+        self.bound(self.inner.peek(policy, key), self.timeout)
     }
+
+    // `refund` and `debit`: forwarded, unbounded here; the layer waits for
+    // them at most its `store_timeout`, and they land on their own.
 
     /// The store behind's reset, given up on after the timeout (it may
     /// still complete: a reset that reached Redis is not undone).
@@ -165,16 +150,16 @@ impl<St: Store> Store for Timeout<St> {
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
         bounded(self.inner.unblock(policy, key), self.timeout)
     }
+}
 
-    fn check_within(
+impl<St: Store> Timeout<St> {
+    /// `reply`, waited for `after` at most.
+    fn bound(
         &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-        within: Duration,
-    ) -> StoreReply<Self::Future, Self::Error> {
-        let after = within.min(self.timeout);
-        match self.inner.check_within(policy, key, cost, after) {
+        reply: StoreReply<St::Future, St::Error>,
+        after: Duration,
+    ) -> StoreReply<TimeoutFuture<St::Future>, TimeoutError<St::Error>> {
+        match reply {
             StoreReply::Ready(answer) => StoreReply::Ready(answer.map_err(TimeoutError::Inner)),
             StoreReply::Pending(inner) => StoreReply::Pending(TimeoutFuture {
                 inner,

@@ -3,6 +3,7 @@
 use http::{Request, Response};
 use std::convert::Infallible;
 use std::sync::Arc;
+use tollgate::store::StoreWrapper;
 use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreReply};
 use tower::{Service, ServiceExt};
 
@@ -43,31 +44,23 @@ impl Store for BrokenStore {
 #[allow(dead_code)] // not every test binary uses it
 pub struct Later<C = tollgate_core::MonotonicClock>(pub MemoryStore<C>);
 
-impl<C: tollgate_core::Clock + Clone> Store for Later<C> {
+impl<C: tollgate_core::Clock + Clone> StoreWrapper for Later<C> {
+    type Inner = MemoryStore<C>;
     type Error = Infallible;
     type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
 
-    fn check(
+    fn inner(&self) -> &MemoryStore<C> {
+        &self.0
+    }
+
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        _: std::time::Duration,
     ) -> StoreReply<Self::Future, Infallible> {
         StoreReply::Pending(std::future::ready(Ok(self.0.check_now(policy, key, cost))))
-    }
-
-    fn refunds(&self) -> bool {
-        true
-    }
-
-    fn refund(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        refund: tollgate::store::Refund,
-    ) -> tollgate::store::RefundReply {
-        self.0.refund_now(policy, key, refund);
-        tollgate::store::RefundReply::Done
     }
 }
 
@@ -140,42 +133,69 @@ impl<St: Store> Counting<St> {
     }
 }
 
-impl<St: Store> Store for Counting<St> {
+impl<St: Store> StoreWrapper for Counting<St> {
+    type Inner = St;
     type Error = St::Error;
     type Future = St::Future;
 
-    fn check(
+    fn inner(&self) -> &St {
+        &self.0
+    }
+
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        within: std::time::Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.0.check(policy, key, cost)
+        self.0.check_within(policy, key, cost, within)
     }
 
+    /// Uncounted: a peek is not a check.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
         self.0.peek(policy, key)
     }
+}
 
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
-        self.0.reset(policy, key)
+/// A memory store that fails every check while it is down, as a shared
+/// store does in an outage: refunds and debits still reach it (a store
+/// that charged can be given back to once it is back).
+#[derive(Clone, Default)]
+#[allow(dead_code)] // not every test binary has outages
+pub struct Outage {
+    pub store: MemoryStore,
+    pub down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[allow(dead_code)]
+impl Outage {
+    /// Down (every check fails) or up.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl StoreWrapper for Outage {
+    type Inner = MemoryStore;
+    type Error = Broken;
+    type Future = std::future::Ready<Result<PolicyDecision, Broken>>;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.store
     }
 
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
-        self.0.unblock(policy, key)
-    }
-
-    fn refunds(&self) -> bool {
-        self.0.refunds()
-    }
-
-    fn refund(
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
-        refund: tollgate::store::Refund,
-    ) -> tollgate::store::RefundReply {
-        self.0.refund(policy, key, refund)
+        cost: u32,
+        _: std::time::Duration,
+    ) -> StoreReply<Self::Future, Broken> {
+        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+            return StoreReply::Ready(Err(Broken));
+        }
+        StoreReply::Ready(Ok(self.store.check_now(policy, key, cost)))
     }
 }

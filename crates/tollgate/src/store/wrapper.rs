@@ -1,0 +1,184 @@
+//! [`StoreWrapper`]: a store in front of one other store, which names it
+//! once and forwards, by construction, every operation it does not
+//! change.
+
+use super::{
+    AdminFuture, Capability, Debit, Missing, PolicyDecision, Refund, RefundReply, Store, StoreReply,
+};
+use crate::{ConfigError, Key, Policy};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A store in front of another, as a tower middleware is in front of a
+/// service: it says which store it wraps ([`inner`](Self::inner)) and
+/// how it decides a check ([`check_within`](Self::check_within)); every
+/// other operation goes to the inner store unless the wrapper overrides
+/// it. Every `StoreWrapper` is a [`Store`].
+///
+/// So a wrapper cannot drop a capability by forgetting a method: a
+/// wrapper over a store that gives charges back gives them back too,
+/// and an operation added to [`Store`] later reaches the inner store of
+/// every wrapper without a change to any of them. Override an operation
+/// only to change it (a cache that must forget a refusal when a charge
+/// is given back, a timeout on an operator's reset).
+///
+/// [`Timeout`](super::Timeout), [`BlockCache`](super::BlockCache) and
+/// [`PenaltyBox`](super::PenaltyBox) are wrappers. [`Fallback`](super::Fallback)
+/// is not (it has two stores and routes every operation), nor is
+/// [`BoxStore`](super::BoxStore) (it forwards through a virtual call).
+///
+/// Name the trait by its path where you implement it rather than
+/// importing it: with both traits in scope, a call such as
+/// `wrapper.check(..)` would be ambiguous between them (rustc asks which),
+/// and callers want [`Store`]'s.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
+/// use tollgate::store::StoreReply;
+/// use tollgate::{Key, MemoryStore, Policy, Store};
+///
+/// /// Counts the checks that reach the store behind it; refunds, debits,
+/// /// peeks and an operator's calls pass through untouched.
+/// #[derive(Clone)]
+/// struct Counting<St> {
+///     inner: St,
+///     checks: Arc<AtomicU64>,
+/// }
+///
+/// impl<St: Store> tollgate::store::StoreWrapper for Counting<St> {
+///     type Inner = St;
+///     type Error = St::Error;
+///     type Future = St::Future;
+///
+///     fn inner(&self) -> &St {
+///         &self.inner
+///     }
+///
+///     fn check_within(
+///         &self,
+///         policy: &Arc<Policy>,
+///         key: &Key,
+///         cost: u32,
+///         within: Duration,
+///     ) -> StoreReply<St::Future, St::Error> {
+///         self.checks.fetch_add(1, Ordering::Relaxed);
+///         self.inner.check_within(policy, key, cost, within)
+///     }
+/// }
+///
+/// let store = Counting { inner: MemoryStore::new(), checks: Arc::default() };
+/// // The memory store gives charges back, so the wrapper does too.
+/// assert!(store.can(tollgate::store::Capability::Refund).is_ok());
+/// ```
+pub trait StoreWrapper: Clone + Send + Sync + 'static {
+    /// The store behind.
+    type Inner: Store;
+    /// What can go wrong.
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// The future of a check that has to wait.
+    type Future: Future<Output = Result<PolicyDecision, Self::Error>> + Send + 'static;
+
+    /// The store behind.
+    fn inner(&self) -> &Self::Inner;
+
+    /// Checks a request (see [`Store::check_within`]; a plain
+    /// [`Store::check`] comes here with `within` = [`Duration::MAX`]).
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreReply<Self::Future, Self::Error>;
+
+    /// See [`Store::peek`]. The default is a check of cost 0 through
+    /// this wrapper, which charges nothing.
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
+        self.check_within(policy, key, 0, Duration::MAX)
+    }
+
+    /// See [`Store::supports`]. Forwarded by default.
+    fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
+        self.inner().supports(policy)
+    }
+
+    /// See [`Store::can`]. Forwarded by default.
+    fn can(&self, capability: Capability) -> Result<(), Missing> {
+        self.inner().can(capability)
+    }
+
+    /// See [`Store::refund`]. Forwarded by default.
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        self.inner().refund(policy, key, refund)
+    }
+
+    /// See [`Store::debit`]. Forwarded by default.
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        self.inner().debit(policy, key, debit)
+    }
+
+    /// See [`Store::reset`]. Forwarded by default.
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        self.inner().reset(policy, key)
+    }
+
+    /// See [`Store::unblock`]. Forwarded by default.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        self.inner().unblock(policy, key)
+    }
+}
+
+impl<W: StoreWrapper> Store for W {
+    type Error = W::Error;
+    type Future = W::Future;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        StoreWrapper::check_within(self, policy, key, cost, Duration::MAX)
+    }
+
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        StoreWrapper::check_within(self, policy, key, cost, within)
+    }
+
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
+        StoreWrapper::peek(self, policy, key)
+    }
+
+    fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
+        StoreWrapper::supports(self, policy)
+    }
+
+    fn can(&self, capability: Capability) -> Result<(), Missing> {
+        StoreWrapper::can(self, capability)
+    }
+
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        StoreWrapper::refund(self, policy, key, refund)
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        StoreWrapper::debit(self, policy, key, debit)
+    }
+
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        StoreWrapper::reset(self, policy, key)
+    }
+
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        StoreWrapper::unblock(self, policy, key)
+    }
+}
