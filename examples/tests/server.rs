@@ -530,9 +530,15 @@ fn x_status_sets_the_answer_and_charge_when_counts_only_those_statuses() {
     assert_eq!(plain.get("/", &[("x-status", "418")]).status, 418);
     assert_eq!(plain.get("/", &[]).status, 200);
     assert_eq!(plain.get("/", &[]).status, 429);
-    // An x-status that is not a status code: 400.
+    // An x-status that is not a final status code: 400, with why (a 1xx
+    // cannot end a request: hyper would answer a 500 of its own).
     let other = Server::start(&["--key", "global"]);
-    assert_eq!(other.get("/", &[("x-status", "teapot")]).status, 400);
+    for status in ["teapot", "100", "103", "199", "1000"] {
+        let answer = other.get("/", &[("x-status", status)]);
+        assert_eq!(answer.status, 400, "x-status {status}");
+        assert!(answer.body.contains("x-status"), "{}", answer.body);
+    }
+    assert_eq!(other.get("/", &[("x-status", "200")]).status, 200);
     // A list that is not statuses: a usage error.
     let (status, stderr) = run_to_exit(&["--charge-when", "4xx,nope"]);
     assert_eq!(status.code(), Some(2), "{stderr}");
@@ -560,5 +566,77 @@ fn charge_when_counts_only_those_statuses_in_redis() {
             "--algorithm",
             algorithm,
         ]);
+    }
+}
+
+/// A login limiter as the issue that asked for composition tried it: 3
+/// failed logins a minute per user, only 401s counting; each user logs in
+/// 5 times correctly (on `first`), pauses 2 s (past the local-first store's
+/// hold of what it reserved), then gets the password wrong (one user on
+/// `first`, another on `second`): exactly 3 failures pass, then 429. Users
+/// are named after `label`, so that runs sharing one Redis do not meet.
+fn three_failures_after_five_successes(first: &Server, second: &Server, label: &str) {
+    let (same, other) = (format!("{label}-same"), format!("{label}-other"));
+    for user in [&same, &other] {
+        for _ in 0..5 {
+            let login = first.get("/", &[("x-user", user)]);
+            assert_eq!(login.status, 200, "{user}: a correct login");
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    for (user, server) in [(&same, first), (&other, second)] {
+        for attempt in 1..=3 {
+            let failure = server.get("/", &[("x-user", user), ("x-status", "401")]);
+            assert_eq!(failure.status, 401, "{user}: failure {attempt} of 3 passes");
+        }
+        let fourth = server.get("/", &[("x-user", user), ("x-status", "401")]);
+        assert_eq!(fourth.status, 429, "{user}: the 4th is refused");
+    }
+}
+
+/// The playground's flags for the login limiter, then `more`.
+fn login_limiter<'a>(more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--key",
+        "header:x-user",
+        "--limit",
+        "login=3/min",
+        "--charge-when",
+        "401",
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
+/// Charges given back reach every instance: over Redis directly, and
+/// through the local-first store in exact and periodic mode, two servers
+/// sharing one Redis admit exactly 3 failures after 5 successes, on the
+/// server that served the successes and on the other.
+#[test]
+fn a_login_limiter_counts_only_failures_on_every_redis_mode() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    for mode in ["off", "exact", "periodic=100"] {
+        let args = login_limiter(&["--store", &url, "--local", mode]);
+        let (first, second) = (Server::start(&args), Server::start(&args));
+        three_failures_after_five_successes(&first, &second, &format!("local-{mode}"));
+    }
+}
+
+/// `--on-store-error fallback` with Redis killed: each server decides in
+/// its own memory with the same limit, and gives back there what it
+/// charged there: the login limiter holds on each (the successes and the
+/// failures on one server, as each server counts alone).
+#[test]
+fn a_login_limiter_holds_in_the_fallback_with_redis_killed() {
+    let mut redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let args = login_limiter(&["--store", &url, "--on-store-error", "fallback"]);
+    let (first, second) = (Server::start(&args), Server::start(&args));
+    // Shared while Redis is up.
+    three_failures_after_five_successes(&first, &second, "up");
+    redis.kill();
+    for server in [&first, &second] {
+        three_failures_after_five_successes(server, server, &format!("down-{}", server.addr));
     }
 }

@@ -15,7 +15,7 @@
 //! --key KIND               ip | global | header:NAME (default ip)
 //! --trust-proxy CIDR       repeatable; proxy headers are read only from these peers
 //! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]
-//! --on-store-error MODE    open | closed (default open)
+//! --on-store-error MODE    open | closed | fallback (default open)
 //! --store-timeout-ms N     default 100
 //! --block-cache MODE       on | off (default on): a Redis store refuses a key Redis refused until its retry time, with no call
 //! --headers STYLE          draft | legacy | both | none (default draft)
@@ -56,13 +56,23 @@
 //!   Redis `--store`, and only for algorithms the local-first store supports
 //!   (not `sliding-log` or `leaky-bucket`): otherwise exit code 2.
 //! - Every route answers the status in an `x-status` request header (`200`
-//!   when absent; an `x-status` that is not a status code gets `400`), so a
-//!   script can play failed requests. With `--charge-when 4xx,5xx` a
+//!   when absent; an `x-status` that is not a final status code from 200
+//!   to 999 gets `400`: a 1xx is an interim response, which cannot end a
+//!   request), so a script can play failed requests. With `--charge-when 4xx,5xx` a
 //!   request is charged when admitted and given back when its status is
 //!   not listed: any number of `200`s pass, the limit counts the rest.
 //!   Every store gives charges back (Redis from a task of its own, so a
 //!   request that comes a moment after a refunded one may still find the
-//!   charge; with `--local`, through the local-first store).
+//!   charge; with `--local`, through the local-first store; with
+//!   `--on-store-error fallback`, to whichever store charged the request).
+//! - `--on-store-error fallback`: while the store fails or takes longer
+//!   than `--store-timeout-ms`, requests are decided in this process's
+//!   memory with the same limits (`Fallback::new(Timeout::new(store, T),
+//!   MemoryStore)`), each server on its own: with several servers sharing
+//!   a Redis, each admits up to the whole limit meanwhile. The layer then
+//!   waits up to twice `--store-timeout-ms` for an answer (the memory store
+//!   answers at once). With the memory `--store` it changes nothing, and
+//!   the in-flight slots (`--in-flight`) fail open.
 //! - Every route holds the request for the milliseconds an `x-hold-ms`
 //!   request header gives (0 when absent; at most 60000) before it
 //!   answers, so a script can play slow requests. A value that is not a
@@ -115,7 +125,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::in_flight::InFlightLayer;
-use tollgate::store::BoxStore;
+use tollgate::store::{BoxStore, Fallback, Timeout};
 use tollgate::{
     ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
     OnStoreError, RateLimitLayer,
@@ -253,12 +263,15 @@ async fn answer(headers: HeaderMap) -> (StatusCode, &'static str) {
             .ok()
             .and_then(|s| s.trim().parse::<u16>().ok())
             .and_then(|code| StatusCode::from_u16(code).ok())
+            // An interim status cannot be a request's answer: hyper would
+            // turn it into a 500 of its own.
+            .filter(|status| !status.is_informational())
         {
             Some(status) => status,
             None => {
                 return (
                     StatusCode::BAD_REQUEST,
-                    "x-status must be a status code (100 to 999)\n",
+                    "x-status must be a final status code (200 to 999)\n",
                 );
             }
         },
@@ -305,6 +318,8 @@ enum FailMode {
     Open,
     /// Answer 503.
     Closed,
+    /// Decide in this process's memory with the same limits.
+    Fallback,
 }
 
 /// `--block-cache`.
@@ -519,6 +534,20 @@ fn header_style(headers: Headers) -> HeaderStyle {
 /// The app: `ok` on every route, behind the layer the flags describe.
 async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     let on_store_error = on_store_error(args.on_store_error);
+    let store_timeout = Duration::from_millis(args.store_timeout_ms);
+    let store = store(store_url, args).await?;
+    let (store, store_timeout) = match args.on_store_error {
+        FailMode::Fallback => (
+            BoxStore::new(Fallback::new(
+                Timeout::new(store, store_timeout),
+                MemoryStore::new(),
+            )),
+            // The memory store answers at once: the layer's own bound
+            // only has to outlast the timeout before it.
+            store_timeout.saturating_mul(2),
+        ),
+        FailMode::Open | FailMode::Closed => (store, store_timeout),
+    };
     let mut builder = args
         .limits
         .iter()
@@ -526,9 +555,9 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
         .algorithm(args.algorithm)
         .key(key_extractor(&args.key, &args.trust_proxy))
-        .store(store(store_url, args).await?)
+        .store(store)
         .on_store_error(on_store_error)
-        .store_timeout(Duration::from_millis(args.store_timeout_ms))
+        .store_timeout(store_timeout)
         .headers(header_style(args.headers));
     if let Some(charge_when) = &args.charge_when {
         builder = builder.charge_when(charge_when.clone());
@@ -546,10 +575,13 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     }
 }
 
-/// `--on-store-error` as the library's setting.
+/// `--on-store-error` as the library's setting. With `fallback` the
+/// memory store decides when the store fails; should it fail too (it does
+/// not), requests pass. The in-flight slots have no fallback: they fail
+/// open.
 fn on_store_error(mode: FailMode) -> OnStoreError {
     match mode {
-        FailMode::Open => OnStoreError::Open,
+        FailMode::Open | FailMode::Fallback => OnStoreError::Open,
         FailMode::Closed => OnStoreError::Closed,
     }
 }
