@@ -412,8 +412,11 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// Counts only the responses `when` says count (see [`ChargeWhen`]):
     /// a request is charged when admitted, and its charge is given back
     /// when its response does not count. Needs a store that gives charges
-    /// back ([`Store::refunds`](crate::Store::refunds)): the memory store
-    /// and the wrappers over it; `try_build` fails otherwise.
+    /// back ([`Store::can`](crate::Store::can)
+    /// [`Capability::Refund`](crate::store::Capability::Refund)): the
+    /// memory, Redis and local-first stores, the wrappers over them and
+    /// fallbacks of two of them; `try_build` fails otherwise, naming the
+    /// store that cannot.
     ///
     /// [`ChargeWhen`]: crate::ChargeWhen
     pub fn charge_when(mut self, when: crate::ChargeWhen) -> Self {
@@ -429,9 +432,9 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// difference charged into debt if need be, or given back. With
     /// [`charge_when`](Self::charge_when), a response that does not count
     /// gives the whole charge back. Needs a store that charges into debt
-    /// and gives back ([`Store::debits`](crate::Store::debits),
-    /// [`Store::refunds`](crate::Store::refunds)); `try_build` fails
-    /// otherwise.
+    /// and gives back ([`Store::can`](crate::Store::can) both
+    /// [`Capability`](crate::store::Capability)s); `try_build` fails
+    /// otherwise, naming the store that cannot.
     ///
     /// ```
     /// use tollgate::RateLimitLayer;

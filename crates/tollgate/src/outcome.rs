@@ -19,9 +19,16 @@ use std::time::{Duration, Instant};
 ///
 /// The predicate sees the response's head (status, headers, extensions),
 /// before its body. A request whose inner service fails (an error, not a
-/// response) keeps its charge. The store must give charges back
-/// ([`Store::refunds`](crate::Store::refunds)); the layer fails to build
-/// otherwise.
+/// response) keeps its charge, and so does one whose client goes away
+/// before its response (the future dropped): there is no outcome to
+/// judge, and a client could otherwise spend the limit for free by
+/// hanging up. A response whose charge is given back carries the figures
+/// of its admission: its `RateLimit` field's `r` counts its own charge,
+/// which the refund gives back as the response leaves (the next response
+/// shows it). The store must give charges back
+/// ([`Store::can`](crate::Store::can)
+/// [`Capability::Refund`](crate::store::Capability::Refund)); the layer
+/// fails to build otherwise, naming the store that cannot.
 ///
 /// ```
 /// use tollgate::{ChargeWhen, RateLimitLayer};

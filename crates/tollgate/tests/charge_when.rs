@@ -355,3 +355,58 @@ async fn a_refund_that_does_not_land_holds_the_response_only_for_the_store_timeo
     // The charge stands meanwhile: the next request finds the limit spent.
     assert_eq!(status(&router, "/ok").await, StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// `r` of the `RateLimit` field of `response`.
+fn remaining_field(response: &http::Response<Body>) -> u64 {
+    let field = response.headers()["ratelimit"].to_str().unwrap();
+    let r = field.split(';').find_map(|p| p.strip_prefix("r=")).unwrap();
+    r.parse().unwrap()
+}
+
+/// The documented figures: a response whose charge is given back reports
+/// its admission (its `r` counts its own charge); the next response shows
+/// the refund.
+#[tokio::test]
+async fn a_given_back_response_reports_its_admission_and_the_next_shows_the_refund() {
+    let app = statuses_app(MemoryStore::new(), Algorithm::FixedWindow);
+    // (x-status asked, status answered, r), 3 a minute counting 4xx.
+    let expected = [
+        (200, 200, 2), // charged: r counts it; given back as it leaves
+        (200, 200, 2), // the first's refund shows: 3 left, this one charged
+        (401, 401, 2), // counts
+        (200, 200, 1),
+        (401, 401, 1),
+        (401, 401, 0),
+        (401, 429, 0),
+        (200, 429, 0),
+    ];
+    for (i, (asked, status, r)) in expected.into_iter().enumerate() {
+        let request = Request::get(format!("/?status={asked}"))
+            .body(Body::empty())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "request {i}");
+        assert_eq!(remaining_field(&response), r, "request {i}");
+    }
+}
+
+/// A request whose client goes away before its response keeps its charge:
+/// three abandoned requests spend a limit of 3, even of responses that
+/// would not have counted.
+#[tokio::test]
+async fn a_request_whose_client_goes_away_keeps_its_charge() {
+    let layer = statuses_layer(MemoryStore::new(), Algorithm::Gcra);
+    let app = Router::new()
+        .route("/hang", get(std::future::pending::<StatusCode>))
+        .route("/", get(|| async { StatusCode::OK }))
+        .layer(layer);
+    for _ in 0..3 {
+        let request = Request::get("/hang").body(Body::empty()).unwrap();
+        let abandoned =
+            tokio::time::timeout(Duration::from_millis(20), app.clone().oneshot(request));
+        assert!(abandoned.await.is_err(), "the request hangs until dropped");
+    }
+    let request = Request::get("/").body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+}
