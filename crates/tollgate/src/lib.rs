@@ -40,6 +40,9 @@
 // a feature then carry a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance;
 pub mod direct;
 mod engine;
 mod error;
