@@ -31,10 +31,12 @@ fn aged(decision: &Decision, elapsed: u64, allowed: bool, remaining: u64) -> Dec
 /// An admission decided locally: Redis's last answer, `elapsed` later,
 /// each limit's remaining count made by `remaining` from Redis's (exact
 /// mode adds the units this instance holds, which are part of what the key
-/// has left; periodic mode takes off what it admitted since).
+/// has left; periodic mode takes off what it admitted since). It carries
+/// `receipt` as its `charged_at` (see `LocalFirst::refund`).
 pub(crate) fn admitted(
     last: &PolicyDecision,
     elapsed: u64,
+    receipt: u64,
     remaining: impl Fn(u64) -> u64,
 ) -> PolicyDecision {
     let each: smallvec::SmallVec<[Decision; 2]> = last
@@ -42,11 +44,11 @@ pub(crate) fn admitted(
         .iter()
         .map(|d| aged(d, elapsed, true, remaining(d.remaining())))
         .collect();
-    merge(each)
+    merge(each, receipt)
 }
 
 /// [`admitted`], from a budget's reading (see `budget.rs`) rather than
-/// the decision it was copied from.
+/// the decision it was copied from; its receipt is the reading's.
 pub(crate) fn admitted_from(
     reading: &Reading,
     elapsed: u64,
@@ -68,7 +70,7 @@ pub(crate) fn admitted_from(
             })
         })
         .collect();
-    merge(each)
+    merge(each, reading.receipt)
 }
 
 /// A refusal decided locally: Redis's refusal, `elapsed` later. Limits
@@ -79,7 +81,7 @@ pub(crate) fn refused(refusal: &PolicyDecision, elapsed: u64) -> PolicyDecision 
         .iter()
         .map(|d| aged(d, elapsed, d.allowed(), d.remaining()))
         .collect();
-    merge(each)
+    merge(each, 0)
 }
 
 /// A refusal decided locally when this instance's budget is spent: each
@@ -97,10 +99,10 @@ pub(crate) fn spent(last: &PolicyDecision, elapsed: u64, retry_floor: u64) -> Po
             Decision::from(f)
         })
         .collect();
-    merge(each)
+    merge(each, 0)
 }
 
-fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
+fn merge(each: smallvec::SmallVec<[Decision; 2]>, receipt: u64) -> PolicyDecision {
     let merged = match each.as_slice() {
         [one] => *one,
         _ => each
@@ -112,9 +114,11 @@ fn merge(each: smallvec::SmallVec<[Decision; 2]>) -> PolicyDecision {
     PolicyDecision {
         merged,
         each,
-        // Decided here, not by a script: `LocalFirst::refund` reads the
-        // missing charge time as "undo it here if Redis has not heard".
-        charged_at: 0,
+        // Decided here, not by a script: no charge time on Redis's clock.
+        // Exact mode's admissions carry a receipt instead, which
+        // `LocalFirst::refund` reads; periodic mode's carry none (0), read
+        // there as "undo it here".
+        charged_at: receipt,
     }
 }
 
@@ -137,14 +141,14 @@ mod tests {
 
     #[test]
     fn local_answers_age_redis_times_and_count_what_is_held() {
-        let last = merge([limit(true, 3, 0)].into_iter().collect());
-        let got = admitted(&last, 400, |r| r + 2);
+        let last = merge([limit(true, 3, 0)].into_iter().collect(), 0);
+        let got = admitted(&last, 400, 0, |r| r + 2);
         assert!(got.merged.allowed());
         assert_eq!(got.merged.remaining(), 5);
         assert_eq!(got.merged.reset_after_nanos(), 4_600);
         assert_eq!(got.merged.replenish_after_nanos(), 600);
 
-        let refusal = merge([limit(false, 0, 2_000)].into_iter().collect());
+        let refusal = merge([limit(false, 0, 2_000)].into_iter().collect(), 0);
         let got = refused(&refusal, 500);
         assert!(!got.merged.allowed());
         assert_eq!(got.merged.retry_after_nanos(), 1_500);

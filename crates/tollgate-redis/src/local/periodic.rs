@@ -143,6 +143,7 @@ impl Budgeted for Counts {
             at: *at,
             until: u64::MAX,
             low: None,
+            receipt: 0,
         };
         (left, Some(signature))
     }
@@ -161,7 +162,7 @@ impl Counts {
         };
         let elapsed = now.saturating_sub(*at);
         if self.left(last.merged.remaining()) >= u64::from(cost) {
-            let answer = answers::admitted(last, elapsed, |r| {
+            let answer = answers::admitted(last, elapsed, 0, |r| {
                 self.left(r).saturating_sub(u64::from(cost))
             });
             self.pending += u64::from(cost);
