@@ -575,7 +575,10 @@ async fn periodic_mode_refusals_say_honestly_when_to_retry() {
             assert!(refusal.retry_after() <= refusal.reset_after(), "{label}");
             tokio::time::sleep(Duration::from_secs(retry)).await;
             let retried = decide().await;
-            assert!(retried.allowed(), "{label}: refused after Retry-After: {retried:?}");
+            assert!(
+                retried.allowed(),
+                "{label}: refused after Retry-After: {retried:?}"
+            );
         }
     }
 }

@@ -289,7 +289,10 @@ fn three_an_hour() -> Vec<(&'static str, Arc<Policy>)> {
         ),
         ("fixed window", with(Algorithm::FixedWindow)),
         ("sliding window", with(Algorithm::SlidingWindow)),
-        ("sliding window buckets", with(Algorithm::SlidingWindowBuckets)),
+        (
+            "sliding window buckets",
+            with(Algorithm::SlidingWindowBuckets),
+        ),
     ]
 }
 
@@ -306,7 +309,11 @@ async fn clear_of_the_hour() {
     }
 }
 
-async fn decide<St: Store>(store: &St, policy: &Arc<Policy>, cost: u32) -> tollgate::PolicyDecision {
+async fn decide<St: Store>(
+    store: &St,
+    policy: &Arc<Policy>,
+    cost: u32,
+) -> tollgate::PolicyDecision {
     match store.check(policy, &Key::Global, cost) {
         StoreReply::Ready(decision) => decision,
         StoreReply::Pending(future) => future.await,
@@ -363,7 +370,9 @@ async fn exact_mode_refunds_leave_the_whole_limit_to_the_same_instance() {
         let passed = passes(&store, &policy, 3).await;
         let over = decide(&store, &policy, 1).await.merged.allowed();
         if (passed, over) != (3, false) {
-            failures.push(format!("{name}: {passed} of 3 passed, the 4th passed: {over}"));
+            failures.push(format!(
+                "{name}: {passed} of 3 passed, the 4th passed: {over}"
+            ));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
@@ -378,7 +387,10 @@ async fn exact_mode_refunds_on_one_instance_are_the_others_at_once() {
     clear_of_the_hour().await;
     for (name, policy) in three_an_hour() {
         let prefix = format!("two-{name}");
-        let (a, b) = (exact_store(&server, &prefix).await, exact_store(&server, &prefix).await);
+        let (a, b) = (
+            exact_store(&server, &prefix).await,
+            exact_store(&server, &prefix).await,
+        );
         admit_and_give_back(&a, &policy, 5, name).await;
         let passed = passes(&b, &policy, 3).await;
         let over_b = decide(&b, &policy, 1).await.merged.allowed();
@@ -405,10 +417,22 @@ async fn exact_mode_settles_a_partial_refund_as_redis_does() {
     let interval = Limiter::TokenBucket(TokenBucket::new(quota).with_refill(Refill::Interval));
     for (name, limit) in [
         ("gcra", NamedLimit::new("tokens", quota)),
-        ("token bucket", NamedLimit::new("tokens", quota).with_algorithm(Algorithm::TokenBucket)),
-        ("interval token bucket", NamedLimit::new("tokens", quota).with_limiter(interval)),
-        ("fixed window", NamedLimit::new("tokens", quota).with_algorithm(Algorithm::FixedWindow)),
-        ("sliding window", NamedLimit::new("tokens", quota).with_algorithm(Algorithm::SlidingWindow)),
+        (
+            "token bucket",
+            NamedLimit::new("tokens", quota).with_algorithm(Algorithm::TokenBucket),
+        ),
+        (
+            "interval token bucket",
+            NamedLimit::new("tokens", quota).with_limiter(interval),
+        ),
+        (
+            "fixed window",
+            NamedLimit::new("tokens", quota).with_algorithm(Algorithm::FixedWindow),
+        ),
+        (
+            "sliding window",
+            NamedLimit::new("tokens", quota).with_algorithm(Algorithm::SlidingWindow),
+        ),
         (
             "sliding window buckets",
             NamedLimit::new("tokens", quota).with_algorithm(Algorithm::SlidingWindowBuckets),

@@ -84,18 +84,36 @@ pub(crate) fn refused(refusal: &PolicyDecision, elapsed: u64) -> PolicyDecision 
     merge(each, 0)
 }
 
-/// A refusal decided locally when this instance's budget is spent: each
-/// limit as Redis last read it (`elapsed` ago), with nothing remaining
-/// here and a retry no sooner than `retry_floor` from now, the moment a
-/// fresh budget can arrive.
-pub(crate) fn spent(last: &PolicyDecision, elapsed: u64, retry_floor: u64) -> PolicyDecision {
+/// A refusal decided locally (periodic mode) from a reading that counts
+/// everything this instance admitted, `elapsed` ago: each limit as Redis
+/// read it, with what this instance may still admit of it (`left` of
+/// Redis's remaining). A limit that cannot take `cost` gives its retry as
+/// when its next unit is back (`replenish_after`) if one more unit is
+/// enough, else when it is whole again (`reset_after`): never early for a
+/// retry of the same cost, as the reading knows it. So on a refusal
+/// `0 < replenish_after ≤ retry_after ≤ reset_after`.
+pub(crate) fn spent(
+    last: &PolicyDecision,
+    elapsed: u64,
+    cost: u64,
+    left: impl Fn(u64) -> u64,
+) -> PolicyDecision {
     let each: smallvec::SmallVec<[Decision; 2]> = last
         .each
         .iter()
         .map(|d| {
-            let mut f = aged(d, elapsed, false, 0).fields();
-            let refill = d.replenish_after_nanos().saturating_sub(elapsed);
-            f.retry_after_nanos = refill.max(retry_floor);
+            let remaining = left(d.remaining()).min(d.limit());
+            let allows = remaining >= cost;
+            let mut f = aged(d, elapsed, allows, remaining).fields();
+            if !allows {
+                f.retry_after_nanos = if cost > d.limit() {
+                    Decision::NEVER_NANOS
+                } else if cost <= remaining + 1 {
+                    f.replenish_after_nanos
+                } else {
+                    f.reset_after_nanos
+                };
+            }
             Decision::from(f)
         })
         .collect();
@@ -154,10 +172,16 @@ mod tests {
         assert_eq!(got.merged.retry_after_nanos(), 1_500);
         assert_eq!(refused(&refusal, 9_000).merged.retry_after_nanos(), 0);
 
-        let got = spent(&last, 400, 50_000);
+        // 3 remain in Redis, all admitted here: a cost of 1 waits for the
+        // next unit, a cost of 2 for the whole limit.
+        let got = spent(&last, 400, 1, |r| r - 3);
         assert!(!got.merged.allowed());
         assert_eq!(got.merged.remaining(), 0);
-        assert_eq!(got.merged.retry_after_nanos(), 50_000);
-        assert_eq!(spent(&last, 400, 10).merged.retry_after_nanos(), 600);
+        assert_eq!(got.merged.retry_after_nanos(), 600);
+        assert_eq!(
+            spent(&last, 400, 2, |r| r - 3).merged.retry_after_nanos(),
+            4_600
+        );
+        assert!(!spent(&last, 400, 11, |r| r).merged.can_ever_pass());
     }
 }

@@ -257,9 +257,10 @@ impl Holdings {
             take(&mut self.grants, u64::from(cost));
             self.spent = self.spent.saturating_add(u64::from(cost));
             let left = held - u64::from(cost);
-            let answer = answers::admitted(last, now.saturating_sub(*at), receipt(self.report), |r| {
-                r.saturating_add(left)
-            });
+            let answer =
+                answers::admitted(last, now.saturating_sub(*at), receipt(self.report), |r| {
+                    r.saturating_add(left)
+                });
             let ahead = if left.saturating_mul(4) <= self.last_grant {
                 self.ahead(now)
             } else {

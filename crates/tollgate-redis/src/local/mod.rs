@@ -90,14 +90,31 @@ impl LocalMode {
 /// when they were spent), so their refill starts late: exact mode then
 /// admits a little less than the limit, never more. Units held by an
 /// instance that stops are out of reach for `hold`; units of a slot dropped
-/// to make room are lost. Nothing is given back. A plain `RedisStore` does
-/// not read the held units: do not share a key prefix between it and an
-/// exact-mode store.
+/// to make room are lost. Unspent held units are not given back; near the
+/// limit, where a [`fanout`](LocalFirstBuilder::fanout)th of what remains
+/// is less than one unit, an instance reserves only for a request that
+/// waits, never ahead of need, so that nothing it holds is out of the
+/// others' reach. A plain `RedisStore` does not read the held units: do
+/// not share a key prefix between it and an exact-mode store.
+///
+/// *Refunds* (charge by outcome, pay after): a refunded admission's units
+/// are given back in Redis, never kept by the instance that charged them:
+/// once the refund landed (the layer waits for it), every instance's next
+/// reservation finds them, never over the limit (see
+/// [`refund`](Store::refund)). The next answers here say what remains
+/// after it.
 ///
 /// **Periodic** ([`LocalMode::Periodic`], synchronised counts): each
 /// instance admits while what Redis last said remains, less what it
 /// admitted since, covers the cost; every `sync_interval` it reports what it
 /// admitted (charged in Redis whatever the state) and reads the key again.
+/// A request it cannot admit is refused from a reading that counts all it
+/// admitted: when it admitted since the last reading, or a limit was due
+/// to give quota back since, the request waits for a fresh one (one call
+/// for all that wait). A refusal's figures are that reading's: `remaining`
+/// at most the limit, `0 < replenish_after ≤ retry_after ≤ reset_after`,
+/// and a retry after `retry_after` passes if no other instance spent the
+/// key meanwhile.
 /// Reports carry a per-instance sequence number, so a report sent again
 /// after a lost reply is not counted twice. *Worst-case over-admission*:
 /// between two readings, each of `N` instances may spend all of the
@@ -529,20 +546,17 @@ impl Store for LocalFirst {
                         resets: refund.resets.clone(),
                     };
                     let (policy, key) = (policy.clone(), key.clone());
-                    return crate::store::spawn_change(
-                        crate::store::Change::Refund,
-                        async move {
-                            if policy.limits().is_empty() || refund.cost == 0 {
-                                return Ok(());
-                            }
-                            let reply = redis.share(&policy, &key, op).await?;
-                            if let Some(slot) = slot {
-                                let reading = (reply.decision, reply.server_micros);
-                                slot.refunded(MonotonicClock.now(), Some(reading));
-                            }
-                            Ok(())
-                        },
-                    );
+                    return crate::store::spawn_change(crate::store::Change::Refund, async move {
+                        if policy.limits().is_empty() || refund.cost == 0 {
+                            return Ok(());
+                        }
+                        let reply = redis.share(&policy, &key, op).await?;
+                        if let Some(slot) = slot {
+                            let reading = (reply.decision, reply.server_micros);
+                            slot.refunded(MonotonicClock.now(), Some(reading));
+                        }
+                        Ok(())
+                    });
                 }
                 let slot = table.find(policy.id(), key);
                 let (policy, key) = (policy.clone(), key.clone());
@@ -759,9 +773,8 @@ impl Slot for PeriodicSlot {
     fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn {
         ensure_ticking(inner);
         let now = inner.now();
-        let next = inner.next_tick.load(Ordering::Relaxed);
         let mut counts = self.lock();
-        let (step, start) = counts.decide(now, next, cost);
+        let (step, start) = counts.decide(now, cost);
         let start = start.then_some(0);
         Turn::new(step, start, counts.round, seen, counts.failure.as_ref())
     }
