@@ -520,3 +520,65 @@ async fn periodic_mode_reports_what_it_admitted_while_redis_was_away_once() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(remaining(&url).await, 850);
 }
+
+/// Issue 38, periodic mode's figures: one instance, 5 a second (GCRA, a
+/// fixed window), hammered until refused. The refusal keeps the memory
+/// store's contract as the headers round it: `1 ≤ t ≤ Retry-After` (`t`
+/// from `replenish_after`), `remaining ≤ limit`, `retry_after ≤
+/// reset_after`; and a retry after `Retry-After` passes (nothing else
+/// spends the key). Three rounds each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_mode_refusals_say_honestly_when_to_retry() {
+    use tollgate::headers::ceil_seconds;
+    use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
+    let server = RedisServer::start();
+    for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow] {
+        let store = local_store(
+            &server.url(),
+            &format!("periodic-headers-{algorithm}"),
+            LocalMode::Periodic {
+                sync_interval: Duration::from_millis(100),
+            },
+        )
+        .await;
+        let policy = Arc::new(Policy::new(vec![
+            NamedLimit::new("api", Quota::per_second(5)).with_algorithm(algorithm),
+        ]));
+        let decide = || async {
+            match store.check(&policy, &Key::Global, 1) {
+                StoreReply::Ready(decision) => decision,
+                StoreReply::Pending(future) => future.await,
+            }
+            .expect("decided")
+            .merged
+        };
+        for round in 0..3 {
+            let mut admitted = 0;
+            let refusal = loop {
+                let decision = decide().await;
+                assert!(decision.remaining() <= decision.limit(), "{algorithm}");
+                if !decision.allowed() {
+                    break decision;
+                }
+                admitted += 1;
+                assert!(admitted < 100, "{algorithm}: never refused");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            let (t, retry) = (
+                ceil_seconds(refusal.replenish_after()),
+                ceil_seconds(refusal.retry_after()).max(1),
+            );
+            let label = format!("{algorithm}, round {round}: {refusal:?}");
+            assert!(t >= 1, "{label}: t=0 on a refusal");
+            assert!(t <= retry, "{label}: t={t} after Retry-After {retry}");
+            assert!(refusal.reset_after() > Duration::ZERO, "{label}");
+            assert!(refusal.retry_after() <= refusal.reset_after(), "{label}");
+            tokio::time::sleep(Duration::from_secs(retry)).await;
+            let retried = decide().await;
+            assert!(
+                retried.allowed(),
+                "{label}: refused after Retry-After: {retried:?}"
+            );
+        }
+    }
+}

@@ -21,35 +21,36 @@ ALGORITHMS.gcra = {
 
   -- Units reserved by instances (share.lua) and not yet reported spent
   -- are still in the bucket, held elsewhere: the bucket must not refill
-  -- them too, or a unit held past its refill would be spent on top of it.
-  -- `held_key` is a hash, instance → "units expiry"; while Σ units = O,
-  -- the TAT is at least t + O × interval (free ≤ burst − O). Each held
-  -- count is applied up to its expiry (the instance spends nothing after
-  -- it), then dropped. Returns the TAT with that floor, and the counts
-  -- still live (field → units, field → expiry), for share.lua to update.
+  -- them too, or a unit held past its own refill would be spent on top of
+  -- it. `held_key` is a hash, instance → "units expiry report" (report:
+  -- the number of the reservation that recorded it; absent in counts an
+  -- older version wrote); while Σ units = O, the TAT is at least
+  -- t + O × interval (free ≤ burst − O). Each held count is applied up to
+  -- its expiry (the instance spends nothing after it), then dropped.
+  -- Returns the TAT with that floor, and the counts still live (field →
+  -- units, field → expiry, field → report), for share.lua to update.
   held = function(tat, held_key, now, p)
     local interval = p[1]
     local raw = redis.call('HGETALL', held_key)
     local entries, total = {}, 0
     for i = 1, #raw, 2 do
-      local units, expiry = string.match(raw[i + 1], '^(%d+) (%d+)$')
-      units, expiry = tonumber(units), tonumber(expiry)
-      if units and expiry then
-        entries[#entries + 1] = { field = raw[i], units = units, expiry = expiry }
+      local units, expiry, report = parse_held(raw[i + 1])
+      if units then
+        entries[#entries + 1] = { field = raw[i], units = units, expiry = expiry, report = report }
         total = total + units
       end
     end
     table.sort(entries, function(a, b) return a.expiry < b.expiry end)
-    local live, expiries = {}, {}
+    local live, expiries, reports = {}, {}, {}
     for _, e in ipairs(entries) do
       if e.expiry <= now then
         tat = max(tat, e.expiry + total * interval)
         total = total - e.units
       else
-        live[e.field], expiries[e.field] = e.units, e.expiry
+        live[e.field], expiries[e.field], reports[e.field] = e.units, e.expiry, e.report
       end
     end
-    return max(tat, now + total * interval), live, expiries
+    return max(tat, now + total * interval), live, expiries, reports
   end,
 
   -- Charges `cost` whatever the state (requests another instance already

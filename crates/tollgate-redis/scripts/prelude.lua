@@ -149,6 +149,18 @@ local function load_limits(n, first)
   return limits
 end
 
+-- One instance's held count (see `held` in gcra.lua), "units expiry
+-- report": units, expiry (µs) and the number of the reservation that
+-- recorded it (0 when an older version wrote it); nil when unreadable.
+local function parse_held(value)
+  local units, expiry, report = string.match(value or '', '^(%d+) (%d+) ?(%d*)$')
+  units, expiry = tonumber(units), tonumber(expiry)
+  if not (units and expiry) then
+    return nil
+  end
+  return units, expiry, tonumber(report) or 0
+end
+
 -- Writes a state's new value, keeping the key's expiry (a refund only
 -- brings a state nearer rest).
 local function restore(key, value)

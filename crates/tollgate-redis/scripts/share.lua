@@ -1,48 +1,62 @@
 -- The local-first store's calls: an instance reserves capacity to spend on
 -- its own (exact mode), or reports what it admitted on its own and reads the
--- shared state (periodic mode). Joined after the algorithms' files, like
--- check.lua.
+-- shared state (periodic mode), or gives back a charge it made on its own
+-- (exact mode). Joined after the algorithms' files, like check.lua.
 --
--- KEYS[i], i ≤ #limits: the state of limit i. Reserve: KEYS[#limits + i],
--- what instances hold of limit i (see `held` in gcra.lua). Sync:
--- KEYS[#limits + 1], the instances' sequence numbers (any key of the same
--- hash tag).
--- ARGV[1]: "reserve" or "sync".
+-- KEYS[i], i ≤ #limits: the state of limit i. Reserve and refund:
+-- KEYS[#limits + i], what instances hold of limit i (see `held` in
+-- gcra.lua). Sync: KEYS[#limits + 1], the instances' sequence numbers (any
+-- key of the same hash tag).
+-- ARGV[1]: "reserve", "sync" or "refund".
 -- ARGV[2]: "" to read the server's time; a number of µs only in tests.
 -- ARGV[3]: reserve: the least worth granting (the cost of the request that
---          waits); sync: the units this instance admitted since its last
---          sync.
--- ARGV[4]: reserve: the most this instance wants; sync: the instance's id.
+--          waits; 0 ahead of need: a fan-out share below one unit is then
+--          none, not one); sync: the units this instance admitted since its last
+--          sync; refund: the cost to give back.
+-- ARGV[4]: reserve: the most this instance wants; sync: the instance's id;
+--          refund: who holds (as a reservation's ARGV[6]).
 -- ARGV[5]: reserve: the fan-out, a share of what remains (see below);
---          sync: the report's sequence number, increasing per instance.
--- ARGV[6]: reserve: who holds (the instance, for one policy).
+--          sync: the report's sequence number, increasing per instance;
+--          refund: the number of the holder's last reservation sent before
+--          the units were spent (their report, as ARGV[10]).
+-- ARGV[6]: reserve: who holds (the instance, for one policy); refund: how
+--          long ago (µs) the request was checked.
 -- ARGV[7]: reserve: the units it holds now, unspent (what it had less
 --          what it spent since; the grant is added to it).
 -- ARGV[8]: reserve: for how many µs it will spend what it then holds (0:
 --          it spends the grant at once and holds nothing).
 -- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
--- ARGV[10 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
+-- ARGV[10]: reserve: this reservation's number, increasing per instance
+--          (recorded beside the units held: a refund names it).
+-- ARGV[11 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
+-- Refund, then: ARGV[11 + 5 × #limits + (i−1)]: limit i's reset_after in
+--          the admission, in µs; "" when unknown.
 --
 -- Returns three integers, then seven per limit (as check.lua), then the
 -- time the script ran at:
 --   reserve: granted (0 when even the least would not pass: the limits'
---            decisions are then for that least, with their retry times),
+--            decisions are then for that least, at least 1, with their
+--            retry times; or, ahead of need, when the share is none: the
+--            decisions then allow, for a cost of 0),
 --            the µs the grant may be spent for by the window limits (−1:
 --            none has a lapse), the µs everything the instance holds may
 --            be spent for by the limits that count held units (−1: none
 --            does);
 --   sync:    1 if the report was applied, 0 if it had been already (a
 --            retried call), then 0, 0; the decisions read for a cost of 0
---            (what remains now).
+--            (what remains now);
+--   refund:  the units taken off the holder's held count (of the first
+--            limit that counts them; 0 if none), 0, 0; the decisions read
+--            for a cost of 0 after the refund.
 
 local op = ARGV[1]
 local now = time_now(ARGV[2])
 local count = tonumber(ARGV[3])
 
--- A sync's last key is the sequence numbers'; a reservation's second half
--- are the held units'.
+-- A sync's last key is the sequence numbers'; a reservation's or a
+-- refund's second half are the held units'.
 local n = (op == 'sync') and #KEYS - 1 or #KEYS / 2
-local limits, failure = load_limits(n, 10)
+local limits, failure = load_limits(n, 11)
 if not limits then
   return failure
 end
@@ -67,19 +81,26 @@ local function reply(a, b, c)
   return reply_with_decisions({ a, b, c }, limits, now)
 end
 
+-- A held count as the hash keeps it (see `held` in gcra.lua).
+local function held_value(units, expiry, report)
+  return int(units) .. ' ' .. int(expiry) .. ' ' .. int(report)
+end
+
 -- Records that `reporter` now holds `units` of each limit that counts held
--- units, until `expiry`; drops the counts that expired.
-local function record_held(reporter, units, expiry)
+-- units, until `expiry`, as reservation number `report`; drops the counts
+-- that expired.
+local function record_held(reporter, units, expiry, report)
   for _, limit in ipairs(limits) do
     if limit.held_key then
       redis.call('DEL', limit.held_key)
       for field, held in pairs(limit.live) do
         if field ~= reporter then
-          redis.call('HSET', limit.held_key, field, int(held) .. ' ' .. int(limit.expiry[field]))
+          redis.call('HSET', limit.held_key, field,
+            held_value(held, limit.expiry[field], limit.reports[field]))
         end
       end
       if units > 0 and expiry > now then
-        redis.call('HSET', limit.held_key, reporter, int(units) .. ' ' .. int(expiry))
+        redis.call('HSET', limit.held_key, reporter, held_value(units, expiry, report))
       end
       if redis.call('EXISTS', limit.held_key) == 1 then
         -- Kept while a count's floor can still matter: its expiry, then a
@@ -94,6 +115,7 @@ if op == 'reserve' then
   local need, want, fanout = count, tonumber(ARGV[4]), tonumber(ARGV[5])
   local reporter, held_now, hold = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
   local ahead = tonumber(ARGV[9])
+  local report = tonumber(ARGV[10]) or 0
   -- Units of a window lapse at its end: no more than the instance spends
   -- at its rate before then (unspent, they would be lost to everyone).
   local lapse = NEVER
@@ -112,18 +134,21 @@ if op == 'reserve' then
   for i, limit in ipairs(limits) do
     if limit.algorithm.held then
       limit.held_key = KEYS[n + i]
-      limit.state, limit.live, limit.expiry =
+      limit.state, limit.live, limit.expiry, limit.reports =
         limit.algorithm.held(limit.state, limit.held_key, now, limit.p)
       any_held = true
     end
   end
-  if not evaluate_all(need) then
+  -- A reservation ahead of need asks for 0: at least one unit must pass,
+  -- but it gets only a share of what remains, which may be none.
+  local least = max(need, 1)
+  if not evaluate_all(least) then
     -- Nothing written: what instances hold stays as it was.
     return reply(0, 0, 0)
   end
   -- The most that would pass now, up to want × fanout: admission is
   -- monotone in the cost for every algorithm, so a bisection finds it.
-  local low, high = need, max(want * fanout, need)
+  local low, high = least, max(want * fanout, least)
   while low < high do
     local middle = floor((low + high + 1) / 2)
     if evaluate_all(middle) then
@@ -136,9 +161,22 @@ if op == 'reserve' then
   -- less than the request that waits, never more than wanted.
   local granted = min(want, max(need, div_floor(low, fanout)))
   evaluate_all(granted)
-  commit_all()
+  if granted > 0 then
+    commit_all()
+  else
+    -- Ahead of need, and less than a unit is this instance's share: none
+    -- is held back from the others (near the limit a request waits for
+    -- its own reservation instead). The count of what the instance holds
+    -- is still renewed under this reservation's number: what it spent
+    -- since its last report is charged, as at every reservation.
+    for _, limit in ipairs(limits) do
+      if limit.held_key then
+        commit_limit(limit, now)
+      end
+    end
+  end
   if any_held then
-    record_held(reporter, held_now + granted, now + hold)
+    record_held(reporter, held_now + granted, now + hold, report)
   end
   return reply(granted, lapse, any_held and hold or NEVER)
 end
@@ -165,6 +203,45 @@ if op == 'sync' then
   -- Read for a cost of 0: what remains now, nothing taken off.
   evaluate_all(0)
   return reply(applied, 0, 0)
+end
+
+if op == 'refund' then
+  local holder, report = ARGV[4], tonumber(ARGV[5]) or 0
+  local at = max(now - (tonumber(ARGV[6]) or 0), 0)
+  local taken = nil
+  for i, limit in ipairs(limits) do
+    local reset = tonumber(ARGV[10 + 5 * n + i]) or -1
+    if limit.algorithm.held then
+      limit.held_key = KEYS[n + i]
+      -- Spent since the holder's reservation number `report` left, the
+      -- units are in the count it recorded (held, so the bucket has not
+      -- refilled them): taken off it, so that no later floor charges them
+      -- again, and given back whole from the schedule (the count's floor
+      -- kept them ahead of now until now, or until its expiry). A count
+      -- another reservation recorded since does not hold them: the
+      -- reservation charged them when it dropped the old count.
+      local value = redis.call('HGET', limit.held_key, holder)
+      local units, expiry, recorded = parse_held(value)
+      if units and recorded == report and report > 0 and units > 0 then
+        local lower = min(count, units)
+        local mark = min(now, expiry) + units * limit.p[1]
+        reset = max(reset, mark - at)
+        redis.call('HSET', limit.held_key, holder, held_value(units - lower, expiry, recorded))
+        taken = taken or lower
+      end
+    end
+    limit.algorithm.refund(limit.key, limit.state, now, at, count, reset, limit.p)
+  end
+  -- What remains now, as a reservation would see it: the states after the
+  -- refund, with what instances hold.
+  for i, limit in ipairs(limits) do
+    limit.state = limit.algorithm.load(limit.key)
+    if limit.algorithm.held then
+      limit.state = limit.algorithm.held(limit.state, KEYS[n + i], now, limit.p)
+    end
+  end
+  evaluate_all(0)
+  return reply(taken or 0, 0, 0)
 end
 
 return redis.error_reply('tollgate: unknown operation ' .. tostring(op))

@@ -328,7 +328,7 @@ impl PreparedPolicy {
         let count = self.key_suffixes.len();
         let sync = matches!(op, ShareOp::Sync { .. });
         let keys = if sync { count + 1 } else { 2 * count };
-        let mut command = Cmd::with_capacity(11 + keys + self.args.len(), 256);
+        let mut command = Cmd::with_capacity(12 + keys + self.args.len() + count, 256);
         command
             .arg("EVALSHA")
             .arg(self.share_script.get_hash())
@@ -353,8 +353,8 @@ impl PreparedPolicy {
             name.push_str(SEQUENCES_SUFFIX);
             command.arg(name);
         }
-        let (name, args) = match op {
-            ShareOp::Reserve {
+        let (name, args) = match &op {
+            &ShareOp::Reserve {
                 need,
                 want,
                 fanout,
@@ -362,6 +362,7 @@ impl PreparedPolicy {
                 held,
                 hold_micros,
                 ahead_micros,
+                report,
             } => (
                 "reserve",
                 [
@@ -372,13 +373,24 @@ impl PreparedPolicy {
                     held,
                     hold_micros,
                     ahead_micros,
+                    report,
                 ],
             ),
-            ShareOp::Sync {
+            &ShareOp::Sync {
                 spent,
                 instance,
                 sequence,
-            } => ("sync", [spent, instance, sequence, 0, 0, 0, 0]),
+            } => ("sync", [spent, instance, sequence, 0, 0, 0, 0, 0]),
+            ShareOp::Refund {
+                cost,
+                holder,
+                report,
+                ago_micros,
+                ..
+            } => (
+                "refund",
+                [u64::from(*cost), *holder, *report, *ago_micros, 0, 0, 0, 0],
+            ),
         };
         command.arg(name);
         optional_arg(&mut command, now);
@@ -387,6 +399,11 @@ impl PreparedPolicy {
         }
         for arg in &self.args {
             command.arg(arg.as_slice());
+        }
+        if let ShareOp::Refund { resets, .. } = &op {
+            for index in 0..count {
+                optional_arg(&mut command, resets.get(index).map(|nanos| nanos / 1_000));
+            }
         }
         command
     }
@@ -409,6 +426,7 @@ impl PreparedPolicy {
             second: head[1],
             third: head[2],
             decision,
+            server_micros: server_now.unwrap_or(0),
         });
         (server_now, reply)
     }
@@ -489,14 +507,15 @@ pub(crate) fn held_key(state: &str) -> String {
 }
 
 /// What the local-first store asks of `share.lua`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum ShareOp {
     /// Reserve at least `need` and at most `want` units, a `fanout`th of
     /// what remains, for `holder` (an instance's slot of one policy), which
     /// holds `held` units unspent now and will spend what it then holds for
     /// `hold_micros` (0: it spends the grant at once). `want` is what the
     /// key was spent at over `ahead_micros`: the script asks for less when
-    /// a window ends sooner.
+    /// a window ends sooner. `report` numbers the reservation (increasing
+    /// per instance; 0: none to name), recorded beside the units held.
     Reserve {
         need: u32,
         want: u64,
@@ -505,6 +524,19 @@ pub(crate) enum ShareOp {
         held: u64,
         hold_micros: u64,
         ahead_micros: u64,
+        report: u64,
+    },
+    /// Give back `cost` units that `holder` spent on its own, checked
+    /// `ago_micros` ago, after its reservation number `report` left: in
+    /// each limit's state (as `refund.lua`, `resets` the admission's
+    /// `reset_after`s in ns), and off the count of units it holds that
+    /// reservation recorded, if that count is still the holder's last.
+    Refund {
+        cost: u32,
+        holder: u64,
+        report: u64,
+        ago_micros: u64,
+        resets: SmallVec<[u64; 2]>,
     },
     /// Charge `spent` units this instance admitted (once per `sequence`),
     /// and read the state.
@@ -519,6 +551,7 @@ pub(crate) enum ShareOp {
 #[derive(Clone, Debug)]
 pub(crate) struct ShareReply {
     /// Reserve: the units granted. Sync: 1 if the report was applied now.
+    /// Refund: the units taken off the holder's held count.
     pub(crate) first: i64,
     /// Reserve: how long the grant may be spent, in µs (−1: no lapse).
     pub(crate) second: i64,
@@ -526,8 +559,12 @@ pub(crate) struct ShareReply {
     /// as the limits that count held units recorded it (−1: none does).
     pub(crate) third: i64,
     /// The limits' decisions: after the grant, or for the least asked when
-    /// nothing was granted; sync: for a cost of 0 after the report.
+    /// nothing was granted; sync and refund: for a cost of 0 after the
+    /// report or the refund.
     pub(crate) decision: PolicyDecision,
+    /// When the script ran, in the server's µs (0 if unknown): orders
+    /// answers that may arrive out of order.
+    pub(crate) server_micros: u64,
 }
 
 /// How many integers the scripts send per limit (`decision` in prelude.lua).

@@ -505,12 +505,14 @@ impl RedisStore {
         op: ShareOp,
     ) -> Result<ShareReply, RedisStoreError> {
         let prepared = self.prepared(policy);
-        let command = prepared.share_command(&self.shared.prefix, key, op, self.now_micros());
-        self.shared.calls.fetch_add(1, Ordering::Relaxed);
-        crate::observe::redis_call(match op {
+        let name = match op {
             ShareOp::Reserve { .. } => "reserve",
             ShareOp::Sync { .. } => "sync",
-        });
+            ShareOp::Refund { .. } => "refund",
+        };
+        let command = prepared.share_command(&self.shared.prefix, key, op, self.now_micros());
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        crate::observe::redis_call(name);
         let reply = call_until_answered(&self.shared, &prepared.share_script, &command).await?;
         let (server_now, answer) = prepared.share_reply(&reply);
         if let Some(server_now) = server_now {

@@ -42,6 +42,10 @@ pub(crate) struct Reading {
     /// A request that leaves this many units or fewer also tells the slot
     /// (exact mode: time to reserve ahead); `None`: never.
     pub(crate) low: Option<u64>,
+    /// What an admission answered from this reading carries as its
+    /// `charged_at` (exact mode: the receipt naming the last reservation
+    /// sent, see `exact::receipt`; 0: none).
+    pub(crate) receipt: u64,
     /// Each limit as Redis last answered, in the policy's order.
     pub(crate) limits: [LimitReading; MAX_LIMITS],
     /// How many of `limits` there are.
@@ -68,6 +72,8 @@ pub(crate) struct Signature {
     pub(crate) until: u64,
     /// See [`Reading::low`].
     pub(crate) low: Option<u64>,
+    /// See [`Reading::receipt`].
+    pub(crate) receipt: u64,
 }
 
 impl Reading {
@@ -88,6 +94,7 @@ struct Words {
     at: AtomicU64,
     until: AtomicU64,
     low: AtomicU64,
+    receipt: AtomicU64,
     count: AtomicU64,
     limits: [[AtomicU64; 4]; MAX_LIMITS],
 }
@@ -155,6 +162,7 @@ impl Budget {
             at: words.at.load(Ordering::Relaxed),
             until: words.until.load(Ordering::Relaxed),
             low: Some(words.low.load(Ordering::Relaxed)).filter(|&low| low != NO_LOW),
+            receipt: words.receipt.load(Ordering::Relaxed),
             count,
             ..Reading::default()
         };
@@ -223,6 +231,7 @@ impl Budget {
             at,
             until: words.until.load(Ordering::Relaxed),
             low: Some(words.low.load(Ordering::Relaxed)).filter(|&low| low != NO_LOW),
+            receipt: words.receipt.load(Ordering::Relaxed),
         })
     }
 
@@ -234,6 +243,7 @@ impl Budget {
         words
             .low
             .store(signature.low.unwrap_or(NO_LOW), Ordering::Relaxed);
+        words.receipt.store(signature.receipt, Ordering::Relaxed);
         words.count.store(each.len() as u64, Ordering::Relaxed);
         for (w, d) in words.limits.iter().zip(each) {
             w[0].store(d.limit(), Ordering::Relaxed);
@@ -269,6 +279,7 @@ const NEVER_WRITTEN: Signature = Signature {
     at: u64::MAX,
     until: 0,
     low: None,
+    receipt: u64::MAX,
 };
 
 /// A slot's state as the budget sees it.
@@ -346,7 +357,12 @@ mod tests {
     }
 
     fn reading(until: u64, low: Option<u64>) -> Option<Signature> {
-        Some(Signature { at: 1, until, low })
+        Some(Signature {
+            at: 1,
+            until,
+            low,
+            receipt: 0,
+        })
     }
 
     #[test]
@@ -420,6 +436,7 @@ mod tests {
                 at: n,
                 until: u64::MAX,
                 low: None,
+                receipt: 0,
             })
         };
         budget.open(u64::MAX >> 2, signature(1), || figures(1));

@@ -14,6 +14,7 @@ use super::table::Evictable;
 use super::{Inner, Step};
 use crate::script::ShareOp;
 use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tollgate::{Key, Policy, PolicyDecision};
@@ -76,11 +77,29 @@ pub(crate) struct Holdings {
     /// a refusal to a reservation sent before it may be untrue, and is
     /// not remembered.
     refunded_at: u64,
-    /// When (local ns) the last reservation left, reporting what the slot
-    /// held then: units spent after it are still counted held in Redis.
-    reported_at: u64,
-    /// When the newest grant lapses (local ns); 0 before the first.
-    newest_lapse: u64,
+    /// The number of the last reservation sent (see [`receipt`]); 0
+    /// before the first.
+    report: u64,
+    /// When the script of the newest answer applied to `last` ran (the
+    /// server's µs): an older answer arriving later is not applied.
+    last_server: u64,
+}
+
+/// Marks a receipt (a local admission's `charged_at`), which no time on
+/// Redis's clock carries (ns since 1970 reach 2^63 in 2262).
+const RECEIPT: u64 = 1 << 63;
+
+/// The receipt of an admission decided here after reservation number
+/// `report` was sent: its `charged_at`. The units it spent are in the
+/// count of held units that reservation recorded in Redis, unless a later
+/// one has replaced it (see `LocalFirst::refund`).
+pub(crate) fn receipt(report: u64) -> u64 {
+    RECEIPT | report
+}
+
+/// The reservation number a `charged_at` names, if it is a receipt.
+pub(crate) fn report_of(charged_at: u64) -> Option<u64> {
+    (charged_at & RECEIPT != 0).then_some(charged_at & !RECEIPT)
 }
 
 impl Evictable for ExactSlot {
@@ -116,30 +135,6 @@ impl ExactSlot {
         Locked::new(&self.state, &self.budget)
     }
 
-    /// Puts back `cost` units that a request admitted here spent, checked
-    /// `ago` ns before `now`, when Redis still counts them held: spent
-    /// since the last reservation reported what the slot held, and the
-    /// newest grant (the window the request was charged in) not lapsed.
-    /// The slot then holds them as if the request had not come, exactly.
-    /// `false` otherwise: the refund is then Redis's to give.
-    pub(crate) fn unspend(&self, now: u64, ago: u64, cost: u32) -> bool {
-        let mut state = self.lock();
-        let lapse = state.newest_lapse.min(state.held_until);
-        if state.reported_at > now.saturating_sub(ago) || now >= lapse {
-            return false;
-        }
-        let (units, lapse_at) = (u64::from(cost), state.newest_lapse);
-        match state.grants.iter_mut().find(|g| g.lapse_at == lapse_at) {
-            Some(grant) => grant.units += units,
-            None => {
-                state.grants.push(Grant { units, lapse_at });
-                state.grants.sort_by_key(|g| g.lapse_at);
-            }
-        }
-        state.spent = state.spent.saturating_sub(units);
-        true
-    }
-
     /// Spends up to `cost` of the units held (not lapsed at `now`) for a
     /// cost learned after the request (pay after), as an admission here
     /// would; says how many. Redis already counts them charged; the rest
@@ -165,11 +160,20 @@ impl ExactSlot {
     }
 
     /// A charge of the key was given back in Redis at `now`: the refusal
-    /// remembered may no longer hold (the next request asks Redis).
-    pub(crate) fn refunded(&self, now: u64) {
+    /// remembered may no longer hold (the next request asks Redis). With
+    /// the refund's reading (`share.lua`'s), what remains is Redis's again
+    /// for the answers made here, unless a newer answer came first.
+    pub(crate) fn refunded(&self, now: u64, reading: Option<(PolicyDecision, u64)>) {
         let mut state = self.lock();
         state.refunded_at = state.refunded_at.max(now.saturating_add(1));
         state.refusal = None;
+        if let Some((decision, server)) = reading
+            && state.last.is_some()
+            && server >= state.last_server
+        {
+            state.last = Some((decision, now));
+            state.last_server = server;
+        }
     }
 
     /// A request of `cost` at `now` decided from held units without the
@@ -223,6 +227,7 @@ impl Budgeted for Holdings {
             at: *at,
             until,
             low,
+            receipt: receipt(self.report),
         };
         self.opened = held;
         (held, Some(signature))
@@ -253,7 +258,9 @@ impl Holdings {
             self.spent = self.spent.saturating_add(u64::from(cost));
             let left = held - u64::from(cost);
             let answer =
-                answers::admitted(last, now.saturating_sub(*at), |r| r.saturating_add(left));
+                answers::admitted(last, now.saturating_sub(*at), receipt(self.report), |r| {
+                    r.saturating_add(left)
+                });
             let ahead = if left.saturating_mul(4) <= self.last_grant {
                 self.ahead(now)
             } else {
@@ -285,18 +292,21 @@ impl Holdings {
             return None;
         }
         self.refusal = None;
-        Some(self.start(1))
+        // Ahead of need: none is needed, and near the limit (a fan-out
+        // share below one unit) none is held back from the other instances.
+        Some(self.start(0))
     }
 
     /// How many units to ask for: enough for `ahead` nanoseconds at the
-    /// rate the key was spent at since the last grant, at least `need`, at
-    /// most `max`.
+    /// rate the key was spent at since the last grant, at least `need`
+    /// and one, at most `max`.
     fn want(&self, now: u64, need: u32, ahead: u64, max: u64) -> u64 {
         let elapsed = now.saturating_sub(self.rate_since).max(1_000_000);
         let at_rate = u128::from(self.spent) * u128::from(ahead) / u128::from(elapsed);
+        let least = u64::from(need.max(1));
         u64::try_from(at_rate)
             .unwrap_or(u64::MAX)
-            .clamp(u64::from(need), max.max(u64::from(need)))
+            .clamp(least, max.max(least))
     }
 }
 
@@ -314,9 +324,11 @@ fn take(grants: &mut SmallVec<[Grant; 2]>, mut units: u64) {
 /// requests that wait on it.
 pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) {
     let sent = inner.now();
-    let (want, held) = {
+    let (want, held, report) = {
         let mut state = slot.lock();
-        state.reported_at = sent;
+        // Numbered across the instance's slots, so that a slot made again
+        // for the key never reuses a number Redis recorded.
+        state.report = inner.reports.fetch_add(1, Ordering::Relaxed) + 1;
         let want = state.want(
             sent,
             need,
@@ -331,7 +343,7 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
             .filter(|g| g.lapse_at.min(state.held_until) > sent)
             .map(|g| g.units)
             .sum();
-        (want, held)
+        (want, held, state.report)
     };
     let op = ShareOp::Reserve {
         need,
@@ -341,6 +353,7 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
         held,
         hold_micros: inner.settings.hold_nanos / 1_000,
         ahead_micros: inner.settings.reserve_ahead_nanos / 1_000,
+        report,
     };
     inner.stats.call();
     let result = inner.redis.share(&slot.policy, &slot.key, op).await;
@@ -374,18 +387,23 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
                     // too, as held until then.
                     state.held_until = after(reply.third);
                     state.grants.sort_by_key(|g| g.lapse_at);
-                    state.newest_lapse = after(reply.second);
-                    state.last = Some((reply.decision, now));
+                    if reply.server_micros >= state.last_server {
+                        state.last = Some((reply.decision, now));
+                        state.last_server = reply.server_micros;
+                    }
                     state.refusal = None;
                     state.last_grant = granted;
                     state.spent = 0;
                     state.rate_since = now;
                     inner.stats.reserved(granted);
+                } else if reply.decision.merged.allowed() {
+                    // Ahead of need, and no share to grant: the next
+                    // request reserves for itself.
                 } else if sent >= state.refunded_at {
                     let retry = reply.decision.merged.retry_after_nanos();
                     state.refusal = Some(Refusal {
                         until: now.saturating_add(retry),
-                        cost: need,
+                        cost: need.max(1),
                         decision: reply.decision,
                         at: now,
                     });

@@ -90,14 +90,31 @@ impl LocalMode {
 /// when they were spent), so their refill starts late: exact mode then
 /// admits a little less than the limit, never more. Units held by an
 /// instance that stops are out of reach for `hold`; units of a slot dropped
-/// to make room are lost. Nothing is given back. A plain `RedisStore` does
-/// not read the held units: do not share a key prefix between it and an
-/// exact-mode store.
+/// to make room are lost. Unspent held units are not given back; near the
+/// limit, where a [`fanout`](LocalFirstBuilder::fanout)th of what remains
+/// is less than one unit, an instance reserves only for a request that
+/// waits, never ahead of need, so that nothing it holds is out of the
+/// others' reach. A plain `RedisStore` does not read the held units: do
+/// not share a key prefix between it and an exact-mode store.
+///
+/// *Refunds* (charge by outcome, pay after): a refunded admission's units
+/// are given back in Redis, never kept by the instance that charged them:
+/// once the refund landed (the layer waits for it), every instance's next
+/// reservation finds them, never over the limit (see
+/// [`refund`](Store::refund)). The next answers here say what remains
+/// after it.
 ///
 /// **Periodic** ([`LocalMode::Periodic`], synchronised counts): each
 /// instance admits while what Redis last said remains, less what it
 /// admitted since, covers the cost; every `sync_interval` it reports what it
 /// admitted (charged in Redis whatever the state) and reads the key again.
+/// A request it cannot admit is refused from a reading that counts all it
+/// admitted: when it admitted since the last reading, or a limit was due
+/// to give quota back since, the request waits for a fresh one (one call
+/// for all that wait). A refusal's figures are that reading's: `remaining`
+/// at most the limit, `0 < replenish_after ≤ retry_after ≤ reset_after`,
+/// and a retry after `retry_after` passes if no other instance spent the
+/// key meanwhile.
 /// Reports carry a per-instance sequence number, so a report sent again
 /// after a lost reply is not counted twice. *Worst-case over-admission*:
 /// between two readings, each of `N` instances may spend all of the
@@ -172,6 +189,9 @@ pub(crate) struct Inner {
     stats: Stats,
     /// When the periodic tick next runs (local ns).
     next_tick: AtomicU64,
+    /// Exact mode: reservations sent so far, by every slot (each is
+    /// numbered, see `exact::receipt`).
+    reports: AtomicU64,
     /// Itself, for the tick, which ends when the last clone is dropped.
     me: Weak<Inner>,
 }
@@ -345,6 +365,7 @@ impl LocalFirstBuilder {
                 instance,
                 stats: Stats::default(),
                 next_tick: AtomicU64::new(0),
+                reports: AtomicU64::new(0),
                 me: me.clone(),
             }),
         }
@@ -383,6 +404,7 @@ impl Inner {
             held: 0,
             hold_micros: 0,
             ahead_micros: 0,
+            report: 0,
         };
         let (redis, policy, key) = (self.redis.clone(), policy.clone(), key.clone());
         StoreReply::Pending(Box::pin(async move {
@@ -474,60 +496,94 @@ impl Store for LocalFirst {
         Ok(())
     }
 
-    /// Gives the charge back. An admission decided here is undone here:
-    /// in periodic mode taken off the reports (the one not yet sent, else
-    /// the next ones); in exact mode, when Redis still counts its units
-    /// held (spent since the last reservation, their window not lapsed),
-    /// put back among them. Both exact. Otherwise the charge is
-    /// given back in Redis, from a spawned task (see [`RedisStore`]'s
-    /// `refund`): a request decided here spent units this instance
-    /// reserved (exact mode) or reported (periodic), and giving its charge
-    /// back in Redis frees a unit there for every instance, as if the
-    /// request had left its unit unspent. Its charge time is unknown to
-    /// Redis, so the refund goes by how long ago the request was checked:
-    /// a little less than an exact refund where a schedule moved on
-    /// meanwhile, never more. Once given back, a refusal this instance
-    /// remembers for the key (exact mode) is forgotten. For GCRA and the
-    /// continuous token bucket in exact mode, a Redis refund of a unit
-    /// that this instance's last held report still counted is taken back
-    /// by its next reservation (which charges the units the report held
-    /// and the instance spent): such a request counts, a little under the
-    /// limit, never over.
+    /// Gives the charge back, where every instance sharing the key finds
+    /// it from its next call to Redis on (exact mode) or this instance at
+    /// once (periodic mode); never over the limit.
+    ///
+    /// *Periodic mode*: an admission decided here is taken off this
+    /// instance's reports (the one not yet sent, else the next ones):
+    /// exact, as if the request had not come; this instance has the units
+    /// back at once, the others from their next sync after the report.
+    ///
+    /// *Exact mode*: an admission decided here spent units reserved in
+    /// Redis; they are given back there (one call of `share.lua`, from a
+    /// spawned task, whose reply completes when it has landed), not put
+    /// back among this instance's held units, where they would lapse after
+    /// the hold (or the window's end) while Redis still counted them. Once
+    /// it landed, the next reservation of any instance finds them: a
+    /// refunded unit is usable by every instance within one reservation
+    /// round trip. For GCRA and the continuous token bucket, Redis also
+    /// counts the units an instance holds (see "Held units" on
+    /// [`LocalFirst`]), and a unit spent since the instance's last
+    /// reservation is still in that count: the same call takes it off the
+    /// count, when the count is the one recorded by the reservation the
+    /// admission's receipt names (its `charged_at`: this store's local
+    /// admissions carry the number of the last reservation sent before
+    /// them there, not a time), and gives the unit back whole. If another
+    /// reservation replaced the count meanwhile, that one reported the unit
+    /// spent and charged it, and the refund gives it back from the
+    /// schedule. The refund's charge time is the check's, as far as Redis
+    /// can tell (its clock less how long ago the request was checked): for
+    /// the window limits, a request checked just before a window ended may
+    /// be given back in the next window's count or none. The reply carries
+    /// what remains after the refund, so this instance's next answers say
+    /// it at once. A refusal this instance remembers for the key is
+    /// forgotten.
+    ///
+    /// An admission Redis decided (a key with no room in the table, a peek,
+    /// a policy this store does not decide) is given back there, as
+    /// [`RedisStore`]'s `refund` gives it.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
-        // Decisions made here carry no charge time (`charged_at` 0);
-        // those Redis made carry the script's.
-        let local = refund.charged_at.is_none();
-        let slot = match &self.inner.slots {
+        let redis = self.inner.redis.clone();
+        match &self.inner.slots {
             Slots::Exact(table) => {
-                let slot = table.find(policy.id(), key);
-                let ago = u64::try_from(refund.ago.as_nanos()).unwrap_or(u64::MAX);
-                let now = self.inner.now();
-                if local
-                    && slot
-                        .as_ref()
-                        .is_some_and(|s| s.unspend(now, ago, refund.cost))
-                {
-                    return RefundReply::Done;
+                if let Some(report) = refund.charged_at.and_then(exact::report_of) {
+                    let slot = table.find(policy.id(), key);
+                    let op = ShareOp::Refund {
+                        cost: refund.cost,
+                        holder: holder(self.inner.instance, policy.id()),
+                        report,
+                        ago_micros: u64::try_from(refund.ago.as_micros()).unwrap_or(u64::MAX),
+                        resets: refund.resets.clone(),
+                    };
+                    let (policy, key) = (policy.clone(), key.clone());
+                    return crate::store::spawn_change(crate::store::Change::Refund, async move {
+                        if policy.limits().is_empty() || refund.cost == 0 {
+                            return Ok(());
+                        }
+                        let reply = redis.share(&policy, &key, op).await?;
+                        if let Some(slot) = slot {
+                            let reading = (reply.decision, reply.server_micros);
+                            slot.refunded(MonotonicClock.now(), Some(reading));
+                        }
+                        Ok(())
+                    });
                 }
-                slot
+                let slot = table.find(policy.id(), key);
+                let (policy, key) = (policy.clone(), key.clone());
+                crate::store::spawn_change(crate::store::Change::Refund, async move {
+                    redis.give_back(&policy, &key, &refund).await?;
+                    if let Some(slot) = slot {
+                        slot.refunded(MonotonicClock.now(), None);
+                    }
+                    Ok(())
+                })
             }
             Slots::Periodic(table) => {
-                if local && let Some(slot) = table.find(policy.id(), key) {
+                // Decisions made here carry no charge time (`charged_at`
+                // 0); those Redis made carry the script's.
+                if refund.charged_at.is_none()
+                    && let Some(slot) = table.find(policy.id(), key)
+                {
                     slot.give_back(refund.cost);
                     return RefundReply::Done;
                 }
-                None
+                let (policy, key) = (policy.clone(), key.clone());
+                crate::store::spawn_change(crate::store::Change::Refund, async move {
+                    redis.give_back(&policy, &key, &refund).await
+                })
             }
-        };
-        let redis = self.inner.redis.clone();
-        let (policy, key) = (policy.clone(), key.clone());
-        crate::store::spawn_change(crate::store::Change::Refund, async move {
-            redis.give_back(&policy, &key, &refund).await?;
-            if let Some(slot) = slot {
-                slot.refunded(MonotonicClock.now());
-            }
-            Ok(())
-        })
+        }
     }
 
     /// Charges a cost learned once the request was over. Periodic mode:
@@ -715,9 +771,8 @@ impl Slot for PeriodicSlot {
     fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn {
         ensure_ticking(inner);
         let now = inner.now();
-        let next = inner.next_tick.load(Ordering::Relaxed);
         let mut counts = self.lock();
-        let (step, start) = counts.decide(now, next, cost);
+        let (step, start) = counts.decide(now, cost);
         let start = start.then_some(0);
         Turn::new(step, start, counts.round, seen, counts.failure.as_ref())
     }

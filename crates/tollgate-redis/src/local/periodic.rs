@@ -143,16 +143,17 @@ impl Budgeted for Counts {
             at: *at,
             until: u64::MAX,
             low: None,
+            receipt: 0,
         };
         (left, Some(signature))
     }
 }
 
 impl Counts {
-    /// Decides a request of `cost` at `now`; `next_sync` is when the next
-    /// reading is due (local ns). Says whether a sync should start now (the
-    /// key has never been read).
-    pub(crate) fn decide(&mut self, now: u64, next_sync: u64, cost: u32) -> (Step, bool) {
+    /// Decides a request of `cost` at `now`. Says whether a sync should
+    /// start now (the key has never been read, or a refusal needs a fresh
+    /// reading).
+    pub(crate) fn decide(&mut self, now: u64, cost: u32) -> (Step, bool) {
         self.touched = true;
         let Some((last, at)) = &self.last else {
             let start = !self.syncing;
@@ -161,7 +162,7 @@ impl Counts {
         };
         let elapsed = now.saturating_sub(*at);
         if self.left(last.merged.remaining()) >= u64::from(cost) {
-            let answer = answers::admitted(last, elapsed, |r| {
+            let answer = answers::admitted(last, elapsed, 0, |r| {
                 self.left(r).saturating_sub(u64::from(cost))
             });
             self.pending += u64::from(cost);
@@ -171,7 +172,24 @@ impl Counts {
             // Redis is away and this instance has spent what it last read.
             return (Step::Fail(failure.clone()), false);
         }
-        let answer = answers::spent(last, elapsed, next_sync.saturating_sub(now));
+        // Refused. A reading that misses what this instance admitted since
+        // (a report is due) cannot say when a retry passes, and one taken
+        // before a limit it refuses on was due to give quota back is out
+        // of date: a fresh reading decides instead (one call, shared by
+        // every request that waits for it). So a retry after the time a
+        // refusal gave is decided on what Redis says then.
+        let unreported = self.pending > 0 || self.unconfirmed.is_some();
+        let out_of_date = last.each.iter().any(|d| {
+            let short = self.left(d.remaining()) < u64::from(cost);
+            let due = d.replenish_after_nanos();
+            short && due > 0 && elapsed >= due
+        });
+        if unreported || out_of_date {
+            let start = !self.syncing;
+            self.syncing = true;
+            return (Step::Wait, start);
+        }
+        let answer = answers::spent(last, elapsed, u64::from(cost), |r| self.left(r));
         (Step::Answer(answer), false)
     }
 
