@@ -419,6 +419,11 @@ impl RedisStore {
         if let Some(server_now) = reply.first().and_then(|&t| u64::try_from(t).ok()) {
             self.shared.server_clock.observe(server_now);
         }
+        // Forgotten once charged: a remembered refusal stays true, but its
+        // retry time is too early for the debt.
+        if let Some(blocked) = &self.shared.blocked {
+            blocked.forget(policy, key, self.shared.local_now());
+        }
         Ok(())
     }
 

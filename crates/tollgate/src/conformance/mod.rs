@@ -310,7 +310,7 @@ impl<'k, St: Store> Play<'k, St> {
     /// Compares a decision of the store with the reference's, and keeps
     /// the admission.
     fn judge(&mut self, cost: u32, subject: PolicyDecision, at: Instant) -> Result<(), Failure> {
-        self.honest(&subject)?;
+        self.honest(&subject, cost)?;
         let reference = if self.kit.exact || subject.merged.allowed() {
             let reference = self.reference.check_now(&self.policy, &self.key, cost);
             self.agree(&subject, &reference)?;
@@ -338,8 +338,10 @@ impl<'k, St: Store> Play<'k, St> {
         Ok(())
     }
 
-    /// The header promises, on the store's own decision.
-    fn honest(&self, decision: &PolicyDecision) -> Result<(), Failure> {
+    /// The header promises, on the store's own decision of a request of
+    /// `cost` (a peek's is 0: `Retry-After` is a request's, so only
+    /// `r ≤ q` holds of it).
+    fn honest(&self, decision: &PolicyDecision, cost: u32) -> Result<(), Failure> {
         for (i, each) in decision.each.iter().enumerate() {
             if each.remaining() > each.limit() {
                 return Err(self.fail(format_args!(
@@ -348,7 +350,9 @@ impl<'k, St: Store> Play<'k, St> {
                     each.limit()
                 )));
             }
-            if decision.merged.allowed() || each.allowed() {
+            // A cost above a limit's capacity never passes: no retry time
+            // to keep.
+            if cost == 0 || decision.merged.allowed() || each.allowed() || !each.can_ever_pass() {
                 continue;
             }
             let (replenish, retry) = (
@@ -471,6 +475,9 @@ impl<'k, St: Store> Play<'k, St> {
             return Ok(());
         };
         let subject = Debit::of(&admission.subject, cost);
+        // A debit spends quota: a refusal before it may not pass at its
+        // retry time any more.
+        self.refused = None;
         self.kit
             .store
             .debit(&self.policy, &self.key, subject)
@@ -514,7 +521,7 @@ impl<'k, St: Store> Play<'k, St> {
         let decision = answer(self.kit.store.peek(&self.policy, &self.key))
             .await
             .map_err(|e| self.fail(format_args!("the store failed a peek: {e}")))?;
-        self.honest(&decision)?;
+        self.honest(&decision, 0)?;
         Ok(decision)
     }
 

@@ -212,7 +212,11 @@ impl BlockList {
             inner.entries.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        if cost < entry.cost {
+        // Only the refused cost: a costlier request is refused too, but
+        // passes later than the remembered retry time, which would tell
+        // its client to come back too early (the store answers it, and
+        // its refusal is learned in turn).
+        if cost != entry.cost {
             return None;
         }
         let verdict = aged(&entry.verdict, now.saturating_sub(entry.answered));
@@ -265,7 +269,7 @@ impl BlockList {
             cost,
             sent,
             answered: answered.max(sent),
-            until: sent.saturating_add(retry),
+            until: sent.saturating_add(stands_for(verdict)),
             verdict: verdict.clone(),
         };
         let mut shard = lock(inner.shard(fingerprint));
@@ -364,6 +368,21 @@ fn aged_decision(decision: &Decision, elapsed: u64) -> Decision {
     .into()
 }
 
+/// How long after it was decided a refusal answers for the store, figure
+/// for figure: until its retry time, or until a limit gives quota back
+/// (its next replenishment: a unit of a costlier refusal, a limit that did
+/// not refuse), if sooner. After that the store's figures differ from the
+/// aged ones (more remaining, a limit that passes), so the store is asked
+/// again and its new refusal learned.
+fn stands_for(verdict: &PolicyDecision) -> u64 {
+    verdict
+        .each
+        .iter()
+        .map(Decision::replenish_after_nanos)
+        .filter(|nanos| *nanos > 0)
+        .fold(verdict.merged.retry_after_nanos(), u64::min)
+}
+
 /// `verdict` as it reads `elapsed` ns later.
 fn aged(verdict: &PolicyDecision, elapsed: u64) -> PolicyDecision {
     if elapsed == 0 {
@@ -441,7 +460,11 @@ impl fmt::Debug for BlockList {
 /// refused request adds nothing. More charges never make a request pass
 /// sooner, and a costlier request never passes sooner than a cheaper one,
 /// so no request of at least the refused cost can pass before that moment;
-/// answering them "refused" without asking changes no decision. The store
+/// answering them "refused" without asking changes no decision. Only
+/// requests of the refused cost are answered, though: a costlier one
+/// passes later still, and the remembered retry time would tell its
+/// client to come back too early (found by the conformance kit); the store
+/// answers it. The store
 /// decided after the request was sent and before its answer came, so the
 /// entry, which expires at the sending plus the retry time, expires up to
 /// a round trip *early*, never late (the first request after it just asks
@@ -457,14 +480,15 @@ impl fmt::Debug for BlockList {
 /// remembered retry time, no longer; [`BlockList::clear`] forgets
 /// everything at once.
 ///
-/// What the figures do not tell: `remaining` is the store's count at the
-/// refusal, and a limit that gives quota back while the entry stands (one
-/// unit of a cost-3 refusal, or a limit that did not refuse) reads its next
-/// replenishment as 0 once that moment has passed. A costlier request than
-/// the remembered one is told the remembered request's retry time, a lower
-/// bound for its own (it is refused here only while that one would be: a
-/// flood of mixed costs is answered from memory, and cannot slip past the
-/// cache by raising its cost).
+/// The figures are the store's: an entry answers only until the first
+/// moment any of them would change (the retry time, or a limit's next
+/// replenishment if sooner: a unit of a cost-3 refusal, a limit of several
+/// that did not refuse), counted down from the store's answer; then the
+/// store is asked and its new refusal learned. A request costlier than the
+/// remembered one is not answered (it would be told a retry time too
+/// early for it); the store answers it, and a flood of one cost is
+/// answered from memory. The conformance kit checks that a block cache
+/// decides, figure for figure, as the store behind it.
 ///
 /// # Bounded
 ///
@@ -664,6 +688,26 @@ impl<S, C> BlockCache<S, C>
 where
     C: Clock + Clone,
 {
+    /// `reply` (a refund or a debit of the store behind), with the key's
+    /// refusal forgotten now and again when it lands: given back (or
+    /// charged) first, then forgotten, so that a refusal of a request sent
+    /// in between, decided without the change, is not learned; forgotten
+    /// now too, should the reply be dropped before it lands.
+    fn forgetting(&self, reply: RefundReply, policy: &Arc<Policy>, key: &Key) -> RefundReply {
+        self.blocked.forget(policy, key, self.clock.now());
+        match reply {
+            RefundReply::Done => RefundReply::Done,
+            RefundReply::Pending(landed) => {
+                let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
+                let (policy, key) = (policy.clone(), key.clone());
+                RefundReply::Pending(Box::pin(async move {
+                    landed.await;
+                    blocked.forget(&policy, &key, clock.now());
+                }))
+            }
+        }
+    }
+
     /// Forgets the key's refusal once the store behind has reset it: a
     /// refusal of a request sent before then is not learned afterwards.
     fn forget_after(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
@@ -689,32 +733,20 @@ where
         &self.inner
     }
 
-    // `debit`: forwarded. A remembered refusal stays true (a debit only
-    // makes the key stricter); the next refusal the store behind answers
-    // is learned with the debt's retry time.
+    /// Charged to the store behind; the key's remembered refusal is
+    /// forgotten: it stays true (a debit only makes the key stricter), but
+    /// its retry time is too early now. The next refusal is learned with
+    /// the debt's.
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+        let reply = self.inner.debit(policy, key, debit);
+        self.forgetting(reply, policy, key)
+    }
 
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
-        // Given back first, then forgotten: a refusal of a request sent in
-        // between was made without the refund, and is not learned.
-        match self.inner.refund(policy, key, refund) {
-            RefundReply::Done => {
-                self.blocked.forget(policy, key, self.clock.now());
-                RefundReply::Done
-            }
-            RefundReply::Pending(landed) => {
-                // Forgotten now too, should the reply be dropped before
-                // the refund lands.
-                self.blocked.forget(policy, key, self.clock.now());
-                let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
-                let (policy, key) = (policy.clone(), key.clone());
-                RefundReply::Pending(Box::pin(async move {
-                    landed.await;
-                    blocked.forget(&policy, &key, clock.now());
-                }))
-            }
-        }
+        let reply = self.inner.refund(policy, key, refund);
+        self.forgetting(reply, policy, key)
     }
 
     /// The store behind's peek: a cost of 0 is never answered by a cached
@@ -1050,13 +1082,16 @@ mod tests {
         assert!(!decide(&cache, &policy, &key, 3).await.merged.allowed());
         assert_eq!(remote.calls(), 9);
         assert!(refused_at_once(&cache, &policy, &key, 3));
-        assert!(refused_at_once(&cache, &policy, &key, 5));
         assert_eq!(remote.calls(), 9);
+        // A costlier request is refused too, but later than the remembered
+        // retry time: the store answers it, with its own retry time.
+        assert!(!refused_at_once(&cache, &policy, &key, 5));
+        assert_eq!(remote.calls(), 10);
         // A cost of 2 might pass: the store is asked, and admits it.
         let StoreReply::Pending(asked) = cache.check(&policy, &key, 2) else {
             panic!("a cheaper request is the store's to decide");
         };
-        assert_eq!(remote.calls(), 10);
+        assert_eq!(remote.calls(), 11);
         assert!(asked.await.unwrap().merged.allowed());
         // That admission changed the key: the refusal is forgotten.
         assert!(cache.block_list().is_empty());

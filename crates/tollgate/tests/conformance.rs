@@ -1,0 +1,134 @@
+//! The conformance kit against every store and wrapper of this crate, on
+//! a manual clock: the memory store, a memory store answering later,
+//! `Timeout`, `BlockCache`, `PenaltyBox`, `BoxStore`, and `Fallback`s
+//! whose primary is up or down (see `tests/tests/redis_kit.rs` for the
+//! Redis stores and the compositions over them).
+
+#![cfg(feature = "conformance")]
+
+mod common;
+
+use common::{Later, Outage};
+use std::time::Duration;
+use tollgate::MemoryStore;
+use tollgate::conformance::{Kit, Report};
+use tollgate::store::{BlockCache, BoxStore, Fallback, Penalty, PenaltyBox, Store, Timeout};
+use tollgate_core::{Algorithm, ManualClock};
+
+/// A clock for one run, and a memory store on it.
+fn memory() -> (ManualClock, MemoryStore<ManualClock>) {
+    let clock = ManualClock::new(1_000_000_000);
+    (clock.clone(), MemoryStore::builder().clock(clock).build())
+}
+
+/// Runs the kit on `store` (whose clock is `clock`) and checks that it
+/// played every algorithm and left nothing out.
+async fn passes<St: Store>(store: St, clock: ManualClock) -> Report {
+    let report = Kit::manual(store, clock).run().await.unwrap();
+    assert_eq!(report.algorithms, Algorithm::ALL.to_vec());
+    assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+    report
+}
+
+#[tokio::test]
+async fn the_memory_store_conforms() {
+    let (clock, store) = memory();
+    let report = passes(store, clock).await;
+    // 20 traces of 40 steps for each algorithm.
+    assert_eq!(report.traces, 20 * Algorithm::ALL.len());
+    assert_eq!(report.steps, 40 * report.traces);
+}
+
+#[tokio::test]
+async fn a_memory_store_answering_later_conforms() {
+    let (clock, store) = memory();
+    passes(Later(store), clock).await;
+}
+
+#[tokio::test]
+async fn timeout_conforms() {
+    let (clock, store) = memory();
+    passes(Timeout::new(store, Duration::from_secs(1)), clock).await;
+}
+
+#[tokio::test]
+async fn block_cache_conforms() {
+    let (clock, store) = memory();
+    passes(BlockCache::new(store).clock(clock.clone()), clock).await;
+}
+
+#[tokio::test]
+async fn block_cache_over_a_store_answering_later_conforms() {
+    let (clock, store) = memory();
+    passes(BlockCache::new(Later(store)).clock(clock.clone()), clock).await;
+}
+
+/// A penalty box whose penalty the traces never reach (a thousand
+/// refusals in a minute): the store behind decides, and every operation
+/// passes through.
+#[tokio::test]
+async fn penalty_box_conforms() {
+    let (clock, store) = memory();
+    let penalty = Penalty::new(1_000, Duration::from_secs(60), Duration::from_secs(60));
+    passes(PenaltyBox::new(store, penalty).clock(clock.clone()), clock).await;
+}
+
+#[tokio::test]
+async fn box_store_conforms() {
+    let (clock, store) = memory();
+    passes(BoxStore::new(store), clock).await;
+}
+
+#[tokio::test]
+async fn a_fallback_whose_primary_answers_conforms() {
+    let (clock, store) = memory();
+    passes(Fallback::new(store, MemoryStore::new()), clock).await;
+}
+
+/// The primary down: the secondary decides, and is given back to.
+#[tokio::test]
+async fn a_fallback_whose_primary_is_down_conforms() {
+    let (clock, store) = memory();
+    let down = Outage::default();
+    down.set_down(true);
+    passes(Fallback::new(down, store), clock).await;
+}
+
+/// The kit fails a store that parts from the memory store: a wrapper that
+/// drops every refund (claiming it can give back) is caught.
+#[tokio::test]
+async fn the_kit_catches_a_store_that_loses_refunds() {
+    #[derive(Clone)]
+    struct LosesRefunds(MemoryStore<ManualClock>);
+    impl tollgate::store::StoreWrapper for LosesRefunds {
+        type Inner = MemoryStore<ManualClock>;
+        type Error = std::convert::Infallible;
+        type Future = <MemoryStore<ManualClock> as Store>::Future;
+        fn inner(&self) -> &Self::Inner {
+            &self.0
+        }
+        fn check_within(
+            &self,
+            policy: &std::sync::Arc<tollgate::Policy>,
+            key: &tollgate::Key,
+            cost: u32,
+            within: Duration,
+        ) -> tollgate::StoreReply<Self::Future, Self::Error> {
+            self.0.check_within(policy, key, cost, within)
+        }
+        fn refund(
+            &self,
+            _: &std::sync::Arc<tollgate::Policy>,
+            _: &tollgate::Key,
+            _: tollgate::store::Refund,
+        ) -> tollgate::store::RefundReply {
+            tollgate::store::RefundReply::Done
+        }
+    }
+    let (clock, store) = memory();
+    let failure = Kit::manual(LosesRefunds(store), clock)
+        .run()
+        .await
+        .expect_err("refunds are lost");
+    assert!(failure.to_string().contains("seed"), "{failure}");
+}

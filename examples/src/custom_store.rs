@@ -1,0 +1,123 @@
+//! A store of a user's own, written as one would write a store over a
+//! key-value table of their own: one map of each key's state, the
+//! algorithms from `tollgate_core`, and the clock injected. It keeps counts,
+//! so it implements [`Store`] (a store in front of another would implement
+//! `StoreWrapper` instead); `tests/custom_store.rs` proves it with
+//! `tollgate::conformance`, as a user would prove theirs.
+//!
+//! `cargo run -p tollgate-examples --example custom_store` puts it under a
+//! layer.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
+use tollgate::store::{AdminFuture, Capability, Debit, Missing, Refund, RefundReply};
+use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
+use tollgate_core::{Clock, Decision, MonotonicClock, State, check_all};
+
+/// Each key's state under each policy, in one map behind one lock: simple
+/// rather than fast (the memory store shards its map and keeps one-word
+/// states in atomics).
+#[derive(Clone)]
+pub struct HashMapStore<C = MonotonicClock> {
+    states: Arc<Mutex<HashMap<(u64, Key), Vec<State>>>>,
+    clock: C,
+}
+
+impl HashMapStore {
+    /// An empty store on the monotonic clock.
+    pub fn new() -> Self {
+        HashMapStore::with_clock(MonotonicClock)
+    }
+}
+
+impl Default for HashMapStore {
+    fn default() -> Self {
+        HashMapStore::new()
+    }
+}
+
+impl<C: Clock + Clone> HashMapStore<C> {
+    /// An empty store on `clock` (a `ManualClock` in tests).
+    pub fn with_clock(clock: C) -> Self {
+        HashMapStore {
+            states: Arc::default(),
+            clock,
+        }
+    }
+
+    /// Runs `f` on the states of `key` under `policy` (created fresh if
+    /// absent), under the lock.
+    fn with_states<T>(&self, policy: &Policy, key: &Key, f: impl FnOnce(&mut [State]) -> T) -> T {
+        let mut map = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let states = map
+            .entry((policy.id(), key.clone()))
+            .or_insert_with(|| policy.limiters().iter().map(|l| l.new_state()).collect());
+        f(states)
+    }
+
+    /// Decides a request of `cost`, all limits or none.
+    fn decide(&self, policy: &Policy, key: &Key, cost: u32) -> PolicyDecision {
+        let now = self.clock.now();
+        self.with_states(policy, key, |states| {
+            let mut limits: Vec<_> = policy.limiters().iter().zip(states.iter_mut()).collect();
+            let mut each = vec![Decision::default(); limits.len()];
+            let merged = check_all(&mut limits, now, cost, &mut each);
+            PolicyDecision {
+                charged_at: if merged.allowed() && cost > 0 { now } else { 0 },
+                merged,
+                each: each.into_iter().collect(),
+                charged_by: Default::default(),
+            }
+        })
+    }
+}
+
+impl<C: Clock + Clone> Store for HashMapStore<C> {
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Infallible> {
+        StoreReply::Ready(Ok(self.decide(policy, key, cost)))
+    }
+
+    /// It gives charges back and charges into debt: the core's algorithms
+    /// do both.
+    fn can(&self, _: Capability) -> Result<(), Missing> {
+        Ok(())
+    }
+
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        let now = self.clock.now();
+        self.with_states(policy, key, |states| {
+            for (i, (limiter, state)) in policy.limiters().iter().zip(states).enumerate() {
+                limiter.refund(state, refund.receipt(i, now), now);
+            }
+        });
+        RefundReply::Done
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        let now = self.clock.now();
+        self.with_states(policy, key, |states| {
+            for (limiter, state) in policy.limiters().iter().zip(states) {
+                limiter.force(state, now, debit.cost);
+            }
+        });
+        RefundReply::Done
+    }
+
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let mut map = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        map.remove(&(policy.id(), key.clone()));
+        AdminFuture::ready(Ok(()))
+    }
+
+    // `peek`: the default, a check of cost 0, which charges nothing.
+    // `unblock`: the default; this store remembers no refusal.
+}
