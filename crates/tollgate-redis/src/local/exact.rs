@@ -60,7 +60,7 @@ pub(crate) struct Holdings {
     /// bucket); nothing is spent after it. `u64::MAX` when no limit does.
     held_until: u64,
     /// A reservation is in flight.
-    reserving: bool,
+    pub(crate) reserving: bool,
     /// Reservations ended so far; a waiter compares it with the count it saw.
     pub(crate) round: u64,
     /// Why the last reservation failed, if it did.

@@ -412,11 +412,14 @@ impl Inner {
         }))
     }
 
-    /// Takes the key's slot out of this instance's table.
-    fn forget_slot(&self, policy: &Policy, key: &Key) {
+    /// Takes the key's slot out of this instance's table; then waits
+    /// (at most [`CALL_BOUND`]) for the call the slot had in flight, if
+    /// any, to end: a reservation that lands after a reset would leave its
+    /// grant charged in Redis, and a sync its report.
+    async fn forget_slot(&self, policy: &Policy, key: &Key) {
         match &self.slots {
-            Slots::Exact(table) => drop(table.remove(policy.id(), key)),
-            Slots::Periodic(table) => drop(table.remove(policy.id(), key)),
+            Slots::Exact(table) => call_ended(table.remove(policy.id(), key)).await,
+            Slots::Periodic(table) => call_ended(table.remove(policy.id(), key)).await,
         }
     }
 
@@ -626,14 +629,19 @@ impl Store for LocalFirst {
 
     /// Drops this instance's slot for the key (exact: the units it holds,
     /// so that it does not spend them after the reset; periodic: the
-    /// counts not yet reported), then resets the key in Redis. Other
-    /// instances keep what they hold until it lapses or is spent (exact)
-    /// or until their next sync (periodic); a reservation in flight during
-    /// the reset may leave its grant charged in Redis, unused, until it
-    /// lapses.
+    /// counts not yet reported), waits for the reservation or sync it had
+    /// in flight, if any, to land (so that it lands before the reset, not
+    /// after), then resets the key in Redis. Other instances keep what
+    /// they hold until it lapses or is spent (exact) or until their next
+    /// sync (periodic); their calls in flight during the reset may leave
+    /// a grant charged in Redis, unused, until it lapses.
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
-        self.inner.forget_slot(policy, key);
-        self.inner.redis.reset(policy, key)
+        let inner = self.inner.clone();
+        let (policy, key) = (policy.clone(), key.clone());
+        tollgate::store::AdminFuture::new(async move {
+            inner.forget_slot(&policy, &key).await;
+            inner.redis.reset(&policy, &key).await
+        })
     }
 
     /// Drops the refusal this instance remembers for the key (exact mode;
@@ -664,6 +672,9 @@ trait Slot: Send + Sync + Sized + 'static {
 
     /// Wakes the requests waiting on the slot when a call ends.
     fn done(&self) -> &Notify;
+
+    /// Whether a call (a reservation, a sync) is in flight.
+    fn calling(&self) -> bool;
 
     /// Decides a request of `cost` at `now` without the slot's lock, when
     /// it can: the answer, and a call to start (its argument).
@@ -762,6 +773,10 @@ impl Slot for ExactSlot {
         &self.done
     }
 
+    fn calling(&self) -> bool {
+        self.lock().reserving
+    }
+
     fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
         ExactSlot::spend(self, now, cost)
     }
@@ -785,9 +800,40 @@ impl Slot for PeriodicSlot {
         &self.done
     }
 
+    fn calling(&self) -> bool {
+        self.lock().syncing
+    }
+
     fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
         PeriodicSlot::spend(self, now, cost).map(|answer| (answer, None))
     }
+}
+
+/// The longest a reset waits for a slot's call in flight: a call is
+/// bounded by the Redis store's own timeouts, this only keeps an
+/// operator's reset from hanging on a stalled server.
+const CALL_BOUND: Duration = Duration::from_secs(5);
+
+/// Waits until `slot` (taken out of its table) has no call in flight, at
+/// most [`CALL_BOUND`].
+async fn call_ended<S: Slot>(slot: Option<Arc<S>>) {
+    let Some(slot) = slot else {
+        return;
+    };
+    let ended = async {
+        loop {
+            let notified = slot.done().notified();
+            let mut notified = pin!(notified);
+            // Registered before the flag is read: a call that ends in
+            // between wakes it.
+            notified.as_mut().enable();
+            if !slot.calling() {
+                return;
+            }
+            notified.await;
+        }
+    };
+    let _ = tokio::time::timeout(CALL_BOUND, ended).await;
 }
 
 /// Starts the periodic tick on the current runtime, once per store.

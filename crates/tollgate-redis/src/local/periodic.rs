@@ -42,7 +42,7 @@ pub(crate) struct Counts {
     unconfirmed: Option<(u64, u64)>,
     /// The last sequence number used.
     sequence: u64,
-    syncing: bool,
+    pub(crate) syncing: bool,
     /// A request came since the last sync: the key is worth reading again.
     touched: bool,
     /// Syncs ended so far; a waiter compares it with the count it saw.
