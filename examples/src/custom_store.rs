@@ -15,12 +15,15 @@ use tollgate::store::{AdminFuture, Capability, Debit, Missing, Refund, RefundRep
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, Decision, MonotonicClock, State, check_all};
 
+/// Each key's limit states under each policy (by its id).
+type States = HashMap<(u64, Key), Vec<State>>;
+
 /// Each key's state under each policy, in one map behind one lock: simple
 /// rather than fast (the memory store shards its map and keeps one-word
 /// states in atomics).
 #[derive(Clone)]
 pub struct HashMapStore<C = MonotonicClock> {
-    states: Arc<Mutex<HashMap<(u64, Key), Vec<State>>>>,
+    states: Arc<Mutex<States>>,
     clock: C,
 }
 

@@ -372,17 +372,16 @@ impl<'k, St: Store> Play<'k, St> {
         };
         self.refused = None;
         match reference {
-            Some(reference) if subject.merged.allowed() => {
-                if cost > 0 {
-                    self.admissions.push(Admission {
-                        subject,
-                        reference,
-                        cost,
-                        held: cost,
-                        at,
-                        at_nanos: self.now_nanos(),
-                    });
-                }
+            // An admission of cost 0 charged nothing: nothing to give back.
+            Some(reference) if subject.merged.allowed() && cost > 0 => {
+                self.admissions.push(Admission {
+                    subject,
+                    reference,
+                    cost,
+                    held: cost,
+                    at,
+                    at_nanos: self.now_nanos(),
+                });
             }
             _ if !subject.merged.allowed() => self.refused = Some((cost, subject)),
             _ => {}
