@@ -640,3 +640,50 @@ fn a_login_limiter_holds_in_the_fallback_with_redis_killed() {
         three_failures_after_five_successes(server, server, &format!("down-{}", server.addr));
     }
 }
+
+/// `t` of the first item of a response's `RateLimit` field.
+fn reset_field(response: &Response) -> u64 {
+    let field = response.header("ratelimit").expect("a RateLimit field");
+    let t = field
+        .split(';')
+        .find_map(|p| p.strip_prefix("t="))
+        .expect("t=");
+    t.trim().parse().expect("t is a number")
+}
+
+/// Periodic local-first mode keeps the header contract: at 5/s, every
+/// refusal has `1 ≤ t ≤ Retry-After`, and a retry after `Retry-After`
+/// passes (nothing else spends the key meanwhile).
+#[test]
+fn local_first_periodic_refusals_are_honest() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let args = [
+        "--store",
+        &url,
+        "--local",
+        "periodic=100",
+        "--limit",
+        "api=5/s",
+    ];
+    let server = Server::start(&[&args[..], &["--key", "global"]].concat());
+    for round in 0..3 {
+        // Spend the limit: a refusal comes within a few requests.
+        let refusal = (0..50)
+            .map(|_| server.get("/", &[]))
+            .find(|response| response.status == 429)
+            .unwrap_or_else(|| panic!("round {round}: no refusal in 50 requests"));
+        let retry: u64 = refusal.header("retry-after").unwrap().parse().unwrap();
+        let t = reset_field(&refusal);
+        assert!(
+            1 <= t && t <= retry,
+            "round {round}: t={t}, Retry-After {retry}"
+        );
+        std::thread::sleep(Duration::from_secs(retry));
+        let again = server.get("/", &[]);
+        assert_eq!(
+            again.status, 200,
+            "round {round}: a retry after Retry-After: {retry} s"
+        );
+    }
+}

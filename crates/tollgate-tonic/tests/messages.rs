@@ -645,15 +645,21 @@ struct SlowStore {
     delay: Duration,
 }
 
-impl Store for SlowStore {
+impl tollgate::store::StoreWrapper for SlowStore {
+    type Inner = MemoryStore<ManualClock>;
     type Error = Infallible;
     type Future = BoxFuture<Result<PolicyDecision, Infallible>>;
 
-    fn check(
+    fn inner(&self) -> &Self::Inner {
+        &self.inner
+    }
+
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        _: Duration,
     ) -> StoreReply<Self::Future, Infallible> {
         let (store, policy, key, delay) =
             (self.inner.clone(), policy.clone(), key.clone(), self.delay);

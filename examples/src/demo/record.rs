@@ -7,7 +7,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::{Key, MemoryStore, Policy, PolicyDecision, Store, StoreReply};
+use tollgate::{Key, MemoryStore, Policy, PolicyDecision, StoreReply};
 use tollgate_core::{Clock, ManualClock, MonotonicClock};
 
 /// One decision, as the store made it.
@@ -88,15 +88,23 @@ impl Default for RecordingStore {
     }
 }
 
-impl Store for RecordingStore {
+/// A wrapper of the memory store: checks are logged, every other
+/// operation goes to the memory store.
+impl tollgate::store::StoreWrapper for RecordingStore {
+    type Inner = MemoryStore<ManualClock>;
     type Error = Infallible;
     type Future = std::future::Ready<Result<PolicyDecision, Infallible>>;
 
-    fn check(
+    fn inner(&self) -> &MemoryStore<ManualClock> {
+        &self.inner.store
+    }
+
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
+        _: std::time::Duration,
     ) -> StoreReply<Self::Future, Infallible> {
         // Held across the whole check: the pinned time belongs to this check.
         let mut log = self
@@ -120,7 +128,7 @@ impl Store for RecordingStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate::NamedLimit;
+    use tollgate::{NamedLimit, Store};
     use tollgate_core::{Algorithm, Quota};
 
     #[test]
