@@ -69,30 +69,35 @@ pub enum Branch {
 /// assert_eq!(outer, Branch::Primary);
 /// assert_eq!(rest.pop().0, Branch::Secondary);
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Route {
-    /// Bit `i` set: the `i`-th branch taken (from the innermost) was the
-    /// secondary.
-    secondary: u64,
-    depth: u8,
+    /// The branches as bits, the outermost lowest (1: the secondary),
+    /// above a marker bit: `1` alone is the empty route. One word, as a
+    /// decision is moved on the request's path.
+    bits: u64,
+}
+
+impl Default for Route {
+    /// No branch taken: a store that decides alone.
+    fn default() -> Self {
+        Route { bits: 1 }
+    }
 }
 
 impl Route {
     /// The most branches a route keeps. A composition nests fallbacks a
     /// few deep; beyond this many, the outermost branches are not
     /// recorded, and a refund through them goes to the primary.
-    pub const MAX_DEPTH: u8 = 64;
+    pub const MAX_DEPTH: u8 = 63;
 
     /// This route, then `branch` taken by the fallback around it.
     #[must_use]
     pub fn took(self, branch: Branch) -> Route {
-        if self.depth >= Self::MAX_DEPTH {
+        if self.depth() >= Self::MAX_DEPTH {
             return self;
         }
-        let bit = u64::from(branch == Branch::Secondary) << self.depth;
         Route {
-            secondary: self.secondary | bit,
-            depth: self.depth + 1,
+            bits: self.marked() << 1 | u64::from(branch == Branch::Secondary),
         }
     }
 
@@ -100,19 +105,28 @@ impl Route {
     /// An empty route answers [`Branch::Primary`]: a decision that passed
     /// through no fallback was made by the store asked first.
     pub fn pop(self) -> (Branch, Route) {
-        let Some(depth) = self.depth.checked_sub(1) else {
+        let bits = self.marked();
+        if bits == 1 {
             return (Branch::Primary, self);
-        };
-        let branch = if self.secondary >> depth & 1 == 1 {
+        }
+        let branch = if bits & 1 == 1 {
             Branch::Secondary
         } else {
             Branch::Primary
         };
-        let rest = Route {
-            secondary: self.secondary & !(1 << depth),
-            depth,
-        };
-        (branch, rest)
+        (branch, Route { bits: bits >> 1 })
+    }
+
+    /// How many branches it holds.
+    fn depth(self) -> u8 {
+        // The marker's position: below 64.
+        (63 - self.marked().leading_zeros()) as u8
+    }
+
+    /// The bits with their marker (a zeroed route, which no constructor
+    /// makes, reads as empty).
+    fn marked(self) -> u64 {
+        self.bits.max(1)
     }
 }
 
