@@ -41,7 +41,11 @@
 //!
 //! A store on its own clock (a database's, Redis's `TIME`) is checked
 //! with [`Kit::real_time`]: quotas of a day, so that nothing refills while
-//! a trace runs and the decisions depend on counts alone.
+//! a trace runs and the decisions depend on counts alone (a run waits out
+//! the last half minute of a UTC day, when day-long windows turn over).
+//! The kit awaits the store's futures and, on a real clock, tokio's
+//! timer: run it in a tokio runtime with time enabled
+//! (`#[tokio::test]`).
 
 mod trace;
 
@@ -203,6 +207,9 @@ impl<St: Store> Kit<St> {
             }
             report.algorithms.push(algorithm);
             for n in 0..self.traces {
+                if matches!(timing, Timing::Real) {
+                    clear_of_a_day_boundary().await;
+                }
                 let seed = self
                     .seed
                     .wrapping_add(n as u64)
@@ -633,6 +640,21 @@ impl<'k, St: Store> Play<'k, St> {
 /// Where the reference's clock starts on a real clock (ns): past 0, so
 /// that a charge at the start has a time of its own.
 const REAL_TIME_BASE: u64 = 1_000_000_000;
+
+/// On a real clock, waits out the last half minute of a UTC day: the
+/// window algorithms' day-long windows are aligned to the epoch, and a
+/// trace across their boundary would see a fresh window the reference
+/// (on its own clock) does not.
+async fn clear_of_a_day_boundary() {
+    const DAY: u64 = 86_400;
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let left = DAY - since_epoch % DAY;
+    if left <= 30 {
+        tokio::time::sleep(Duration::from_secs(left + 1)).await;
+    }
+}
 
 /// A store's reply, awaited.
 async fn answer<F, E>(reply: StoreReply<F, E>) -> Result<PolicyDecision, E>
