@@ -372,17 +372,15 @@ impl<'k, St: Store> Play<'k, St> {
         };
         self.refused = None;
         match reference {
-            Some(reference) if subject.merged.allowed() => {
-                if cost > 0 {
-                    self.admissions.push(Admission {
-                        subject,
-                        reference,
-                        cost,
-                        held: cost,
-                        at,
-                        at_nanos: self.now_nanos(),
-                    });
-                }
+            Some(reference) if subject.merged.allowed() && cost > 0 => {
+                self.admissions.push(Admission {
+                    subject,
+                    reference,
+                    cost,
+                    held: cost,
+                    at,
+                    at_nanos: self.now_nanos(),
+                });
             }
             _ if !subject.merged.allowed() => self.refused = Some((cost, subject)),
             _ => {}
