@@ -420,23 +420,22 @@ impl Inner {
     /// a peek never shows more than this instance would admit, and its
     /// own admissions and debits show at once.
     fn peek_within(&self, policy: &Arc<Policy>, key: &Key, within: Duration) -> Reply {
-        let reply = self.redis.check_within(policy, key, 0, within);
-        let Slots::Periodic(table) = &self.slots else {
-            return reply;
+        let slot = match &self.slots {
+            Slots::Periodic(table) if !policy.limits().is_empty() => table.find(policy.id(), key),
+            _ => None,
         };
-        if policy.limits().is_empty() {
-            return reply;
-        }
-        let Some(slot) = table.find(policy.id(), key) else {
+        let before = slot.as_ref().map_or(0, |slot| slot.unreported());
+        let reply = self.redis.check_within(policy, key, 0, within);
+        let Some(slot) = slot else {
             return reply;
         };
         match reply {
-            StoreReply::Ready(answer) => StoreReply::Ready(answer.map(|d| slot.counted(&d))),
-            StoreReply::Pending(future) => {
-                StoreReply::Pending(Box::pin(
-                    async move { future.await.map(|d| slot.counted(&d)) },
-                ))
+            StoreReply::Ready(answer) => {
+                StoreReply::Ready(answer.map(|d| slot.counted(&d, before)))
             }
+            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
+                future.await.map(|d| slot.counted(&d, before))
+            })),
         }
     }
 
@@ -619,6 +618,10 @@ impl Store for LocalFirst {
                 };
                 let (policy, key) = (policy.clone(), key.clone());
                 crate::store::spawn_change(crate::store::Change::Refund, async move {
+                    // A report on its way may carry the units: given back
+                    // before it landed, they would find nothing to take
+                    // off, and then be charged.
+                    call_ended(slot.clone()).await;
                     redis.give_back(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded();

@@ -117,9 +117,21 @@ impl PeriodicSlot {
     /// would decide with. A report that landed in Redis before the peek
     /// read, and is not confirmed here yet, is counted twice: the peek
     /// then shows less than remains, never more.
-    pub(crate) fn counted(&self, decision: &PolicyDecision) -> PolicyDecision {
+    ///
+    /// `before`: what was unreported when the peek was sent (see
+    /// [`unreported`](Self::unreported)). A sync whose report reached Redis
+    /// after the peek read, and whose answer came before the peek's, has
+    /// confirmed those units here: they are taken off all the same.
+    pub(crate) fn counted(&self, decision: &PolicyDecision, before: u64) -> PolicyDecision {
         let counts = self.lock();
-        answers::counted(decision, |r| counts.left(r))
+        let unreported = counts.unreported().max(before);
+        answers::counted(decision, |r| r.saturating_sub(unreported))
+    }
+
+    /// What this instance admitted (or was debited) that Redis's counts
+    /// may not show yet: not reported, or reported and not confirmed.
+    pub(crate) fn unreported(&self) -> u64 {
+        self.lock().unreported()
     }
 
     /// A request of `cost` at `now` admitted from what remains without the
@@ -213,10 +225,13 @@ impl Counts {
     /// What this instance may still admit of `remaining`, Redis's last
     /// reading: less what it admitted that the reading does not know of.
     fn left(&self, remaining: u64) -> u64 {
-        let unreported = self
-            .pending
-            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units));
-        remaining.saturating_sub(unreported)
+        remaining.saturating_sub(self.unreported())
+    }
+
+    /// Admitted here and not in Redis's last reading.
+    fn unreported(&self) -> u64 {
+        self.pending
+            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units))
     }
 
     /// How long ago (ns) Redis last read the key; 0 if never.
