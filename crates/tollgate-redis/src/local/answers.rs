@@ -5,23 +5,41 @@ use super::budget::Reading;
 use tollgate::PolicyDecision;
 use tollgate_core::{Decision, DecisionFields};
 
-/// `decision`'s times, `elapsed` nanoseconds later (never below 0), with
-/// `allowed` and `remaining` as given.
+/// `decision`'s times, `elapsed` nanoseconds later, with `allowed` and
+/// `remaining` as given.
+///
+/// A time that was running never ages below 1 ns while the figures it
+/// belongs to still stand: Redis read them `elapsed` ago, and a limit short
+/// of whole (`remaining < limit`) whose next unit was due within `elapsed`
+/// is answered with that unit due now (1 ns: the headers' `t` is at least
+/// 1), not with `replenish_after` 0, which says the limit is whole; a
+/// refusal's `retry_after` likewise. Both age alike, so a refusal keeps
+/// `replenish_after ≤ retry_after`. (The unit may be back already: the
+/// answer then shows less than remains, never more.)
 fn aged(decision: &Decision, elapsed: u64, allowed: bool, remaining: u64) -> Decision {
     let f = decision.fields();
     let later = |nanos: u64| nanos.saturating_sub(elapsed);
+    let running = |nanos: u64| match nanos {
+        0 => 0,
+        nanos => later(nanos).max(1),
+    };
+    let replenish_after_nanos = if remaining < f.limit {
+        running(f.replenish_after_nanos)
+    } else {
+        later(f.replenish_after_nanos)
+    };
     DecisionFields {
         allowed,
         limit: f.limit,
         remaining,
         reset_after_nanos: later(f.reset_after_nanos),
-        replenish_after_nanos: later(f.replenish_after_nanos),
+        replenish_after_nanos,
         retry_after_nanos: if allowed {
             0
         } else if f.retry_after_nanos == Decision::NEVER_NANOS {
             Decision::NEVER_NANOS
         } else {
-            later(f.retry_after_nanos)
+            running(f.retry_after_nanos)
         },
         wait_nanos: 0,
     }
@@ -64,7 +82,12 @@ pub(crate) fn admitted_from(
                 limit: l.limit,
                 remaining: remaining(l.remaining),
                 reset_after_nanos: later(l.reset_after_nanos),
-                replenish_after_nanos: later(l.replenish_after_nanos),
+                // As `aged`: a unit due is due now, not whole.
+                replenish_after_nanos: match l.replenish_after_nanos {
+                    0 => 0,
+                    nanos if remaining(l.remaining) < l.limit => later(nanos).max(1),
+                    nanos => later(nanos),
+                },
                 retry_after_nanos: 0,
                 wait_nanos: 0,
             })
@@ -111,13 +134,36 @@ pub(crate) fn spent(
                 } else if cost <= remaining + 1 {
                     f.replenish_after_nanos
                 } else {
-                    f.reset_after_nanos
+                    // Never before the next unit: a reset aged to 0 is
+                    // not before a replenish kept at 1 ns (see `aged`).
+                    f.reset_after_nanos.max(f.replenish_after_nanos)
                 };
             }
             Decision::from(f)
         })
         .collect();
     merge(each, 0)
+}
+
+/// A peek Redis answered (`decision`, for a cost of 0), with each limit's
+/// remaining count made by `left` from Redis's (periodic mode: less what
+/// this instance admitted and has not reported, plus what it was given
+/// back after reporting), at most the limit; its times as Redis gave them.
+pub(crate) fn counted(decision: &PolicyDecision, left: impl Fn(u64) -> u64) -> PolicyDecision {
+    let each: smallvec::SmallVec<[Decision; 2]> = decision
+        .each
+        .iter()
+        .map(|d| {
+            let mut f = d.fields();
+            f.remaining = left(f.remaining).min(f.limit);
+            Decision::from(f)
+        })
+        .collect();
+    PolicyDecision {
+        charged_at: decision.charged_at,
+        charged_by: decision.charged_by,
+        ..merge(each, 0)
+    }
 }
 
 fn merge(each: smallvec::SmallVec<[Decision; 2]>, receipt: u64) -> PolicyDecision {
@@ -171,7 +217,40 @@ mod tests {
         let got = refused(&refusal, 500);
         assert!(!got.merged.allowed());
         assert_eq!(got.merged.retry_after_nanos(), 1_500);
-        assert_eq!(refused(&refusal, 9_000).merged.retry_after_nanos(), 0);
+        // Aged past its times, a refusal still says a unit is due (1 ns),
+        // not that the limit is whole (0), and no retry before it.
+        let stale = refused(&refusal, 9_000);
+        assert_eq!(stale.merged.retry_after_nanos(), 1);
+        assert_eq!(stale.each[0].replenish_after_nanos(), 1);
+        assert_eq!(stale.each[0].reset_after_nanos(), 0);
+        // Redis read the next unit due in 8 µs; answered 70 µs later.
+        let due = merge(
+            [DecisionFields {
+                replenish_after_nanos: 8_000,
+                retry_after_nanos: 43_200_000_008_000,
+                ..limit(false, 0, 0).fields()
+            }
+            .into()]
+            .into_iter()
+            .collect(),
+            0,
+        );
+        let got = refused(&due, 70_000);
+        assert_eq!(got.each[0].replenish_after_nanos(), 1);
+        assert_eq!(got.merged.retry_after_nanos(), 43_199_999_938_000);
+        // A whole limit stays whole: 0.
+        let whole = merge([limit(true, 10, 0)].into_iter().collect(), 0);
+        let whole = DecisionFields {
+            replenish_after_nanos: 0,
+            ..whole.each[0].fields()
+        };
+        let whole = merge([whole.into()].into_iter().collect(), 0);
+        assert_eq!(
+            admitted(&whole, 400, 0, |r| r)
+                .merged
+                .replenish_after_nanos(),
+            0
+        );
 
         // 3 remain in Redis, all admitted here: a cost of 1 waits for the
         // next unit, a cost of 2 for the whole limit.

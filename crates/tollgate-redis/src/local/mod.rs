@@ -412,6 +412,33 @@ impl Inner {
         }))
     }
 
+    /// A peek (a check of cost 0): Redis's counts. In exact mode what this
+    /// instance spent is charged there already (at its reservation, or by
+    /// a debit). In periodic mode what it admitted since its last report,
+    /// and what a debit added, is not yet: it is taken off Redis's answer
+    /// (and what was given back after it was reported is added), so that
+    /// a peek never shows more than this instance would admit, and its
+    /// own admissions and debits show at once.
+    fn peek_within(&self, policy: &Arc<Policy>, key: &Key, within: Duration) -> Reply {
+        let slot = match &self.slots {
+            Slots::Periodic(table) if !policy.limits().is_empty() => table.find(policy.id(), key),
+            _ => None,
+        };
+        let before = slot.as_ref().map_or(0, |slot| slot.unreported());
+        let reply = self.redis.check_within(policy, key, 0, within);
+        let Some(slot) = slot else {
+            return reply;
+        };
+        match reply {
+            StoreReply::Ready(answer) => {
+                StoreReply::Ready(answer.map(|d| slot.counted(&d, before)))
+            }
+            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
+                future.await.map(|d| slot.counted(&d, before))
+            })),
+        }
+    }
+
     /// Takes the key's slot out of this instance's table; then waits
     /// (at most [`CALL_BOUND`]) for the call the slot had in flight, if
     /// any, to end: a reservation that lands after a reset would leave its
@@ -454,10 +481,10 @@ impl Store for LocalFirst {
     ) -> StoreReply<Self::Future, Self::Error> {
         // A peek, a policy it cannot decide: one call, as the Redis store
         // makes.
-        if cost == 0
-            || policy.limits().is_empty()
-            || !self.inner.redis.prepared_form(policy).local_first
-        {
+        if cost == 0 {
+            return self.inner.peek_within(policy, key, within);
+        }
+        if policy.limits().is_empty() || !self.inner.redis.prepared_form(policy).local_first {
             return self.inner.redis.check_within(policy, key, cost, within);
         }
         let inner = &self.inner;
@@ -503,10 +530,15 @@ impl Store for LocalFirst {
     /// it from its next call to Redis on (exact mode) or this instance at
     /// once (periodic mode); never over the limit.
     ///
-    /// *Periodic mode*: an admission decided here is taken off this
-    /// instance's reports (the one not yet sent, else the next ones):
-    /// exact, as if the request had not come; this instance has the units
-    /// back at once, the others from their next sync after the report.
+    /// *Periodic mode*: an admission decided here and not yet reported is
+    /// taken off the report not yet sent: exact, as if the request had not
+    /// come; this instance has the units back at once, the others from
+    /// their next sync. Units reported already (or on their way) are given
+    /// back in Redis (`refund.lua`, as [`RedisStore`]'s `refund`, from a
+    /// spawned task), never put back here: only Redis knows whether they
+    /// still count (a key a debit put in debt, a window that ended); this
+    /// instance's next refusal then waits for a fresh reading, which shows
+    /// them.
     ///
     /// *Exact mode*: an admission decided here spent units reserved in
     /// Redis; they are given back there (one call of `share.lua`, from a
@@ -575,15 +607,26 @@ impl Store for LocalFirst {
             Slots::Periodic(table) => {
                 // Decisions made here carry no charge time (`charged_at`
                 // 0); those Redis made carry the script's.
-                if refund.charged_at.is_none()
-                    && let Some(slot) = table.find(policy.id(), key)
-                {
-                    slot.give_back(refund.cost);
-                    return RefundReply::Done;
-                }
+                let (refund, slot) = match table.find(policy.id(), key) {
+                    Some(slot) if refund.charged_at.is_none() => {
+                        match slot.give_back(refund.cost) {
+                            0 => return RefundReply::Done,
+                            reported => (refund.part(reported), Some(slot)),
+                        }
+                    }
+                    slot => (refund, slot),
+                };
                 let (policy, key) = (policy.clone(), key.clone());
                 crate::store::spawn_change(crate::store::Change::Refund, async move {
-                    redis.give_back(&policy, &key, &refund).await
+                    // A report on its way may carry the units: given back
+                    // before it landed, they would find nothing to take
+                    // off, and then be charged.
+                    call_ended(slot.clone()).await;
+                    redis.give_back(&policy, &key, &refund).await?;
+                    if let Some(slot) = slot {
+                        slot.refunded();
+                    }
+                    Ok(())
                 })
             }
         }
@@ -621,11 +664,12 @@ impl Store for LocalFirst {
     }
 
     // `peek`: the default, a check of cost 0, which this store sends to
-    // Redis as it sends every peek (see `check_within`): Redis's counts,
-    // in which what instances hold is spent already. (For GCRA and the
-    // token bucket in exact mode, the plain script does not read the held
-    // units, so a peek may show up to what other instances hold as
-    // remaining.)
+    // Redis as it sends every peek (see `check_within` and
+    // `Inner::peek_within`): Redis's counts, in which what instances hold
+    // is spent already; in periodic mode less what this instance has not
+    // reported yet. (For GCRA and the token bucket in exact mode, the
+    // plain script does not read the held units, so a peek may show up to
+    // what other instances hold as remaining.)
 
     /// Drops this instance's slot for the key (exact: the units it holds,
     /// so that it does not spend them after the reset; periodic: the

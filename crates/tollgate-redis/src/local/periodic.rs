@@ -34,9 +34,9 @@ pub(crate) struct Counts {
     last: Option<(PolicyDecision, u64)>,
     /// Admitted here and not yet reported.
     pending: u64,
-    /// Admitted here, reported, then given back: taken off the next
-    /// reports (and off what this instance counts as spent meanwhile).
-    owed: u64,
+    /// A charge of the key was given back in Redis since the last reading
+    /// was asked for: a refusal waits for a fresh one.
+    refunded: bool,
     /// A report sent whose answer did not come: (sequence, units). Sent
     /// again, with the same sequence, until Redis answers.
     unconfirmed: Option<(u64, u64)>,
@@ -79,30 +79,59 @@ impl PeriodicSlot {
         Locked::new(&self.state, &self.budget)
     }
 
-    /// Gives back `cost` units admitted here: taken off what is not yet
-    /// reported, and the rest (already reported, or on its way) off the
-    /// next reports. Redis never counts the refunded admission once the
-    /// reports are netted, exactly as if it had not come; until then only
-    /// this instance knows it has the units back.
-    pub(crate) fn give_back(&self, cost: u32) {
+    /// Gives back `cost` units admitted here, as far as they are not yet
+    /// reported (taken off the next report: exact, as if the requests had
+    /// not come); says how many are left to give back, reported already
+    /// (or on their way), which Redis must give back itself: only Redis
+    /// knows whether they still count (a key in debt, a window ended), so
+    /// they are never put back here.
+    pub(crate) fn give_back(&self, cost: u32) -> u32 {
         let mut counts = self.lock();
-        let cost = u64::from(cost);
-        let unreported = cost.min(counts.pending);
+        let unreported = u64::from(cost).min(counts.pending);
         counts.pending -= unreported;
-        counts.owed += cost - unreported;
+        // At most `cost`, a u32.
+        cost - unreported as u32
+    }
+
+    /// A charge of the key was given back in Redis: this instance's next
+    /// refusal waits for a fresh reading, which shows it.
+    pub(crate) fn refunded(&self) {
+        let mut counts = self.lock();
+        counts.refunded = true;
+        counts.touched = true;
     }
 
     /// Charges `cost` units more (pay after: a cost learned once the
-    /// request was over), whatever remains: first off what was given back
-    /// and not yet netted, the rest added to the next report, which Redis
-    /// charges whatever the state. This instance counts them at once.
+    /// request was over), whatever remains: added to the next report,
+    /// which Redis charges whatever the state. This instance counts them
+    /// at once.
     pub(crate) fn charge(&self, cost: u32) {
         let mut counts = self.lock();
-        let cost = u64::from(cost);
-        let netted = cost.min(counts.owed);
-        counts.owed -= netted;
-        counts.pending += cost - netted;
+        counts.pending += u64::from(cost);
         counts.touched = true;
+    }
+
+    /// A peek Redis answered for the key, counting what this instance
+    /// admitted and has not reported yet (or whose report is on its way),
+    /// and what it was given back since it reported it: what this instance
+    /// would decide with. A report that landed in Redis before the peek
+    /// read, and is not confirmed here yet, is counted twice: the peek
+    /// then shows less than remains, never more.
+    ///
+    /// `before`: what was unreported when the peek was sent (see
+    /// [`unreported`](Self::unreported)). A sync whose report reached Redis
+    /// after the peek read, and whose answer came before the peek's, has
+    /// confirmed those units here: they are taken off all the same.
+    pub(crate) fn counted(&self, decision: &PolicyDecision, before: u64) -> PolicyDecision {
+        let counts = self.lock();
+        let unreported = counts.unreported().max(before);
+        answers::counted(decision, |r| r.saturating_sub(unreported))
+    }
+
+    /// What this instance admitted (or was debited) that Redis's counts
+    /// may not show yet: not reported, or reported and not confirmed.
+    pub(crate) fn unreported(&self) -> u64 {
+        self.lock().unreported()
     }
 
     /// A request of `cost` at `now` admitted from what remains without the
@@ -184,7 +213,7 @@ impl Counts {
             let due = d.replenish_after_nanos();
             short && due > 0 && elapsed >= due
         });
-        if unreported || out_of_date {
+        if unreported || out_of_date || self.refunded {
             let start = !self.syncing;
             self.syncing = true;
             return (Step::Wait, start);
@@ -194,15 +223,15 @@ impl Counts {
     }
 
     /// What this instance may still admit of `remaining`, Redis's last
-    /// reading: less what it admitted that the reading does not know of,
-    /// plus what was given back after it was reported.
+    /// reading: less what it admitted that the reading does not know of.
     fn left(&self, remaining: u64) -> u64 {
-        let unreported = self
-            .pending
-            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units));
-        remaining
-            .saturating_add(self.owed)
-            .saturating_sub(unreported)
+        remaining.saturating_sub(self.unreported())
+    }
+
+    /// Admitted here and not in Redis's last reading.
+    fn unreported(&self) -> u64 {
+        self.pending
+            .saturating_add(self.unconfirmed.map_or(0, |(_, units)| units))
     }
 
     /// How long ago (ns) Redis last read the key; 0 if never.
@@ -226,9 +255,8 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
     let (spent, sequence) = {
         let mut counts = slot.lock();
         counts.touched = false;
-        let netted = counts.owed.min(counts.pending);
-        counts.owed -= netted;
-        counts.pending -= netted;
+        // Read after every refund that landed so far.
+        counts.refunded = false;
         match counts.unconfirmed {
             Some(report) => (report.1, report.0),
             None if counts.pending > 0 => {
