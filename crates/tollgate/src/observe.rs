@@ -9,7 +9,9 @@
 //! cache refused without asking its store (`store::BlockCache`, and the
 //! Redis store's own; each is also counted as "limited" above when a layer
 //! judges it),
-//! and `tollgate_quota_errors_total` for failed per-key quota lookups.
+//! `tollgate_quota_errors_total` for failed per-key quota lookups, and a
+//! circuit breaker's `tollgate_breaker_state{store}` (0 closed, 1
+//! half-open, 2 open) and `tollgate_breaker_opened_total{store}`.
 
 use crate::PolicyDecision;
 use std::sync::Arc;
@@ -127,3 +129,23 @@ pub(crate) fn quota_lookup_failed() {
 #[cfg(all(not(feature = "metrics"), feature = "quotas"))]
 #[inline]
 pub(crate) fn quota_lookup_failed() {}
+
+/// A circuit breaker in front of `store` moved to `phase` (0 closed, 1
+/// half-open, 2 open): `tollgate_breaker_state{store}`.
+#[cfg(feature = "metrics")]
+pub(crate) fn breaker_state(store: &str, phase: u8) {
+    metrics::gauge!("tollgate_breaker_state", "store" => store.to_owned()).set(f64::from(phase));
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn breaker_state(_: &str, _: u8) {}
+
+/// A circuit breaker in front of `store` opened:
+/// `tollgate_breaker_opened_total{store}`.
+#[cfg(feature = "metrics")]
+pub(crate) fn breaker_opened(store: &str) {
+    metrics::counter!("tollgate_breaker_opened_total", "store" => store.to_owned()).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn breaker_opened(_: &str) {}

@@ -73,6 +73,13 @@
 //!   waits up to twice `--store-timeout-ms` for an answer (the memory store
 //!   answers at once). With the memory `--store` it changes nothing, and
 //!   the in-flight slots (`--in-flight`) fail open.
+//! - A Redis `--store` (without `--local`) is given up on after
+//!   `--store-timeout-ms` and sits behind a circuit breaker
+//!   (`tollgate::store::Breaker`): after 5 failures or timeouts in a row
+//!   it stops asking Redis for a cool-down (1 s, doubling while Redis
+//!   stays away, at most 30 s), answering at once by `--on-store-error`,
+//!   then lets one request probe Redis; it logs one warning when it opens
+//!   and one line when it closes.
 //! - Every route holds the request for the milliseconds an `x-hold-ms`
 //!   request header gives (0 when absent; at most 60000) before it
 //!   answers, so a script can play slow requests. A value that is not a
@@ -125,7 +132,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::in_flight::InFlightLayer;
-use tollgate::store::{BoxStore, Fallback, Timeout};
+use tollgate::store::{BoxStore, Breaker, Fallback, Timeout};
 use tollgate::{
     ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
     OnStoreError, RateLimitLayer,
@@ -505,7 +512,12 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
             .await
             .map(|redis| match args.local {
                 Some(Local::On(mode)) => BoxStore::new(LocalFirst::builder(redis, mode).build()),
-                Some(Local::Off) | None => BoxStore::new(redis),
+                // Given up on after the store timeout, behind a breaker
+                // that stops asking a Redis that keeps failing.
+                Some(Local::Off) | None => BoxStore::new(Breaker::new(Timeout::new(
+                    redis,
+                    Duration::from_millis(args.store_timeout_ms),
+                ))),
             })
             .map_err(|e| {
                 let message = format!(
@@ -536,17 +548,23 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     let on_store_error = on_store_error(args.on_store_error);
     let store_timeout = Duration::from_millis(args.store_timeout_ms);
     let store = store(store_url, args).await?;
-    let (store, store_timeout) = match args.on_store_error {
-        FailMode::Fallback => (
-            BoxStore::new(Fallback::new(
-                Timeout::new(store, store_timeout),
-                MemoryStore::new(),
-            )),
-            // The memory store answers at once: the layer's own bound
-            // only has to outlast the timeout before it.
-            store_timeout.saturating_mul(2),
-        ),
-        FailMode::Open | FailMode::Closed => (store, store_timeout),
+    let store = match args.on_store_error {
+        FailMode::Fallback => BoxStore::new(Fallback::new(
+            Timeout::new(store, store_timeout),
+            MemoryStore::new(),
+        )),
+        FailMode::Open | FailMode::Closed => store,
+    };
+    // A Redis store (or the fallback) gives up after `--store-timeout-ms`
+    // itself, so that its breaker counts the timeout: the layer's own
+    // bound only has to outlast it.
+    let plain_redis =
+        matches!(store_url, StoreUrl::Redis(_)) && !matches!(args.local, Some(Local::On(_)));
+    let gives_up_itself = plain_redis || matches!(args.on_store_error, FailMode::Fallback);
+    let store_timeout = if gives_up_itself {
+        store_timeout.saturating_mul(2)
+    } else {
+        store_timeout
     };
     let mut builder = args
         .limits

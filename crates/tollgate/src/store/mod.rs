@@ -13,6 +13,8 @@
 //! Redis store consults before each round trip), and a store of your own
 //! can stand in front of any other by implementing [`Store`] over it.
 //! [`PenaltyBox`] refuses, for a while, the keys that keep being refused.
+//! [`Breaker`] stops calling a store that keeps failing, for a cool-down,
+//! so that an outage costs requests nothing rather than a timeout each.
 //!
 //! # An operator's handle
 //!
@@ -26,6 +28,7 @@
 mod admin;
 mod block_cache;
 mod boxed;
+mod breaker;
 mod capability;
 mod charge;
 mod fallback;
@@ -38,6 +41,7 @@ mod wrapper;
 pub use admin::{AdminError, AdminFuture};
 pub use block_cache::{BlockCache, BlockCacheFuture, BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
+pub use breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
 pub use capability::{Capability, Missing, short_type_name};
 pub use charge::{Branch, Debit, Refund, RefundReply, Route};
 pub use fallback::{Fallback, FallbackFuture};
