@@ -687,3 +687,81 @@ fn local_first_periodic_refusals_are_honest() {
         );
     }
 }
+
+/// Redis frozen (SIGSTOP) under a fail-open layer with a 200 ms store
+/// timeout: once the breaker has opened, requests are answered at once
+/// (median under 20 ms) and the outage is logged in a handful of lines,
+/// not one per request; after SIGCONT limiting resumes within 10 s, and
+/// the calls Redis answers late (queued while it was frozen) charge
+/// nothing.
+#[test]
+fn a_frozen_redis_costs_requests_nothing_once_the_breaker_opens() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let server = Server::start(&[
+        "--store",
+        &url,
+        "--store-timeout-ms",
+        "200",
+        // An hour's quota: nothing refills while the test runs.
+        "--limit",
+        "api=100/h",
+        "--key",
+        "global",
+    ]);
+    let remaining = |response: &Response| -> Option<u64> {
+        let field = response.header("ratelimit")?;
+        field
+            .split(';')
+            .find_map(|p| p.strip_prefix("r="))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    for n in 1..=5 {
+        assert_eq!(remaining(&server.get("/", &[])), Some(100 - n));
+    }
+    let logged_before = server.logs().len();
+    redis.freeze();
+    // Five timeouts in a row open the breaker.
+    for _ in 0..6 {
+        assert_eq!(server.get("/", &[]).status, 200, "fail open");
+    }
+    let mut took: Vec<Duration> = (0..100)
+        .map(|_| {
+            let started = Instant::now();
+            let response = server.get("/", &[]);
+            assert_eq!(response.status, 200, "fail open");
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    let median = took[took.len() / 2];
+    assert!(median < Duration::from_millis(20), "median {median:?}");
+    let outage_logs = server.logs().len() - logged_before;
+    assert!(outage_logs <= 5, "{:#?}", &server.logs()[logged_before..]);
+    redis.thaw();
+    // Limiting resumes (a response counted by Redis again) within 10 s:
+    // the next probe, after a cool-down of at most a few seconds.
+    let started = Instant::now();
+    let resumed = loop {
+        let response = server.get("/", &[]);
+        if let Some(r) = remaining(&response) {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not resumed in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Five charged before the freeze, this one after: the calls that
+    // reached Redis late charged nothing.
+    assert_eq!(resumed, 100 - 6);
+    let logs = server.logs();
+    let opened = logs
+        .iter()
+        .filter(|l| l.contains("circuit breaker open"))
+        .count();
+    assert_eq!(opened, 1, "{logs:#?}");
+}

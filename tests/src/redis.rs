@@ -114,6 +114,27 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the process (SIGSTOP): connections stay open, nothing is
+    /// answered, as a stalled server's.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen process go on (SIGCONT): it then answers what was
+    /// sent meanwhile.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server runs");
+        let status = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();

@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, QuotaAnswer, StaticQuotas};
-use tollgate::store::{BlockCache, BoxStore, Fallback, Penalty, PenaltyBox, Timeout};
+use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Penalty, PenaltyBox, Timeout};
 use tollgate::{
     ChargeWhen, HeaderKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store,
 };
@@ -143,6 +143,11 @@ async fn table(server: &RedisServer) -> Vec<(&'static str, Vec<&'static str>)> {
     let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(60));
     let boxed = PenaltyBox::new(redis("table-penalty").await.unwrap(), penalty);
     rows.push(("`PenaltyBox<RedisStore>`", row(boxed).await));
+    let breaker = Breaker::new(Timeout::new(
+        redis("table-breaker").await.unwrap(),
+        Duration::from_secs(1),
+    ));
+    rows.push(("`Breaker<Timeout<RedisStore>>`", row(breaker).await));
     let fallback = Fallback::new(
         Timeout::new(
             redis("table-fallback").await.unwrap(),

@@ -237,11 +237,16 @@ impl<K, St, R> Engine<K, St, R> {
         R: Rejector<B>,
     {
         let policy = &self.routes.get(entry).policy;
-        tracing::warn!(
-            policy = policy.label(),
-            %error,
-            "rate-limit store failed; applying on_store_error"
-        );
+        static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
+        if let Some(held_back) = QUIET.pass() {
+            tracing::warn!(
+                policy = policy.label(),
+                %error,
+                held_back,
+                "rate-limit store failed; applying on_store_error (at most one such warning \
+                 every 10 s: held_back counts the failures since the last)"
+            );
+        }
         crate::observe::store_failed(policy.metrics());
         match &self.settings.on_store_error {
             OnStoreError::Open => Action::Forward {

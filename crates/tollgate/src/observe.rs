@@ -149,3 +149,45 @@ pub(crate) fn breaker_opened(store: &str) {
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn breaker_opened(_: &str) {}
+
+/// A warning that repeats once per request while a store is away, let
+/// through once per [`Quiet::EVERY`] (per call site: a `static`), with the
+/// number held back since the last one: an outage is logged, not its
+/// traffic. Metrics still count every failure.
+pub(crate) struct Quiet {
+    /// When the next warning may go out (ns on the monotonic clock).
+    next_at: std::sync::atomic::AtomicU64,
+    held_back: std::sync::atomic::AtomicU64,
+}
+
+impl Quiet {
+    /// How often a repeated warning goes out at most.
+    pub(crate) const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    pub(crate) const fn new() -> Self {
+        Quiet {
+            next_at: std::sync::atomic::AtomicU64::new(0),
+            held_back: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(held back since the last)` when this one should be logged;
+    /// `None` (counted) when it should not.
+    pub(crate) fn pass(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        use tollgate_core::Clock;
+        let now = tollgate_core::MonotonicClock.now_relaxed();
+        let next = self.next_at.load(Relaxed);
+        let every = Self::EVERY.as_nanos() as u64;
+        if now >= next
+            && self
+                .next_at
+                .compare_exchange(next, now.saturating_add(every), Relaxed, Relaxed)
+                .is_ok()
+        {
+            return Some(self.held_back.swap(0, Relaxed));
+        }
+        self.held_back.fetch_add(1, Relaxed);
+        None
+    }
+}

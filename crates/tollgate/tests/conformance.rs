@@ -1,6 +1,6 @@
 //! The conformance kit against every store and wrapper of this crate, on
 //! a manual clock: the memory store, a memory store answering later,
-//! `Timeout`, `BlockCache`, `PenaltyBox`, `BoxStore`, and `Fallback`s
+//! `Timeout`, `BlockCache`, `PenaltyBox`, `Breaker`, `BoxStore`, and `Fallback`s
 //! whose primary is up or down (see `tests/tests/redis_kit.rs` for the
 //! Redis stores and the compositions over them).
 
@@ -12,7 +12,9 @@ use common::{Later, Outage};
 use std::time::Duration;
 use tollgate::MemoryStore;
 use tollgate::conformance::{Kit, Report};
-use tollgate::store::{BlockCache, BoxStore, Fallback, Penalty, PenaltyBox, Store, Timeout};
+use tollgate::store::{
+    BlockCache, BoxStore, Breaker, Fallback, Penalty, PenaltyBox, Store, Timeout,
+};
 use tollgate_core::{Algorithm, ManualClock};
 
 /// A clock for one run, and a memory store on it.
@@ -71,6 +73,13 @@ async fn penalty_box_conforms() {
     let (clock, store) = memory();
     let penalty = Penalty::new(1_000, Duration::from_secs(60), Duration::from_secs(60));
     passes(PenaltyBox::new(store, penalty).clock(clock.clone()), clock).await;
+}
+
+/// A closed breaker (its store answers): every operation passes through.
+#[tokio::test]
+async fn breaker_conforms() {
+    let (clock, store) = memory();
+    passes(Breaker::new(store).clock(clock.clone()), clock).await;
 }
 
 #[tokio::test]

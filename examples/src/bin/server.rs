@@ -116,6 +116,10 @@
 //!   so only the server can close it (see `tollgate_examples::serving`).
 //!   The header timeout also bounds how long a keep-alive connection may
 //!   wait between requests.
+//! - The library's log events (a store that failed, a circuit breaker
+//!   that opened or closed, a refund that could not land) go to stderr,
+//!   one line each: warnings and errors by default, what `RUST_LOG` says
+//!   when it is set (`RUST_LOG=info`, `RUST_LOG=tollgate=debug`).
 //! - Bad flags or values (a zero timeout or bound, a malformed Redis URL, a
 //!   one-server URL that reaches a Cluster node): a message and exit code 2.
 //!   A store or address that cannot be used at startup (Redis down, port
@@ -679,11 +683,25 @@ async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
         .map_err(|e| Failure::Startup(format!("serving failed: {e}")))
 }
 
+/// Writes the library's `tracing` events to stderr (stdout carries the
+/// `listening on` line scripts read): those `RUST_LOG` selects, warnings
+/// and errors when it is unset or unreadable.
+fn install_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
 /// Parses the flags, then runs; usage errors found at startup exit with
 /// code 2, other startup failures with code 1.
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    install_logs();
     reject_duplicate_names(&args.limits);
     let store_url = store_url(&args.store);
     reject_block_cache_without_redis(args.block_cache, &store_url);

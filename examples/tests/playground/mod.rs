@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 /// How long any one step (startup, a request, an exit) may take.
@@ -18,6 +18,8 @@ pub struct Server {
     child: Child,
     /// The address it announced (`listening on http://ADDR`).
     pub addr: String,
+    /// What it wrote to stderr (its logs), line by line.
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -27,20 +29,40 @@ impl Server {
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("the server binary starts");
         let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
         // The guard exists before the wait, so a failed wait still kills it.
         let mut server = Server {
             child,
             addr: String::new(),
+            stderr: Arc::default(),
         };
+        let lines = server.stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                lines
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(line);
+            }
+        });
         server.addr = first_line_within(stdout, STEP)
             .strip_prefix("listening on http://")
             .expect("the first line announces the address")
             .trim()
             .to_owned();
         server
+    }
+
+    /// The lines it has written to stderr so far (its logs).
+    pub fn logs(&self) -> Vec<String> {
+        self.stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Kills it now (SIGKILL: no chance to clean up), and reaps it.

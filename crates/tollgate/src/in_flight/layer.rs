@@ -361,12 +361,17 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
     where
         R: Rejector<B>,
     {
-        tracing::warn!(
-            limit = self.limit.name(),
-            %error,
-            on_store_error = ?self.settings.on_store_error,
-            "in-flight limit: the slot store failed"
-        );
+        static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
+        if let Some(held_back) = QUIET.pass() {
+            tracing::warn!(
+                limit = self.limit.name(),
+                %error,
+                on_store_error = ?self.settings.on_store_error,
+                held_back,
+                "in-flight limit: the slot store failed (at most one such warning every 10 s: \
+                 held_back counts the failures since the last)"
+            );
+        }
         match self.settings.on_store_error {
             OnStoreError::Open => Settled::Run {
                 permit: None,

@@ -138,11 +138,16 @@ fn took(mut verdict: PolicyDecision, branch: Branch) -> PolicyDecision {
 }
 
 fn log_failure(policy: &Policy, error: &dyn std::fmt::Display) {
-    tracing::warn!(
-        policy = policy.label(),
-        %error,
-        "rate-limit store failed; deciding with the fallback store"
-    );
+    static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
+    if let Some(held_back) = QUIET.pass() {
+        tracing::warn!(
+            policy = policy.label(),
+            %error,
+            held_back,
+            "rate-limit store failed; deciding with the fallback store (at most one such \
+             warning every 10 s: held_back counts the failures since the last)"
+        );
+    }
 }
 
 impl<P: Store, S: Store> Store for Fallback<P, S> {
