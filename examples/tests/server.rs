@@ -8,7 +8,9 @@
 
 mod playground;
 
-use playground::{Response, STEP, Server, parse_response, request, run_to_exit};
+use playground::{
+    Response, STEP, Server, parse_response, request, run_to_exit, run_to_exit_with_env,
+};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -764,4 +766,54 @@ fn a_frozen_redis_costs_requests_nothing_once_the_breaker_opens() {
         .filter(|l| l.contains("circuit breaker open"))
         .count();
     assert_eq!(opened, 1, "{logs:#?}");
+}
+
+/// Every bound is checked before `listening on`: a connection cap beyond
+/// what the server can count is a usage error (exit 2), not a panic.
+#[test]
+fn a_connection_cap_too_large_is_a_usage_error() {
+    let (status, stderr) = run_to_exit(&["--max-connections", "2305843009213693952"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--max-connections"), "{stderr}");
+    assert!(stderr.contains("must be at most"), "{stderr}");
+}
+
+/// The store URL from a file (`--store-file`) or the environment
+/// (`TOLLGATE_STORE`), so that a password is on no command line: both are
+/// read (a Redis that is not there fails the start, exit 1), and the
+/// password shows in no message.
+#[test]
+fn the_store_url_comes_from_a_file_or_the_environment_and_its_password_stays_hidden() {
+    let url = "redis://:fi1e-s3cret@127.0.0.1:1";
+    let file = std::env::temp_dir().join(format!("tollgate-store-{}", std::process::id()));
+    std::fs::write(&file, format!("{url}\n")).unwrap();
+    let path = file.to_str().unwrap();
+    let (status, stderr) = run_to_exit(&["--store-file", path]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("127.0.0.1:1"),
+        "the file was read: {stderr}"
+    );
+    assert!(!stderr.contains("fi1e-s3cret"), "{stderr}");
+    let (status, stderr) = run_to_exit_with_env(&[], &[("TOLLGATE_STORE", url)]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("127.0.0.1:1"),
+        "the variable was read: {stderr}"
+    );
+    assert!(!stderr.contains("fi1e-s3cret"), "{stderr}");
+    // A file that is not there: a usage error naming the file.
+    let (status, stderr) = run_to_exit(&["--store-file", "/nonexistent/tollgate-store"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/tollgate-store"), "{stderr}");
+    // And a Redis that is there is used: its keys appear.
+    let redis = tollgate_tests::redis::RedisServer::start();
+    std::fs::write(&file, redis.url()).unwrap();
+    let server = Server::start(&["--store-file", path, "--key", "global"]);
+    assert_eq!(server.get("/", &[]).status, 200);
+    assert!(
+        !redis.command(&["KEYS", "*"]).starts_with("*0"),
+        "nothing in Redis"
+    );
+    std::fs::remove_file(&file).unwrap();
 }

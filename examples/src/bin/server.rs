@@ -14,7 +14,8 @@
 //! --algorithm ALG          gcra | token-bucket | token-bucket-interval | leaky-bucket | fixed-window | sliding-log | sliding-window | sliding-window-buckets (default gcra)
 //! --key KIND               ip | global | header:NAME (default ip)
 //! --trust-proxy CIDR       repeatable; proxy headers are read only from these peers
-//! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]
+//! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]; or from the environment variable TOLLGATE_STORE
+//! --store-file PATH        the --store URL read from a file (its first line), so that a password is on no command line
 //! --on-store-error MODE    open | closed | fallback (default open)
 //! --store-timeout-ms N     default 100
 //! --block-cache MODE       on | off (default on): a Redis store refuses a key Redis refused until its retry time, with no call
@@ -174,9 +175,21 @@ struct Args {
 
     /// memory | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...].
     /// Read after the other flags (see `store_url`): clap would echo a
-    /// rejected value whole, password included.
-    #[arg(long, value_name = "URL", default_value = "memory")]
+    /// rejected value whole, password included. From `TOLLGATE_STORE`
+    /// when the flag is absent (its value never shown in `--help`).
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "memory",
+        env = "TOLLGATE_STORE",
+        hide_env_values = true
+    )]
     store: String,
+
+    /// A file whose first line is the --store URL: a password in it is on
+    /// no command line (`/proc/PID/cmdline`) and in no environment.
+    #[arg(long, value_name = "PATH", conflicts_with = "store")]
+    store_file: Option<std::path::PathBuf>,
 
     /// Whether a Redis store refuses, with no call, a key Redis refused
     /// until its retry time (default on). Redis stores only.
@@ -233,7 +246,7 @@ struct Args {
     idle_timeout_ms: u64,
 
     /// The most connections open at once; more wait to be accepted.
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = connection_cap)]
     max_connections: usize,
 }
 
@@ -291,6 +304,17 @@ async fn answer(headers: HeaderMap) -> (StatusCode, &'static str) {
         tokio::time::sleep(Duration::from_millis(hold)).await;
     }
     (status, "ok")
+}
+
+/// Parses `--max-connections`: at least one, and at most what the
+/// server's semaphore can count (checked here, before `listening on`, so
+/// that a huge value is a usage error rather than a panic once serving).
+fn connection_cap(text: &str) -> Result<usize, String> {
+    let most = tokio::sync::Semaphore::MAX_PERMITS;
+    match at_least_one(text)? {
+        n if n > most => Err(format!("must be at most {most}")),
+        n => Ok(n),
+    }
 }
 
 /// Parses a count of at least one.
@@ -430,6 +454,24 @@ fn parse_store(text: &str) -> Result<StoreUrl, String> {
         "expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT[,...], not {:?}",
         tollgate_redis::redacted(text)
     ))
+}
+
+/// The store URL: `--store-file`'s first line, or `--store` (or
+/// `TOLLGATE_STORE`). A file that cannot be read is a usage error (code 2)
+/// that names the file, never its content.
+fn store_text(args: &Args) -> String {
+    let Some(path) = &args.store_file else {
+        return args.store.clone();
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.lines().next().unwrap_or_default().trim().to_owned(),
+        Err(error) => Args::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("cannot read --store-file {}: {error}", path.display()),
+            )
+            .exit(),
+    }
 }
 
 /// `--store` as a [`StoreUrl`], or a usage error (code 2) whose message
@@ -703,7 +745,7 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     install_logs();
     reject_duplicate_names(&args.limits);
-    let store_url = store_url(&args.store);
+    let store_url = store_url(&store_text(&args));
     reject_block_cache_without_redis(args.block_cache, &store_url);
     match run(args, store_url).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,9 +25,15 @@ pub struct Server {
 impl Server {
     /// Starts `server --listen 127.0.0.1:0 ARGS...` and waits for its address.
     pub fn start(args: &[&str]) -> Server {
+        Server::start_with_env(args, &[])
+    }
+
+    /// [`start`](Self::start) with these environment variables set.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -152,9 +158,15 @@ pub fn parse_response(raw: &str) -> Option<Response> {
 /// Runs `server ARGS...` expecting it to exit by itself; its status and
 /// stderr. Killed (and the test failed) if it is still running after `STEP`.
 pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    run_to_exit_with_env(args, &[])
+}
+
+/// [`run_to_exit`] with these environment variables set.
+pub fn run_to_exit_with_env(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
