@@ -817,3 +817,42 @@ fn the_store_url_comes_from_a_file_or_the_environment_and_its_password_stays_hid
     );
     std::fs::remove_file(&file).unwrap();
 }
+
+/// 600 connections that never finish a request head against a server
+/// whose process may open 512 files: at least 4 of 5 ordinary requests,
+/// sent together, are answered within 3 s each (the cap, the open-file
+/// limit less 64, closes the connection that has waited longest for a head
+/// to make room; before, they waited for the slow ones' 10 s header
+/// timeout).
+#[cfg(unix)]
+#[test]
+fn slow_clients_cannot_lock_out_an_ordinary_request() {
+    let args = ["--key", "global", "--limit", "api=1000/s"];
+    let server = Server::start_limited_files(512, &args);
+    let slow: Vec<TcpStream> = (0..600)
+        .map(|_| {
+            let mut stream = TcpStream::connect(&server.addr).unwrap();
+            // Half a head, never finished.
+            stream.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").unwrap();
+            stream
+        })
+        .collect();
+    let answered = std::thread::scope(|scope| {
+        let ordinary: Vec<_> = (0..5)
+            .map(|_| {
+                scope.spawn(|| {
+                    let started = Instant::now();
+                    let status = server.get("/", &[]).status;
+                    status == 200 && started.elapsed() < Duration::from_secs(3)
+                })
+            })
+            .collect();
+        ordinary
+            .into_iter()
+            .map(|request| request.join())
+            .filter(|answer| matches!(answer, Ok(true)))
+            .count()
+    });
+    assert!(answered >= 4, "{answered} of 5 answered within 3 s");
+    drop(slow);
+}

@@ -28,7 +28,7 @@
 //! --in-flight-lease-ms N   with --in-flight and a Redis --store: a slot's lease (default 30000, at least 100)
 //! --header-timeout-ms N    default 10000: a request's head must arrive within N ms
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
-//! --max-connections N      default 10000: connections beyond N wait to be accepted
+//! --max-connections N      default: the open-file limit less 64; at N, the connection waiting longest for a request head is closed for a new one
 //! ```
 //!
 //! Details a script may need:
@@ -116,7 +116,12 @@
 //!   finishes its request head (slowloris) is never counted by a limiter,
 //!   so only the server can close it (see `tollgate_examples::serving`).
 //!   The header timeout also bounds how long a keep-alive connection may
-//!   wait between requests.
+//!   wait between requests. The connection cap defaults to what the
+//!   process can open (its open-file limit less 64 kept for Redis, logs
+//!   and the listener); at the cap a new connection is accepted and the
+//!   one that has waited longest for a request head is closed, so a
+//!   flood of connections that never finish a head cannot lock out a
+//!   client with a real request.
 //! - The library's log events (a store that failed, a circuit breaker
 //!   that opened or closed, a refund that could not land) go to stderr,
 //!   one line each: warnings and errors by default, what `RUST_LOG` says
@@ -245,9 +250,11 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout_ms: u64,
 
-    /// The most connections open at once; more wait to be accepted.
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = connection_cap)]
-    max_connections: usize,
+    /// The most connections open at once (default: the open-file limit,
+    /// `ulimit -n`, less 64); at the cap, the connection that has waited
+    /// longest for a request head is closed to make room.
+    #[arg(long, value_name = "N", value_parser = connection_cap)]
+    max_connections: Option<usize>,
 }
 
 /// Parses `--charge-when`.
@@ -718,7 +725,9 @@ async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
     let limits = ServeLimits {
         header_timeout: Duration::from_millis(args.header_timeout_ms),
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-        max_connections: args.max_connections,
+        max_connections: args
+            .max_connections
+            .unwrap_or_else(tollgate_examples::serving::default_connection_cap),
     };
     serve(listener, app, limits)
         .await

@@ -30,10 +30,27 @@ impl Server {
 
     /// [`start`](Self::start) with these environment variables set.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_server"));
+        command.envs(env.iter().copied());
+        Server::spawn(command, args)
+    }
+
+    /// [`start`](Self::start) in a process that may open at most `files`
+    /// files (`ulimit -n`, through `sh`).
+    pub fn start_limited_files(files: u32, args: &[&str]) -> Server {
+        let mut command = Command::new("sh");
+        command.args([
+            "-c",
+            &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_server"),
+        ]);
+        Server::spawn(command, args)
+    }
+
+    fn spawn(mut command: Command, args: &[&str]) -> Server {
+        let mut child = command
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
