@@ -535,7 +535,9 @@ impl Store for LocalFirst {
     /// come; this instance has the units back at once, the others from
     /// their next sync. Units reported already (or on their way) are given
     /// back in Redis (`refund.lua`, as [`RedisStore`]'s `refund`, from a
-    /// spawned task), never put back here: only Redis knows whether they
+    /// spawned task; while a report is unconfirmed, once the sync carrying
+    /// it has ended, so that they are there to take off; no other sync is
+    /// waited for), never put back here: only Redis knows whether they
     /// still count (a key a debit put in debt, a window that ended); this
     /// instance's next refusal then waits for a fresh reading, which shows
     /// them.
@@ -617,22 +619,25 @@ impl Store for LocalFirst {
             }
             Slots::Periodic(table) => {
                 // Decisions made here carry no charge time (`charged_at`
-                // 0); those Redis made carry the script's.
-                let (refund, slot) = match table.find(policy.id(), key) {
+                // 0); those Redis made carry the script's, and were charged
+                // there, not in a report.
+                let (refund, slot, wait) = match table.find(policy.id(), key) {
                     Some(slot) if refund.charged_at.is_none() => {
                         match slot.give_back(refund.cost) {
-                            0 => return RefundReply::Done,
-                            reported => (refund.part(reported), Some(slot)),
+                            (0, _) => return RefundReply::Done,
+                            (reported, wait) => (refund.part(reported), Some(slot), wait),
                         }
                     }
-                    slot => (refund, slot),
+                    slot => (refund, slot, None),
                 };
                 let (policy, key) = (policy.clone(), key.clone());
                 crate::store::spawn_change(crate::store::Change::Refund, async move {
-                    // A report on its way may carry the units: given back
-                    // before it landed, they would find nothing to take
-                    // off, and then be charged.
-                    call_ended(slot.clone()).await;
+                    // The report that may carry the units lands first
+                    // (see `PeriodicSlot::give_back`); no other sync is
+                    // waited for.
+                    if let (Some(slot), Some(round)) = (&slot, wait) {
+                        round_ended(&**slot, round).await;
+                    }
                     redis.give_back(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded();
