@@ -582,3 +582,117 @@ async fn periodic_mode_refusals_say_honestly_when_to_retry() {
         }
     }
 }
+
+/// A decision of `store`, waited for.
+async fn decided<St: tollgate::Store>(
+    store: &St,
+    policy: &Arc<tollgate::Policy>,
+    cost: u32,
+) -> tollgate::PolicyDecision {
+    match store.check(policy, &tollgate::Key::Global, cost) {
+        tollgate::StoreReply::Ready(decision) => decision,
+        tollgate::StoreReply::Pending(future) => future.await,
+    }
+    .expect("decided")
+}
+
+/// Periodic mode: a peek right after admissions and a debit, before the
+/// next sync reports them, shows them (what remains counts the units this
+/// instance has not reported yet), as the memory store's peek would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
+    use tollgate::store::Debit;
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    if !clear_of_midnight() {
+        return;
+    }
+    let server = RedisServer::start();
+    for algorithm in SUPPORTED {
+        let store = local_store(
+            &server.url(),
+            &format!("periodic-peek-{algorithm}"),
+            LocalMode::Periodic {
+                // No sync between the admissions and the peek.
+                sync_interval: Duration::from_secs(30),
+            },
+        )
+        .await;
+        let policy = Arc::new(Policy::new(vec![
+            NamedLimit::new("api", Quota::per_day(100)).with_algorithm(algorithm),
+        ]));
+        // The first request waits for the key's first reading; the tick's
+        // first sync (at once) may report it.
+        assert!(decided(&store, &policy, 1).await.merged.allowed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for _ in 0..9 {
+            assert!(decided(&store, &policy, 1).await.merged.allowed());
+        }
+        store
+            .debit(&policy, &Key::Global, Debit::new(5))
+            .landed()
+            .await;
+        let peek = match store.peek(&policy, &Key::Global) {
+            tollgate::StoreReply::Ready(decision) => decision,
+            tollgate::StoreReply::Pending(future) => future.await,
+        }
+        .expect("peeked");
+        assert_eq!(
+            peek.merged.remaining(),
+            100 - 10 - 5,
+            "{algorithm}: the peek misses what was not reported yet"
+        );
+    }
+}
+
+/// Periodic mode: a key in debt (a debit beyond the limit) whose reported
+/// admissions are then refunded stays refused: Redis gives the units back
+/// (still in debt), where this instance would have credited them to
+/// itself and admitted them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
+    use tollgate::store::{Debit, Refund};
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    if !clear_of_midnight() {
+        return;
+    }
+    let server = RedisServer::start();
+    for algorithm in SUPPORTED {
+        let store = local_store(
+            &server.url(),
+            &format!("periodic-debt-{algorithm}"),
+            LocalMode::Periodic {
+                sync_interval: Duration::from_millis(20),
+            },
+        )
+        .await;
+        let policy = Arc::new(Policy::new(vec![
+            NamedLimit::new("api", Quota::per_day(10)).with_algorithm(algorithm),
+        ]));
+        let mut admitted = Vec::new();
+        for _ in 0..5 {
+            let asked = std::time::Instant::now();
+            let decision = decided(&store, &policy, 1).await;
+            assert!(decision.merged.allowed(), "{algorithm}");
+            admitted.push((decision, asked));
+        }
+        // 20 more than the 5 admitted: 15 beyond the limit.
+        store
+            .debit(&policy, &Key::Global, Debit::new(20))
+            .landed()
+            .await;
+        // Both reported.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for (decision, asked) in &admitted {
+            let refund = Refund::of(decision, 1, asked.elapsed());
+            store.refund(&policy, &Key::Global, refund).landed().await;
+        }
+        // 20 of 10 spent: nothing passes.
+        let mut passed = 0;
+        for _ in 0..10 {
+            if decided(&store, &policy, 1).await.merged.allowed() {
+                passed += 1;
+            }
+        }
+        assert_eq!(passed, 0, "{algorithm}: a key in debt admitted again");
+    }
+}

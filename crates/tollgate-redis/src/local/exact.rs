@@ -160,18 +160,33 @@ impl ExactSlot {
     }
 
     /// A charge of the key was given back in Redis at `now`: the refusal
-    /// remembered may no longer hold (the next request asks Redis). With
-    /// the refund's reading (`share.lua`'s), what remains is Redis's again
-    /// for the answers made here, unless a newer answer came first.
-    pub(crate) fn refunded(&self, now: u64, reading: Option<(PolicyDecision, u64)>) {
+    /// remembered may no longer hold (the next request asks Redis). Says
+    /// the round of the reservation in flight, if one is: the refund's
+    /// reading must wait for it to land (see [`read_refund`]).
+    ///
+    /// [`read_refund`]: Self::read_refund
+    pub(crate) fn refunded(&self, now: u64) -> Option<u64> {
         let mut state = self.lock();
         state.refunded_at = state.refunded_at.max(now.saturating_add(1));
         state.refusal = None;
-        if let Some((decision, server)) = reading
-            && state.last.is_some()
-            && server >= state.last_server
-        {
-            state.last = Some((decision, now));
+        state.reserving.then_some(state.round)
+    }
+
+    /// Takes the refund's reading (`share.lua`'s: what remains after it,
+    /// and when its script ran, the server's µs), which came at `at`: what
+    /// remains is Redis's again for the answers made here, unless a newer
+    /// answer came first.
+    ///
+    /// Called once the reservation in flight when the refund's reply came,
+    /// if any, has landed: it may have run in Redis before the refund, so
+    /// that the reading counts its grant spent while the slot does not
+    /// hold it yet, and the answers would say up to that grant less than
+    /// remains. Landed, its grant is held (the reading then holds), or it
+    /// ran after the refund and its own answer, newer, stands.
+    pub(crate) fn read_refund(&self, at: u64, (decision, server): (PolicyDecision, u64)) {
+        let mut state = self.lock();
+        if state.last.is_some() && server >= state.last_server {
+            state.last = Some((decision, at));
             state.last_server = server;
         }
     }

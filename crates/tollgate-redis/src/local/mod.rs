@@ -535,7 +535,9 @@ impl Store for LocalFirst {
     /// come; this instance has the units back at once, the others from
     /// their next sync. Units reported already (or on their way) are given
     /// back in Redis (`refund.lua`, as [`RedisStore`]'s `refund`, from a
-    /// spawned task), never put back here: only Redis knows whether they
+    /// spawned task; while a report is unconfirmed, once the sync carrying
+    /// it has ended, so that they are there to take off; no other sync is
+    /// waited for), never put back here: only Redis knows whether they
     /// still count (a key a debit put in debt, a window that ended); this
     /// instance's next refusal then waits for a fresh reading, which shows
     /// them.
@@ -562,8 +564,12 @@ impl Store for LocalFirst {
     /// the window limits, a request checked just before a window ended may
     /// be given back in the next window's count or none. The reply carries
     /// what remains after the refund, so this instance's next answers say
-    /// it at once. A refusal this instance remembers for the key is
-    /// forgotten.
+    /// it once the refund landed: the refund lands when its reply came and
+    /// the reservation this instance had in flight then, if any, has
+    /// landed too (that reservation may have run in Redis before the
+    /// refund: the reply counts its grant spent, and the answers here are
+    /// exact only once the grant is held). A refusal this instance
+    /// remembers for the key is forgotten.
     ///
     /// An admission Redis decided (a key with no room in the table, a peek,
     /// a policy this store does not decide) is given back there, as
@@ -582,46 +588,56 @@ impl Store for LocalFirst {
                         resets: refund.resets.clone(),
                     };
                     let (policy, key) = (policy.clone(), key.clone());
+                    let inner = self.inner.clone();
                     return crate::store::spawn_change(crate::store::Change::Refund, async move {
                         if policy.limits().is_empty() || refund.cost == 0 {
                             return Ok(());
                         }
                         let reply = redis.share(&policy, &key, op).await?;
                         if let Some(slot) = slot {
-                            let reading = (reply.decision, reply.server_micros);
-                            slot.refunded(MonotonicClock.now(), Some(reading));
+                            let at = inner.now();
+                            // A reservation in flight may be in the
+                            // reading, not yet in the slot: it lands first.
+                            if let Some(round) = slot.refunded(at) {
+                                round_ended(&*slot, round).await;
+                            }
+                            slot.read_refund(at, (reply.decision, reply.server_micros));
                         }
                         Ok(())
                     });
                 }
                 let slot = table.find(policy.id(), key);
                 let (policy, key) = (policy.clone(), key.clone());
+                let inner = self.inner.clone();
                 crate::store::spawn_change(crate::store::Change::Refund, async move {
                     redis.give_back(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
-                        slot.refunded(MonotonicClock.now(), None);
+                        slot.refunded(inner.now());
                     }
                     Ok(())
                 })
             }
             Slots::Periodic(table) => {
                 // Decisions made here carry no charge time (`charged_at`
-                // 0); those Redis made carry the script's.
-                let (refund, slot) = match table.find(policy.id(), key) {
+                // 0); those Redis made carry the script's, and were charged
+                // there, not in a report.
+                let (refund, slot, wait) = match table.find(policy.id(), key) {
                     Some(slot) if refund.charged_at.is_none() => {
                         match slot.give_back(refund.cost) {
-                            0 => return RefundReply::Done,
-                            reported => (refund.part(reported), Some(slot)),
+                            (0, _) => return RefundReply::Done,
+                            (reported, wait) => (refund.part(reported), Some(slot), wait),
                         }
                     }
-                    slot => (refund, slot),
+                    slot => (refund, slot, None),
                 };
                 let (policy, key) = (policy.clone(), key.clone());
                 crate::store::spawn_change(crate::store::Change::Refund, async move {
-                    // A report on its way may carry the units: given back
-                    // before it landed, they would find nothing to take
-                    // off, and then be charged.
-                    call_ended(slot.clone()).await;
+                    // The report that may carry the units lands first
+                    // (see `PeriodicSlot::give_back`); no other sync is
+                    // waited for.
+                    if let (Some(slot), Some(round)) = (&slot, wait) {
+                        round_ended(&**slot, round).await;
+                    }
                     redis.give_back(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded();
@@ -719,6 +735,9 @@ trait Slot: Send + Sync + Sized + 'static {
 
     /// Whether a call (a reservation, a sync) is in flight.
     fn calling(&self) -> bool;
+
+    /// The calls ended so far.
+    fn round(&self) -> u64;
 
     /// Decides a request of `cost` at `now` without the slot's lock, when
     /// it can: the answer, and a call to start (its argument).
@@ -821,6 +840,10 @@ impl Slot for ExactSlot {
         self.lock().reserving
     }
 
+    fn round(&self) -> u64 {
+        self.lock().round
+    }
+
     fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
         ExactSlot::spend(self, now, cost)
     }
@@ -848,6 +871,10 @@ impl Slot for PeriodicSlot {
         self.lock().syncing
     }
 
+    fn round(&self) -> u64 {
+        self.lock().round
+    }
+
     fn spend(&self, now: u64, cost: u32) -> Option<(PolicyDecision, Option<u32>)> {
         PeriodicSlot::spend(self, now, cost).map(|answer| (answer, None))
     }
@@ -872,6 +899,26 @@ async fn call_ended<S: Slot>(slot: Option<Arc<S>>) {
             // between wakes it.
             notified.as_mut().enable();
             if !slot.calling() {
+                return;
+            }
+            notified.await;
+        }
+    };
+    let _ = tokio::time::timeout(CALL_BOUND, ended).await;
+}
+
+/// Waits until the call after round `round` of `slot` has ended (the
+/// slot's count of calls ended passed it), at most [`CALL_BOUND`]: a call
+/// in flight at `round`, or the next one to start.
+async fn round_ended<S: Slot>(slot: &S, round: u64) {
+    let ended = async {
+        loop {
+            let notified = slot.done().notified();
+            let mut notified = pin!(notified);
+            // Registered before the count is read: a call that ends in
+            // between wakes it.
+            notified.as_mut().enable();
+            if slot.round() > round {
                 return;
             }
             notified.await;

@@ -85,12 +85,22 @@ impl PeriodicSlot {
     /// (or on their way), which Redis must give back itself: only Redis
     /// knows whether they still count (a key in debt, a window ended), so
     /// they are never put back here.
-    pub(crate) fn give_back(&self, cost: u32) -> u32 {
+    ///
+    /// And, when some are left and a report is unconfirmed (on its way, or
+    /// to be sent again after a failure), the round the refund waits for
+    /// before it goes to Redis: that report may carry them, and given back
+    /// before it landed they would find nothing to take off, then be
+    /// charged. The sync that carries it is the next to end (one is in
+    /// flight, or the next starts with it). A refund whose units Redis has
+    /// confirmed waits for nothing.
+    pub(crate) fn give_back(&self, cost: u32) -> (u32, Option<u64>) {
         let mut counts = self.lock();
         let unreported = u64::from(cost).min(counts.pending);
         counts.pending -= unreported;
         // At most `cost`, a u32.
-        cost - unreported as u32
+        let reported = cost - unreported as u32;
+        let wait = (reported > 0 && counts.unconfirmed.is_some()).then_some(counts.round);
+        (reported, wait)
     }
 
     /// A charge of the key was given back in Redis: this instance's next
