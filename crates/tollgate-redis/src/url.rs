@@ -259,7 +259,9 @@ pub fn redacted(url: &str) -> String {
 fn push_userinfo_redacted(out: &mut String, userinfo: &str) {
     match userinfo.split_once(':') {
         Some((user, _password))
-            if user.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)) =>
+            if user
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)) =>
         {
             out.push_str(user);
             out.push_str(":***");
@@ -277,7 +279,10 @@ fn is_host_port(part: &str) -> bool {
     };
     let port_ok = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
     let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        !inner.is_empty() && inner.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        !inner.is_empty()
+            && inner
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
     } else {
         !host.is_empty()
             && host
@@ -438,10 +443,7 @@ mod tests {
         /// The password, raw and percent-encoded, shows in none of `shown`.
         fn hidden(password: &str, shown: &str) -> Result<(), TestCaseError> {
             for secret in [password.to_owned(), percent_encoded(password)] {
-                prop_assert!(
-                    !shown.contains(&secret),
-                    "{secret:?} shows in {shown:?}"
-                );
+                prop_assert!(!shown.contains(&secret), "{secret:?} shows in {shown:?}");
             }
             Ok(())
         }
