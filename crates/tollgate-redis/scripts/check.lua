@@ -14,9 +14,21 @@
 -- then the time the script ran at. A call past its deadline returns that
 -- time alone, having read and written nothing.
 
-local cost = tonumber(ARGV[1])
+-- Every argument is checked before anything is read or written.
+local cost, failure = whole_arg(1, 'the cost', 0, MAX_ARG)
+if not cost then
+  return failure
+end
+local _, bad_time = check_time(2)
+if bad_time then
+  return bad_time
+end
+local deadline, bad_deadline = optional_whole_arg(3, 'the deadline in µs', 0, ANY_U64, nil)
+if bad_deadline then
+  return bad_deadline
+end
 local now = time_now(ARGV[2])
-if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then
+if deadline and now > deadline then
   return { now }
 end
 

@@ -10,7 +10,14 @@
 --
 -- Returns the time the script ran at.
 
-local cost = tonumber(ARGV[1])
+local cost, failure = whole_arg(1, 'the cost', 0, MAX_ARG)
+if not cost then
+  return failure
+end
+local _, bad_time = check_time(2)
+if bad_time then
+  return bad_time
+end
 local now = time_now(ARGV[2])
 
 local limits, failure = load_limits(#KEYS, 3)

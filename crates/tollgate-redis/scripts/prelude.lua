@@ -97,8 +97,57 @@ local function load_numbers(key, pattern)
   return { string.match(value, pattern) }
 end
 
+-- The longest expiry a script sets, in ms (about 142,000 years): far
+-- beyond any limit's window, and far below what PEXPIRE and SET PX accept
+-- (now + ttl must fit in 63 bits), so that setting an expiry never fails
+-- after a write it was meant to follow.
+local MAX_TTL_MS = 4503599627370496 -- 2^52
+
+-- A time to live as Redis reads it: a whole number of ms from 1 to
+-- MAX_TTL_MS, every digit written out (Lua would write a large number
+-- with an exponent, which Redis refuses).
+local function ttl(ms)
+  if ms ~= ms then -- NaN
+    ms = MAX_TTL_MS
+  end
+  return int(min(max(floor(ms), 1), MAX_TTL_MS))
+end
+
+-- The error a script returns, before writing anything, for an argument it
+-- cannot use. The Rust side reads the TOLLGATEARG code as a configuration
+-- error.
+local function bad_argument(index, what, expected)
+  return redis.error_reply('TOLLGATEARG ARGV[' .. index .. '] (' .. what .. ') must be '
+    .. expected .. ', not ' .. string.format('%q', tostring(ARGV[index])))
+end
+
+-- ARGV[index] as a whole number from `lo` to `hi`; else nil and the error
+-- to return. (tonumber also reads "nan" and "inf": both fail here.)
+local function whole_arg(index, what, lo, hi)
+  local value = tonumber(ARGV[index])
+  if value and value == floor(value) and value >= lo and value <= hi then
+    return value
+  end
+  return nil, bad_argument(index, what, 'a whole number from ' .. int(lo) .. ' to ' .. int(hi))
+end
+
+-- The same, where "" stands for none (returned as `default`).
+local function optional_whole_arg(index, what, lo, hi, default)
+  if ARGV[index] == '' then
+    return default
+  end
+  return whole_arg(index, what, lo, hi)
+end
+
+-- The largest count, cost or time an argument may carry: 2^53, below which
+-- Lua's doubles hold every integer.
+local MAX_ARG = 9007199254740992
+-- Above every u64 the Rust side sends: for arguments any size of which the
+-- script can take (a bound it only compares with).
+local ANY_U64 = 18446744073709551616 -- 2^64
+
 local function store(key, value, ttl_ms)
-  redis.call('SET', key, value, 'PX', ttl_ms)
+  redis.call('SET', key, value, 'PX', ttl(ttl_ms))
 end
 
 -- Charges `limit` what its last evaluation admitted, keeping the key until
@@ -123,10 +172,20 @@ end
 -- The time to decide at, in µs: `arg` when tests set it, else the server's.
 local function time_now(arg)
   if arg ~= '' then
-    return tonumber(arg)
+    return tonumber(arg) -- checked by `check_time`
   end
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+
+-- ARGV[index], the test clock ("" in production: the server's clock), and
+-- whether it is usable; nil and the error to return otherwise.
+local function check_time(index)
+  local _, failure = optional_whole_arg(index, 'the test clock in µs', 0, MAX_ARG, 0)
+  if failure then
+    return nil, failure
+  end
+  return true
 end
 
 -- The first `n` limits, their arguments from ARGV[first] on (five each: the
@@ -140,10 +199,19 @@ local function load_limits(n, first)
     if not algorithm then
       return nil, redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[base]))
     end
-    local p = {
-      tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
-      tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]),
-    }
+    -- Four whole numbers, the first two (a limit or an interval, and a
+    -- period or a tolerance) at least 1. The Rust side sends u64s: a
+    -- larger one than UNBOUNDED only means "no bound" (a log's longest
+    -- length), and is read as UNBOUNDED.
+    local p = {}
+    for j = 1, 4 do
+      local value, failure = whole_arg(base + j, 'parameter ' .. j .. ' of limit ' .. i,
+        (j <= 2) and 1 or 0, ANY_U64)
+      if not value then
+        return nil, failure
+      end
+      p[j] = min(value, UNBOUNDED)
+    end
     limits[i] = { algorithm = algorithm, p = p, key = KEYS[i], state = algorithm.load(KEYS[i]) }
   end
   return limits
@@ -164,7 +232,8 @@ end
 -- Writes a state's new value, keeping the key's expiry (a refund only
 -- brings a state nearer rest).
 local function restore(key, value)
-  redis.call('SET', key, value, 'KEEPTTL')
+  -- XX: a key that is gone stays gone (SET would make one without expiry).
+  redis.call('SET', key, value, 'KEEPTTL', 'XX')
 end
 
 -- For a refund: how much of a schedule's charge of `cost` µs, which left

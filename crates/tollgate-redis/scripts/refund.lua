@@ -17,9 +17,27 @@
 --
 -- Returns the time the script ran at.
 
-local cost = tonumber(ARGV[1])
+local cost, failure = whole_arg(1, 'the cost', 0, MAX_ARG)
+if not cost then
+  return failure
+end
+local _, bad_time = check_time(2)
+if bad_time then
+  return bad_time
+end
+local charged_at, bad_at = optional_whole_arg(3, 'the charge time in µs', 0, ANY_U64, nil)
+local ago, bad_ago = optional_whole_arg(4, 'the time since the check in µs', 0, ANY_U64, 0)
+if bad_at or bad_ago then
+  return bad_at or bad_ago
+end
+for i = 1, #KEYS do
+  local _, bad_reset = optional_whole_arg(4 + i, 'the reset_after of limit ' .. i .. ' in µs', 0, ANY_U64, -1)
+  if bad_reset then
+    return bad_reset
+  end
+end
 local now = time_now(ARGV[2])
-local at = tonumber(ARGV[3]) or max(now - (tonumber(ARGV[4]) or 0), 0)
+local at = charged_at or max(now - ago, 0)
 
 local limits, failure = load_limits(#KEYS, 5 + #KEYS)
 if not limits then

@@ -50,6 +50,34 @@
 --            for a cost of 0 after the refund.
 
 local op = ARGV[1]
+if op ~= 'reserve' and op ~= 'sync' and op ~= 'refund' then
+  return redis.error_reply('TOLLGATEARG unknown operation ' .. string.format('%q', tostring(op)))
+end
+-- Every number is checked before anything is written. The Rust side sends
+-- u64s; ids (ARGV[4] of a sync, ARGV[6] of a reservation, ARGV[4] of a
+-- refund) are only names, not numbers.
+do
+  local _, bad_time = check_time(2)
+  if bad_time then
+    return bad_time
+  end
+  local numbers
+  if op == 'reserve' then
+    numbers = { [3] = 'the least to grant', [4] = 'the most wanted', [5] = 'the fan-out',
+      [7] = 'the units held', [8] = 'the hold in µs', [9] = 'the µs wanted for',
+      [10] = 'the reservation number' }
+  elseif op == 'sync' then
+    numbers = { [3] = 'the units spent', [5] = 'the sequence number' }
+  else
+    numbers = { [3] = 'the cost', [5] = 'the reservation number', [6] = 'the µs since the check' }
+  end
+  for index, what in pairs(numbers) do
+    local _, failure = whole_arg(index, what, 0, ANY_U64)
+    if failure then
+      return failure
+    end
+  end
+end
 local now = time_now(ARGV[2])
 local count = tonumber(ARGV[3])
 
@@ -105,7 +133,7 @@ local function record_held(reporter, units, expiry, report)
       if redis.call('EXISTS', limit.held_key) == 1 then
         -- Kept while a count's floor can still matter: its expiry, then a
         -- whole refill.
-        redis.call('PEXPIRE', limit.held_key, floor((expiry - now + limit.p[2]) / 1000) + 1000)
+        redis.call('PEXPIRE', limit.held_key, ttl(floor((expiry - now + limit.p[2]) / 1000) + 1000))
       end
     end
   end
@@ -197,7 +225,7 @@ if op == 'sync' then
     redis.call('HSET', sequences, instance, int(sequence))
     -- Kept as long as the counts it guards, and then some: a report retried
     -- later than that finds nothing to count twice anyway.
-    redis.call('PEXPIRE', sequences, max(longest, 60000))
+    redis.call('PEXPIRE', sequences, ttl(max(longest, 60000)))
     applied = 1
   end
   -- Read for a cost of 0: what remains now, nothing taken off.

@@ -175,7 +175,7 @@ ALGORITHMS.sliding_log = {
         end
       end
     end
-    redis.call('PEXPIRE', key, ttl_ms)
+    redis.call('PEXPIRE', key, ttl(ttl_ms))
   end,
 }
 

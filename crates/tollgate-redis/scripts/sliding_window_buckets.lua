@@ -116,7 +116,7 @@ ALGORITHMS.sliding_window_buckets = {
       end
       redis.call('HINCRBY', key, int(admission.index), admission.cost)
     end
-    redis.call('PEXPIRE', key, ttl_ms)
+    redis.call('PEXPIRE', key, ttl(ttl_ms))
   end,
 }
 

@@ -58,15 +58,29 @@ impl RedisStoreError {
         }
     }
 
-    /// Whether the store was configured wrongly (bad URL, bad prefix), as
-    /// opposed to failing at run time.
+    /// Whether the store was configured wrongly (bad URL, bad prefix, a
+    /// setting a script refused as out of range), as opposed to failing at
+    /// run time.
     pub fn is_config(&self) -> bool {
         matches!(self.kind, Kind::Config(_))
     }
 }
 
+/// The error code of the scripts' replies to an argument they cannot use
+/// (`bad_argument` in `scripts/prelude.lua`, and the in-flight scripts):
+/// they return it before writing anything.
+const SCRIPT_ARGUMENT_CODE: &str = "TOLLGATEARG";
+
 impl From<redis::RedisError> for RedisStoreError {
+    /// A script's refusal of its arguments is a configuration error (a
+    /// setting out of the range the scripts take), not a failure of Redis.
     fn from(error: redis::RedisError) -> Self {
+        if error.code() == Some(SCRIPT_ARGUMENT_CODE) {
+            return RedisStoreError::config(format!(
+                "a tollgate script refused its arguments, and wrote nothing: {}",
+                error.detail().unwrap_or("(no detail)")
+            ));
+        }
         RedisStoreError {
             kind: Kind::Redis(error),
         }

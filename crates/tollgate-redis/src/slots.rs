@@ -129,6 +129,12 @@ impl RedisSlots {
     /// The shortest lease [`RedisSlotsBuilder::lease`] accepts.
     pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
+    /// The longest lease [`RedisSlotsBuilder::lease`] accepts: one day.
+    /// `connect` refuses a longer one (a slot of a dead instance would
+    /// count for longer than that; and `in_flight_acquire.lua` refuses
+    /// one too, before writing anything).
+    pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+
     /// How often a queued request asks Redis again when none is given.
     pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -451,8 +457,10 @@ impl RedisSlotsBuilder {
 
     /// How long a slot outlives the last renewal of the instance holding
     /// it (default [`RedisSlots::DEFAULT_LEASE`], 30 s; at least
-    /// [`RedisSlots::MIN_LEASE`], 100
-    /// ms): the longest a dead instance's slots keep counting. Held slots
+    /// [`RedisSlots::MIN_LEASE`], 100 ms, and at most
+    /// [`RedisSlots::MAX_LEASE`], one day: [`connect`](Self::connect)
+    /// refuses a lease outside these with a configuration error): the
+    /// longest a dead instance's slots keep counting. Held slots
     /// are renewed every third of it. Instances sharing a limit should use
     /// the same lease.
     pub fn lease(mut self, lease: Duration) -> Self {
@@ -501,6 +509,14 @@ impl RedisSlotsBuilder {
                 RedisSlots::MIN_LEASE
             )));
         }
+        if self.lease > RedisSlots::MAX_LEASE {
+            return Err(RedisStoreError::config(format!(
+                "an in-flight lease of {:?} is longer than {:?}: a slot of an instance that \
+                 died would keep counting for that long",
+                self.lease,
+                RedisSlots::MAX_LEASE
+            )));
+        }
         if self.poll_interval < Duration::from_millis(1) {
             return Err(RedisStoreError::config(
                 "the in-flight poll interval must be at least 1 ms",
@@ -535,5 +551,33 @@ impl RedisSlotsBuilder {
                 count: redis::Script::new(COUNT),
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_tests::redis::RedisServer;
+
+    #[tokio::test]
+    async fn a_script_that_refuses_its_arguments_is_a_config_error() {
+        let server = RedisServer::start();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let refused: Result<Vec<i64>, _> = redis::Script::new(ACQUIRE)
+            .key("t:{k}:l:inflight")
+            .arg(1)
+            .arg("100000000000000000")
+            .arg("a:1")
+            .invoke_async(&mut connection)
+            .await;
+        let error = RedisStoreError::from(refused.unwrap_err());
+        assert!(error.is_config(), "{error}");
+        let shown = error.to_string();
+        assert!(
+            shown.contains("the lease in ms") && shown.contains("wrote nothing"),
+            "{shown}"
+        );
+        assert_eq!(server.command(&["EXISTS", "t:{k}:l:inflight"]), ":0\r\n");
     }
 }

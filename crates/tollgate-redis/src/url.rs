@@ -182,15 +182,29 @@ pub fn check_url(url: &str) -> Result<(), RedisStoreError> {
 /// as a password) of every address replaced by `***`, for errors, logs and
 /// `Debug` output. Anything after the host (database, query) is kept.
 ///
+/// A password may contain any character (`@`, `/`, `,`, `:`, `%`, raw or
+/// percent-encoded): the user-info is taken to run to the *last* `@` of the
+/// URL, whatever comes before it. In a cluster or Sentinel URL, which lists
+/// several addresses, each `user:password@` is hidden; a part before the
+/// last `@` that is neither `user-info@host[:port]` nor a plain
+/// `host:port` is hidden whole (it may be a piece of a password that
+/// contains a comma). Nothing is decoded: what is hidden is hidden as
+/// written.
+///
 /// ```
 /// use tollgate_redis::redacted;
 ///
 /// assert_eq!(redacted("redis://:hunter2@db:6379/2"), "redis://:***@db:6379/2");
 /// assert_eq!(redacted("redis://app:hunter2@db:6379"), "redis://app:***@db:6379");
 /// assert_eq!(redacted("redis://hunter2@db:6379"), "redis://***@db:6379");
+/// assert_eq!(redacted("redis://:s3cr/3t,p@ss@db:6379/0"), "redis://:***@db:6379/0");
 /// assert_eq!(
 ///     redacted("redis+cluster://:pw@a:7000,:pw@b:7000"),
 ///     "redis+cluster://:***@a:7000,:***@b:7000"
+/// );
+/// assert_eq!(
+///     redacted("redis+cluster://:s3cr,3t@a:7000,b:7000"),
+///     "redis+cluster://***,***@a:7000,b:7000"
 /// );
 /// assert_eq!(redacted("redis://db:6379"), "redis://db:6379");
 /// ```
@@ -203,23 +217,79 @@ pub fn redacted(url: &str) -> String {
             url.to_owned()
         };
     };
-    let nodes: Vec<String> = rest.split(',').map(redact_node).collect();
-    format!("{scheme}://{}", nodes.join(","))
+    // Everything up to the last `@` may be user-info; after it, a host.
+    let Some(at) = rest.rfind('@') else {
+        return url.to_owned();
+    };
+    let (credentials, after) = (&rest[..at], &rest[at..]);
+    let lists_addresses = CLUSTER_SCHEMES
+        .iter()
+        .chain(&SENTINEL_SCHEMES)
+        .any(|(prefix, _)| url.starts_with(prefix));
+    let mut out = String::with_capacity(url.len());
+    out.push_str(scheme);
+    out.push_str("://");
+    if lists_addresses {
+        // `…@host:port,…,user-info` (the last part: the user-info of the
+        // address after the last `@`).
+        let parts: Vec<&str> = credentials.split(',').collect();
+        let (last, before) = parts.split_last().expect("split yields one part at least");
+        for part in before {
+            match part.rfind('@') {
+                Some(at) if is_host_port(&part[at + 1..]) => {
+                    push_userinfo_redacted(&mut out, &part[..at]);
+                    out.push_str(&part[at..]);
+                }
+                None if is_host_port(part) => out.push_str(part),
+                _ => out.push_str("***"),
+            }
+            out.push(',');
+        }
+        push_userinfo_redacted(&mut out, last);
+    } else {
+        push_userinfo_redacted(&mut out, credentials);
+    }
+    out.push_str(after);
+    out
 }
 
-/// One `userinfo@host...` part with its secret hidden.
-fn redact_node(node: &str) -> String {
-    // The user-info ends at the last `@` before the path: a password may
-    // itself contain `@`.
-    let authority_end = node.find('/').unwrap_or(node.len());
-    let Some(at) = node[..authority_end].rfind('@') else {
-        return node.to_owned();
-    };
-    let (userinfo, host) = (&node[..at], &node[at..]);
+/// `user:password` as `user:***`; a user-info without `:` (a password
+/// alone) as `***`. A user name cannot contain `:`, so the first `:` ends
+/// it; anything doubtful is hidden.
+fn push_userinfo_redacted(out: &mut String, userinfo: &str) {
     match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{user}:***{host}"),
-        None => format!("***{host}"),
+        Some((user, _password))
+            if user
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)) =>
+        {
+            out.push_str(user);
+            out.push_str(":***");
+        }
+        _ => out.push_str("***"),
     }
+}
+
+/// Whether `part` reads as `host:port` (a name or an IPv4 address, or an
+/// IPv6 address in brackets, then a port): what a password piece between
+/// commas is not likely to look like.
+fn is_host_port(part: &str) -> bool {
+    let Some((host, port)) = part.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
+    let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        !inner.is_empty()
+            && inner
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+    } else {
+        !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    };
+    port_ok && host_ok
 }
 
 #[cfg(test)]
@@ -315,6 +385,140 @@ mod tests {
             let shown = format!("{error} {error:?}");
             assert!(!shown.contains("s3cret"), "{shown}");
             assert!(shown.contains("is not a Redis URL"), "{shown}");
+        }
+    }
+
+    mod redaction {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// `password` with every byte but letters and digits
+        /// percent-encoded, as a user would write it in a URL.
+        fn percent_encoded(password: &str) -> String {
+            password
+                .bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() {
+                        (b as char).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect()
+        }
+
+        /// The URL forms a password can be written in, `{ui}` standing for
+        /// the user-info (without its `@`).
+        const FORMS: &[&str] = &[
+            "redis://{ui}@127.0.0.1:6390",
+            "redis://{ui}@127.0.0.1:6390/2",
+            "rediss://{ui}@db.example:6380/0",
+            "redis+cluster://{ui}@10.0.0.1:7000,{ui}@10.0.0.2:7000",
+            "redis+cluster://{ui}@10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000",
+            "rediss+cluster://{ui}@10.0.0.1:7000,{ui}@[::1]:7001",
+            "redis+sentinel://{ui}@10.0.0.1:26379,10.0.0.2:26379/mymaster/1",
+            "rediss+sentinel://{ui}@10.0.0.1:26379/mymaster",
+            "redis+sentinel://{ui}@10.0.0.1:26379,{ui}@10.0.0.2:26379/mymaster",
+        ];
+
+        /// The user-info forms: a password alone, after an empty user, or
+        /// after a user name.
+        const USERINFO: &[&str] = &["{pw}", ":{pw}", "app:{pw}", "app-user.2:{pw}"];
+
+        fn url(form: &str, userinfo: &str, password: &str) -> String {
+            form.replace("{ui}", &userinfo.replace("{pw}", password))
+        }
+
+        fn passwords() -> impl Strategy<Value = String> {
+            prop_oneof![
+                // Printable ASCII: `/ , @ : %` and the rest.
+                "[ -~]{3,24}",
+                // Those characters above all.
+                "[/,@:%a-z0-9]{3,16}",
+                // Any printable character.
+                "\\PC{3,12}",
+            ]
+        }
+
+        /// The password, raw and percent-encoded, shows in none of `shown`.
+        fn hidden(password: &str, shown: &str) -> Result<(), TestCaseError> {
+            for secret in [password.to_owned(), percent_encoded(password)] {
+                prop_assert!(!shown.contains(&secret), "{secret:?} shows in {shown:?}");
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn passwords_never_show_in_redacted_urls_nor_in_url_errors(
+                password in passwords(),
+                form in 0..FORMS.len(),
+                userinfo in 0..USERINFO.len(),
+                encoded in any::<bool>(),
+            ) {
+                let (form, userinfo) = (FORMS[form], USERINFO[userinfo]);
+                let written = if encoded { percent_encoded(&password) } else { password.clone() };
+                // A password that the rest of the URL already shows (a
+                // digit of the address, `***`) proves nothing.
+                let skeleton = redacted(&url(form, userinfo, "PW"));
+                prop_assume!(!skeleton.contains(&password));
+                prop_assume!(!skeleton.contains(&percent_encoded(&password)));
+                let url = url(form, userinfo, &written);
+                hidden(&password, &redacted(&url))?;
+                if let Err(error) = check_url(&url) {
+                    hidden(&password, &format!("{error} {error:?}"))?;
+                }
+                // A password-shaped typo in the port is shown redacted too.
+                let broken = url.replacen(":7000", ":70x0", 1).replacen(":6390", ":63x0", 1);
+                if let Err(error) = check_url(&broken) {
+                    hidden(&password, &format!("{error} {error:?}"))?;
+                }
+            }
+        }
+
+        /// Forms to connect with: nothing listens on ports 1 and 2.
+        const UNREACHABLE: &[&str] = &[
+            "redis://{ui}@127.0.0.1:1",
+            "redis://{ui}@127.0.0.1:1/3",
+            "redis+cluster://{ui}@127.0.0.1:1,{ui}@127.0.0.1:2",
+            "redis+sentinel://{ui}@127.0.0.1:1/mymaster",
+        ];
+
+        proptest! {
+            // Each case connects (and fails at once): few of them.
+            #![proptest_config(ProptestConfig::with_cases(16))]
+
+            #[test]
+            fn passwords_never_show_in_connection_errors(
+                password in passwords(),
+                form in 0..UNREACHABLE.len(),
+                userinfo in 0..USERINFO.len(),
+                encoded in any::<bool>(),
+            ) {
+                let (form, userinfo) = (UNREACHABLE[form], USERINFO[userinfo]);
+                let skeleton = redacted(&url(form, userinfo, "PW"));
+                prop_assume!(!skeleton.contains(&password));
+                prop_assume!(!skeleton.contains(&percent_encoded(&password)));
+                let written = if encoded { percent_encoded(&password) } else { password.clone() };
+                let url = url(form, userinfo, &written);
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let connected = runtime.block_on(
+                    crate::RedisStore::builder(url.clone())
+                        .connect_timeout(std::time::Duration::from_millis(300))
+                        .connect(),
+                );
+                let Err(error) = connected else {
+                    panic!("{} connected", redacted(&url));
+                };
+                hidden(&password, &format!("{error} {error:?}"))?;
+                let builder = format!("{:?}", crate::RedisStore::builder(url.clone()));
+                hidden(&password, &builder)?;
+            }
         }
     }
 }
