@@ -399,19 +399,50 @@ fn a_silent_connection_is_closed_at_the_idle_timeout() {
     assert!(closed < Duration::from_secs(5), "{closed:?}");
 }
 
+/// At the cap, a new connection is served and the open one that has
+/// waited longest for a request head is closed for it.
 #[test]
-fn connections_beyond_the_cap_wait_until_one_closes() {
+fn at_the_cap_the_connection_waiting_longest_for_a_head_makes_room() {
     let server = Server::start(&["--max-connections", "2"]);
-    let holders: Vec<TcpStream> = (0..2)
-        .map(|_| TcpStream::connect(&server.addr).expect("connect"))
-        .collect();
+    let mut oldest = TcpStream::connect(&server.addr).expect("connect");
+    std::thread::sleep(Duration::from_millis(100));
+    let newer = TcpStream::connect(&server.addr).expect("connect");
     // Give the server a moment to accept both.
+    std::thread::sleep(Duration::from_millis(200));
+    let status = http_status(
+        &server.addr,
+        "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 200, "served at the cap");
+    // The oldest was closed for it: it reads the end.
+    oldest.set_read_timeout(Some(STEP)).expect("set a timeout");
+    let mut rest = Vec::new();
+    assert_eq!(
+        oldest.read_to_end(&mut rest).expect("closed by the server"),
+        0
+    );
+    drop(newer);
+}
+
+/// A connection serving a request is never closed to make room: with
+/// both places serving (held 1 s), a new connection waits until one ends.
+#[test]
+fn connections_serving_requests_keep_their_place_and_a_new_one_waits() {
+    let server = Server::start(&["--max-connections", "2"]);
+    let held = "GET / HTTP/1.1\r\nHost: x\r\nx-hold-ms: 1000\r\nConnection: close\r\n\r\n";
+    let holders: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream = TcpStream::connect(&server.addr).expect("connect");
+            stream.write_all(held.as_bytes()).expect("send");
+            stream
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(200));
     let mut waiting = TcpStream::connect(&server.addr).expect("the kernel queues it");
     let text = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     waiting.write_all(text.as_bytes()).expect("send");
     waiting
-        .set_read_timeout(Some(Duration::from_millis(500)))
+        .set_read_timeout(Some(Duration::from_millis(400)))
         .expect("set a timeout");
     let mut reply = String::new();
     let early = waiting.read_to_string(&mut reply);
@@ -419,11 +450,26 @@ fn connections_beyond_the_cap_wait_until_one_closes() {
         early.is_err() && reply.is_empty(),
         "served beyond the cap: {reply:?}"
     );
-    // One holder leaves: the waiting connection is accepted and answered.
-    drop(holders);
+    // The held requests end: the waiting connection is accepted and
+    // answered, and so were they.
     waiting.set_read_timeout(Some(STEP)).expect("set a timeout");
     waiting.read_to_string(&mut reply).expect("answered");
     assert_eq!(parse_response(&reply).expect("a response").status, 200);
+    for mut holder in holders {
+        let mut answer = String::new();
+        holder.read_to_string(&mut answer).expect("answered");
+        assert_eq!(parse_response(&answer).expect("a response").status, 200);
+    }
+}
+
+/// The status of one raw HTTP/1.1 exchange over a fresh connection.
+fn http_status(addr: &str, text: &str) -> u16 {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.write_all(text.as_bytes()).expect("send");
+    stream.set_read_timeout(Some(STEP)).expect("set a timeout");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("answered");
+    parse_response(&reply).expect("a response").status
 }
 
 #[test]

@@ -185,11 +185,11 @@ pub fn check_url(url: &str) -> Result<(), RedisStoreError> {
 /// A password may contain any character (`@`, `/`, `,`, `:`, `%`, raw or
 /// percent-encoded): the user-info is taken to run to the *last* `@` of the
 /// URL, whatever comes before it. In a cluster or Sentinel URL, which lists
-/// several addresses, each `user:password@` is hidden; a part before the
-/// last `@` that is neither `user-info@host[:port]` nor a plain
-/// `host:port` is hidden whole (it may be a piece of a password that
-/// contains a comma). Nothing is decoded: what is hidden is hidden as
-/// written.
+/// several addresses, each address's user-info is hidden whole, user name
+/// included (a password with a comma splits into pieces, one of which can
+/// read as a user name), and a part before the last `@` that is neither
+/// `user-info@host[:port]` nor a plain `host:port` is hidden whole.
+/// Nothing is decoded: what is hidden is hidden as written.
 ///
 /// ```
 /// use tollgate_redis::redacted;
@@ -199,8 +199,8 @@ pub fn check_url(url: &str) -> Result<(), RedisStoreError> {
 /// assert_eq!(redacted("redis://hunter2@db:6379"), "redis://***@db:6379");
 /// assert_eq!(redacted("redis://:s3cr/3t,p@ss@db:6379/0"), "redis://:***@db:6379/0");
 /// assert_eq!(
-///     redacted("redis+cluster://:pw@a:7000,:pw@b:7000"),
-///     "redis+cluster://:***@a:7000,:***@b:7000"
+///     redacted("redis+cluster://app:pw@a:7000,:pw@b:7000"),
+///     "redis+cluster://***@a:7000,***@b:7000"
 /// );
 /// assert_eq!(
 ///     redacted("redis+cluster://:s3cr,3t@a:7000,b:7000"),
@@ -233,11 +233,15 @@ pub fn redacted(url: &str) -> String {
         // `…@host:port,…,user-info` (the last part: the user-info of the
         // address after the last `@`).
         let parts: Vec<&str> = credentials.split(',').collect();
-        let (last, before) = parts.split_last().expect("split yields one part at least");
+        // The last part is the user-info of the address after the last `@`.
+        let before = &parts[..parts.len() - 1];
+        // No user name is shown here: a password with a comma splits into
+        // pieces, and one of them can read as `user:` (`:,0:@a:1` would
+        // show `***,0:***@a:1`, the password's characters in a row).
         for part in before {
             match part.rfind('@') {
                 Some(at) if is_host_port(&part[at + 1..]) => {
-                    push_userinfo_redacted(&mut out, &part[..at]);
+                    out.push_str("***");
                     out.push_str(&part[at..]);
                 }
                 None if is_host_port(part) => out.push_str(part),
@@ -245,7 +249,7 @@ pub fn redacted(url: &str) -> String {
             }
             out.push(',');
         }
-        push_userinfo_redacted(&mut out, last);
+        out.push_str("***");
     } else {
         push_userinfo_redacted(&mut out, credentials);
     }
@@ -349,7 +353,7 @@ mod tests {
         }
         assert_eq!(
             redacted("redis+sentinel://:s3cret@a:1,b:2/mymaster"),
-            "redis+sentinel://:***@a:1,b:2/mymaster"
+            "redis+sentinel://***@a:1,b:2/mymaster"
         );
     }
 
