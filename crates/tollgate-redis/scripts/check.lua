@@ -15,13 +15,9 @@
 -- time alone, having read and written nothing.
 
 -- Every argument is checked before anything is read or written.
-local cost, failure = whole_arg(1, 'the cost', 0, MAX_ARG)
+local cost, failure = cost_and_clock()
 if not cost then
   return failure
-end
-local _, bad_time = check_time(2)
-if bad_time then
-  return bad_time
 end
 local deadline, bad_deadline = optional_whole_arg(3, 'the deadline in µs', 0, ANY_U64, nil)
 if bad_deadline then

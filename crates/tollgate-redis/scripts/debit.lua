@@ -10,13 +10,9 @@
 --
 -- Returns the time the script ran at.
 
-local cost, failure = whole_arg(1, 'the cost', 0, MAX_ARG)
+local cost, failure = cost_and_clock()
 if not cost then
   return failure
-end
-local _, bad_time = check_time(2)
-if bad_time then
-  return bad_time
 end
 local now = time_now(ARGV[2])
 

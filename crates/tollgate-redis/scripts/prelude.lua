@@ -191,6 +191,20 @@ end
 -- The first `n` limits, their arguments from ARGV[first] on (five each: the
 -- algorithm's name, four parameters), each with its key and loaded state;
 -- or nil and an error reply for an algorithm no file registered.
+-- ARGV[1], the cost, and ARGV[2], the test clock, as every script that
+-- charges takes them, checked: the cost, or nil and the error reply.
+local function cost_and_clock()
+  local cost, failure = whole_arg(1, 'the cost', 0, MAX_ARG)
+  if not cost then
+    return nil, failure
+  end
+  local _, bad_time = check_time(2)
+  if bad_time then
+    return nil, bad_time
+  end
+  return cost
+end
+
 local function load_limits(n, first)
   local limits = {}
   for i = 1, n do

@@ -17,13 +17,9 @@
 --
 -- Returns the time the script ran at.
 
-local cost, failure = whole_arg(1, 'the cost', 0, MAX_ARG)
+local cost, failure = cost_and_clock()
 if not cost then
   return failure
-end
-local _, bad_time = check_time(2)
-if bad_time then
-  return bad_time
 end
 local charged_at, bad_at = optional_whole_arg(3, 'the charge time in µs', 0, ANY_U64, nil)
 local ago, bad_ago = optional_whole_arg(4, 'the time since the check in µs', 0, ANY_U64, 0)
