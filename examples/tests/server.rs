@@ -902,3 +902,54 @@ fn slow_clients_cannot_lock_out_an_ordinary_request() {
     assert!(answered >= 4, "{answered} of 5 answered within 3 s");
     drop(slow);
 }
+
+/// `--connect lazy --on-store-error closed` with Redis absent: the server
+/// starts and answers 503 within a second; once Redis is started, two
+/// such servers share one limit exactly within 5 s.
+#[test]
+fn a_lazy_server_starts_without_redis_and_shares_the_limit_once_it_is_up() {
+    let mut redis = tollgate_tests::redis::RedisServer::not_started();
+    let url = redis.url();
+    let args = [
+        "--store",
+        &url,
+        "--connect",
+        "lazy",
+        "--on-store-error",
+        "closed",
+        "--limit",
+        "api=5/min",
+        "--key",
+        "global",
+    ];
+    let (a, b) = (Server::start(&args), Server::start(&args));
+    for server in [&a, &b] {
+        let started = Instant::now();
+        assert_eq!(server.get("/", &[]).status, 503, "Redis absent: closed");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    redis.start_now();
+    let up = Instant::now();
+    // Each server's first admission once it reaches Redis (a 503 charges
+    // nothing), within 5 s.
+    for server in [&a, &b] {
+        loop {
+            match server.get("/", &[]).status {
+                200 => break,
+                503 => assert!(up.elapsed() < Duration::from_secs(5), "not shared in 5 s"),
+                other => panic!("{other}"),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // One limit of 5 between them: 3 more, then both refuse.
+    let statuses: Vec<u16> = [&a, &b, &a, &b, &a]
+        .iter()
+        .map(|server| server.get("/", &[]).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+}

@@ -96,6 +96,24 @@ impl RedisServer {
         server
     }
 
+    /// A server whose port is chosen but which is not running (Redis
+    /// absent), for a store that must start without it;
+    /// [`start_now`](Self::start_now) starts it on that port.
+    pub fn not_started() -> Self {
+        RedisServer {
+            port: free_port(),
+            dir: temp_dir(),
+            extra: Vec::new(),
+            child: None,
+        }
+    }
+
+    /// Starts a server made by [`not_started`](Self::not_started) (or
+    /// killed) on its port.
+    pub fn start_now(&mut self) {
+        self.spawn();
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port

@@ -4,7 +4,7 @@ use crate::RedisStoreError;
 use crate::sentinel::{SentinelAuth, SentinelMaster};
 use crate::tls::TlsSettings;
 use crate::url::{self, Target};
-use arc_swap::ArcSwap;
+use arc_swap::ArcSwapOption;
 use redis::AsyncConnectionConfig;
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
@@ -76,10 +76,22 @@ pub(crate) enum Connection {
 /// means the script wrote nothing, so the store takes a fresh connection
 /// (which reads the slot map anew) and sends the same call once more.
 pub(crate) struct Topology {
-    current: ArcSwap<Generation>,
+    /// `None` until a store built with `connect_lazy` has connected.
+    current: ArcSwapOption<Generation>,
     /// Held while a fresh connection is made, so that many calls failing
     /// at once make one.
     refreshing: tokio::sync::Mutex<()>,
+}
+
+/// The longest pause between two attempts of a lazily built store to
+/// connect.
+pub(crate) const LAZY_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// The error of a call made before a lazily built store connected.
+pub(crate) fn not_connected() -> RedisStoreError {
+    RedisStoreError::unavailable(
+        "not connected to Redis yet (the store connects in the background)".to_owned(),
+    )
 }
 
 /// How often a store on a Sentinel-watched master asks the sentinels
@@ -98,17 +110,73 @@ impl Topology {
     /// server is the master, and moves to it when it changed (see
     /// [`Topology::follow_sentinel`]); it ends with the topology.
     pub(crate) fn new(connection: Connection) -> Arc<Self> {
-        let sentinel = connection.is_sentinel();
-        let topology = Arc::new(Topology {
-            current: ArcSwap::from_pointee(Generation {
-                connection,
-                number: 0,
-            }),
+        let topology = Self::unconnected();
+        topology.connected(connection);
+        topology
+    }
+
+    /// A topology with no connection yet (see [`connecting`](Self::connecting)).
+    fn unconnected() -> Arc<Self> {
+        Arc::new(Topology {
+            current: ArcSwapOption::empty(),
             refreshing: tokio::sync::Mutex::new(()),
-        });
+        })
+    }
+
+    /// `connection` is the first: calls use it from now on.
+    fn connected(self: &Arc<Self>, connection: Connection) {
+        let sentinel = connection.is_sentinel();
+        self.current.store(Some(Arc::new(Generation {
+            connection,
+            number: 0,
+        })));
         if sentinel {
-            tokio::spawn(Self::follow_sentinel(Arc::downgrade(&topology)));
+            tokio::spawn(Self::follow_sentinel(Arc::downgrade(self)));
         }
+    }
+
+    /// A topology that connects to `url` in the background (on the current
+    /// tokio runtime), trying again after a pause that doubles from 100 ms
+    /// to [`LAZY_RETRY_MAX`] while no server answers: until it connects,
+    /// every call fails at once ([`not_connected`]). The first failure is
+    /// logged as a warning, the connection as info. The attempts end with
+    /// the topology.
+    pub(crate) fn connecting(url: String, options: ConnectOptions) -> Arc<Self> {
+        let topology = Self::unconnected();
+        let weak = Arc::downgrade(&topology);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            let mut warned = false;
+            loop {
+                let attempt = Connection::open(&url, &options).await;
+                let Some(topology) = weak.upgrade() else {
+                    return;
+                };
+                match attempt {
+                    Ok(connection) => {
+                        tracing::info!(
+                            url = %url::redacted(&url),
+                            "connected to Redis; the store shares its limits from now on"
+                        );
+                        topology.connected(connection);
+                        return;
+                    }
+                    Err(error) if !warned => {
+                        warned = true;
+                        tracing::warn!(
+                            %error,
+                            "Redis is not reachable yet; requests get the store-error \
+                             behaviour until it is (trying again every few seconds, \
+                             logged once)"
+                        );
+                    }
+                    Err(_) => {}
+                }
+                drop(topology);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LAZY_RETRY_MAX);
+            }
+        });
         topology
     }
 
@@ -124,7 +192,9 @@ impl Topology {
             let Some(topology) = topology.upgrade() else {
                 return;
             };
-            let current = topology.current();
+            let Ok(current) = topology.current() else {
+                return;
+            };
             let Connection::Sentinel(_, master) = &current.connection else {
                 return;
             };
@@ -135,9 +205,10 @@ impl Topology {
         }
     }
 
-    /// The connection to use now.
-    pub(crate) fn current(&self) -> Arc<Generation> {
-        self.current.load_full()
+    /// The connection to use now, or [`not_connected`] before a lazily
+    /// built store has connected.
+    pub(crate) fn current(&self) -> Result<Arc<Generation>, RedisStoreError> {
+        self.current.load_full().ok_or_else(not_connected)
     }
 
     /// A connection newer than generation `seen`: made now if nobody has
@@ -149,7 +220,10 @@ impl Topology {
         seen: u64,
     ) -> Option<Result<Arc<Generation>, RedisStoreError>> {
         let _one_at_a_time = self.refreshing.lock().await;
-        let current = self.current();
+        let current = match self.current() {
+            Ok(current) => current,
+            Err(error) => return Some(Err(error)),
+        };
         if current.number != seen {
             return Some(Ok(current));
         }
@@ -180,12 +254,19 @@ impl Topology {
             connection,
             number: seen + 1,
         });
-        self.current.store(next.clone());
+        self.current.store(Some(next.clone()));
         Some(Ok(next))
     }
 }
 
 impl Connection {
+    /// What can be told of `url` and `options` without a server: the URL
+    /// parses, and TLS settings go with a TLS URL.
+    pub(crate) fn check(url: &str, options: &ConnectOptions) -> Result<(), RedisStoreError> {
+        let target = url::parse(url)?;
+        options.tls.check_used(target.uses_tls())
+    }
+
     pub(crate) async fn open(url: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
         let target = url::parse(url)?;
         options.tls.check_used(target.uses_tls())?;

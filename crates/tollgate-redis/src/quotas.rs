@@ -1,7 +1,7 @@
 //! Per-key quotas kept in a Redis hash.
 
 use crate::RedisStore;
-use crate::connection::Connection;
+use crate::connection::Topology;
 use tollgate::Key;
 use tollgate::quotas::{QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
 
@@ -42,7 +42,7 @@ use tollgate::quotas::{QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
 /// ```
 #[derive(Clone)]
 pub struct RedisQuotas {
-    connection: Connection,
+    topology: std::sync::Arc<Topology>,
     hash: String,
 }
 
@@ -64,7 +64,7 @@ impl RedisQuotas {
     /// Quotas in the hash called `hash`, on `store`'s server and connection.
     pub fn in_hash(store: &RedisStore, hash: impl Into<String>) -> Self {
         RedisQuotas {
-            connection: store.connection(),
+            topology: store.topology(),
             hash: hash.into(),
         }
     }
@@ -108,10 +108,11 @@ impl RedisQuotas {
 
 impl QuotaSource for RedisQuotas {
     fn lookup(&self, key: &Key) -> QuotaLookup {
-        let mut connection = self.connection.clone();
+        let topology = self.topology.clone();
         let mut command = redis::cmd("HGET");
         command.arg(&self.hash).arg(Self::field(key));
         Box::pin(async move {
+            let mut connection = topology.current()?.connection.clone();
             let text: Option<String> = command.query_async(&mut connection).await?;
             let text = text.unwrap_or_default();
             text.parse::<QuotaAnswer>().map_err(|error| {

@@ -187,7 +187,7 @@ impl RedisSlots {
         limit: &InFlightLimit,
         key: &Key,
     ) -> Result<u32, RedisStoreError> {
-        let mut connection = self.shared.connection();
+        let mut connection = self.shared.connection()?;
         let held: i64 = self
             .shared
             .count
@@ -204,9 +204,10 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl Shared {
-    /// The connection to use now.
-    fn connection(&self) -> Connection {
-        self.topology.current().connection.clone()
+    /// The connection to use now (an error before a lazily built store
+    /// whose connection these slots share has connected).
+    fn connection(&self) -> Result<Connection, RedisStoreError> {
+        Ok(self.topology.current()?.connection.clone())
     }
 
     /// Takes a slot of `redis_key` (at most `max`), with the id `id`.
@@ -217,7 +218,7 @@ impl Shared {
         max: u32,
         hash: u64,
     ) -> Result<Acquired<RedisPermit>, RedisStoreError> {
-        let mut connection = self.connection();
+        let mut connection = self.connection()?;
         let reply: Vec<i64> = self
             .acquire
             .key(&redis_key)
@@ -257,7 +258,10 @@ async fn renew(shared: Arc<Shared>, redis_key: String, id: String) {
     let every = shared.lease / 3;
     loop {
         tokio::time::sleep(every).await;
-        let mut connection = shared.connection();
+        // Connected: the slot was taken through it.
+        let Ok(mut connection) = shared.connection() else {
+            return;
+        };
         let renewed: Result<i64, _> = shared
             .renew
             .key(&redis_key)
@@ -327,7 +331,10 @@ impl Drop for RedisPermit {
         let id = std::mem::take(&mut self.id);
         let hash = self.hash;
         runtime.spawn(async move {
-            let mut connection = shared.connection();
+            // Connected: the slot was taken through it.
+            let Ok(mut connection) = shared.connection() else {
+                return;
+            };
             let removed: Result<i64, _> = redis::cmd("ZREM")
                 .arg(&redis_key)
                 .arg(&id)
@@ -495,6 +502,40 @@ impl RedisSlotsBuilder {
     /// Connects (failing if no server answers within the connect timeout)
     /// and returns the slots.
     pub async fn connect(self) -> Result<RedisSlots, RedisStoreError> {
+        self.check()?;
+        let topology = match self.shared_with.clone() {
+            Some(topology) => topology,
+            None => Topology::new(Connection::open(&self.url, &self.options).await?),
+        };
+        Ok(self.slots(topology))
+    }
+
+    /// The slots at once, connecting in the background as
+    /// [`RedisStoreBuilder::connect_lazy`](crate::RedisStoreBuilder::connect_lazy)
+    /// does (with [`share_connection`](Self::share_connection), the store's
+    /// connection, made when the store's is): until a server answers, a
+    /// request's slot fails at once, and gets the layer's store-error
+    /// behaviour. Fails only for what needs no server, or outside a tokio
+    /// runtime.
+    pub fn connect_lazy(self) -> Result<RedisSlots, RedisStoreError> {
+        self.check()?;
+        let topology = match self.shared_with.clone() {
+            Some(topology) => topology,
+            None => {
+                Connection::check(&self.url, &self.options)?;
+                if tokio::runtime::Handle::try_current().is_err() {
+                    return Err(RedisStoreError::config(
+                        "connect_lazy connects on a tokio runtime: call it inside one",
+                    ));
+                }
+                Topology::connecting(self.url.clone(), self.options.clone())
+            }
+        };
+        Ok(self.slots(topology))
+    }
+
+    /// The settings that need no server.
+    fn check(&self) -> Result<(), RedisStoreError> {
         if self.prefix.contains(['{', '}']) {
             return Err(RedisStoreError::config(format!(
                 "the key prefix {:?} contains a brace; choose one without `{{` or `}}`",
@@ -522,10 +563,10 @@ impl RedisSlotsBuilder {
                 "the in-flight poll interval must be at least 1 ms",
             ));
         }
-        let topology = match self.shared_with {
-            Some(topology) => topology,
-            None => Topology::new(Connection::open(&self.url, &self.options).await?),
-        };
+        Ok(())
+    }
+
+    fn slots(self, topology: Arc<Topology>) -> RedisSlots {
         let instance = {
             let seed = foldhash::fast::RandomState::default();
             let time = std::time::SystemTime::now()
@@ -536,7 +577,7 @@ impl RedisSlotsBuilder {
                 seed.hash_one((std::process::id(), time.as_nanos()))
             )
         };
-        Ok(RedisSlots {
+        RedisSlots {
             shared: Arc::new(Shared {
                 topology,
                 prefix: self.prefix,
@@ -550,7 +591,7 @@ impl RedisSlotsBuilder {
                 renew: redis::Script::new(RENEW),
                 count: redis::Script::new(COUNT),
             }),
-        })
+        }
     }
 }
 

@@ -107,12 +107,6 @@ impl RedisStore {
         self.shared.topology.clone()
     }
 
-    /// The store's connection, for other commands on the same server.
-    #[cfg(feature = "quotas")]
-    pub(crate) fn connection(&self) -> Connection {
-        self.shared.topology.current().connection.clone()
-    }
-
     /// The prefix of every key this store writes.
     pub fn prefix(&self) -> &str {
         &self.shared.prefix
@@ -238,17 +232,23 @@ impl Store for RedisStore {
         let names = self.reset_keys(policy, key);
         let (policy, key) = (policy.clone(), key.clone());
         tollgate::store::AdminFuture::new(async move {
-            let mut connection = shared.topology.current().connection.clone();
-            let deleted = redis::cmd("DEL")
-                .arg(&names)
-                .query_async::<i64>(&mut connection)
-                .await;
+            let deleted = match shared.topology.current() {
+                Ok(generation) => {
+                    let mut connection = generation.connection.clone();
+                    redis::cmd("DEL")
+                        .arg(&names)
+                        .query_async::<i64>(&mut connection)
+                        .await
+                        .map_err(RedisStoreError::from)
+                }
+                Err(error) => Err(error),
+            };
             if let Some(blocked) = &shared.blocked {
                 blocked.forget(&policy, &key, shared.local_now());
             }
             deleted
                 .map(drop)
-                .map_err(|error| tollgate::store::AdminError::store(RedisStoreError::from(error)))
+                .map_err(tollgate::store::AdminError::store)
         })
     }
 
@@ -556,7 +556,7 @@ async fn call_until_answered(
     script: &LuaScript,
     command: &redis::Cmd,
 ) -> Result<Vec<i64>, RedisStoreError> {
-    let mut generation = shared.topology.current();
+    let mut generation = shared.topology.current()?;
     let mut attempt = 0;
     loop {
         let error = match call(script, command, &generation.connection).await {
@@ -804,21 +804,64 @@ impl RedisStoreBuilder {
     /// Connects (failing if no server answers within the connect timeout)
     /// and returns the store.
     pub async fn connect(self) -> Result<RedisStore, RedisStoreError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(RedisStoreError::config(format!(
-                "the key prefix {:?} contains a brace; choose one without `{{` or `}}`",
-                self.prefix
-            )));
-        }
+        self.check_prefix()?;
         let mut connection = Connection::open(&self.url, &self.options).await?;
         // A first reading of the server's clock, so that the first calls
         // carry deadlines too.
         let server_clock = ServerClock::new();
         let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
         server_clock.observe(seconds.saturating_mul(1_000_000).saturating_add(micros));
-        Ok(RedisStore {
+        Ok(self.store(Topology::new(connection), server_clock))
+    }
+
+    /// The store at once, connecting in the background: an application
+    /// starts whether Redis is up or not. Until a server answers, every
+    /// call fails at once with an unavailable error, so requests get the
+    /// layer's store-error behaviour (`OnStoreError`, or a
+    /// [`Fallback`](tollgate::store::Fallback) around the store); the store
+    /// tries again after a pause that doubles from 100 ms to 2 s, logs the
+    /// first failure as a warning and the connection as info, and shares
+    /// its limits from the first call after it connected.
+    ///
+    /// Fails only for what needs no server: a malformed URL, TLS settings
+    /// without a TLS URL, a key prefix with a brace, or no tokio runtime
+    /// to connect on (call it inside one). A URL that reaches the wrong
+    /// kind of server (a Cluster node for a one-server URL) is found when
+    /// it connects, and logged.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), tollgate_redis::RedisStoreError> {
+    /// // Starts even if Redis is not up yet.
+    /// let store = tollgate_redis::RedisStore::builder("redis://127.0.0.1:6379").connect_lazy()?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub fn connect_lazy(self) -> Result<RedisStore, RedisStoreError> {
+        self.check_prefix()?;
+        Connection::check(&self.url, &self.options)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RedisStoreError::config(
+                "connect_lazy connects on a tokio runtime: call it inside one",
+            ));
+        }
+        let topology = Topology::connecting(self.url.clone(), self.options.clone());
+        Ok(self.store(topology, ServerClock::new()))
+    }
+
+    fn check_prefix(&self) -> Result<(), RedisStoreError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(RedisStoreError::config(format!(
+                "the key prefix {:?} contains a brace; choose one without `{{` or `}}`",
+                self.prefix
+            )));
+        }
+        Ok(())
+    }
+
+    fn store(self, topology: Arc<Topology>, server_clock: ServerClock) -> RedisStore {
+        RedisStore {
             shared: Arc::new(Shared {
-                topology: Topology::new(connection),
+                topology,
                 prefix: self.prefix,
                 server_clock,
                 blocked: self.block_cache.then(BlockList::new),
@@ -826,7 +869,7 @@ impl RedisStoreBuilder {
                 #[cfg(feature = "test-clock")]
                 clock: self.clock,
             }),
-        })
+        }
     }
 }
 

@@ -178,33 +178,29 @@ pub fn check_url(url: &str) -> Result<(), RedisStoreError> {
     parse(url).map(drop)
 }
 
-/// `url` with the password (or a lone user-info token, which Redis reads
-/// as a password) of every address replaced by `***`, for errors, logs and
-/// `Debug` output. Anything after the host (database, query) is kept.
-///
-/// A password may contain any character (`@`, `/`, `,`, `:`, `%`, raw or
-/// percent-encoded): the user-info is taken to run to the *last* `@` of the
-/// URL, whatever comes before it. In a cluster or Sentinel URL, which lists
-/// several addresses, each address's user-info is hidden whole, user name
-/// included (a password with a comma splits into pieces, one of which can
-/// read as a user name), and a part before the last `@` that is neither
-/// `user-info@host[:port]` nor a plain `host:port` is hidden whole.
-/// Nothing is decoded: what is hidden is hidden as written.
+/// `url` with its credentials replaced by `***`, for errors, logs and
+/// `Debug` output: everything between `://` and the *last* `@` is hidden
+/// whole, user names included, and in a cluster or Sentinel URL the
+/// addresses before that `@` too. A password may contain any character
+/// (`@`, `/`, `,`, `:`, `%`, raw or percent-encoded) and pieces that read
+/// as `user:` or `host:port`: no split of what comes before the last `@`
+/// can be trusted, so none is shown. What follows it (the host, the other
+/// addresses, the database) is kept.
 ///
 /// ```
 /// use tollgate_redis::redacted;
 ///
-/// assert_eq!(redacted("redis://:hunter2@db:6379/2"), "redis://:***@db:6379/2");
-/// assert_eq!(redacted("redis://app:hunter2@db:6379"), "redis://app:***@db:6379");
+/// assert_eq!(redacted("redis://:hunter2@db:6379/2"), "redis://***@db:6379/2");
+/// assert_eq!(redacted("redis://app:hunter2@db:6379"), "redis://***@db:6379");
 /// assert_eq!(redacted("redis://hunter2@db:6379"), "redis://***@db:6379");
-/// assert_eq!(redacted("redis://:s3cr/3t,p@ss@db:6379/0"), "redis://:***@db:6379/0");
+/// assert_eq!(redacted("redis://:s3cr/3t,p@ss@db:6379/0"), "redis://***@db:6379/0");
 /// assert_eq!(
 ///     redacted("redis+cluster://app:pw@a:7000,:pw@b:7000"),
-///     "redis+cluster://***@a:7000,***@b:7000"
+///     "redis+cluster://***@b:7000"
 /// );
 /// assert_eq!(
 ///     redacted("redis+cluster://:s3cr,3t@a:7000,b:7000"),
-///     "redis+cluster://***,***@a:7000,b:7000"
+///     "redis+cluster://***@a:7000,b:7000"
 /// );
 /// assert_eq!(redacted("redis://db:6379"), "redis://db:6379");
 /// ```
@@ -217,83 +213,12 @@ pub fn redacted(url: &str) -> String {
             url.to_owned()
         };
     };
-    // Everything up to the last `@` may be user-info; after it, a host.
-    let Some(at) = rest.rfind('@') else {
-        return url.to_owned();
-    };
-    let (credentials, after) = (&rest[..at], &rest[at..]);
-    let lists_addresses = CLUSTER_SCHEMES
-        .iter()
-        .chain(&SENTINEL_SCHEMES)
-        .any(|(prefix, _)| url.starts_with(prefix));
-    let mut out = String::with_capacity(url.len());
-    out.push_str(scheme);
-    out.push_str("://");
-    if lists_addresses {
-        // `…@host:port,…,user-info` (the last part: the user-info of the
-        // address after the last `@`).
-        let parts: Vec<&str> = credentials.split(',').collect();
-        // The last part is the user-info of the address after the last `@`.
-        let before = &parts[..parts.len() - 1];
-        // No user name is shown here: a password with a comma splits into
-        // pieces, and one of them can read as `user:` (`:,0:@a:1` would
-        // show `***,0:***@a:1`, the password's characters in a row).
-        for part in before {
-            match part.rfind('@') {
-                Some(at) if is_host_port(&part[at + 1..]) => {
-                    out.push_str("***");
-                    out.push_str(&part[at..]);
-                }
-                None if is_host_port(part) => out.push_str(part),
-                _ => out.push_str("***"),
-            }
-            out.push(',');
-        }
-        out.push_str("***");
-    } else {
-        push_userinfo_redacted(&mut out, credentials);
+    // Everything up to the last `@` may be user-info (or a piece of it):
+    // hidden whole; after it, a host.
+    match rest.rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_owned(),
     }
-    out.push_str(after);
-    out
-}
-
-/// `user:password` as `user:***`; a user-info without `:` (a password
-/// alone) as `***`. A user name cannot contain `:`, so the first `:` ends
-/// it; anything doubtful is hidden.
-fn push_userinfo_redacted(out: &mut String, userinfo: &str) {
-    match userinfo.split_once(':') {
-        Some((user, _password))
-            if user
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)) =>
-        {
-            out.push_str(user);
-            out.push_str(":***");
-        }
-        _ => out.push_str("***"),
-    }
-}
-
-/// Whether `part` reads as `host:port` (a name or an IPv4 address, or an
-/// IPv6 address in brackets, then a port): what a password piece between
-/// commas is not likely to look like.
-fn is_host_port(part: &str) -> bool {
-    let Some((host, port)) = part.rsplit_once(':') else {
-        return false;
-    };
-    let port_ok = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
-    let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        !inner.is_empty()
-            && inner
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-    } else {
-        !host.is_empty()
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-    };
-    port_ok && host_ok
 }
 
 #[cfg(test)]
@@ -302,8 +227,8 @@ mod tests {
 
     #[test]
     fn passwords_with_at_signs_and_slashes_are_hidden() {
-        assert_eq!(redacted("redis://:p@ss@db:1/0"), "redis://:***@db:1/0");
-        assert_eq!(redacted("redis://:p@ss"), "redis://:***@ss");
+        assert_eq!(redacted("redis://:p@ss@db:1/0"), "redis://***@db:1/0");
+        assert_eq!(redacted("redis://:p@ss"), "redis://***@ss");
         assert_eq!(redacted("not a url with s3cret@"), "***");
     }
 

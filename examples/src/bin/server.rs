@@ -18,6 +18,7 @@
 //! --store-file PATH        the --store URL read from a file (its first line), so that a password is on no command line
 //! --on-store-error MODE    open | closed | fallback (default open)
 //! --store-timeout-ms N     default 100
+//! --connect MODE           Redis stores only: eager (default: exit if Redis is absent) | lazy (start anyway, connect in the background)
 //! --block-cache MODE       on | off (default on): a Redis store refuses a key Redis refused until its retry time, with no call
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
@@ -103,7 +104,15 @@
 //!   renewed while its request runs: the slots of a server that was
 //!   killed count until their lease ends, then come back.
 //!   `--in-flight-lease-ms` with the memory store is a usage error.
-//!   `--on-store-error` and `--store-timeout-ms` apply to the slots too.
+//!   `--on-store-error`, `--store-timeout-ms` and `--connect` apply to the
+//!   slots too.
+//! - `--connect lazy` (Redis stores): the server starts whether Redis is
+//!   up or not, prints `listening on`, and answers by `--on-store-error`
+//!   (`closed`: 503 at once) until Redis answers; it tries again after a
+//!   pause that doubles from 100 ms to 2 s, and shares the limits from
+//!   the first request after it connected. `eager` (the default) exits
+//!   with code 1 when Redis is absent at startup. With the memory store
+//!   it changes nothing.
 //! - `--block-cache` applies to a Redis store only (the memory store has
 //!   no round trip to save): given with the memory store, default or
 //!   named, it is a usage error. On, a flood on a refused key costs Redis
@@ -204,6 +213,12 @@ struct Args {
     /// What requests get when the store fails or is slow.
     #[arg(long, value_name = "MODE", value_enum, default_value_t = FailMode::Open)]
     on_store_error: FailMode,
+
+    /// Redis stores only: eager (connect before listening; exit if Redis is
+    /// absent) or lazy (start anyway; connect in the background and share
+    /// the limits as soon as Redis answers; meanwhile --on-store-error).
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = Connect::Eager)]
+    connect: Connect,
 
     /// How long a store may take to answer, in milliseconds (at least 1).
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
@@ -362,6 +377,15 @@ enum FailMode {
     Closed,
     /// Decide in this process's memory with the same limits.
     Fallback,
+}
+
+/// `--connect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Connect {
+    /// Connect before listening; exit (code 1) if Redis is absent.
+    Eager,
+    /// Start anyway; connect in the background.
+    Lazy,
 }
 
 /// `--block-cache`.
@@ -559,30 +583,37 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
             };
             Ok(BoxStore::new(builder.build()))
         }
-        StoreUrl::Redis(url) => RedisStore::builder(url.as_str())
-            .block_cache(block_cache != Some(Switch::Off))
-            .connect()
-            .await
-            .map(|redis| match args.local {
-                Some(Local::On(mode)) => BoxStore::new(LocalFirst::builder(redis, mode).build()),
-                // Given up on after the store timeout, behind a breaker
-                // that stops asking a Redis that keeps failing.
-                Some(Local::Off) | None => BoxStore::new(Breaker::new(Timeout::new(
-                    redis,
-                    Duration::from_millis(args.store_timeout_ms),
-                ))),
-            })
-            .map_err(|e| {
-                let message = format!(
-                    "cannot use the Redis store at {}: {e}",
-                    tollgate_redis::redacted(url)
-                );
-                if e.is_config() {
-                    Failure::Usage(message)
-                } else {
-                    Failure::Startup(message)
-                }
-            }),
+        StoreUrl::Redis(url) => {
+            let builder =
+                RedisStore::builder(url.as_str()).block_cache(block_cache != Some(Switch::Off));
+            let redis = match args.connect {
+                Connect::Eager => builder.connect().await,
+                Connect::Lazy => builder.connect_lazy(),
+            };
+            redis
+                .map(|redis| match args.local {
+                    Some(Local::On(mode)) => {
+                        BoxStore::new(LocalFirst::builder(redis, mode).build())
+                    }
+                    // Given up on after the store timeout, behind a breaker
+                    // that stops asking a Redis that keeps failing.
+                    Some(Local::Off) | None => BoxStore::new(Breaker::new(Timeout::new(
+                        redis,
+                        Duration::from_millis(args.store_timeout_ms),
+                    ))),
+                })
+                .map_err(|e| {
+                    let message = format!(
+                        "cannot use the Redis store at {}: {e}",
+                        tollgate_redis::redacted(url)
+                    );
+                    if e.is_config() {
+                        Failure::Usage(message)
+                    } else {
+                        Failure::Startup(message)
+                    }
+                })
+        }
     }
 }
 
@@ -689,7 +720,11 @@ async fn in_flight(
             if let Some(ms) = args.in_flight_lease_ms {
                 slots = slots.lease(Duration::from_millis(ms));
             }
-            let slots = slots.connect().await.map_err(|e| {
+            let slots = match args.connect {
+                Connect::Eager => slots.connect().await,
+                Connect::Lazy => slots.connect_lazy(),
+            };
+            let slots = slots.map_err(|e| {
                 let message = format!(
                     "cannot keep in-flight slots in Redis at {}: {e}",
                     tollgate_redis::redacted(url)
