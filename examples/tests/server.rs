@@ -671,22 +671,52 @@ fn a_login_limiter_counts_only_failures_on_every_redis_mode() {
     }
 }
 
-/// `--on-store-error fallback` with Redis killed: each server decides in
+/// `--on-store-error fallback` with Redis killed: the server decides in
 /// its own memory with the same limit, and gives back there what it
-/// charged there: the login limiter holds on each (the successes and the
-/// failures on one server, as each server counts alone).
+/// charged there: the login limiter holds (one server: its share of the
+/// limit is the whole of it).
 #[test]
 fn a_login_limiter_holds_in_the_fallback_with_redis_killed() {
     let mut redis = tollgate_tests::redis::RedisServer::start();
     let url = redis.url();
     let args = login_limiter(&["--store", &url, "--on-store-error", "fallback"]);
-    let (first, second) = (Server::start(&args), Server::start(&args));
-    // Shared while Redis is up.
-    three_failures_after_five_successes(&first, &second, "up");
+    let server = Server::start(&args);
+    three_failures_after_five_successes(&server, &server, "up");
     redis.kill();
-    for server in [&first, &second] {
-        three_failures_after_five_successes(server, server, &format!("down-{}", server.addr));
-    }
+    three_failures_after_five_successes(&server, &server, "down");
+}
+
+/// Two servers that shared a limit of 20 a minute through Redis, Redis
+/// killed, `--on-store-error fallback`: a flood over both admits about
+/// 20, not 40 (each decides at its share, 10, as Redis last counted two
+/// servers sharing it).
+#[test]
+fn two_servers_split_the_limit_while_redis_is_away() {
+    let mut redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let args = [
+        "--store",
+        &url,
+        "--on-store-error",
+        "fallback",
+        "--limit",
+        "api=20/min",
+        "--key",
+        "global",
+    ];
+    let (a, b) = (Server::start(&args), Server::start(&args));
+    // Each says every second that it shares the store: both counted.
+    std::thread::sleep(Duration::from_millis(2_500));
+    redis.kill();
+    let admitted = [&a, &b]
+        .iter()
+        .flat_map(|server| (0..30).map(|_| server.get("/", &[]).status))
+        .filter(|status| *status == 200)
+        .count();
+    assert!(
+        (18..=22).contains(&admitted),
+        "{admitted} admitted over both"
+    );
 }
 
 /// `t` of the first item of a response's `RateLimit` field.

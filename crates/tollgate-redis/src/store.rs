@@ -53,8 +53,66 @@ struct Shared {
     blocked: Option<BlockList>,
     /// Script calls made, for [`RedisStore::calls`].
     calls: AtomicU64,
+    /// How many instances said lately that they share this store's
+    /// limits, this one included (see [`RedisStore::instances`]).
+    instances: std::sync::atomic::AtomicU32,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
+}
+
+/// How often an instance says it shares a store's limits, and how long
+/// its word holds: an instance that stops is no longer counted after
+/// [`PRESENCE_HOLD`].
+const PRESENCE_EVERY: Duration = Duration::from_secs(1);
+const PRESENCE_HOLD: Duration = Duration::from_secs(5);
+
+/// Says, every [`PRESENCE_EVERY`] while the store lives, that this
+/// instance shares its limits, and keeps the count Redis answers: one
+/// atomic pipeline (`MULTI`) on a sorted set of instances scored by when
+/// their word ends, in this host's wall-clock ms (clocks a few seconds
+/// apart shift when a stopped instance stops counting, no more). Not a
+/// script, so that script counts (`INFO commandstats`) stay the
+/// decisions'. A failed call keeps the last count (an outage is when it
+/// is read).
+async fn announce(shared: std::sync::Weak<Shared>, id: String) {
+    loop {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if let Ok(generation) = shared.topology.current() {
+            let mut connection = generation.connection.clone();
+            let key = format!("{}:instances", shared.prefix);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let hold = PRESENCE_HOLD.as_millis() as u64;
+            let counted: Result<(u32,), _> = redis::pipe()
+                .atomic()
+                .cmd("ZREMRANGEBYSCORE")
+                .arg(&key)
+                .arg("-inf")
+                .arg(now)
+                .ignore()
+                .cmd("ZADD")
+                .arg(&key)
+                .arg(now + hold)
+                .arg(&id)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(hold * 2)
+                .ignore()
+                .cmd("ZCARD")
+                .arg(&key)
+                .query_async(&mut connection)
+                .await;
+            if let Ok((count,)) = counted {
+                shared.instances.store(count.max(1), Ordering::Relaxed);
+            }
+        }
+        drop(shared);
+        tokio::time::sleep(PRESENCE_EVERY).await;
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -105,6 +163,15 @@ impl RedisStore {
     /// its connection.
     pub(crate) fn topology(&self) -> Arc<Topology> {
         self.shared.topology.clone()
+    }
+
+    /// How many instances said, within the last 5 s, that they share this
+    /// store's limits (this one included; 1 before the first answer). Each
+    /// store says so every second while it lives and Redis answers; a
+    /// count read during an outage is the last one Redis gave. What a
+    /// [`Split`](tollgate::store::Split) fallback divides the limits by.
+    pub fn instances(&self) -> u32 {
+        self.shared.instances.load(Ordering::Relaxed)
     }
 
     /// The prefix of every key this store writes.
@@ -859,17 +926,25 @@ impl RedisStoreBuilder {
     }
 
     fn store(self, topology: Arc<Topology>, server_clock: ServerClock) -> RedisStore {
-        RedisStore {
-            shared: Arc::new(Shared {
-                topology,
-                prefix: self.prefix,
-                server_clock,
-                blocked: self.block_cache.then(BlockList::new),
-                calls: AtomicU64::new(0),
-                #[cfg(feature = "test-clock")]
-                clock: self.clock,
-            }),
-        }
+        let shared = Arc::new(Shared {
+            topology,
+            prefix: self.prefix,
+            server_clock,
+            blocked: self.block_cache.then(BlockList::new),
+            calls: AtomicU64::new(0),
+            instances: std::sync::atomic::AtomicU32::new(1),
+            #[cfg(feature = "test-clock")]
+            clock: self.clock,
+        });
+        let id = format!(
+            "{:016x}",
+            std::hash::BuildHasher::hash_one(
+                &std::hash::RandomState::new(),
+                (std::process::id(), Arc::as_ptr(&shared) as usize)
+            )
+        );
+        tokio::spawn(announce(Arc::downgrade(&shared), id));
+        RedisStore { shared }
     }
 }
 

@@ -69,9 +69,13 @@
 //!   `--on-store-error fallback`, to whichever store charged the request).
 //! - `--on-store-error fallback`: while the store fails or takes longer
 //!   than `--store-timeout-ms`, requests are decided in this process's
-//!   memory with the same limits (`Fallback::new(Timeout::new(store, T),
-//!   MemoryStore)`), each server on its own: with several servers sharing
-//!   a Redis, each admits up to the whole limit meanwhile. The layer then
+//!   memory with the same limits split between the servers that shared the
+//!   Redis store (`Fallback::new(Timeout::new(store, T), Split::new(MemoryStore,
+//!   instances))`): each server says every second, through Redis, that it
+//!   shares it, and counts for 5 s; in an outage each decides alone at
+//!   `1/N` of each quota (at least 1), `N` being how many servers Redis
+//!   last counted, so that together they admit about the limit, not `N`
+//!   times it. The layer then
 //!   waits up to twice `--store-timeout-ms` for an answer (the memory store
 //!   answers at once). With the memory `--store` it changes nothing, and
 //!   the in-flight slots (`--in-flight`) fail open.
@@ -151,7 +155,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::in_flight::InFlightLayer;
-use tollgate::store::{BoxStore, Breaker, Fallback, Timeout};
+use tollgate::store::{BoxStore, Breaker, Fallback, Split, Timeout};
 use tollgate::{
     ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
     OnStoreError, RateLimitLayer,
@@ -569,7 +573,9 @@ enum Failure {
 
 /// The store `--store`, `--max-keys`, `--block-cache` and `--local` ask
 /// for; fails if Redis is absent (or is not what the URL says).
-async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
+/// With a Redis store, the Redis store itself too: how many instances
+/// share it is what the fallback divides the limits by.
+async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisStore>), Failure> {
     let (max_keys, block_cache) = (args.max_keys, args.block_cache);
     match url {
         StoreUrl::Memory if args.local.is_some() => Err(Failure::Usage(
@@ -581,7 +587,7 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
                 Some(n) => builder.max_keys(n),
                 None => builder,
             };
-            Ok(BoxStore::new(builder.build()))
+            Ok((BoxStore::new(builder.build()), None))
         }
         StoreUrl::Redis(url) => {
             let builder =
@@ -591,16 +597,20 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<BoxStore, Failure> {
                 Connect::Lazy => builder.connect_lazy(),
             };
             redis
-                .map(|redis| match args.local {
-                    Some(Local::On(mode)) => {
-                        BoxStore::new(LocalFirst::builder(redis, mode).build())
-                    }
-                    // Given up on after the store timeout, behind a breaker
-                    // that stops asking a Redis that keeps failing.
-                    Some(Local::Off) | None => BoxStore::new(Breaker::new(Timeout::new(
-                        redis,
-                        Duration::from_millis(args.store_timeout_ms),
-                    ))),
+                .map(|redis| {
+                    let store = match args.local {
+                        Some(Local::On(mode)) => {
+                            BoxStore::new(LocalFirst::builder(redis.clone(), mode).build())
+                        }
+                        // Given up on after the store timeout, behind a
+                        // breaker that stops asking a Redis that keeps
+                        // failing.
+                        Some(Local::Off) | None => BoxStore::new(Breaker::new(Timeout::new(
+                            redis.clone(),
+                            Duration::from_millis(args.store_timeout_ms),
+                        ))),
+                    };
+                    (store, Some(redis))
                 })
                 .map_err(|e| {
                     let message = format!(
@@ -631,13 +641,19 @@ fn header_style(headers: Headers) -> HeaderStyle {
 async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     let on_store_error = on_store_error(args.on_store_error);
     let store_timeout = Duration::from_millis(args.store_timeout_ms);
-    let store = store(store_url, args).await?;
-    let store = match args.on_store_error {
-        FailMode::Fallback => BoxStore::new(Fallback::new(
+    let (store, redis) = store(store_url, args).await?;
+    let store = match (args.on_store_error, redis) {
+        // In memory, each instance at its share of the limits: as many
+        // instances as said, through Redis, that they share it.
+        (FailMode::Fallback, Some(redis)) => BoxStore::new(Fallback::new(
+            Timeout::new(store, store_timeout),
+            Split::new(MemoryStore::new(), move || redis.instances()),
+        )),
+        (FailMode::Fallback, None) => BoxStore::new(Fallback::new(
             Timeout::new(store, store_timeout),
             MemoryStore::new(),
         )),
-        FailMode::Open | FailMode::Closed => store,
+        (FailMode::Open | FailMode::Closed, _) => store,
     };
     // A Redis store (or the fallback) gives up after `--store-timeout-ms`
     // itself, so that its breaker counts the timeout: the layer's own

@@ -35,6 +35,7 @@ mod fallback;
 mod fingerprint;
 mod memory;
 mod penalty;
+mod split;
 mod timeout;
 mod wrapper;
 
@@ -48,6 +49,7 @@ pub use fallback::{Fallback, FallbackFuture};
 pub use fingerprint::{ByFingerprint, FingerprintHasher};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
+pub use split::Split;
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 pub use wrapper::StoreWrapper;
 

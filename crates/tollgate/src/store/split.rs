@@ -1,0 +1,188 @@
+//! [`Split`]: a store that decides each limit at its share, for the
+//! instances that shared it elsewhere: the local fallback of a shared
+//! store.
+
+use super::{AdminFuture, Debit, Refund, RefundReply, Store, StoreReply, StoreWrapper};
+use crate::{ConfigError, Key, NamedLimit, Policy};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tollgate_core::Quota;
+
+/// A store in front of `S` that decides every limit at `1/N` of its quota,
+/// `N` being how many instances share the limits (from `instances`, asked
+/// at each call): the secondary of a [`Fallback`](super::Fallback) whose
+/// primary is shared, so that while the shared store is away the
+/// instances split the limit rather than each admitting all of it.
+///
+/// Each limit's quota `L` per period (and burst `B`) becomes
+/// `max(1, ⌊L / N⌋)` (and `max(1, ⌊B / N⌋)`): over an outage, `N`
+/// instances together admit at most `N × max(1, ⌊L / N⌋)` per period, at
+/// most `L` when `L ≥ N` — as far as `N` is right. `N` is the number of
+/// instances the shared store last saw (the Redis store's
+/// [`instances`](https://docs.rs/tollgate-redis): each instance says every
+/// second that it shares the store, and is counted for 5 s after), so an
+/// instance that started during the outage, or one that stopped just
+/// before it, makes the split a little off; [`Split::fixed`] overrides it
+/// with a number you know. Each limit keeps its algorithm; settings beyond
+/// the algorithm and the quota (a sliding log's entry bound) take their
+/// defaults. The headers report the split quota.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::MemoryStore;
+/// use tollgate::store::{Fallback, Split, Timeout};
+///
+/// # let redis = MemoryStore::new(); // a RedisStore in practice
+/// # let instances = || 2; // `move || redis.instances()` in practice
+/// let store = Fallback::new(
+///     Timeout::new(redis, Duration::from_millis(50)),
+///     Split::new(MemoryStore::new(), instances),
+/// );
+/// # let _ = store;
+/// ```
+#[derive(Clone)]
+pub struct Split<S> {
+    inner: S,
+    instances: Arc<dyn Fn() -> u32 + Send + Sync>,
+}
+
+impl<S> std::fmt::Debug for Split<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Split")
+            .field("instances", &(self.instances)())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Split<S> {
+    /// `inner`, deciding each limit at `1 / instances()` of its quota.
+    pub fn new(inner: S, instances: impl Fn() -> u32 + Send + Sync + 'static) -> Self {
+        Split {
+            inner,
+            instances: Arc::new(instances),
+        }
+    }
+
+    /// `inner`, deciding each limit at `1 / instances` of its quota.
+    pub fn fixed(inner: S, instances: u32) -> Self {
+        Split::new(inner, move || instances)
+    }
+
+    /// How many instances the limits are split between now (at least 1).
+    pub fn instances(&self) -> u32 {
+        (self.instances)().max(1)
+    }
+
+    /// `policy` with its limits split `n` ways: the policy itself for one
+    /// instance; otherwise a policy made once per `n` and kept with it.
+    fn split(&self, policy: &Arc<Policy>) -> Arc<Policy> {
+        let n = self.instances();
+        if n == 1 {
+            return policy.clone();
+        }
+        let kept = policy.prepared(|_| SplitPolicies::default()).into_arc();
+        let mut made = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, split)) = made.iter().find(|(of, _)| *of == n) {
+            return split.clone();
+        }
+        let split = Arc::new(Policy::new(
+            policy
+                .limits()
+                .iter()
+                .map(|limit| share(limit, n))
+                .collect(),
+        ));
+        made.push((n, split.clone()));
+        split
+    }
+
+    /// Every split of `policy` made so far, and the policy itself.
+    fn every_split(policy: &Arc<Policy>) -> Vec<Arc<Policy>> {
+        let kept = policy.prepared(|_| SplitPolicies::default()).into_arc();
+        let made = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
+        std::iter::once(policy.clone())
+            .chain(made.iter().map(|(_, split)| split.clone()))
+            .collect()
+    }
+}
+
+/// The splits of one policy, by `n`: a few at most (the number of
+/// instances changes rarely).
+#[derive(Default)]
+struct SplitPolicies(Mutex<Vec<(u32, Arc<Policy>)>>);
+
+/// `limit` at `1 / n` of its quota and burst (at least 1 each), same name
+/// and algorithm.
+fn share(limit: &NamedLimit, n: u32) -> NamedLimit {
+    let quota = limit.quota();
+    let part = |units: u64| (units / u64::from(n)).max(1);
+    let split = Quota::new(
+        part(quota.limit()),
+        Duration::from_nanos(quota.period_nanos()),
+    )
+    .unwrap_or(quota);
+    let split = if quota.burst() != quota.limit() {
+        split.with_burst(part(quota.burst())).unwrap_or(split)
+    } else {
+        split
+    };
+    NamedLimit::new(limit.name().to_owned(), split).with_algorithm(limit.limiter().algorithm())
+}
+
+impl<S: Store> StoreWrapper for Split<S> {
+    type Inner = S;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreReply<S::Future, S::Error> {
+        self.inner
+            .check_within(&self.split(policy), key, cost, within)
+    }
+
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<S::Future, S::Error> {
+        self.inner.peek(&self.split(policy), key)
+    }
+
+    fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
+        self.inner.supports(policy)
+    }
+
+    /// Given back under the split the admission was charged under (the
+    /// number of instances as it is now: one that changed in between
+    /// gives back to another split's counts, a little short).
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        self.inner.refund(&self.split(policy), key, refund)
+    }
+
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        self.inner.debit(&self.split(policy), key, debit)
+    }
+
+    /// Resets the key under every split made so far.
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        Self::every_split(policy)
+            .iter()
+            .map(|split| self.inner.reset(split, key))
+            .reduce(AdminFuture::and)
+            .unwrap_or_else(|| AdminFuture::ready(Ok(())))
+    }
+
+    /// Unblocks the key under every split made so far.
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        Self::every_split(policy)
+            .iter()
+            .map(|split| self.inner.unblock(split, key))
+            .reduce(AdminFuture::and)
+            .unwrap_or_else(|| AdminFuture::ready(Ok(())))
+    }
+}
