@@ -4,67 +4,16 @@
 //! when one succeeds; it logs one WARN per outage and one INFO when it
 //! closes, never one per request; its state is in metrics.
 
+mod breaker_common;
+
+use breaker_common::Flaky;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tollgate::store::{Breaker, BreakerError, BreakerState, StoreWrapper, Timeout};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{ManualClock, Quota};
-
-/// A memory store that fails every call while it is down, and counts the
-/// calls that reach it.
-#[derive(Clone, Default)]
-struct Flaky {
-    store: MemoryStore,
-    down: Arc<AtomicBool>,
-    calls: Arc<AtomicUsize>,
-}
-
-#[derive(Debug)]
-struct Down;
-
-impl std::fmt::Display for Down {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the store is down")
-    }
-}
-
-impl std::error::Error for Down {}
-
-impl Flaky {
-    fn set_down(&self, down: bool) {
-        self.down.store(down, Ordering::Relaxed);
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::Relaxed)
-    }
-}
-
-impl StoreWrapper for Flaky {
-    type Inner = MemoryStore;
-    type Error = Down;
-    type Future = std::future::Ready<Result<PolicyDecision, Down>>;
-
-    fn inner(&self) -> &MemoryStore {
-        &self.store
-    }
-
-    fn check_within(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        cost: u32,
-        _: Duration,
-    ) -> StoreReply<Self::Future, Down> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        if self.down.load(Ordering::Relaxed) {
-            return StoreReply::Ready(Err(Down));
-        }
-        StoreReply::Ready(Ok(self.store.check_now(policy, key, cost)))
-    }
-}
 
 fn policy() -> Arc<Policy> {
     Arc::new(Policy::new(vec![NamedLimit::new(
@@ -218,41 +167,4 @@ impl StoreWrapper for HangingWhileDown {
         let decision = self.0.store.check_now(policy, key, cost);
         StoreReply::Pending(Box::pin(std::future::ready(Ok(decision))))
     }
-}
-
-/// One WARN when it opens, one INFO when it closes, whatever the number of
-/// requests in between; the state in metrics.
-#[cfg(feature = "metrics")]
-#[test]
-fn an_outage_logs_twice_and_its_state_is_in_metrics() {
-    use tollgate_tests::logs::Captured;
-    use tollgate_tests::metrics::Counts;
-    let (logs, _guard) = Captured::install();
-    let counts = Counts::default();
-    let (flaky, clock) = (Flaky::default(), ManualClock::new(1));
-    let breaker = Breaker::new(flaky.clone()).clock(clock.clone());
-    let state = "tollgate_breaker_state{store=Flaky}";
-    metrics::with_local_recorder(&counts, || {
-        flaky.set_down(true);
-        for _ in 0..100 {
-            let _ = check(&breaker);
-        }
-        assert_eq!(counts.gauge(state), Some(2.0), "open");
-        clock.advance(SECOND);
-        let _ = check(&breaker); // a failed probe
-        clock.advance(Duration::from_secs(2));
-        flaky.set_down(false);
-        for _ in 0..100 {
-            let _ = check(&breaker);
-        }
-        assert_eq!(counts.gauge(state), Some(0.0), "closed");
-    });
-    assert_eq!(counts.get("tollgate_breaker_opened_total{store=Flaky}"), 1);
-    let lines = logs.lines();
-    let warns: Vec<_> = lines.iter().filter(|l| l.starts_with("WARN")).collect();
-    let infos: Vec<_> = lines.iter().filter(|l| l.starts_with("INFO")).collect();
-    assert_eq!(warns.len(), 1, "{lines:#?}");
-    assert!(warns[0].contains("circuit breaker open"), "{lines:#?}");
-    assert_eq!(infos.len(), 1, "{lines:#?}");
-    assert!(infos[0].contains("circuit breaker closed"), "{lines:#?}");
 }

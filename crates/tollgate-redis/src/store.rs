@@ -66,6 +66,9 @@ struct Shared {
 const PRESENCE_EVERY: Duration = Duration::from_secs(1);
 const PRESENCE_HOLD: Duration = Duration::from_secs(5);
 
+/// The longest an operator's reset waits for Redis.
+const RESET_BOUND: Duration = Duration::from_secs(5);
+
 /// Says, every [`PRESENCE_EVERY`] while the store lives, that this
 /// instance shares its limits, and keeps the count Redis answers: one
 /// atomic pipeline (`MULTI`) on a sorted set of instances scored by when
@@ -76,6 +79,7 @@ const PRESENCE_HOLD: Duration = Duration::from_secs(5);
 /// is read).
 async fn announce(shared: std::sync::Weak<Shared>, id: String) {
     loop {
+        tokio::time::sleep(PRESENCE_EVERY).await;
         let Some(shared) = shared.upgrade() else {
             return;
         };
@@ -86,8 +90,8 @@ async fn announce(shared: std::sync::Weak<Shared>, id: String) {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
             let hold = PRESENCE_HOLD.as_millis() as u64;
-            let counted: Result<(u32,), _> = redis::pipe()
-                .atomic()
+            let mut pipeline = redis::pipe();
+            pipeline
                 .cmd("ZREMRANGEBYSCORE")
                 .arg(&key)
                 .arg("-inf")
@@ -103,15 +107,13 @@ async fn announce(shared: std::sync::Weak<Shared>, id: String) {
                 .arg(hold * 2)
                 .ignore()
                 .cmd("ZCARD")
-                .arg(&key)
-                .query_async(&mut connection)
-                .await;
-            if let Ok((count,)) = counted {
+                .arg(&key);
+            let beat = pipeline.query_async::<(u32,)>(&mut connection);
+            let counted = tokio::time::timeout(PRESENCE_EVERY, beat).await;
+            if let Ok(Ok((count,))) = counted {
                 shared.instances.store(count.max(1), Ordering::Relaxed);
             }
         }
-        drop(shared);
-        tokio::time::sleep(PRESENCE_EVERY).await;
     }
 }
 
@@ -302,11 +304,18 @@ impl Store for RedisStore {
             let deleted = match shared.topology.current() {
                 Ok(generation) => {
                     let mut connection = generation.connection.clone();
-                    redis::cmd("DEL")
-                        .arg(&names)
-                        .query_async::<i64>(&mut connection)
-                        .await
-                        .map_err(RedisStoreError::from)
+                    let mut command = redis::cmd("DEL");
+                    command.arg(&names);
+                    let delete = command.query_async::<i64>(&mut connection);
+                    // A connection being made again (Redis restarting)
+                    // holds a command until it is back: an operator's
+                    // reset gives up after a while instead.
+                    match tokio::time::timeout(RESET_BOUND, delete).await {
+                        Ok(deleted) => deleted.map_err(RedisStoreError::from),
+                        Err(_) => Err(RedisStoreError::unavailable(format!(
+                            "Redis did not answer the reset within {RESET_BOUND:?}"
+                        ))),
+                    }
                 }
                 Err(error) => Err(error),
             };
