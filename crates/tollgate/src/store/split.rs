@@ -96,13 +96,17 @@ impl<S> Split<S> {
         split
     }
 
-    /// Every split of `policy` made so far, and the policy itself.
-    fn every_split(policy: &Arc<Policy>) -> Vec<Arc<Policy>> {
+    /// `call` on `policy` and on every split of it made so far, one after
+    /// the other (the first error is returned, every call is made).
+    fn on_every_split(
+        policy: &Arc<Policy>,
+        call: impl Fn(&Arc<Policy>) -> AdminFuture,
+    ) -> AdminFuture {
         let kept = policy.prepared(|_| SplitPolicies::default()).into_arc();
         let made = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
-        std::iter::once(policy.clone())
-            .chain(made.iter().map(|(_, split)| split.clone()))
-            .collect()
+        made.iter()
+            .map(|(_, split)| call(split))
+            .fold(call(policy), AdminFuture::and)
     }
 }
 
@@ -170,19 +174,11 @@ impl<S: Store> StoreWrapper for Split<S> {
 
     /// Resets the key under every split made so far.
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
-        Self::every_split(policy)
-            .iter()
-            .map(|split| self.inner.reset(split, key))
-            .reduce(AdminFuture::and)
-            .unwrap_or_else(|| AdminFuture::ready(Ok(())))
+        Self::on_every_split(policy, |split| self.inner.reset(split, key))
     }
 
     /// Unblocks the key under every split made so far.
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
-        Self::every_split(policy)
-            .iter()
-            .map(|split| self.inner.unblock(split, key))
-            .reduce(AdminFuture::and)
-            .unwrap_or_else(|| AdminFuture::ready(Ok(())))
+        Self::on_every_split(policy, |split| self.inner.unblock(split, key))
     }
 }
