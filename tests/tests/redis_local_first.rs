@@ -596,30 +596,44 @@ async fn decided<St: tollgate::Store>(
     .expect("decided")
 }
 
+/// A periodic-mode store syncing every `interval` under `prefix`, and a
+/// policy of one limit of `quota` by `algorithm`.
+async fn periodic_key(
+    server: &RedisServer,
+    prefix: &str,
+    interval: Duration,
+    quota: Quota,
+    algorithm: Algorithm,
+) -> (LocalFirst, Arc<tollgate::Policy>) {
+    let mode = LocalMode::Periodic {
+        sync_interval: interval,
+    };
+    let store = local_store(&server.url(), prefix, mode).await;
+    let limit = tollgate::NamedLimit::new("api", quota).with_algorithm(algorithm);
+    (store, Arc::new(tollgate::Policy::new(vec![limit])))
+}
+
 /// Periodic mode: a peek right after admissions and a debit, before the
 /// next sync reports them, shows them (what remains counts the units this
 /// instance has not reported yet), as the memory store's peek would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
     use tollgate::store::Debit;
-    use tollgate::{Key, NamedLimit, Policy, Store};
+    use tollgate::{Key, Store};
     if !clear_of_midnight() {
         return;
     }
     let server = RedisServer::start();
     for algorithm in SUPPORTED {
-        let store = local_store(
-            &server.url(),
+        // No sync between the admissions and the peek.
+        let (store, policy) = periodic_key(
+            &server,
             &format!("periodic-peek-{algorithm}"),
-            LocalMode::Periodic {
-                // No sync between the admissions and the peek.
-                sync_interval: Duration::from_secs(30),
-            },
+            Duration::from_secs(30),
+            Quota::per_day(100),
+            algorithm,
         )
         .await;
-        let policy = Arc::new(Policy::new(vec![
-            NamedLimit::new("api", Quota::per_day(100)).with_algorithm(algorithm),
-        ]));
         // The first request waits for the key's first reading; the tick's
         // first sync (at once) may report it.
         assert!(decided(&store, &policy, 1).await.merged.allowed());
@@ -631,11 +645,11 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
             .debit(&policy, &Key::Global, Debit::new(5))
             .landed()
             .await;
-        let peek = match store.peek(&policy, &Key::Global) {
-            tollgate::StoreReply::Ready(decision) => decision,
-            tollgate::StoreReply::Pending(future) => future.await,
-        }
-        .expect("peeked");
+        let peek = store
+            .peek(&policy, &Key::Global)
+            .resolve()
+            .await
+            .expect("peeked");
         assert_eq!(
             peek.merged.remaining(),
             100 - 10 - 5,
@@ -651,23 +665,20 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
     use tollgate::store::{Debit, Refund};
-    use tollgate::{Key, NamedLimit, Policy, Store};
+    use tollgate::{Key, Store};
     if !clear_of_midnight() {
         return;
     }
     let server = RedisServer::start();
     for algorithm in SUPPORTED {
-        let store = local_store(
-            &server.url(),
+        let (store, policy) = periodic_key(
+            &server,
             &format!("periodic-debt-{algorithm}"),
-            LocalMode::Periodic {
-                sync_interval: Duration::from_millis(20),
-            },
+            Duration::from_millis(20),
+            Quota::per_day(10),
+            algorithm,
         )
         .await;
-        let policy = Arc::new(Policy::new(vec![
-            NamedLimit::new("api", Quota::per_day(10)).with_algorithm(algorithm),
-        ]));
         let mut admitted = Vec::new();
         for _ in 0..5 {
             let asked = std::time::Instant::now();
