@@ -719,6 +719,39 @@ fn two_servers_split_the_limit_while_redis_is_away() {
     );
 }
 
+/// Four servers sharing 100 a minute through `--local periodic=100`, 400
+/// requests spread over them in turn: each admits its share of what
+/// remains, less what the others' shares may still spend, so the four
+/// admit the limit and what refilled meanwhile, plus rounding (a unit per
+/// server) — not each the whole limit (290 before shares).
+#[test]
+fn four_periodic_servers_admit_about_the_limit() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let args = [
+        "--store",
+        &url,
+        "--local",
+        "periodic=100",
+        "--limit",
+        "api=100/min",
+        "--key",
+        "global",
+    ];
+    let servers: Vec<Server> = (0..4).map(|_| Server::start(&args)).collect();
+    let started = std::time::Instant::now();
+    let admitted = (0..400)
+        .map(|i| servers[i % 4].get("/", &[]).status)
+        .filter(|status| *status == 200)
+        .count();
+    let refilled = (started.elapsed().as_secs_f64() * 100.0 / 60.0).ceil() as usize;
+    println!("{admitted} admitted of 400 ({refilled} refilled meanwhile)");
+    assert!(
+        (100..=150).contains(&admitted) && admitted <= 100 + refilled + 4,
+        "{admitted} admitted over four servers, {refilled} refilled"
+    );
+}
+
 /// `t` of the first item of a response's `RateLimit` field.
 fn reset_field(response: &Response) -> u64 {
     let field = response.header("ratelimit").expect("a RateLimit field");

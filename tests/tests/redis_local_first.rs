@@ -207,8 +207,10 @@ async fn exact_mode_admits_exactly_the_limit_on_a_cluster() {
     exact_admits_the_limit(&cluster.url(), "cluster").await;
 }
 
-/// Periodic mode's documented bound: an excess of at most (N − 1) × C
-/// over a burst, N instances, C the capacity (here the limit, 1,000).
+/// Periodic mode's documented bound: each instance admits its share of
+/// what remains, less what the others' shares may still spend, so the four
+/// together pass the limit by rounding at most (a unit per instance), how
+/// ever the load is spread; and they leave little of it unspent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn periodic_mode_stays_within_its_bound() {
     if !clear_of_midnight() {
@@ -218,20 +220,22 @@ async fn periodic_mode_stays_within_its_bound() {
     let mode = LocalMode::Periodic {
         sync_interval: Duration::from_millis(50),
     };
-    for algorithm in SUPPORTED {
-        let apps = apps(
-            &server.url(),
-            &format!("periodic-{algorithm}"),
-            algorithm,
-            mode,
-        )
-        .await;
-        let seen = run(&apps, Split::Even).await;
-        let admitted = seen.admitted.load(Ordering::Relaxed);
-        println!("periodic {algorithm}: admitted {admitted} of 1000");
-        assert!(admitted >= 1000, "{algorithm}: {admitted}");
-        assert!(admitted <= 1000 + 3 * 1000, "{algorithm}: {admitted}");
-        assert_eq!(seen.failed.load(Ordering::Relaxed), 0);
+    for split in [Split::Even, Split::Hot, Split::Late] {
+        for algorithm in SUPPORTED {
+            let apps = apps(
+                &server.url(),
+                &format!("periodic-{algorithm}-{split:?}"),
+                algorithm,
+                mode,
+            )
+            .await;
+            let seen = run(&apps, split).await;
+            let admitted = seen.admitted.load(Ordering::Relaxed);
+            println!("periodic {algorithm} {split:?}: admitted {admitted} of 1000");
+            assert!(admitted >= 950, "{algorithm} {split:?}: {admitted}");
+            assert!(admitted <= 1000 + 4, "{algorithm} {split:?}: {admitted}");
+            assert_eq!(seen.failed.load(Ordering::Relaxed), 0);
+        }
     }
 }
 

@@ -268,10 +268,24 @@ fn rate_limit_scripts_leave_no_key_without_an_expiry_at_the_extremes() {
                 let reply = eval(&server, &reserve, &keys_for("share"), &args);
                 assert!(!reply.starts_with("-ERR"), "{case}: {reply:?}");
                 assert_every_key_expires(&server, &case);
-                let mut sync = vec!["sync", now, "4294967295", "9", "3", "0", "0", "0", "0", "0"];
+                // A share that lives as long as a u64 says, for a huge
+                // waiting cost, among any number of instances.
+                let mut sync = vec![
+                    "sync",
+                    now,
+                    "4294967295",
+                    "9",
+                    "3",
+                    U64_MAX,
+                    "4294967295",
+                    "4294967295",
+                    "0",
+                    "0",
+                ];
                 sync.extend(limit);
                 let case = format!("{name} sync, clock {now:?}");
-                let reply = eval(&server, &reserve, &["t:{k}:l:state", "t:{k}:~sync"], &sync);
+                let keys = ["t:{k}:l:state", "t:{k}:~sync", "t:{k}:l:state~share"];
+                let reply = eval(&server, &reserve, &keys, &sync);
                 assert!(!reply.starts_with("-ERR"), "{case}: {reply:?}");
                 assert_every_key_expires(&server, &case);
             }

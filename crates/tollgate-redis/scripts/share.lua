@@ -6,7 +6,8 @@
 -- KEYS[i], i ≤ #limits: the state of limit i. Reserve and refund:
 -- KEYS[#limits + i], what instances hold of limit i (see `held` in
 -- gcra.lua). Sync: KEYS[#limits + 1], the instances' sequence numbers (any
--- key of the same hash tag).
+-- key of the same hash tag); KEYS[#limits + 2], the shares instances were
+-- given of the policy's limits (its first limit's state key, `~share`).
 -- ARGV[1]: "reserve", "sync" or "refund".
 -- ARGV[2]: "" to read the server's time; a number of µs only in tests.
 -- ARGV[3]: reserve: the least worth granting (the cost of the request that
@@ -20,11 +21,17 @@
 --          refund: the number of the holder's last reservation sent before
 --          the units were spent (their report, as ARGV[10]).
 -- ARGV[6]: reserve: who holds (the instance, for one policy); refund: how
---          long ago (µs) the request was checked.
+--          long ago (µs) the request was checked; sync: for how many µs
+--          the share given now may be spent (the instance spends none of
+--          it later; the others count it as spent until then).
 -- ARGV[7]: reserve: the units it holds now, unspent (what it had less
---          what it spent since; the grant is added to it).
+--          what it spent since; the grant is added to it); sync: how many
+--          instances share the limits (0: those with a share still live,
+--          this one included).
 -- ARGV[8]: reserve: for how many µs it will spend what it then holds (0:
---          it spends the grant at once and holds nothing).
+--          it spends the grant at once and holds nothing); sync: the
+--          least share worth giving (the cost of the request that waits;
+--          0 when none does).
 -- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
 -- ARGV[10]: reserve: this reservation's number, increasing per instance
 --          (recorded beside the units held: a refund names it).
@@ -43,8 +50,11 @@
 --            be spent for by the limits that count held units (−1: none
 --            does);
 --   sync:    1 if the report was applied, 0 if it had been already (a
---            retried call), then 0, 0; the decisions read for a cost of 0
---            (what remains now);
+--            retried call), then the share given (what the instance may
+--            admit until its next sync: its part of what remains less what
+--            the others may still spend of theirs), then how many instances
+--            hold a live share (this one included); the decisions read for
+--            a cost of 0 (what remains now);
 --   refund:  the units taken off the holder's held count (of the first
 --            limit that counts them; 0 if none), 0, 0; the decisions read
 --            for a cost of 0 after the refund.
@@ -67,7 +77,8 @@ do
       [7] = 'the units held', [8] = 'the hold in µs', [9] = 'the µs wanted for',
       [10] = 'the reservation number' }
   elseif op == 'sync' then
-    numbers = { [3] = 'the units spent', [5] = 'the sequence number' }
+    numbers = { [3] = 'the units spent', [5] = 'the sequence number',
+      [6] = 'the share\'s life in µs', [7] = 'the instances', [8] = 'the least share' }
   else
     numbers = { [3] = 'the cost', [5] = 'the reservation number', [6] = 'the µs since the check' }
   end
@@ -83,7 +94,7 @@ local count = tonumber(ARGV[3])
 
 -- A sync's last key is the sequence numbers'; a reservation's or a
 -- refund's second half are the held units'.
-local n = (op == 'sync') and #KEYS - 1 or #KEYS / 2
+local n = (op == 'sync') and #KEYS - 2 or #KEYS / 2
 local limits, failure = load_limits(n, 11)
 if not limits then
   return failure
@@ -137,6 +148,48 @@ local function record_held(reporter, units, expiry, report)
       end
     end
   end
+end
+
+-- Periodic mode: the share of what remains that `instance` may admit
+-- until its next sync, and how many instances hold a live share. Every
+-- other instance may still spend what it was given at its last sync (its
+-- report of it comes with its next): that is taken off what remains first,
+-- so that all shares together never exceed it (but for rounding up, less
+-- than a unit per instance); the rest is split evenly, or at least covers
+-- the request that waits if it can. Recorded in `shares` until it lapses.
+local function give_share(shares, instance)
+  local life, fixed, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+  local others, sharing, latest = 0, 1, now + life
+  local entries = redis.call('HGETALL', shares)
+  for i = 1, #entries, 2 do
+    if entries[i] ~= instance then
+      local units, expiry = string.match(entries[i + 1], '^(%d+) (%d+)$')
+      units, expiry = tonumber(units), tonumber(expiry)
+      if units and expiry and expiry > now then
+        others = others + units
+        sharing = sharing + 1
+        latest = max(latest, expiry)
+      else
+        redis.call('HDEL', shares, entries[i])
+      end
+    end
+  end
+  local remaining = nil
+  for _, limit in ipairs(limits) do
+    local left = limit.decision[3]
+    if remaining == nil or left < remaining then
+      remaining = left
+    end
+  end
+  local free = max((remaining or 0) - others, 0)
+  local share = div_ceil(free, (fixed > 0) and fixed or sharing)
+  if need > share and need <= free then
+    share = need
+  end
+  redis.call('HSET', shares, instance, int(share) .. ' ' .. int(now + life))
+  -- Kept while a share in it lives.
+  redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
+  return share, sharing
 end
 
 if op == 'reserve' then
@@ -210,7 +263,7 @@ if op == 'reserve' then
 end
 
 if op == 'sync' then
-  local sequences, instance, sequence = KEYS[#KEYS], ARGV[4], tonumber(ARGV[5])
+  local sequences, instance, sequence = KEYS[#KEYS - 1], ARGV[4], tonumber(ARGV[5])
   local applied = 0
   local last = tonumber(redis.call('HGET', sequences, instance) or '0') or 0
   if count > 0 and sequence > last then
@@ -230,7 +283,8 @@ if op == 'sync' then
   end
   -- Read for a cost of 0: what remains now, nothing taken off.
   evaluate_all(0)
-  return reply(applied, 0, 0)
+  local share, sharing = give_share(KEYS[#KEYS], instance)
+  return reply(applied, share, sharing)
 end
 
 if op == 'refund' then

@@ -327,7 +327,7 @@ impl PreparedPolicy {
     ) -> Cmd {
         let count = self.key_suffixes.len();
         let sync = matches!(op, ShareOp::Sync { .. });
-        let keys = if sync { count + 1 } else { 2 * count };
+        let keys = if sync { count + 2 } else { 2 * count };
         let mut command = Cmd::with_capacity(12 + keys + self.args.len() + count, 256);
         command
             .arg("EVALSHA")
@@ -352,6 +352,14 @@ impl PreparedPolicy {
             push_user_key(&mut name, key);
             name.push_str(SEQUENCES_SUFFIX);
             command.arg(name);
+            // The shares of this policy's limits: beside its first limit's
+            // state, so that policies sharing that state share them too.
+            let mut first = true;
+            self.for_each_key(prefix, key, |name| {
+                if std::mem::take(&mut first) {
+                    command.arg(share_key(name));
+                }
+            });
         }
         let (name, args) = match &op {
             &ShareOp::Reserve {
@@ -380,7 +388,22 @@ impl PreparedPolicy {
                 spent,
                 instance,
                 sequence,
-            } => ("sync", [spent, instance, sequence, 0, 0, 0, 0, 0]),
+                life_micros,
+                instances,
+                need,
+            } => (
+                "sync",
+                [
+                    spent,
+                    instance,
+                    sequence,
+                    life_micros,
+                    u64::from(instances),
+                    u64::from(need),
+                    0,
+                    0,
+                ],
+            ),
             ShareOp::Refund {
                 cost,
                 holder,
@@ -498,6 +521,18 @@ const SEQUENCES_SUFFIX: &str = "}:~sync";
 /// `held` in gcra.lua).
 const HELD_SUFFIX: &str = "~held";
 
+/// The key of the shares periodic instances were given of a policy whose
+/// first limit's state is at `state`.
+pub(crate) fn share_key(state: &str) -> String {
+    let mut share = String::with_capacity(state.len() + SHARE_SUFFIX.len());
+    share.push_str(state);
+    share.push_str(SHARE_SUFFIX);
+    share
+}
+
+/// See [`share_key`].
+const SHARE_SUFFIX: &str = "~share";
+
 /// The key of what instances hold of the limit whose state is at `state`.
 pub(crate) fn held_key(state: &str) -> String {
     let mut held = String::with_capacity(state.len() + HELD_SUFFIX.len());
@@ -539,11 +574,16 @@ pub(crate) enum ShareOp {
         resets: SmallVec<[u64; 2]>,
     },
     /// Charge `spent` units this instance admitted (once per `sequence`),
-    /// and read the state.
+    /// read the state, and take this instance's share of what remains
+    /// (at least `need` if that much is free), to spend for `life_micros`;
+    /// shared among `instances` (0: among those holding a live share).
     Sync {
         spent: u64,
         instance: u64,
         sequence: u64,
+        life_micros: u64,
+        instances: u32,
+        need: u32,
     },
 }
 
@@ -554,9 +594,11 @@ pub(crate) struct ShareReply {
     /// Refund: the units taken off the holder's held count.
     pub(crate) first: i64,
     /// Reserve: how long the grant may be spent, in µs (−1: no lapse).
+    /// Sync: the share this instance may admit until its next sync.
     pub(crate) second: i64,
     /// Reserve: how long everything the instance holds may be spent, in µs,
     /// as the limits that count held units recorded it (−1: none does).
+    /// Sync: how many instances hold a live share, this one included.
     pub(crate) third: i64,
     /// The limits' decisions: after the grant, or for the least asked when
     /// nothing was granted; sync and refund: for a cost of 0 after the

@@ -290,7 +290,8 @@ impl Store for RedisStore {
 
     /// One `DEL` of the key's state under every limit of `policy`, and of
     /// the units a [`LocalFirst`](crate::LocalFirst) store in exact mode
-    /// counts as held beside it (`…~held`), then the block cache's entry.
+    /// counts as held beside it (`…~held`) and the shares periodic mode
+    /// gave (`…~share`), then the block cache's entry.
     /// Not deleted: the key's sync sequence numbers (`…:~sync`), which hold
     /// no capacity and are shared by the key's policies; keeping them keeps
     /// a report sent before the reset, and sent again after it, from being
@@ -508,7 +509,8 @@ impl RedisStore {
         let prepared = self.prepared(policy);
         let states = prepared.keys(&self.shared.prefix, key);
         let held = states.iter().map(|name| crate::script::held_key(name));
-        let mut names: Vec<String> = held.collect();
+        let shares = states.first().map(|name| crate::script::share_key(name));
+        let mut names: Vec<String> = held.chain(shares).collect();
         names.extend(states);
         names
     }

@@ -145,6 +145,31 @@ pub(crate) fn spent(
     merge(each, 0)
 }
 
+/// A refusal [`spent`] made where the limits would take the request and
+/// this instance's share would not (periodic mode: the other instances'
+/// shares hold the rest): a retry may pass once the next reading gives a
+/// larger share, `interval` (ns) from now at the latest. Each refusing
+/// limit's retry is then that, its next unit no later, its reset no
+/// earlier: `0 < replenish_after ≤ retry_after ≤ reset_after` still.
+pub(crate) fn held_elsewhere(refusal: PolicyDecision, interval: u64) -> PolicyDecision {
+    let retry = interval.max(1);
+    let each: smallvec::SmallVec<[Decision; 2]> = refusal
+        .each
+        .iter()
+        .map(|d| {
+            if d.allowed() {
+                return *d;
+            }
+            let mut f = d.fields();
+            f.retry_after_nanos = retry;
+            f.replenish_after_nanos = f.replenish_after_nanos.clamp(1, retry);
+            f.reset_after_nanos = f.reset_after_nanos.max(retry);
+            Decision::from(f)
+        })
+        .collect();
+    merge(each, 0)
+}
+
 /// A peek Redis answered (`decision`, for a cost of 0), with each limit's
 /// remaining count made by `left` from Redis's (periodic mode: less what
 /// this instance admitted and has not reported, plus what it was given

@@ -46,6 +46,10 @@ pub(crate) struct Reading {
     /// `charged_at` (exact mode: the receipt naming the last reservation
     /// sent, see `exact::receipt`; 0: none).
     pub(crate) receipt: u64,
+    /// Periodic mode: the units the slot may spend from this reading (its
+    /// share), which the budget's count falls from as requests spend
+    /// (exact mode: 0, unused).
+    pub(crate) base: u64,
     /// Each limit as Redis last answered, in the policy's order.
     pub(crate) limits: [LimitReading; MAX_LIMITS],
     /// How many of `limits` there are.
@@ -74,17 +78,14 @@ pub(crate) struct Signature {
     pub(crate) low: Option<u64>,
     /// See [`Reading::receipt`].
     pub(crate) receipt: u64,
+    /// See [`Reading::base`].
+    pub(crate) base: u64,
 }
 
 impl Reading {
     /// The limits read.
     pub(crate) fn limits(&self) -> &[LimitReading] {
         &self.limits[..self.count]
-    }
-
-    /// What the policy as a whole had left: the least of its limits.
-    pub(crate) fn remaining(&self) -> u64 {
-        self.limits().iter().map(|l| l.remaining).min().unwrap_or(0)
     }
 }
 
@@ -95,6 +96,7 @@ struct Words {
     until: AtomicU64,
     low: AtomicU64,
     receipt: AtomicU64,
+    base: AtomicU64,
     count: AtomicU64,
     limits: [[AtomicU64; 4]; MAX_LIMITS],
 }
@@ -163,6 +165,7 @@ impl Budget {
             until: words.until.load(Ordering::Relaxed),
             low: Some(words.low.load(Ordering::Relaxed)).filter(|&low| low != NO_LOW),
             receipt: words.receipt.load(Ordering::Relaxed),
+            base: words.base.load(Ordering::Relaxed),
             count,
             ..Reading::default()
         };
@@ -232,6 +235,7 @@ impl Budget {
             until: words.until.load(Ordering::Relaxed),
             low: Some(words.low.load(Ordering::Relaxed)).filter(|&low| low != NO_LOW),
             receipt: words.receipt.load(Ordering::Relaxed),
+            base: words.base.load(Ordering::Relaxed),
         })
     }
 
@@ -244,6 +248,7 @@ impl Budget {
             .low
             .store(signature.low.unwrap_or(NO_LOW), Ordering::Relaxed);
         words.receipt.store(signature.receipt, Ordering::Relaxed);
+        words.base.store(signature.base, Ordering::Relaxed);
         words.count.store(each.len() as u64, Ordering::Relaxed);
         for (w, d) in words.limits.iter().zip(each) {
             w[0].store(d.limit(), Ordering::Relaxed);
@@ -280,6 +285,7 @@ const NEVER_WRITTEN: Signature = Signature {
     until: 0,
     low: None,
     receipt: u64::MAX,
+    base: u64::MAX,
 };
 
 /// A slot's state as the budget sees it.
@@ -362,6 +368,7 @@ mod tests {
             until,
             low,
             receipt: 0,
+            base: 0,
         })
     }
 
@@ -374,7 +381,7 @@ mod tests {
         let (reading, left) = spend(&budget, 5, 6).unwrap();
         assert_eq!(left, 4);
         assert_eq!(reading.limits()[0].limit, 10);
-        assert_eq!(reading.remaining(), 7);
+        assert_eq!(reading.limits()[0].remaining, 7);
         assert!(!reading.is_low(left));
         assert!(spend(&budget, 5, 5).is_none(), "4 left");
         let (reading, left) = spend(&budget, 5, 1).unwrap();
@@ -437,6 +444,7 @@ mod tests {
                 until: u64::MAX,
                 low: None,
                 receipt: 0,
+                base: 0,
             })
         };
         budget.open(u64::MAX >> 2, signature(1), || figures(1));

@@ -243,6 +243,7 @@ impl Budgeted for Holdings {
             until,
             low,
             receipt: receipt(self.report),
+            base: 0,
         };
         self.opened = held;
         (held, Some(signature))

@@ -41,9 +41,9 @@ pub enum LocalMode {
 }
 
 impl LocalMode {
-    /// Periodic mode with the default interval, 100 ms: an excess of at
-    /// most a tenth of a second's refill per other instance under steady
-    /// load, for ten calls a second per busy key and instance.
+    /// Periodic mode with the default interval, 100 ms: ten calls a second
+    /// per busy key and instance, and a share of a key that an instance
+    /// leaves held from the others for at most 450 ms.
     pub const PERIODIC: LocalMode = LocalMode::Periodic {
         sync_interval: Duration::from_millis(100),
     };
@@ -104,34 +104,49 @@ impl LocalMode {
 /// [`refund`](Store::refund)). The next answers here say what remains
 /// after it.
 ///
-/// **Periodic** ([`LocalMode::Periodic`], synchronised counts): each
-/// instance admits while what Redis last said remains, less what it
-/// admitted since, covers the cost; every `sync_interval` it reports what it
-/// admitted (charged in Redis whatever the state) and reads the key again.
-/// A request it cannot admit is refused from a reading that counts all it
-/// admitted: when it admitted since the last reading, or a limit was due
-/// to give quota back since, the request waits for a fresh one (one call
-/// for all that wait). A refusal's figures are that reading's: `remaining`
-/// at most the limit, `0 < replenish_after ≤ retry_after ≤ reset_after`,
-/// and a retry after `retry_after` passes if no other instance spent the
-/// key meanwhile.
-/// Reports carry a per-instance sequence number, so a report sent again
-/// after a lost reply is not counted twice. *Worst-case over-admission*:
-/// between two readings, each of `N` instances may spend all of the
-/// remaining `R` it read, and sees neither the others' spending nor refill
-/// until its next reading: with all instances reading at once, up to
-/// `N × R` requests pass where `R` should, an excess of `(N − 1) × R`. For
-/// GCRA and the token bucket `R` is at most the burst `B`, and under
-/// sustained load what came back during one interval, `r × I` at rate `r`
-/// (limit ÷ period) and interval `I`: an excess of at most `(N − 1) × B`
-/// over a burst and `(N − 1) × r × I` per interval after it; every
-/// admission is reported and charged, so an excess is paid back before the
-/// key admits again. For the window algorithms each new window reads the
-/// whole limit `L` again, so a flood can pass `(N − 1) × L` over it in every
-/// window, however short the interval. A reading never shows a bucket more
-/// than `B`, so an interval longer than `B ÷ r` admits *less* than the
-/// limit under sustained load. BENCHMARKS.md has the measured curve
-/// against `I`.
+/// **Periodic** ([`LocalMode::Periodic`], synchronised counts): every
+/// `sync_interval` each instance reports what it admitted (charged in
+/// Redis whatever the state), reads the key again and takes a *share* of
+/// what remains; between two readings it admits while its share, less what
+/// it admitted since, covers the cost. Redis gives the share in the same
+/// script call: what remains, less what the other instances' live shares
+/// may still spend, split among the instances that hold one (or the
+/// [`instances`](LocalFirstBuilder::instances) set on the builder), rounded
+/// up, and at least the cost of the request that waits for the reading if
+/// that much is free. A share lapses two intervals and 250 ms after its
+/// sync was sent: the instance spends none of it later, and the others
+/// stop counting it then (an instance that leaves keeps its last share from
+/// the others that long). A request it cannot admit waits for a fresh
+/// reading (one call for all that wait) when it admitted since the last
+/// one, a limit was due to give quota back since, or its share lapsed or
+/// was asked for a smaller cost; otherwise it is refused from the reading,
+/// which counts all it admitted. A refusal's figures are that reading's:
+/// `remaining` at most the limit and at most the share left,
+/// `0 < replenish_after ≤ retry_after ≤ reset_after`, and a retry after
+/// `retry_after` passes if no other instance spent the key or holds a share
+/// of it meanwhile; when the limits would take the request and only the
+/// others' shares refuse it, `retry_after` is one interval (the next
+/// reading). Reports carry a per-instance sequence number, so a report
+/// sent again after a lost reply is not counted twice.
+///
+/// *Over-admission*: at every sync the shares together are at most what
+/// remains (each instance's unreported admissions are within its share,
+/// and the others' shares are taken off before a new one is given), but
+/// for the rounding up: at any moment, all instances together have
+/// admitted at most the limit allows plus one unit per instance, for every
+/// algorithm, however the load is spread and however long the interval.
+/// The exceptions: a pay-after charge is counted when it comes, whatever
+/// the share; a [`reset`](Store::reset) forgets the shares given before it
+/// while their holders may still spend them (until they lapse); and with
+/// Redis away, an instance spends what is left of its share, then the
+/// layer's store-error behaviour decides. The cost of shares is capacity
+/// that sits unused: units in another instance's share are refused here
+/// until it reports or its share lapses, so an instance new to a busy key
+/// may be refused for up to an interval while the limit has units left. A
+/// reading never shows a bucket more than its burst `B`, and the refill
+/// between readings is not spent until the next one, so an interval longer
+/// than `B ÷ r` (at rate `r`) admits *less* than the limit under sustained
+/// load. BENCHMARKS.md has the measured curve against `I`.
 ///
 /// # Algorithms
 ///
@@ -147,9 +162,9 @@ impl LocalMode {
 /// # Faults
 ///
 /// With Redis slow or away, an instance keeps deciding with what it holds
-/// (exact: its grants; periodic: what it last read, less what it admitted
-/// since); once that is spent, requests get the layer's store-error
-/// behaviour. It catches up when Redis is back: a periodic instance reports
+/// (exact: its grants; periodic: its last share, less what it admitted
+/// since, until the share lapses); once that is spent, requests get the
+/// layer's store-error behaviour. It catches up when Redis is back: a periodic instance reports
 /// everything it admitted meanwhile, once.
 ///
 /// ```no_run
@@ -208,6 +223,12 @@ struct Settings {
     reserve_ahead_nanos: u64,
     max_reservation: u64,
     hold_nanos: u64,
+    /// Periodic mode: how many instances share each key (0: as many as
+    /// hold a live share, counted by Redis at each sync).
+    instances: u32,
+    /// Periodic mode: how long a share may be spent after its sync was
+    /// sent (ns); see `share_life`.
+    share_life_nanos: u64,
 }
 
 /// What a request's slot says.
@@ -240,6 +261,8 @@ impl LocalFirst {
                 reserve_ahead_nanos: 250_000_000,
                 max_reservation: 100_000,
                 hold_nanos: 1_000_000_000,
+                instances: 0,
+                share_life_nanos: share_life(mode),
             },
             max_keys: 100_000,
         }
@@ -338,6 +361,19 @@ impl LocalFirstBuilder {
     /// [`fanout`](Self::fanout)th of what remains).
     pub fn max_reservation(mut self, units: u64) -> Self {
         self.settings.max_reservation = units.max(1);
+        self
+    }
+
+    /// Periodic mode: how many instances share the keys, for each to admit
+    /// its part of what remains between two readings. By default (or 0)
+    /// Redis counts them at every sync: the instances whose last share of
+    /// the key has not lapsed (two sync intervals and 250 ms after it was
+    /// given), this one included. Set it when the count is known (a fixed
+    /// number of replicas): an instance new to a key then gets no more than
+    /// its part at once. Exact mode ignores it (its
+    /// [`fanout`](Self::fanout) plays that part).
+    pub fn instances(mut self, instances: u32) -> Self {
+        self.settings.instances = instances;
         self
     }
 
@@ -854,7 +890,11 @@ impl Slot for PeriodicSlot {
         ensure_ticking(inner);
         let now = inner.now();
         let mut counts = self.lock();
-        let (step, start) = counts.decide(now, cost);
+        let interval = match inner.settings.mode {
+            LocalMode::Periodic { sync_interval } => nanos(sync_interval),
+            LocalMode::Exact => 0,
+        };
+        let (step, start) = counts.decide(now, cost, interval);
         let start = start.then_some(0);
         Turn::new(step, start, counts.round, seen, counts.failure.as_ref())
     }
@@ -925,6 +965,27 @@ async fn round_ended<S: Slot>(slot: &S, round: u64) {
         }
     };
     let _ = tokio::time::timeout(CALL_BOUND, ended).await;
+}
+
+/// How long a periodic share may be spent after its sync was sent: two
+/// intervals and 250 ms, so that an instance busy on the key reads it
+/// again (every interval) well before its share lapses; an instance that
+/// leaves keeps its last share from the others for this long. At most a
+/// day.
+fn share_life(mode: LocalMode) -> u64 {
+    const DAY: u64 = 86_400_000_000_000;
+    match mode {
+        LocalMode::Periodic { sync_interval } => nanos(sync_interval)
+            .saturating_mul(2)
+            .saturating_add(250_000_000)
+            .min(DAY),
+        LocalMode::Exact => 0,
+    }
+}
+
+/// `duration` in ns, saturating.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Starts the periodic tick on the current runtime, once per store.

@@ -1,12 +1,16 @@
 //! Periodic mode: instances count locally and report every interval.
 //!
 //! A key's slot holds Redis's last reading of the key (for a cost of 0,
-//! after this instance's last report) and the units admitted since. An
-//! instance admits while what Redis said remains, less what it admitted
-//! since, covers the cost; every `sync_interval` it reports what it
-//! admitted (charged in Redis whatever the state: those requests were
-//! let through) and reads the key again. Reports carry a sequence number,
-//! so a report sent again after a lost reply is not counted twice.
+//! after this instance's last report), the share of it Redis gave this
+//! instance, and the units admitted since. An instance admits while its
+//! share, less what it admitted since, covers the cost; every
+//! `sync_interval` it reports what it admitted (charged in Redis whatever
+//! the state: those requests were let through), reads the key again and
+//! takes a new share. Redis gives each instance its part of what remains
+//! less what the others' shares may still spend (`give_share` in
+//! share.lua), so the shares together never exceed what remains. Reports
+//! carry a sequence number, so a report sent again after a lost reply is
+//! not counted twice.
 
 use super::answers;
 use super::budget::{Budget, Budgeted, Locked, Signature};
@@ -28,10 +32,25 @@ pub(crate) struct PeriodicSlot {
     pub(crate) key: Key,
 }
 
+/// Redis's last reading of a key, with the share it gave this instance.
+struct LastReading {
+    decision: PolicyDecision,
+    /// When it came (local ns).
+    at: u64,
+    /// What this instance may admit from it.
+    share: u64,
+    /// The cost of the request it was asked for (0: none waited): a share
+    /// too small for a larger request is asked again for that request.
+    asked: u32,
+    /// Until when (local ns) the share may be spent: Redis counts it as
+    /// the others' no longer, from the moment the sync was sent.
+    until: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Counts {
-    /// Redis's last reading, and when it came (local ns).
-    last: Option<(PolicyDecision, u64)>,
+    /// Redis's last reading.
+    last: Option<LastReading>,
     /// Admitted here and not yet reported.
     pending: u64,
     /// A charge of the key was given back in Redis since the last reading
@@ -51,6 +70,11 @@ pub(crate) struct Counts {
     pub(crate) failure: Option<String>,
     /// The units the budget was last opened with.
     opened: u64,
+    /// The largest cost a request waits with: the next sync asks a share
+    /// that covers it.
+    wanted: u32,
+    /// How many instances held a live share at the last reading.
+    pub(crate) sharing: u64,
 }
 
 impl Evictable for PeriodicSlot {
@@ -149,11 +173,11 @@ impl PeriodicSlot {
     pub(crate) fn spend(&self, now: u64, cost: u32) -> Option<PolicyDecision> {
         self.budget
             .try_spend(now, u64::from(cost), |reading, left| {
-                // Admitted here since Redis read what remains: all but what is
-                // left. (The reading may be a moment older than the count, when
+                // Admitted here since Redis read what remains: all of the
+                // share but what is left. (The reading may be a moment older than the count, when
                 // the lock holder opened the budget in between: the headers are
                 // then a little off, never the count.)
-                let since = reading.remaining().saturating_sub(left);
+                let since = reading.base.saturating_sub(left);
                 answers::admitted_from(reading, now.saturating_sub(reading.at), |r| {
                     r.saturating_sub(since)
                 })
@@ -168,21 +192,22 @@ impl Budgeted for Counts {
     }
 
     fn decision(&self) -> Option<PolicyDecision> {
-        self.last.as_ref().map(|(decision, _)| decision.clone())
+        self.last.as_ref().map(|last| last.decision.clone())
     }
 
     fn opening(&mut self) -> (u64, Option<Signature>) {
-        let Some((decision, at)) = &self.last else {
+        let Some(last) = &self.last else {
             self.opened = 0;
             return (0, None);
         };
-        let left = self.left(decision.merged.remaining());
+        let left = self.spendable(last);
         self.opened = left;
         let signature = Signature {
-            at: *at,
-            until: u64::MAX,
+            at: last.at,
+            until: last.until,
             low: None,
             receipt: 0,
+            base: last.share,
         };
         (left, Some(signature))
     }
@@ -191,24 +216,25 @@ impl Budgeted for Counts {
 impl Counts {
     /// Decides a request of `cost` at `now`. Says whether a sync should
     /// start now (the key has never been read, or a refusal needs a fresh
-    /// reading).
-    pub(crate) fn decide(&mut self, now: u64, cost: u32) -> (Step, bool) {
+    /// reading). `interval`: the sync interval (ns), when a request that
+    /// only this instance's share refuses may retry.
+    pub(crate) fn decide(&mut self, now: u64, cost: u32, interval: u64) -> (Step, bool) {
         self.touched = true;
-        let Some((last, at)) = &self.last else {
-            let start = !self.syncing;
-            self.syncing = true;
-            return (Step::Wait, start);
+        let Some(last) = &self.last else {
+            return self.wait(cost);
         };
-        let elapsed = now.saturating_sub(*at);
-        if self.left(last.merged.remaining()) >= u64::from(cost) {
-            let answer = answers::admitted(last, elapsed, 0, |r| {
-                self.left(r).saturating_sub(u64::from(cost))
+        let elapsed = now.saturating_sub(last.at);
+        let live = now < last.until;
+        let units = u64::from(cost);
+        if live && self.spendable(last) >= units {
+            let answer = answers::admitted(&last.decision, elapsed, 0, |r| {
+                self.left(r).saturating_sub(units)
             });
-            self.pending += u64::from(cost);
+            self.pending += units;
             return (Step::Answer(answer), false);
         }
         if let Some(failure) = &self.failure {
-            // Redis is away and this instance has spent what it last read.
+            // Redis is away and this instance has spent its share.
             return (Step::Fail(failure.clone()), false);
         }
         // Refused. A reading that misses what this instance admitted since
@@ -216,20 +242,45 @@ impl Counts {
         // before a limit it refuses on was due to give quota back is out
         // of date: a fresh reading decides instead (one call, shared by
         // every request that waits for it). So a retry after the time a
-        // refusal gave is decided on what Redis says then.
+        // refusal gave is decided on what Redis says then. The same when
+        // the limits would take the request and the share would not, if
+        // the share lapsed or was asked for a smaller cost.
         let unreported = self.pending > 0 || self.unconfirmed.is_some();
-        let out_of_date = last.each.iter().any(|d| {
-            let short = self.left(d.remaining()) < u64::from(cost);
+        let out_of_date = last.decision.each.iter().any(|d| {
+            let short = self.left(d.remaining()) < units;
             let due = d.replenish_after_nanos();
             short && due > 0 && elapsed >= due
         });
-        if unreported || out_of_date || self.refunded {
-            let start = !self.syncing;
-            self.syncing = true;
-            return (Step::Wait, start);
+        let limits_allow = self.left(last.decision.merged.remaining()) >= units;
+        let share_short = limits_allow && (!live || last.asked < cost);
+        if unreported || out_of_date || self.refunded || share_short {
+            return self.wait(cost);
         }
-        let answer = answers::spent(last, elapsed, u64::from(cost), |r| self.left(r));
+        let share = self.spendable(last);
+        let answer = answers::spent(&last.decision, elapsed, units, |r| self.left(r).min(share));
+        if limits_allow {
+            // What the other instances were given refuses it: the next
+            // reading may find some of it back.
+            return (
+                Step::Answer(answers::held_elsewhere(answer, interval)),
+                false,
+            );
+        }
         (Step::Answer(answer), false)
+    }
+
+    /// The request waits for a sync that asks a share covering `cost`;
+    /// says whether to start it.
+    fn wait(&mut self, cost: u32) -> (Step, bool) {
+        self.wanted = self.wanted.max(cost);
+        let start = !self.syncing;
+        self.syncing = true;
+        (Step::Wait, start)
+    }
+
+    /// What this instance may still admit of its share of `last`.
+    fn spendable(&self, last: &LastReading) -> u64 {
+        last.share.saturating_sub(self.unreported())
     }
 
     /// What this instance may still admit of `remaining`, Redis's last
@@ -248,7 +299,7 @@ impl Counts {
     pub(crate) fn age(&self, now: u64) -> u64 {
         self.last
             .as_ref()
-            .map_or(0, |(_, at)| now.saturating_sub(*at))
+            .map_or(0, |last| now.saturating_sub(last.at))
     }
 
     /// Whether the periodic tick should sync this key; marks it syncing.
@@ -262,29 +313,36 @@ impl Counts {
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
 pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
-    let (spent, sequence) = {
+    let (spent, sequence, need) = {
         let mut counts = slot.lock();
         counts.touched = false;
+        let need = std::mem::take(&mut counts.wanted);
         // Read after every refund that landed so far.
         counts.refunded = false;
         match counts.unconfirmed {
-            Some(report) => (report.1, report.0),
+            Some(report) => (report.1, report.0, need),
             None if counts.pending > 0 => {
                 counts.sequence += 1;
                 let report = (counts.sequence, counts.pending);
                 counts.unconfirmed = Some(report);
                 counts.pending = 0;
-                (report.1, report.0)
+                (report.1, report.0, need)
             }
-            None => (0, 0),
+            None => (0, 0, need),
         }
     };
+    let life = inner.settings.share_life_nanos;
     let op = ShareOp::Sync {
         spent,
         instance: super::holder(inner.instance, slot.policy.id()),
         sequence,
+        life_micros: life / 1_000,
+        instances: inner.settings.instances,
+        need,
     };
     inner.stats.call();
+    // Redis counts the share from when the script runs, after this.
+    let sent = inner.now();
     let result = inner.redis.share(&slot.policy, &slot.key, op).await;
     let now = inner.now();
     {
@@ -294,7 +352,14 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
         match result {
             Ok(reply) => {
                 counts.unconfirmed = None;
-                counts.last = Some((reply.decision, now));
+                counts.sharing = u64::try_from(reply.third).unwrap_or(1);
+                counts.last = Some(LastReading {
+                    decision: reply.decision,
+                    at: now,
+                    share: u64::try_from(reply.second).unwrap_or(0),
+                    asked: need,
+                    until: sent.saturating_add(life / 1_000 * 1_000),
+                });
                 if counts.failure.take().is_some() {
                     tracing::info!(
                         policy = slot.policy.label(),
@@ -347,6 +412,9 @@ mod tests {
                 spent,
                 instance,
                 sequence,
+                life_micros: 1_000_000,
+                instances: 0,
+                need: 0,
             };
             let key = Key::from("k");
             let first = redis.share(&policy, &key, report(10, 1)).await.unwrap();
@@ -365,9 +433,77 @@ mod tests {
                 spent: 5,
                 instance: super::super::holder(8, policy.id()),
                 sequence: 1,
+                life_micros: 1_000_000,
+                instances: 0,
+                need: 0,
             };
             let other = redis.share(&policy, &key, other).await.unwrap();
             assert_eq!(other.decision.merged.remaining(), 80, "{algorithm}");
         }
+    }
+
+    /// Each sync's share is its part of what remains less the others'
+    /// live shares, at least the waiting cost if that much is free; a
+    /// lapsed share counts no more; a set count of instances overrides.
+    #[tokio::test]
+    async fn shares_never_exceed_what_remains() {
+        let server = RedisServer::start();
+        let redis = RedisStore::connect(server.url()).await.unwrap();
+        let quota: Quota = "100/day".parse().unwrap();
+        let policy = Policy::new(vec![NamedLimit::new("day", quota)]);
+        let key = Key::from("k");
+        let sync = |instance, spent, sequence, need, life_micros, instances| ShareOp::Sync {
+            spent,
+            instance: super::super::holder(instance, policy.id()),
+            sequence,
+            life_micros,
+            instances,
+            need,
+        };
+        let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
+        let minute = 60_000_000;
+        let a = redis
+            .share(&policy, &key, sync(7, 0, 0, 0, minute, 0))
+            .await
+            .unwrap();
+        assert_eq!(share(a), (100, 1), "alone: all of it");
+        let b = redis
+            .share(&policy, &key, sync(8, 0, 0, 1, minute, 0))
+            .await
+            .unwrap();
+        assert_eq!(share(b), (0, 2), "the first holds it all");
+        let a = redis
+            .share(&policy, &key, sync(7, 10, 1, 0, minute, 0))
+            .await
+            .unwrap();
+        assert_eq!(a.decision.merged.remaining(), 90);
+        assert_eq!(share(a), (45, 2), "90 free, split in two");
+        let b = redis
+            .share(&policy, &key, sync(8, 0, 0, 50, minute, 0))
+            .await
+            .unwrap();
+        assert_eq!(
+            share(b),
+            (23, 2),
+            "45 free: half, rounded up (50 is not free)"
+        );
+        let b = redis
+            .share(&policy, &key, sync(8, 0, 0, 40, minute, 0))
+            .await
+            .unwrap();
+        assert_eq!(share(b), (40, 2), "the waiting cost, free");
+        // Instance 9's share lapses at once: the next sync counts it no
+        // more.
+        let c = redis
+            .share(&policy, &key, sync(9, 0, 0, 0, 1_000, 0))
+            .await
+            .unwrap();
+        assert_eq!(share(c), (2, 3), "90 − 45 − 40 = 5, in three");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let a = redis
+            .share(&policy, &key, sync(7, 0, 1, 0, minute, 4))
+            .await
+            .unwrap();
+        assert_eq!(share(a), (13, 2), "90 − 40 = 50, in four as set");
     }
 }
