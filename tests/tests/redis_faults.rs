@@ -251,3 +251,33 @@ async fn a_decision_made_after_the_layer_gave_up_charges_nothing() {
     .concat();
     assert_eq!(statuses, expected, "the whole budget is left");
 }
+
+/// Redis restarted between two requests (killed, started again on its
+/// port, answering before the next request): the first request after it
+/// is decided by Redis on a fresh connection, under a fail-closed layer
+/// (never a 503 while Redis is back), every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_request_after_a_restart_is_decided_by_redis() {
+    let mut server = RedisServer::start();
+    let app = app(store(&server).await, "2/min", OnStoreError::Closed);
+    for round in 0..5 {
+        let user = format!("user-{round}");
+        assert_eq!(send(&app, &user).await.0, StatusCode::OK, "round {round}");
+        server.restart();
+        // Redis restarted empty: the user's count starts again.
+        let statuses = [
+            send(&app, &user).await.0,
+            send(&app, &user).await.0,
+            send(&app, &user).await.0,
+        ];
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS
+            ],
+            "round {round}: the requests after the restart"
+        );
+    }
+}

@@ -286,15 +286,29 @@ impl Connection {
     }
 
     async fn open_single(url: &str, options: &ConnectOptions) -> Result<Self, RedisStoreError> {
-        let client = single_client(url, options)?;
         // One plain attempt first: the manager retries without end (what
         // reconnection wants), which would make a wrong address hang here
         // instead of failing.
         let probe =
             AsyncConnectionConfig::new().set_connection_timeout(Some(options.connect_timeout));
-        let mut probe = client
+        // RESP3 where the server speaks it (and the URL names no protocol):
+        // with it the manager hears at once that a connection closed (a
+        // restart) and makes a fresh one, so the next call is not sent on
+        // the dead one, to fail there. A server older than Redis 6 refuses
+        // `HELLO`: RESP2 then, and a call after a restart may fail once.
+        let mut client = single_client(url, options, !url.contains("protocol="))?;
+        let mut attempt = client
             .get_multiplexed_async_connection_with_config(&probe)
-            .await?;
+            .await;
+        if matches!(&attempt, Err(error) if error.kind() != redis::ErrorKind::Io
+            && !error.is_connection_refusal() && !error.is_timeout())
+        {
+            client = single_client(url, options, false)?;
+            attempt = client
+                .get_multiplexed_async_connection_with_config(&probe)
+                .await;
+        }
+        let mut probe = attempt?;
         refuse_cluster_node(&mut probe, url).await?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
@@ -340,16 +354,29 @@ impl Connection {
 }
 
 /// The client of one server, with the certificates of the store's TLS
-/// settings when it has some.
-fn single_client(url: &str, options: &ConnectOptions) -> Result<redis::Client, RedisStoreError> {
+/// settings when it has some; speaking RESP3 if `resp3`.
+fn single_client(
+    url: &str,
+    options: &ConnectOptions,
+    resp3: bool,
+) -> Result<redis::Client, RedisStoreError> {
+    use redis::IntoConnectionInfo;
     let not_a_url =
         |e| RedisStoreError::config(format!("{} is not a Redis URL: {e}", url::redacted(url)));
+    let mut info = url.into_connection_info().map_err(not_a_url)?;
+    if resp3 {
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        info = info.set_redis_settings(settings);
+    }
     #[cfg(feature = "tls")]
     if let Some(certificates) = options.tls.certificates()? {
-        return redis::Client::build_with_tls(url, certificates).map_err(not_a_url);
+        return redis::Client::build_with_tls(info, certificates).map_err(not_a_url);
     }
     let _ = options;
-    redis::Client::open(url).map_err(not_a_url)
+    redis::Client::open(info).map_err(not_a_url)
 }
 
 /// Fails with a configuration error if the server behind a one-server URL is

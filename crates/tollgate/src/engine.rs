@@ -237,17 +237,7 @@ impl<K, St, R> Engine<K, St, R> {
         R: Rejector<B>,
     {
         let policy = &self.routes.get(entry).policy;
-        static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
-        if let Some(held_back) = QUIET.pass() {
-            tracing::warn!(
-                policy = policy.label(),
-                %error,
-                held_back,
-                "rate-limit store failed; applying on_store_error (at most one such warning \
-                 every 10 s: held_back counts the failures since the last)"
-            );
-        }
-        crate::observe::store_failed(policy.metrics());
+        crate::observe::report_failure(policy, error);
         match &self.settings.on_store_error {
             OnStoreError::Open => Action::Forward {
                 fields: FieldValues::default(),

@@ -98,11 +98,8 @@ impl<St: Store> Tally<St> {
                 )))
             }
             Err(failure) => {
-                tracing::warn!(
-                    policy = limits.policy.label(),
-                    error = %failure,
-                    "the rate-limit store failed on a stream's message"
-                );
+                // As the layer logs it: once in a while, not per message.
+                tollgate::store::report_failure(&limits.policy, &failure);
                 match limits.on_store_error {
                     OnStoreError::Open => Verdict::Pass,
                     OnStoreError::Closed => Verdict::Refuse(Box::new(Status::unavailable(

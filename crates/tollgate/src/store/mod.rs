@@ -53,6 +53,8 @@ pub use split::Split;
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 pub use wrapper::StoreWrapper;
 
+pub use crate::observe::report_failure;
+
 use crate::{ConfigError, Key, Policy};
 use smallvec::SmallVec;
 use std::future::Future;
