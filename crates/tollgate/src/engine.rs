@@ -137,19 +137,26 @@ impl<K, St, R> Engine<K, St, R> {
     }
 
     /// The limits a request with `key` is charged, given the entry its
-    /// route chose; `None` when its key's quota is "unlimited".
+    /// route chose. `waited`: the request waited for its key's first quota
+    /// lookup already, and does not wait again.
     #[inline]
-    fn limits_for_key(&self, entry: EntryRef, key: &Key) -> Option<EntryRef> {
+    fn limits_for_key(&self, entry: EntryRef, key: &Key, waited: bool) -> KeyLimits {
         #[cfg(feature = "quotas")]
         if let (Some(quotas), EntryRef::Table(0)) = (&self.quotas, &entry) {
-            return match quotas.resolve(key) {
-                crate::quotas::Resolution::Default => Some(entry),
-                crate::quotas::Resolution::Unlimited => None,
-                crate::quotas::Resolution::Limits(limits) => Some(EntryRef::Key(limits)),
+            use crate::quotas::Resolution;
+            let resolution = match waited {
+                false => quotas.resolve(key),
+                true => quotas.resolve_now(key),
+            };
+            return match resolution {
+                Resolution::Default => KeyLimits::Entry(entry),
+                Resolution::Unlimited => KeyLimits::Unlimited,
+                Resolution::Limits(limits) => KeyLimits::Entry(EntryRef::Key(limits)),
+                Resolution::Pending(arrival) => KeyLimits::Wait(arrival.wait()),
             };
         }
-        let _ = key;
-        Some(entry)
+        let _ = (key, waited);
+        KeyLimits::Entry(entry)
     }
 
     /// The action for a verdict on the limits of entry `entry`, for a
@@ -268,6 +275,21 @@ pub(crate) enum Start<F, B> {
     /// move it; a store that answers later does I/O, beside which one
     /// allocation is nothing.
     Check(Box<PendingCheck<F>>),
+    /// The key's quota is looked up for the first time: wait for it, then
+    /// start again ([`Engine::start`] with `waited`).
+    #[cfg(feature = "quotas")]
+    Lookup(crate::quotas::QuotaWait),
+}
+
+/// The limits a request's key is charged.
+enum KeyLimits {
+    Entry(EntryRef),
+    /// Its quota says "unlimited".
+    #[cfg(feature = "quotas")]
+    Unlimited,
+    /// Its quota is being looked up for the first time.
+    #[cfg(feature = "quotas")]
+    Wait(crate::quotas::QuotaWait),
 }
 
 /// A store check under way, and what [`Engine::finish`] needs to judge its
@@ -295,11 +317,14 @@ where
 {
     /// Takes `request` as far as it can go without waiting: which limits
     /// apply (route, key, per-key quotas, allow-list), its cost, and the
-    /// store's answer if the store gives one at once.
+    /// store's answer if the store gives one at once. `waited`: the request
+    /// has waited for its key's first quota lookup (see
+    /// [`Start::Lookup`]).
     #[inline(always)]
     pub(crate) fn start<ReqBody, B: Default>(
         &self,
         request: &Request<ReqBody>,
+        waited: bool,
     ) -> Start<St::Future, B>
     where
         R: Rejector<B>,
@@ -323,11 +348,13 @@ where
                 }
             },
         };
-        let Some(entry) = self
-            .limits_for_key(entry, &key)
-            .filter(|entry| !self.routes.get(entry).is_unlimited())
-        else {
-            return Start::Pass;
+        let entry = match self.limits_for_key(entry, &key, waited) {
+            KeyLimits::Entry(entry) if !self.routes.get(&entry).is_unlimited() => entry,
+            KeyLimits::Entry(_) => return Start::Pass,
+            #[cfg(feature = "quotas")]
+            KeyLimits::Unlimited => return Start::Pass,
+            #[cfg(feature = "quotas")]
+            KeyLimits::Wait(wait) => return Start::Lookup(wait),
         };
         let cost = self.settings.cost.as_ref().map_or(1, |cost| cost(&info));
         let charge = Charge {

@@ -1,6 +1,6 @@
 //! [`ResponseFuture`], the future of a rate-limited call.
 
-use crate::engine::{Action, Charge, Engine, PendingCheck, Settlement};
+use crate::engine::{Action, Charge, Engine, PendingCheck, Settlement, Start};
 use crate::headers::FieldValues;
 use crate::key::Key;
 use crate::rejection::{Rejector, status_response};
@@ -53,8 +53,23 @@ pin_project! {
         // charge (`charge_when`, `pay_after`).
         Judging { judging: Pin<Box<Judging<S, Req, Sh>>> },
         Rejected { response: Option<Box<S::Response>> },
+        // The key's first quota lookup, which the request waits for before
+        // it starts again.
+        Resolving { resolving: Pin<Box<Resolving<S, Req, Sh>>> },
     }
 }
+
+pin_project! {
+    #[project = ResolvingProj]
+    struct Resolving<S, Req, Sh> {
+        lookup: Lookup,
+        pending: Option<(S, Req, Sh)>,
+    }
+}
+
+/// What a request waits on for its key's quota (`quotas::QuotaWait`; never
+/// made without the `quotas` feature).
+type Lookup = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 pin_project! {
     #[project = CheckingProj]
@@ -177,6 +192,29 @@ where
         }
     }
 
+    /// Waits for the key's first quota `lookup`, then takes the request
+    /// through the layer again.
+    #[cfg(feature = "quotas")]
+    pub(crate) fn resolving(
+        lookup: Lookup,
+        inner: &mut S,
+        request: Req,
+        engine: &Arc<Engine<K, St, R>>,
+    ) -> Self
+    where
+        S: Clone,
+    {
+        ResponseFuture {
+            phase: Phase::Resolving {
+                resolving: Box::pin(Resolving {
+                    lookup,
+                    pending: Some((take_ready(inner), request, engine.clone())),
+                }),
+            },
+            fields: FieldValues::default(),
+        }
+    }
+
     pub(crate) fn rejected(response: Box<Response<B>>) -> Self {
         ResponseFuture {
             phase: Phase::Rejected {
@@ -220,6 +258,64 @@ where
     }
 }
 
+impl<S, ReqBody, K, St, R, B> ResponseFuture<S, http::Request<ReqBody>, K, St, R>
+where
+    S: Service<http::Request<ReqBody>, Response = Response<B>> + Clone,
+    B: Default,
+    K: crate::key::KeyExtractor,
+    St: Store,
+    R: Rejector<B>,
+{
+    /// Takes `request` through `engine` (see `service::limit`), which has
+    /// `waited` for its key's first quota lookup (or not): carries out at
+    /// once what the engine decided (here, so that the request moves
+    /// once), or builds the future that awaits the store or the lookup.
+    pub(crate) fn start(
+        inner: &mut S,
+        engine: &Arc<Engine<K, St, R>>,
+        request: http::Request<ReqBody>,
+        waited: bool,
+    ) -> Self {
+        match engine.start(&request, waited) {
+            Start::Pass => {
+                let mut request = request;
+                engine.add_idle_meter(request.extensions_mut());
+                Self::passed(inner.call(request))
+            }
+            Start::Act(Action::Forward {
+                fields,
+                wait,
+                info,
+                ticket,
+            }) => {
+                let mut request = request;
+                let extensions = request.extensions_mut();
+                if let Some(info) = info {
+                    extensions.insert(*info);
+                }
+                let settlement = ticket.map(|ticket| engine.settlement(ticket, extensions));
+                engine.add_idle_meter(extensions);
+                match (wait.is_zero(), settlement) {
+                    (true, None) => Self::calling(inner.call(request), fields),
+                    (true, Some(settlement)) => {
+                        Self::judging(inner.call(request), fields, engine, settlement)
+                    }
+                    (false, settlement) => Self::waiting(
+                        wait,
+                        (take_ready(inner), request),
+                        fields,
+                        settlement.map(|settlement| (engine.clone(), settlement)),
+                    ),
+                }
+            }
+            Start::Act(Action::Reject(response)) => Self::rejected(response),
+            Start::Check(pending) => Self::checking(*pending, inner, request, engine),
+            #[cfg(feature = "quotas")]
+            Start::Lookup(wait) => Self::resolving(wait, inner, request, engine),
+        }
+    }
+}
+
 /// The inner service that `poll_ready` made ready, for a future that calls
 /// it later; a fresh clone takes its place.
 pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
@@ -229,7 +325,8 @@ pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
 
 impl<S, ReqBody, K, St, R, B> Future for ResponseFuture<S, http::Request<ReqBody>, K, St, R>
 where
-    S: Service<http::Request<ReqBody>, Response = Response<B>>,
+    S: Service<http::Request<ReqBody>, Response = Response<B>> + Clone,
+    K: crate::key::KeyExtractor,
     St: Store,
     B: Default,
     R: Rejector<B>,
@@ -269,6 +366,19 @@ where
                     let mut response = ready!(poll_judging(judging.as_mut(), cx))?;
                     std::mem::take(this.fields).write_into(response.headers_mut());
                     return Poll::Ready(Ok(response));
+                }
+                PhaseProj::Resolving { resolving } => {
+                    let ResolvingProj { lookup, pending } = resolving.as_mut().project();
+                    ready!(lookup.as_mut().poll(cx));
+                    let Some((mut service, request, engine)) = pending.take() else {
+                        // Already handed on (cannot happen through `poll`).
+                        return Poll::Ready(Ok(status_response(
+                            http::StatusCode::INTERNAL_SERVER_ERROR,
+                        )));
+                    };
+                    let next = Self::start(&mut service, &engine, request, true);
+                    self.set(next);
+                    continue;
                 }
             };
             this.phase.set(next);

@@ -1,7 +1,7 @@
 //! [`RateLimit`], the service the layer wraps around yours.
 
-use crate::engine::{Action, Engine, Start};
-use crate::future::{ResponseFuture, take_ready};
+use crate::engine::Engine;
+use crate::future::ResponseFuture;
 use crate::key::KeyExtractor;
 use crate::rejection::Rejector;
 use crate::store::Store;
@@ -72,9 +72,9 @@ where
 
 /// Rate-limits one request to `inner` under `engine`'s limits: the body of
 /// [`RateLimit::call`], shared with the rules layer, which picks `engine`
-/// per request. The engine decides; this carries out what it decided at
-/// once (here, so that the request moves once), or builds the future that
-/// awaits the store.
+/// per request. The engine decides; [`ResponseFuture::start`] carries out
+/// what it decided, or builds the future that awaits the store or the
+/// key's first quota lookup.
 pub(crate) fn limit<S, K, St, R, ReqBody, ResBody>(
     inner: &mut S,
     engine: &Arc<Engine<K, St, R>>,
@@ -87,41 +87,7 @@ where
     St: Store,
     R: Rejector<ResBody>,
 {
-    match engine.start(&request) {
-        Start::Pass => {
-            let mut request = request;
-            engine.add_idle_meter(request.extensions_mut());
-            ResponseFuture::passed(inner.call(request))
-        }
-        Start::Act(Action::Forward {
-            fields,
-            wait,
-            info,
-            ticket,
-        }) => {
-            let mut request = request;
-            let extensions = request.extensions_mut();
-            if let Some(info) = info {
-                extensions.insert(*info);
-            }
-            let settlement = ticket.map(|ticket| engine.settlement(ticket, extensions));
-            engine.add_idle_meter(extensions);
-            match (wait.is_zero(), settlement) {
-                (true, None) => ResponseFuture::calling(inner.call(request), fields),
-                (true, Some(settlement)) => {
-                    ResponseFuture::judging(inner.call(request), fields, engine, settlement)
-                }
-                (false, settlement) => ResponseFuture::waiting(
-                    wait,
-                    (take_ready(inner), request),
-                    fields,
-                    settlement.map(|settlement| (engine.clone(), settlement)),
-                ),
-            }
-        }
-        Start::Act(Action::Reject(response)) => ResponseFuture::rejected(response),
-        Start::Check(pending) => ResponseFuture::checking(*pending, inner, request, engine),
-    }
+    ResponseFuture::start(inner, engine, request, false)
 }
 
 /// Wrapping one generated gRPC service keeps its name, which tonic's

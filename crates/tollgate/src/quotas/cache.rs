@@ -54,7 +54,7 @@ impl fmt::Debug for KeyQuotas {
 
 impl KeyQuotas {
     /// Quotas from `source`, cached for 60 s, failures remembered for 5 s,
-    /// lookups given up after 5 s, at most 100,000 keys cached and 64
+    /// lookups (and a key's first request) given up after 5 s, at most 100,000 keys cached and 64
     /// lookups running at once.
     pub fn new(source: impl QuotaSource) -> Self {
         KeyQuotas {
@@ -81,7 +81,8 @@ impl KeyQuotas {
         KeyQuotas { error_ttl, ..self }
     }
 
-    /// How long a lookup may take before it counts as failed. Lookups are
+    /// How long a lookup may take before it counts as failed (default
+    /// 5 s): the longest a key's first request waits for its quota. Lookups are
     /// timed with tokio's timer, so they need a runtime with time enabled
     /// (as axum and tonic servers have; see the [module docs](super)).
     pub fn lookup_timeout(self, lookup_timeout: Duration) -> Self {
@@ -129,6 +130,42 @@ pub(crate) enum Resolution {
     Unlimited,
     /// These.
     Limits(Arc<Entry>),
+    /// Not known yet: the key's first lookup runs; the request waits for
+    /// it ([`Arrival::wait`]), then asks again.
+    Pending(Arc<Arrival>),
+}
+
+/// The end of a key's first lookup, which its first requests wait for.
+#[derive(Debug, Default)]
+pub(crate) struct Arrival {
+    arrived: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+/// What a request waits on for its key's quota: one allocation, once per
+/// key (its first requests), none on the common path.
+pub(crate) type QuotaWait = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl Arrival {
+    /// Ends when the lookup has ended (answered, failed, timed out, or its
+    /// task was lost), its answer in the cache.
+    pub(crate) fn wait(self: Arc<Self>) -> QuotaWait {
+        Box::pin(async move {
+            let notified = self.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the flag is read: an arrival in between
+            // still wakes this.
+            notified.as_mut().enable();
+            if !self.arrived.load(Ordering::Acquire) {
+                notified.await;
+            }
+        })
+    }
+
+    fn arrive(&self) {
+        self.arrived.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
 }
 
 /// A cached answer.
@@ -193,32 +230,62 @@ impl Resolver {
         }
     }
 
-    /// What `key` is charged now. Reads the cache only; starts a background
-    /// lookup when the key is missing or stale.
+    /// What `key` is charged now. Reads the cache; a key in it gets its
+    /// answer (and starts a background refresh when the answer is stale);
+    /// a key not in it starts its first lookup and gets
+    /// [`Resolution::Pending`] to wait on, as do its other requests until
+    /// the answer arrives. A key whose lookup cannot start (no runtime,
+    /// lookups at their bound) gets the default limits, uncached.
     pub(crate) fn resolve(self: &Arc<Self>, key: &Key) -> Resolution {
         let now = Instant::now();
         if let Some(cached) = self.cache.get(key) {
             if now >= cached.refresh_at && !cached.refreshing.swap(true, Ordering::AcqRel) {
-                self.spawn_lookup(key, Some(cached.clone()));
+                self.spawn_lookup(key, Some(cached.clone()), None);
             }
             return cached.resolution.clone();
         }
         // A placeholder marks the lookup as running, so that the key's other
-        // requests meanwhile do not start lookups of their own.
+        // requests meanwhile wait for it rather than start their own.
+        let arrival = Arc::new(Arrival::default());
         let entry = self.cache.entry(key.clone()).or_insert_with(|| {
             Arc::new(Cached {
-                resolution: Resolution::Default,
+                resolution: Resolution::Pending(arrival.clone()),
                 refresh_at: now,
                 refreshing: AtomicBool::new(true),
             })
         });
-        if entry.is_fresh() {
-            self.spawn_lookup(key, None);
+        if entry.is_fresh() && !self.spawn_lookup(key, None, Some(arrival.clone())) {
+            // Its waiters (none yet, or a few that came in between) ask again.
+            self.cache.invalidate(key);
+            arrival.arrive();
+            return Resolution::Default;
         }
         entry.into_value().resolution.clone()
     }
 
-    fn spawn_lookup(self: &Arc<Self>, key: &Key, previous: Option<Arc<Cached>>) {
+    /// What `key` is charged by the cache's answer, without waiting or
+    /// starting a first lookup: a key whose first lookup has not arrived
+    /// (it failed to run, or the entry was dropped since) gets the default
+    /// limits, and its next request looks it up. For a request that has
+    /// waited for the lookup once already.
+    pub(crate) fn resolve_now(self: &Arc<Self>, key: &Key) -> Resolution {
+        match self.cache.get(key) {
+            Some(cached) if !matches!(cached.resolution, Resolution::Pending(_)) => {
+                self.resolve(key)
+            }
+            _ => Resolution::Default,
+        }
+    }
+
+    /// Starts a lookup of `key` (a refresh of `previous`, or the first,
+    /// whose waiters `arrival` wakes once its answer is in the cache);
+    /// false when none can start now.
+    fn spawn_lookup(
+        self: &Arc<Self>,
+        key: &Key,
+        previous: Option<Arc<Cached>>,
+        arrival: Option<Arc<Arrival>>,
+    ) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             if !self.warned_no_runtime.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -228,14 +295,14 @@ impl Resolver {
             if let Some(cached) = self.cache.get(key) {
                 cached.refreshing.store(false, Ordering::Release);
             }
-            return;
+            return false;
         };
         let Some(slot) = LookupSlot::take(&self.running, self.config.max_lookups) else {
             tracing::debug!("quota lookups at their bound; this key is looked up later");
             if let Some(cached) = self.cache.get(key) {
                 cached.refreshing.store(false, Ordering::Release);
             }
-            return;
+            return false;
         };
         self.config.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let resolver = self.clone();
@@ -243,10 +310,12 @@ impl Resolver {
         runtime.spawn(async move {
             let _slot = slot;
             // A source that panics ends this task early: the guard then
-            // clears the key's mark, so a later request looks it up again.
+            // clears the key's mark, so a later request looks it up again,
+            // and wakes the requests waiting for a first answer.
             let guard = LookupGuard {
                 resolver: &resolver,
                 key: &key,
+                arrival: arrival.as_deref(),
             };
             let lookup = resolver.config.source.lookup(&key);
             let result = match tokio::time::timeout(resolver.config.lookup_timeout, lookup).await {
@@ -273,7 +342,11 @@ impl Resolver {
             };
             std::mem::forget(guard);
             resolver.cache.insert(key, Arc::new(cached));
+            if let Some(arrival) = arrival {
+                arrival.arrive();
+            }
         });
+        true
     }
 
     /// The resolution for a source's answer.
@@ -369,11 +442,16 @@ impl Drop for LookupSlot {
 struct LookupGuard<'a> {
     resolver: &'a Resolver,
     key: &'a Key,
+    arrival: Option<&'a Arrival>,
 }
 
 impl Drop for LookupGuard<'_> {
     fn drop(&mut self) {
-        if let Some(cached) = self.resolver.cache.get(self.key) {
+        if let Some(arrival) = self.arrival {
+            // A first lookup lost: no placeholder left to wait on.
+            self.resolver.cache.invalidate(self.key);
+            arrival.arrive();
+        } else if let Some(cached) = self.resolver.cache.get(self.key) {
             cached.refreshing.store(false, Ordering::Release);
         }
     }
@@ -391,7 +469,12 @@ mod tests {
         let resolver = Arc::new(Resolver::new(quotas, "api", None, None));
         for i in 0..10_000u32 {
             let key = Key::from_bytes(&i.to_be_bytes());
-            assert!(matches!(resolver.resolve(&key), Resolution::Default));
+            // Its first lookup starts (or, past the bound on lookups at
+            // once, the default limits for now).
+            assert!(matches!(
+                resolver.resolve(&key),
+                Resolution::Pending(_) | Resolution::Default
+            ));
             if i % 1_000 == 999 {
                 // Let the background lookups land, as they would between requests.
                 tokio::task::yield_now().await;
@@ -415,17 +498,74 @@ mod tests {
         let quotas = KeyQuotas::new(source).max_lookups(3);
         let resolver = Arc::new(Resolver::new(quotas.clone(), "api", None, None));
         let key = |i: u32| Key::from_bytes(&i.to_be_bytes());
+        let mut waits = Vec::new();
         for i in 0..100 {
-            resolver.resolve(&key(i));
+            match resolver.resolve(&key(i)) {
+                Resolution::Pending(arrival) => waits.push(arrival.wait()),
+                // Turned away: charged the default limits, nothing cached.
+                resolution => assert!(matches!(resolution, Resolution::Default), "{i}"),
+            }
         }
-        assert_eq!(quotas.lookups(), 3);
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!((quotas.lookups(), waits.len()), (3, 3));
+        for wait in waits {
+            wait.await;
+        }
         assert_eq!(resolver.running.load(Ordering::Acquire), 0);
-        // Key 50 was turned away: its next request looks it up.
-        assert!(matches!(resolver.resolve(&key(50)), Resolution::Default));
+        assert!(matches!(resolver.resolve(&key(0)), Resolution::Unlimited));
+        // Key 50 was turned away: its next request looks it up, and waits.
+        let Resolution::Pending(arrival) = resolver.resolve(&key(50)) else {
+            panic!("key 50 is looked up");
+        };
         assert_eq!(quotas.lookups(), 4);
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        arrival.wait().await;
         assert!(matches!(resolver.resolve(&key(50)), Resolution::Unlimited));
+    }
+
+    /// A key's requests that come while its first lookup runs wait for
+    /// that one lookup; a lookup whose task is lost (a panicking source)
+    /// wakes them, and the key is looked up again.
+    #[tokio::test(start_paused = true)]
+    async fn first_requests_wait_for_one_lookup() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let source = crate::quotas::quota_fn_async(move |_| {
+            let call = counted.fetch_add(1, Ordering::Relaxed);
+            async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                assert!(call > 0, "the first lookup's task is lost");
+                Ok(QuotaAnswer::Unlimited)
+            }
+        });
+        let quotas = KeyQuotas::new(source);
+        let resolver = Arc::new(Resolver::new(quotas.clone(), "api", None, None));
+        let waits: Vec<_> = (0..5)
+            .map(|_| match resolver.resolve(&Key::Global) {
+                Resolution::Pending(arrival) => arrival.wait(),
+                _ => panic!("the first requests wait"),
+            })
+            .collect();
+        for wait in waits {
+            wait.await;
+        }
+        assert_eq!(quotas.lookups(), 1);
+        assert!(matches!(
+            resolver.resolve_now(&Key::Global),
+            Resolution::Default
+        ));
+        assert_eq!(
+            quotas.lookups(),
+            1,
+            "not looked up by a request that waited"
+        );
+        let Resolution::Pending(arrival) = resolver.resolve(&Key::Global) else {
+            panic!("the next request waits for a second lookup");
+        };
+        assert_eq!(quotas.lookups(), 2);
+        arrival.wait().await;
+        assert!(matches!(
+            resolver.resolve(&Key::Global),
+            Resolution::Unlimited
+        ));
     }
 
     /// A TTL of `Duration::MAX` ("never refresh") is not a panic.

@@ -3,9 +3,9 @@
 //!
 //! A [`QuotaSource`] says what a key's quota is: the layer's default
 //! limits, no limit at all, or its own quotas. Sources are slow (a file, a
-//! Redis hash, a database), so the layer never asks one on the request
-//! path: [`KeyQuotas`] puts a bounded in-memory cache in front, and the
-//! request path reads only that cache.
+//! Redis hash, a database), so [`KeyQuotas`] puts a bounded in-memory cache
+//! in front: a key's first request waits for its lookup, every later one
+//! reads only the cache.
 //!
 //! ```
 //! use tollgate::quotas::{KeyQuotas, QuotaAnswer, StaticQuotas};
@@ -33,9 +33,14 @@
 //!   at the source takes effect within the TTL (as long as a lookup takes
 //!   less than half of it). A key idle for longer sees the change from its
 //!   second request after the idle spell.
-//! - A key with no entry gets the layer's default limits, and one background
-//!   lookup fetches its own. The first requests of a key are never held
-//!   waiting for a slow source.
+//! - A key with no entry starts one lookup, and its requests wait for it
+//!   (all of them share the one lookup): a key's first request is decided
+//!   under its own quota, in the decision and in the headers. The wait is
+//!   at most the [lookup timeout](KeyQuotas::lookup_timeout); past it, or
+//!   when the lookup fails, the request gets the default limits. Past the
+//!   bound on [lookups at once](KeyQuotas::max_lookups) (a flood of new
+//!   keys), a new key's request gets the default limits without waiting,
+//!   and its next request starts the lookup.
 //! - A lookup that fails is counted ([`KeyQuotas::errors`], a `tracing`
 //!   warning, and `tollgate_quota_errors_total` with the `metrics`
 //!   feature). A stale entry then stays in use; a key with no entry gets
@@ -67,7 +72,7 @@ mod cache;
 mod source;
 
 pub use cache::KeyQuotas;
-pub(crate) use cache::{Resolution, Resolver};
+pub(crate) use cache::{QuotaWait, Resolution, Resolver};
 pub use source::{
     AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError, StaticQuotas, quota_fn,
     quota_fn_async,
