@@ -60,8 +60,28 @@ impl ConnectOptions {
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection, Box<ClusterClient>),
+    Cluster(ClusterConnection, Box<ClusterHandle>),
     Sentinel(MultiplexedConnection, Arc<SentinelMaster>),
+}
+
+/// What a Cluster connection was made with: the client, and the signal
+/// its node connections give when one of them closes (RESP3 servers).
+pub(crate) struct ClusterHandle {
+    client: ClusterClient,
+    /// Notified when a node connection closed (a node restarted or died):
+    /// the cluster client would send the next call to that node on the
+    /// dead connection, where it fails, so the topology makes a fresh
+    /// connection at once instead (see [`Topology::watch_cluster`]).
+    closed: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Clone for ClusterHandle {
+    fn clone(&self) -> Self {
+        ClusterHandle {
+            client: self.client.clone(),
+            closed: self.closed.clone(),
+        }
+    }
 }
 
 /// A store's connection, replaced by a fresh one when a Cluster's
@@ -126,12 +146,42 @@ impl Topology {
     /// `connection` is the first: calls use it from now on.
     fn connected(self: &Arc<Self>, connection: Connection) {
         let sentinel = connection.is_sentinel();
+        let closed = match &connection {
+            Connection::Cluster(_, handle) => handle.closed.clone(),
+            _ => None,
+        };
         self.current.store(Some(Arc::new(Generation {
             connection,
             number: 0,
         })));
         if sentinel {
             tokio::spawn(Self::follow_sentinel(Arc::downgrade(self)));
+        }
+        if let Some(closed) = closed {
+            tokio::spawn(Self::watch_cluster(Arc::downgrade(self), closed));
+        }
+    }
+
+    /// Makes a fresh Cluster connection whenever one of the current one's
+    /// node connections closes (a node restarted or died), so that no call
+    /// is sent on a connection the server closed, where it would fail
+    /// (and, as the call may have run, could not be sent again). A node
+    /// still down is connected to when it is back, by the fresh
+    /// connection's first call for its slots. At most one every 100 ms.
+    async fn watch_cluster(topology: std::sync::Weak<Topology>, closed: Arc<tokio::sync::Notify>) {
+        loop {
+            closed.notified().await;
+            let Some(topology) = topology.upgrade() else {
+                return;
+            };
+            if let Ok(current) = topology.current() {
+                // A failure is logged by the next call that meets it.
+                let _ = topology
+                    .refreshed_after(current.number, "a node connection closed")
+                    .await;
+            }
+            drop(topology);
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -200,7 +250,9 @@ impl Topology {
             };
             if master.has_moved().await {
                 // A failure is logged by the next call that meets it.
-                let _ = topology.refreshed_after(current.number).await;
+                let _ = topology
+                    .refreshed_after(current.number, "the sentinels name another master")
+                    .await;
             }
         }
     }
@@ -213,11 +265,12 @@ impl Topology {
 
     /// A connection newer than generation `seen`: made now if nobody has
     /// made one since, from the cluster's nodes, or to the master the
-    /// sentinels name. `None` for one server, whose connection manager
-    /// reconnects by itself.
+    /// sentinels name, for `why` (logged). `None` for one server, whose
+    /// connection manager reconnects by itself.
     pub(crate) async fn refreshed_after(
         &self,
         seen: u64,
+        why: &str,
     ) -> Option<Result<Arc<Generation>, RedisStoreError>> {
         let _one_at_a_time = self.refreshing.lock().await;
         let current = match self.current() {
@@ -229,21 +282,21 @@ impl Topology {
         }
         let connection = match &current.connection {
             Connection::Single(_) => return None,
-            Connection::Cluster(_, client) => match client.get_async_connection().await {
+            Connection::Cluster(_, handle) => match handle.client.get_async_connection().await {
                 Ok(fresh) => {
                     tracing::warn!(
-                        "Redis Cluster: a node answered READONLY (a failover moved its \
-                         slots); reconnected to read the slot map again"
+                        why,
+                        "Redis Cluster: reconnected to every node and read the slot map again"
                     );
-                    Connection::Cluster(fresh, client.clone())
+                    Connection::Cluster(fresh, handle.clone())
                 }
                 Err(error) => return Some(Err(error.into())),
             },
             Connection::Sentinel(_, master) => match master.connect().await {
                 Ok(fresh) => {
                     tracing::warn!(
-                        "Redis Sentinel: the master stopped answering as one; reconnected \
-                         to the master the sentinels name now"
+                        why,
+                        "Redis Sentinel: reconnected to the master the sentinels name now"
                     );
                     Connection::Sentinel(fresh, master.clone())
                 }
@@ -326,6 +379,43 @@ impl Connection {
         nodes: Vec<String>,
         options: &ConnectOptions,
     ) -> Result<Self, RedisStoreError> {
+        // RESP3 where the nodes speak it: a node connection that closes
+        // then says so (see `Topology::watch_cluster`). Nodes older than
+        // Redis 6 refuse `HELLO`: RESP2 then, without the signal.
+        let closed = Arc::new(tokio::sync::Notify::new());
+        let client = Self::cluster_client(nodes.clone(), options, Some(closed.clone()))?;
+        match client.get_async_connection().await {
+            Ok(connection) => Ok(Self::cluster(connection, client, Some(closed))),
+            Err(error)
+                if error.kind() == redis::ErrorKind::Io
+                    || error.is_connection_refusal()
+                    || error.is_timeout() =>
+            {
+                Err(error.into())
+            }
+            Err(_) => {
+                let client = Self::cluster_client(nodes, options, None)?;
+                let connection = client.get_async_connection().await?;
+                Ok(Self::cluster(connection, client, None))
+            }
+        }
+    }
+
+    fn cluster(
+        connection: ClusterConnection,
+        client: ClusterClient,
+        closed: Option<Arc<tokio::sync::Notify>>,
+    ) -> Self {
+        Connection::Cluster(connection, Box::new(ClusterHandle { client, closed }))
+    }
+
+    /// The client of a Cluster; speaking RESP3 and notifying `closed` when
+    /// a node connection closes, if given.
+    fn cluster_client(
+        nodes: Vec<String>,
+        options: &ConnectOptions,
+        closed: Option<Arc<tokio::sync::Notify>>,
+    ) -> Result<ClusterClient, RedisStoreError> {
         // No retries by the client: it would send a call again after a
         // connection dropped, when the script may have run (and charged).
         // The store retries itself, and only where the script cannot have
@@ -341,15 +431,23 @@ impl Connection {
         if let Some(timeout) = options.response_timeout {
             builder = builder.response_timeout(timeout);
         }
+        if let Some(closed) = closed {
+            builder = builder
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(move |info: redis::PushInfo| {
+                    if info.kind == redis::PushKind::Disconnection {
+                        closed.notify_one();
+                    }
+                    Ok::<(), std::convert::Infallible>(())
+                });
+        }
         #[cfg(feature = "tls")]
         if let Some(certificates) = options.tls.certificates()? {
             builder = builder.certs(certificates);
         }
-        let client = builder
+        builder
             .build()
-            .map_err(|e| RedisStoreError::config(format!("invalid cluster nodes: {e}")))?;
-        let connection = client.get_async_connection().await?;
-        Ok(Connection::Cluster(connection, Box::new(client)))
+            .map_err(|e| RedisStoreError::config(format!("invalid cluster nodes: {e}")))
     }
 }
 

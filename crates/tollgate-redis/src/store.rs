@@ -652,7 +652,12 @@ async fn call_until_answered(
             }
             // The master died or was demoted: ask the sentinels for the
             // one now, and send the call again only if it cannot have run.
-            match shared.topology.refreshed_after(generation.number).await {
+            let why = "the master stopped answering as one";
+            match shared
+                .topology
+                .refreshed_after(generation.number, why)
+                .await
+            {
                 Some(Ok(fresh)) if failure != Failure::Final => generation = fresh,
                 Some(Err(refresh)) => {
                     tracing::debug!("{refresh}");
@@ -670,10 +675,17 @@ async fn call_until_answered(
             Failure::Again => {
                 tokio::time::sleep(Duration::from_millis(1 << attempt.min(6))).await;
             }
-            Failure::Refresh => match shared.topology.refreshed_after(generation.number).await {
-                Some(fresh) => generation = fresh?,
-                None => return Err(error.into()),
-            },
+            Failure::Refresh => {
+                let why = "a node answered READONLY (a failover moved its slots)";
+                match shared
+                    .topology
+                    .refreshed_after(generation.number, why)
+                    .await
+                {
+                    Some(fresh) => generation = fresh?,
+                    None => return Err(error.into()),
+                }
+            }
             Failure::Ask { host, port } => {
                 // The keys are moving: the call, with the script's source
                 // (the node may not have the script yet), to their new node.
