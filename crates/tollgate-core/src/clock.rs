@@ -3,7 +3,8 @@
 //! Every algorithm takes `now` as integer nanoseconds; a [`Clock`] supplies
 //! it. Production code uses [`MonotonicClock`] (never goes backwards, and
 //! counts from the Unix epoch so fixed windows line up across machines);
-//! tests use [`ManualClock`] and move time by hand.
+//! tests use [`ManualClock`] and move time by hand, or (feature `tokio`)
+//! `TokioClock`, which follows a paused tokio runtime's time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -284,6 +285,98 @@ impl Clock for ManualClock {
     }
 }
 
+/// A clock that follows tokio's time ([`tokio::time::Instant`]): in a test
+/// under a paused runtime (`#[tokio::test(start_paused = true)]`),
+/// `tokio::time::advance` moves every limit that reads it, and a
+/// `tokio::time::sleep` moves them at once too (tokio's auto-advance), so a
+/// test of a rate-limited app waits no real time.
+///
+/// It counts the nanoseconds since the moment it was made (its origin,
+/// which its clones share), saturating at `u64::MAX`: it starts at 0, and
+/// fixed windows start with it. It is meant for tests; in production use
+/// [`MonotonicClock`], whose windows line up with other machines'.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{Algorithm, Clock, Limiter, TokioClock};
+///
+/// #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// async fn main() {
+///     let clock = TokioClock::new();
+///     let limiter = Limiter::new(Algorithm::Gcra, "10/s".parse().unwrap());
+///     let mut state = limiter.new_state();
+///     let passed = (0..20).filter(|_| limiter.check(&mut state, clock.now(), 1).allowed()).count();
+///     assert_eq!(passed, 10);
+///
+///     tokio::time::advance(Duration::from_millis(99)).await;
+///     assert!(!limiter.check(&mut state, clock.now(), 1).allowed());
+///     tokio::time::advance(Duration::from_millis(1)).await;
+///     assert!(limiter.check(&mut state, clock.now(), 1).allowed());
+///     assert_eq!(clock.now(), 100_000_000);
+/// }
+/// ```
+///
+/// # Read it inside the runtime
+///
+/// The clock reads [`tokio::time::Instant::now`], which reads the clock of
+/// the tokio runtime of the calling thread only when tokio's `test-util`
+/// feature is on (the feature `start_paused` and `advance` need, usually
+/// enabled in a project's dev-dependencies); in every other case it reads
+/// the operating system's monotonic clock ([`std::time::Instant`]):
+///
+/// - without `test-util` (a release build, say), always the real clock: the
+///   clock is then an ordinary monotonic clock that counts from its
+///   creation;
+/// - with `test-util`, on a thread outside any runtime (a thread of your
+///   own, a `Drop` after the runtime is gone), the real clock, without an
+///   error or a panic;
+/// - with `test-util`, in a runtime, that runtime's clock: the real one
+///   until the runtime is paused, and from then on a clock that moves only
+///   with `advance` and auto-advance.
+///
+/// So read it where it was made: in the same runtime (the stores read the
+/// clock as the layer checks a request, which a test does inside its
+/// runtime), or make it before the runtime and read it inside. A paused
+/// runtime runs ahead of the real clock once advanced; a reading from
+/// outside it then comes out earlier than the readings inside it (at worst
+/// 0, never below the origin), and a clock that runs back lets a GCRA admit
+/// less than its burst. Each runtime has a clock of its own: two paused
+/// runtimes' times are unrelated. With `test-util`, as tokio's own
+/// `Instant::now`, it panics if read while the thread's thread-locals are
+/// being torn down.
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock whose origin (its reading 0) is tokio's time now.
+    pub fn new() -> Self {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+/// [`TokioClock::new`].
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        saturating_nanos(tokio::time::Instant::now().saturating_duration_since(self.origin))
+    }
+}
+
 impl<C: Clock> Clock for Arc<C> {
     #[inline]
     fn now(&self) -> u64 {
@@ -333,6 +426,63 @@ mod tests {
         }
         writer.join().unwrap();
         assert_eq!(clock.now(), u64::MAX);
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_follows_a_paused_runtime_and_its_clones_share_the_origin() {
+        let clock = TokioClock::new();
+        assert_eq!(clock.now(), 0);
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        let clone = clock;
+        let later = TokioClock::new();
+        assert_eq!(
+            (clock.now(), clone.now(), later.now()),
+            (1_500_000_000, 1_500_000_000, 0)
+        );
+        let real = Instant::now();
+        // Auto-advance: nothing else to run, so time jumps to the timer.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(clock.now(), 3_601_500_000_000);
+        assert_eq!(later.now(), 3_600_000_000_000);
+        assert!(real.elapsed() < Duration::from_secs(1));
+    }
+
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn tokio_clock_reads_the_real_clock_outside_a_runtime_and_never_below_its_origin() {
+        // Made outside any runtime: it runs with the real clock.
+        let clock = TokioClock::default();
+        let start = clock.now();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(clock.now() >= start + 5_000_000);
+
+        // In a runtime that is not paused: the real clock too.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (inside, real) = runtime.block_on(async {
+            let clock = TokioClock::new();
+            let real = Instant::now();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            (clock.now(), real.elapsed())
+        });
+        assert!(inside >= 5_000_000 && real >= Duration::from_millis(5));
+        drop(runtime);
+
+        // Made in a paused runtime an hour ahead, read outside it: 0.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let ahead = runtime.block_on(async {
+            tokio::time::advance(Duration::from_secs(3600)).await;
+            TokioClock::new()
+        });
+        drop(runtime);
+        assert_eq!(ahead.now(), 0);
     }
 
     #[test]

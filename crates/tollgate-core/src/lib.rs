@@ -20,6 +20,11 @@
 //! assert!(limiter.check(&mut state, clock.now(), 1).allowed());
 //! ```
 //!
+//! Time comes from a [`Clock`]: [`MonotonicClock`] in production,
+//! [`ManualClock`] in tests that move time by hand, and (feature `tokio`)
+//! `TokioClock` in tests under a paused tokio runtime, where
+//! `tokio::time::advance` moves it.
+//!
 //! # Choosing an algorithm
 //!
 //! | algorithm | state per key | bursts | accuracy | distributed cost (Redis) |
@@ -108,6 +113,8 @@ mod registry;
 // Every algorithm's types at the root: a new algorithm needs no line here.
 pub use algorithm::*;
 pub use atomic::{PackedState, check_atomic, force_atomic, refund_atomic};
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::{Decision, DecisionFields};
 pub use limiter::{Charge, Limiter, State, check_all};

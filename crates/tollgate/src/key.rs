@@ -6,6 +6,7 @@
 //! them (`(PeerIp, HeaderKey::new("x-api-key"))` counts each API key per IP).
 
 use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -14,6 +15,20 @@ const INLINE: usize = 22;
 
 /// What a request is counted under. Cheap to clone and hash; IP addresses and
 /// values of up to 22 bytes do not allocate.
+///
+/// Made with `From` a text (`&str`, `String`, `&String`, `Box<str>`,
+/// `Arc<str>`, `Cow<str>`: the same text makes the same key, whichever its
+/// form), an [`IpAddr`] or a `u64` (its 8 bytes, big-endian), or with
+/// [`Key::from_bytes`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::Key;
+///
+/// let user = String::from("alice");
+/// assert_eq!(Key::from(&user), Key::from("alice"));
+/// assert_eq!(Key::from(Arc::<str>::from("alice")), Key::from(user));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Key {
     /// One bucket shared by every request.
@@ -193,6 +208,41 @@ impl From<IpAddr> for Key {
 impl From<&str> for Key {
     fn from(text: &str) -> Key {
         Key::from_bytes(text.as_bytes())
+    }
+}
+
+impl From<&String> for Key {
+    fn from(text: &String) -> Key {
+        Key::from(text.as_str())
+    }
+}
+
+impl From<String> for Key {
+    fn from(text: String) -> Key {
+        Key::from(text.as_str())
+    }
+}
+
+impl From<Box<str>> for Key {
+    fn from(text: Box<str>) -> Key {
+        Key::from(&*text)
+    }
+}
+
+impl From<Cow<'_, str>> for Key {
+    fn from(text: Cow<'_, str>) -> Key {
+        Key::from(&*text)
+    }
+}
+
+/// A text over 22 bytes keeps its allocation (no copy); a shorter one is
+/// held inline, as from a `&str`.
+impl From<Arc<str>> for Key {
+    fn from(text: Arc<str>) -> Key {
+        match ShortKey::new(text.as_bytes()) {
+            Some(short) => Key::Short(short),
+            None => Key::Long(Arc::from(text)),
+        }
     }
 }
 
@@ -447,6 +497,41 @@ mod tests {
             assert_eq!(key, again);
             assert_eq!(hasher.hash_one(&key), hasher.hash_one(&again));
         }
+    }
+
+    #[test]
+    fn every_form_of_a_text_makes_the_key_its_str_makes() {
+        use std::hash::BuildHasher as _;
+        let hasher = std::hash::RandomState::new();
+        // Inline, at the boundary, and on the heap.
+        for text in ["", "alice", &"k".repeat(INLINE), &"k".repeat(INLINE + 1)] {
+            let expected = Key::from(text);
+            let owned = text.to_owned();
+            let forms = [
+                Key::from(&owned),
+                Key::from(owned.clone()),
+                Key::from(Box::<str>::from(text)),
+                Key::from(Arc::<str>::from(text)),
+                Key::from(Cow::Borrowed(text)),
+                Key::from(Cow::<str>::Owned(owned)),
+            ];
+            for (n, key) in forms.into_iter().enumerate() {
+                assert_eq!(key, expected, "form {n} of {text:?}");
+                assert_eq!(hasher.hash_one(&key), hasher.hash_one(&expected));
+                assert_eq!(key.as_slice(), Some(text.as_bytes()));
+            }
+        }
+        // A long `Arc<str>` keeps its allocation.
+        let long: Arc<str> = Arc::from("k".repeat(INLINE + 1));
+        let Key::Long(bytes) = Key::from(Arc::clone(&long)) else {
+            panic!("a long text makes a long key")
+        };
+        assert_eq!(bytes.as_ptr(), long.as_ptr());
+        // A number: its 8 bytes, big-endian.
+        assert_eq!(
+            Key::from(258_u64),
+            Key::from_bytes(&[0, 0, 0, 0, 0, 0, 1, 2])
+        );
     }
 
     #[test]

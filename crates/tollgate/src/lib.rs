@@ -35,6 +35,42 @@
 //! - [`InFlightLayer`], a layer of its own, limits how many requests of one
 //!   key run at once: a slot is held from admission until the response
 //!   body ends (or fails, or the client goes away); see [`in_flight`].
+//!
+//! # Testing your app
+//!
+//! Give the store a [`TokioClock`](crate::core::TokioClock) and run the test
+//! under a paused tokio runtime (tokio's `test-util` feature):
+//! `tokio::time::advance` then moves every limit, and the test waits no
+//! real time.
+//!
+//! ```
+//! use axum::{Router, body::Body, routing::get};
+//! use http::{Request, StatusCode};
+//! use std::time::Duration;
+//! use tollgate::core::{Quota, TokioClock};
+//! use tollgate::{GlobalKey, MemoryStore, RateLimitLayer};
+//! use tower::ServiceExt;
+//!
+//! async fn status(app: &Router) -> StatusCode {
+//!     app.clone().oneshot(Request::new(Body::empty())).await.unwrap().status()
+//! }
+//!
+//! #[tokio::main(flavor = "current_thread", start_paused = true)] // a test: #[tokio::test(start_paused = true)]
+//! async fn main() {
+//!     let limit = RateLimitLayer::builder()
+//!         .quota("api", Quota::per_second(10).with_burst(20).unwrap())
+//!         .key(GlobalKey)
+//!         .store(MemoryStore::builder().clock(TokioClock::new()).build())
+//!         .build();
+//!     let app = Router::new().route("/", get(|| async { "ok" })).layer(limit);
+//!     for _ in 0..20 {
+//!         assert_eq!(status(&app).await, StatusCode::OK);
+//!     }
+//!     assert_eq!(status(&app).await, StatusCode::TOO_MANY_REQUESTS);
+//!     tokio::time::advance(Duration::from_millis(100)).await; // one unit back, at once
+//!     assert_eq!(status(&app).await, StatusCode::OK);
+//! }
+//! ```
 #![warn(missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
 // a feature then carry a badge naming it.
