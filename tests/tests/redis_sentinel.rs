@@ -198,3 +198,20 @@ async fn a_service_the_sentinels_do_not_know_is_an_error_at_connect() {
         .expect_err("connected to a master nobody watches");
     assert!(error.to_string().contains("tollgate-unknown"), "{error}");
 }
+
+/// The master restarted between two requests (killed and started again on
+/// its port, quicker than the sentinels' down-after): the first request
+/// after it is decided there, on a fresh connection, not failed on the
+/// connection the restart closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_request_after_a_master_restart_is_decided() {
+    let mut setup = SentinelSetup::start("tollgate-restart");
+    let app = app(&setup).await;
+    for round in 0..3 {
+        let user = format!("user-{round}");
+        assert_eq!(request(&app, &user).await, StatusCode::OK, "round {round}");
+        setup.restart_master();
+        // Restarted empty: the user's count starts again.
+        assert_limited(&app, &user).await;
+    }
+}

@@ -13,6 +13,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How to connect; see [`RedisStoreBuilder`](crate::RedisStoreBuilder).
@@ -68,11 +69,38 @@ pub(crate) enum Connection {
 /// its node connections give when one of them closes (RESP3 servers).
 pub(crate) struct ClusterHandle {
     client: ClusterClient,
-    /// Notified when a node connection closed (a node restarted or died):
-    /// the cluster client would send the next call to that node on the
-    /// dead connection, where it fails, so the topology makes a fresh
-    /// connection at once instead (see [`Topology::watch_cluster`]).
-    closed: Option<Arc<tokio::sync::Notify>>,
+    /// Told when a node connection closed (a node restarted or died): the
+    /// cluster client would send the next call to that node on the dead
+    /// connection, where it fails, so the topology makes a fresh
+    /// connection instead (see [`Topology::watch_closed`]).
+    closed: Option<Arc<Closed>>,
+}
+
+/// What a connection's server says when it closes the connection: a RESP3
+/// connection's driver reads the end of the stream and pushes a
+/// "disconnection" message, which this counts.
+#[derive(Debug, Default)]
+pub(crate) struct Closed {
+    count: AtomicU64,
+    notify: tokio::sync::Notify,
+}
+
+impl Closed {
+    /// The push sender a connection is made with.
+    pub(crate) fn sender(self: &Arc<Self>) -> impl redis::aio::AsyncPushSender {
+        let closed = self.clone();
+        move |info: redis::PushInfo| {
+            if info.kind == redis::PushKind::Disconnection {
+                closed.count.fetch_add(1, Ordering::AcqRel);
+                closed.notify.notify_one();
+            }
+            Ok::<(), std::convert::Infallible>(())
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
 }
 
 impl Clone for ClusterHandle {
@@ -103,6 +131,17 @@ pub(crate) struct Topology {
     refreshing: tokio::sync::Mutex<()>,
 }
 
+/// Who looks for a Sentinel-watched master (see `SentinelMaster::connect`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Search {
+    /// A call (or the store connecting): a failure is remembered for a
+    /// moment, and calls meanwhile fail at once.
+    ForCall,
+    /// The topology's own watch, in the background: it neither waits out
+    /// nor starts that pause.
+    Background,
+}
+
 /// The longest pause between two attempts of a lazily built store to
 /// connect.
 pub(crate) const LAZY_RETRY_MAX: Duration = Duration::from_secs(2);
@@ -122,6 +161,27 @@ pub(crate) const SENTINEL_CHECK_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Generation {
     pub(crate) connection: Connection,
     pub(crate) number: u64,
+    /// How many connections its signal had seen close before it was made.
+    closed_before: u64,
+}
+
+impl Generation {
+    fn new(connection: Connection, number: u64, closed_before: u64) -> Self {
+        Generation {
+            connection,
+            number,
+            closed_before,
+        }
+    }
+
+    /// Whether a connection of it closed since it was made (a Cluster's
+    /// node connection, a master's): a call sent on it now would fail
+    /// unsent.
+    fn has_closed(&self) -> bool {
+        self.connection
+            .closed()
+            .is_some_and(|closed| closed.count() > self.closed_before)
+    }
 }
 
 impl Topology {
@@ -146,42 +206,51 @@ impl Topology {
     /// `connection` is the first: calls use it from now on.
     fn connected(self: &Arc<Self>, connection: Connection) {
         let sentinel = connection.is_sentinel();
-        let closed = match &connection {
-            Connection::Cluster(_, handle) => handle.closed.clone(),
-            _ => None,
-        };
-        self.current.store(Some(Arc::new(Generation {
-            connection,
-            number: 0,
-        })));
+        let closed = connection.closed().cloned();
+        self.current
+            .store(Some(Arc::new(Generation::new(connection, 0, 0))));
         if sentinel {
             tokio::spawn(Self::follow_sentinel(Arc::downgrade(self)));
         }
         if let Some(closed) = closed {
-            tokio::spawn(Self::watch_cluster(Arc::downgrade(self), closed));
+            tokio::spawn(Self::watch_closed(Arc::downgrade(self), closed));
         }
     }
 
-    /// Makes a fresh Cluster connection whenever one of the current one's
-    /// node connections closes (a node restarted or died), so that no call
-    /// is sent on a connection the server closed, where it would fail
-    /// (and, as the call may have run, could not be sent again). A node
-    /// still down is connected to when it is back, by the fresh
-    /// connection's first call for its slots. At most one every 100 ms.
-    async fn watch_cluster(topology: std::sync::Weak<Topology>, closed: Arc<tokio::sync::Notify>) {
+    /// Makes a fresh connection whenever the current one (a Cluster's: one
+    /// of its node connections; a Sentinel-watched master's) closes, as a
+    /// restarted or dead server's does, so that no call is sent on a
+    /// connection the server closed, where it would fail (and, as the call
+    /// may have run, could not be sent again). A Cluster node still down is
+    /// connected to when it is back, by the fresh connection's first call
+    /// for its slots; a master, by the next call's search. At most one
+    /// every 100 ms. (One server's connection manager does this itself.)
+    async fn watch_closed(topology: std::sync::Weak<Topology>, closed: Arc<Closed>) {
         loop {
-            closed.notified().await;
-            let Some(topology) = topology.upgrade() else {
-                return;
-            };
-            if let Ok(current) = topology.current() {
-                // A failure is logged by the next call that meets it.
-                let _ = topology
-                    .refreshed_after(current.number, "a node connection closed")
-                    .await;
+            closed.notify.notified().await;
+            // Until a fresh connection is made: the server may still be
+            // down (a restart), and the dead connection must not stay.
+            let mut pause = Duration::from_millis(100);
+            loop {
+                let Some(strong) = topology.upgrade() else {
+                    return;
+                };
+                let made = match strong.current() {
+                    Ok(current) => matches!(
+                        strong
+                            .refresh(current.number, "the connection closed", Search::Background)
+                            .await,
+                        Some(Ok(_)) | None
+                    ),
+                    Err(_) => true,
+                };
+                drop(strong);
+                tokio::time::sleep(pause).await;
+                if made {
+                    break;
+                }
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
-            drop(topology);
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -251,7 +320,11 @@ impl Topology {
             if master.has_moved().await {
                 // A failure is logged by the next call that meets it.
                 let _ = topology
-                    .refreshed_after(current.number, "the sentinels name another master")
+                    .refresh(
+                        current.number,
+                        "the sentinels name another master",
+                        Search::Background,
+                    )
                     .await;
             }
         }
@@ -263,6 +336,24 @@ impl Topology {
         self.current.load_full().ok_or_else(not_connected)
     }
 
+    /// [`current`](Self::current), made afresh first if one of its
+    /// connections closed (see [`watch_closed`](Self::watch_closed), which
+    /// may not have done it yet): the error then is the fresh one's, and
+    /// nothing was sent.
+    pub(crate) async fn live(&self) -> Result<Arc<Generation>, RedisStoreError> {
+        let current = self.current()?;
+        if !current.has_closed() {
+            return Ok(current);
+        }
+        match self
+            .refreshed_after(current.number, "the connection closed")
+            .await
+        {
+            Some(fresh) => fresh,
+            None => Ok(current),
+        }
+    }
+
     /// A connection newer than generation `seen`: made now if nobody has
     /// made one since, from the cluster's nodes, or to the master the
     /// sentinels name, for `why` (logged). `None` for one server, whose
@@ -272,6 +363,19 @@ impl Topology {
         seen: u64,
         why: &str,
     ) -> Option<Result<Arc<Generation>, RedisStoreError>> {
+        self.refresh(seen, why, Search::ForCall).await
+    }
+
+    /// [`refreshed_after`](Self::refreshed_after), by a call or in the
+    /// background (`search`: a Sentinel search for the master in the
+    /// background neither waits out nor starts the pause after a failed
+    /// one, which keeps a flood of calls off the sentinels).
+    async fn refresh(
+        &self,
+        seen: u64,
+        why: &str,
+        search: Search,
+    ) -> Option<Result<Arc<Generation>, RedisStoreError>> {
         let _one_at_a_time = self.refreshing.lock().await;
         let current = match self.current() {
             Ok(current) => current,
@@ -280,6 +384,13 @@ impl Topology {
         if current.number != seen {
             return Some(Ok(current));
         }
+        // Read before the new connection is made: a close counted meanwhile
+        // marks it closed too (one fresh connection more, never a dead one
+        // kept).
+        let closed_before = current
+            .connection
+            .closed()
+            .map_or(0, |closed| closed.count());
         let connection = match &current.connection {
             Connection::Single(_) => return None,
             Connection::Cluster(_, handle) => match handle.client.get_async_connection().await {
@@ -292,7 +403,7 @@ impl Topology {
                 }
                 Err(error) => return Some(Err(error.into())),
             },
-            Connection::Sentinel(_, master) => match master.connect().await {
+            Connection::Sentinel(_, master) => match master.connect(search).await {
                 Ok(fresh) => {
                     tracing::warn!(
                         why,
@@ -303,10 +414,7 @@ impl Topology {
                 Err(error) => return Some(Err(error)),
             },
         };
-        let next = Arc::new(Generation {
-            connection,
-            number: seen + 1,
-        });
+        let next = Arc::new(Generation::new(connection, seen + 1, closed_before));
         self.current.store(Some(next.clone()));
         Some(Ok(next))
     }
@@ -332,7 +440,7 @@ impl Connection {
             Target::Single(url) => Self::open_single(&url, options).await,
             Target::Sentinel(target) => {
                 let master = SentinelMaster::new(&target, options)?;
-                let connection = master.connect().await?;
+                let connection = master.connect(Search::ForCall).await?;
                 Ok(Connection::Sentinel(connection, Arc::new(master)))
             }
         }
@@ -382,7 +490,7 @@ impl Connection {
         // RESP3 where the nodes speak it: a node connection that closes
         // then says so (see `Topology::watch_cluster`). Nodes older than
         // Redis 6 refuse `HELLO`: RESP2 then, without the signal.
-        let closed = Arc::new(tokio::sync::Notify::new());
+        let closed = Arc::new(Closed::default());
         let client = Self::cluster_client(nodes.clone(), options, Some(closed.clone()))?;
         match client.get_async_connection().await {
             Ok(connection) => Ok(Self::cluster(connection, client, Some(closed))),
@@ -404,7 +512,7 @@ impl Connection {
     fn cluster(
         connection: ClusterConnection,
         client: ClusterClient,
-        closed: Option<Arc<tokio::sync::Notify>>,
+        closed: Option<Arc<Closed>>,
     ) -> Self {
         Connection::Cluster(connection, Box::new(ClusterHandle { client, closed }))
     }
@@ -414,7 +522,7 @@ impl Connection {
     fn cluster_client(
         nodes: Vec<String>,
         options: &ConnectOptions,
-        closed: Option<Arc<tokio::sync::Notify>>,
+        closed: Option<Arc<Closed>>,
     ) -> Result<ClusterClient, RedisStoreError> {
         // No retries by the client: it would send a call again after a
         // connection dropped, when the script may have run (and charged).
@@ -434,12 +542,7 @@ impl Connection {
         if let Some(closed) = closed {
             builder = builder
                 .use_protocol(redis::ProtocolVersion::RESP3)
-                .push_sender(move |info: redis::PushInfo| {
-                    if info.kind == redis::PushKind::Disconnection {
-                        closed.notify_one();
-                    }
-                    Ok::<(), std::convert::Infallible>(())
-                });
+                .push_sender(closed.sender());
         }
         #[cfg(feature = "tls")]
         if let Some(certificates) = options.tls.certificates()? {
@@ -557,6 +660,15 @@ impl Failure {
 }
 
 impl Connection {
+    /// The signal its connections give when one closes, if any.
+    fn closed(&self) -> Option<&Arc<Closed>> {
+        match self {
+            Connection::Cluster(_, handle) => handle.closed.as_ref(),
+            Connection::Sentinel(_, master) => Some(&master.closed),
+            Connection::Single(_) => None,
+        }
+    }
+
     /// Whether this is a Cluster connection.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Connection::Cluster(..))

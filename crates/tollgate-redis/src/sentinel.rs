@@ -3,12 +3,12 @@
 //! one (it died, or a failover demoted it).
 
 use crate::RedisStoreError;
-use crate::connection::ConnectOptions;
+use crate::connection::{Closed, ConnectOptions, Search};
 use crate::url::SentinelTarget;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, TlsMode};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long after a failed search for the master the next one may start:
@@ -32,6 +32,9 @@ pub(crate) struct SentinelMaster {
     failed: Mutex<Option<(Instant, String)>>,
     /// The address of the master last connected to.
     connected_to: Mutex<Option<ConnectionAddr>>,
+    /// Notified when a connection to the master closes (a RESP3 master
+    /// says so): see `Topology::watch_closed`.
+    pub(crate) closed: Arc<Closed>,
 }
 
 /// The password (and user) the sentinels ask for, when they ask for one.
@@ -88,31 +91,38 @@ impl SentinelMaster {
             }
         }
         let client = builder.build().map_err(config_error)?;
+        let closed = Arc::new(Closed::default());
+        let config = options.connection_config().set_push_sender(closed.sender());
         Ok(SentinelMaster {
             client: tokio::sync::Mutex::new(client),
             service: target.service.clone(),
-            config: options.connection_config(),
+            config,
+            closed,
             search_timeout: options.connect_timeout * 2,
             failed: Mutex::new(None),
             connected_to: Mutex::new(None),
         })
     }
 
-    /// A connection to the master the sentinels name now. Fails at once,
-    /// with the last search's reason, if a search failed less than
-    /// [`SEARCH_PAUSE`] ago.
-    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, RedisStoreError> {
-        if let Some(reason) = self.recent_failure() {
+    /// A connection to the master the sentinels name now. For a call, fails
+    /// at once, with the last search's reason, if a call's search failed
+    /// less than [`SEARCH_PAUSE`] ago; a search in the background does not
+    /// wait that out, nor count.
+    pub(crate) async fn connect(
+        &self,
+        search: Search,
+    ) -> Result<MultiplexedConnection, RedisStoreError> {
+        if search == Search::ForCall
+            && let Some(reason) = self.recent_failure()
+        {
             return Err(self.no_master(&reason));
         }
-        let search = async {
+        let find = async {
             let master = self.client.lock().await.async_get_client().await?;
-            let connection = master
-                .get_multiplexed_async_connection_with_config(&self.config)
-                .await?;
+            let connection = self.open(&master).await?;
             Ok::<_, redis::RedisError>((connection, master.get_connection_info().addr().clone()))
         };
-        let reason = match tokio::time::timeout(self.search_timeout, search).await {
+        let reason = match tokio::time::timeout(self.search_timeout, find).await {
             Ok(Ok((connection, address))) => {
                 *lock(&self.connected_to) = Some(address);
                 return Ok(connection);
@@ -120,8 +130,41 @@ impl SentinelMaster {
             Ok(Err(error)) => error.to_string(),
             Err(_) => format!("no answer within {:?}", self.search_timeout),
         };
-        *lock(&self.failed) = Some((Instant::now(), reason.clone()));
+        if search == Search::ForCall {
+            *lock(&self.failed) = Some((Instant::now(), reason.clone()));
+        }
         Err(self.no_master(&reason))
+    }
+
+    /// A connection to `master`: in RESP3, whose connection says when it
+    /// closes (a restart), where the master speaks it; else (a master older
+    /// than Redis 6 refuses `HELLO`) in RESP2, which does not.
+    async fn open(&self, master: &redis::Client) -> redis::RedisResult<MultiplexedConnection> {
+        let info = master.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let resp3 = redis::Client::open(info.set_redis_settings(settings))?;
+        match resp3
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await
+        {
+            Err(error)
+                if error.kind() != redis::ErrorKind::Io
+                    && !error.is_connection_refusal()
+                    && !error.is_timeout() =>
+            {
+                let plain = self
+                    .config
+                    .clone()
+                    .set_push_sender(|_: redis::PushInfo| Ok::<(), std::convert::Infallible>(()));
+                master
+                    .get_multiplexed_async_connection_with_config(&plain)
+                    .await
+            }
+            attempt => attempt,
+        }
     }
 
     /// Whether the sentinels now name a master other than the one last

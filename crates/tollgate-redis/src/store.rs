@@ -634,7 +634,7 @@ async fn call_until_answered(
     script: &LuaScript,
     command: &redis::Cmd,
 ) -> Result<Vec<i64>, RedisStoreError> {
-    let mut generation = shared.topology.current()?;
+    let mut generation = shared.topology.live().await?;
     let mut attempt = 0;
     loop {
         let error = match call(script, command, &generation.connection).await {
