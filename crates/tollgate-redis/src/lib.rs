@@ -174,6 +174,17 @@
 //! [`reconnect_max_delay`](RedisStoreBuilder::reconnect_max_delay), so
 //! limiting resumes soon after Redis is back, without a restart.
 //!
+//! A server that restarts (or dies) closes its connections. The store
+//! speaks RESP3 where the server does (Redis 6 and later, Valkey), whose
+//! connections say when the server closed them, and then makes a fresh
+//! connection at once (one server, a Cluster, a Sentinel-watched master):
+//! the first call after a restart is sent on a live connection and
+//! decided, not failed on the dead one (where it could not be sent again,
+//! as a call that reached the server may have run). Tested for each, with
+//! the server killed and started again on its port between two requests.
+//! A server older than Redis 6 is spoken to in RESP2, which gives no such
+//! signal: there the first call after a restart may fail, once.
+//!
 //! A Cluster's topology may change under load. The store sends a call again
 //! only where its script cannot have run: after `MOVED` (slots moved; the
 //! client reads the slot map again), `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`
