@@ -575,9 +575,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         #[cfg(feature = "quotas")]
         let quotas = config.quotas.map(|quotas| {
             let base_name = default.limits().first().map_or("quota", NamedLimit::name);
-            Arc::new(crate::quotas::Resolver::new(
-                quotas, base_name, algorithm, max_delay,
-            ))
+            crate::quotas::Resolver::new(quotas, base_name, algorithm, max_delay)
         });
         let settings = config.settings;
         let headers = settings.headers;

@@ -35,7 +35,10 @@ fn from(key: &str) -> Request<()> {
 fn keyed(
     default: Quota,
     quotas: KeyQuotas,
-) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible> {
+) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
     let layer = RateLimitLayer::builder()
         .quota("api", default)
         .key(HeaderKey::new("x-api-key"))
@@ -374,4 +377,39 @@ fn in_a_runtime_without_time_keys_stay_on_the_default_limits() {
     });
     assert_eq!(statuses, [200, 200, 429, 429]);
     assert_eq!(quotas.lookups(), 4);
+}
+
+/// A plan changed at the source and invalidated applies from the key's
+/// very next request, whatever the TTL; a lookup that was running when the
+/// plan changed is made again, so its old answer is not kept.
+#[tokio::test(start_paused = true)]
+async fn an_invalidated_key_gets_its_new_plan_on_its_next_request() {
+    let plans = Plans::default();
+    plans.set("tenant", "10/min");
+    let quotas = plans
+        .source(Duration::from_millis(50))
+        .ttl(Duration::from_secs(3600));
+    let mut service = keyed(Quota::per_minute(100), quotas.clone());
+    let first = send(&mut service, from("tenant")).await;
+    assert_eq!(first.headers()["ratelimit-policy"], "\"api\";q=10;w=60");
+
+    plans.set("tenant", "3/min");
+    quotas.invalidate(&tollgate::Key::from("tenant"));
+    let next = send(&mut service, from("tenant")).await;
+    assert_eq!(next.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
+
+    // A lookup under way when the plan changes: its answer is not kept.
+    plans.set("other", "10/min");
+    let mut waiting = service.clone();
+    let request = tokio::spawn(async move { send(&mut waiting, from("other")).await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    plans.set("other", "4/min");
+    quotas.invalidate_all();
+    let answered = request.await.unwrap();
+    assert_eq!(answered.headers()["ratelimit-policy"], "\"api\";q=4;w=60");
+    assert_eq!(
+        quotas.lookups(),
+        3,
+        "tenant twice, other once (asked twice)"
+    );
 }

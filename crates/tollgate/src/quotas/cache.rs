@@ -31,6 +31,9 @@ pub struct KeyQuotas {
     max_keys: u64,
     max_lookups: usize,
     stats: Arc<Stats>,
+    /// The caches of the layers built with this (or a clone), which
+    /// [`invalidate`](KeyQuotas::invalidate) reaches.
+    caches: Arc<Mutex<Vec<std::sync::Weak<Resolver>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +68,7 @@ impl KeyQuotas {
             max_keys: 100_000,
             max_lookups: 64,
             stats: Arc::default(),
+            caches: Arc::default(),
         }
     }
 
@@ -118,6 +122,45 @@ impl KeyQuotas {
     /// How many lookups were started so far.
     pub fn lookups(&self) -> u64 {
         self.stats.lookups.load(Ordering::Relaxed)
+    }
+
+    /// Drops `key`'s cached quota in every layer built with these quotas
+    /// (or a clone): the key's next request asks the source again and
+    /// waits for its answer, as a key's first request does, so a changed
+    /// plan applies from that request on, whatever the TTL. A lookup of
+    /// the key running now is not trusted: its answer may predate the
+    /// change, so the key is looked up again once it ends.
+    ///
+    /// ```
+    /// use tollgate::Key;
+    /// use tollgate::quotas::{KeyQuotas, StaticQuotas};
+    ///
+    /// let quotas = KeyQuotas::new(StaticQuotas::new());
+    /// // ... the key's plan changed at the source:
+    /// quotas.invalidate(&Key::from("tenant-42"));
+    /// ```
+    pub fn invalidate(&self, key: &Key) {
+        self.each_cache(|resolver| resolver.forget(Some(key)));
+    }
+
+    /// Drops every key's cached quota, as [`invalidate`](Self::invalidate)
+    /// drops one: after a source's whole contents changed.
+    pub fn invalidate_all(&self) {
+        self.each_cache(|resolver| resolver.forget(None));
+    }
+
+    fn each_cache(&self, f: impl Fn(&Resolver)) {
+        let mut caches = self
+            .caches
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        caches.retain(|cache| match cache.upgrade() {
+            Some(resolver) => {
+                f(&resolver);
+                true
+            }
+            None => false,
+        });
     }
 }
 
@@ -204,10 +247,29 @@ pub(crate) struct Resolver {
     /// Mixed into every per-key policy's identity, so that two layers with
     /// the same quotas over one store keep apart.
     salt: u64,
+    /// Counts invalidations: a lookup that saw it move while it ran is
+    /// made again before its answer is kept.
+    forgotten: AtomicU64,
 }
 
 impl Resolver {
+    /// The cache of one layer, reached by `config`'s invalidations.
     pub(crate) fn new(
+        config: KeyQuotas,
+        base_name: &str,
+        algorithm: Option<Algorithm>,
+        max_delay: Option<Duration>,
+    ) -> Arc<Self> {
+        let caches = config.caches.clone();
+        let resolver = Arc::new(Self::unlisted(config, base_name, algorithm, max_delay));
+        caches
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Arc::downgrade(&resolver));
+        resolver
+    }
+
+    fn unlisted(
         config: KeyQuotas,
         base_name: &str,
         algorithm: Option<Algorithm>,
@@ -227,6 +289,16 @@ impl Resolver {
             warned_no_runtime: AtomicBool::new(false),
             running: Arc::default(),
             salt: Policy::new(Vec::new()).id(),
+            forgotten: AtomicU64::new(0),
+        }
+    }
+
+    /// Drops `key`'s cached answer (every key's with `None`).
+    fn forget(&self, key: Option<&Key>) {
+        self.forgotten.fetch_add(1, Ordering::AcqRel);
+        match key {
+            Some(key) => self.cache.invalidate(key),
+            None => self.cache.invalidate_all(),
         }
     }
 
@@ -317,11 +389,21 @@ impl Resolver {
                 key: &key,
                 arrival: arrival.as_deref(),
             };
-            let lookup = resolver.config.source.lookup(&key);
-            let result = match tokio::time::timeout(resolver.config.lookup_timeout, lookup).await {
-                Ok(result) => result,
-                Err(_) => Err("the quota source did not answer in time".into()),
-            };
+            // Asked again if an invalidation came while it ran (a few times
+            // at most: a source changing all the time keeps the last).
+            let mut result = Err(QuotaSourceError::from("not asked"));
+            for _ in 0..3 {
+                let seen = resolver.forgotten.load(Ordering::Acquire);
+                let lookup = resolver.config.source.lookup(&key);
+                result = match tokio::time::timeout(resolver.config.lookup_timeout, lookup).await
+                {
+                    Ok(result) => result,
+                    Err(_) => Err("the quota source did not answer in time".into()),
+                };
+                if resolver.forgotten.load(Ordering::Acquire) == seen {
+                    break;
+                }
+            }
             let result = result.and_then(|answer| resolver.resolution_of(answer));
             let cached = match result {
                 Ok(resolution) => Cached {
@@ -466,7 +548,7 @@ mod tests {
     #[tokio::test]
     async fn the_cache_holds_at_most_max_keys() {
         let quotas = KeyQuotas::new(StaticQuotas::new()).max_keys(100);
-        let resolver = Arc::new(Resolver::new(quotas, "api", None, None));
+        let resolver = Resolver::new(quotas, "api", None, None);
         for i in 0..10_000u32 {
             let key = Key::from_bytes(&i.to_be_bytes());
             // Its first lookup starts (or, past the bound on lookups at
@@ -496,7 +578,7 @@ mod tests {
             Ok(QuotaAnswer::Unlimited)
         });
         let quotas = KeyQuotas::new(source).max_lookups(3);
-        let resolver = Arc::new(Resolver::new(quotas.clone(), "api", None, None));
+        let resolver = Resolver::new(quotas.clone(), "api", None, None);
         let key = |i: u32| Key::from_bytes(&i.to_be_bytes());
         let mut waits = Vec::new();
         for i in 0..100 {
@@ -537,7 +619,7 @@ mod tests {
             }
         });
         let quotas = KeyQuotas::new(source);
-        let resolver = Arc::new(Resolver::new(quotas.clone(), "api", None, None));
+        let resolver = Resolver::new(quotas.clone(), "api", None, None);
         let waits: Vec<_> = (0..5)
             .map(|_| match resolver.resolve(&Key::Global) {
                 Resolution::Pending(arrival) => arrival.wait(),
@@ -574,7 +656,7 @@ mod tests {
         let quotas = KeyQuotas::new(StaticQuotas::new())
             .ttl(Duration::MAX)
             .error_ttl(Duration::MAX);
-        let resolver = Arc::new(Resolver::new(quotas.clone(), "api", None, None));
+        let resolver = Resolver::new(quotas.clone(), "api", None, None);
         resolver.resolve(&Key::Global);
         for _ in 0..10 {
             tokio::task::yield_now().await;
