@@ -12,4 +12,5 @@
 
 pub mod custom_store;
 pub mod demo;
+pub mod plans;
 pub mod serving;

@@ -1016,3 +1016,97 @@ fn a_lazy_server_starts_without_redis_and_shares_the_limit_once_it_is_up() {
         .collect();
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
 }
+
+/// `--quota`: a key's own quota from its first request, in the headers
+/// and in the count; keys without one keep the `--limit`.
+#[test]
+fn quota_flags_give_keys_their_own_quota_from_the_first_request() {
+    let server = Server::start(&[
+        "--limit",
+        "api=10/min",
+        "--quota",
+        "free=5/min",
+        "--quota",
+        "pro=100/min",
+        "--key",
+        "header:x-api-key",
+    ]);
+    let free = [("x-api-key", "free")];
+    let first = server.get("/", &free);
+    assert_eq!(first.header("ratelimit-policy"), Some("\"api\";q=5;w=60"));
+    let rest = server.statuses(5, &free);
+    assert_eq!(rest, [200, 200, 200, 200, 429], "exactly 5 pass");
+    let pro = server.get("/", &[("x-api-key", "pro")]);
+    assert_eq!(pro.header("ratelimit-policy"), Some("\"api\";q=100;w=60"));
+    let other = server.get("/", &[("x-api-key", "someone")]);
+    assert_eq!(other.header("ratelimit-policy"), Some("\"api\";q=10;w=60"));
+}
+
+/// `--quota-file`: read at start over the `--quota` flags; a change
+/// applies to the key's next request within a second (`WATCH_EVERY` is
+/// 250 ms); a malformed file is reported and the last good plans kept; a
+/// malformed file at start is a usage error (exit 2).
+#[test]
+fn a_quota_file_is_followed_and_a_bad_one_never_replaces_a_good_one() {
+    let dir = std::env::temp_dir().join(format!("tollgate-plans-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plans.txt");
+    std::fs::write(&file, "# plans\ntenant=5/h\n").unwrap();
+    let path = file.to_str().unwrap();
+    let server = Server::start(&[
+        "--limit",
+        "api=10/min",
+        "--quota",
+        "tenant=1/h",
+        "--quota-file",
+        path,
+        "--key",
+        "header:x-api-key",
+    ]);
+    let tenant = [("x-api-key", "tenant")];
+    let policy = |server: &Server| {
+        let response = server.get("/", &tenant);
+        response.header("ratelimit-policy").map(str::to_owned)
+    };
+    assert_eq!(
+        policy(&server).as_deref(),
+        Some("\"api\";q=5;w=3600"),
+        "the file's"
+    );
+
+    std::fs::write(&file, "tenant=100/h\n").unwrap();
+    let changed = Instant::now();
+    while policy(&server).as_deref() != Some("\"api\";q=100;w=3600") {
+        assert!(
+            changed.elapsed() < Duration::from_secs(1),
+            "not followed within 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    std::fs::write(&file, "tenant=100/h\nbroken line\n").unwrap();
+    let logged = Instant::now();
+    while !server
+        .logs()
+        .iter()
+        .any(|l| l.contains("line 2") && l.contains("WARN"))
+    {
+        assert!(
+            logged.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            server.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        policy(&server).as_deref(),
+        Some("\"api\";q=100;w=3600"),
+        "kept"
+    );
+
+    std::fs::write(&file, "tenant=lots\n").unwrap();
+    let (status, stderr) = run_to_exit(&["--quota-file", path]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 1"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

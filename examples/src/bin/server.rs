@@ -30,6 +30,8 @@
 //! --header-timeout-ms N    default 10000: a request's head must arrive within N ms
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
 //! --max-connections N      default: the open-file limit less 64; at N, the connection waiting longest for a request head is closed for a new one
+//! --quota KEY=QUOTA        repeatable: a key's own quota (e.g. free=5/min, pro=100/min;5000/h, vip=unlimited) instead of the --limit flags
+//! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing; a malformed file is reported and the last good one kept
 //! ```
 //!
 //! Details a script may need:
@@ -155,12 +157,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::in_flight::InFlightLayer;
+use tollgate::quotas::{KeyQuotas, QuotaAnswer};
 use tollgate::store::{BoxStore, Breaker, Fallback, Split, Timeout};
 use tollgate::{
     ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
     OnStoreError, RateLimitLayer,
 };
 use tollgate_axum::ClientIp;
+use tollgate_examples::plans;
 use tollgate_examples::serving::{ServeLimits, serve};
 use tollgate_redis::{LocalFirst, LocalMode, RedisSlots, RedisStore};
 
@@ -274,6 +278,20 @@ struct Args {
     /// longest for a request head is closed to make room.
     #[arg(long, value_name = "N", value_parser = connection_cap)]
     max_connections: Option<usize>,
+
+    /// A key's own quota, e.g. free=5/min, pro=100/min;5000/h or
+    /// vip=unlimited: its requests are limited by it instead of the
+    /// --limit flags (its limits named after the first); repeat for
+    /// several. KEY is the --key's text: the header's value, the address.
+    #[arg(long = "quota", value_name = "KEY=QUOTA", value_parser = plans::parse_plan)]
+    quotas: Vec<(String, QuotaAnswer)>,
+
+    /// A file of KEY=QUOTA lines (`#` starts a comment line), over the
+    /// --quota flags; read again within a second of changing (a key whose
+    /// plan changed gets it from its next request); a malformed file is
+    /// reported and the last good one kept (at start: exit code 2).
+    #[arg(long, value_name = "PATH")]
+    quota_file: Option<std::path::PathBuf>,
 }
 
 /// Parses `--charge-when`.
@@ -680,6 +698,9 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     if let Some(charge_when) = &args.charge_when {
         builder = builder.charge_when(charge_when.clone());
     }
+    if let Some(quotas) = key_quotas(args)? {
+        builder = builder.quota_source(quotas);
+    }
     let layer = builder
         .try_build()
         .map_err(|e| Failure::Usage(e.to_string()))?;
@@ -691,6 +712,26 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         Some(limit) => in_flight(router, limit, args, store_url).await,
         None => Ok(router),
     }
+}
+
+/// The per-key quotas of `--quota` and `--quota-file` (the file watched
+/// from now on), if any; a quota file that cannot be read or parsed is a
+/// usage error.
+fn key_quotas(args: &Args) -> Result<Option<KeyQuotas>, Failure> {
+    if args.quotas.is_empty() && args.quota_file.is_none() {
+        return Ok(None);
+    }
+    let fixed: plans::Plans = args.quotas.iter().cloned().collect();
+    let from_file = match &args.quota_file {
+        Some(path) => plans::read_file(path).map_err(Failure::Usage)?,
+        None => plans::Plans::new(),
+    };
+    let book = plans::PlanBook::new(plans::merged(&fixed, from_file));
+    let quotas = KeyQuotas::new(book.clone());
+    if let Some(path) = &args.quota_file {
+        tokio::spawn(plans::watch(path.clone(), fixed, book, quotas.clone()));
+    }
+    Ok(Some(quotas))
 }
 
 /// `--on-store-error` as the library's setting. With `fallback` the
