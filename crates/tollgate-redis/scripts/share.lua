@@ -32,6 +32,9 @@
 --          it spends the grant at once and holds nothing); sync: the
 --          least share worth giving (the cost of the request that waits;
 --          0 when none does).
+-- ARGV[9]: sync: what the instance may still spend of its last share
+--          while this call is on its way (it decides meanwhile): counted
+--          as its until the share given now replaces it.
 -- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
 -- ARGV[10]: reserve: this reservation's number, increasing per instance
 --          (recorded beside the units held: a refund names it).
@@ -54,7 +57,8 @@
 --            admit until its next sync: its part of what remains less what
 --            the others may still spend of theirs), then how many instances
 --            hold a live share (this one included); the decisions read for
---            a cost of 0 (what remains now);
+--            a cost of 0 (what remains now), each with, in its retry field,
+--            its retry for a cost of 1 if that would be refused;
 --   refund:  the units taken off the holder's held count (of the first
 --            limit that counts them; 0 if none), 0, 0; the decisions read
 --            for a cost of 0 after the refund.
@@ -78,7 +82,8 @@ do
       [10] = 'the reservation number' }
   elseif op == 'sync' then
     numbers = { [3] = 'the units spent', [5] = 'the sequence number',
-      [6] = 'the share\'s life in µs', [7] = 'the instances', [8] = 'the least share' }
+      [6] = 'the share\'s life in µs', [7] = 'the instances', [8] = 'the least share',
+      [9] = 'the share left' }
   else
     numbers = { [3] = 'the cost', [5] = 'the reservation number', [6] = 'the µs since the check' }
   end
@@ -159,6 +164,7 @@ end
 -- the request that waits if it can. Recorded in `shares` until it lapses.
 local function give_share(shares, instance)
   local life, fixed, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+  local left = tonumber(ARGV[9])
   local others, sharing, latest = 0, 1, now + life
   local entries = redis.call('HGETALL', shares)
   for i = 1, #entries, 2 do
@@ -186,7 +192,10 @@ local function give_share(shares, instance)
   if need > share and need <= free then
     share = need
   end
-  redis.call('HSET', shares, instance, int(share) .. ' ' .. int(now + life))
+  -- What the instance may have outstanding until its next sync: the share,
+  -- and anything it spent of its last one while this call was on its way
+  -- (not reported yet, and at most what it had left then).
+  redis.call('HSET', shares, instance, int(max(share, left)) .. ' ' .. int(now + life))
   -- Kept while a share in it lives.
   redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
   return share, sharing
@@ -281,8 +290,18 @@ if op == 'sync' then
     redis.call('PEXPIRE', sequences, ttl(max(longest, 60000)))
     applied = 1
   end
-  -- Read for a cost of 0: what remains now, nothing taken off.
+  -- Read for a cost of 0: what remains now, nothing taken off. A limit
+  -- that would refuse one unit also says when one would pass (its retry
+  -- for a cost of 1, in the retry field), which its figures at cost 0 do
+  -- not tell for a key in debt (a window's estimate falling by one unit is
+  -- not yet a unit free).
   evaluate_all(0)
+  for _, limit in ipairs(limits) do
+    local one = limit.algorithm.evaluate(limit.state, now, 1, limit.p)
+    if one[1] == 0 then
+      limit.decision[5] = one[5]
+    end
+  end
   local share, sharing = give_share(KEYS[#KEYS], instance)
   return reply(applied, share, sharing)
 end

@@ -137,17 +137,22 @@ impl LuaScript {
 #[derive(Clone, Debug)]
 struct LimitArgs {
     call: ScriptCall,
-    /// `}:name:state`, the part of the Redis key after the user's key.
+    /// `}:name:state`, the part of the Redis key after the user's key; a
+    /// per-key quota's (a [plan](tollgate::Policy::plan)) ends with
+    /// `:pPLAN` (16 hex digits), so that no other plan reads its state.
     key_suffix: String,
 }
 
 impl LimitArgs {
-    fn new(name: &str, limiter: &Limiter) -> Self {
+    fn new(name: &str, limiter: &Limiter, plan: Option<u64>) -> Self {
         let call = limiter.script();
         let mut key_suffix = String::from("}:");
         escape_into(&mut key_suffix, name.as_bytes());
         key_suffix.push(':');
         key_suffix.push_str(call.state);
+        if let Some(plan) = plan {
+            key_suffix.push_str(&format!(":p{plan:016x}"));
+        }
         LimitArgs { call, key_suffix }
     }
 }
@@ -177,7 +182,7 @@ impl PreparedPolicy {
         let limits: Vec<LimitArgs> = policy
             .limits()
             .iter()
-            .map(|l| LimitArgs::new(l.name(), l.limiter()))
+            .map(|l| LimitArgs::new(l.name(), l.limiter(), policy.plan()))
             .collect();
         // A script name with no file (an algorithm's mistake) sends the
         // name anyway: `check.lua` answers "unknown algorithm", an error
@@ -391,6 +396,7 @@ impl PreparedPolicy {
                 life_micros,
                 instances,
                 need,
+                left,
             } => (
                 "sync",
                 [
@@ -400,7 +406,7 @@ impl PreparedPolicy {
                     life_micros,
                     u64::from(instances),
                     u64::from(need),
-                    0,
+                    left,
                     0,
                 ],
             ),
@@ -577,6 +583,8 @@ pub(crate) enum ShareOp {
     /// read the state, and take this instance's share of what remains
     /// (at least `need` if that much is free), to spend for `life_micros`;
     /// shared among `instances` (0: among those holding a live share).
+    /// `left`: what it may still spend of its last share while the call is
+    /// on its way.
     Sync {
         spent: u64,
         instance: u64,
@@ -584,6 +592,7 @@ pub(crate) enum ShareOp {
         life_micros: u64,
         instances: u32,
         need: u32,
+        left: u64,
     },
 }
 

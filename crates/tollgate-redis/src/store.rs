@@ -245,6 +245,17 @@ impl RedisStore {
         self.shared.calls.load(Ordering::Relaxed)
     }
 
+    /// The test clock's time in ns, if the store has one: what a
+    /// [`LocalFirst`](crate::LocalFirst) in front of it reads instead of
+    /// its own clock, so that a test moves both.
+    pub(crate) fn test_nanos(&self) -> Option<u64> {
+        #[cfg(feature = "test-clock")]
+        if let Some(clock) = &self.shared.clock {
+            return Some(tollgate_core::Clock::now(clock));
+        }
+        None
+    }
+
     /// `None` (the script reads the server's clock), or the test clock in
     /// µs.
     fn now_micros(&self) -> Option<u64> {

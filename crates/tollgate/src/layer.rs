@@ -572,10 +572,17 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             Some(seed) => Policy::with_seed(seed, apply(config.limits)),
             None => Policy::new(apply(config.limits)),
         };
+        let routes = Routes::new(default, routes);
         #[cfg(feature = "quotas")]
         let quotas = config.quotas.map(|quotas| {
+            let default = &routes.default_entry().policy;
             let base_name = default.limits().first().map_or("quota", NamedLimit::name);
-            crate::quotas::Resolver::new(quotas, base_name, algorithm, max_delay)
+            let store = self.store.clone();
+            let plans = crate::quotas::Plans {
+                default: (!default.limits().is_empty()).then(|| default.clone()),
+                carrier: Some(Arc::new(move |from, to, key| store.carry(from, to, key))),
+            };
+            crate::quotas::Resolver::with_plans(quotas, base_name, algorithm, max_delay, plans)
         });
         let settings = config.settings;
         let headers = settings.headers;
@@ -587,7 +594,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         RateLimitLayer {
             shared: Arc::new(Engine {
                 rejector: self.rejector,
-                routes: Routes::new(default, routes),
+                routes,
                 #[cfg(feature = "quotas")]
                 quotas,
                 key: self.key,

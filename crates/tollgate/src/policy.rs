@@ -122,6 +122,34 @@ pub struct Policy {
     metrics: PolicyMetrics,
     /// What stores prepared from the policy; see [`Policy::prepared`].
     prepared: PreparedForms,
+    /// See [`Policy::plan`].
+    plan: Option<u64>,
+}
+
+/// A fingerprint of `limits` (names, algorithms, quotas) that every
+/// process and build computes alike (FNV-1a over their parameters, not
+/// std's hasher, whose algorithm may change): instances sharing a store
+/// name a plan's state the same way.
+#[cfg_attr(not(feature = "quotas"), allow(dead_code))]
+fn plan_fingerprint(limits: &[NamedLimit]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for byte in bytes {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(PRIME);
+        }
+    };
+    for limit in limits {
+        let quota = limit.limiter().quota();
+        feed(limit.name().as_bytes());
+        feed(&[0]);
+        feed(limit.limiter().algorithm().name().as_bytes());
+        feed(&[0]);
+        feed(&quota.limit().to_le_bytes());
+        feed(&quota.period_nanos().to_le_bytes());
+        feed(&quota.burst().to_le_bytes());
+    }
+    hash
 }
 
 /// A policy of one limit whose per-key state is a single `u64`, which a
@@ -189,6 +217,29 @@ impl Policy {
         Self::with_id(seed | 1 << 63, limits)
     }
 
+    /// A per-key quota's policy (see [`Policy::plan`]): identity derived
+    /// from `seed`, and the plan's stable fingerprint of its limits.
+    #[cfg_attr(not(feature = "quotas"), allow(dead_code))]
+    pub(crate) fn for_plan(seed: u64, limits: Vec<NamedLimit>) -> Self {
+        let plan = plan_fingerprint(&limits);
+        Policy {
+            plan: Some(plan),
+            ..Self::with_seed(seed, limits)
+        }
+    }
+
+    /// The plan this policy stands for, when it is a key's own quota (the
+    /// `quotas` feature): the same for every policy built from the
+    /// same quotas, different for other quotas. A store that names a key's
+    /// state by the limits' names (as the Redis store does) keeps each
+    /// plan's state apart by it, so that one plan's state is never read
+    /// under another's rate; a key moved to another plan has its usage
+    /// carried over ([`Store::carry`](crate::Store::carry)). `None` for
+    /// every other policy.
+    pub fn plan(&self) -> Option<u64> {
+        self.plan
+    }
+
     fn with_id(id: u64, limits: Vec<NamedLimit>) -> Self {
         let limiters: Vec<Limiter> = limits.iter().map(|l| l.limiter).collect();
         let names: Vec<&str> = limits.iter().map(NamedLimit::name).collect();
@@ -206,6 +257,7 @@ impl Policy {
             limiters,
             limits,
             prepared: PreparedForms::default(),
+            plan: None,
         }
     }
 

@@ -132,7 +132,10 @@ pub(crate) fn spent(
                 f.retry_after_nanos = if cost > d.limit() {
                     Decision::NEVER_NANOS
                 } else if cost <= remaining + 1 {
-                    f.replenish_after_nanos
+                    // The next unit back, or later when Redis said one unit
+                    // would wait longer (a key in debt: see `share.lua`'s
+                    // sync), carried in the reading's retry.
+                    f.replenish_after_nanos.max(f.retry_after_nanos)
                 } else {
                     // Never before the next unit: a reset aged to 0 is
                     // not before a replenish kept at 1 ns (see `aged`).
@@ -181,6 +184,11 @@ pub(crate) fn counted(decision: &PolicyDecision, left: impl Fn(u64) -> u64) -> P
         .map(|d| {
             let mut f = d.fields();
             f.remaining = left(f.remaining).min(f.limit);
+            if f.allowed {
+                // A sync's reading carries a retry for one unit; a peek's
+                // answer allows (cost 0) and has none.
+                f.retry_after_nanos = 0;
+            }
             Decision::from(f)
         })
         .collect();

@@ -488,6 +488,11 @@ impl Inner {
 
     /// Local time in ns.
     fn now(&self) -> u64 {
+        // A Redis store on a test clock: that clock, so a test moves both.
+        #[cfg(feature = "test-clock")]
+        if let Some(now) = self.redis.test_nanos() {
+            return now;
+        }
         // The memory store's clock, read as the memory store reads it (see
         // `Clock::now_relaxed`): the time-stamp counter where the OS vouches
         // for it, a few ns a read.

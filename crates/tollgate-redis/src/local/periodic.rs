@@ -313,22 +313,30 @@ impl Counts {
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
 pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
-    let (spent, sequence, need) = {
+    let now = inner.now();
+    let (spent, sequence, need, left) = {
         let mut counts = slot.lock();
         counts.touched = false;
         let need = std::mem::take(&mut counts.wanted);
+        // What it may spend while the call is on its way: Redis counts it
+        // as this instance's until the new share replaces it.
+        let left = counts
+            .last
+            .as_ref()
+            .filter(|last| now < last.until)
+            .map_or(0, |last| counts.spendable(last));
         // Read after every refund that landed so far.
         counts.refunded = false;
         match counts.unconfirmed {
-            Some(report) => (report.1, report.0, need),
+            Some(report) => (report.1, report.0, need, left),
             None if counts.pending > 0 => {
                 counts.sequence += 1;
                 let report = (counts.sequence, counts.pending);
                 counts.unconfirmed = Some(report);
                 counts.pending = 0;
-                (report.1, report.0, need)
+                (report.1, report.0, need, left)
             }
-            None => (0, 0, need),
+            None => (0, 0, need, left),
         }
     };
     let life = inner.settings.share_life_nanos;
@@ -339,6 +347,7 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
         life_micros: life / 1_000,
         instances: inner.settings.instances,
         need,
+        left,
     };
     inner.stats.call();
     // Redis counts the share from when the script runs, after this.
@@ -415,6 +424,7 @@ mod tests {
                 life_micros: 1_000_000,
                 instances: 0,
                 need: 0,
+                left: 0,
             };
             let key = Key::from("k");
             let first = redis.share(&policy, &key, report(10, 1)).await.unwrap();
@@ -436,6 +446,7 @@ mod tests {
                 life_micros: 1_000_000,
                 instances: 0,
                 need: 0,
+                left: 0,
             };
             let other = redis.share(&policy, &key, other).await.unwrap();
             assert_eq!(other.decision.merged.remaining(), 80, "{algorithm}");
@@ -459,6 +470,7 @@ mod tests {
             life_micros,
             instances,
             need,
+            left: 0,
         };
         let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
         let minute = 60_000_000;
@@ -505,5 +517,24 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(share(a), (13, 2), "90 − 40 = 50, in four as set");
+        // An instance that may still spend 30 of its last share while its
+        // call is on its way is counted for those 30, though its new share
+        // is smaller.
+        let with_left = ShareOp::Sync {
+            spent: 0,
+            instance: super::super::holder(8, policy.id()),
+            sequence: 0,
+            life_micros: minute,
+            instances: 4,
+            need: 0,
+            left: 30,
+        };
+        let b = redis.share(&policy, &key, with_left).await.unwrap();
+        assert_eq!(share(b), (20, 2), "90 − 13 = 77 free, in four");
+        let a = redis
+            .share(&policy, &key, sync(7, 0, 1, 0, minute, 4))
+            .await
+            .unwrap();
+        assert_eq!(share(a), (15, 2), "90 − 30 (not 20) = 60, in four");
     }
 }

@@ -250,18 +250,63 @@ pub(crate) struct Resolver {
     /// Counts invalidations: a lookup that saw it move while it ran is
     /// made again before its answer is kept.
     forgotten: AtomicU64,
+    /// Moves a key's usage between plans (the layer's store's
+    /// [`Store::carry`](crate::Store::carry)), and the layer's own policy
+    /// (what a "default" answer charges; `None`: nothing).
+    plans: Plans,
+    /// The answers of keys invalidated since (no longer in `cache`): the
+    /// plan a key's next answer carries its usage from.
+    previous: moka::sync::Cache<Key, Resolution>,
+}
+
+/// What moves a key's usage from one plan to another.
+pub(crate) type Carrier =
+    Arc<dyn Fn(&Arc<Policy>, &Arc<Policy>, &Key) -> crate::store::AdminFuture + Send + Sync>;
+
+/// How a layer's plans relate: the policy a "default" answer stands for,
+/// and what carries a key's usage when its plan changes.
+#[derive(Clone, Default)]
+pub(crate) struct Plans {
+    pub(crate) default: Option<Arc<Policy>>,
+    pub(crate) carrier: Option<Carrier>,
+}
+
+impl Plans {
+    /// The policy a key is charged under `resolution`; `None`: nothing, or
+    /// not known yet.
+    fn policy(&self, resolution: &Resolution) -> Option<Arc<Policy>> {
+        match resolution {
+            Resolution::Default => self.default.clone(),
+            Resolution::Limits(entry) => Some(entry.policy.clone()),
+            Resolution::Unlimited | Resolution::Pending(_) => None,
+        }
+    }
 }
 
 impl Resolver {
     /// The cache of one layer, reached by `config`'s invalidations.
+    #[cfg(test)]
     pub(crate) fn new(
         config: KeyQuotas,
         base_name: &str,
         algorithm: Option<Algorithm>,
         max_delay: Option<Duration>,
     ) -> Arc<Self> {
+        Self::with_plans(config, base_name, algorithm, max_delay, Plans::default())
+    }
+
+    /// [`new`](Self::new), whose keys carry their usage across plans.
+    pub(crate) fn with_plans(
+        config: KeyQuotas,
+        base_name: &str,
+        algorithm: Option<Algorithm>,
+        max_delay: Option<Duration>,
+        plans: Plans,
+    ) -> Arc<Self> {
         let caches = config.caches.clone();
-        let resolver = Arc::new(Self::unlisted(config, base_name, algorithm, max_delay));
+        let mut resolver = Self::unlisted(config, base_name, algorithm, max_delay);
+        resolver.plans = plans;
+        let resolver = Arc::new(resolver);
         caches
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -275,6 +320,14 @@ impl Resolver {
         algorithm: Option<Algorithm>,
         max_delay: Option<Duration>,
     ) -> Self {
+        let config_keys = config.max_keys;
+        // A key invalidated and not asked for again within this long has
+        // its old plan's usage forgotten (it has come back by then, or
+        // nearly, for any quota whose period fits in it).
+        let previous_ttl = config
+            .ttl
+            .saturating_add(Duration::from_secs(3600))
+            .min(Duration::from_secs(365 * 86_400));
         Resolver {
             cache: moka::sync::Cache::builder()
                 .max_capacity(config.max_keys)
@@ -290,15 +343,61 @@ impl Resolver {
             running: Arc::default(),
             salt: Policy::new(Vec::new()).id(),
             forgotten: AtomicU64::new(0),
+            plans: Plans::default(),
+            previous: moka::sync::Cache::builder()
+                .max_capacity(config_keys)
+                .time_to_live(previous_ttl)
+                .build(),
         }
     }
 
-    /// Drops `key`'s cached answer (every key's with `None`).
+    /// Drops `key`'s cached answer (every key's with `None`), keeping it
+    /// as the plan the key's next answer carries its usage from.
     fn forget(&self, key: Option<&Key>) {
         self.forgotten.fetch_add(1, Ordering::AcqRel);
+        let keep = |key: Key, cached: &Cached| {
+            if !matches!(cached.resolution, Resolution::Pending(_)) {
+                self.previous.insert(key, cached.resolution.clone());
+            }
+        };
         match key {
-            Some(key) => self.cache.invalidate(key),
-            None => self.cache.invalidate_all(),
+            Some(key) => {
+                if let Some(cached) = self.cache.get(key) {
+                    keep(key.clone(), &cached);
+                }
+                self.cache.invalidate(key);
+            }
+            None => {
+                for (key, cached) in self.cache.iter() {
+                    keep((*key).clone(), &cached);
+                }
+                self.cache.invalidate_all();
+            }
+        }
+    }
+
+    /// Carries `key`'s usage from the plan it was charged under
+    /// (`before`) to the one it gets now, if they differ; waits for it at
+    /// most the lookup timeout (a carry that fails is logged, and the new
+    /// plan starts from its own state).
+    async fn carry(&self, key: &Key, before: Option<Resolution>, now: &Resolution) {
+        let Some(carrier) = &self.plans.carrier else {
+            return;
+        };
+        let from = before.and_then(|before| self.plans.policy(&before));
+        let (Some(from), Some(to)) = (from, self.plans.policy(now)) else {
+            return;
+        };
+        if from.id() == to.id() {
+            return;
+        }
+        let carried = tokio::time::timeout(self.config.lookup_timeout, carrier(&from, &to, key));
+        match carried.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "a key's plan changed and its usage could not be carried over")
+            }
+            Err(_) => tracing::warn!("a key's plan changed and carrying its usage over timed out"),
         }
     }
 
@@ -405,6 +504,13 @@ impl Resolver {
                 }
             }
             let result = result.and_then(|answer| resolver.resolution_of(answer));
+            if let Ok(now) = &result {
+                let before = match &previous {
+                    Some(previous) => Some(previous.resolution.clone()),
+                    None => resolver.previous.remove(&key),
+                };
+                resolver.carry(&key, before, now).await;
+            }
             let cached = match result {
                 Ok(resolution) => Cached {
                     resolution,
@@ -485,7 +591,7 @@ impl Resolver {
         // The same quotas give the same identity, interned or not.
         let mut seed = std::hash::DefaultHasher::new();
         (self.salt, quotas).hash(&mut seed);
-        Policy::with_seed(seed.finish(), limits)
+        Policy::for_plan(seed.finish(), limits)
     }
 }
 

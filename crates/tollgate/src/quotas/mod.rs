@@ -62,17 +62,30 @@
 //! are named after the layer's first limit (`api`, then `api-2`, ...), so
 //! headers and metrics read the same for every key.
 //!
-//! A key's counters are kept per quota: in a [`MemoryStore`](crate::MemoryStore)
-//! a key whose quota changes starts a fresh count under the new quota (it
-//! cannot exceed the new quota from then on, but earlier requests are not
-//! carried over); in Redis the count carries over, as counters there are
-//! named by limit, not by quota.
+//! A key's usage goes with it from plan to plan. Each plan's counters are
+//! kept apart (by policy in the memory store, by [`Policy::plan`](crate::Policy::plan)
+//! in the Redis key names), so that one plan's state is never read under
+//! another's rate; when a lookup (a refresh, or the first one after
+//! [`KeyQuotas::invalidate`]) finds a key's plan changed, the layer moves
+//! the key's usage with [`Store::carry`](crate::Store::carry) before the
+//! key is charged under the new plan: the units used under the old quota
+//! are still used under the new one (5 used of 5 a minute, moved to 100 a
+//! minute, leaves 95; 50 used of 100 an hour, moved to 5 an hour, is
+//! refused until they have come back at the new pace, with an honest
+//! `Retry-After`). The same for every algorithm and store (tested for GCRA,
+//! the fixed window and the sliding window on the memory store, the Redis
+//! store and the local-first store in both modes). Not carried: a plan of
+//! several quotas carries its first quota's usage only; a debt beyond the
+//! old limit; a key dropped from the cache (past `max_keys`) before its
+//! plan changed; requests charged under the old plan while the move runs
+//! (a round trip). Two instances that both see the change carry it once:
+//! the second finds the old plan's state gone.
 
 mod cache;
 mod source;
 
 pub use cache::KeyQuotas;
-pub(crate) use cache::{QuotaWait, Resolution, Resolver};
+pub(crate) use cache::{Plans, QuotaWait, Resolution, Resolver};
 pub use source::{
     AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError, StaticQuotas, quota_fn,
     quota_fn_async,

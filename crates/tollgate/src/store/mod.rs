@@ -254,4 +254,45 @@ pub trait Store: Clone + Send + Sync + 'static {
         let _ = (policy, key);
         AdminFuture::ready(Ok(()))
     }
+
+    /// Moves `key`'s usage from the plan `from` to the plan `to` (a key's
+    /// quota changed: see the `quotas` module), the same on every
+    /// store and algorithm: the units the key has used under `from` now
+    /// (its limit less what remains, read by [`peek`](Self::peek)) are
+    /// still used under `to`, charged at this moment as
+    /// [`debit`](Self::debit) charges, and `from`'s state is
+    /// [`reset`](Self::reset). An upgrade from 5 used of 5 a minute to 100
+    /// a minute leaves 95; a downgrade below what was used refuses until
+    /// the usage has come back at the new quota's pace, with the
+    /// `retry_after` the new quota gives. A plan of several quotas carries
+    /// its first quota's usage (charged to each of the new plan's limits).
+    /// A debt beyond the old limit is not carried.
+    ///
+    /// Carried once: a second move finds `from` reset and carries nothing,
+    /// so instances that each see the change may each ask. A store whose
+    /// state is named apart per plan ([`Policy::plan`]) is what makes that
+    /// hold; the memory store's states are apart per policy already.
+    ///
+    /// The default is written with `peek`, `reset` and `debit`, and is
+    /// right for every store that has them; a store without `reset` fails
+    /// with [`AdminError::Unsupported`] (nothing is carried, `from`'s state
+    /// stays where it was).
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let (store, from, to, key) = (self.clone(), from.clone(), to.clone(), key.clone());
+        AdminFuture::new(async move {
+            let used = match store.peek(&from, &key).resolve().await {
+                Ok(decision) => decision
+                    .each
+                    .first()
+                    .map_or(0, |limit| limit.limit().saturating_sub(limit.remaining())),
+                Err(error) => return Err(AdminError::store(error)),
+            };
+            store.reset(&from, &key).await?;
+            if used > 0 {
+                let cost = u32::try_from(used).unwrap_or(u32::MAX);
+                store.debit(&to, &key, Debit::new(cost)).landed().await;
+            }
+            Ok(())
+        })
+    }
 }

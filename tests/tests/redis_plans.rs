@@ -1,0 +1,198 @@
+//! Plans that change, on a real redis-server: a key moved to another
+//! per-key quota keeps its usage, for GCRA, the fixed window and the
+//! sliding window, through the Redis store and the local-first store in
+//! both modes (each plan's state is kept under its own keys, and
+//! `Store::carry` moves the usage once); and two instances that both see
+//! the change carry it once.
+
+use http::{Request, StatusCode};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tollgate::quotas::{KeyQuotas, QuotaAnswer, quota_fn};
+use tollgate::{HeaderKey, Key, RateLimitLayer, Store};
+use tollgate_core::{Algorithm, ManualClock, Quota};
+use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+use tollgate_tests::app::{App, behind};
+use tollgate_tests::redis::RedisServer;
+use tower::ServiceExt;
+
+const SECOND: u64 = 1_000_000_000;
+
+/// Plans by key, changed by the test.
+#[derive(Clone, Default)]
+struct Plans(Arc<Mutex<HashMap<String, String>>>);
+
+impl Plans {
+    fn set(&self, key: &str, quota: &str) {
+        self.0.lock().unwrap().insert(key.into(), quota.into());
+    }
+
+    fn quotas(&self) -> KeyQuotas {
+        let plans = self.0.clone();
+        KeyQuotas::new(quota_fn(move |key| {
+            let key = String::from_utf8(key.to_bytes()).unwrap_or_default();
+            let text = plans.lock().unwrap().get(&key).cloned();
+            text.unwrap_or_default().parse::<QuotaAnswer>().unwrap()
+        }))
+        .ttl(Duration::from_secs(86_400))
+    }
+}
+
+fn app(store: impl Store, algorithm: Algorithm, quotas: &KeyQuotas) -> App {
+    behind(
+        RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(1000))
+            .algorithm(algorithm)
+            .key(HeaderKey::new("x-api-key"))
+            .store(store)
+            .store_timeout(Duration::from_secs(2))
+            .quota_source(quotas.clone())
+            .build(),
+    )
+}
+
+/// One request for `key`: status, `r` of the first limit, Retry-After.
+async fn send(app: &App, key: &str) -> (StatusCode, u64, Option<u64>) {
+    let request = Request::builder()
+        .header("x-api-key", key)
+        .body(())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let field = header("ratelimit").unwrap_or_default();
+    let r = field
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("r="))
+        .map_or(0, |r| r.parse().unwrap());
+    let retry = header("retry-after").map(|v| v.parse().unwrap());
+    (response.status(), r, retry)
+}
+
+async fn statuses(app: &App, key: &str, n: usize) -> Vec<StatusCode> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(send(app, key).await.0);
+    }
+    out
+}
+
+/// The scenario on one store kind: 4 used of 5/h moved to 100/h leaves 95
+/// after the next request; 50 used of 100/h moved to 5/h is refused with a
+/// Retry-After, still refused a second before it, admitted at it.
+async fn carries(
+    name: &str,
+    algorithm: Algorithm,
+    app: &App,
+    quotas: &KeyQuotas,
+    plans: &Plans,
+    clock: &ManualClock,
+) {
+    let case = format!("{name} {algorithm}");
+    plans.set("up", "5/h");
+    plans.set("down", "100/h");
+    assert_eq!(statuses(app, "up", 4).await, [StatusCode::OK; 4], "{case}");
+    assert_eq!(
+        statuses(app, "down", 50).await,
+        [StatusCode::OK; 50],
+        "{case}"
+    );
+    plans.set("up", "100/h");
+    plans.set("down", "5/h");
+    quotas.invalidate(&Key::from("up"));
+    quotas.invalidate(&Key::from("down"));
+    let (status, r, _) = send(app, "up").await;
+    assert_eq!((status, r), (StatusCode::OK, 95), "{case}: upgraded");
+    let (status, _, retry) = send(app, "down").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{case}: downgraded");
+    let retry = retry.expect("a Retry-After");
+    assert!(retry > 60, "{case}: Retry-After {retry}");
+    clock.advance(Duration::from_secs(retry - 1));
+    assert_eq!(
+        send(app, "down").await.0,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{case}: early"
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        send(app, "down").await.0,
+        StatusCode::OK,
+        "{case}: at Retry-After"
+    );
+}
+
+const ALGORITHMS: [Algorithm; 3] = [
+    Algorithm::Gcra,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+];
+
+async fn redis(server: &RedisServer, clock: &ManualClock, prefix: &str) -> RedisStore {
+    RedisStore::builder(server.url())
+        .prefix(prefix)
+        .test_clock(clock.clone())
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_carries_over_a_plan_change_on_the_redis_store() {
+    let server = RedisServer::start();
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let plans = Plans::default();
+        let quotas = plans.quotas();
+        let store = redis(&server, &clock, &format!("plain-{algorithm}")).await;
+        let app = app(store, algorithm, &quotas);
+        carries("redis", algorithm, &app, &quotas, &plans, &clock).await;
+    }
+}
+
+/// Two instances over one Redis, each with its own cache of the plans:
+/// both see the change (each carries), the usage moves once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_carry_a_change_once() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000 * SECOND);
+    let plans = Plans::default();
+    plans.set("up", "5/h");
+    let (one, two) = (plans.quotas(), plans.quotas());
+    let first = app(redis(&server, &clock, "twice").await, Algorithm::Gcra, &one);
+    let second = app(redis(&server, &clock, "twice").await, Algorithm::Gcra, &two);
+    assert_eq!(statuses(&first, "up", 2).await, [StatusCode::OK; 2]);
+    assert_eq!(statuses(&second, "up", 2).await, [StatusCode::OK; 2]);
+    plans.set("up", "100/h");
+    one.invalidate(&Key::from("up"));
+    two.invalidate(&Key::from("up"));
+    assert_eq!(
+        send(&first, "up").await.1,
+        95,
+        "4 used, carried, and this one"
+    );
+    assert_eq!(send(&second, "up").await.1, 94, "carried once, not twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_carries_over_a_plan_change_on_the_local_first_store() {
+    let server = RedisServer::start();
+    for (name, mode) in [
+        ("exact", LocalMode::Exact),
+        ("periodic", LocalMode::PERIODIC),
+    ] {
+        for algorithm in ALGORITHMS {
+            let clock = ManualClock::new(1_700_000_000 * SECOND);
+            let plans = Plans::default();
+            let quotas = plans.quotas();
+            let prefix = format!("local-{name}-{algorithm}");
+            let store = LocalFirst::builder(redis(&server, &clock, &prefix).await, mode).build();
+            let app = app(store, algorithm, &quotas);
+            carries(name, algorithm, &app, &quotas, &plans, &clock).await;
+        }
+    }
+}
