@@ -1073,16 +1073,19 @@ fn a_quota_file_is_followed_and_a_bad_one_never_replaces_a_good_one() {
         Some("\"api\";q=5;w=3600"),
         "the file's"
     );
+    assert_eq!(server.statuses(3, &tenant), [200; 3], "4 of 5 used");
 
+    // Moved to 100 an hour: within a second its next request has the new
+    // plan, with the 4 used carried over (95 left after it).
     std::fs::write(&file, "tenant=100/h\n").unwrap();
-    let changed = Instant::now();
-    while policy(&server).as_deref() != Some("\"api\";q=100;w=3600") {
-        assert!(
-            changed.elapsed() < Duration::from_secs(1),
-            "not followed within 1 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    std::thread::sleep(Duration::from_secs(1));
+    let moved = server.get("/", &tenant);
+    assert_eq!(
+        moved.header("ratelimit-policy"),
+        Some("\"api\";q=100;w=3600")
+    );
+    let field = moved.header("ratelimit").unwrap_or_default();
+    assert!(field.starts_with("\"api\";r=95;"), "{field}");
 
     std::fs::write(&file, "tenant=100/h\nbroken line\n").unwrap();
     let logged = Instant::now();
@@ -1108,5 +1111,49 @@ fn a_quota_file_is_followed_and_a_bad_one_never_replaces_a_good_one() {
     let (status, stderr) = run_to_exit(&["--quota-file", path]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("line 1"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The plan moves over real HTTP with `--quota-file`, on the
+/// memory store and on a Redis store, for GCRA, the fixed window and the
+/// sliding window: a tenant that used 4 of 5 an hour, moved to 100 an
+/// hour, has 95 left after its next request; one that used 50 of 100 an
+/// hour, moved to 5 an hour, is refused with a `Retry-After` of more than
+/// a minute (its usage comes back at the new pace).
+#[test]
+fn plan_moves_keep_usage_on_memory_and_redis() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let dir = std::env::temp_dir().join(format!("tollgate-moves-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for store in ["memory", url.as_str()] {
+        for algorithm in ["gcra", "fixed-window", "sliding-window"] {
+            let case = format!("{store} {algorithm}");
+            let file = dir.join(format!("{algorithm}-{}.txt", store.len()));
+            std::fs::write(&file, "up=5/h\ndown=100/h\n").unwrap();
+            let server = Server::start(&[
+                "--store",
+                store,
+                "--algorithm",
+                algorithm,
+                "--quota-file",
+                file.to_str().unwrap(),
+                "--key",
+                "header:x-api-key",
+            ]);
+            let (up, down) = ([("x-api-key", "up")], [("x-api-key", "down")]);
+            assert_eq!(server.statuses(4, &up), [200; 4], "{case}");
+            assert_eq!(server.statuses(50, &down), [200; 50], "{case}");
+            std::fs::write(&file, "up=100/h\ndown=5/h\n").unwrap();
+            std::thread::sleep(Duration::from_secs(1));
+            let moved = server.get("/", &up);
+            let field = moved.header("ratelimit").unwrap_or_default();
+            assert!(field.starts_with("\"api\";r=95;"), "{case}: {field}");
+            let refused = server.get("/", &down);
+            assert_eq!(refused.status, 429, "{case}");
+            let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+            assert!(retry > 60, "{case}: Retry-After {retry}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,19 +20,25 @@ use tollgate_tests::redis::RedisServer;
 use tower::{Layer, ServiceExt, service_fn};
 
 /// The features, as the table's columns name them.
-const FEATURES: [&str; 7] = [
+const FEATURES: [&str; 8] = [
     "`charge_when`",
     "`pay_after`",
     "in-flight",
     "penalties",
     "admin peek / reset / unblock",
     "per-key quotas",
+    "plan change keeps usage",
     "delay mode",
 ];
 
 /// What trying one cell gave.
 fn cell(works: bool) -> &'static str {
     if works { "yes" } else { "refused at build" }
+}
+
+/// What trying a cell that cannot be refused at build gave.
+fn tried(works: bool) -> &'static str {
+    if works { "yes" } else { "no" }
 }
 
 /// Every cell of `store`'s row, tried.
@@ -55,22 +61,55 @@ async fn row<St: Store>(store: St) -> Vec<&'static str> {
     let penalties = limited().penalty(penalty).try_build().is_ok();
     let admin = admin_works(&store).await;
     let quotas = own_quota_seen(store.clone()).await;
+    let carried = usage_carried(store.clone()).await;
     let delay = limited()
         .delay(Duration::from_millis(200))
         .try_build()
         .is_ok();
-    [
-        charge_when,
-        pay_after,
-        in_flight,
-        penalties,
-        admin,
-        quotas,
-        delay,
-    ]
-    .into_iter()
-    .map(cell)
-    .collect()
+    let mut cells: Vec<&'static str> =
+        [charge_when, pay_after, in_flight, penalties, admin, quotas]
+            .into_iter()
+            .map(cell)
+            .collect();
+    cells.push(tried(carried));
+    cells.push(cell(delay));
+    cells
+}
+
+/// A key that used 2 of its own 5 a minute, moved to 100 a minute (the
+/// source changed, the key invalidated), has 97 left after its next
+/// request: its usage came along (`Store::carry`).
+async fn usage_carried<St: Store>(store: St) -> bool {
+    use std::sync::{Arc, Mutex};
+    let plan = Arc::new(Mutex::new("5/min".to_owned()));
+    let source = {
+        let plan = plan.clone();
+        tollgate::quotas::quota_fn(move |_| plan.lock().unwrap().parse().unwrap())
+    };
+    let quotas = KeyQuotas::new(source);
+    let Ok(layer) = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(10))
+        .key(HeaderKey::new("x-key"))
+        .store(store)
+        .quota_source(quotas.clone())
+        .try_build()
+    else {
+        return false;
+    };
+    let service = layer.layer(service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
+    let send = || async {
+        let request = Request::get("/").header("x-key", "plan").body(()).unwrap();
+        let response = service.clone().oneshot(request).await.unwrap();
+        let field = response.headers().get("ratelimit").cloned();
+        field.map(|f| f.to_str().unwrap_or_default().to_owned())
+    };
+    send().await;
+    send().await;
+    *plan.lock().unwrap() = "100/min".to_owned();
+    quotas.invalidate(&Key::from("plan"));
+    send().await.is_some_and(|field| field.contains("r=97;"))
 }
 
 /// A peek, a reset and an unblock of a key that was charged all answer,

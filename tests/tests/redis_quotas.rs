@@ -62,10 +62,10 @@ async fn quotas_from_a_redis_hash_apply_and_changes_apply_within_the_ttl() {
     tokio::time::sleep(TTL).await;
     send(&app, "user:241531").await;
     tokio::time::sleep(LOOKUP).await;
-    // (Whether it passes depends on the state the 3/min quota left: in
-    // Redis the new quota reads the same GCRA state under its own rate —
-    // the misreading issue 40 is about — so only the quota is asserted.)
-    let (_, policy) = send(&app, "user:241531").await;
+    // The 3 used of 3 a minute came along: 7 of the new 10 left, not a
+    // state read under the wrong rate.
+    let (status, policy) = send(&app, "user:241531").await;
+    assert_eq!(status, 200);
     assert_eq!(policy, "\"api\";q=10;w=60, \"api-2\";q=1000;w=3600");
 
     // "unlimited" is never limited; a field that does not parse is an
