@@ -76,3 +76,60 @@ async fn quotas_from_a_redis_hash_apply_and_changes_apply_within_the_ttl() {
     assert_eq!(send(&app, "user:typo").await.1, "\"api\";q=100;w=60");
     assert_eq!(quotas.errors(), 1);
 }
+
+/// `RedisQuotas::set` reaches every instance's cache within about a
+/// second (the feed they follow), whatever the TTL, and the key's usage
+/// comes along: two instances with an hour's TTL, a key that used 2 of 5
+/// a minute moved to 100 a minute, the next request on either shows the
+/// new quota with 97 (then 96) left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_set_through_redis_reaches_every_instance_within_a_second() {
+    use tollgate::Key;
+    use tollgate::quotas::QuotaAnswer;
+    let server = RedisServer::start();
+    let instance = async || {
+        let store = RedisStore::connect(server.url()).await.unwrap();
+        let source = RedisQuotas::new(&store);
+        let quotas = KeyQuotas::new(source.clone()).ttl(Duration::from_secs(3600));
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(10))
+            .key(HeaderKey::new("x-user"))
+            .store(store)
+            .quota_source(quotas)
+            .build();
+        (behind(layer), source)
+    };
+    let ((one, source), (two, _)) = (instance().await, instance().await);
+    let key = Key::from("tenant");
+    source
+        .set(&key, &"5/min".parse::<QuotaAnswer>().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(send(&one, "tenant").await.1, "\"api\";q=5;w=60");
+    assert_eq!(send(&two, "tenant").await.1, "\"api\";q=5;w=60");
+
+    source
+        .set(&key, &"100/min".parse::<QuotaAnswer>().unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let remaining = async |app: &App| {
+        let request = Request::builder()
+            .header("x-user", "tenant")
+            .body(())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let field = response.headers()["ratelimit"].to_str().unwrap().to_owned();
+        let policy = response.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (policy, field)
+    };
+    let (policy, field) = remaining(&one).await;
+    assert_eq!(policy, "\"api\";q=100;w=60");
+    assert!(field.starts_with("\"api\";r=97;"), "{field}");
+    let (policy, field) = remaining(&two).await;
+    assert_eq!(policy, "\"api\";q=100;w=60");
+    assert!(field.starts_with("\"api\";r=96;"), "carried once: {field}");
+}

@@ -1,9 +1,17 @@
 //! Per-key quotas kept in a Redis hash.
 
-use crate::RedisStore;
 use crate::connection::Topology;
+use crate::{RedisStore, RedisStoreError};
+use std::time::Duration;
 use tollgate::Key;
-use tollgate::quotas::{QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
+use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
+
+/// How often each instance reads the feed of changed quotas.
+pub const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+/// How many changes the feed keeps; an instance that missed more drops
+/// every cached quota.
+const FEED_LENGTH: i64 = 10_000;
 
 /// A [`QuotaSource`] that reads one field of a Redis hash per key:
 /// `HGET tollgate:quotas user:241531` → `"5/s"` (several quotas as
@@ -17,10 +25,18 @@ use tollgate::quotas::{QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
 /// send a header value that reads another key's field, a byte key that
 /// starts with `~` or reads as an IP address gets a `~` in front
 /// (`~203.0.113.7` is the field of the header value `203.0.113.7`, never of
-/// that address). An operator changes a
-/// quota with `HSET tollgate:quotas user:241531 10/s`; it applies within
-/// the cache's TTL. A field that does not parse is a lookup error (counted,
+/// that address). A field that does not parse is a lookup error (counted,
 /// logged with the text), not a silent default.
+///
+/// **Changing a quota.** [`set`](Self::set) (or `remove`) writes the field
+/// and records the change in a feed beside the hash (`HASH:version`, a
+/// counter, and `HASH:changes`, the keys changed, by version, the last
+/// 10,000); every instance's cache follows the feed, once a second, and
+/// drops the changed keys, whose next request then waits for the new quota
+/// and carries the key's usage over ([`Store::carry`](tollgate::Store::carry)):
+/// a change reaches every instance within about a second. A plain `HSET
+/// tollgate:quotas user:241531 10/s` (no feed) applies within the cache's
+/// TTL instead.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
@@ -74,6 +90,117 @@ impl RedisQuotas {
         &self.hash
     }
 
+    /// Sets `key`'s quota (`"5/s"`, `"5/s;500/h"`, `"unlimited"`,
+    /// `"default"`), and records the change in the feed every instance
+    /// follows (see the type's docs): within about a second every
+    /// instance's next request of `key` has it.
+    pub async fn set(&self, key: &Key, answer: &QuotaAnswer) -> Result<(), RedisStoreError> {
+        let mut connection = self.topology.current()?.connection.clone();
+        let field = Self::field(key);
+        redis::cmd("HSET")
+            .arg(&self.hash)
+            .arg(&field)
+            .arg(answer.to_string())
+            .query_async::<()>(&mut connection)
+            .await?;
+        self.record(&field).await
+    }
+
+    /// Drops `key`'s quota (the layer's default limits apply again), and
+    /// records the change as [`set`](Self::set) does.
+    pub async fn remove(&self, key: &Key) -> Result<(), RedisStoreError> {
+        let mut connection = self.topology.current()?.connection.clone();
+        let field = Self::field(key);
+        redis::cmd("HDEL")
+            .arg(&self.hash)
+            .arg(&field)
+            .query_async::<()>(&mut connection)
+            .await?;
+        self.record(&field).await
+    }
+
+    /// Records that `field` changed: the next version, then the field at
+    /// it (single-key commands, so that a Cluster takes them; the field is
+    /// written before, so a follower that sees the change reads the new
+    /// quota).
+    async fn record(&self, field: &[u8]) -> Result<(), RedisStoreError> {
+        let mut connection = self.topology.current()?.connection.clone();
+        let version: i64 = redis::cmd("INCR")
+            .arg(self.version_key())
+            .query_async(&mut connection)
+            .await?;
+        redis::cmd("ZADD")
+            .arg(self.changes_key())
+            .arg(version)
+            .arg(field)
+            .query_async::<()>(&mut connection)
+            .await?;
+        redis::cmd("ZREMRANGEBYRANK")
+            .arg(self.changes_key())
+            .arg(0)
+            .arg(-FEED_LENGTH - 1)
+            .query_async::<()>(&mut connection)
+            .await?;
+        Ok(())
+    }
+
+    fn version_key(&self) -> String {
+        format!("{}:version", self.hash)
+    }
+
+    fn changes_key(&self) -> String {
+        format!("{}:changes", self.hash)
+    }
+
+    /// The key whose quota a hash field holds: the inverse of
+    /// [`field`](Self::field).
+    ///
+    /// ```
+    /// use tollgate::Key;
+    /// use tollgate_redis::RedisQuotas;
+    ///
+    /// for key in [Key::from("user:241531"), Key::Global, Key::from("203.0.113.7"),
+    ///             Key::Ip("203.0.113.7".parse().unwrap()), Key::from("~global")] {
+    ///     assert_eq!(RedisQuotas::key_of(&RedisQuotas::field(&key)), key);
+    /// }
+    /// ```
+    pub fn key_of(field: &[u8]) -> Key {
+        if field == b"~global" {
+            return Key::Global;
+        }
+        if let Some(rest) = field.strip_prefix(b"~") {
+            return Key::from_bytes(rest);
+        }
+        match std::str::from_utf8(field).ok().and_then(|t| t.parse().ok()) {
+            Some(ip) => Key::Ip(ip),
+            None => Key::from_bytes(field),
+        }
+    }
+
+    /// Reads the feed from version `seen` on: the keys changed since, and
+    /// the version now; `None` keys when more changed than the feed keeps.
+    async fn changes_since(&self, seen: i64) -> Result<(Option<Vec<Key>>, i64), RedisStoreError> {
+        let mut connection = self.topology.current()?.connection.clone();
+        let now: Option<i64> = redis::cmd("GET")
+            .arg(self.version_key())
+            .query_async(&mut connection)
+            .await?;
+        let now = now.unwrap_or(0);
+        if now <= seen {
+            return Ok((Some(Vec::new()), now));
+        }
+        if now - seen > FEED_LENGTH {
+            return Ok((None, now));
+        }
+        let fields: Vec<Vec<u8>> = redis::cmd("ZRANGEBYSCORE")
+            .arg(self.changes_key())
+            .arg(format!("({seen}"))
+            .arg(now)
+            .query_async(&mut connection)
+            .await?;
+        Ok((Some(fields.iter().map(|f| Self::key_of(f)).collect()), now))
+    }
+
     /// The hash field that holds `key`'s quota (see the type's doc: no two
     /// keys share a field).
     ///
@@ -107,6 +234,33 @@ impl RedisQuotas {
 }
 
 impl QuotaSource for RedisQuotas {
+    /// Reads the feed of changes every [`FOLLOW_EVERY`] (from the version
+    /// it finds first: earlier changes predate every cached answer) and
+    /// invalidates the keys changed; all of them if it missed more than
+    /// the feed keeps. Ends when the cache is gone. A failed read is tried
+    /// again a second later.
+    fn follow(&self, changed: ChangedQuotas) {
+        let source = self.clone();
+        tokio::spawn(async move {
+            let mut seen = None;
+            let mut ticks = tokio::time::interval(FOLLOW_EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !changed.is_gone() {
+                ticks.tick().await;
+                let Ok((keys, now)) = source.changes_since(seen.unwrap_or(i64::MAX)).await else {
+                    continue;
+                };
+                if seen.is_some() {
+                    match keys {
+                        Some(keys) => keys.iter().for_each(|key| changed.invalidate(key)),
+                        None => changed.invalidate_all(),
+                    }
+                }
+                seen = Some(now);
+            }
+        });
+    }
+
     fn lookup(&self, key: &Key) -> QuotaLookup {
         let topology = self.topology.clone();
         let mut command = redis::cmd("HGET");

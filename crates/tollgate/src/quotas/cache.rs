@@ -34,6 +34,51 @@ pub struct KeyQuotas {
     /// The caches of the layers built with this (or a clone), which
     /// [`invalidate`](KeyQuotas::invalidate) reaches.
     caches: Arc<Mutex<Vec<std::sync::Weak<Resolver>>>>,
+    /// Set once the source was asked to follow its changes.
+    following: Arc<AtomicBool>,
+}
+
+/// A [`KeyQuotas`] that keeps nothing alive (see
+/// [`ChangedQuotas`](super::ChangedQuotas)).
+#[derive(Clone, Debug)]
+pub(crate) struct WeakQuotas {
+    caches: std::sync::Weak<Mutex<Vec<std::sync::Weak<Resolver>>>>,
+}
+
+impl WeakQuotas {
+    /// The quotas, while a clone of them lives.
+    pub(crate) fn upgrade(&self) -> Option<Invalidator> {
+        self.caches.upgrade().map(|caches| Invalidator { caches })
+    }
+}
+
+/// Invalidations on a live [`KeyQuotas`]' caches.
+pub(crate) struct Invalidator {
+    caches: Arc<Mutex<Vec<std::sync::Weak<Resolver>>>>,
+}
+
+impl Invalidator {
+    pub(crate) fn invalidate(&self, key: &Key) {
+        each_cache(&self.caches, |resolver| resolver.forget(Some(key)));
+    }
+
+    pub(crate) fn invalidate_all(&self) {
+        each_cache(&self.caches, |resolver| resolver.forget(None));
+    }
+}
+
+/// Runs `f` on every live cache of `caches`, dropping the dead.
+fn each_cache(caches: &Mutex<Vec<std::sync::Weak<Resolver>>>, f: impl Fn(&Resolver)) {
+    let mut caches = caches
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    caches.retain(|cache| match cache.upgrade() {
+        Some(resolver) => {
+            f(&resolver);
+            true
+        }
+        None => false,
+    });
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +114,7 @@ impl KeyQuotas {
             max_lookups: 64,
             stats: Arc::default(),
             caches: Arc::default(),
+            following: Arc::default(),
         }
     }
 
@@ -140,27 +186,26 @@ impl KeyQuotas {
     /// quotas.invalidate(&Key::from("tenant-42"));
     /// ```
     pub fn invalidate(&self, key: &Key) {
-        self.each_cache(|resolver| resolver.forget(Some(key)));
+        each_cache(&self.caches, |resolver| resolver.forget(Some(key)));
     }
 
     /// Drops every key's cached quota, as [`invalidate`](Self::invalidate)
     /// drops one: after a source's whole contents changed.
     pub fn invalidate_all(&self) {
-        self.each_cache(|resolver| resolver.forget(None));
+        each_cache(&self.caches, |resolver| resolver.forget(None));
     }
 
-    fn each_cache(&self, f: impl Fn(&Resolver)) {
-        let mut caches = self
-            .caches
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        caches.retain(|cache| match cache.upgrade() {
-            Some(resolver) => {
-                f(&resolver);
-                true
-            }
-            None => false,
-        });
+    /// Asks the source, once, to follow its changes (inside a runtime).
+    fn follow_changes(&self) {
+        if self.following.load(Ordering::Relaxed) || self.following.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let changed = super::ChangedQuotas {
+            quotas: WeakQuotas {
+                caches: Arc::downgrade(&self.caches),
+            },
+        };
+        self.source.follow(changed);
     }
 }
 
@@ -468,6 +513,7 @@ impl Resolver {
             }
             return false;
         };
+        self.config.follow_changes();
         let Some(slot) = LookupSlot::take(&self.running, self.config.max_lookups) else {
             tracing::debug!("quota lookups at their bound; this key is looked up later");
             if let Some(cached) = self.cache.get(key) {

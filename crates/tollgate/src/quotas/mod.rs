@@ -87,8 +87,8 @@ mod source;
 pub use cache::KeyQuotas;
 pub(crate) use cache::{Plans, QuotaWait, Resolution, Resolver};
 pub use source::{
-    AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError, StaticQuotas, quota_fn,
-    quota_fn_async,
+    AsyncFnQuotas, ChangedQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError,
+    StaticQuotas, quota_fn, quota_fn_async,
 };
 
 use std::fmt;

@@ -19,6 +19,48 @@ pub type QuotaLookup = Pin<Box<dyn Future<Output = Result<QuotaAnswer, QuotaSour
 pub trait QuotaSource: Send + Sync + 'static {
     /// Looks up `key`.
     fn lookup(&self, key: &Key) -> QuotaLookup;
+
+    /// Called once per [`KeyQuotas`](super::KeyQuotas), inside a tokio
+    /// runtime, when a layer first asks it: a source that can tell when a
+    /// key's quota changed (the Redis store's `RedisQuotas` follows a feed
+    /// of changes) starts following them here, and calls
+    /// [`ChangedQuotas::invalidate`] for each, so that every instance's
+    /// cache drops the key at once rather than within the TTL. The default
+    /// follows nothing.
+    fn follow(&self, changed: ChangedQuotas) {
+        let _ = changed;
+    }
+}
+
+/// What a [`QuotaSource`] that follows changes tells the cache: a weak
+/// handle on a [`KeyQuotas`](super::KeyQuotas)' caches (it keeps no layer
+/// alive: once every layer and clone is gone, [`is_gone`](Self::is_gone)
+/// says so, and a follower should stop).
+#[derive(Clone, Debug)]
+pub struct ChangedQuotas {
+    pub(super) quotas: super::cache::WeakQuotas,
+}
+
+impl ChangedQuotas {
+    /// `key`'s quota changed: every cache built with these quotas drops it
+    /// ([`KeyQuotas::invalidate`](super::KeyQuotas::invalidate)).
+    pub fn invalidate(&self, key: &Key) {
+        if let Some(quotas) = self.quotas.upgrade() {
+            quotas.invalidate(key);
+        }
+    }
+
+    /// Every key's quota may have changed (changes were missed).
+    pub fn invalidate_all(&self) {
+        if let Some(quotas) = self.quotas.upgrade() {
+            quotas.invalidate_all();
+        }
+    }
+
+    /// Whether every [`KeyQuotas`](super::KeyQuotas) clone is gone.
+    pub fn is_gone(&self) -> bool {
+        self.quotas.upgrade().is_none()
+    }
 }
 
 /// A fixed table of key → answer; keys it does not hold get the default.
