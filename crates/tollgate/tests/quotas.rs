@@ -498,3 +498,52 @@ async fn an_invalidated_key_gets_its_new_plan_on_its_next_request() {
         "tenant twice, other once (asked twice)"
     );
 }
+
+/// The layer's default quotas replaced at run time, and back: every key
+/// takes the new default from its next request, its usage kept.
+#[tokio::test]
+async fn default_quotas_replaced_at_run_time_keep_every_key_s_usage() {
+    let quotas = KeyQuotas::new(StaticQuotas::new().with("vip", QuotaAnswer::Unlimited));
+    let mut service = keyed(Quota::per_minute(10), quotas.clone());
+    let remaining = |response: &Response<String>| {
+        let field = response.headers()["ratelimit"].to_str().unwrap().to_owned();
+        let r = field
+            .split(';')
+            .find_map(|p| p.strip_prefix("r="))
+            .unwrap()
+            .to_owned();
+        (
+            response.headers()["ratelimit-policy"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+            r,
+        )
+    };
+    assert_eq!(statuses(&mut service, "tenant", 4).await, [200; 4]);
+
+    quotas.set_default_quotas(vec![Quota::per_minute(100)]);
+    let moved = send(&mut service, from("tenant")).await;
+    assert_eq!(
+        remaining(&moved),
+        ("\"api\";q=100;w=60".into(), "95".into())
+    );
+    let fresh = send(&mut service, from("newcomer")).await;
+    assert_eq!(
+        remaining(&fresh),
+        ("\"api\";q=100;w=60".into(), "99".into())
+    );
+    assert_eq!(
+        statuses(&mut service, "vip", 20).await,
+        [200; 20],
+        "its own answer stands"
+    );
+
+    quotas.set_default_quotas(Vec::new());
+    let back = send(&mut service, from("tenant")).await;
+    assert_eq!(
+        remaining(&back),
+        ("\"api\";q=10;w=60".into(), "4".into()),
+        "5 used, and this one"
+    );
+}

@@ -36,6 +36,9 @@ pub struct KeyQuotas {
     caches: Arc<Mutex<Vec<std::sync::Weak<Resolver>>>>,
     /// Set once the source was asked to follow its changes.
     following: Arc<AtomicBool>,
+    /// What a "default" answer charges instead of the layer's own limits,
+    /// when set ([`set_default_quotas`](KeyQuotas::set_default_quotas)).
+    default_quotas: Arc<std::sync::RwLock<Option<Vec<Quota>>>>,
 }
 
 /// A [`KeyQuotas`] that keeps nothing alive (see
@@ -115,6 +118,7 @@ impl KeyQuotas {
             stats: Arc::default(),
             caches: Arc::default(),
             following: Arc::default(),
+            default_quotas: Arc::default(),
         }
     }
 
@@ -193,6 +197,50 @@ impl KeyQuotas {
     /// drops one: after a source's whole contents changed.
     pub fn invalidate_all(&self) {
         each_cache(&self.caches, |resolver| resolver.forget(None));
+    }
+
+    /// Replaces, at run time, the limits a key with no quota of its own
+    /// (the source's "default" answer) is charged: `quotas` instead of the
+    /// layer's limits, in every layer built with these quotas (clones
+    /// included). No key's state is lost: every cached answer is dropped
+    /// ([`invalidate_all`](Self::invalidate_all)), and each key's next
+    /// request takes the new default with its usage carried over, as for
+    /// any plan change. An empty list goes back to the layer's own limits.
+    /// Requests that match a route keep the route's limits.
+    ///
+    /// A layer whose defaults may change at run time is given a quota
+    /// source even if no key has a quota of its own:
+    ///
+    /// ```
+    /// use tollgate::quotas::{KeyQuotas, StaticQuotas};
+    /// use tollgate::{HeaderKey, RateLimitLayer};
+    /// use tollgate::core::Quota;
+    ///
+    /// let quotas = KeyQuotas::new(StaticQuotas::new());
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota("api", Quota::per_minute(10))
+    ///     .key(HeaderKey::new("x-api-key"))
+    ///     .quota_source(quotas.clone())
+    ///     .build();
+    /// // Later, the new defaults (every key, its usage kept):
+    /// quotas.set_default_quotas(vec![Quota::per_minute(100)]);
+    /// # let _ = layer;
+    /// ```
+    pub fn set_default_quotas(&self, quotas: Vec<Quota>) {
+        *self
+            .default_quotas
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            (!quotas.is_empty()).then_some(quotas);
+        self.invalidate_all();
+    }
+
+    /// The quotas a "default" answer stands for now, if replaced.
+    fn default_quotas(&self) -> Option<Vec<Quota>> {
+        self.default_quotas
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Asks the source, once, to follow its changes (inside a runtime).
@@ -585,6 +633,16 @@ impl Resolver {
 
     /// The resolution for a source's answer.
     fn resolution_of(&self, answer: QuotaAnswer) -> Result<Resolution, QuotaSourceError> {
+        // The default, replaced at run time, stands for those quotas.
+        let default = |answer: &QuotaAnswer| match answer {
+            QuotaAnswer::Default => true,
+            QuotaAnswer::Quotas(quotas) => quotas.is_empty(),
+            QuotaAnswer::Unlimited => false,
+        };
+        let answer = match self.config.default_quotas() {
+            Some(quotas) if default(&answer) => QuotaAnswer::Quotas(quotas),
+            _ => answer,
+        };
         Ok(match answer {
             QuotaAnswer::Default => Resolution::Default,
             QuotaAnswer::Unlimited => Resolution::Unlimited,
