@@ -196,3 +196,127 @@ async fn usage_carries_over_a_plan_change_on_the_local_first_store() {
         }
     }
 }
+
+/// A small deterministic generator, so that a failure replays.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// `Store::carry` on the Redis store against the core alone, as
+/// `crates/tollgate/tests/carry.rs` checks the memory store: random moves
+/// between quotas whose intervals are whole microseconds (the scripts'
+/// unit), every algorithm the scripts run, random costs and times on a
+/// manual clock; after the move the key is decided exactly as a fresh state
+/// of the new quota charged what the old one had used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_key_is_decided_by_redis_as_the_core_reference() {
+    use tollgate::{NamedLimit, Policy};
+    use tollgate_core::Limiter;
+    let server = RedisServer::start();
+    let algorithms = [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingWindowBuckets,
+    ];
+    let limits = [1, 2, 4, 5, 8, 10, 20, 25, 50, 100];
+    let seconds = [1, 2, 5, 10, 60];
+    let mut rng = Lcg(42);
+    for case in 0..60 {
+        let algorithm = algorithms[rng.below(7) as usize];
+        let mut pick = || {
+            let limit = limits[rng.below(10) as usize];
+            let period = seconds[rng.below(5) as usize];
+            Quota::new(limit, Duration::from_secs(period)).unwrap()
+        };
+        let (old_quota, new_quota) = (pick(), pick());
+        let policy = |quota| {
+            Arc::new(Policy::new(vec![
+                NamedLimit::new(format!("c{case}"), quota).with_algorithm(algorithm),
+            ]))
+        };
+        let (from, to) = (policy(old_quota), policy(new_quota));
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let store = RedisStore::builder(server.url())
+            .prefix(format!("prop{case}"))
+            .test_clock(clock.clone())
+            .block_cache(false)
+            .connect()
+            .await
+            .unwrap();
+        // The two plans' states must be apart in Redis, as per-key plans'
+        // are: distinct prefixes stand in for the plan in the key name.
+        let to_store = RedisStore::builder(server.url())
+            .prefix(format!("prop{case}-to"))
+            .test_clock(clock.clone())
+            .block_cache(false)
+            .connect()
+            .await
+            .unwrap();
+        let (old, new) = (
+            Limiter::new(algorithm, old_quota),
+            Limiter::new(algorithm, new_quota),
+        );
+        let key = Key::from("tenant");
+        let mut old_state = old.new_state();
+        let now = || tollgate_core::Clock::now(&clock);
+        for _ in 0..rng.below(12) {
+            clock.advance(Duration::from_millis(rng.below(3_000)));
+            let cost = 1 + rng.below(3) as u32;
+            let expected = old.check(&mut old_state, now(), cost);
+            let got = store
+                .check(&from, &key, cost)
+                .resolve()
+                .await
+                .unwrap()
+                .merged;
+            assert_eq!(got.allowed(), expected.allowed(), "case {case}");
+        }
+        clock.advance(Duration::from_millis(250));
+        let (seen, _) = old.evaluate(&old_state, now(), 0);
+        let used = seen.limit().saturating_sub(seen.remaining());
+        let mut new_state = new.new_state();
+        new.force(&mut new_state, now(), used as u32);
+        // The move, as `Store::carry` makes it, across the two stores.
+        let peeked = store.peek(&from, &key).resolve().await.unwrap().each[0];
+        assert_eq!(
+            peeked.limit() - peeked.remaining(),
+            used,
+            "case {case}: the usage read"
+        );
+        store.reset(&from, &key).await.unwrap();
+        if used > 0 {
+            to_store
+                .debit(&to, &key, tollgate::store::Debit::new(used as u32))
+                .landed()
+                .await;
+        }
+        for _ in 0..rng.below(12) {
+            clock.advance(Duration::from_millis(rng.below(3_000)));
+            let cost = 1 + rng.below(3) as u32;
+            let expected = new.check(&mut new_state, now(), cost);
+            let got = to_store
+                .check(&to, &key, cost)
+                .resolve()
+                .await
+                .unwrap()
+                .merged;
+            assert_eq!(
+                (got.allowed(), got.remaining()),
+                (expected.allowed(), expected.remaining()),
+                "case {case}: {algorithm} {old_quota:?} → {new_quota:?}, used {used}"
+            );
+        }
+    }
+}
