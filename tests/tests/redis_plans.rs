@@ -284,10 +284,8 @@ async fn a_carried_key_is_decided_by_redis_as_the_core_reference() {
             assert_eq!(got.allowed(), expected.allowed(), "case {case}");
         }
         clock.advance(Duration::from_millis(250));
-        let (seen, _) = old.evaluate(&old_state, now(), 0);
-        let used = seen.limit().saturating_sub(seen.remaining());
-        let mut new_state = new.new_state();
-        new.force(&mut new_state, now(), used as u32);
+        let used = tollgate_core::used(&old, &old_state, now());
+        let mut new_state = tollgate_core::carried(&old, &old_state, &new, now());
         // The move, as `Store::carry` makes it, across the two stores.
         let peeked = store.peek(&from, &key).resolve().await.unwrap().each[0];
         assert_eq!(

@@ -104,3 +104,40 @@ fn uncharged_view(
     }
     merged.unwrap_or_default()
 }
+
+/// The units `state` has used under `from` at `now`: its limit less what
+/// remains (a decision for a cost of 0). What a key carries to another
+/// quota when its plan changes ([`carried`]).
+pub fn used(from: &Limiter, state: &State, now: u64) -> u64 {
+    let (decision, _) = from.evaluate(state, now, 0);
+    decision.limit().saturating_sub(decision.remaining())
+}
+
+/// A key's state under `to` after its plan changed at `now` from `from`,
+/// where its state was `state`: the units it had used under `from` are
+/// still used under `to` — a fresh state of `to` charged them at `now`,
+/// whatever they exceed ([`Limiter::force`]) — and come back at `to`'s
+/// pace. Every store's `carry` does this (the Redis store with its scripts'
+/// peek, reset and debit), the same for every algorithm.
+///
+/// ```
+/// use tollgate_core::{carried, Algorithm, Limiter, Quota};
+///
+/// let free = Limiter::new(Algorithm::Gcra, Quota::per_minute(5));
+/// let pro = Limiter::new(Algorithm::Gcra, Quota::per_minute(100));
+/// let mut state = free.new_state();
+/// for _ in 0..5 {
+///     assert!(free.check(&mut state, 0, 1).allowed());
+/// }
+/// // Upgraded: the 5 used are still used, 95 of 100 remain.
+/// let mut upgraded = carried(&free, &state, &pro, 0);
+/// assert_eq!(pro.check(&mut upgraded, 0, 1).remaining(), 94);
+/// ```
+pub fn carried(from: &Limiter, state: &State, to: &Limiter, now: u64) -> State {
+    let units = u32::try_from(used(from, state, now)).unwrap_or(u32::MAX);
+    let mut fresh = to.new_state();
+    if units > 0 {
+        to.force(&mut fresh, now, units);
+    }
+    fresh
+}

@@ -1,8 +1,8 @@
-//! `Store::carry` against a reference written with the core alone, on a
-//! manual clock, for every algorithm: a key charged under one quota, then
-//! moved to another at some moment, is decided afterwards exactly as a
-//! fresh state of the new quota charged, at that moment, the units the old
-//! one had used (its limit less what remained). Random quotas, costs,
+//! `Store::carry` against the core's definition (`tollgate_core::carried`),
+//! on a manual clock, for every algorithm: a key charged under one quota,
+//! then moved to another at some moment, is decided afterwards exactly as
+//! a fresh state of the new quota charged, at that moment, the units the
+//! old one had used (its limit less what remained). Random quotas, costs,
 //! times and moves.
 
 use proptest::prelude::*;
@@ -70,9 +70,8 @@ proptest! {
         clock.advance(Duration::from_millis(250));
         let now = tollgate_core::Clock::now(&clock);
         let (seen, _) = old.evaluate(&old_state, now, 0);
-        let used = seen.limit().saturating_sub(seen.remaining());
-        let mut new_state = new.new_state();
-        new.force(&mut new_state, now, u32::try_from(used).unwrap_or(u32::MAX));
+        let used = tollgate_core::used(&old, &old_state, now);
+        let mut new_state = tollgate_core::carried(&old, &old_state, &new, now);
         runtime.block_on(store.carry(&from, &to, &key)).unwrap();
 
         for (ms, cost) in &after {

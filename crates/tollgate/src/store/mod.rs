@@ -257,7 +257,8 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Moves `key`'s usage from the plan `from` to the plan `to` (a key's
     /// quota changed: see the `quotas` module), the same on every
-    /// store and algorithm: the units the key has used under `from` now
+    /// store and algorithm, as the core defines it
+    /// ([`tollgate_core::carried`]): the units the key has used under `from` now
     /// (its limit less what remains, read by [`peek`](Self::peek)) are
     /// still used under `to`, charged at this moment as
     /// [`debit`](Self::debit) charges, and `from`'s state is
