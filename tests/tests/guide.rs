@@ -33,7 +33,11 @@ fn every_guide_page_is_compiled_as_doctests() {
 #[test]
 fn the_readme_fits_a_screen_and_names_the_two_commands() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    assert!(readme.lines().count() < 200, "{} lines", readme.lines().count());
+    assert!(
+        readme.lines().count() < 200,
+        "{} lines",
+        readme.lines().count()
+    );
     assert!(readme.contains("\ncargo run --release -p tollgate-examples --bin demo\n"));
     assert!(readme.contains("\nscripts/test.sh\n"));
 }
