@@ -21,3 +21,72 @@ pub mod tls;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's pages (`docs/guide/`), one item each, so that every Rust
+/// example in them is compiled and run as a doctest as the README's are. A
+/// new page gets a line here.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../docs/guide/README.md")]
+    pub struct Index;
+
+    #[doc = include_str!("../../docs/guide/admin.md")]
+    pub struct Admin;
+
+    #[doc = include_str!("../../docs/guide/algorithms.md")]
+    pub struct Algorithms;
+
+    #[doc = include_str!("../../docs/guide/axum.md")]
+    pub struct Axum;
+
+    #[doc = include_str!("../../docs/guide/benchmarks.md")]
+    pub struct Benchmarks;
+
+    #[doc = include_str!("../../docs/guide/crates.md")]
+    pub struct Crates;
+
+    #[doc = include_str!("../../docs/guide/examples.md")]
+    pub struct Examples;
+
+    #[doc = include_str!("../../docs/guide/failures.md")]
+    pub struct Failures;
+
+    #[doc = include_str!("../../docs/guide/headers.md")]
+    pub struct Headers;
+
+    #[doc = include_str!("../../docs/guide/in-flight.md")]
+    pub struct InFlight;
+
+    #[doc = include_str!("../../docs/guide/local-first.md")]
+    pub struct LocalFirst;
+
+    #[doc = include_str!("../../docs/guide/outbound.md")]
+    pub struct Outbound;
+
+    #[doc = include_str!("../../docs/guide/outcomes.md")]
+    pub struct Outcomes;
+
+    #[doc = include_str!("../../docs/guide/pay-after.md")]
+    pub struct PayAfter;
+
+    #[doc = include_str!("../../docs/guide/penalties.md")]
+    pub struct Penalties;
+
+    #[doc = include_str!("../../docs/guide/proxies.md")]
+    pub struct Proxies;
+
+    #[doc = include_str!("../../docs/guide/quotas-and-rules.md")]
+    pub struct QuotasAndRules;
+
+    #[doc = include_str!("../../docs/guide/redis.md")]
+    pub struct Redis;
+
+    #[doc = include_str!("../../docs/guide/slow-clients.md")]
+    pub struct SlowClients;
+
+    #[doc = include_str!("../../docs/guide/streams.md")]
+    pub struct Streams;
+
+    #[doc = include_str!("../../docs/guide/testing.md")]
+    pub struct Testing;
+}

@@ -97,8 +97,9 @@ async fn wrappers_over_redis_conform() {
     .await;
 }
 
-/// The composition the README recommends, Redis up (Redis decides) and
-/// Redis killed (the memory store decides, and is given back to).
+/// The composition the guide recommends (docs/guide/failures.md), Redis up
+/// (Redis decides) and Redis killed (the memory store decides, and is given
+/// back to).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_to_memory_conforms_with_redis_up_and_killed() {
     let mut server = RedisServer::start();

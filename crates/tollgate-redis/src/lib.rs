@@ -88,8 +88,8 @@
 //! `SET … KEEPTTL` (6.0). Tested with Redis 7.0.15 and Valkey 8.1.8, each
 //! standalone and as a Cluster. The scripts use Lua 5.1's base functions
 //! (`unpack` among them), `math`, `string.format`, `string.match` and
-//! `table.sort`, no `cjson`, `bit` or `struct`; the workspace README lists
-//! every command the store sends.
+//! `table.sort`, no `cjson`, `bit` or `struct`; the workspace guide
+//! (`docs/guide/redis.md`) lists every command the store sends.
 //!
 //! # Keys
 //!
