@@ -10,6 +10,7 @@ pub mod app;
 pub mod logs;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+pub mod random;
 pub mod redis;
 pub mod sentinel;
 pub mod tls;

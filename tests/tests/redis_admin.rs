@@ -10,6 +10,7 @@ use std::time::Duration;
 use tollgate::{Key, NamedLimit, Policy, PolicyDecision, Store};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+use tollgate_tests::random::Lcg;
 use tollgate_tests::redis::RedisServer;
 
 const SECOND: u64 = 1_000_000_000;
@@ -41,19 +42,6 @@ async fn check(store: &impl Store, policy: &Arc<Policy>, key: &Key, cost: u32) -
 
 async fn peek(store: &impl Store, policy: &Arc<Policy>, key: &Key) -> PolicyDecision {
     store.peek(policy, key).resolve().await.unwrap()
-}
-
-/// A small deterministic generator, so that a failure replays.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

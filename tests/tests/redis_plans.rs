@@ -14,6 +14,7 @@ use tollgate::{HeaderKey, Key, RateLimitLayer, Store};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
 use tollgate_tests::app::{App, behind};
+use tollgate_tests::random::Lcg;
 use tollgate_tests::redis::RedisServer;
 use tower::ServiceExt;
 
@@ -194,19 +195,6 @@ async fn usage_carries_over_a_plan_change_on_the_local_first_store() {
             let app = app(store, algorithm, &quotas);
             carries(name, algorithm, &app, &quotas, &plans, &clock).await;
         }
-    }
-}
-
-/// A small deterministic generator, so that a failure replays.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
     }
 }
 
