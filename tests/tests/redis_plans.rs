@@ -306,3 +306,50 @@ async fn a_carried_key_is_decided_by_redis_as_the_core_reference() {
         }
     }
 }
+
+/// A plan of two quotas moved to another of two: each limit keeps its own
+/// usage (8 used of 10 a minute and of 20 an hour, moved to 100 a minute
+/// and 10 an hour: 91 and 1 left after the next request), on the Redis
+/// store and the local-first store in both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_limit_of_a_plan_keeps_its_own_usage() {
+    let server = RedisServer::start();
+    for name in ["redis", "exact", "periodic"] {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let plans = Plans::default();
+        let quotas = plans.quotas();
+        let redis = redis(&server, &clock, &format!("two-{name}")).await;
+        let app = match name {
+            "redis" => app(redis, Algorithm::Gcra, &quotas),
+            "exact" => app(
+                LocalFirst::builder(redis, LocalMode::Exact).build(),
+                Algorithm::Gcra,
+                &quotas,
+            ),
+            _ => app(
+                LocalFirst::builder(redis, LocalMode::PERIODIC).build(),
+                Algorithm::Gcra,
+                &quotas,
+            ),
+        };
+        plans.set("two", "10/min;20/h");
+        assert_eq!(
+            statuses(&app, "two", 8).await,
+            [StatusCode::OK; 8],
+            "{name}"
+        );
+        plans.set("two", "100/min;10/h");
+        quotas.invalidate(&Key::from("two"));
+        let request = Request::builder()
+            .header("x-api-key", "two")
+            .body(())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let field = response.headers()["ratelimit"].to_str().unwrap().to_owned();
+        let remaining: Vec<&str> = field
+            .split(',')
+            .filter_map(|item| item.split(';').find_map(|p| p.trim().strip_prefix("r=")))
+            .collect();
+        assert_eq!(remaining, ["91", "1"], "{name}: {field}");
+    }
+}

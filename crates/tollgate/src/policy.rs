@@ -240,6 +240,23 @@ impl Policy {
         self.plan
     }
 
+    /// The policy of limit `index` alone, whose state is this policy's
+    /// limit `index` in a store that names state by limit (and plan, see
+    /// [`plan`](Self::plan)), as the Redis stores do: how
+    /// [`Store::carry`](crate::Store::carry) charges each limit of a plan
+    /// its own usage there. `None` past the last limit.
+    pub fn limit_alone(&self, index: usize) -> Option<Policy> {
+        let limit = self.limits.get(index)?.clone();
+        let id = self
+            .id
+            .rotate_left(17)
+            .wrapping_add((index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        Some(Policy {
+            plan: self.plan,
+            ..Self::with_id(id | 1 << 63, vec![limit])
+        })
+    }
+
     fn with_id(id: u64, limits: Vec<NamedLimit>) -> Self {
         let limiters: Vec<Limiter> = limits.iter().map(|l| l.limiter).collect();
         let names: Vec<&str> = limits.iter().map(NamedLimit::name).collect();

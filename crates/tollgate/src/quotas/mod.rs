@@ -74,11 +74,11 @@
 //! refused until they have come back at the new pace, with an honest
 //! `Retry-After`). The same for every algorithm and store (tested for GCRA,
 //! the fixed window and the sliding window on the memory store, the Redis
-//! store and the local-first store in both modes). Not carried: a plan of
-//! several quotas carries its first quota's usage only; a debt beyond the
-//! old limit; a key dropped from the cache (past `max_keys`) before its
-//! plan changed; requests charged under the old plan while the move runs
-//! (a round trip). Two instances that both see the change carry it once:
+//! store and the local-first store in both modes; a plan of several quotas
+//! limit by limit, each carrying the usage of the limit in its place). Not
+//! carried: a debt beyond an old limit; a key dropped from the cache (past
+//! `max_keys`) before its plan changed; requests charged under the old
+//! plan while the move runs (a round trip). Two instances that both see the change carry it once:
 //! the second finds the old plan's state gone.
 
 mod cache;

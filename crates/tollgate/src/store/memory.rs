@@ -337,6 +337,51 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+impl<C: Clock> MemoryStore<C> {
+    /// Moves `key`'s usage from `from` to `to` at once: what
+    /// [`Store::carry`] does. Each limit of `to` is charged what the limit
+    /// in its place in `from` used (`tollgate_core::used`); `from`'s state
+    /// is forgotten.
+    pub fn carry_now(&self, from: &Policy, to: &Policy, key: &Key) {
+        let used: SmallVec<[u64; 2]> = self
+            .peek_now(from, key)
+            .each
+            .iter()
+            .map(|limit| limit.limit().saturating_sub(limit.remaining()))
+            .collect();
+        self.reset_now(from, key);
+        if used.iter().all(|units| *units == 0) {
+            return;
+        }
+        let units = |index: usize| {
+            let units = used.get(index).copied().unwrap_or(0);
+            u32::try_from(units).unwrap_or(u32::MAX)
+        };
+        let inner = &*self.inner;
+        let now = inner.clock.now_relaxed();
+        let (fingerprint, shard) = inner.shard_of(to, key);
+        match to.packed() {
+            Some(limiter) => inner.with_cell(shard, fingerprint, now, |cell| {
+                limiter.force(cell, now, units(0));
+            }),
+            None => inner.with_slot(shard, fingerprint, to, now, |slot| {
+                let limits = to.limiters().iter().zip(slot.states.iter_mut());
+                for (index, (limiter, state)) in limits.enumerate() {
+                    if units(index) > 0 {
+                        limiter.force(state, now, units(index));
+                    }
+                }
+                // Kept at least until the usage has come back.
+                let (rest, _) = check_states(to, &mut slot.states, now, 0);
+                slot.rest_at = slot.rest_at.max(
+                    now.saturating_add(rest.reset_after_nanos())
+                        .saturating_add(to.rest_slack_nanos()),
+                );
+            }),
+        }
+    }
+}
+
 impl<C> Inner<C> {
     /// The fingerprint of `key` under `policy`, and the shard that holds it.
     #[inline]
@@ -539,6 +584,11 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
         self.reset_now(policy, key);
+        super::AdminFuture::ready(Ok(()))
+    }
+
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.carry_now(from, to, key);
         super::AdminFuture::ready(Ok(()))
     }
 

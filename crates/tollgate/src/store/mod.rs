@@ -258,42 +258,70 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Moves `key`'s usage from the plan `from` to the plan `to` (a key's
     /// quota changed: see the `quotas` module), the same on every
     /// store and algorithm, as the core defines it
-    /// ([`tollgate_core::carried`]): the units the key has used under `from` now
-    /// (its limit less what remains, read by [`peek`](Self::peek)) are
-    /// still used under `to`, charged at this moment as
-    /// [`debit`](Self::debit) charges, and `from`'s state is
-    /// [`reset`](Self::reset). An upgrade from 5 used of 5 a minute to 100
-    /// a minute leaves 95; a downgrade below what was used refuses until
-    /// the usage has come back at the new quota's pace, with the
-    /// `retry_after` the new quota gives. A plan of several quotas carries
-    /// its first quota's usage (charged to each of the new plan's limits).
-    /// A debt beyond the old limit is not carried.
+    /// ([`tollgate_core::carried`]): the units the key has used under each
+    /// limit of `from` now (its limit less what remains, read by
+    /// [`peek`](Self::peek)) are still used under the limit in the same
+    /// place of `to`, charged at this moment as [`debit`](Self::debit)
+    /// charges, and `from`'s state is [`reset`](Self::reset). An upgrade
+    /// from 5 used of 5 a minute to 100 a minute leaves 95; a downgrade
+    /// below what was used refuses until the usage has come back at the new
+    /// quota's pace, with the `retry_after` the new quota gives. A limit of
+    /// `to` with none in its place in `from` starts whole; a debt beyond an
+    /// old limit is not carried.
     ///
     /// Carried once: a second move finds `from` reset and carries nothing,
     /// so instances that each see the change may each ask. A store whose
     /// state is named apart per plan ([`Policy::plan`]) is what makes that
     /// hold; the memory store's states are apart per policy already.
     ///
-    /// The default is written with `peek`, `reset` and `debit`, and is
-    /// right for every store that has them; a store without `reset` fails
-    /// with [`AdminError::Unsupported`] (nothing is carried, `from`'s state
+    /// The default is written with `peek`, `reset` and `debit` (a plan of
+    /// several limits charged limit by limit, through
+    /// [`Policy::limit_alone`]), right for every store that has them and
+    /// names a key's state by limit, as the Redis stores do; a store that
+    /// names it by policy (the memory store) overrides it for plans of
+    /// several limits. A store without `reset` fails with
+    /// [`AdminError::Unsupported`] (nothing is carried, `from`'s state
     /// stays where it was).
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
-        let (store, from, to, key) = (self.clone(), from.clone(), to.clone(), key.clone());
-        AdminFuture::new(async move {
-            let used = match store.peek(&from, &key).resolve().await {
-                Ok(decision) => decision
-                    .each
-                    .first()
-                    .map_or(0, |limit| limit.limit().saturating_sub(limit.remaining())),
-                Err(error) => return Err(AdminError::store(error)),
-            };
-            store.reset(&from, &key).await?;
-            if used > 0 {
-                let cost = u32::try_from(used).unwrap_or(u32::MAX);
-                store.debit(&to, &key, Debit::new(cost)).landed().await;
-            }
-            Ok(())
-        })
+        carry_by_parts(self, from, to, key)
     }
+}
+
+/// [`Store::carry`]'s default: `peek`, `reset`, then `debit` each limit of
+/// `to` what the limit in its place in `from` used (the whole of `to` when
+/// it has one limit).
+pub(crate) fn carry_by_parts<St: Store>(
+    store: &St,
+    from: &Arc<Policy>,
+    to: &Arc<Policy>,
+    key: &Key,
+) -> AdminFuture {
+    let (store, from, to, key) = (store.clone(), from.clone(), to.clone(), key.clone());
+    AdminFuture::new(async move {
+        let used: smallvec::SmallVec<[u64; 2]> = match store.peek(&from, &key).resolve().await {
+            Ok(decision) => decision
+                .each
+                .iter()
+                .map(|limit| limit.limit().saturating_sub(limit.remaining()))
+                .collect(),
+            Err(error) => return Err(AdminError::store(error)),
+        };
+        store.reset(&from, &key).await?;
+        for (index, used) in used.iter().enumerate().take(to.limits().len()) {
+            if *used == 0 {
+                continue;
+            }
+            let debit = Debit::new(u32::try_from(*used).unwrap_or(u32::MAX));
+            match to.limits().len() {
+                1 => store.debit(&to, &key, debit).landed().await,
+                _ => {
+                    let Some(part) = to.limit_alone(index) else {
+                        continue;
+                    };
+                    store.debit(&Arc::new(part), &key, debit).landed().await;
+                }
+            }
+        }
+        Ok(())
+    })
 }
