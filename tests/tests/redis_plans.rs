@@ -350,6 +350,15 @@ async fn each_limit_of_a_plan_keeps_its_own_usage() {
             .split(',')
             .filter_map(|item| item.split(';').find_map(|p| p.trim().strip_prefix("r=")))
             .collect();
-        assert_eq!(remaining, ["91", "1"], "{name}: {field}");
+        let policy = response.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            remaining,
+            ["91", "1"],
+            "{name}: {} {field} ({policy})",
+            response.status()
+        );
     }
 }

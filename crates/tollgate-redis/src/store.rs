@@ -248,12 +248,9 @@ impl RedisStore {
     /// The test clock's time in ns, if the store has one: what a
     /// [`LocalFirst`](crate::LocalFirst) in front of it reads instead of
     /// its own clock, so that a test moves both.
+    #[cfg(feature = "test-clock")]
     pub(crate) fn test_nanos(&self) -> Option<u64> {
-        #[cfg(feature = "test-clock")]
-        if let Some(clock) = &self.shared.clock {
-            return Some(tollgate_core::Clock::now(clock));
-        }
-        None
+        self.shared.clock.as_ref().map(tollgate_core::Clock::now)
     }
 
     /// `None` (the script reads the server's clock), or the test clock in

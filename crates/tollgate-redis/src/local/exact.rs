@@ -139,6 +139,19 @@ impl ExactSlot {
     /// cost learned after the request (pay after), as an admission here
     /// would; says how many. Redis already counts them charged; the rest
     /// of the cost is Redis's to charge.
+    /// The units this instance holds of the key at `now`, unspent: charged
+    /// in Redis already, used by no request.
+    pub(crate) fn held(&self, now: u64) -> u64 {
+        let state = self.lock();
+        let held_until = state.held_until;
+        state
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at.min(held_until) > now)
+            .map(|g| g.units)
+            .sum()
+    }
+
     pub(crate) fn spend_held(&self, now: u64, cost: u32) -> u32 {
         let mut state = self.lock();
         let held_until = state.held_until;

@@ -479,6 +479,28 @@ impl Inner {
     /// (at most [`CALL_BOUND`]) for the call the slot had in flight, if
     /// any, to end: a reservation that lands after a reset would leave its
     /// grant charged in Redis, and a sync its report.
+    /// Takes the key's slot out of this instance's table and waits for its
+    /// call in flight: what it has admitted and Redis has not counted
+    /// (periodic mode: its unreported units, as a positive count), or what
+    /// Redis counts and no request used (exact mode: its held units, as a
+    /// negative one).
+    async fn take_slot(&self, policy: &Policy, key: &Key) -> i64 {
+        match &self.slots {
+            Slots::Exact(table) => {
+                let slot = table.remove(policy.id(), key);
+                call_ended(slot.clone()).await;
+                slot.map_or(0, |slot| {
+                    -(slot.held(self.now()).min(i64::MAX as u64) as i64)
+                })
+            }
+            Slots::Periodic(table) => {
+                let slot = table.remove(policy.id(), key);
+                call_ended(slot.clone()).await;
+                slot.map_or(0, |slot| slot.unreported().min(i64::MAX as u64) as i64)
+            }
+        }
+    }
+
     async fn forget_slot(&self, policy: &Policy, key: &Key) {
         match &self.slots {
             Slots::Exact(table) => call_ended(table.remove(policy.id(), key)).await,
@@ -742,6 +764,60 @@ impl Store for LocalFirst {
         tollgate::store::AdminFuture::new(async move {
             inner.forget_slot(&policy, &key).await;
             inner.redis.reset(&policy, &key).await
+        })
+    }
+
+    /// Moves the key's usage from `from` to `to` as [`Store::carry`]
+    /// defines it, counting this instance's own part exactly: its slot for
+    /// `from` is taken out and its call in flight waited for (a report on
+    /// its way would otherwise be counted twice), its unreported units
+    /// (periodic) added to what Redis counts and its unspent held units
+    /// (exact) taken off; then `from` is reset in Redis and each limit of
+    /// `to` charged there. Other instances' unreported units of `from` are
+    /// not carried (they land in `from`'s reset state at their next sync).
+    fn carry(
+        &self,
+        from: &Arc<Policy>,
+        to: &Arc<Policy>,
+        key: &Key,
+    ) -> tollgate::store::AdminFuture {
+        let inner = self.inner.clone();
+        let (from, to, key) = (from.clone(), to.clone(), key.clone());
+        tollgate::store::AdminFuture::new(async move {
+            let local = inner.take_slot(&from, &key).await;
+            let redis = &inner.redis;
+            let read = redis.peek(&from, &key).resolve().await;
+            let decision = read.map_err(tollgate::store::AdminError::store)?;
+            let used: Vec<u64> = decision
+                .each
+                .iter()
+                .map(|limit| {
+                    let used = limit.limit().saturating_sub(limit.remaining());
+                    u64::try_from(
+                        i64::try_from(used)
+                            .unwrap_or(i64::MAX)
+                            .saturating_add(local),
+                    )
+                    .unwrap_or(0)
+                    .min(limit.limit())
+                })
+                .collect();
+            redis.reset(&from, &key).await?;
+            for (index, units) in used.iter().enumerate().take(to.limits().len()) {
+                if *units == 0 {
+                    continue;
+                }
+                let debit = Debit::new(u32::try_from(*units).unwrap_or(u32::MAX));
+                let part = match to.limits().len() {
+                    1 => to.clone(),
+                    _ => match to.limit_alone(index) {
+                        Some(part) => Arc::new(part),
+                        None => continue,
+                    },
+                };
+                redis.debit(&part, &key, debit).landed().await;
+            }
+            Ok(())
         })
     }
 
