@@ -1,10 +1,8 @@
 //! [`DirectLimiter`]: one limit, checked directly.
 
 use super::{Check, KeyedLimiter, LimiterBuilder, UntilReady};
-use crate::store::PinnedKey;
 use crate::{Key, MemoryStore, Store};
 use std::fmt;
-use std::sync::OnceLock;
 use tollgate_core::{Clock, Decision, Quota};
 
 /// A limit (or several, charged together) on one stream of calls: the way
@@ -22,26 +20,11 @@ use tollgate_core::{Clock, Decision, Quota};
 /// assert!(!refused.allowed());
 /// assert!(refused.retry_after().as_millis() <= 500);
 /// ```
-///
-/// # On the memory store
-///
-/// [`check_now`](Self::check_now) goes to the key's state without the
-/// store's hash, shard lock and map: the first one holds the key apart in
-/// the store (the limiter keeps a handle to its state), where the store
-/// still finds it for every operation, so the limiter and its
-/// [`keyed`](Self::keyed) counterpart (or anything else checking, peeking,
-/// refunding, debiting or resetting that key of that policy in the store)
-/// count on one state, as before. While the limiter or a clone of it
-/// lives, the key is never evicted to make room; when the last is dropped,
-/// the key's state goes back among the store's other keys.
 pub struct DirectLimiter<St = MemoryStore> {
     keyed: KeyedLimiter<St>,
     /// The one key every call is counted under: [`Key::Global`] unless
     /// [`with_key`](DirectLimiter::with_key) chose another.
     key: Key,
-    /// On the memory store, the key's state held apart from the store's
-    /// map, from the first [`check_now`](DirectLimiter::check_now) on.
-    pinned: OnceLock<PinnedKey>,
 }
 
 impl<St: Clone> Clone for DirectLimiter<St> {
@@ -49,7 +32,6 @@ impl<St: Clone> Clone for DirectLimiter<St> {
         DirectLimiter {
             keyed: self.keyed.clone(),
             key: self.key.clone(),
-            pinned: self.pinned.clone(),
         }
     }
 }
@@ -79,23 +61,18 @@ impl DirectLimiter {
 impl<St: Store> DirectLimiter<St> {
     /// The limiter that counts every call of `keyed` under `key`.
     pub(crate) fn from_keyed(keyed: KeyedLimiter<St>, key: Key) -> Self {
-        DirectLimiter {
-            keyed,
-            key,
-            pinned: OnceLock::new(),
-        }
+        DirectLimiter { keyed, key }
     }
 
     /// The same limiter counting under `key` instead of [`Key::Global`]: in
     /// a store shared by several programs (Redis), the key tells apart
     /// quotas whose limits have the same names.
     pub fn with_key(self, key: Key) -> Self {
-        Self::from_keyed(self.keyed, key)
+        DirectLimiter { key, ..self }
     }
 
     /// The keyed limiter underneath, whose counter for [`key`](Self::key)
-    /// this one uses (on the memory store, through a handle of its own to
-    /// that counter: see [On the memory store](Self#on-the-memory-store)).
+    /// this one uses.
     pub fn keyed(&self) -> &KeyedLimiter<St> {
         &self.keyed
     }
@@ -136,17 +113,14 @@ impl<St: Store> DirectLimiter<St> {
 
 impl<C: Clock> DirectLimiter<MemoryStore<C>> {
     /// [`check`](Self::check) without `await`: the memory store answers at
-    /// once, and this limiter reaches the key's state without the store's
-    /// map ([On the memory store](Self#on-the-memory-store)).
+    /// once.
     pub fn check_now(&self) -> Decision {
-        self.check_n_now(1)
+        self.keyed.check_now(&self.key)
     }
 
     /// [`check_n`](Self::check_n) without `await`.
     pub fn check_n_now(&self, n: u32) -> Decision {
-        let (store, policy) = (self.keyed.store(), self.keyed.policy());
-        let pinned = self.pinned.get_or_init(|| store.pin(policy, &self.key));
-        store.check_pinned(policy, pinned, n)
+        self.keyed.check_n_now(&self.key, n)
     }
 
     /// [`peek`](Self::peek) without `await`.

@@ -7,8 +7,8 @@ use crate::{Key, Policy};
 use smallvec::SmallVec;
 use std::convert::Infallible;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tollgate_core::{Clock, Decision, Limiter, MonotonicClock, State, check_all};
 
 /// How many entries are looked at to pick one to evict from a full shard.
@@ -35,11 +35,7 @@ const SWEEP_INTERVAL: u64 = 1_000_000_000;
 /// - **Bounded**: at most `max_keys` keys (default 1,000,000). When a shard is
 ///   full, keys whose state has returned to rest are dropped first (they hold
 ///   nothing a fresh key would not); if none, of a small sample, the key
-///   closest to rest is evicted. No timer or thread per key. A key a
-///   [`DirectLimiter`](crate::DirectLimiter) counts under is held apart
-///   while the limiter lives (see its docs): it counts towards `max_keys`
-///   but is never evicted, so a shard whose every key is held that way can
-///   hold more.
+///   closest to rest is evicted. No timer or thread per key.
 /// - **Exact under concurrency**: no interleaving of checks admits more than
 ///   the algorithm allows; a request's limits are charged all-or-nothing.
 ///
@@ -87,85 +83,15 @@ struct Shard {
     cells: ByFingerprint<AtomicU64>,
     /// Every other policy's states.
     slots: ByFingerprint<Slot>,
-    /// The keys direct limiters hold (see [`PinnedKey`]): in neither map
-    /// above, found here by every operation of the store, never evicted.
-    pinned: ByFingerprint<Arc<Pinned>>,
     last_sweep: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Slot {
     states: SmallVec<[State; 1]>,
     /// When every limit of this key is whole again if no request comes: from
     /// then on the key holds nothing a fresh key would not, and may go.
     rest_at: u64,
-}
-
-/// A key's state held by direct limiters as well as by its shard.
-#[derive(Debug)]
-struct Pinned {
-    state: PinnedState,
-    /// How many [`PinnedKey`]s hold it; changed only under the shard's write
-    /// lock, except by a clone of a live handle (which keeps it above 1).
-    handles: AtomicUsize,
-}
-
-#[derive(Debug)]
-enum PinnedState {
-    /// A one-word state and the policy's limit, as in [`Shard::cells`].
-    Cell {
-        cell: AtomicU64,
-        limiter: PackedLimiter,
-    },
-    /// Any other policy's states, as in [`Shard::slots`].
-    Slot(Mutex<Slot>),
-}
-
-/// One key of one policy in a memory store, reached without the store's
-/// hash, shard lock and map: what a [`DirectLimiter`](crate::DirectLimiter)
-/// checks through. The store keeps the same state in its shard's table of
-/// held keys, where every operation of the store (a keyed check, a peek, a
-/// refund, a debit, a reset) finds it, so both decide on one state. While a
-/// handle lives the key is never evicted; when the last one is dropped, the
-/// state goes back among the shard's other keys (unless it is at rest, when
-/// it holds nothing a fresh key would not).
-pub(crate) struct PinnedKey {
-    pinned: Arc<Pinned>,
-    /// The store, to give the key back when the last handle goes.
-    store: Arc<dyn Release>,
-    fingerprint: u64,
-}
-
-impl Clone for PinnedKey {
-    fn clone(&self) -> Self {
-        // From a live handle: the count is at least 1 and stays so.
-        self.pinned.handles.fetch_add(1, Ordering::Relaxed);
-        PinnedKey {
-            pinned: self.pinned.clone(),
-            store: self.store.clone(),
-            fingerprint: self.fingerprint,
-        }
-    }
-}
-
-impl Drop for PinnedKey {
-    fn drop(&mut self) {
-        self.store.release(self.fingerprint, &self.pinned);
-    }
-}
-
-impl std::fmt::Debug for PinnedKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedKey")
-            .field("fingerprint", &self.fingerprint)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a [`PinnedKey`] needs of its store, without the store's clock type.
-trait Release: Send + Sync {
-    /// One handle of `pinned` is gone; the last one puts the state back.
-    fn release(&self, fingerprint: u64, pinned: &Pinned);
 }
 
 impl MemoryStore {
@@ -307,65 +233,6 @@ impl<C: Clock> MemoryStore<C> {
             None => inner.check_slot(shard, fingerprint, policy, now, cost),
         }
     }
-
-    /// Holds `key`'s state under `policy` apart from the shard's map (see
-    /// [`PinnedKey`]), moving it there if the store holds it: what a direct
-    /// limiter checks through.
-    pub(crate) fn pin(&self, policy: &Policy, key: &Key) -> PinnedKey {
-        let inner = &self.inner;
-        let (fingerprint, shard) = inner.shard_of(policy, key);
-        let mut shard = write(shard);
-        let pinned = match shard.pinned.get(&fingerprint) {
-            Some(pinned) => {
-                pinned.handles.fetch_add(1, Ordering::Relaxed);
-                pinned.clone()
-            }
-            None => {
-                let now = inner.clock.now_relaxed();
-                if !shard.cells.contains_key(&fingerprint)
-                    && !shard.slots.contains_key(&fingerprint)
-                {
-                    // A key the store does not hold yet: one more.
-                    shard.make_room(inner.per_shard, now);
-                }
-                let state = match policy.packed() {
-                    Some(limiter) => PinnedState::Cell {
-                        cell: shard.cells.remove(&fingerprint).unwrap_or_default(),
-                        limiter: *limiter,
-                    },
-                    None => PinnedState::Slot(Mutex::new(
-                        shard
-                            .slots
-                            .remove(&fingerprint)
-                            .unwrap_or_else(|| Slot::new(policy, now)),
-                    )),
-                };
-                let pinned = Arc::new(Pinned {
-                    state,
-                    handles: AtomicUsize::new(1),
-                });
-                shard.pinned.insert(fingerprint, pinned.clone());
-                pinned
-            }
-        };
-        PinnedKey {
-            pinned,
-            store: inner.clone(),
-            fingerprint,
-        }
-    }
-
-    /// [`check_now`](Self::check_now) of the key `pinned` holds, `policy`
-    /// being the policy it was pinned under: the store's clock and the
-    /// key's state, without the hash, the shard lock or the map.
-    #[inline]
-    pub(crate) fn check_pinned(&self, policy: &Policy, pinned: &PinnedKey, cost: u32) -> Decision {
-        let now = self.inner.clock.now_relaxed();
-        match &pinned.pinned.state {
-            PinnedState::Cell { cell, limiter } => limiter.check(cell, now, cost),
-            PinnedState::Slot(slot) => check_in_slot(policy, &mut lock(slot), now, cost).merged,
-        }
-    }
 }
 
 impl<C: Clock> MemoryStore<C> {
@@ -379,26 +246,18 @@ impl<C: Clock> MemoryStore<C> {
         let (fingerprint, shard) = inner.shard_of(policy, key);
         let (merged, each) = match policy.packed() {
             Some(limiter) => {
-                let shard = read(shard);
-                let word = shard
+                let word = read(shard)
                     .cells
                     .get(&fingerprint)
-                    .or_else(|| shard.pinned_cell(fingerprint))
                     .map_or(0, |cell| cell.load(Ordering::Acquire));
-                drop(shard);
                 let decision = limiter.check(&AtomicU64::new(word), now, 0);
                 (decision, smallvec::smallvec![decision])
             }
             None => {
-                let shard = read(shard);
-                let mut states = match shard.slots.get(&fingerprint) {
+                let mut states = match read(shard).slots.get(&fingerprint) {
                     Some(slot) => slot.states.clone(),
-                    None => match shard.pinned_slot(fingerprint) {
-                        Some(slot) => lock(slot).states.clone(),
-                        None => policy.limiters().iter().map(Limiter::new_state).collect(),
-                    },
+                    None => policy.limiters().iter().map(Limiter::new_state).collect(),
                 };
-                drop(shard);
                 check_states(policy, &mut states, now, 0)
             }
         };
@@ -418,13 +277,6 @@ impl<C: Clock> MemoryStore<C> {
         // costs nothing and needs no second look at the policy.
         shard.cells.remove(&fingerprint);
         shard.slots.remove(&fingerprint);
-        // A key a direct limiter holds stays held, its state made fresh.
-        if let Some(cell) = shard.pinned_cell(fingerprint) {
-            cell.store(0, Ordering::Release);
-        }
-        if let Some(slot) = shard.pinned_slot(fingerprint) {
-            *lock(slot) = Slot::new(policy, 0);
-        }
     }
 }
 
@@ -438,24 +290,17 @@ impl<C: Clock> MemoryStore<C> {
         let (fingerprint, shard) = inner.shard_of(policy, key);
         match policy.packed() {
             Some(limiter) => {
-                let shard = read(shard);
-                let cell = shard.cells.get(&fingerprint);
-                if let Some(cell) = cell.or_else(|| shard.pinned_cell(fingerprint)) {
+                if let Some(cell) = read(shard).cells.get(&fingerprint) {
                     limiter.refund(cell, refund.receipt(0, now), now);
                 }
             }
             None => {
-                let refund_slot = |slot: &mut Slot| {
+                let mut shard = write(shard);
+                if let Some(slot) = shard.slots.get_mut(&fingerprint) {
                     let limits = policy.limiters().iter().zip(slot.states.iter_mut());
                     for (index, (limiter, state)) in limits.enumerate() {
                         limiter.refund(state, refund.receipt(index, now), now);
                     }
-                };
-                let mut shard = write(shard);
-                if let Some(slot) = shard.slots.get_mut(&fingerprint) {
-                    refund_slot(slot);
-                } else if let Some(slot) = shard.pinned_slot(fingerprint) {
-                    refund_slot(&mut lock(slot));
                 }
             }
         }
@@ -542,15 +387,10 @@ impl<C> Inner<C> {
     #[inline]
     fn shard_of(&self, policy: &Policy, key: &Key) -> (u64, &RwLock<Shard>) {
         let fingerprint = self.hasher.hash_one((policy.id(), key));
-        (fingerprint, self.shard_at(fingerprint))
-    }
-
-    /// The shard that holds `fingerprint`.
-    #[inline]
-    fn shard_at(&self, fingerprint: u64) -> &RwLock<Shard> {
         // Shard by middle bits: the map uses the low bits for the bucket and
         // the top seven as a tag, which must not be the same for a whole shard.
-        &self.shards[(fingerprint >> 32) as usize & (self.shards.len() - 1)]
+        let shard = &self.shards[(fingerprint >> 32) as usize & (self.shards.len() - 1)];
+        (fingerprint, shard)
     }
 
     /// A one-word state: the shard's read lock and a compare-and-swap; the
@@ -578,21 +418,11 @@ impl<C> Inner<C> {
         now: u64,
         f: impl FnOnce(&AtomicU64) -> R,
     ) -> R {
-        {
-            let shard = read(shard);
-            if let Some(cell) = shard.cells.get(&fingerprint) {
-                return f(cell);
-            }
-            if let Some(cell) = shard.pinned_cell(fingerprint) {
-                return f(cell);
-            }
+        if let Some(cell) = read(shard).cells.get(&fingerprint) {
+            return f(cell);
         }
         let mut shard = write(shard);
         if !shard.cells.contains_key(&fingerprint) {
-            // Pinned since the look above?
-            if let Some(cell) = shard.pinned_cell(fingerprint) {
-                return f(cell);
-            }
             shard.make_room(self.per_shard, now);
         }
         f(shard.cells.entry(fingerprint).or_default())
@@ -610,15 +440,12 @@ impl<C> Inner<C> {
     ) -> R {
         let mut shard = write(shard);
         if !shard.slots.contains_key(&fingerprint) {
-            if let Some(slot) = shard.pinned_slot(fingerprint) {
-                return f(&mut lock(slot));
-            }
             shard.make_room(self.per_shard, now);
         }
-        let slot = shard
-            .slots
-            .entry(fingerprint)
-            .or_insert_with(|| Slot::new(policy, now));
+        let slot = shard.slots.entry(fingerprint).or_insert_with(|| Slot {
+            states: policy.limiters().iter().map(Limiter::new_state).collect(),
+            rest_at: now,
+        });
         f(slot)
     }
 
@@ -632,61 +459,18 @@ impl<C> Inner<C> {
         cost: u32,
     ) -> PolicyDecision {
         self.with_slot(shard, fingerprint, policy, now, |slot| {
-            check_in_slot(policy, slot, now, cost)
+            let (merged, each) = check_states(policy, &mut slot.states, now, cost);
+            slot.rest_at = now
+                .saturating_add(merged.reset_after_nanos())
+                .saturating_add(policy.rest_slack_nanos());
+            let charged_at = if merged.allowed() { now } else { 0 };
+            PolicyDecision {
+                merged,
+                each,
+                charged_at,
+                charged_by: Default::default(),
+            }
         })
-    }
-}
-
-/// Checks a request of `cost` against a key's slot and keeps its moment
-/// at rest.
-#[inline]
-fn check_in_slot(policy: &Policy, slot: &mut Slot, now: u64, cost: u32) -> PolicyDecision {
-    let (merged, each) = check_states(policy, &mut slot.states, now, cost);
-    slot.rest_at = now
-        .saturating_add(merged.reset_after_nanos())
-        .saturating_add(policy.rest_slack_nanos());
-    let charged_at = if merged.allowed() { now } else { 0 };
-    PolicyDecision {
-        merged,
-        each,
-        charged_at,
-        charged_by: Default::default(),
-    }
-}
-
-impl Slot {
-    /// A fresh key's states under `policy`.
-    fn new(policy: &Policy, now: u64) -> Self {
-        Slot {
-            states: policy.limiters().iter().map(Limiter::new_state).collect(),
-            rest_at: now,
-        }
-    }
-}
-
-impl<C: Clock> Release for Inner<C> {
-    fn release(&self, fingerprint: u64, pinned: &Pinned) {
-        let mut shard = write(self.shard_at(fingerprint));
-        // Under the lock, as every pin: the last handle sees 1.
-        if pinned.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
-        }
-        shard.pinned.remove(&fingerprint);
-        let now = self.clock.now_relaxed();
-        match &pinned.state {
-            PinnedState::Cell { cell, .. } => {
-                let word = cell.load(Ordering::Acquire);
-                if word > now {
-                    shard.cells.insert(fingerprint, AtomicU64::new(word));
-                }
-            }
-            PinnedState::Slot(slot) => {
-                let slot = lock(slot).clone();
-                if slot.rest_at > now {
-                    shard.slots.insert(fingerprint, slot);
-                }
-            }
-        }
     }
 }
 
@@ -725,30 +509,9 @@ fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
     shard.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
-    slot.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Shard {
     fn len(&self) -> usize {
-        self.cells.len() + self.slots.len() + self.pinned.len()
-    }
-
-    /// The one-word state of a key a direct limiter holds.
-    #[inline]
-    fn pinned_cell(&self, fingerprint: u64) -> Option<&AtomicU64> {
-        match &self.pinned.get(&fingerprint)?.state {
-            PinnedState::Cell { cell, .. } => Some(cell),
-            PinnedState::Slot(_) => None,
-        }
-    }
-
-    /// The slot of a key a direct limiter holds.
-    fn pinned_slot(&self, fingerprint: u64) -> Option<&Mutex<Slot>> {
-        match &self.pinned.get(&fingerprint)?.state {
-            PinnedState::Slot(slot) => Some(slot),
-            PinnedState::Cell { .. } => None,
-        }
+        self.cells.len() + self.slots.len()
     }
 
     /// Makes room for one more entry in a shard holding at most `capacity`.

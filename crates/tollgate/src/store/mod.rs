@@ -47,7 +47,6 @@ pub use capability::{Capability, Missing, short_type_name};
 pub use charge::{Branch, Debit, Refund, RefundReply, Route};
 pub use fallback::{Fallback, FallbackFuture};
 pub use fingerprint::{ByFingerprint, FingerprintHasher};
-pub(crate) use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
 pub use split::Split;
