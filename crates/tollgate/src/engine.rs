@@ -174,7 +174,7 @@ impl<K, St, R> Engine<K, St, R> {
     {
         let decision = &verdict.merged;
         let policy = &self.routes.get(entry).policy;
-        crate::observe::decided(policy.metrics(), verdict);
+        crate::observe::decided(policy.metrics(), verdict.merged.allowed(), &verdict.each);
         if decision.allowed() || self.settings.shadow {
             if !decision.allowed() {
                 tracing::info!(
@@ -244,7 +244,7 @@ impl<K, St, R> Engine<K, St, R> {
         R: Rejector<B>,
     {
         let policy = &self.routes.get(entry).policy;
-        crate::observe::report_failure(policy, error);
+        crate::store::report_failure(policy, error);
         match &self.settings.on_store_error {
             OnStoreError::Open => Action::Forward {
                 fields: FieldValues::default(),
@@ -369,7 +369,7 @@ where
         {
             // The hot path: admitted at once, nothing to add.
             StoreReply::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
-                crate::observe::decided(policy.metrics(), &verdict);
+                crate::observe::decided(policy.metrics(), verdict.merged.allowed(), &verdict.each);
                 Start::Pass
             }
             StoreReply::Ready(Ok(verdict)) => {

@@ -13,8 +13,8 @@
 //! circuit breaker's `tollgate_breaker_state{store}` (0 closed, 1
 //! half-open, 2 open) and `tollgate_breaker_opened_total{store}`.
 
-use crate::PolicyDecision;
 use std::sync::Arc;
+use tollgate_core::Decision;
 
 /// A policy's counter keys, built with the policy so that counting a
 /// decision allocates nothing: per limit, its "allowed" and "limited" keys,
@@ -75,11 +75,10 @@ static METADATA: metrics::Metadata<'static> =
     metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
 #[cfg(feature = "metrics")]
-pub(crate) fn decided(metrics: &PolicyMetrics, verdict: &PolicyDecision) {
-    let admitted = verdict.merged.allowed();
+pub(crate) fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision]) {
     let keys = &metrics.per_limit;
     metrics::with_recorder(|recorder| {
-        for ((allowed, limited), decision) in keys.iter().zip(&verdict.each) {
+        for ((allowed, limited), decision) in keys.iter().zip(each) {
             let key = match (admitted, decision.allowed()) {
                 (true, _) => allowed,
                 (false, false) => limited,
@@ -93,34 +92,7 @@ pub(crate) fn decided(metrics: &PolicyMetrics, verdict: &PolicyDecision) {
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn decided(_: &PolicyMetrics, _: &PolicyDecision) {}
-
-/// What a layer does when its store failed on a request of `policy`, or
-/// did not answer in time: one WARN at most every 10 s across the process
-/// (with how many failures were held back since the last), and the
-/// policy's `tollgate_store_errors_total` counter. For middleware of your
-/// own over a [`Store`](crate::Store), so that an outage is logged as the
-/// layers log it: a few lines, not one per request.
-///
-/// ```
-/// use tollgate::{NamedLimit, Policy};
-///
-/// let policy = Policy::new(vec![NamedLimit::new("api", "10/s".parse().unwrap())]);
-/// tollgate::store::report_failure(&policy, &"connection refused");
-/// ```
-pub fn report_failure(policy: &crate::Policy, error: &dyn std::fmt::Display) {
-    static QUIET: Quiet = Quiet::new();
-    if let Some(held_back) = QUIET.pass() {
-        tracing::warn!(
-            policy = policy.label(),
-            %error,
-            held_back,
-            "rate-limit store failed; applying on_store_error (at most one such warning \
-             every 10 s: held_back counts the failures since the last)"
-        );
-    }
-    store_failed(policy.metrics());
-}
+pub(crate) fn decided(_: &PolicyMetrics, _: bool, _: &[Decision]) {}
 
 #[cfg(feature = "metrics")]
 pub(crate) fn store_failed(metrics: &PolicyMetrics) {

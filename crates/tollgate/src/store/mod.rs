@@ -31,6 +31,7 @@ mod boxed;
 mod breaker;
 mod capability;
 mod charge;
+mod failure;
 mod fallback;
 mod fingerprint;
 mod memory;
@@ -53,7 +54,7 @@ pub use split::Split;
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 pub use wrapper::StoreWrapper;
 
-pub use crate::observe::report_failure;
+pub use failure::report_failure;
 
 use crate::{ConfigError, Key, Policy};
 use smallvec::SmallVec;
