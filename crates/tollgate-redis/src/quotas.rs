@@ -177,20 +177,26 @@ impl RedisQuotas {
         }
     }
 
-    /// Reads the feed from version `seen` on: the keys changed since, and
-    /// the version now; `None` keys when more changed than the feed keeps.
-    async fn changes_since(&self, seen: i64) -> Result<(Option<Vec<Key>>, i64), RedisStoreError> {
+    /// Reads the feed from version `seen` on (`None`: the whole feed it
+    /// keeps): the keys changed since, and the version now; `None` keys
+    /// when more changed than the feed keeps.
+    async fn changes_since(
+        &self,
+        seen: Option<i64>,
+    ) -> Result<(Option<Vec<Key>>, i64), RedisStoreError> {
         let mut connection = self.topology.current()?.connection.clone();
         let now: Option<i64> = redis::cmd("GET")
             .arg(self.version_key())
             .query_async(&mut connection)
             .await?;
         let now = now.unwrap_or(0);
+        let seen = match seen {
+            Some(seen) if now - seen > FEED_LENGTH => return Ok((None, now)),
+            Some(seen) => seen,
+            None => now.saturating_sub(FEED_LENGTH).max(0),
+        };
         if now <= seen {
             return Ok((Some(Vec::new()), now));
-        }
-        if now - seen > FEED_LENGTH {
-            return Ok((None, now));
         }
         let fields: Vec<Vec<u8>> = redis::cmd("ZRANGEBYSCORE")
             .arg(self.changes_key())
@@ -234,11 +240,12 @@ impl RedisQuotas {
 }
 
 impl QuotaSource for RedisQuotas {
-    /// Reads the feed of changes every [`FOLLOW_EVERY`] (from the version
-    /// it finds first: earlier changes predate every cached answer) and
-    /// invalidates the keys changed; all of them if it missed more than
-    /// the feed keeps. Ends when the cache is gone. A failed read is tried
-    /// again a second later.
+    /// Reads the feed of changes every [`FOLLOW_EVERY`] and invalidates the
+    /// keys changed; all of them if it missed more than the feed keeps.
+    /// The first read takes the whole feed: a key looked up before the
+    /// follower first read it may hold an answer a change has replaced
+    /// since (dropping a key not cached costs nothing). Ends when the
+    /// cache is gone. A failed read is tried again a second later.
     fn follow(&self, changed: ChangedQuotas) {
         let source = self.clone();
         tokio::spawn(async move {
@@ -247,14 +254,12 @@ impl QuotaSource for RedisQuotas {
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !changed.is_gone() {
                 ticks.tick().await;
-                let Ok((keys, now)) = source.changes_since(seen.unwrap_or(i64::MAX)).await else {
+                let Ok((keys, now)) = source.changes_since(seen).await else {
                     continue;
                 };
-                if seen.is_some() {
-                    match keys {
-                        Some(keys) => keys.iter().for_each(|key| changed.invalidate(key)),
-                        None => changed.invalidate_all(),
-                    }
+                match keys {
+                    Some(keys) => keys.iter().for_each(|key| changed.invalidate(key)),
+                    None => changed.invalidate_all(),
                 }
                 seen = Some(now);
             }

@@ -19,6 +19,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How many times a request waits for its key's quota lookup at most: an
+/// answer can be dropped (an invalidation) between its arrival and the
+/// request reading it; past this the request takes what the cache holds,
+/// or the default limits.
+#[cfg(feature = "quotas")]
+pub(crate) const MAX_QUOTA_WAITS: u8 = 3;
+
 /// What the layer does when the store fails or does not answer in time.
 #[derive(Clone, Debug, Default)]
 pub enum OnStoreError {
@@ -137,16 +144,18 @@ impl<K, St, R> Engine<K, St, R> {
     }
 
     /// The limits a request with `key` is charged, given the entry its
-    /// route chose. `waited`: the request waited for its key's first quota
-    /// lookup already, and does not wait again.
+    /// route chose. `waits`: how many times the request waited for its
+    /// key's quota lookup already; past [`MAX_QUOTA_WAITS`] it waits no more
+    /// (the key's answer was dropped each time before it could read it).
     #[inline]
-    fn limits_for_key(&self, entry: EntryRef, key: &Key, waited: bool) -> KeyLimits {
+    fn limits_for_key(&self, entry: EntryRef, key: &Key, waits: u8) -> KeyLimits {
         #[cfg(feature = "quotas")]
         if let (Some(quotas), EntryRef::Table(0)) = (&self.quotas, &entry) {
             use crate::quotas::Resolution;
-            let resolution = match waited {
-                false => quotas.resolve(key),
-                true => quotas.resolve_now(key),
+            let resolution = match waits {
+                0 => quotas.resolve(key),
+                waits if waits < MAX_QUOTA_WAITS => quotas.resolve_again(key),
+                _ => quotas.resolve_now(key),
             };
             return match resolution {
                 Resolution::Default => KeyLimits::Entry(entry),
@@ -155,7 +164,7 @@ impl<K, St, R> Engine<K, St, R> {
                 Resolution::Pending(arrival) => KeyLimits::Wait(arrival.wait()),
             };
         }
-        let _ = (key, waited);
+        let _ = (key, waits);
         KeyLimits::Entry(entry)
     }
 
@@ -276,7 +285,7 @@ pub(crate) enum Start<F, B> {
     /// allocation is nothing.
     Check(Box<PendingCheck<F>>),
     /// The key's quota is looked up for the first time: wait for it, then
-    /// start again ([`Engine::start`] with `waited`).
+    /// start again ([`Engine::start`] with one wait more).
     #[cfg(feature = "quotas")]
     Lookup(crate::quotas::QuotaWait),
 }
@@ -317,14 +326,14 @@ where
 {
     /// Takes `request` as far as it can go without waiting: which limits
     /// apply (route, key, per-key quotas, allow-list), its cost, and the
-    /// store's answer if the store gives one at once. `waited`: the request
-    /// has waited for its key's first quota lookup (see
+    /// store's answer if the store gives one at once. `waits`: how many
+    /// times the request has waited for its key's quota lookup (see
     /// [`Start::Lookup`]).
     #[inline(always)]
     pub(crate) fn start<ReqBody, B: Default>(
         &self,
         request: &Request<ReqBody>,
-        waited: bool,
+        waits: u8,
     ) -> Start<St::Future, B>
     where
         R: Rejector<B>,
@@ -348,7 +357,7 @@ where
                 }
             },
         };
-        let entry = match self.limits_for_key(entry, &key, waited) {
+        let entry = match self.limits_for_key(entry, &key, waits) {
             KeyLimits::Entry(entry) if !self.routes.get(&entry).is_unlimited() => entry,
             KeyLimits::Entry(_) => return Start::Pass,
             #[cfg(feature = "quotas")]

@@ -64,6 +64,8 @@ pin_project! {
     struct Resolving<S, Req, Sh> {
         lookup: Lookup,
         pending: Option<(S, Req, Sh)>,
+        // How many times the request waited before this one.
+        waits: u8,
     }
 }
 
@@ -200,6 +202,7 @@ where
         inner: &mut S,
         request: Req,
         engine: &Arc<Engine<K, St, R>>,
+        waits: u8,
     ) -> Self
     where
         S: Clone,
@@ -209,6 +212,7 @@ where
                 resolving: Box::pin(Resolving {
                     lookup,
                     pending: Some((take_ready(inner), request, engine.clone())),
+                    waits,
                 }),
             },
             fields: FieldValues::default(),
@@ -267,16 +271,16 @@ where
     R: Rejector<B>,
 {
     /// Takes `request` through `engine` (see `service::limit`), which has
-    /// `waited` for its key's first quota lookup (or not): carries out at
+    /// waited `waits` times for its key's quota lookup: carries out at
     /// once what the engine decided (here, so that the request moves
     /// once), or builds the future that awaits the store or the lookup.
     pub(crate) fn start(
         inner: &mut S,
         engine: &Arc<Engine<K, St, R>>,
         request: http::Request<ReqBody>,
-        waited: bool,
+        waits: u8,
     ) -> Self {
-        match engine.start(&request, waited) {
+        match engine.start(&request, waits) {
             Start::Pass => {
                 let mut request = request;
                 engine.add_idle_meter(request.extensions_mut());
@@ -311,7 +315,7 @@ where
             Start::Act(Action::Reject(response)) => Self::rejected(response),
             Start::Check(pending) => Self::checking(*pending, inner, request, engine),
             #[cfg(feature = "quotas")]
-            Start::Lookup(wait) => Self::resolving(wait, inner, request, engine),
+            Start::Lookup(wait) => Self::resolving(wait, inner, request, engine, waits),
         }
     }
 }
@@ -368,7 +372,12 @@ where
                     return Poll::Ready(Ok(response));
                 }
                 PhaseProj::Resolving { resolving } => {
-                    let ResolvingProj { lookup, pending } = resolving.as_mut().project();
+                    let ResolvingProj {
+                        lookup,
+                        pending,
+                        waits,
+                    } = resolving.as_mut().project();
+                    let waits = waits.saturating_add(1);
                     ready!(lookup.as_mut().poll(cx));
                     let Some((mut service, request, engine)) = pending.take() else {
                         // Already handed on (cannot happen through `poll`).
@@ -376,7 +385,7 @@ where
                             http::StatusCode::INTERNAL_SERVER_ERROR,
                         )));
                     };
-                    let next = Self::start(&mut service, &engine, request, true);
+                    let next = Self::start(&mut service, &engine, request, waits);
                     self.set(next);
                     continue;
                 }

@@ -87,7 +87,7 @@ where
     St: Store,
     R: Rejector<ResBody>,
 {
-    ResponseFuture::start(inner, engine, request, false)
+    ResponseFuture::start(inner, engine, request, 0)
 }
 
 /// Wrapping one generated gRPC service keeps its name, which tonic's

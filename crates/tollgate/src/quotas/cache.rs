@@ -350,6 +350,10 @@ pub(crate) struct Resolver {
     /// The answers of keys invalidated since (no longer in `cache`): the
     /// plan a key's next answer carries its usage from.
     previous: moka::sync::Cache<Key, Resolution>,
+    /// Keys whose first lookup was lost (its task ended early: a source
+    /// that panicked, a runtime without time): the requests that waited
+    /// for it take the default limits rather than wait for another.
+    lost: moka::sync::Cache<Key, ()>,
 }
 
 /// What moves a key's usage from one plan to another.
@@ -441,6 +445,10 @@ impl Resolver {
                 .max_capacity(config_keys)
                 .time_to_live(previous_ttl)
                 .build(),
+            lost: moka::sync::Cache::builder()
+                .max_capacity(config_keys)
+                .time_to_live(Duration::from_secs(60))
+                .build(),
         }
     }
 
@@ -525,6 +533,17 @@ impl Resolver {
             return Resolution::Default;
         }
         entry.into_value().resolution.clone()
+    }
+
+    /// What a request that waited for `key`'s lookup is charged: the
+    /// answer if it is there; the default limits if the lookup was lost;
+    /// else (the answer was dropped by an invalidation before the request
+    /// read it) what [`resolve`](Self::resolve) says, to wait again.
+    pub(crate) fn resolve_again(self: &Arc<Self>, key: &Key) -> Resolution {
+        if self.lost.remove(key).is_some() {
+            return Resolution::Default;
+        }
+        self.resolve(key)
     }
 
     /// What `key` is charged by the cache's answer, without waiting or
@@ -740,7 +759,9 @@ struct LookupGuard<'a> {
 impl Drop for LookupGuard<'_> {
     fn drop(&mut self) {
         if let Some(arrival) = self.arrival {
-            // A first lookup lost: no placeholder left to wait on.
+            // A first lookup lost: no placeholder left to wait on, and its
+            // waiters take the default limits.
+            self.resolver.lost.insert(self.key.clone(), ());
             self.resolver.cache.invalidate(self.key);
             arrival.arrive();
         } else if let Some(cached) = self.resolver.cache.get(self.key) {
