@@ -7,7 +7,7 @@ use tollgate::Key;
 use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
 
 /// How often each instance reads the feed of changed quotas.
-pub const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 /// How many changes the feed keeps; an instance that missed more drops
 /// every cached quota.
@@ -240,7 +240,7 @@ impl RedisQuotas {
 }
 
 impl QuotaSource for RedisQuotas {
-    /// Reads the feed of changes every [`FOLLOW_EVERY`] and invalidates the
+    /// Reads the feed of changes every second and invalidates the
     /// keys changed; all of them if it missed more than the feed keeps.
     /// The first read takes the whole feed: a key looked up before the
     /// follower first read it may hold an answer a change has replaced
