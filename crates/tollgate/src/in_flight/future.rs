@@ -2,7 +2,7 @@
 
 use super::body::InFlightBody;
 use super::fields::FieldValues;
-use super::layer::{Gate, Late, Settled};
+use super::gate::{Gate, Late, Settled};
 use super::{Acquired, SlotReply, Slots};
 use crate::Key;
 use crate::rejection::{Rejector, status_response};

@@ -1,15 +1,15 @@
-//! [`InFlightLayer`] and its builder, and the [`Gate`] every service of a
-//! layer shares.
+//! [`InFlightLayer`] and its builder.
 
-use super::fields::{FieldValues, Fields};
+use super::fields::Fields;
+use super::gate::{Gate, Settings};
 use super::memory::MemorySlots;
 use super::service::InFlight;
-use super::{Acquired, InFlightLimit, Slots};
+use super::{InFlightLimit, Slots};
 use crate::headers::HeaderStyle;
-use crate::key::{Key, KeyExtractor, OnMissingKey, PeerIp};
-use crate::rejection::{DefaultRejector, InFlightRejection, RejectReason, Rejector};
+use crate::key::{KeyExtractor, OnMissingKey, PeerIp};
+use crate::rejection::DefaultRejector;
 use crate::{ConfigError, OnStoreError};
-use http::{HeaderMap, Response, StatusCode};
+use http::StatusCode;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,18 +134,6 @@ impl Default for Config {
     }
 }
 
-/// The settings a gate decides with.
-#[derive(Clone, Debug)]
-pub(crate) struct Settings {
-    pub(crate) status: StatusCode,
-    pub(crate) missing_key: OnMissingKey,
-    pub(crate) on_store_error: OnStoreError,
-    pub(crate) store_timeout: Duration,
-    /// How long a refused request may wait for a slot; `None`: refused at
-    /// once.
-    pub(crate) wait: Option<Duration>,
-}
-
 impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
     /// How many requests of one key may run at once (at least 1; default
     /// 1).
@@ -187,8 +175,8 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
     }
 
     /// Answers refused requests with the responses `rejector` builds (its
-    /// [`reject_in_flight`](Rejector::reject_in_flight), and for a missing
-    /// key or a failing store [`reject_without_decision`](Rejector::reject_without_decision)):
+    /// [`reject_in_flight`](crate::rejection::Rejector::reject_in_flight), and for a missing
+    /// key or a failing store [`reject_without_decision`](crate::rejection::Rejector::reject_without_decision)):
     /// tollgate-tonic's `GrpcRejector` for gRPC.
     pub fn rejector<R2>(self, rejector: R2) -> InFlightBuilder<K, Sl, R2> {
         InFlightBuilder {
@@ -280,121 +268,3 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
         })
     }
 }
-
-/// What every service of one layer shares: the limit, the key, the store,
-/// the rejector, the fields made once.
-pub(crate) struct Gate<K, Sl, R> {
-    pub(crate) limit: InFlightLimit,
-    pub(crate) key: K,
-    pub(crate) slots: Sl,
-    pub(crate) rejector: R,
-    pub(crate) fields: Fields,
-    pub(crate) settings: Settings,
-}
-
-/// What becomes of a request once its store has answered.
-pub(crate) enum Settled<P, B> {
-    /// Run it, holding `permit` (none when the store failed and the layer
-    /// fails open), adding `fields` to its response.
-    Run {
-        permit: Option<P>,
-        fields: FieldValues,
-    },
-    /// Its key is full and the layer queues: wait for a slot.
-    Queue { in_flight: u32 },
-    /// Answer this instead.
-    Reject(Box<Response<B>>),
-}
-
-impl<K, Sl: Slots, R> Gate<K, Sl, R> {
-    /// What a request of `key` gets for the store's `answer`; a full key
-    /// is queued if the layer queues and `may_queue`.
-    pub(crate) fn settle<B: Default>(
-        &self,
-        answer: Result<Acquired<Sl::Permit>, Sl::Error>,
-        key: &Key,
-        may_queue: bool,
-    ) -> Settled<Sl::Permit, B>
-    where
-        R: Rejector<B>,
-    {
-        match answer {
-            Ok(Acquired::Taken { permit, in_flight }) => Settled::Run {
-                permit: Some(permit),
-                fields: if self.fields.on_allowed() {
-                    self.fields.values(in_flight, key)
-                } else {
-                    FieldValues::default()
-                },
-            },
-            Ok(Acquired::Full { in_flight }) if may_queue && self.settings.wait.is_some() => {
-                Settled::Queue { in_flight }
-            }
-            Ok(Acquired::Full { in_flight }) => Settled::Reject(self.reject(key, in_flight)),
-            Err(error) => self.store_failed(&error),
-        }
-    }
-
-    /// The refusal of a request of `key`, whose key has `in_flight` running.
-    pub(crate) fn reject<B: Default>(&self, key: &Key, in_flight: u32) -> Box<Response<B>>
-    where
-        R: Rejector<B>,
-    {
-        let mut headers = HeaderMap::new();
-        self.fields
-            .values(in_flight.max(self.limit.max()), key)
-            .write_into(&mut headers);
-        Box::new(self.rejector.reject_in_flight(InFlightRejection::new(
-            self.settings.status,
-            headers,
-            self.limit.name(),
-            self.limit.max(),
-            key,
-        )))
-    }
-
-    /// What a request gets when the store failed (`error`) or was late.
-    pub(crate) fn store_failed<B: Default>(
-        &self,
-        error: &dyn std::error::Error,
-    ) -> Settled<Sl::Permit, B>
-    where
-        R: Rejector<B>,
-    {
-        static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
-        if let Some(held_back) = QUIET.pass() {
-            tracing::warn!(
-                limit = self.limit.name(),
-                %error,
-                on_store_error = ?self.settings.on_store_error,
-                held_back,
-                "in-flight limit: the slot store failed (at most one such warning every 10 s: \
-                 held_back counts the failures since the last)"
-            );
-        }
-        match self.settings.on_store_error {
-            OnStoreError::Open => Settled::Run {
-                permit: None,
-                fields: FieldValues::default(),
-            },
-            OnStoreError::Closed => {
-                Settled::Reject(Box::new(self.rejector.reject_without_decision(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    RejectReason::StoreFailed,
-                )))
-            }
-        }
-    }
-}
-
-/// A store that did not answer within the layer's store timeout.
-#[derive(Debug)]
-pub(crate) struct Late(pub(crate) Duration);
-
-impl fmt::Display for Late {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no answer within the store timeout of {:?}", self.0)
-    }
-}
-
-impl std::error::Error for Late {}

@@ -87,6 +87,7 @@
 mod body;
 mod fields;
 mod future;
+mod gate;
 mod layer;
 mod memory;
 mod service;

@@ -3,7 +3,7 @@
 use super::body::InFlightBody;
 use super::fields::FieldValues;
 use super::future::InFlightFuture;
-use super::layer::{Gate, Settled};
+use super::gate::{Gate, Settled};
 use super::{SlotReply, Slots};
 use crate::key::{KeyExtractor, OnMissingKey, RequestInfo};
 use crate::rejection::{RejectReason, Rejector};
