@@ -1,10 +1,8 @@
 //! [`RulesLayer`], and the [`RulesHandle`] that reloads its rules.
 
 use super::file::{Behaviour, RuleSpec, RulesError, parse};
-use super::matcher::Matcher;
 use super::service::Rules;
-use crate::engine::Engine;
-use crate::key::KeyExtractor;
+use super::set::{BuiltRule, RuleSet};
 use crate::layer::{RateLimitBuilder, RateLimitLayer, Template};
 use crate::rejection::DefaultRejector;
 use crate::store::{MemoryStore, Store};
@@ -14,16 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tower_layer::Layer;
-
-/// One rule, ready to apply: its predicate and its limiter.
-pub(crate) struct BuiltRule<St, R> {
-    pub name: String,
-    pub matcher: Matcher,
-    pub shared: Arc<Engine<Box<dyn KeyExtractor>, St, R>>,
-}
-
-/// The rules in force, in order.
-pub(crate) type RuleSet<St, R> = Vec<BuiltRule<St, R>>;
 
 /// A layer whose limits come from a rules file (see the
 /// [module docs](super) for the format).

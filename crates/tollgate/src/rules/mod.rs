@@ -64,6 +64,7 @@ mod file;
 mod layer;
 mod matcher;
 mod service;
+mod set;
 
 pub use file::{Behaviour, RulesError};
 pub use layer::{RulesHandle, RulesLayer};

@@ -1,7 +1,7 @@
 //! [`Rules`], the service a [`RulesLayer`](super::RulesLayer) wraps around
 //! yours.
 
-use super::layer::RuleSet;
+use super::set::RuleSet;
 use crate::future::ResponseFuture;
 use crate::key::{KeyExtractor, RequestInfo};
 use crate::rejection::{DefaultRejector, Rejector};
