@@ -697,7 +697,11 @@ impl Connection {
             port,
         };
         let mut connection = connection.clone();
-        let mut replies = connection.route_pipeline(pipeline, 1, 1, route).await?;
+        // Both replies asked for, `ASKING`'s too: with a push sender set
+        // (RESP3, see `Closed`), redis-rs's subscription tracker reads one
+        // reply per command of the pipeline and panics, killing the
+        // connection, when it was given fewer (seen under resharding).
+        let mut replies = connection.route_pipeline(pipeline, 0, 2, route).await?;
         match replies.pop() {
             Some(Value::ServerError(error)) => Err(error.into()),
             Some(reply) => Ok(reply),
