@@ -117,6 +117,6 @@ pub use atomic::{PackedState, check_atomic, force_atomic, refund_atomic};
 pub use clock::TokioClock;
 pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::{Decision, DecisionFields};
-pub use limiter::{Charge, Limiter, State, carried, check_all, used};
+pub use limiter::{Algorithm, Charge, Limiter, State, UnknownAlgorithm, carried, check_all, used};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
 pub use refund::Receipt;

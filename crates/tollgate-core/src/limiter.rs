@@ -7,6 +7,41 @@ use std::time::Duration;
 
 crate::for_each_algorithm!(crate::registry::define_algorithms);
 
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = UnknownAlgorithm;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let wanted = text.trim().to_ascii_lowercase().replace('_', "-");
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name() == wanted)
+            .ok_or_else(|| UnknownAlgorithm(text.to_owned()))
+    }
+}
+
+/// An algorithm name that is not one of [`Algorithm::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownAlgorithm(pub String);
+
+impl std::fmt::Display for UnknownAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown algorithm {:?}: use one of ", self.0)?;
+        for (i, algorithm) in Algorithm::ALL.iter().enumerate() {
+            let separator = if i == 0 { "" } else { ", " };
+            write!(f, "{separator}{algorithm}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownAlgorithm {}
+
 /// Checks one request against several limits and charges it all-or-nothing:
 /// it passes only if every limit allows it, and then every limit is charged;
 /// if any denies, no state changes.

@@ -1,8 +1,9 @@
 //! One connection type for standalone Redis and Redis Cluster.
 
 use crate::RedisStoreError;
-use crate::sentinel::{SentinelAuth, SentinelMaster};
-use crate::tls::TlsSettings;
+use crate::closed::Closed;
+use crate::options::ConnectOptions;
+use crate::sentinel::{Search, SentinelMaster};
 use crate::url::{self, Target};
 use arc_swap::ArcSwapOption;
 use redis::AsyncConnectionConfig;
@@ -13,44 +14,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// How to connect; see [`RedisStoreBuilder`](crate::RedisStoreBuilder).
-#[derive(Clone, Debug)]
-pub(crate) struct ConnectOptions {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Option<Duration>,
-    pub(crate) reconnect_max_delay: Duration,
-    /// Certificates for `rediss://` URLs.
-    pub(crate) tls: TlsSettings,
-    /// What the sentinels of a `redis+sentinel://` URL ask for.
-    pub(crate) sentinel_auth: SentinelAuth,
-}
-
-impl Default for ConnectOptions {
-    /// Connect within 1 s, no response timeout of the client's own (the
-    /// layer's store timeout bounds each check), reconnect attempts at
-    /// most 500 ms apart.
-    fn default() -> Self {
-        ConnectOptions {
-            connect_timeout: Duration::from_secs(1),
-            response_timeout: None,
-            reconnect_max_delay: Duration::from_millis(500),
-            tls: TlsSettings::default(),
-            sentinel_auth: SentinelAuth::default(),
-        }
-    }
-}
-
-impl ConnectOptions {
-    /// The settings of one multiplexed connection.
-    pub(crate) fn connection_config(&self) -> AsyncConnectionConfig {
-        AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(self.response_timeout)
-    }
-}
 
 /// A multiplexed connection that reconnects by itself: a connection manager
 /// for one server, the cluster client's connection (which follows MOVED and
@@ -74,33 +38,6 @@ pub(crate) struct ClusterHandle {
     /// connection, where it fails, so the topology makes a fresh
     /// connection instead (see [`Topology::watch_closed`]).
     closed: Option<Arc<Closed>>,
-}
-
-/// What a connection's server says when it closes the connection: a RESP3
-/// connection's driver reads the end of the stream and pushes a
-/// "disconnection" message, which this counts.
-#[derive(Debug, Default)]
-pub(crate) struct Closed {
-    count: AtomicU64,
-    notify: tokio::sync::Notify,
-}
-
-impl Closed {
-    /// The push sender a connection is made with.
-    pub(crate) fn sender(self: &Arc<Self>) -> impl redis::aio::AsyncPushSender {
-        let closed = self.clone();
-        move |info: redis::PushInfo| {
-            if info.kind == redis::PushKind::Disconnection {
-                closed.count.fetch_add(1, Ordering::AcqRel);
-                closed.notify.notify_one();
-            }
-            Ok::<(), std::convert::Infallible>(())
-        }
-    }
-
-    fn count(&self) -> u64 {
-        self.count.load(Ordering::Acquire)
-    }
 }
 
 impl Clone for ClusterHandle {
@@ -129,17 +66,6 @@ pub(crate) struct Topology {
     /// Held while a fresh connection is made, so that many calls failing
     /// at once make one.
     refreshing: tokio::sync::Mutex<()>,
-}
-
-/// Who looks for a Sentinel-watched master (see `SentinelMaster::connect`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Search {
-    /// A call (or the store connecting): a failure is remembered for a
-    /// moment, and calls meanwhile fail at once.
-    ForCall,
-    /// The topology's own watch, in the background: it neither waits out
-    /// nor starts that pause.
-    Background,
 }
 
 /// The longest pause between two attempts of a lazily built store to
@@ -227,7 +153,7 @@ impl Topology {
     /// every 100 ms. (One server's connection manager does this itself.)
     async fn watch_closed(topology: std::sync::Weak<Topology>, closed: Arc<Closed>) {
         loop {
-            closed.notify.notified().await;
+            closed.next().await;
             // Until a fresh connection is made: the server may still be
             // down (a restart), and the dead connection must not stay.
             let mut pause = Duration::from_millis(100);

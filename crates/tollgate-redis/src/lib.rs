@@ -226,11 +226,13 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod closed;
 mod connection;
 mod error;
 mod keys;
 mod local;
 mod observe;
+mod options;
 #[cfg(feature = "quotas")]
 mod quotas;
 mod script;

@@ -200,7 +200,7 @@ impl PreparedPolicy {
             share_script: script_for(files, Entry::Share),
             refund_script: script_for(files, Entry::Refund),
             debit_script: script_for(files, Entry::Debit),
-            local_first: crate::local::supports(policy).is_ok(),
+            local_first: crate::local::support::supports(policy).is_ok(),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
         }

@@ -3,7 +3,8 @@
 //! one (it died, or a failover demoted it).
 
 use crate::RedisStoreError;
-use crate::connection::{Closed, ConnectOptions, Search};
+use crate::closed::Closed;
+use crate::options::ConnectOptions;
 use crate::url::SentinelTarget;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
@@ -15,6 +16,17 @@ use std::time::{Duration, Instant};
 /// while the sentinels have no master to give (a failover under way),
 /// requests fail at once instead of each asking them again.
 const SEARCH_PAUSE: Duration = Duration::from_millis(50);
+
+/// Who looks for a Sentinel-watched master (see `SentinelMaster::connect`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Search {
+    /// A call (or the store connecting): a failure is remembered for a
+    /// moment, and calls meanwhile fail at once.
+    ForCall,
+    /// The topology's own watch, in the background: it neither waits out
+    /// nor starts that pause.
+    Background,
+}
 
 /// Finds a service's master through its sentinels and connects to it.
 pub(crate) struct SentinelMaster {
@@ -35,13 +47,6 @@ pub(crate) struct SentinelMaster {
     /// Notified when a connection to the master closes (a RESP3 master
     /// says so): see `Topology::watch_closed`.
     pub(crate) closed: Arc<Closed>,
-}
-
-/// The password (and user) the sentinels ask for, when they ask for one.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct SentinelAuth {
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
 }
 
 impl SentinelMaster {

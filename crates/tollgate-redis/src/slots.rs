@@ -1,7 +1,8 @@
 //! [`RedisSlots`]: in-flight slots shared by every instance through Redis.
 
 use crate::RedisStoreError;
-use crate::connection::{ConnectOptions, Connection, Topology};
+use crate::connection::{Connection, Topology};
+use crate::options::ConnectOptions;
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;

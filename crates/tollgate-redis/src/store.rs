@@ -1,7 +1,8 @@
 //! The store: a policy's script called once per request.
 
 use crate::RedisStoreError;
-use crate::connection::{ConnectOptions, Connection, Failure, Topology};
+use crate::connection::{Connection, Failure, Topology};
+use crate::options::ConnectOptions;
 use crate::script::{LuaScript, PreparedPolicy, ShareOp, ShareReply};
 use crate::server_clock::ServerClock;
 #[cfg(feature = "tls")]

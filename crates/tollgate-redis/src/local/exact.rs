@@ -10,8 +10,8 @@
 
 use super::answers;
 use super::budget::{Budget, Budgeted, Locked, Signature};
+use super::shared::{Shared, Step, holder};
 use super::table::Evictable;
-use super::{Inner, Step};
 use crate::script::ShareOp;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -267,7 +267,7 @@ impl Holdings {
     /// Decides a request of `cost` at `now` from what the slot holds, and
     /// says whether a reservation should start: for this request (it then
     /// waits) or ahead of need.
-    pub(crate) fn decide(&mut self, inner: &Inner, now: u64, cost: u32) -> (Step, Option<u32>) {
+    pub(crate) fn decide(&mut self, inner: &Shared, now: u64, cost: u32) -> (Step, Option<u32>) {
         let lapsed: u64 = self
             .grants
             .iter()
@@ -351,7 +351,7 @@ fn take(grants: &mut SmallVec<[Grant; 2]>, mut units: u64) {
 
 /// Reserves at least `need` units for `slot` from Redis, then wakes the
 /// requests that wait on it.
-pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) {
+pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32) {
     let sent = inner.now();
     let (want, held, report) = {
         let mut state = slot.lock();
@@ -378,7 +378,7 @@ pub(crate) async fn reserve(inner: Arc<Inner>, slot: Arc<ExactSlot>, need: u32) 
         need,
         want,
         fanout: inner.settings.fanout,
-        holder: super::holder(inner.instance, slot.policy.id()),
+        holder: holder(inner.instance, slot.policy.id()),
         held,
         hold_micros: inner.settings.hold_nanos / 1_000,
         ahead_micros: inner.settings.reserve_ahead_nanos / 1_000,

@@ -8,46 +8,33 @@
 mod answers;
 mod budget;
 mod exact;
+mod mode;
 mod periodic;
+mod shared;
+mod stats;
 mod striped;
+pub(crate) mod support;
 mod table;
 
 use crate::script::ShareOp;
 use crate::{RedisCheckFuture, RedisStore, RedisStoreError, observe};
+pub use mode::LocalMode;
+pub use stats::LocalStats;
+
 use exact::ExactSlot;
 use periodic::PeriodicSlot;
+use shared::{Settings, Shared, Step, holder};
+use stats::Stats;
 use std::hash::BuildHasher;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use support::supports;
 use table::Table;
 use tokio::sync::Notify;
 use tollgate::store::{Debit, Refund, RefundReply};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
-use tollgate_core::{Clock, MonotonicClock};
-
-/// How a [`LocalFirst`] store shares its limits through Redis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LocalMode {
-    /// Admit only capacity reserved from Redis: never over the limit.
-    Exact,
-    /// Count locally and synchronise every `sync_interval`: within a
-    /// documented bound of the limit (see [`LocalFirst`]).
-    Periodic {
-        /// How often each key's counts are reported and its state read.
-        sync_interval: Duration,
-    },
-}
-
-impl LocalMode {
-    /// Periodic mode with the default interval, 100 ms: ten calls a second
-    /// per busy key and instance, and a share of a key that an instance
-    /// leaves held from the others for at most 450 ms.
-    pub const PERIODIC: LocalMode = LocalMode::Periodic {
-        sync_interval: Duration::from_millis(100),
-    };
-}
 
 /// A store that decides in process memory and shares through Redis.
 /// Clones share the same counts.
@@ -196,17 +183,11 @@ impl std::fmt::Debug for LocalFirst {
 }
 
 pub(crate) struct Inner {
-    redis: RedisStore,
-    settings: Settings,
+    /// What the slots' calls to Redis share with the store.
+    shared: Arc<Shared>,
     slots: Slots,
-    /// Tells this instance's sync reports from other instances'.
-    instance: u64,
-    stats: Stats,
     /// When the periodic tick next runs (local ns).
     next_tick: AtomicU64,
-    /// Exact mode: reservations sent so far, by every slot (each is
-    /// numbered, see `exact::receipt`).
-    reports: AtomicU64,
     /// Itself, for the tick, which ends when the last clone is dropped.
     me: Weak<Inner>,
 }
@@ -214,31 +195,6 @@ pub(crate) struct Inner {
 enum Slots {
     Exact(Table<ExactSlot>),
     Periodic(Table<PeriodicSlot>),
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Settings {
-    mode: LocalMode,
-    fanout: u32,
-    reserve_ahead_nanos: u64,
-    max_reservation: u64,
-    hold_nanos: u64,
-    /// Periodic mode: how many instances share each key (0: as many as
-    /// hold a live share, counted by Redis at each sync).
-    instances: u32,
-    /// Periodic mode: how long a share may be spent after its sync was
-    /// sent (ns); see `share_life`.
-    share_life_nanos: u64,
-}
-
-/// What a request's slot says.
-pub(crate) enum Step {
-    /// Decided here.
-    Answer(PolicyDecision),
-    /// Waits for the call in flight.
-    Wait,
-    /// Redis is away and what this instance held is spent.
-    Fail(String),
 }
 
 /// Settings of a [`LocalFirst`] store.
@@ -280,7 +236,7 @@ impl LocalFirst {
 
     /// Counts of what the store has done so far (all clones together).
     pub fn stats(&self) -> LocalStats {
-        self.inner.stats.read(&self.inner)
+        self.inner.stats.read(self.inner.keys())
     }
 
     /// Whether this store can decide `policy` locally: every limit of an
@@ -289,42 +245,6 @@ impl LocalFirst {
         supports(policy)
     }
 }
-
-/// What [`LocalFirst::supports`] says, for any store: the Redis store's
-/// prepared form keeps it, so that a request reads one flag.
-pub(crate) fn supports(policy: &Policy) -> Result<(), ConfigError> {
-    for limit in policy.limits() {
-        let limiter = limit.limiter();
-        let script = limiter.script().script;
-        if !SUPPORTED.contains(&script) {
-            return Err(ConfigError::new(format!(
-                "the local-first store cannot decide limit {:?} ({}): it supports GCRA, \
-                 the token bucket, the fixed window, the sliding window and sliding \
-                 window buckets; use the Redis store directly for this limit",
-                limit.name(),
-                limiter.algorithm(),
-            )));
-        }
-        if limiter.with_max_delay(Duration::ZERO) != *limiter {
-            return Err(ConfigError::new(format!(
-                "the local-first store cannot delay requests (limit {:?} has a max \
-                 delay): remove max_delay, or use the Redis store directly",
-                limit.name()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The Lua files of the algorithms both modes support (those with a
-/// `force`; the window ones also have a `lapse`).
-const SUPPORTED: &[&str] = &[
-    "gcra",
-    "token_bucket",
-    "fixed_window",
-    "sliding_window",
-    "sliding_window_buckets",
-];
 
 impl LocalFirstBuilder {
     /// Exact mode: the share of what remains that one reservation may take
@@ -395,25 +315,36 @@ impl LocalFirstBuilder {
         let instance = std::hash::RandomState::new().hash_one(std::process::id());
         LocalFirst {
             inner: Arc::new_cyclic(|me| Inner {
-                redis: self.redis,
-                settings: self.settings,
+                shared: Arc::new(Shared {
+                    redis: self.redis,
+                    settings: self.settings,
+                    instance,
+                    stats: Stats::default(),
+                    reports: AtomicU64::new(0),
+                }),
                 slots,
-                instance,
-                stats: Stats::default(),
                 next_tick: AtomicU64::new(0),
-                reports: AtomicU64::new(0),
                 me: me.clone(),
             }),
         }
     }
 }
 
+/// The store's calls read the shared part as their own.
+impl std::ops::Deref for Inner {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
 impl Inner {
-    /// The mode, as metrics label it.
-    fn mode_name(&self) -> &'static str {
-        match self.settings.mode {
-            LocalMode::Exact => "exact",
-            LocalMode::Periodic { .. } => "periodic",
+    /// The keys in memory now.
+    fn keys(&self) -> u64 {
+        match &self.slots {
+            Slots::Exact(table) => table.len() as u64,
+            Slots::Periodic(table) => table.len() as u64,
         }
     }
 
@@ -506,19 +437,6 @@ impl Inner {
             Slots::Exact(table) => call_ended(table.remove(policy.id(), key)).await,
             Slots::Periodic(table) => call_ended(table.remove(policy.id(), key)).await,
         }
-    }
-
-    /// Local time in ns.
-    fn now(&self) -> u64 {
-        // A Redis store on a test clock: that clock, so a test moves both.
-        #[cfg(feature = "test-clock")]
-        if let Some(now) = self.redis.test_nanos() {
-            return now;
-        }
-        // The memory store's clock, read as the memory store reads it (see
-        // `Clock::now_relaxed`): the time-stamp counter where the OS vouches
-        // for it, a few ns a read.
-        MonotonicClock.now_relaxed()
     }
 }
 
@@ -946,7 +864,7 @@ impl Slot for ExactSlot {
     }
 
     fn call(inner: Arc<Inner>, slot: Arc<Self>, need: u32) -> impl Future<Output = ()> + Send {
-        exact::reserve(inner, slot, need)
+        exact::reserve(inner.shared.clone(), slot, need)
     }
 
     fn done(&self) -> &Notify {
@@ -981,7 +899,7 @@ impl Slot for PeriodicSlot {
     }
 
     fn call(inner: Arc<Inner>, slot: Arc<Self>, _: u32) -> impl Future<Output = ()> + Send {
-        periodic::sync(inner, slot)
+        periodic::sync(inner.shared.clone(), slot)
     }
 
     fn done(&self) -> &Notify {
@@ -1110,101 +1028,9 @@ async fn tick(inner: Weak<Inner>, interval: Duration) {
             if counts.due() {
                 lag = lag.max(counts.age(now));
                 drop(counts);
-                tokio::spawn(periodic::sync(inner.clone(), slot));
+                tokio::spawn(periodic::sync(inner.shared.clone(), slot));
             }
         }
         observe::sync_lag(lag as f64 / 1e9);
     }
-}
-
-/// What a [`LocalFirst`] store has done, counted since it was built.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LocalStats {
-    /// Requests decided in process memory, with no wait.
-    pub local_decisions: u64,
-    /// Requests that waited for a reservation or a first reading.
-    pub waited: u64,
-    /// Requests refused from a refusal Redis gave earlier, before its retry
-    /// time, with no call (exact mode).
-    pub blocked: u64,
-    /// Calls to Redis: reservations (exact) or syncs (periodic).
-    pub redis_calls: u64,
-    /// Units granted by reservations.
-    pub reserved_units: u64,
-    /// Units that lapsed unspent (a window ended).
-    pub lapsed_units: u64,
-    /// Requests decided by Redis directly because the table of keys was
-    /// full.
-    pub overflowed: u64,
-    /// The keys in memory now.
-    pub keys: u64,
-}
-
-#[derive(Default)]
-struct Stats {
-    /// Every request decided here adds to it: striped, so that threads do
-    /// not contend on one counter.
-    local: striped::Striped,
-    waited: AtomicU64,
-    blocked: AtomicU64,
-    calls: AtomicU64,
-    reserved: AtomicU64,
-    lapsed: AtomicU64,
-    overflowed: AtomicU64,
-}
-
-/// Counted here for [`LocalFirst::stats`], and through `metrics` (see
-/// `observe.rs`).
-impl Stats {
-    fn decided(&self, mode: &'static str) {
-        self.local.add(1);
-        observe::local_decision(mode);
-    }
-    fn waited(&self, mode: &'static str) {
-        self.waited.fetch_add(1, Ordering::Relaxed);
-        observe::local_wait(mode);
-    }
-    pub(crate) fn blocked(&self, mode: &'static str) {
-        self.blocked.fetch_add(1, Ordering::Relaxed);
-        observe::local_blocked(mode);
-    }
-    fn call(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-    }
-    fn reserved(&self, units: u64) {
-        self.reserved.fetch_add(units, Ordering::Relaxed);
-        observe::reserved(units);
-    }
-    fn lapsed(&self, units: u64) {
-        self.lapsed.fetch_add(units, Ordering::Relaxed);
-        observe::lapsed(units);
-    }
-    fn overflowed(&self) {
-        self.overflowed.fetch_add(1, Ordering::Relaxed);
-        observe::overflow();
-    }
-
-    fn read(&self, inner: &Inner) -> LocalStats {
-        LocalStats {
-            local_decisions: self.local.sum(),
-            waited: self.waited.load(Ordering::Relaxed),
-            blocked: self.blocked.load(Ordering::Relaxed),
-            redis_calls: self.calls.load(Ordering::Relaxed),
-            reserved_units: self.reserved.load(Ordering::Relaxed),
-            lapsed_units: self.lapsed.load(Ordering::Relaxed),
-            overflowed: self.overflowed.load(Ordering::Relaxed),
-            keys: match &inner.slots {
-                Slots::Exact(table) => table.len() as u64,
-                Slots::Periodic(table) => table.len() as u64,
-            },
-        }
-    }
-}
-
-/// Who reports or holds, as Redis tells them apart: this instance's slot
-/// of the policy. Policies share a key's records (sequence numbers, held
-/// units), and each slot keeps its own, so the policy is part of the name.
-pub(crate) fn holder(instance: u64, policy: u64) -> u64 {
-    instance ^ policy.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }

@@ -14,8 +14,8 @@
 
 use super::answers;
 use super::budget::{Budget, Budgeted, Locked, Signature};
+use super::shared::{Shared, Step, holder};
 use super::table::Evictable;
-use super::{Inner, Step};
 use crate::script::ShareOp;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -312,7 +312,7 @@ impl Counts {
 
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
-pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
+pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
     let now = inner.now();
     let (spent, sequence, need, left) = {
         let mut counts = slot.lock();
@@ -342,7 +342,7 @@ pub(crate) async fn sync(inner: Arc<Inner>, slot: Arc<PeriodicSlot>) {
     let life = inner.settings.share_life_nanos;
     let op = ShareOp::Sync {
         spent,
-        instance: super::holder(inner.instance, slot.policy.id()),
+        instance: holder(inner.instance, slot.policy.id()),
         sequence,
         life_micros: life / 1_000,
         instances: inner.settings.instances,
@@ -416,7 +416,7 @@ mod tests {
             let policy = Policy::new(vec![
                 NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm),
             ]);
-            let instance = super::super::holder(7, policy.id());
+            let instance = super::holder(7, policy.id());
             let report = |spent, sequence| ShareOp::Sync {
                 spent,
                 instance,
@@ -441,7 +441,7 @@ mod tests {
             // counts.
             let other = ShareOp::Sync {
                 spent: 5,
-                instance: super::super::holder(8, policy.id()),
+                instance: super::holder(8, policy.id()),
                 sequence: 1,
                 life_micros: 1_000_000,
                 instances: 0,
@@ -465,7 +465,7 @@ mod tests {
         let key = Key::from("k");
         let sync = |instance, spent, sequence, need, life_micros, instances| ShareOp::Sync {
             spent,
-            instance: super::super::holder(instance, policy.id()),
+            instance: super::holder(instance, policy.id()),
             sequence,
             life_micros,
             instances,
@@ -522,7 +522,7 @@ mod tests {
         // is smaller.
         let with_left = ShareOp::Sync {
             spent: 0,
-            instance: super::super::holder(8, policy.id()),
+            instance: super::holder(8, policy.id()),
             sequence: 0,
             life_micros: minute,
             instances: 4,

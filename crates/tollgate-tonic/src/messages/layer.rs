@@ -1,16 +1,16 @@
 //! [`MessageLimitLayer`] and its builder.
 
 use super::MessageLimit;
-use super::gate::{Limits, Tally};
+use super::gate::Limits;
+use super::shared::{Direction, Shared};
 use crate::GrpcPeerIp;
-use http::Request;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::{
     ConfigError, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit, OnMissingKey, OnStoreError,
-    Policy, RequestInfo, Store,
+    Policy, Store,
 };
 use tower_layer::Layer;
 
@@ -21,20 +21,6 @@ pub const DEFAULT_LIMIT_NAME: &str = "messages";
 /// ([`MessageLimitBuilder::store_timeout`]): the rate-limit layer's
 /// default too.
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// Which messages of a call count.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Direction {
-    /// The messages the client sends: a client stream (and the one message
-    /// of a unary or server-streaming call).
-    Requests,
-    /// The messages the server sends: a server stream (and the one message
-    /// of a unary or client-streaming call).
-    Responses,
-    /// Both, against one budget (the default).
-    #[default]
-    Both,
-}
 
 /// Counts each message of a gRPC call against a limit, not only the call:
 /// a stream that runs out of budget ends with `RESOURCE_EXHAUSTED` and
@@ -51,44 +37,6 @@ pub enum Direction {
 /// ```
 pub struct MessageLimitLayer<K = GrpcPeerIp, St = MemoryStore> {
     shared: Arc<Shared<K, St>>,
-}
-
-/// What every call of a layer's services shares.
-pub(crate) struct Shared<K, St> {
-    key: K,
-    limits: Arc<Limits<St>>,
-    direction: Direction,
-    /// The method paths whose messages count; empty: every method's.
-    methods: Box<[Box<str>]>,
-    missing_key: OnMissingKey,
-}
-
-impl<K: KeyExtractor, St: Store> Shared<K, St> {
-    /// The accounts of `request`'s messages: the request's, the
-    /// response's (either `None` where nothing counts).
-    pub(crate) fn tallies<B>(
-        &self,
-        request: &Request<B>,
-    ) -> (Option<Tally<St>>, Option<Tally<St>>) {
-        let path = request.uri().path();
-        if !self.methods.is_empty() && !self.methods.iter().any(|m| &**m == path) {
-            return (None, None);
-        }
-        let key = match self.key.extract(&RequestInfo::new(request)) {
-            Some(key) => key,
-            None => match &self.missing_key {
-                OnMissingKey::Shared(key) => key.clone(),
-                // `Reject` is refused when the layer is built.
-                _ => return (None, None),
-            },
-        };
-        let tally = Tally::new(self.limits.clone(), key);
-        match self.direction {
-            Direction::Requests => (Some(tally), None),
-            Direction::Responses => (None, Some(tally)),
-            Direction::Both => (Some(tally.clone()), Some(tally)),
-        }
-    }
 }
 
 impl<K, St> Clone for MessageLimitLayer<K, St> {

@@ -88,10 +88,12 @@ mod future;
 mod gate;
 mod layer;
 mod service;
+mod shared;
 
 pub use body::{BoxError, RequestBody, ResponseBody};
 pub use future::MessageFuture;
 pub use layer::{
-    DEFAULT_LIMIT_NAME, DEFAULT_STORE_TIMEOUT, Direction, MessageLimitBuilder, MessageLimitLayer,
+    DEFAULT_LIMIT_NAME, DEFAULT_STORE_TIMEOUT, MessageLimitBuilder, MessageLimitLayer,
 };
 pub use service::MessageLimit;
+pub use shared::Direction;

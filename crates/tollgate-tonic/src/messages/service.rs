@@ -2,7 +2,7 @@
 
 use super::body::{RequestBody, ResponseBody};
 use super::future::MessageFuture;
-use super::layer::Shared;
+use super::shared::Shared;
 use http::{Request, Response};
 use std::fmt;
 use std::sync::Arc;

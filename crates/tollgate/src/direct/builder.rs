@@ -47,6 +47,22 @@ impl Default for LimiterBuilder {
     }
 }
 
+impl DirectLimiter {
+    /// Chooses limits, algorithm and store; finish with
+    /// [`LimiterBuilder::direct`].
+    pub fn builder() -> LimiterBuilder {
+        LimiterBuilder::new()
+    }
+}
+
+impl KeyedLimiter {
+    /// Chooses limits, algorithm and store; finish with
+    /// [`LimiterBuilder::keyed`].
+    pub fn builder() -> LimiterBuilder {
+        LimiterBuilder::new()
+    }
+}
+
 impl<St: Store> LimiterBuilder<St> {
     /// Adds a named limit.
     pub fn limit(mut self, limit: NamedLimit) -> Self {

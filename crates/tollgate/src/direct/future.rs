@@ -1,19 +1,19 @@
 //! The futures of the direct and keyed limiters: [`Check`] (one store
 //! call) and [`UntilReady`] (checks and sleeps until a call is admitted).
 
-use super::KeyedLimiter;
-use crate::{Key, PolicyDecision, Store, StoreReply};
+use crate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use tokio::time::Sleep;
 use tollgate_core::{Decision, DecisionFields};
 
 pin_project! {
-    /// The answer of [`check`](KeyedLimiter::check),
-    /// [`check_n`](KeyedLimiter::check_n) or [`peek`](KeyedLimiter::peek):
+    /// The answer of [`check`](super::KeyedLimiter::check),
+    /// [`check_n`](super::KeyedLimiter::check_n) or [`peek`](super::KeyedLimiter::peek):
     /// ready at once from the memory store, after a round trip from Redis.
     #[must_use = "a check does nothing unless awaited"]
     pub struct Check<F, E> {
@@ -99,15 +99,16 @@ pub(crate) fn peeked(decision: Decision) -> Decision {
 
 pin_project! {
     /// Waits until a call is admitted, then charges it: the future of
-    /// [`until_ready`](KeyedLimiter::until_ready) and
-    /// [`until_n_ready`](KeyedLimiter::until_n_ready). A refused check
+    /// [`until_ready`](super::KeyedLimiter::until_ready) and
+    /// [`until_n_ready`](super::KeyedLimiter::until_n_ready). A refused check
     /// sleeps until the limit says a retry can pass, then checks again;
     /// an admitted one that must be held (the leaky bucket) sleeps out the
     /// hold. Dropping it before it resolves stops waiting; a call already
     /// charged stays charged.
     #[must_use = "waiting does nothing unless awaited"]
     pub struct UntilReady<St: Store> {
-        limiter: KeyedLimiter<St>,
+        store: St,
+        policy: Arc<Policy>,
         key: Key,
         cost: u32,
         #[pin]
@@ -126,10 +127,11 @@ pin_project! {
 }
 
 impl<St: Store> UntilReady<St> {
-    pub(crate) fn new(limiter: KeyedLimiter<St>, key: Key, cost: u32) -> Self {
-        let check = limiter.check_n(&key, cost);
+    pub(crate) fn new(store: St, policy: Arc<Policy>, key: Key, cost: u32) -> Self {
+        let check = Check::new(store.check(&policy, &key, cost), false);
         UntilReady {
-            limiter,
+            store,
+            policy,
             key,
             cost,
             state: WaitState::Checking { check },
@@ -171,7 +173,10 @@ impl<St: Store> Future for UntilReady<St> {
                         return Poll::Ready(Ok(decision));
                     }
                     WaitState::Checking {
-                        check: this.limiter.check_n(this.key, *this.cost),
+                        check: Check::new(
+                            this.store.check(this.policy, this.key, *this.cost),
+                            false,
+                        ),
                     }
                 }
             };
@@ -180,7 +185,7 @@ impl<St: Store> Future for UntilReady<St> {
     }
 }
 
-/// Why [`until_ready`](KeyedLimiter::until_ready) gave up.
+/// Why [`until_ready`](super::KeyedLimiter::until_ready) gave up.
 #[derive(Debug)]
 pub enum UntilReadyError<E> {
     /// The store failed (Redis unreachable, a timeout from

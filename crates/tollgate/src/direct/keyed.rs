@@ -1,6 +1,6 @@
 //! [`KeyedLimiter`]: a limit per key, checked directly.
 
-use super::{Check, LimiterBuilder, UntilReady};
+use super::{Check, UntilReady};
 use crate::{Key, MemoryStore, Policy, Store};
 use std::fmt;
 use std::sync::Arc;
@@ -52,12 +52,6 @@ impl KeyedLimiter {
     pub fn new(quota: Quota) -> Self {
         let policy = Policy::new(vec![crate::NamedLimit::new(DEFAULT_LIMIT_NAME, quota)]);
         Self::from_parts(MemoryStore::new(), Arc::new(policy))
-    }
-
-    /// Chooses limits, algorithm and store; finish with
-    /// [`LimiterBuilder::keyed`].
-    pub fn builder() -> LimiterBuilder {
-        LimiterBuilder::new()
     }
 }
 
@@ -111,7 +105,7 @@ impl<St: Store> KeyedLimiter<St> {
     /// Fails at once, without waiting, if `n` is more than the limits can
     /// ever admit at once.
     pub fn until_n_ready(&self, key: &Key, n: u32) -> UntilReady<St> {
-        UntilReady::new(self.clone(), key.clone(), n)
+        UntilReady::new(self.store.clone(), self.policy.clone(), key.clone(), n)
     }
 }
 

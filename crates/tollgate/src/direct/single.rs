@@ -1,6 +1,6 @@
 //! [`DirectLimiter`]: one limit, checked directly.
 
-use super::{Check, KeyedLimiter, LimiterBuilder, UntilReady};
+use super::{Check, KeyedLimiter, UntilReady};
 use crate::{Key, MemoryStore, Store};
 use std::fmt;
 use tollgate_core::{Clock, Decision, Quota};
@@ -49,12 +49,6 @@ impl DirectLimiter {
     /// GCRA at `quota`, counted in a fresh [`MemoryStore`].
     pub fn new(quota: Quota) -> Self {
         Self::from_keyed(KeyedLimiter::new(quota), Key::Global)
-    }
-
-    /// Chooses limits, algorithm and store; finish with
-    /// [`LimiterBuilder::direct`].
-    pub fn builder() -> LimiterBuilder {
-        LimiterBuilder::new()
     }
 }
 

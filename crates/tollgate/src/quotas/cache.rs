@@ -1,5 +1,6 @@
 //! The cache in front of a quota source, and how the layer reads it.
 
+use super::changes::{Caches, ChangedQuotas, Forget, forget_in};
 use super::{QuotaAnswer, QuotaSource, QuotaSourceError};
 use crate::Key;
 use crate::policy::{NamedLimit, Policy};
@@ -33,55 +34,12 @@ pub struct KeyQuotas {
     stats: Arc<Stats>,
     /// The caches of the layers built with this (or a clone), which
     /// [`invalidate`](KeyQuotas::invalidate) reaches.
-    caches: Arc<Mutex<Vec<std::sync::Weak<Resolver>>>>,
+    caches: Caches,
     /// Set once the source was asked to follow its changes.
     following: Arc<AtomicBool>,
     /// What a "default" answer charges instead of the layer's own limits,
     /// when set ([`set_default_quotas`](KeyQuotas::set_default_quotas)).
     default_quotas: Arc<std::sync::RwLock<Option<Vec<Quota>>>>,
-}
-
-/// A [`KeyQuotas`] that keeps nothing alive (see
-/// [`ChangedQuotas`](super::ChangedQuotas)).
-#[derive(Clone, Debug)]
-pub(crate) struct WeakQuotas {
-    caches: std::sync::Weak<Mutex<Vec<std::sync::Weak<Resolver>>>>,
-}
-
-impl WeakQuotas {
-    /// The quotas, while a clone of them lives.
-    pub(crate) fn upgrade(&self) -> Option<Invalidator> {
-        self.caches.upgrade().map(|caches| Invalidator { caches })
-    }
-}
-
-/// Invalidations on a live [`KeyQuotas`]' caches.
-pub(crate) struct Invalidator {
-    caches: Arc<Mutex<Vec<std::sync::Weak<Resolver>>>>,
-}
-
-impl Invalidator {
-    pub(crate) fn invalidate(&self, key: &Key) {
-        each_cache(&self.caches, |resolver| resolver.forget(Some(key)));
-    }
-
-    pub(crate) fn invalidate_all(&self) {
-        each_cache(&self.caches, |resolver| resolver.forget(None));
-    }
-}
-
-/// Runs `f` on every live cache of `caches`, dropping the dead.
-fn each_cache(caches: &Mutex<Vec<std::sync::Weak<Resolver>>>, f: impl Fn(&Resolver)) {
-    let mut caches = caches
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    caches.retain(|cache| match cache.upgrade() {
-        Some(resolver) => {
-            f(&resolver);
-            true
-        }
-        None => false,
-    });
 }
 
 #[derive(Debug, Default)]
@@ -190,13 +148,13 @@ impl KeyQuotas {
     /// quotas.invalidate(&Key::from("tenant-42"));
     /// ```
     pub fn invalidate(&self, key: &Key) {
-        each_cache(&self.caches, |resolver| resolver.forget(Some(key)));
+        forget_in(&self.caches, Some(key));
     }
 
     /// Drops every key's cached quota, as [`invalidate`](Self::invalidate)
     /// drops one: after a source's whole contents changed.
     pub fn invalidate_all(&self) {
-        each_cache(&self.caches, |resolver| resolver.forget(None));
+        forget_in(&self.caches, None);
     }
 
     /// Replaces, at run time, the limits a key with no quota of its own
@@ -248,12 +206,13 @@ impl KeyQuotas {
         if self.following.load(Ordering::Relaxed) || self.following.swap(true, Ordering::AcqRel) {
             return;
         }
-        let changed = super::ChangedQuotas {
-            quotas: WeakQuotas {
-                caches: Arc::downgrade(&self.caches),
-            },
-        };
-        self.source.follow(changed);
+        self.source.follow(ChangedQuotas::new(&self.caches));
+    }
+}
+
+impl Forget for Resolver {
+    fn forget(&self, key: Option<&Key>) {
+        Resolver::forget(self, key);
     }
 }
 
@@ -407,7 +366,7 @@ impl Resolver {
         caches
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Arc::downgrade(&resolver));
+            .push(Arc::downgrade(&(resolver.clone() as Arc<dyn Forget>)));
         resolver
     }
 

@@ -82,13 +82,15 @@
 //! the second finds the old plan's state gone.
 
 mod cache;
+mod changes;
 mod source;
 
 pub use cache::KeyQuotas;
 pub(crate) use cache::{Plans, QuotaWait, Resolution, Resolver};
+pub use changes::ChangedQuotas;
 pub use source::{
-    AsyncFnQuotas, ChangedQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError,
-    StaticQuotas, quota_fn, quota_fn_async,
+    AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError, StaticQuotas, quota_fn,
+    quota_fn_async,
 };
 
 use std::fmt;

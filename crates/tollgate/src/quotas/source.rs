@@ -1,6 +1,7 @@
 //! Where per-key quotas come from: the trait and the built-in sources.
 
 use super::QuotaAnswer;
+use super::changes::ChangedQuotas;
 use crate::Key;
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,37 +30,6 @@ pub trait QuotaSource: Send + Sync + 'static {
     /// follows nothing.
     fn follow(&self, changed: ChangedQuotas) {
         let _ = changed;
-    }
-}
-
-/// What a [`QuotaSource`] that follows changes tells the cache: a weak
-/// handle on a [`KeyQuotas`](super::KeyQuotas)' caches (it keeps no layer
-/// alive: once every layer and clone is gone, [`is_gone`](Self::is_gone)
-/// says so, and a follower should stop).
-#[derive(Clone, Debug)]
-pub struct ChangedQuotas {
-    pub(super) quotas: super::cache::WeakQuotas,
-}
-
-impl ChangedQuotas {
-    /// `key`'s quota changed: every cache built with these quotas drops it
-    /// ([`KeyQuotas::invalidate`](super::KeyQuotas::invalidate)).
-    pub fn invalidate(&self, key: &Key) {
-        if let Some(quotas) = self.quotas.upgrade() {
-            quotas.invalidate(key);
-        }
-    }
-
-    /// Every key's quota may have changed (changes were missed).
-    pub fn invalidate_all(&self) {
-        if let Some(quotas) = self.quotas.upgrade() {
-            quotas.invalidate_all();
-        }
-    }
-
-    /// Whether every [`KeyQuotas`](super::KeyQuotas) clone is gone.
-    pub fn is_gone(&self) -> bool {
-        self.quotas.upgrade().is_none()
     }
 }
 

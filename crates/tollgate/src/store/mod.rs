@@ -31,11 +31,13 @@ mod boxed;
 mod breaker;
 mod capability;
 mod charge;
+mod decision;
 mod failure;
 mod fallback;
 mod fingerprint;
 mod memory;
 mod penalty;
+mod route;
 mod split;
 mod timeout;
 mod wrapper;
@@ -45,11 +47,13 @@ pub use block_cache::{BlockCache, BlockCacheFuture, BlockList, DEFAULT_MAX_ENTRI
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
 pub use capability::{Capability, Missing, short_type_name};
-pub use charge::{Branch, Debit, Refund, RefundReply, Route};
+pub use charge::{Debit, Refund, RefundReply};
+pub use decision::PolicyDecision;
 pub use fallback::{Fallback, FallbackFuture};
 pub use fingerprint::{ByFingerprint, FingerprintHasher};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
+pub use route::{Branch, Route};
 pub use split::Split;
 pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 pub use wrapper::StoreWrapper;
@@ -57,31 +61,8 @@ pub use wrapper::StoreWrapper;
 pub use failure::report_failure;
 
 use crate::{ConfigError, Key, Policy};
-use smallvec::SmallVec;
 use std::future::Future;
 use std::sync::Arc;
-use tollgate_core::Decision;
-
-/// The decisions of every limit of a policy for one request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyDecision {
-    /// All limits folded into one ([`Decision::merge`]): allowed only if every
-    /// limit allowed, and then every limit was charged.
-    pub merged: Decision,
-    /// Each limit's own decision, in the policy's order.
-    pub each: SmallVec<[Decision; 2]>,
-    /// For an admission, when the store charged it, on the store's own
-    /// clock (ns): what a [`Refund`] gives back exactly. 0 when the store
-    /// does not say (a refund then goes by how long ago it was). A plain
-    /// number rather than an `Option`: every decision carries it, and the
-    /// layer's hot path moves decisions.
-    pub charged_at: u64,
-    /// Which store of a composition decided (see [`Route`]): the
-    /// [`Fallback`]s it passed through mark the branch they took, so that
-    /// a refund or a debit of this admission reaches the store that
-    /// charged it. The default for a store that decides alone.
-    pub charged_by: Route,
-}
 
 /// A store's answer: at once, or later.
 // `Ready` is the hot path of the memory store; boxing it would allocate.

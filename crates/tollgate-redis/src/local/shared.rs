@@ -1,0 +1,77 @@
+//! What a [`LocalFirst`](super::LocalFirst) store's slots share with it
+//! when they call Redis: the Redis store, the settings, this instance's
+//! name, the counts, the clock.
+
+use super::mode::LocalMode;
+use super::stats::Stats;
+use crate::RedisStore;
+use std::sync::atomic::AtomicU64;
+use tollgate::PolicyDecision;
+use tollgate_core::{Clock, MonotonicClock};
+
+/// The part of a store that its slots' calls to Redis need.
+pub(crate) struct Shared {
+    pub(super) redis: RedisStore,
+    pub(super) settings: Settings,
+    /// Tells this instance's sync reports from other instances'.
+    pub(super) instance: u64,
+    pub(super) stats: Stats,
+    /// Exact mode: reservations sent so far, by every slot (each is
+    /// numbered, see `exact::receipt`).
+    pub(super) reports: AtomicU64,
+}
+
+impl Shared {
+    /// The mode, as metrics label it.
+    pub(super) fn mode_name(&self) -> &'static str {
+        match self.settings.mode {
+            LocalMode::Exact => "exact",
+            LocalMode::Periodic { .. } => "periodic",
+        }
+    }
+
+    /// Local time in ns.
+    pub(super) fn now(&self) -> u64 {
+        // A Redis store on a test clock: that clock, so a test moves both.
+        #[cfg(feature = "test-clock")]
+        if let Some(now) = self.redis.test_nanos() {
+            return now;
+        }
+        // The memory store's clock, read as the memory store reads it (see
+        // `Clock::now_relaxed`): the time-stamp counter where the OS vouches
+        // for it, a few ns a read.
+        MonotonicClock.now_relaxed()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Settings {
+    pub(super) mode: LocalMode,
+    pub(super) fanout: u32,
+    pub(super) reserve_ahead_nanos: u64,
+    pub(super) max_reservation: u64,
+    pub(super) hold_nanos: u64,
+    /// Periodic mode: how many instances share each key (0: as many as
+    /// hold a live share, counted by Redis at each sync).
+    pub(super) instances: u32,
+    /// Periodic mode: how long a share may be spent after its sync was
+    /// sent (ns); see `share_life`.
+    pub(super) share_life_nanos: u64,
+}
+
+/// What a request's slot says.
+pub(crate) enum Step {
+    /// Decided here.
+    Answer(PolicyDecision),
+    /// Waits for the call in flight.
+    Wait,
+    /// Redis is away and what this instance held is spent.
+    Fail(String),
+}
+
+/// Who reports or holds, as Redis tells them apart: this instance's slot
+/// of the policy. Policies share a key's records (sequence numbers, held
+/// units), and each slot keeps its own, so the policy is part of the name.
+pub(crate) fn holder(instance: u64, policy: u64) -> u64 {
+    instance ^ policy.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}

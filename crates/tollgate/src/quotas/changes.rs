@@ -1,0 +1,69 @@
+//! How a change of plan reaches the layers' caches: every cache built with
+//! a [`KeyQuotas`](super::KeyQuotas) registers with it as something that
+//! can [forget](Forget) a key's answer, and [`ChangedQuotas`] is the weak
+//! handle a following [`QuotaSource`](super::QuotaSource) holds on them.
+//!
+//! Kept apart from the cache and the source so that each can lean on it
+//! without leaning on the other.
+
+use crate::Key;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// A cache that drops a key's answer (every key's with `None`).
+pub(crate) trait Forget: Send + Sync {
+    fn forget(&self, key: Option<&Key>);
+}
+
+/// The caches of every layer built with one [`KeyQuotas`](super::KeyQuotas)
+/// and its clones.
+pub(crate) type Caches = Arc<Mutex<Vec<Weak<dyn Forget>>>>;
+
+/// Runs `forget` on every live cache of `caches`, dropping the dead.
+pub(crate) fn forget_in(caches: &Mutex<Vec<Weak<dyn Forget>>>, key: Option<&Key>) {
+    let mut caches = caches.lock().unwrap_or_else(PoisonError::into_inner);
+    caches.retain(|cache| match cache.upgrade() {
+        Some(cache) => {
+            cache.forget(key);
+            true
+        }
+        None => false,
+    });
+}
+
+/// What a [`QuotaSource`](super::QuotaSource) that follows changes tells the
+/// cache: a weak handle on a [`KeyQuotas`](super::KeyQuotas)' caches (it
+/// keeps no layer alive: once every layer and clone is gone,
+/// [`is_gone`](Self::is_gone) says so, and a follower should stop).
+#[derive(Clone, Debug)]
+pub struct ChangedQuotas {
+    caches: Weak<Mutex<Vec<Weak<dyn Forget>>>>,
+}
+
+impl ChangedQuotas {
+    /// A handle on `caches`.
+    pub(crate) fn new(caches: &Caches) -> Self {
+        ChangedQuotas {
+            caches: Arc::downgrade(caches),
+        }
+    }
+
+    /// `key`'s quota changed: every cache built with these quotas drops it
+    /// ([`KeyQuotas::invalidate`](super::KeyQuotas::invalidate)).
+    pub fn invalidate(&self, key: &Key) {
+        if let Some(caches) = self.caches.upgrade() {
+            forget_in(&caches, Some(key));
+        }
+    }
+
+    /// Every key's quota may have changed (changes were missed).
+    pub fn invalidate_all(&self) {
+        if let Some(caches) = self.caches.upgrade() {
+            forget_in(&caches, None);
+        }
+    }
+
+    /// Whether every [`KeyQuotas`](super::KeyQuotas) clone is gone.
+    pub fn is_gone(&self) -> bool {
+        self.caches.strong_count() == 0
+    }
+}
