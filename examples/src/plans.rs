@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
-use tollgate::Key;
 use tollgate::quotas::{KeyQuotas, QuotaAnswer, QuotaLookup, QuotaSource};
+use tollgate::{Key, KeyView};
 
 /// How often the file is looked at.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
@@ -64,10 +64,10 @@ impl PlanBook {
 /// The text a key is named by in a plan: a header's value as it came, an
 /// address as usual text, `global` for the global key.
 pub fn key_text(key: &Key) -> String {
-    match key {
-        Key::Global => "global".to_owned(),
-        Key::Ip(ip) => ip.to_string(),
-        other => String::from_utf8_lossy(other.as_slice().unwrap_or_default()).into_owned(),
+    match key.view() {
+        KeyView::Global => "global".to_owned(),
+        KeyView::Ip(ip) => ip.to_string(),
+        KeyView::Bytes(bytes) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 
@@ -191,6 +191,9 @@ mod tests {
         changed.sort();
         assert_eq!(changed, ["b", "c", "d"]);
         assert_eq!(key_text(&Key::from("a")), "a");
-        assert_eq!(key_text(&Key::Ip("10.0.0.1".parse().unwrap())), "10.0.0.1");
+        assert_eq!(
+            key_text(&Key::from("10.0.0.1".parse::<std::net::IpAddr>().unwrap())),
+            "10.0.0.1"
+        );
     }
 }

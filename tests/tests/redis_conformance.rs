@@ -297,8 +297,10 @@ async fn a_three_master_cluster_decides_as_one_server() {
     let mut keys: Vec<Key> = (0..10)
         .map(|i| Key::from_bytes(format!("user-{i}").as_bytes()))
         .collect();
-    keys.push(Key::Global);
-    keys.push(Key::Ip("203.0.113.9".parse().unwrap()));
+    keys.push(Key::GLOBAL);
+    keys.push(Key::from(
+        "203.0.113.9".parse::<std::net::IpAddr>().unwrap(),
+    ));
     let mut masters_used = std::collections::HashSet::new();
     for key in &keys {
         let standalone = assert_conforms(&server.url(), key).await;

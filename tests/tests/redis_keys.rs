@@ -71,7 +71,10 @@ async fn hostile_keys_stay_isolated_and_bounded() {
         );
     }
     // The global key and an IP are apart from the byte keys that spell them.
-    for key in [Key::Global, Key::Ip("10.0.0.1".parse().unwrap())] {
+    for key in [
+        Key::GLOBAL,
+        Key::from("10.0.0.1".parse::<std::net::IpAddr>().unwrap()),
+    ] {
         assert!(allowed(&store, &policy, &key).await);
     }
     assert!(allowed(&store, &policy, &Key::from_bytes(b"10.0.0.1")).await);
@@ -137,7 +140,7 @@ async fn a_policy_without_limits_is_allowed_and_writes_nothing() {
     let store = RedisStore::connect(server.url()).await.unwrap();
     let empty = Arc::new(Policy::new(Vec::new()));
     for _ in 0..3 {
-        let StoreReply::Ready(Ok(verdict)) = store.check(&empty, &Key::Global, 1) else {
+        let StoreReply::Ready(Ok(verdict)) = store.check(&empty, &Key::GLOBAL, 1) else {
             panic!("an empty policy is answered at once");
         };
         assert!(verdict.merged.allowed() && verdict.each.is_empty());
@@ -175,4 +178,53 @@ async fn configuration_mistakes_are_errors_that_say_what_to_do() {
         refused.to_string().contains("is the server up"),
         "{refused}"
     );
+}
+
+/// Every way of making a key of the same bytes makes one key, at and
+/// around the inline boundary (22 bytes), in the memory store and in
+/// Redis alike: a limit of 3 admits 3 requests in all across the forms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_form_of_the_same_bytes_is_one_key_in_memory_and_in_redis() {
+    let server = RedisServer::start();
+    let redis = RedisStore::builder(server.url())
+        .prefix("forms")
+        .connect()
+        .await
+        .unwrap();
+    let memory = tollgate::MemoryStore::new();
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        "3/hour".parse::<Quota>().unwrap(),
+    )]));
+    for len in [0, 1, 21, 22, 23, 64] {
+        let text: String = "k".repeat(len);
+        let forms = |n: usize| -> Key {
+            match n % 6 {
+                0 => Key::from_bytes(text.as_bytes()),
+                1 => Key::from(text.as_str()),
+                2 => Key::from(text.clone()),
+                3 => Key::from(Arc::<str>::from(text.as_str())),
+                4 => Key::from(Box::<str>::from(text.as_str())),
+                _ => Key::from(std::borrow::Cow::<str>::Owned(text.clone())),
+            }
+        };
+        let mut admitted = (0, 0);
+        for n in 0..12 {
+            let key = forms(n);
+            if allowed_in(&memory, &policy, &key).await {
+                admitted.0 += 1;
+            }
+            if allowed(&redis, &policy, &key).await {
+                admitted.1 += 1;
+            }
+        }
+        assert_eq!(admitted, (3, 3), "{len} bytes: (memory, redis)");
+    }
+}
+
+async fn allowed_in<St: Store>(store: &St, policy: &Arc<Policy>, key: &Key) -> bool {
+    match store.check(policy, key, 1) {
+        StoreReply::Pending(future) => future.await.ok().unwrap().merged.allowed(),
+        StoreReply::Ready(result) => result.ok().unwrap().merged.allowed(),
+    }
 }

@@ -468,7 +468,7 @@ async fn remaining(url: &str) -> u64 {
         .connect()
         .await
         .unwrap();
-    let decision = match tollgate::Store::check(&store, &policy, &tollgate::Key::Global, 0) {
+    let decision = match tollgate::Store::check(&store, &policy, &tollgate::Key::GLOBAL, 0) {
         tollgate::StoreReply::Pending(f) => f.await.unwrap(),
         tollgate::StoreReply::Ready(r) => r.unwrap(),
     };
@@ -549,7 +549,7 @@ async fn periodic_mode_refusals_say_honestly_when_to_retry() {
             NamedLimit::new("api", Quota::per_second(5)).with_algorithm(algorithm),
         ]));
         let decide = || async {
-            match store.check(&policy, &Key::Global, 1) {
+            match store.check(&policy, &Key::GLOBAL, 1) {
                 StoreReply::Ready(decision) => decision,
                 StoreReply::Pending(future) => future.await,
             }
@@ -593,7 +593,7 @@ async fn decided<St: tollgate::Store>(
     policy: &Arc<tollgate::Policy>,
     cost: u32,
 ) -> tollgate::PolicyDecision {
-    match store.check(policy, &tollgate::Key::Global, cost) {
+    match store.check(policy, &tollgate::Key::GLOBAL, cost) {
         tollgate::StoreReply::Ready(decision) => decision,
         tollgate::StoreReply::Pending(future) => future.await,
     }
@@ -646,11 +646,11 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
             assert!(decided(&store, &policy, 1).await.merged.allowed());
         }
         store
-            .debit(&policy, &Key::Global, Debit::new(5))
+            .debit(&policy, &Key::GLOBAL, Debit::new(5))
             .landed()
             .await;
         let peek = store
-            .peek(&policy, &Key::Global)
+            .peek(&policy, &Key::GLOBAL)
             .resolve()
             .await
             .expect("peeked");
@@ -692,14 +692,14 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
         }
         // 20 more than the 5 admitted: 15 beyond the limit.
         store
-            .debit(&policy, &Key::Global, Debit::new(20))
+            .debit(&policy, &Key::GLOBAL, Debit::new(20))
             .landed()
             .await;
         // Both reported.
         tokio::time::sleep(Duration::from_millis(200)).await;
         for (decision, asked) in &admitted {
             let refund = Refund::of(decision, 1, asked.elapsed());
-            store.refund(&policy, &Key::Global, refund).landed().await;
+            store.refund(&policy, &Key::GLOBAL, refund).landed().await;
         }
         // 20 of 10 spent: nothing passes.
         let mut passed = 0;

@@ -32,7 +32,7 @@ async fn request<St: Store>(
     seen: &Counted,
 ) -> bool {
     let asked = Instant::now();
-    let decision = match store.check(policy, &Key::Global, 1) {
+    let decision = match store.check(policy, &Key::GLOBAL, 1) {
         StoreReply::Ready(decision) => decision,
         StoreReply::Pending(future) => future.await,
     };
@@ -47,7 +47,7 @@ async fn request<St: Store>(
         tokio::task::yield_now().await;
         let refund = Refund::of(&decision, 1, asked.elapsed());
         // As the layer does: the next request waits for the refund to land.
-        store.refund(policy, &Key::Global, refund).landed().await;
+        store.refund(policy, &Key::GLOBAL, refund).landed().await;
         seen.refunded.fetch_add(1, Ordering::Relaxed);
     } else {
         seen.counted.fetch_add(1, Ordering::Relaxed);
@@ -250,7 +250,7 @@ async fn a_dropped_redis_refund_reply_still_gives_back() {
     let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", Quota::per_day(1))]));
     let seen = Counted::default();
     let asked = Instant::now();
-    let decision = match store.check(&policy, &Key::Global, 1) {
+    let decision = match store.check(&policy, &Key::GLOBAL, 1) {
         StoreReply::Ready(decision) => decision,
         StoreReply::Pending(future) => future.await,
     }
@@ -262,7 +262,7 @@ async fn a_dropped_redis_refund_reply_still_gives_back() {
     );
     drop(store.refund(
         &policy,
-        &Key::Global,
+        &Key::GLOBAL,
         Refund::of(&decision, 1, asked.elapsed()),
     ));
     // Given back within a moment, with nobody waiting for it.
@@ -315,7 +315,7 @@ async fn decide<St: Store>(
     policy: &Arc<Policy>,
     cost: u32,
 ) -> tollgate::PolicyDecision {
-    match store.check(policy, &Key::Global, cost) {
+    match store.check(policy, &Key::GLOBAL, cost) {
         StoreReply::Ready(decision) => decision,
         StoreReply::Pending(future) => future.await,
     }
@@ -330,7 +330,7 @@ async fn admit_and_give_back<St: Store>(store: &St, policy: &Arc<Policy>, n: usi
         let decision = decide(store, policy, 1).await;
         assert!(decision.merged.allowed(), "{label}: admission {i} refused");
         let refund = Refund::of(&decision, 1, asked.elapsed());
-        store.refund(policy, &Key::Global, refund).landed().await;
+        store.refund(policy, &Key::GLOBAL, refund).landed().await;
     }
 }
 
@@ -478,7 +478,7 @@ impl<St: Store + Sync> Settles for St {
             let decision = decide(self, policy, 100).await;
             assert!(decision.merged.allowed());
             let refund = Refund::of(&decision, 50, asked.elapsed());
-            self.refund(policy, &Key::Global, refund).landed().await;
+            self.refund(policy, &Key::GLOBAL, refund).landed().await;
             let next = decide(self, policy, 1).await;
             assert!(next.merged.allowed());
             next.merged.remaining()

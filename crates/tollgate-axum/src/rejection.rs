@@ -174,7 +174,7 @@ mod tests {
     async fn an_in_flight_refusal_is_a_problem_naming_the_limit() {
         let mut headers = HeaderMap::new();
         headers.insert("ratelimit", HeaderValue::from_static("\"inflight\";r=0"));
-        let key = Key::Global;
+        let key = Key::GLOBAL;
         let response = ProblemJson.reject_in_flight(InFlightRejection::new(
             StatusCode::TOO_MANY_REQUESTS,
             headers,

@@ -37,7 +37,7 @@ fn keying_by_client_ip_behind_proxies_allocates_nothing() {
         let client_ip = ClientIp::trusting(["10.0.0.0/8".parse().unwrap()]).headers([header]);
         let request = forwarded_request(header);
         let info = RequestInfo::new(&request);
-        let expected = Key::Ip("203.0.113.9".parse().unwrap());
+        let expected = Key::from("203.0.113.9".parse::<std::net::IpAddr>().unwrap());
         assert_eq!(client_ip.extract(&info), Some(expected.clone()));
         let before = allocations();
         for _ in 0..100 {

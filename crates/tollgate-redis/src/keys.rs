@@ -7,7 +7,7 @@
 //! long so that a 10 KB header value costs Redis 40 bytes, not 10 KB.
 
 use std::fmt::Write;
-use tollgate::Key;
+use tollgate::{Key, KeyView};
 
 /// User keys whose escaped form is longer than this many bytes are replaced
 /// by `#` and the SHA-1 of their bytes.
@@ -23,14 +23,13 @@ pub const MAX_KEY_LEN: usize = 128;
 /// no other key reads `%`): Redis Cluster ignores an empty hash tag `{}`,
 /// which would scatter one request's keys over slots.
 pub(crate) fn push_user_key(out: &mut String, key: &Key) {
-    match key {
-        Key::Global => out.push('~'),
-        Key::Ip(ip) => {
+    match key.view() {
+        KeyView::Global => out.push('~'),
+        KeyView::Ip(ip) => {
             // Writing to a String cannot fail.
             let _ = write!(out, "~{ip}");
         }
-        Key::Short(short) => push_bytes(out, short.as_bytes()),
-        Key::Long(bytes) => push_bytes(out, bytes),
+        KeyView::Bytes(bytes) => push_bytes(out, bytes),
     }
 }
 
@@ -77,9 +76,9 @@ mod tests {
     #[test]
     fn readable_keys_stay_readable() {
         assert_eq!(user_key(&Key::from_bytes(b"alice")), "alice");
-        assert_eq!(user_key(&Key::Global), "~");
+        assert_eq!(user_key(&Key::GLOBAL), "~");
         let ip: IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(user_key(&Key::Ip(ip)), "~2001:db8::1");
+        assert_eq!(user_key(&Key::from(ip)), "~2001:db8::1");
     }
 
     #[test]

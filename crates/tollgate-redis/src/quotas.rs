@@ -3,8 +3,8 @@
 use crate::connection::Topology;
 use crate::{RedisStore, RedisStoreError};
 use std::time::Duration;
-use tollgate::Key;
 use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
+use tollgate::{Key, KeyView};
 
 /// How often each instance reads the feed of changed quotas.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -159,20 +159,23 @@ impl RedisQuotas {
     /// use tollgate::Key;
     /// use tollgate_redis::RedisQuotas;
     ///
-    /// for key in [Key::from("user:241531"), Key::Global, Key::from("203.0.113.7"),
-    ///             Key::Ip("203.0.113.7".parse().unwrap()), Key::from("~global")] {
+    /// for key in [Key::from("user:241531"), Key::GLOBAL, Key::from("203.0.113.7"),
+    ///             Key::from("203.0.113.7".parse::<std::net::IpAddr>().unwrap()), Key::from("~global")] {
     ///     assert_eq!(RedisQuotas::key_of(&RedisQuotas::field(&key)), key);
     /// }
     /// ```
     pub fn key_of(field: &[u8]) -> Key {
         if field == b"~global" {
-            return Key::Global;
+            return Key::GLOBAL;
         }
         if let Some(rest) = field.strip_prefix(b"~") {
             return Key::from_bytes(rest);
         }
-        match std::str::from_utf8(field).ok().and_then(|t| t.parse().ok()) {
-            Some(ip) => Key::Ip(ip),
+        match std::str::from_utf8(field)
+            .ok()
+            .and_then(|t| t.parse::<std::net::IpAddr>().ok())
+        {
+            Some(ip) => Key::from(ip),
             None => Key::from_bytes(field),
         }
     }
@@ -215,17 +218,16 @@ impl RedisQuotas {
     /// use tollgate_redis::RedisQuotas;
     ///
     /// assert_eq!(RedisQuotas::field(&Key::from("user:241531")), b"user:241531");
-    /// assert_eq!(RedisQuotas::field(&Key::Ip("203.0.113.7".parse().unwrap())), b"203.0.113.7");
+    /// assert_eq!(RedisQuotas::field(&Key::from("203.0.113.7".parse::<std::net::IpAddr>().unwrap())), b"203.0.113.7");
     /// assert_eq!(RedisQuotas::field(&Key::from("203.0.113.7")), b"~203.0.113.7");
-    /// assert_eq!(RedisQuotas::field(&Key::Global), b"~global");
+    /// assert_eq!(RedisQuotas::field(&Key::GLOBAL), b"~global");
     /// assert_eq!(RedisQuotas::field(&Key::from("~global")), b"~~global");
     /// ```
     pub fn field(key: &Key) -> Vec<u8> {
-        match key {
-            Key::Global => b"~global".to_vec(),
-            Key::Ip(ip) => ip.to_string().into_bytes(),
-            other => {
-                let bytes = other.as_slice().unwrap_or_default();
+        match key.view() {
+            KeyView::Global => b"~global".to_vec(),
+            KeyView::Ip(ip) => ip.to_string().into_bytes(),
+            KeyView::Bytes(bytes) => {
                 let reads_as_ip = std::str::from_utf8(bytes)
                     .is_ok_and(|text| text.parse::<std::net::IpAddr>().is_ok());
                 let mut field = Vec::with_capacity(bytes.len() + 1);

@@ -27,7 +27,7 @@ impl KeyExtractor for GrpcPeerIp {
             .extensions
             .get::<TcpConnectInfo>()
             .and_then(TcpConnectInfo::remote_addr)
-            .map(|addr| Key::Ip(addr.ip().to_canonical()))
+            .map(|addr| Key::from(addr.ip().to_canonical()))
             .or_else(|| PeerIp.extract(request))
     }
 }
@@ -156,7 +156,7 @@ mod tests {
         request.extensions_mut().insert(tollgate::PeerAddr(addr));
         assert_eq!(
             key_of(&GrpcPeerIp, &request),
-            Some(Key::Ip("192.0.2.7".parse().unwrap()))
+            Some(Key::from("192.0.2.7".parse::<std::net::IpAddr>().unwrap()))
         );
         // tonic's own connection info comes first...
         request.extensions_mut().insert(TcpConnectInfo {
@@ -165,7 +165,9 @@ mod tests {
         });
         assert_eq!(
             key_of(&GrpcPeerIp, &request),
-            Some(Key::Ip("203.0.113.4".parse().unwrap()))
+            Some(Key::from(
+                "203.0.113.4".parse::<std::net::IpAddr>().unwrap()
+            ))
         );
         // ...and without a remote address, the extension is the fallback.
         request.extensions_mut().insert(TcpConnectInfo {
@@ -174,7 +176,7 @@ mod tests {
         });
         assert_eq!(
             key_of(&GrpcPeerIp, &request),
-            Some(Key::Ip("192.0.2.7".parse().unwrap()))
+            Some(Key::from("192.0.2.7".parse::<std::net::IpAddr>().unwrap()))
         );
     }
 }

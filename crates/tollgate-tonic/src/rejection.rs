@@ -9,7 +9,9 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
 use std::fmt::Write as _;
 use std::time::Duration;
-use tollgate::{InFlightRejection, Key, Policy, PolicyDecision, RejectReason, Rejection, Rejector};
+use tollgate::{
+    InFlightRejection, Key, KeyView, Policy, PolicyDecision, RejectReason, Rejection, Rejector,
+};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
@@ -201,10 +203,10 @@ fn message(what: &str, names: &str, retry_after: Option<Duration>) -> String {
 
 /// How a violation names the key it was counted under.
 fn subject(key: &Key) -> String {
-    match key {
-        Key::Global => "global".to_owned(),
-        Key::Ip(ip) => format!("ip:{ip}"),
-        _ => "key".to_owned(),
+    match key.view() {
+        KeyView::Global => "global".to_owned(),
+        KeyView::Ip(ip) => format!("ip:{ip}"),
+        KeyView::Bytes(_) => "key".to_owned(),
     }
 }
 
@@ -308,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_call_that_can_never_pass_says_so_and_carries_no_retry_info() {
-        let status = rejected(&Key::Global, 6);
+        let status = rejected(&Key::GLOBAL, 6);
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(
             status.message().contains("can never pass"),
@@ -319,7 +321,7 @@ mod tests {
         assert!(details.retry_info().is_none());
         assert_eq!(details.quota_failure().map(|q| q.violations.len()), Some(1));
 
-        let status = rejected(&Key::Global, 1);
+        let status = rejected(&Key::GLOBAL, 1);
         assert!(status.get_error_details().retry_info().is_some());
     }
 
@@ -330,13 +332,13 @@ mod tests {
             NamedLimit::new("daily", Quota::per_day(100)),
         ]);
         let store = MemoryStore::new();
-        store.check_now(&policy, &Key::Global, 2);
-        let verdict = store.check_now(&policy, &Key::Global, 1);
+        store.check_now(&policy, &Key::GLOBAL, 2);
+        let verdict = store.check_now(&policy, &Key::GLOBAL, 1);
         let response: Response<()> = GrpcRejector::new().reject(Rejection {
             status: StatusCode::TOO_MANY_REQUESTS,
             headers: HeaderMap::new(),
             policy: &policy,
-            key: &Key::Global,
+            key: &Key::GLOBAL,
             decision: &verdict,
         });
         let status = status_of(&response);
@@ -382,7 +384,7 @@ mod tests {
         assert_eq!(violations[0].quota_value, 5);
         assert_eq!(violations[0].subject, "key");
         // A layer answering 503 gets UNAVAILABLE.
-        let key = Key::Global;
+        let key = Key::GLOBAL;
         let response: Response<()> = GrpcRejector::new().reject_in_flight(InFlightRejection::new(
             StatusCode::SERVICE_UNAVAILABLE,
             HeaderMap::new(),
@@ -402,7 +404,10 @@ mod tests {
         assert_eq!(violations[0].subject, "key");
         assert!(!status.message().contains(secret));
         assert!(!String::from_utf8_lossy(status.details()).contains(secret));
-        let ip = rejected(&Key::Ip("203.0.113.7".parse().unwrap()), 1);
+        let ip = rejected(
+            &Key::from("203.0.113.7".parse::<std::net::IpAddr>().unwrap()),
+            1,
+        );
         let details = ip.get_error_details();
         assert_eq!(
             details.quota_failure().unwrap().violations[0].subject,

@@ -48,7 +48,7 @@ async fn a_stream_holds_its_slot_until_the_client_drops_it() {
             .serve_with_incoming(TcpIncoming::from(listener)),
     );
     let mut client = client(addr).await;
-    let me = Key::Ip(IpAddr::from([127, 0, 0, 1]));
+    let me = Key::from(IpAddr::from([127, 0, 0, 1]));
 
     // A unary call takes the slot and gives it back when it ends.
     check(&mut client).await.expect("the first call passes");

@@ -51,7 +51,7 @@
 //!   honest.
 
 use crate::policy::Policy;
-use crate::{Key, PolicyDecision};
+use crate::{Key, KeyView, PolicyDecision};
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -85,7 +85,7 @@ pub struct HeaderStyle {
 
 /// How the draft's fields name the partition a request was counted in: the
 /// `pk` parameter, a byte sequence, on each item of `RateLimit-Policy` and
-/// `RateLimit`. Requests under a [`Global`](crate::Key::Global) key share
+/// `RateLimit`. Requests under a [`Global`](crate::Key::GLOBAL) key share
 /// one partition and get no `pk` in any mode.
 ///
 /// ```
@@ -125,11 +125,11 @@ impl PartitionKey {
     /// The bytes `pk` carries for `key` in this mode; `None` when there is
     /// no `pk`.
     pub fn bytes(self, key: &Key) -> Option<Vec<u8>> {
-        match (self, key) {
-            (PartitionKey::Omit, _) | (_, Key::Global) => None,
-            (PartitionKey::Digest, key) => Some(Self::digest(key).to_vec()),
-            (PartitionKey::Verbatim, Key::Ip(ip)) => Some(ip.to_string().into_bytes()),
-            (PartitionKey::Verbatim, key) => Some(key.to_bytes()),
+        match (self, key.view()) {
+            (PartitionKey::Omit, _) | (_, KeyView::Global) => None,
+            (PartitionKey::Digest, _) => Some(Self::digest(key).to_vec()),
+            (PartitionKey::Verbatim, KeyView::Ip(ip)) => Some(ip.to_string().into_bytes()),
+            (PartitionKey::Verbatim, _) => Some(key.to_bytes()),
         }
     }
 
@@ -445,9 +445,9 @@ pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
 ///
 /// let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]);
 /// let store = MemoryStore::new();
-/// store.check_now(&policy, &Key::Global, 1);
-/// let refused = store.check_now(&policy, &Key::Global, 1);
-/// let headers = fields_for(HeaderStyle::DRAFT, &policy, &refused, &Key::Global);
+/// store.check_now(&policy, &Key::GLOBAL, 1);
+/// let refused = store.check_now(&policy, &Key::GLOBAL, 1);
+/// let headers = fields_for(HeaderStyle::DRAFT, &policy, &refused, &Key::GLOBAL);
 /// assert_eq!(headers[&RATELIMIT], "\"api\";r=0;t=60");
 /// assert_eq!(headers[http::header::RETRY_AFTER], "60");
 /// ```

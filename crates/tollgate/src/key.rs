@@ -29,30 +29,50 @@ const INLINE: usize = 22;
 /// assert_eq!(Key::from(&user), Key::from("alice"));
 /// assert_eq!(Key::from(Arc::<str>::from("alice")), Key::from(user));
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Key {
-    /// One bucket shared by every request.
+///
+/// Equal values make equal keys, in every store, however they were made:
+/// the representation is private, and one value has one form (bytes of up
+/// to 22 held inline, longer ones on the heap). To look inside a key, use
+/// [`Key::view`].
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(Repr);
+
+/// The one form of each value (see [`Key`]): bytes are `Short` exactly
+/// when there are at most `INLINE` of them, so the derived `Eq` and
+/// `Hash` compare values.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Repr {
     Global,
-    /// A client address.
     Ip(IpAddr),
-    /// Arbitrary bytes of up to 22 bytes, held inline.
     Short(ShortKey),
-    /// Arbitrary bytes, longer.
     Long(Arc<[u8]>),
 }
 
-/// The bytes of a [`Key::Short`]: up to 22, held inline. Only
-/// [`Key::from_bytes`] (and the `From` conversions into [`Key`]) make one,
-/// so its length always fits its array.
+/// What a [`Key`] holds, to read it (a store writing its own name for a
+/// key, an error message): borrowed from the key by [`Key::view`].
 ///
 /// ```
-/// use tollgate::Key;
+/// use tollgate::{Key, KeyView};
 ///
-/// let Key::Short(short) = Key::from("alice") else { unreachable!() };
-/// assert_eq!(short.as_bytes(), b"alice");
+/// let key = Key::from("alice");
+/// assert_eq!(key.view(), KeyView::Bytes(b"alice"));
+/// assert_eq!(Key::GLOBAL.view(), KeyView::Global);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ShortKey {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyView<'a> {
+    /// The key shared by every request ([`Key::GLOBAL`]).
+    Global,
+    /// A client address.
+    Ip(IpAddr),
+    /// Arbitrary bytes.
+    Bytes(&'a [u8]),
+}
+
+/// Up to 22 bytes held inline. Only [`Key::from_bytes`] (and the `From`
+/// conversions into [`Key`]) make one, so its length always fits its
+/// array.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ShortKey {
     /// How many bytes of `bytes` are used: at most `INLINE`.
     len: u8,
     /// The value, padded with zeros.
@@ -76,7 +96,7 @@ impl ShortKey {
 
     /// The key's bytes.
     #[inline]
-    pub fn as_bytes(&self) -> &[u8] {
+    fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
 }
@@ -91,12 +111,54 @@ impl std::hash::Hash for ShortKey {
     }
 }
 
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.view() {
+            KeyView::Global => f.write_str("Key::GLOBAL"),
+            KeyView::Ip(ip) => write!(f, "Key({ip})"),
+            KeyView::Bytes(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => write!(f, "Key({text:?})"),
+                Err(_) => write!(f, "Key({bytes:?})"),
+            },
+        }
+    }
+}
+
 impl Key {
+    /// One key shared by every request: what [`GlobalKey`] gives.
+    pub const GLOBAL: Key = Key(Repr::Global);
+
     /// A key made of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Key {
         match ShortKey::new(bytes) {
-            Some(short) => Key::Short(short),
-            None => Key::Long(bytes.into()),
+            Some(short) => Key(Repr::Short(short)),
+            None => Key(Repr::Long(bytes.into())),
+        }
+    }
+
+    /// What the key holds.
+    #[inline]
+    pub fn view(&self) -> KeyView<'_> {
+        match &self.0 {
+            Repr::Global => KeyView::Global,
+            Repr::Ip(ip) => KeyView::Ip(*ip),
+            Repr::Short(short) => KeyView::Bytes(short.as_bytes()),
+            Repr::Long(bytes) => KeyView::Bytes(bytes),
+        }
+    }
+
+    /// Whether this is [`Key::GLOBAL`].
+    #[inline]
+    pub fn is_global(&self) -> bool {
+        matches!(self.0, Repr::Global)
+    }
+
+    /// The client address of a key made from one.
+    #[inline]
+    pub fn as_ip(&self) -> Option<IpAddr> {
+        match self.0 {
+            Repr::Ip(ip) => Some(ip),
+            _ => None,
         }
     }
 
@@ -108,31 +170,31 @@ impl Key {
         out
     }
 
-    /// The bytes of a [`Short`](Key::Short) or [`Long`](Key::Long) key;
-    /// `None` for [`Global`](Key::Global) and [`Ip`](Key::Ip).
+    /// The bytes of a key made of bytes (or text); `None` for
+    /// [`Key::GLOBAL`] and a client address.
     ///
     /// ```
     /// use tollgate::Key;
     ///
     /// assert_eq!(Key::from("alice").as_slice(), Some(&b"alice"[..]));
-    /// assert_eq!(Key::Global.as_slice(), None);
+    /// assert_eq!(Key::GLOBAL.as_slice(), None);
     /// ```
     #[inline]
     pub fn as_slice(&self) -> Option<&[u8]> {
-        match self {
-            Key::Global | Key::Ip(_) => None,
-            Key::Short(short) => Some(short.as_bytes()),
-            Key::Long(bytes) => Some(bytes),
+        match &self.0 {
+            Repr::Global | Repr::Ip(_) => None,
+            Repr::Short(short) => Some(short.as_bytes()),
+            Repr::Long(bytes) => Some(bytes),
         }
     }
 
     fn write_bytes(&self, out: &mut Vec<u8>) {
-        match self {
-            Key::Global => {}
-            Key::Ip(IpAddr::V4(ip)) => out.extend_from_slice(&ip.octets()),
-            Key::Ip(IpAddr::V6(ip)) => out.extend_from_slice(&ip.octets()),
-            Key::Short(short) => out.extend_from_slice(short.as_bytes()),
-            Key::Long(bytes) => out.extend_from_slice(bytes),
+        match &self.0 {
+            Repr::Global => {}
+            Repr::Ip(IpAddr::V4(ip)) => out.extend_from_slice(&ip.octets()),
+            Repr::Ip(IpAddr::V6(ip)) => out.extend_from_slice(&ip.octets()),
+            Repr::Short(short) => out.extend_from_slice(short.as_bytes()),
+            Repr::Long(bytes) => out.extend_from_slice(bytes),
         }
     }
 
@@ -169,29 +231,29 @@ impl Key {
     }
 
     fn tag(&self) -> u8 {
-        match self {
-            Key::Global => 0,
-            Key::Ip(_) => 1,
-            Key::Short(_) | Key::Long(_) => 2,
+        match &self.0 {
+            Repr::Global => 0,
+            Repr::Ip(_) => 1,
+            Repr::Short(_) | Repr::Long(_) => 2,
         }
     }
 }
 
 /// One or two word-sized writes per key, where the derived `Hash` would
 /// make several small ones: this hash runs on every request.
-impl std::hash::Hash for Key {
+impl std::hash::Hash for Repr {
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         match self {
-            Key::Global => state.write_u8(0),
-            Key::Ip(IpAddr::V4(ip)) => state.write_u64(1 << 32 | u64::from(ip.to_bits())),
-            Key::Ip(IpAddr::V6(ip)) => {
+            Repr::Global => state.write_u8(0),
+            Repr::Ip(IpAddr::V4(ip)) => state.write_u64(1 << 32 | u64::from(ip.to_bits())),
+            Repr::Ip(IpAddr::V6(ip)) => {
                 state.write_u8(2);
                 state.write_u128(ip.to_bits());
             }
-            // Equal keys have equal bytes and lengths, whichever variant.
-            Key::Short(short) => std::hash::Hash::hash(short, state),
-            Key::Long(bytes) => {
+            // One form per value: a short key never equals a long one.
+            Repr::Short(short) => std::hash::Hash::hash(short, state),
+            Repr::Long(bytes) => {
                 state.write(bytes);
                 state.write_u8(0xff);
             }
@@ -201,7 +263,7 @@ impl std::hash::Hash for Key {
 
 impl From<IpAddr> for Key {
     fn from(ip: IpAddr) -> Key {
-        Key::Ip(ip)
+        Key(Repr::Ip(ip))
     }
 }
 
@@ -240,8 +302,8 @@ impl From<Cow<'_, str>> for Key {
 impl From<Arc<str>> for Key {
     fn from(text: Arc<str>) -> Key {
         match ShortKey::new(text.as_bytes()) {
-            Some(short) => Key::Short(short),
-            None => Key::Long(Arc::from(text)),
+            Some(short) => Key(Repr::Short(short)),
+            None => Key(Repr::Long(Arc::from(text))),
         }
     }
 }
@@ -313,7 +375,7 @@ pub struct GlobalKey;
 impl KeyExtractor for GlobalKey {
     #[inline]
     fn extract(&self, _: &RequestInfo<'_>) -> Option<Key> {
-        Some(Key::Global)
+        Some(Key::GLOBAL)
     }
 }
 
@@ -353,7 +415,7 @@ impl PeerIp {
 impl KeyExtractor for PeerIp {
     #[inline]
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
-        PeerIp::peer_addr(request.extensions).map(|addr| Key::Ip(addr.ip().to_canonical()))
+        PeerIp::peer_addr(request.extensions).map(|addr| Key::from(addr.ip().to_canonical()))
     }
 }
 
@@ -467,8 +529,11 @@ mod tests {
 
     #[test]
     fn short_keys_are_inline_and_long_keys_are_not() {
-        assert!(matches!(Key::from("abc"), Key::Short(ref s) if s.as_bytes() == b"abc"));
-        assert!(matches!(Key::from("a".repeat(23).as_str()), Key::Long(_)));
+        assert!(matches!(Key::from("abc").0, Repr::Short(ref s) if s.as_bytes() == b"abc"));
+        assert!(matches!(
+            Key::from("a".repeat(23).as_str()).0,
+            Repr::Long(_)
+        ));
         assert_eq!(Key::from("abc").to_bytes(), b"abc");
         assert!(std::mem::size_of::<Key>() <= 24);
     }
@@ -482,16 +547,16 @@ mod tests {
             let key = Key::from_bytes(&bytes);
             assert_eq!(key.as_slice(), Some(&bytes[..]), "{len} bytes");
             assert_eq!(key.to_bytes(), bytes, "{len} bytes");
-            match &key {
-                Key::Short(short) => {
+            match &key.0 {
+                Repr::Short(short) => {
                     assert!(len <= INLINE);
                     assert_eq!(short.as_bytes(), &bytes[..]);
                 }
-                Key::Long(long) => {
+                Repr::Long(long) => {
                     assert!(len > INLINE);
                     assert_eq!(&long[..], &bytes[..]);
                 }
-                other => panic!("{len} bytes made {other:?}"),
+                Repr::Global | Repr::Ip(_) => panic!("{len} bytes made {key:?}"),
             }
             let again = Key::from_bytes(&bytes);
             assert_eq!(key, again);
@@ -523,7 +588,7 @@ mod tests {
         }
         // A long `Arc<str>` keeps its allocation.
         let long: Arc<str> = Arc::from("k".repeat(INLINE + 1));
-        let Key::Long(bytes) = Key::from(Arc::clone(&long)) else {
+        let Repr::Long(bytes) = Key::from(Arc::clone(&long)).0 else {
             panic!("a long text makes a long key")
         };
         assert_eq!(bytes.as_ptr(), long.as_ptr());
@@ -544,9 +609,9 @@ mod tests {
     #[test]
     fn a_composite_taken_part_by_part_is_the_same_key_and_stops_at_a_missing_part() {
         let parts = [
-            Key::Ip("192.0.2.1".parse().unwrap()),
+            Key::from("192.0.2.1".parse::<IpAddr>().unwrap()),
             Key::from("x"),
-            Key::Global,
+            Key::GLOBAL,
         ];
         assert_eq!(
             Key::try_composite(parts.iter().cloned().map(Some)),
@@ -554,7 +619,7 @@ mod tests {
         );
         // The part after a missing one is never asked for.
         let mut asked = 0;
-        let parts = [Some(Key::Global), None, Some(Key::Global)];
+        let parts = [Some(Key::GLOBAL), None, Some(Key::GLOBAL)];
         let missing = Key::try_composite(parts.iter().map(|p| {
             asked += 1;
             p.clone()
@@ -570,7 +635,7 @@ mod tests {
             .insert(PeerAddr(SocketAddr::new(mapped.into(), 9)));
         assert_eq!(
             PeerIp.extract(&info(&req)),
-            Some(Key::Ip("1.2.3.4".parse().unwrap()))
+            Some(Key::from("1.2.3.4".parse::<IpAddr>().unwrap()))
         );
         assert_eq!(PeerIp.extract(&info(&Request::new(()))), None);
         // A bare `SocketAddr` extension (what some servers insert) works too.
@@ -579,7 +644,7 @@ mod tests {
             .insert(SocketAddr::from(([192, 0, 2, 9], 443)));
         assert_eq!(
             PeerIp.extract(&info(&req)),
-            Some(Key::Ip("192.0.2.9".parse().unwrap()))
+            Some(Key::from("192.0.2.9".parse::<IpAddr>().unwrap()))
         );
     }
 

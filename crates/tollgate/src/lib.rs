@@ -111,8 +111,8 @@ pub use headers::{HeaderStyle, PartitionKey};
 pub use in_flight::InFlightLayer;
 pub use info::RateLimitInfo;
 pub use key::{
-    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerAddr, PeerIp, RequestInfo,
-    ShortKey, key_fn,
+    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, KeyView, OnMissingKey, PeerAddr, PeerIp,
+    RequestInfo, key_fn,
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use outcome::ChargeWhen;

@@ -350,11 +350,11 @@ async fn the_slot_lasts_as_long_as_the_response_body() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert!(response.body().holds_slot());
-    assert_eq!(slots.in_flight(&limit, &Key::Global), 1);
+    assert_eq!(slots.in_flight(&limit, &Key::GLOBAL), 1);
     let refused = service.ready().await.unwrap().call(Request::new(())).await;
     assert_eq!(refused.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
     drop(response);
-    assert_eq!(slots.in_flight(&limit, &Key::Global), 0);
+    assert_eq!(slots.in_flight(&limit, &Key::GLOBAL), 0);
 }
 
 #[tokio::test]
@@ -365,15 +365,15 @@ async fn a_failing_service_and_a_dropped_call_give_the_slot_back() {
     }));
     let error = failing.ready().await.unwrap().call(Request::new(())).await;
     assert_eq!(error.err(), Some("broken"));
-    assert_eq!(slots.in_flight(&limit, &Key::Global), 0);
+    assert_eq!(slots.in_flight(&limit, &Key::GLOBAL), 0);
     let mut slow = layer.layer(service_fn(|_: Request<()>| async {
         std::future::pending::<()>().await;
         Ok::<_, Infallible>(Response::new(String::new()))
     }));
     let call = slow.ready().await.unwrap().call(Request::new(()));
-    assert_eq!(slots.in_flight(&limit, &Key::Global), 1);
+    assert_eq!(slots.in_flight(&limit, &Key::GLOBAL), 1);
     drop(call);
-    assert_eq!(slots.in_flight(&limit, &Key::Global), 0);
+    assert_eq!(slots.in_flight(&limit, &Key::GLOBAL), 0);
 }
 
 /// One request through `service` once it is ready.

@@ -112,7 +112,7 @@ async fn a_global_key_has_no_partition_to_name() {
 
 #[test]
 fn an_address_is_named_by_its_text() {
-    let key = Key::Ip("203.0.113.7".parse().unwrap());
+    let key = Key::from("203.0.113.7".parse::<std::net::IpAddr>().unwrap());
     assert_eq!(
         PartitionKey::Verbatim.bytes(&key).as_deref(),
         Some(&b"203.0.113.7"[..])

@@ -140,7 +140,7 @@ mod tests {
         ]));
         let before = store.now();
         for _ in 0..4 {
-            let _ = store.check(&policy, &Key::Global, 1);
+            let _ = store.check(&policy, &Key::GLOBAL, 1);
         }
         let after = store.now();
         let records = store.records();

@@ -196,7 +196,7 @@ impl ClientIp {
 
     /// The key for `ip`: the address, IPv6 cut to the prefix.
     pub fn key_for(&self, ip: IpAddr) -> Key {
-        Key::Ip(match ip {
+        Key::from(match ip {
             IpAddr::V6(v6) if self.ipv6_prefix < 128 => {
                 let mask = u128::MAX << (128 - u32::from(self.ipv6_prefix));
                 IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
@@ -381,14 +381,17 @@ mod tests {
         let client = ClientIp::default();
         assert_eq!(
             client.key_for(ip("2001:db8:1:2:3:4:5:6")),
-            Key::Ip(ip("2001:db8:1:2::"))
+            Key::from(ip("2001:db8:1:2::"))
         );
         let exact = ClientIp::default().ipv6_prefix(128).unwrap();
-        assert_eq!(exact.key_for(ip("2001:db8::1")), Key::Ip(ip("2001:db8::1")));
+        assert_eq!(
+            exact.key_for(ip("2001:db8::1")),
+            Key::from(ip("2001:db8::1"))
+        );
         let wide = ClientIp::default().ipv6_prefix(32).unwrap();
         assert_eq!(
             wide.key_for(ip("2001:db8:ffff::1")),
-            Key::Ip(ip("2001:db8::"))
+            Key::from(ip("2001:db8::"))
         );
         assert_eq!(
             ClientIp::default().ipv6_prefix(16).unwrap_err(),
@@ -398,7 +401,7 @@ mod tests {
             client.resolve(peer("::ffff:192.0.2.1"), &HeaderMap::new()),
             ip("192.0.2.1")
         );
-        assert_eq!(client.key_for(ip("192.0.2.1")), Key::Ip(ip("192.0.2.1")));
+        assert_eq!(client.key_for(ip("192.0.2.1")), Key::from(ip("192.0.2.1")));
     }
 
     #[test]
@@ -429,7 +432,7 @@ mod tests {
             .insert(tollgate::PeerAddr(peer("10.0.0.1")));
         assert_eq!(
             behind_proxy().extract(&RequestInfo::new(&request)),
-            Some(Key::Ip(ip("10.0.0.1")))
+            Some(Key::from(ip("10.0.0.1")))
         );
     }
 }

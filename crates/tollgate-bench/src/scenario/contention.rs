@@ -44,7 +44,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
                     Quota::per_second(u64::from(RATE)),
                 )]));
                 threads(n, distinct, move |key| {
-                    black_box(&store.check_now(&policy, &Key::Ip(key), 1));
+                    black_box(&store.check_now(&policy, &Key::from(key), 1));
                 })
             },
             || {

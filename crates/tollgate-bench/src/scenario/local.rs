@@ -3,7 +3,7 @@
 //! real `redis-server`, in one run. Four parts:
 //!
 //! 1. **Decisions per second**, one instance, 64 tasks, one hot key
-//!    (`Key::Global`), a GCRA limit of 1,000,000,000/s (never reached, so
+//!    (`Key::GLOBAL`), a GCRA limit of 1,000,000,000/s (never reached, so
 //!    nearly every decision is an admission): `MemoryStore`, `LocalFirst`
 //!    in exact mode, in periodic mode (100 ms) and the plain `RedisStore`,
 //!    in alternating rounds ([`alternate`]). All four are driven the same
@@ -341,9 +341,9 @@ async fn decide_on<S: Store>(store: &S, policy: &Arc<Policy>, key: &Key) -> bool
     allowed
 }
 
-/// One decision of cost 1 on the hot key, `Key::Global`.
+/// One decision of cost 1 on the hot key, `Key::GLOBAL`.
 async fn decide<S: Store>(store: &S, policy: &Arc<Policy>) -> bool {
-    decide_on(store, policy, &Key::Global).await
+    decide_on(store, policy, &Key::GLOBAL).await
 }
 
 /// One batch of parts 1 and 4.

@@ -4,7 +4,7 @@
 //! Both sides use their real clocks (tollgate's `MonotonicClock` and
 //! governor's default, both quanta), a GCRA quota of 1,000,000/s per key (so
 //! every check is allowed and writes), and the same keys: IPv4 addresses,
-//! `Key::Ip` on our side and `IpAddr` on governor's.
+//! `Key::from(IpAddr)` on our side and `IpAddr` on governor's.
 //!
 //! The 1M-key figures come from child processes of this same binary
 //! (`--child memory-ours`, `--child memory-anchor`), one per side per round,
@@ -168,7 +168,7 @@ fn governor_keyed() -> governor::DefaultKeyedRateLimiter<IpAddr> {
 fn ours_one_key(n: u64) -> f64 {
     let store = MemoryStore::new();
     let policy = policy();
-    let key = Key::Ip(ip(1));
+    let key = Key::from(ip(1));
     let start = Instant::now();
     for _ in 0..n {
         black_box(&store.check_now(&policy, black_box(&key), 1));
@@ -195,7 +195,7 @@ pub fn child(side: Side, settings: Settings) {
             let store = MemoryStore::builder().max_keys(2 * KEYS as usize).build();
             let policy = policy();
             let report = measure_child(passes, |n| {
-                black_box(&store.check_now(&policy, &Key::Ip(ip(n)), 1));
+                black_box(&store.check_now(&policy, &Key::from(ip(n)), 1));
             });
             // Had the bound evicted keys, this side would hold fewer and
             // look smaller and faster than it is.

@@ -294,7 +294,7 @@ mod tests {
                 on_store_error: OnStoreError::Open,
                 headers: HeaderStyle::DRAFT,
             }),
-            Key::Global,
+            Key::GLOBAL,
         )
     }
 

@@ -120,6 +120,6 @@ impl<St: Store> LimiterBuilder<St> {
 
     /// A limiter with one counter for every call.
     pub fn direct(self) -> Result<DirectLimiter<St>, ConfigError> {
-        Ok(DirectLimiter::from_keyed(self.keyed()?, Key::Global))
+        Ok(DirectLimiter::from_keyed(self.keyed()?, Key::GLOBAL))
     }
 }

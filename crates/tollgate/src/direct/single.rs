@@ -22,7 +22,7 @@ use tollgate_core::{Clock, Decision, Quota};
 /// ```
 pub struct DirectLimiter<St = MemoryStore> {
     keyed: KeyedLimiter<St>,
-    /// The one key every call is counted under: [`Key::Global`] unless
+    /// The one key every call is counted under: [`Key::GLOBAL`] unless
     /// [`with_key`](DirectLimiter::with_key) chose another.
     key: Key,
 }
@@ -48,7 +48,7 @@ impl<St> fmt::Debug for DirectLimiter<St> {
 impl DirectLimiter {
     /// GCRA at `quota`, counted in a fresh [`MemoryStore`].
     pub fn new(quota: Quota) -> Self {
-        Self::from_keyed(KeyedLimiter::new(quota), Key::Global)
+        Self::from_keyed(KeyedLimiter::new(quota), Key::GLOBAL)
     }
 }
 
@@ -58,7 +58,7 @@ impl<St: Store> DirectLimiter<St> {
         DirectLimiter { keyed, key }
     }
 
-    /// The same limiter counting under `key` instead of [`Key::Global`]: in
+    /// The same limiter counting under `key` instead of [`Key::GLOBAL`]: in
     /// a store shared by several programs (Redis), the key tells apart
     /// quotas whose limits have the same names.
     pub fn with_key(self, key: Key) -> Self {

@@ -180,13 +180,13 @@ mod tests {
             "\"inflight\";q=5;qu=\"concurrent-requests\"",
         );
         assert_eq!(
-            text(fields.values(3, &Key::Global)),
+            text(fields.values(3, &Key::GLOBAL)),
             [policy.clone(), pair("ratelimit", "\"inflight\";r=2")]
         );
         // Over the limit (a refusal, or a limit lowered across instances):
         // nothing remains.
         assert_eq!(
-            text(fields.values(7, &Key::Global)),
+            text(fields.values(7, &Key::GLOBAL)),
             [policy, pair("ratelimit", "\"inflight\";r=0")]
         );
     }
@@ -225,7 +225,7 @@ mod tests {
         headers.insert("ratelimit", HeaderValue::from_static("\"api\";r=9;t=1"));
         headers.insert("x-ratelimit-remaining", HeaderValue::from_static("9"));
         Fields::new(HeaderStyle::BOTH, &limit)
-            .values(1, &Key::Global)
+            .values(1, &Key::GLOBAL)
             .write_into(&mut headers);
         assert_eq!(
             headers["ratelimit-policy"],
@@ -241,14 +241,14 @@ mod tests {
         let limit = InFlightLimit::new("inflight", 2).unwrap();
         let legacy = Fields::new(HeaderStyle::LEGACY, &limit);
         assert_eq!(
-            text(legacy.values(1, &Key::Global)),
+            text(legacy.values(1, &Key::GLOBAL)),
             [
                 pair("x-ratelimit-limit", "2"),
                 pair("x-ratelimit-remaining", "1")
             ]
         );
         let none = Fields::new(HeaderStyle::NONE, &limit);
-        assert!(none.values(1, &Key::Global).is_empty());
+        assert!(none.values(1, &Key::GLOBAL).is_empty());
         assert!(!none.on_allowed());
     }
 }

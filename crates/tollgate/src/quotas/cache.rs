@@ -811,7 +811,7 @@ mod tests {
         let quotas = KeyQuotas::new(source);
         let resolver = Resolver::new(quotas.clone(), "api", None, None);
         let waits: Vec<_> = (0..5)
-            .map(|_| match resolver.resolve(&Key::Global) {
+            .map(|_| match resolver.resolve(&Key::GLOBAL) {
                 Resolution::Pending(arrival) => arrival.wait(),
                 _ => panic!("the first requests wait"),
             })
@@ -821,7 +821,7 @@ mod tests {
         }
         assert_eq!(quotas.lookups(), 1);
         assert!(matches!(
-            resolver.resolve_now(&Key::Global),
+            resolver.resolve_now(&Key::GLOBAL),
             Resolution::Default
         ));
         assert_eq!(
@@ -829,13 +829,13 @@ mod tests {
             1,
             "not looked up by a request that waited"
         );
-        let Resolution::Pending(arrival) = resolver.resolve(&Key::Global) else {
+        let Resolution::Pending(arrival) = resolver.resolve(&Key::GLOBAL) else {
             panic!("the next request waits for a second lookup");
         };
         assert_eq!(quotas.lookups(), 2);
         arrival.wait().await;
         assert!(matches!(
-            resolver.resolve(&Key::Global),
+            resolver.resolve(&Key::GLOBAL),
             Resolution::Unlimited
         ));
     }
@@ -847,11 +847,11 @@ mod tests {
             .ttl(Duration::MAX)
             .error_ttl(Duration::MAX);
         let resolver = Resolver::new(quotas.clone(), "api", None, None);
-        resolver.resolve(&Key::Global);
+        resolver.resolve(&Key::GLOBAL);
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
-        resolver.resolve(&Key::Global);
+        resolver.resolve(&Key::GLOBAL);
         assert_eq!(quotas.lookups(), 1, "answered once, not refreshed");
         assert_eq!(resolver.running.load(Ordering::Acquire), 0);
     }
