@@ -1157,3 +1157,26 @@ fn plan_moves_keep_usage_on_memory_and_redis() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--help` lists, for `--algorithm`, every algorithm of the registry, in
+/// its order, and no other.
+#[test]
+fn the_algorithm_help_lists_the_registry() {
+    let expected: Vec<&str> = tollgate_core::Algorithm::ALL
+        .iter()
+        .map(|a| a.name())
+        .collect();
+    let expected = expected.join(" | ");
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_server"))
+        .arg("--help")
+        .output()
+        .expect("the server runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let line = help
+        .lines()
+        .skip_while(|line| !line.contains("--algorithm"))
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(line.contains(&expected), "{line}\nshould list: {expected}");
+}

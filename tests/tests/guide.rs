@@ -80,3 +80,27 @@ fn the_readme_and_guide_links_point_at_files() {
     }
     assert!(checked > 50, "{checked} links");
 }
+
+/// The algorithms table of the guide names every algorithm of the
+/// registry by its configuration name, and no other.
+#[test]
+fn the_algorithms_table_names_every_algorithm_of_the_registry() {
+    let text = std::fs::read_to_string(root().join("docs/guide/algorithms.md")).unwrap();
+    let mut named = Vec::new();
+    let rows = text
+        .lines()
+        .skip_while(|line| !line.starts_with("| algorithm |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'));
+    for row in rows {
+        let first = row.split('|').nth(1).unwrap_or("");
+        named.extend(first.split('`').skip(1).step_by(2).map(str::to_owned));
+    }
+    named.sort();
+    let mut registry: Vec<String> = tollgate_core::Algorithm::ALL
+        .iter()
+        .map(|a| a.name().to_owned())
+        .collect();
+    registry.sort();
+    assert_eq!(named, registry);
+}

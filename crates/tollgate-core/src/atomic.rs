@@ -6,7 +6,7 @@
 //! denied request does not write at all.
 
 use crate::Decision;
-use crate::algorithm::{GcraState, LeakyBucketState, RateAlgorithm};
+use crate::algorithm::RateAlgorithm;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A state that is exactly one `u64`.
@@ -15,24 +15,6 @@ pub trait PackedState: Sized {
     fn pack(&self) -> u64;
     /// The state from a `u64` made by [`pack`](Self::pack).
     fn unpack(bits: u64) -> Self;
-}
-
-impl PackedState for GcraState {
-    fn pack(&self) -> u64 {
-        self.tat
-    }
-    fn unpack(bits: u64) -> Self {
-        GcraState { tat: bits }
-    }
-}
-
-impl PackedState for LeakyBucketState {
-    fn pack(&self) -> u64 {
-        self.next_free
-    }
-    fn unpack(bits: u64) -> Self {
-        LeakyBucketState { next_free: bits }
-    }
 }
 
 /// Checks a request against a state held in an atomic cell shared by many

@@ -8,19 +8,24 @@
 //!
 //! Adding an algorithm: write its module under `algorithm/` (a type that
 //! implements [`RateAlgorithm`](crate::RateAlgorithm), with its state and
-//! tests), its Lua file under `tollgate-redis/scripts/`, and one line
-//! below. `docs/ARCHITECTURE.md` lists the steps.
+//! tests), its Lua file under `tollgate-redis/scripts/`, one line below
+//! and its row in the guide's table. `docs/ARCHITECTURE.md` lists the
+//! steps.
 
 /// Calls the macro `$then` with the list of algorithms, one line each:
 ///
 /// ```text
-/// #[doc = "…"] Variant(Type, StateStorage) = "configuration-name", lua "file_stem";
+/// #[doc = "…"] Variant(Type, StateStorage) = "configuration-name", lua "file_stem", flags…;
 /// ```
 ///
 /// `Type` implements [`RateAlgorithm`](crate::RateAlgorithm);
 /// `StateStorage` is its state, or a `Box` of it when the state is large;
 /// the Lua file is `tollgate-redis/scripts/<file_stem>.lua` (several
-/// algorithms may share one). The first line is the default algorithm. Other crates call it to build their own
+/// algorithms may share one). The flags, in this order, each optional:
+/// `one_word` — its state is one `u64` ([`PackedState`](crate::PackedState)),
+/// so the memory store keeps it in an atomic cell and checks it with a
+/// compare-and-swap; `local_first` — its Lua file has the `force` (and,
+/// for a windowed algorithm, the `lapse`) the local-first store needs. The first line is the default algorithm. Other crates call it to build their own
 /// per-algorithm tables from the same list.
 #[macro_export]
 macro_rules! for_each_algorithm {
@@ -29,25 +34,25 @@ macro_rules! for_each_algorithm {
             /// Generic cell rate algorithm: a smooth rate with a burst
             /// tolerance, in 8 bytes per key. The default.
             #[default]
-            Gcra($crate::Gcra, $crate::GcraState) = "gcra", lua "gcra";
+            Gcra($crate::Gcra, $crate::GcraState) = "gcra", lua "gcra", one_word, local_first;
             /// A bucket of `burst` tokens refilled continuously, `limit` per
             /// `period` (it admits what GCRA admits, and runs GCRA's script).
-            TokenBucket($crate::TokenBucket, $crate::TokenBucketState) = "token-bucket", lua "gcra";
+            TokenBucket($crate::TokenBucket, $crate::TokenBucketState) = "token-bucket", lua "gcra", local_first;
             /// A bucket of `burst` tokens, `limit` of them back at once at
             /// each period boundary.
-            TokenBucketInterval($crate::IntervalTokenBucket, $crate::TokenBucketState) = "token-bucket-interval", lua "token_bucket";
+            TokenBucketInterval($crate::IntervalTokenBucket, $crate::TokenBucketState) = "token-bucket-interval", lua "token_bucket", local_first;
             /// A shaper: requests leave at a constant rate, a queue of `burst` waits.
-            LeakyBucket($crate::LeakyBucket, $crate::LeakyBucketState) = "leaky-bucket", lua "leaky_bucket";
+            LeakyBucket($crate::LeakyBucket, $crate::LeakyBucketState) = "leaky-bucket", lua "leaky_bucket", one_word;
             /// A counter per period-long window aligned to the clock's origin.
-            FixedWindow($crate::FixedWindow, $crate::FixedWindowState) = "fixed-window", lua "fixed_window";
+            FixedWindow($crate::FixedWindow, $crate::FixedWindowState) = "fixed-window", lua "fixed_window", local_first;
             /// Exact: the timestamps of every admitted request in the last period.
             SlidingLog($crate::SlidingLog, Box<$crate::SlidingLogState>) = "sliding-log", lua "sliding_log";
             /// Two fixed-window counters weighted into an estimate of the last period.
-            SlidingWindow($crate::SlidingWindow, $crate::SlidingWindowState) = "sliding-window", lua "sliding_window";
+            SlidingWindow($crate::SlidingWindow, $crate::SlidingWindowState) = "sliding-window", lua "sliding_window", local_first;
             /// A counter per sub-window (60 to a period by default), the
             /// window's sum counting the oldest sub-window whole: never over
             /// the limit in any period.
-            SlidingWindowBuckets($crate::SlidingWindowBuckets, $crate::SlidingWindowBucketsState) = "sliding-window-buckets", lua "sliding_window_buckets";
+            SlidingWindowBuckets($crate::SlidingWindowBuckets, $crate::SlidingWindowBucketsState) = "sliding-window-buckets", lua "sliding_window_buckets", local_first;
         }
     };
 }
@@ -56,8 +61,10 @@ macro_rules! for_each_algorithm {
 macro_rules! define_algorithms {
     ($(
         $(#[$doc:meta])*
-        $variant:ident($kind:ty, $storage:ty) = $name:literal, lua $lua:literal;
+        $variant:ident($kind:ty, $storage:ty) = $name:literal, lua $lua:literal $(, $flag:ident)*;
     )+) => {
+        $(crate::registry::assert_one_word!($storage; $($flag),*);)+
+
         /// The algorithm kinds, for configuration.
         ///
         /// Parses from (and displays as) its configuration name:
@@ -75,6 +82,35 @@ macro_rules! define_algorithms {
             pub fn name(self) -> &'static str {
                 match self {
                     $(Algorithm::$variant => $name,)+
+                }
+            }
+
+            /// The stem of the Lua file a shared store runs it with
+            /// (`tollgate-redis/scripts/<stem>.lua`), e.g. `"gcra"` for
+            /// the continuous token bucket too.
+            pub fn lua(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => $lua,)+
+                }
+            }
+
+            /// Whether a key's state is one `u64`, kept in an atomic cell
+            /// and checked with a compare-and-swap.
+            pub fn one_word_state(self) -> bool {
+                self.flags().contains(&"one_word")
+            }
+
+            /// Whether the local-first store (tollgate-redis) can decide
+            /// it.
+            pub fn local_first(self) -> bool {
+                self.flags().contains(&"local_first")
+            }
+
+            /// The registry's flags of this algorithm, as written there.
+            #[doc(hidden)]
+            pub fn flags(self) -> &'static [&'static str] {
+                match self {
+                    $(Algorithm::$variant => &[$(stringify!($flag)),*],)+
                 }
             }
         }
@@ -325,3 +361,47 @@ macro_rules! define_algorithms {
 }
 
 pub(crate) use define_algorithms;
+
+/// Fails to compile when a `one_word` algorithm's state is not a
+/// [`PackedState`](crate::PackedState): the flag cannot claim what the
+/// state does not do.
+macro_rules! assert_one_word {
+    ($storage:ty; one_word $(, $flag:ident)*) => {
+        const _: fn(&$storage) -> u64 = <$storage as $crate::PackedState>::pack;
+    };
+    ($storage:ty; $($flag:ident),*) => {};
+}
+
+pub(crate) use assert_one_word;
+
+#[cfg(test)]
+mod tests {
+    use crate::{Algorithm, Limiter, Quota};
+
+    /// Each algorithm's own `script()` names the Lua file the registry
+    /// gives it, so that the stem is written once where it is chosen.
+    #[test]
+    fn every_algorithm_runs_the_lua_file_the_registry_names() {
+        for algorithm in Algorithm::ALL {
+            let limiter = Limiter::new(algorithm, Quota::per_second(10));
+            assert_eq!(limiter.script().script, algorithm.lua(), "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn the_registry_writes_only_flags_it_knows_in_their_order() {
+        for algorithm in Algorithm::ALL {
+            let flags = algorithm.flags();
+            let known = ["one_word", "local_first"];
+            assert!(flags.iter().all(|f| known.contains(f)), "{flags:?}");
+            let mut order: Vec<usize> = flags
+                .iter()
+                .map(|f| known.iter().position(|k| k == f).unwrap_or(0))
+                .collect();
+            order.dedup();
+            assert!(order.is_sorted() && order.len() == flags.len(), "{flags:?}");
+        }
+        assert!(Algorithm::Gcra.one_word_state() && Algorithm::Gcra.local_first());
+        assert!(!Algorithm::SlidingLog.local_first());
+    }
+}

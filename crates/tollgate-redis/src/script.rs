@@ -24,7 +24,7 @@ const DEBIT: &str = include_str!("../scripts/debit.lua");
 macro_rules! lua_files {
     ($(
         $(#[$doc:meta])*
-        $variant:ident($kind:ty, $storage:ty) = $name:literal, lua $lua:literal;
+        $variant:ident($kind:ty, $storage:ty) = $name:literal, lua $lua:literal $(, $flag:ident)*;
     )+) => {
         /// Every algorithm's Lua file, `(stem, source)`, in the registry's
         /// order (the order a script joins them in). A file registers its

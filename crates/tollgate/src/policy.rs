@@ -378,6 +378,20 @@ pub(crate) fn with_overrides(
 mod tests {
     use super::*;
 
+    /// The memory store keeps in an atomic cell exactly the algorithms the
+    /// registry marks `one_word`.
+    #[test]
+    fn the_packed_algorithms_are_the_registrys_one_word_ones() {
+        for algorithm in Algorithm::ALL {
+            let limiter = Limiter::new(algorithm, Quota::per_second(10));
+            assert_eq!(
+                PackedLimiter::of(&[limiter]).is_some(),
+                algorithm.one_word_state(),
+                "{algorithm}"
+            );
+        }
+    }
+
     #[test]
     fn a_limiter_set_by_hand_brings_its_quota() {
         let built_on: Quota = "5/min".parse().unwrap();

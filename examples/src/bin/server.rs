@@ -11,7 +11,7 @@
 //! ```text
 //! --listen ADDR            default 127.0.0.1:3000; prints "listening on http://ADDR" once it accepts connections
 //! --limit NAME=QUOTA       repeatable; default api=10/s
-//! --algorithm ALG          gcra | token-bucket | token-bucket-interval | leaky-bucket | fixed-window | sliding-log | sliding-window | sliding-window-buckets (default gcra)
+//! --algorithm ALG          an algorithm's configuration name, listed by --help from the registry (default gcra)
 //! --key KIND               ip | global | header:NAME (default ip)
 //! --trust-proxy CIDR       repeatable; proxy headers are read only from these peers
 //! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]; or from the environment variable TOLLGATE_STORE
@@ -183,8 +183,7 @@ struct Args {
     #[arg(long = "limit", value_name = "NAME=QUOTA", default_value = "api=10/s", value_parser = parse_limit)]
     limits: Vec<NamedLimit>,
 
-    /// gcra | token-bucket | token-bucket-interval | leaky-bucket | fixed-window | sliding-log | sliding-window | sliding-window-buckets.
-    #[arg(long, value_name = "ALG", default_value = "gcra")]
+    #[arg(long, value_name = "ALG", default_value = "gcra", help = algorithm_help())]
     algorithm: Algorithm,
 
     /// ip | global | header:NAME.
@@ -433,6 +432,12 @@ enum Headers {
 }
 
 /// Parses `NAME=QUOTA`.
+/// `--algorithm`'s help: every algorithm of the registry, by name.
+fn algorithm_help() -> String {
+    let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    format!("{}.", names.join(" | "))
+}
+
 fn parse_limit(text: &str) -> Result<NamedLimit, String> {
     let (name, quota) = text
         .split_once('=')

@@ -161,6 +161,17 @@ impl RateAlgorithm for Gcra {
     }
 }
 
+/// One word: the memory store keeps it in an atomic cell (the
+/// registry's `one_word`).
+impl crate::PackedState for GcraState {
+    fn pack(&self) -> u64 {
+        self.tat
+    }
+    fn unpack(bits: u64) -> Self {
+        GcraState { tat: bits }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -169,3 +169,14 @@ impl RateAlgorithm for LeakyBucket {
         state.next_free = state.next_free.max(now).saturating_add(cost);
     }
 }
+
+/// One word: the memory store keeps it in an atomic cell (the
+/// registry's `one_word`).
+impl crate::PackedState for LeakyBucketState {
+    fn pack(&self) -> u64 {
+        self.next_free
+    }
+    fn unpack(bits: u64) -> Self {
+        LeakyBucketState { next_free: bits }
+    }
+}

@@ -2,20 +2,20 @@
 
 use std::time::Duration;
 use tollgate::{ConfigError, Policy};
+use tollgate_core::Algorithm;
 
 /// What [`LocalFirst::supports`](super::LocalFirst::supports) says, for any store: the Redis store's
 /// prepared form keeps it, so that a request reads one flag.
 pub(crate) fn supports(policy: &Policy) -> Result<(), ConfigError> {
     for limit in policy.limits() {
         let limiter = limit.limiter();
-        let script = limiter.script().script;
-        if !SUPPORTED.contains(&script) {
+        if !limiter.algorithm().local_first() {
             return Err(ConfigError::new(format!(
-                "the local-first store cannot decide limit {:?} ({}): it supports GCRA, \
-                 the token bucket, the fixed window, the sliding window and sliding \
-                 window buckets; use the Redis store directly for this limit",
+                "the local-first store cannot decide limit {:?} ({}): it supports {}; \
+                 use the Redis store directly for this limit",
                 limit.name(),
                 limiter.algorithm(),
+                supported_names(),
             )));
         }
         if limiter.with_max_delay(Duration::ZERO) != *limiter {
@@ -29,12 +29,41 @@ pub(crate) fn supports(policy: &Policy) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The Lua files of the algorithms both modes support (those with a
-/// `force`; the window ones also have a `lapse`).
-const SUPPORTED: &[&str] = &[
-    "gcra",
-    "token_bucket",
-    "fixed_window",
-    "sliding_window",
-    "sliding_window_buckets",
-];
+/// The algorithms the registry marks `local_first`, by name: "gcra,
+/// token-bucket, … and sliding-window-buckets".
+fn supported_names() -> String {
+    let names: Vec<&str> = Algorithm::ALL
+        .into_iter()
+        .filter(|a| a.local_first())
+        .map(Algorithm::name)
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "none".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::NamedLimit;
+    use tollgate_core::{Limiter, Quota};
+
+    /// What the store accepts is what the registry says, and its refusal
+    /// names every algorithm it would take.
+    #[test]
+    fn the_store_supports_what_the_registry_marks() {
+        for algorithm in Algorithm::ALL {
+            let limit = NamedLimit::new("api", Quota::per_second(10))
+                .with_limiter(Limiter::new(algorithm, Quota::per_second(10)));
+            let answer = supports(&Policy::new(vec![limit]));
+            assert_eq!(answer.is_ok(), algorithm.local_first(), "{algorithm}");
+            if let Err(error) = answer {
+                for supported in Algorithm::ALL.into_iter().filter(|a| a.local_first()) {
+                    assert!(error.to_string().contains(supported.name()), "{error}");
+                }
+            }
+        }
+    }
+}
