@@ -1,22 +1,15 @@
 //! [`MemoryStore`]: counters in process memory.
 
+use super::bounded::{BoundedMap, Contents, Eviction, Idle, soonest_idle};
 use super::fingerprint::ByFingerprint;
 use super::{PolicyDecision, RefundReply, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
 use smallvec::SmallVec;
 use std::convert::Infallible;
-use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tollgate_core::{Clock, Decision, Limiter, MonotonicClock, State, check_all};
-
-/// How many entries are looked at to pick one to evict from a full shard.
-const EVICTION_SAMPLE: usize = 8;
-
-/// A full shard drops its keys at rest at most this often (ns), so that a
-/// flood of new keys cannot make every insert scan the shard.
-const SWEEP_INTERVAL: u64 = 1_000_000_000;
 
 /// Rate-limit state in process memory, shared by every clone.
 ///
@@ -64,26 +57,18 @@ impl<C> Clone for MemoryStore<C> {
 
 #[derive(Debug)]
 struct Inner<C> {
-    shards: Box<[RwLock<Shard>]>,
-    per_shard: usize,
-    hasher: foldhash::fast::RandomState,
+    keys: BoundedMap<Keys>,
     clock: C,
 }
 
-/// Aligned to 128 bytes (two cache lines, the unit adjacent-line
-/// prefetchers fetch): inside its `RwLock` the map then starts on lines of
-/// its own, so the lock's reader count, which every check writes, does not
-/// evict the map's header from other threads' caches; and no two shards'
-/// locks share a line, so threads on different shards never contend.
+/// What one shard holds: two maps sharing the shard's bound.
 #[derive(Debug, Default)]
-#[repr(align(128))]
-struct Shard {
+struct Keys {
     /// One-word states (a single GCRA or leaky-bucket limit). The value is
     /// also the moment the key is at rest.
     cells: ByFingerprint<AtomicU64>,
     /// Every other policy's states.
     slots: ByFingerprint<Slot>,
-    last_sweep: u64,
 }
 
 #[derive(Debug)]
@@ -187,12 +172,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             .clamp(1, 1 << 16)
             .next_power_of_two();
         let per_shard = self.max_keys.div_ceil(shards).max(1);
-        let shards = (0..shards).map(|_| RwLock::default()).collect();
         MemoryStore {
             inner: Arc::new(Inner {
-                shards,
-                per_shard,
-                hasher: Default::default(),
+                keys: BoundedMap::new(shards, per_shard),
                 clock: self.clock,
             }),
         }
@@ -202,7 +184,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 impl<C: Clock> MemoryStore<C> {
     /// How many keys the store holds now.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| read(s).len()).sum()
+        self.inner.keys.len()
     }
 
     /// Whether the store holds no key.
@@ -212,17 +194,17 @@ impl<C: Clock> MemoryStore<C> {
 
     /// The most keys the store will hold.
     pub fn capacity(&self) -> usize {
-        self.inner.per_shard * self.inner.shards.len()
+        self.inner.keys.capacity()
     }
 
     /// Checks a request synchronously: what [`Store::check`] does.
     pub fn check_now(&self, policy: &Policy, key: &Key, cost: u32) -> PolicyDecision {
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
-        let (fingerprint, shard) = inner.shard_of(policy, key);
+        let fingerprint = inner.fingerprint(policy, key);
         match policy.packed() {
             Some(limiter) => {
-                let decision = inner.check_cell(shard, fingerprint, limiter, now, cost);
+                let decision = inner.check_cell(fingerprint, limiter, now, cost);
                 PolicyDecision {
                     merged: decision,
                     each: smallvec::smallvec![decision],
@@ -230,7 +212,7 @@ impl<C: Clock> MemoryStore<C> {
                     charged_by: Default::default(),
                 }
             }
-            None => inner.check_slot(shard, fingerprint, policy, now, cost),
+            None => inner.check_slot(fingerprint, policy, now, cost),
         }
     }
 }
@@ -243,10 +225,12 @@ impl<C: Clock> MemoryStore<C> {
     pub fn peek_now(&self, policy: &Policy, key: &Key) -> PolicyDecision {
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
-        let (fingerprint, shard) = inner.shard_of(policy, key);
+        let fingerprint = inner.fingerprint(policy, key);
         let (merged, each) = match policy.packed() {
             Some(limiter) => {
-                let word = read(shard)
+                let word = inner
+                    .keys
+                    .read(fingerprint)
                     .cells
                     .get(&fingerprint)
                     .map_or(0, |cell| cell.load(Ordering::Acquire));
@@ -254,7 +238,7 @@ impl<C: Clock> MemoryStore<C> {
                 (decision, smallvec::smallvec![decision])
             }
             None => {
-                let mut states = match read(shard).slots.get(&fingerprint) {
+                let mut states = match inner.keys.read(fingerprint).slots.get(&fingerprint) {
                     Some(slot) => slot.states.clone(),
                     None => policy.limiters().iter().map(Limiter::new_state).collect(),
                 };
@@ -271,8 +255,8 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Forgets `key`'s state under `policy`: what [`Store::reset`] does.
     pub fn reset_now(&self, policy: &Policy, key: &Key) {
-        let (fingerprint, shard) = self.inner.shard_of(policy, key);
-        let mut shard = write(shard);
+        let fingerprint = self.inner.fingerprint(policy, key);
+        let mut shard = self.inner.keys.write(fingerprint);
         // A policy keeps a key in one map or the other; removing from both
         // costs nothing and needs no second look at the policy.
         shard.cells.remove(&fingerprint);
@@ -287,15 +271,15 @@ impl<C: Clock> MemoryStore<C> {
     pub fn refund_now(&self, policy: &Policy, key: &Key, refund: super::Refund) {
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
-        let (fingerprint, shard) = inner.shard_of(policy, key);
+        let fingerprint = inner.fingerprint(policy, key);
         match policy.packed() {
             Some(limiter) => {
-                if let Some(cell) = read(shard).cells.get(&fingerprint) {
+                if let Some(cell) = inner.keys.read(fingerprint).cells.get(&fingerprint) {
                     limiter.refund(cell, refund.receipt(0, now), now);
                 }
             }
             None => {
-                let mut shard = write(shard);
+                let mut shard = inner.keys.write(fingerprint);
                 if let Some(slot) = shard.slots.get_mut(&fingerprint) {
                     let limits = policy.limiters().iter().zip(slot.states.iter_mut());
                     for (index, (limiter, state)) in limits.enumerate() {
@@ -314,13 +298,13 @@ impl<C: Clock> MemoryStore<C> {
     pub fn debit_now(&self, policy: &Policy, key: &Key, cost: u32) {
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
-        let (fingerprint, shard) = inner.shard_of(policy, key);
+        let fingerprint = inner.fingerprint(policy, key);
         match policy.packed() {
-            Some(limiter) => inner.with_cell(shard, fingerprint, now, |cell| {
+            Some(limiter) => inner.with_cell(fingerprint, now, |cell| {
                 limiter.force(cell, now, cost);
             }),
             None => {
-                inner.with_slot(shard, fingerprint, policy, now, |slot| {
+                inner.with_slot(fingerprint, policy, now, |slot| {
                     let limits = policy.limiters().iter().zip(slot.states.iter_mut());
                     for (limiter, state) in limits {
                         limiter.force(state, now, cost);
@@ -359,12 +343,12 @@ impl<C: Clock> MemoryStore<C> {
         };
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
-        let (fingerprint, shard) = inner.shard_of(to, key);
+        let fingerprint = inner.fingerprint(to, key);
         match to.packed() {
-            Some(limiter) => inner.with_cell(shard, fingerprint, now, |cell| {
+            Some(limiter) => inner.with_cell(fingerprint, now, |cell| {
                 limiter.force(cell, now, units(0));
             }),
-            None => inner.with_slot(shard, fingerprint, to, now, |slot| {
+            None => inner.with_slot(fingerprint, to, now, |slot| {
                 let limits = to.limiters().iter().zip(slot.states.iter_mut());
                 for (index, (limiter, state)) in limits.enumerate() {
                     if units(index) > 0 {
@@ -383,47 +367,34 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C> Inner<C> {
-    /// The fingerprint of `key` under `policy`, and the shard that holds it.
+    /// The fingerprint of `key` under `policy`.
     #[inline]
-    fn shard_of(&self, policy: &Policy, key: &Key) -> (u64, &RwLock<Shard>) {
-        let fingerprint = self.hasher.hash_one((policy.id(), key));
-        // Shard by middle bits: the map uses the low bits for the bucket and
-        // the top seven as a tag, which must not be the same for a whole shard.
-        let shard = &self.shards[(fingerprint >> 32) as usize & (self.shards.len() - 1)];
-        (fingerprint, shard)
+    fn fingerprint(&self, policy: &Policy, key: &Key) -> u64 {
+        self.keys.fingerprint(policy.id(), key)
     }
 
     /// A one-word state: the shard's read lock and a compare-and-swap; the
     /// write lock only to add a key.
     fn check_cell(
         &self,
-        shard: &RwLock<Shard>,
         fingerprint: u64,
         limiter: &PackedLimiter,
         now: u64,
         cost: u32,
     ) -> Decision {
-        self.with_cell(shard, fingerprint, now, |cell| {
-            limiter.check(cell, now, cost)
-        })
+        self.with_cell(fingerprint, now, |cell| limiter.check(cell, now, cost))
     }
 
     /// Runs `f` on the key's cell, adding the key if the shard does not
     /// hold it (making room if need be).
     #[inline]
-    fn with_cell<R>(
-        &self,
-        shard: &RwLock<Shard>,
-        fingerprint: u64,
-        now: u64,
-        f: impl FnOnce(&AtomicU64) -> R,
-    ) -> R {
-        if let Some(cell) = read(shard).cells.get(&fingerprint) {
+    fn with_cell<R>(&self, fingerprint: u64, now: u64, f: impl FnOnce(&AtomicU64) -> R) -> R {
+        if let Some(cell) = self.keys.read(fingerprint).cells.get(&fingerprint) {
             return f(cell);
         }
-        let mut shard = write(shard);
+        let mut shard = self.keys.write(fingerprint);
         if !shard.cells.contains_key(&fingerprint) {
-            shard.make_room(self.per_shard, now);
+            shard.make_room(now, Eviction::IdleThenSample);
         }
         f(shard.cells.entry(fingerprint).or_default())
     }
@@ -432,15 +403,14 @@ impl<C> Inner<C> {
     /// key if the shard does not hold it (making room if need be).
     fn with_slot<R>(
         &self,
-        shard: &RwLock<Shard>,
         fingerprint: u64,
         policy: &Policy,
         now: u64,
         f: impl FnOnce(&mut Slot) -> R,
     ) -> R {
-        let mut shard = write(shard);
+        let mut shard = self.keys.write(fingerprint);
         if !shard.slots.contains_key(&fingerprint) {
-            shard.make_room(self.per_shard, now);
+            shard.make_room(now, Eviction::IdleThenSample);
         }
         let slot = shard.slots.entry(fingerprint).or_insert_with(|| Slot {
             states: policy.limiters().iter().map(Limiter::new_state).collect(),
@@ -450,15 +420,8 @@ impl<C> Inner<C> {
     }
 
     /// Any other policy: its states under the shard's write lock.
-    fn check_slot(
-        &self,
-        shard: &RwLock<Shard>,
-        fingerprint: u64,
-        policy: &Policy,
-        now: u64,
-        cost: u32,
-    ) -> PolicyDecision {
-        self.with_slot(shard, fingerprint, policy, now, |slot| {
+    fn check_slot(&self, fingerprint: u64, policy: &Policy, now: u64, cost: u32) -> PolicyDecision {
+        self.with_slot(fingerprint, policy, now, |slot| {
             let (merged, each) = check_states(policy, &mut slot.states, now, cost);
             slot.rest_at = now
                 .saturating_add(merged.reset_after_nanos())
@@ -500,53 +463,41 @@ fn check_states(
     }
 }
 
-#[inline]
-fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
-    shard.read().unwrap_or_else(PoisonError::into_inner)
+/// A one-word state is idle from its value on: the moment the key is at
+/// rest.
+impl Idle for AtomicU64 {
+    #[inline]
+    fn idle_at(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
 }
 
-fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
-    shard.write().unwrap_or_else(PoisonError::into_inner)
+impl Idle for Slot {
+    #[inline]
+    fn idle_at(&self) -> u64 {
+        self.rest_at
+    }
 }
 
-impl Shard {
+/// The two maps share the shard's bound; of their two samples, the key
+/// closest to rest is evicted: it loses least.
+impl Contents for Keys {
     fn len(&self) -> usize {
         self.cells.len() + self.slots.len()
     }
 
-    /// Makes room for one more entry in a shard holding at most `capacity`.
-    fn make_room(&mut self, capacity: usize, now: u64) {
-        if self.len() < capacity {
-            return;
+    fn drop_idle(&mut self, now: u64) {
+        self.cells.drop_idle(now);
+        self.slots.drop_idle(now);
+    }
+
+    fn evict_one(&mut self) -> bool {
+        match (soonest_idle(&self.cells), soonest_idle(&self.slots)) {
+            (Some(cell), Some(slot)) if slot < cell => self.slots.evict_one(),
+            (Some(_), _) => self.cells.evict_one(),
+            (None, Some(_)) => self.slots.evict_one(),
+            (None, None) => false,
         }
-        if now.saturating_sub(self.last_sweep) >= SWEEP_INTERVAL {
-            self.last_sweep = now;
-            self.cells
-                .retain(|_, cell| cell.load(Ordering::Relaxed) > now);
-            self.slots.retain(|_, slot| slot.rest_at > now);
-            if self.len() < capacity {
-                return;
-            }
-        }
-        // Evict, of a small sample, the key closest to rest: it loses least.
-        let cell = self
-            .cells
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .map(|(fp, cell)| (cell.load(Ordering::Relaxed), *fp))
-            .min();
-        let slot = self
-            .slots
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .map(|(fp, slot)| (slot.rest_at, *fp))
-            .min();
-        match (cell, slot) {
-            (Some(c), Some(s)) if s < c => self.slots.remove(&s.1).map(drop),
-            (Some(c), _) => self.cells.remove(&c.1).map(drop),
-            (None, Some(s)) => self.slots.remove(&s.1).map(drop),
-            (None, None) => None,
-        };
     }
 }
 
@@ -648,26 +599,6 @@ mod tests {
             store.check_now(&policy, &Key::from(n), 1);
         }
         assert_eq!(store.len(), 100);
-    }
-
-    #[test]
-    fn shards_do_not_share_cache_lines() {
-        let store = MemoryStore::builder().shards(4).build();
-        let shards = &store.inner.shards;
-        let addresses: Vec<usize> = shards.iter().map(|s| s as *const _ as usize).collect();
-        for pair in addresses.windows(2) {
-            assert!(
-                pair[1] - pair[0] >= 128,
-                "shards {pair:?} are closer than 128 bytes"
-            );
-        }
-        // The map starts on a line of its own, apart from the lock's state.
-        let lock = &shards[0] as *const RwLock<Shard> as usize;
-        let map = &*read(&shards[0]) as *const Shard as usize;
-        assert!(
-            map - lock >= 64 && map.is_multiple_of(128),
-            "lock {lock:#x}, map {map:#x}"
-        );
     }
 
     #[test]

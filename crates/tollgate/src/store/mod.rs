@@ -27,6 +27,8 @@
 
 mod admin;
 mod block_cache;
+mod block_list;
+pub mod bounded;
 mod boxed;
 mod breaker;
 mod capability;
@@ -43,7 +45,8 @@ mod timeout;
 mod wrapper;
 
 pub use admin::{AdminError, AdminFuture};
-pub use block_cache::{BlockCache, BlockCacheFuture, BlockList, DEFAULT_MAX_ENTRIES};
+pub use block_cache::{BlockCache, BlockCacheFuture};
+pub use block_list::{BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
 pub use capability::{Capability, Missing, short_type_name};
