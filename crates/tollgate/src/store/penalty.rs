@@ -1,15 +1,14 @@
 //! [`PenaltyBox`]: a store in front of another that blocks, for a while,
 //! the keys that keep being refused; [`Penalty`]: when, and for how long.
 
+use super::bounded::{BoundedMap, Eviction, Idle, default_shards};
 use super::fingerprint::ByFingerprint;
 use super::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tollgate_core::{Clock, Decision, DecisionFields, MonotonicClock};
@@ -17,12 +16,6 @@ use tollgate_core::{Clock, Decision, DecisionFields, MonotonicClock};
 /// The default bound of a [`PenaltyBox`]: keys with refusals counted, a
 /// block, or offences remembered.
 pub const DEFAULT_MAX_PENALTIES: usize = 100_000;
-
-/// How many entries are looked at to pick one to evict from a full shard.
-const EVICTION_SAMPLE: usize = 8;
-
-/// A full shard drops its idle entries at most this often (ns).
-const SWEEP_INTERVAL: u64 = 1_000_000_000;
 
 /// When a key is blocked, and for how long: after `refusals` refusals
 /// within `within`, the key is refused for `block`; each further offence
@@ -129,6 +122,15 @@ struct Entry {
     /// The refusal that earned the block: its figures (limits, counts)
     /// are what a blocked request is told, with the block's times.
     refusal: Option<PolicyDecision>,
+    /// [`matters_until`](Self::matters_until), kept at each change: from
+    /// then on the entry is idle.
+    idle_at: u64,
+}
+
+impl Idle for Entry {
+    fn idle_at(&self) -> u64 {
+        self.idle_at
+    }
 }
 
 impl Entry {
@@ -171,61 +173,34 @@ impl Entry {
     }
 }
 
-/// The entries, sharded by fingerprint, bounded.
+/// The entries, sharded by fingerprint, bounded; their count is read
+/// without a lock, so that a check finds "nothing here" for one load.
 struct Book {
-    shards: Box<[Mutex<Shard>]>,
-    per_shard: usize,
-    hasher: foldhash::fast::RandomState,
-    /// How many keys are blocked or counted now: read without a lock, so
-    /// that a check finds "nothing here" for one load.
-    entries: AtomicUsize,
+    entries: BoundedMap<ByFingerprint<Entry>>,
     penalty: Penalty,
-}
-
-#[derive(Default)]
-struct Shard {
-    map: ByFingerprint<Entry>,
-    last_sweep: u64,
-}
-
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // Every update is one insert, remove or field write: the map is whole
-    // after a panic elsewhere.
-    shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Book {
     fn new(penalty: Penalty, max_entries: usize) -> Self {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let wanted = cpus.saturating_mul(4).clamp(1, 1 << 16).next_power_of_two();
-        let fit = match max_entries {
-            0 => 1,
-            n => 1 << n.ilog2(),
-        };
-        let shards = wanted.min(fit);
+        let shards = default_shards(max_entries);
         Book {
-            shards: (0..shards).map(|_| Mutex::default()).collect(),
-            per_shard: max_entries / shards,
-            hasher: Default::default(),
-            entries: AtomicUsize::new(0),
+            entries: BoundedMap::new(shards, max_entries / shards),
             penalty,
         }
     }
 
-    fn slot(&self, policy: &Policy, key: &Key) -> (u64, &Mutex<Shard>) {
-        let fingerprint = self.hasher.hash_one((policy.id(), key));
-        let shard = &self.shards[(fingerprint >> 32) as usize & (self.shards.len() - 1)];
-        (fingerprint, shard)
+    fn fingerprint(&self, policy: &Policy, key: &Key) -> u64 {
+        self.entries.fingerprint(policy.id(), key)
     }
 
     /// The block's answer for `key` at `now`, if it is blocked.
     fn blocked(&self, policy: &Policy, key: &Key, now: u64) -> Option<PolicyDecision> {
-        if self.entries.load(Ordering::Relaxed) == 0 {
+        if self.entries.is_empty() {
             return None;
         }
-        let (fingerprint, shard) = self.slot(policy, key);
-        let shard = lock(shard);
-        let entry = shard.map.get(&fingerprint)?;
+        let fingerprint = self.fingerprint(policy, key);
+        let shard = self.entries.read(fingerprint);
+        let entry = shard.get(&fingerprint)?;
         if entry.policy != policy.id() || entry.key != *key || now >= entry.blocked_until {
             return None;
         }
@@ -236,25 +211,22 @@ impl Book {
 
     /// Counts a refusal of `key` at `now`.
     fn offend(&self, policy: &Policy, key: &Key, now: u64, refusal: &PolicyDecision) {
-        if self.per_shard == 0 {
+        if self.entries.per_shard() == 0 {
             return;
         }
-        let (fingerprint, shard) = self.slot(policy, key);
-        let mut shard = lock(shard);
+        let fingerprint = self.fingerprint(policy, key);
+        let mut shard = self.entries.write(fingerprint);
         let same = shard
-            .map
             .get(&fingerprint)
             .map(|entry| entry.policy == policy.id() && entry.key == *key);
         if same == Some(false) {
             // Another pair with the same fingerprint (one chance in 2⁶⁴):
             // the newer one takes the place.
-            shard.map.remove(&fingerprint);
-            self.entries.fetch_sub(1, Ordering::Relaxed);
+            shard.remove(&fingerprint);
         }
         if same != Some(true) {
-            let dropped = shard.make_room(self.per_shard, now, &self.penalty);
-            self.entries.fetch_sub(dropped, Ordering::Relaxed);
-            shard.map.insert(
+            shard.make_room(now, Eviction::IdleThenSample);
+            shard.insert(
                 fingerprint,
                 Entry {
                     policy: policy.id(),
@@ -264,61 +236,30 @@ impl Book {
                     offences: 0,
                     blocked_until: 0,
                     refusal: None,
+                    idle_at: 0,
                 },
             );
-            self.entries.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(entry) = shard.map.get_mut(&fingerprint) {
+        if let Some(entry) = shard.get_mut(&fingerprint) {
             entry.offend(&self.penalty, now, refusal);
+            entry.idle_at = entry.matters_until(&self.penalty);
         }
     }
 
     /// Forgets `key`: its block, its run of refusals, its offences.
     fn forget(&self, policy: &Policy, key: &Key) {
-        let (fingerprint, shard) = self.slot(policy, key);
-        let mut shard = lock(shard);
+        let fingerprint = self.fingerprint(policy, key);
+        let mut shard = self.entries.write(fingerprint);
         let ours = shard
-            .map
             .get(&fingerprint)
             .is_some_and(|entry| entry.policy == policy.id() && entry.key == *key);
         if ours {
-            shard.map.remove(&fingerprint);
-            self.entries.fetch_sub(1, Ordering::Relaxed);
+            shard.remove(&fingerprint);
         }
     }
 
     fn len(&self) -> usize {
-        self.entries.load(Ordering::Relaxed)
-    }
-}
-
-impl Shard {
-    /// Makes room for one more entry: drops the idle ones (at most once
-    /// per [`SWEEP_INTERVAL`]), else evicts, of a small sample, the entry
-    /// that matters for the shortest time. Returns how many it dropped.
-    fn make_room(&mut self, capacity: usize, now: u64, penalty: &Penalty) -> usize {
-        let before = self.map.len();
-        if before < capacity {
-            return 0;
-        }
-        if now.saturating_sub(self.last_sweep) >= SWEEP_INTERVAL {
-            self.last_sweep = now;
-            self.map
-                .retain(|_, entry| entry.matters_until(penalty) > now);
-            if self.map.len() < capacity {
-                return before - self.map.len();
-            }
-        }
-        let victim = self
-            .map
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .min_by_key(|(_, entry)| entry.matters_until(penalty))
-            .map(|(fingerprint, _)| *fingerprint);
-        if let Some(fingerprint) = victim {
-            self.map.remove(&fingerprint);
-        }
-        before - self.map.len()
+        self.entries.len()
     }
 }
 
@@ -463,7 +404,7 @@ impl<S, C> PenaltyBox<S, C> {
 
     /// The most keys it remembers.
     pub fn capacity(&self) -> usize {
-        self.book.per_shard * self.book.shards.len()
+        self.book.entries.capacity()
     }
 
     /// How many keys are remembered now (counted, blocked, or with
