@@ -1,26 +1,19 @@
 //! The local-first store's keys: a bounded, sharded map from (policy, key)
 //! to the key's slot.
 
-use std::hash::BuildHasher;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use tollgate::Key;
 use tollgate::store::ByFingerprint;
+use tollgate::store::bounded::{BoundedMap, Eviction, Idle};
 
 const SHARDS: usize = 16;
 
-/// One shard: the fingerprint of (policy id, key) → slot, read-locked to
-/// find a slot (so requests for keys of one shard do not wait for each
-/// other), write-locked to add one. Aligned to 128 bytes (two cache lines,
-/// the unit adjacent-line prefetchers fetch), so that no two shards' locks
-/// share a line.
-#[repr(align(128))]
-struct Shard<S>(RwLock<ByFingerprint<Arc<S>>>);
-
-/// The slots of every key the store decides, at most `max_keys` of them.
+/// The slots of every key the store decides, at most `max_keys` of them:
+/// the fingerprint of (policy id, key) → slot, in tollgate's bounded map,
+/// read-locked to find a slot (so requests for keys of one shard do not
+/// wait for each other), write-locked to add one.
 pub(crate) struct Table<S> {
-    shards: Box<[Shard<S>]>,
-    per_shard: usize,
-    hasher: foldhash::fast::RandomState,
+    slots: BoundedMap<ByFingerprint<Held<S>>>,
 }
 
 /// What a table asks of a slot.
@@ -34,12 +27,24 @@ pub(crate) trait Evictable {
     fn is(&self, policy: u64, key: &Key) -> bool;
 }
 
+/// A slot in the table; idle when it is settled and no request holds it.
+/// A slot that is not idle is never dropped: its counts are owed to Redis.
+struct Held<S>(Arc<S>);
+
+impl<S: Evictable> Idle for Held<S> {
+    fn idle_at(&self) -> u64 {
+        u64::MAX
+    }
+
+    fn is_idle(&self, _now: u64) -> bool {
+        Arc::strong_count(&self.0) == 1 && self.0.settled()
+    }
+}
+
 impl<S: Evictable> Table<S> {
     pub(crate) fn new(max_keys: usize) -> Self {
         Table {
-            shards: (0..SHARDS).map(|_| Shard(RwLock::default())).collect(),
-            per_shard: max_keys.div_ceil(SHARDS).max(1),
-            hasher: foldhash::fast::RandomState::default(),
+            slots: BoundedMap::new(SHARDS, max_keys.div_ceil(SHARDS).max(1)),
         }
     }
 
@@ -56,58 +61,48 @@ impl<S: Evictable> Table<S> {
         make: impl FnOnce() -> S,
         decide: impl FnOnce(&Arc<S>) -> R,
     ) -> Option<R> {
-        let (fingerprint, shard) = self.place(policy, key);
+        let fingerprint = self.slots.fingerprint(policy, key);
         {
-            let slots = shard.0.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(slot) = slots.get(&fingerprint) {
+            let slots = self.slots.read(fingerprint);
+            if let Some(Held(slot)) = slots.get(&fingerprint) {
                 return slot.is(policy, key).then(|| decide(slot));
             }
         }
-        let mut slots = shard.0.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = slots.get(&fingerprint) {
+        let mut slots = self.slots.write(fingerprint);
+        if let Some(Held(slot)) = slots.get(&fingerprint) {
             // Added by another request in between.
             return slot.is(policy, key).then(|| decide(slot));
         }
-        if slots.len() >= self.per_shard {
-            slots.retain(|_, slot| Arc::strong_count(slot) > 1 || !slot.settled());
-            if slots.len() >= self.per_shard {
-                return None;
-            }
+        if !slots.make_room(0, Eviction::IdleOnly) {
+            return None;
         }
-        let slot = slots.entry(fingerprint).or_insert_with(|| Arc::new(make()));
+        let Held(slot) = slots
+            .entry(fingerprint)
+            .or_insert_with(|| Held(Arc::new(make())));
         Some(decide(slot))
-    }
-
-    /// The fingerprint of `key` under policy `policy`, and its shard.
-    fn place(&self, policy: u64, key: &Key) -> (u64, &Shard<S>) {
-        let fingerprint = self.hasher.hash_one((policy, key));
-        // Bits the shard's map does not use to place entries (its low bits)
-        // or to tell them apart in a group (its top seven).
-        let shard = &self.shards[(fingerprint >> 32) as usize & (SHARDS - 1)];
-        (fingerprint, shard)
     }
 
     /// The slot of `key` under policy `policy`, if the table holds one.
     pub(crate) fn find(&self, policy: u64, key: &Key) -> Option<Arc<S>> {
-        let (fingerprint, shard) = self.place(policy, key);
-        let slots = shard.0.read().unwrap_or_else(PoisonError::into_inner);
+        let fingerprint = self.slots.fingerprint(policy, key);
+        let slots = self.slots.read(fingerprint);
         slots
             .get(&fingerprint)
-            .filter(|slot| slot.is(policy, key))
-            .cloned()
+            .filter(|Held(slot)| slot.is(policy, key))
+            .map(|Held(slot)| slot.clone())
     }
 
     /// Takes `key`'s slot under policy `policy` out of the table (an
     /// operator's reset or unblock); requests that hold it finish with it,
     /// the next ones make a fresh one.
     pub(crate) fn remove(&self, policy: u64, key: &Key) -> Option<Arc<S>> {
-        let (fingerprint, shard) = self.place(policy, key);
-        let mut slots = shard.0.write().unwrap_or_else(PoisonError::into_inner);
+        let fingerprint = self.slots.fingerprint(policy, key);
+        let mut slots = self.slots.write(fingerprint);
         let ours = slots
             .get(&fingerprint)
-            .is_some_and(|slot| slot.is(policy, key));
+            .is_some_and(|Held(slot)| slot.is(policy, key));
         if ours {
-            slots.remove(&fingerprint)
+            slots.remove(&fingerprint).map(|Held(slot)| slot)
         } else {
             None
         }
@@ -117,19 +112,14 @@ impl<S: Evictable> Table<S> {
     /// stays locked while Redis answers).
     pub(crate) fn all(&self) -> Vec<Arc<S>> {
         let mut all = Vec::new();
-        for shard in self.shards.iter() {
-            let slots = shard.0.read().unwrap_or_else(PoisonError::into_inner);
-            all.extend(slots.values().cloned());
-        }
+        self.slots
+            .each_shard_read(|slots| all.extend(slots.values().map(|Held(slot)| slot.clone())));
         all
     }
 
     /// How many keys the table holds.
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.0.read().unwrap_or_else(PoisonError::into_inner).len())
-            .sum()
+        self.slots.len()
     }
 }
 

@@ -3,11 +3,10 @@
 use super::wakeups::{Waiter, Wakeups};
 use super::{Acquired, InFlightLimit, SlotReply, Slots};
 use crate::Key;
-use std::collections::HashMap;
+use crate::store::ByFingerprint;
+use crate::store::bounded::{BoundedMap, Eviction, Idle};
 use std::fmt;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 /// How many shards the table is split into, at most (fewer for a bound
 /// below it).
@@ -30,7 +29,7 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 /// counted as ever. The bound can only be reached by that many keys with
 /// requests running at once.
 ///
-/// Clones share the counts. Each shard is a mutex held for one map
+/// Clones share the counts. Each shard is a lock held for one map
 /// operation; a request takes it twice (its slot, and giving it back).
 #[derive(Clone)]
 pub struct MemorySlots {
@@ -38,15 +37,28 @@ pub struct MemorySlots {
 }
 
 struct Table {
-    shards: Box<[Mutex<Shard>]>,
-    /// Keys in the map, over every shard.
-    keys: AtomicUsize,
+    /// The keys with requests running, bounded in all (not per shard).
+    running: BoundedMap<ByFingerprint<Running>>,
     max_keys: usize,
-    hasher: foldhash::fast::RandomState,
     wakeups: Wakeups,
 }
 
-type Shard = HashMap<(u64, Key), u32, foldhash::fast::RandomState>;
+/// A key's requests running under one limit.
+struct Running {
+    /// The limit's identity and the key, compared on every hit, so that
+    /// two pairs with one fingerprint never share a count.
+    id: u64,
+    key: Key,
+    count: u32,
+}
+
+/// An entry is in the map exactly while its key has a request running:
+/// never idle, never evicted (the last slot given back removes it).
+impl Idle for Running {
+    fn idle_at(&self) -> u64 {
+        u64::MAX
+    }
+}
 
 impl fmt::Debug for MemorySlots {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -76,10 +88,8 @@ impl MemorySlots {
         let shards = SHARDS.min(max_keys.next_power_of_two());
         MemorySlots {
             table: Arc::new(Table {
-                shards: (0..shards).map(|_| Mutex::default()).collect(),
-                keys: AtomicUsize::new(0),
+                running: BoundedMap::with_total(shards, max_keys),
                 max_keys,
-                hasher: foldhash::fast::RandomState::default(),
                 wakeups: Wakeups::new(),
             }),
         }
@@ -88,13 +98,16 @@ impl MemorySlots {
     /// How many requests of `key` are running under `limit` now.
     pub fn in_flight(&self, limit: &InFlightLimit, key: &Key) -> u32 {
         let hash = self.table.hash(limit.id(), key);
-        let shard = self.table.shard(hash);
-        shard.get(&(limit.id(), key.clone())).copied().unwrap_or(0)
+        let shard = self.table.running.read(hash);
+        shard
+            .get(&hash)
+            .filter(|running| running.id == limit.id() && running.key == *key)
+            .map_or(0, |running| running.count)
     }
 
     /// How many keys have requests running (over every limit).
     pub fn keys(&self) -> usize {
-        self.table.keys.load(Ordering::Relaxed)
+        self.table.running.len()
     }
 
     /// Takes a slot now: the answer of [`Slots::acquire`], which for this
@@ -107,23 +120,33 @@ impl MemorySlots {
         let table = &self.table;
         let id = limit.id();
         let hash = table.hash(id, key);
-        let mut shard = table.shard(hash);
-        let in_flight = match shard.get_mut(&(id, key.clone())) {
-            Some(count) if *count >= limit.max() => {
-                return Ok(Acquired::Full { in_flight: *count });
+        let full = SlotsFull {
+            max_keys: table.max_keys,
+        };
+        let mut shard = table.running.write(hash);
+        let in_flight = match shard.get_mut(&hash) {
+            // Another pair with the same fingerprint (one chance in 2⁶⁴)
+            // has requests running: this one cannot be counted beside it.
+            Some(running) if running.id != id || running.key != *key => return Err(full),
+            Some(running) if running.count >= limit.max() => {
+                return Ok(Acquired::Full {
+                    in_flight: running.count,
+                });
             }
-            Some(count) => {
-                *count += 1;
-                *count
+            Some(running) => {
+                running.count += 1;
+                running.count
             }
             None => {
-                if table.keys.fetch_add(1, Ordering::Relaxed) >= table.max_keys {
-                    table.keys.fetch_sub(1, Ordering::Relaxed);
-                    return Err(SlotsFull {
-                        max_keys: table.max_keys,
-                    });
+                if !shard.make_room(0, Eviction::IdleOnly) {
+                    return Err(full);
                 }
-                shard.insert((id, key.clone()), 1);
+                let running = Running {
+                    id,
+                    key: key.clone(),
+                    count: 1,
+                };
+                shard.insert(hash, running);
                 1
             }
         };
@@ -142,40 +165,23 @@ impl MemorySlots {
 
 impl Table {
     fn hash(&self, id: u64, key: &Key) -> u64 {
-        self.hasher.hash_one((id, key))
-    }
-
-    /// The shard of `hash`, locked. A poisoned lock (a panic elsewhere while
-    /// it was held; nothing here panics under it) is taken as it is: the
-    /// counts are plain integers, consistent after every statement.
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
-        let index = (hash as usize) & (self.shards.len() - 1);
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.running.fingerprint(id, key)
     }
 
     /// Gives back one slot of `key` under the limit `id`.
     fn release(&self, hash: u64, id: u64, key: &Key) {
-        let mut shard = self.shard(hash);
-        let map_key = (id, key.clone());
-        let emptied = match shard.get_mut(&map_key) {
-            Some(count) if *count > 1 => {
-                *count -= 1;
-                false
-            }
+        let mut shard = self.running.write(hash);
+        match shard.get_mut(&hash) {
+            Some(running) if running.id != id || running.key != *key => {}
+            Some(running) if running.count > 1 => running.count -= 1,
             Some(_) => {
-                shard.remove(&map_key);
-                true
+                shard.remove(&hash);
             }
             // Cannot happen: a permit's slot is in the map until the
             // permit gives it back.
-            None => false,
-        };
-        drop(shard);
-        if emptied {
-            self.keys.fetch_sub(1, Ordering::Relaxed);
+            None => {}
         }
+        drop(shard);
         self.wakeups.wake(hash);
     }
 }
@@ -249,6 +255,7 @@ impl Slots for MemorySlots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     fn limit(max: u32) -> InFlightLimit {

@@ -30,7 +30,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// # What is remembered, and what a hit answers
 ///
 /// When the store behind answers a refusal (`merged.allowed()` is false)
-/// whose retry time is finite ([`Decision::can_ever_pass`]), the cache
+/// whose retry time is finite ([`Decision::can_ever_pass`](tollgate_core::Decision::can_ever_pass)), the cache
 /// remembers, for (policy, key), the refused cost, the store's whole
 /// [`PolicyDecision`], and two instants of a [`Clock`]: when the request
 /// was *sent* (read before the store was asked) and when its answer came.
@@ -49,7 +49,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// - An entry whose retry time has come is dropped when it is read, and
 ///   the request goes to the store.
 /// - A request that can never pass (its cost exceeds what a limit can ever
-///   admit: `retry_after` is [`Decision::NEVER`]), a store error, a late
+///   admit: `retry_after` is [`Decision::NEVER`](tollgate_core::Decision::NEVER)), a store error, a late
 ///   answer ([`Store::check_within`]): nothing is remembered.
 ///
 /// # Why a cached refusal is right
@@ -146,7 +146,7 @@ pub struct BlockCache<S, C = MonotonicClock> {
 }
 
 impl<S> BlockCache<S> {
-    /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`] entries on
+    /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`](super::DEFAULT_MAX_ENTRIES) entries on
     /// the monotonic clock.
     pub fn new(inner: S) -> Self {
         BlockCache {

@@ -16,13 +16,13 @@ use tollgate_core::{Decision, DecisionFields};
 pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 
 /// The refusals a store made, remembered until their retry time: the data
-/// of a block cache, for [`BlockCache`] and for stores that consult one
+/// of a block cache, for [`BlockCache`](super::BlockCache) and for stores that consult one
 /// themselves before a round trip (the Redis store). Clones share the
-/// entries. See [`BlockCache`] for what it answers and why that is right.
+/// entries. See [`BlockCache`](super::BlockCache) for what it answers and why that is right.
 ///
 /// Times are nanoseconds of one clock chosen by the caller, the same for
 /// [`lookup`](Self::lookup) and [`learn`](Self::learn): a monotonic one
-/// ([`MonotonicClock`]), or a [`ManualClock`](tollgate_core::ManualClock)
+/// ([`MonotonicClock`](tollgate_core::MonotonicClock)), or a [`ManualClock`](tollgate_core::ManualClock)
 /// in tests.
 ///
 /// ```

@@ -63,6 +63,11 @@ pub trait Contents: Default {
     /// How many entries it holds.
     fn len(&self) -> usize;
 
+    /// Whether it holds nothing.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Drops every entry idle at `now`.
     fn drop_idle(&mut self, now: u64);
 
@@ -156,6 +161,8 @@ impl<C: Contents> Room<C> {
 pub struct BoundedMap<C> {
     shards: Box<[RwLock<Room<C>>]>,
     per_shard: usize,
+    /// A bound on the whole map instead ([`with_total`](Self::with_total)).
+    total: Option<usize>,
     /// Entries over every shard, kept by the write guards: read without a
     /// lock, so that "the map is empty" costs one load.
     len: AtomicUsize,
@@ -182,8 +189,22 @@ impl<C: Contents> BoundedMap<C> {
         BoundedMap {
             shards: (0..shards).map(|_| RwLock::default()).collect(),
             per_shard,
+            total: None,
             len: AtomicUsize::new(0),
             hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    /// An empty map of `shards` shards holding at most `total` entries in
+    /// all, however they fall on the shards: for a map whose entries are
+    /// never idle while they are in it (the in-flight counts), where a
+    /// shard's own bound would refuse a key while others have room. Its
+    /// inserts count against the one total, exactly, however many threads
+    /// insert at once.
+    pub fn with_total(shards: usize, total: usize) -> Self {
+        BoundedMap {
+            total: Some(total),
+            ..Self::new(shards, total)
         }
     }
 
@@ -224,14 +245,17 @@ impl<C: Contents> BoundedMap<C> {
         Write {
             room,
             before,
+            reserved: 0,
             per_shard: self.per_shard,
+            total: self.total,
             len: &self.len,
         }
     }
 
     /// The most entries the map holds.
     pub fn capacity(&self) -> usize {
-        self.per_shard.saturating_mul(self.shards.len())
+        self.total
+            .unwrap_or_else(|| self.per_shard.saturating_mul(self.shards.len()))
     }
 
     /// The most entries one shard holds.
@@ -251,6 +275,16 @@ impl<C: Contents> BoundedMap<C> {
         self.len() == 0
     }
 
+    /// Calls `f` with every shard in turn, read-locked.
+    pub fn each_shard_read(&self, mut f: impl FnMut(&C)) {
+        for shard in self.shards.iter() {
+            f(&shard
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contents);
+        }
+    }
+
     /// Calls `f` with every shard in turn, write-locked.
     pub fn each_shard(&self, mut f: impl FnMut(&mut C)) {
         for shard in self.shards.iter() {
@@ -267,16 +301,49 @@ impl<C: Contents> BoundedMap<C> {
 pub struct Write<'a, C: Contents> {
     room: RwLockWriteGuard<'a, Room<C>>,
     before: usize,
+    /// Entries counted in the total ahead of their insert.
+    reserved: usize,
     per_shard: usize,
+    total: Option<usize>,
     len: &'a AtomicUsize,
 }
 
 impl<C: Contents> Write<'_, C> {
     /// Makes room for one more entry (see [`Room::make_room`]): whether
-    /// there is room now.
+    /// there is room now. In a map with a total bound, the room is
+    /// counted at once, so that no other thread takes it too.
     #[inline]
     pub fn make_room(&mut self, now: u64, eviction: Eviction) -> bool {
-        self.room.make_room(self.per_shard, now, eviction)
+        let Some(total) = self.total else {
+            return self.room.make_room(self.per_shard, now, eviction);
+        };
+        // What this guard removed so far leaves the total now.
+        let held = self.room.contents.len();
+        if held < self.before {
+            self.len.fetch_sub(self.before - held, Ordering::AcqRel);
+            self.before = held;
+        }
+        let reserve = |len: &AtomicUsize| {
+            len.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < total).then_some(n + 1)
+            })
+            .is_ok()
+        };
+        if reserve(self.len) {
+            self.reserved += 1;
+            return true;
+        }
+        // Full: what this shard holds idle goes (its count with it).
+        let before = self.room.contents.len();
+        self.room.contents.drop_idle(now);
+        let dropped = before - self.room.contents.len();
+        if dropped > 0 {
+            self.before -= dropped;
+            self.len.fetch_sub(dropped, Ordering::AcqRel);
+        }
+        let reserved = reserve(self.len);
+        self.reserved += usize::from(reserved);
+        reserved
     }
 }
 
@@ -299,7 +366,11 @@ impl<C: Contents> DerefMut for Write<'_, C> {
 impl<C: Contents> Drop for Write<'_, C> {
     #[inline]
     fn drop(&mut self) {
-        adjust(self.len, self.before, self.room.contents.len());
+        adjust(
+            self.len,
+            self.before + self.reserved,
+            self.room.contents.len(),
+        );
     }
 }
 
@@ -412,6 +483,39 @@ mod tests {
         assert_eq!(counted, map.len());
         map.each_shard(|shard| shard.clear());
         assert!(map.is_empty());
+    }
+
+    #[test]
+    fn a_total_bound_holds_over_every_shard_and_refuses_only_new_entries() {
+        let map = BoundedMap::with_total(8, 3);
+        for n in 0..3 {
+            assert!(insert(&map, n, u64::MAX, 0, Eviction::IdleOnly));
+        }
+        assert!(!insert(&map, 3, u64::MAX, 0, Eviction::IdleOnly));
+        assert_eq!((map.len(), map.capacity()), (3, 3));
+        // A room made and not used is given back.
+        let fingerprint = map.fingerprint(1, &Key::from(0u64));
+        {
+            let mut shard = map.write(fingerprint);
+            shard.remove(&fingerprint);
+            assert!(shard.make_room(0, Eviction::IdleOnly));
+        }
+        assert_eq!(map.len(), 2);
+        // Threads inserting at once never pass the total.
+        let map = BoundedMap::with_total(8, 100);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let map = &map;
+                scope.spawn(move || {
+                    for n in 0..200 {
+                        insert(map, t * 1_000 + n, u64::MAX, 0, Eviction::IdleOnly);
+                    }
+                });
+            }
+        });
+        let mut held = 0;
+        map.each_shard(|shard| held += shard.len());
+        assert_eq!((held, map.len()), (100, 100));
     }
 
     #[test]
