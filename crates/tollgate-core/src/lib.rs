@@ -109,6 +109,7 @@ mod limiter;
 mod quota;
 mod refund;
 mod registry;
+pub mod state_bytes;
 
 // Every algorithm's types at the root: a new algorithm needs no line here.
 pub use algorithm::*;
@@ -120,3 +121,4 @@ pub use decision::{Decision, DecisionFields};
 pub use limiter::{Algorithm, Charge, Limiter, State, UnknownAlgorithm, carried, check_all, used};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
 pub use refund::Receipt;
+pub use state_bytes::{STATE_BYTES_VERSION, StateBytesError, decode_states, encode_states};

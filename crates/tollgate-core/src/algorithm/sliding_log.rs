@@ -79,6 +79,23 @@ impl SlidingLogState {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// The entries, oldest first, as `(at, cost)`: what `state_bytes`
+    /// writes.
+    pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u32)> + '_ {
+        self.entries.iter().map(|e| (e.at, e.cost))
+    }
+
+    /// The log of these entries, oldest first (their total summed here):
+    /// what `state_bytes` reads.
+    pub(crate) fn from_entries(entries: impl IntoIterator<Item = (u64, u32)>) -> Self {
+        let entries: VecDeque<Entry> = entries
+            .into_iter()
+            .map(|(at, cost)| Entry { at, cost })
+            .collect();
+        let total = entries.iter().map(|e| u64::from(e.cost)).sum();
+        SlidingLogState { entries, total }
+    }
 }
 
 /// What a sliding log charge appends.

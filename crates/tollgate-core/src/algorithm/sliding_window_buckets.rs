@@ -92,6 +92,17 @@ impl SlidingWindowBucketsState {
     pub fn newest(&self) -> u64 {
         self.newest
     }
+
+    /// The newest sub-window's index and the ring of counts: what
+    /// `state_bytes` writes.
+    pub(crate) fn parts(&self) -> (u64, &[u64]) {
+        (self.newest, &self.counts)
+    }
+
+    /// The state of these parts: what `state_bytes` reads.
+    pub(crate) fn from_parts(newest: u64, counts: Box<[u64]>) -> Self {
+        SlidingWindowBucketsState { newest, counts }
+    }
 }
 
 /// What a [`SlidingWindowBuckets`] charge adds: `cost` to sub-window
