@@ -5,7 +5,7 @@
 use super::error::CasError;
 use super::shared::Shared;
 use super::step::{self, Op, Step};
-use super::{CasBackend, Snapshot, Swap};
+use super::{CasBackend, Swap};
 use crate::Policy;
 use crate::store::PolicyDecision;
 use pin_project_lite::pin_project;
@@ -31,11 +31,17 @@ pin_project! {
         policy: Arc<Policy>,
         name: Arc<str>,
         op: Op,
-        // For a late check: how long its caller waits, from `started`.
+        // For a late check: how long its caller waits, from `started`,
+        // and, from the first read, the moment on the backend's clock
+        // after which no write may land.
         within: Option<Duration>,
         started: Instant,
-        // Races lost so far.
+        deadline: Option<u64>,
+        // Writes not made so far.
         lost: u32,
+        // The last write was not made, and whether it lost a race or was
+        // refused for its deadline is for the next read to say.
+        unsettled: bool,
         #[pin]
         phase: Phase<B::Read, B::Write>,
     }
@@ -69,7 +75,9 @@ impl<B: CasBackend> CasFuture<B> {
             op,
             within,
             started: Instant::now(),
+            deadline: None,
             lost: 0,
+            unsettled: false,
             phase: Phase::Reading { read },
         }
     }
@@ -90,28 +98,38 @@ impl<B: CasBackend> Future for CasFuture<B> {
                             return Poll::Ready(Err(CasError::Backend(error)));
                         }
                     };
+                    if this.deadline.is_none() {
+                        *this.deadline = deadline(*this.within, *this.started, snapshot.now);
+                    }
+                    let late = is_past(*this.within, *this.started)
+                        || this
+                            .deadline
+                            .is_some_and(|deadline| snapshot.now > deadline);
+                    if std::mem::take(this.unsettled) && !late {
+                        // The write before was not made in time: a race lost.
+                        this.shared.lost_race(this.policy.label());
+                    }
                     let next = match step::decide(this.policy, this.name, this.op, &snapshot) {
                         Ok(Step::Answer(answer)) => Err(Ok(answer)),
+                        // No write may land now: nothing charged.
+                        Ok(Step::Write { .. }) if late => Err(Err(CasError::Late {
+                            key: this.name.clone(),
+                        })),
                         Ok(Step::Write {
                             bytes,
                             expires_at,
                             answer,
-                        }) => match deadline(*this.within, *this.started, &snapshot) {
-                            Ok(deadline) => {
-                                let expected = snapshot.value.as_ref().map(|value| value.version);
-                                let swap = Swap {
-                                    bytes,
-                                    version: this.shared.version(expected),
-                                    expected,
-                                    expires_at,
-                                    deadline,
-                                };
-                                Ok((swap, answer))
-                            }
-                            Err(()) => Err(Err(CasError::Late {
-                                key: this.name.clone(),
-                            })),
-                        },
+                        }) => {
+                            let expected = snapshot.value.as_ref().map(|value| value.version);
+                            let swap = Swap {
+                                bytes,
+                                version: this.shared.version(expected),
+                                expected,
+                                expires_at,
+                                deadline: *this.deadline,
+                            };
+                            Ok((swap, answer))
+                        }
                         Err(error) => Err(Err(error)),
                     };
                     match next {
@@ -140,14 +158,20 @@ impl<B: CasBackend> Future for CasFuture<B> {
                         }
                         Ok(false) => {
                             *this.lost += 1;
-                            this.shared.lost_race(this.policy.label());
                             if *this.lost >= this.shared.retry.max_attempts {
+                                this.shared.lost_race(this.policy.label());
                                 this.shared.gave_up(this.policy.label());
                                 Some(Err(CasError::Contended {
                                     key: this.name.clone(),
                                     attempts: *this.lost,
                                 }))
+                            } else if this.deadline.is_some() {
+                                // Lost, or refused for its deadline: the
+                                // next read's time tells.
+                                *this.unsettled = true;
+                                None
                             } else {
+                                this.shared.lost_race(this.policy.label());
                                 None
                             }
                         }
@@ -180,26 +204,14 @@ impl<B: CasBackend> Future for CasFuture<B> {
     }
 }
 
-/// The backend-clock moment after which a write for a caller waiting
-/// `within` from `started` must not be made: the read's time plus what is
-/// left of the wait, measured here (never later than the caller's own
-/// deadline: the read's time was taken before its answer arrived).
-/// `Err` when nothing is left.
-fn deadline(
-    within: Option<Duration>,
-    started: Instant,
-    snapshot: &Snapshot,
-) -> Result<Option<u64>, ()> {
-    let Some(within) = within else {
-        return Ok(None);
-    };
-    match within.checked_sub(started.elapsed()) {
-        Some(left) if !left.is_zero() => {
-            let left = u64::try_from(left.as_nanos()).unwrap_or(u64::MAX);
-            Ok(Some(snapshot.now.saturating_add(left)))
-        }
-        _ => Err(()),
-    }
+/// The moment on the backend's clock after which no write may land for a
+/// caller waiting `within` from `started`: the first read's time plus
+/// what was left of the wait when it arrived (never later than the
+/// caller's own deadline: the backend read its clock before its answer
+/// arrived). `None` when the caller waits for as long as it takes.
+fn deadline(within: Option<Duration>, started: Instant, now: u64) -> Option<u64> {
+    let left = within?.saturating_sub(started.elapsed());
+    Some(now.saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)))
 }
 
 /// Whether a caller waiting `within` from `started` has stopped waiting.
