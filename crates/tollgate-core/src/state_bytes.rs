@@ -46,7 +46,8 @@
 //! | 8 | sliding window buckets | `newest`, the ring's length (at most 1,024), each count |
 //!
 //! A tag is never reused: an algorithm added later takes the next free
-//! one (it is written beside the algorithm's encoding in this file).
+//! one. Each algorithm's encoding is written beside it, in its file under
+//! `algorithm/`.
 //!
 //! Decoding refuses with a [`StateBytesError`] anything that is not such
 //! an encoding: an unknown version or tag, a truncated or overlong
@@ -55,12 +56,8 @@
 //! every state it accepts can be checked, refunded and charged by its
 //! algorithm without a panic (property-tested on random bytes).
 
+use crate::State;
 use crate::algorithm::RateAlgorithm;
-use crate::{
-    FixedWindow, FixedWindowState, Gcra, GcraState, IntervalTokenBucket, LeakyBucket,
-    LeakyBucketState, ScaledTime, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowBuckets,
-    SlidingWindowBucketsState, SlidingWindowState, State, TokenBucket, TokenBucketState,
-};
 use std::borrow::Borrow;
 use std::fmt;
 
@@ -188,8 +185,9 @@ impl State {
 }
 
 /// How an algorithm's state is written: its tag (never reused) and its
-/// body. Every algorithm of the registry has one: the dispatch below is
-/// generated from the list, and does not compile without it.
+/// body. Every algorithm of the registry implements it, in its own file
+/// under `algorithm/`: the dispatch below is generated from the list, and
+/// does not compile without it.
 pub(crate) trait StateEncoding: RateAlgorithm {
     /// The byte that names the algorithm in an encoding.
     const TAG: u8;
@@ -242,192 +240,6 @@ macro_rules! define_state_bytes {
 crate::for_each_algorithm!(crate::state_bytes::define_state_bytes);
 pub(crate) use define_state_bytes;
 
-impl StateEncoding for Gcra {
-    const TAG: u8 = 1;
-
-    fn encode_state(state: &GcraState, out: &mut Vec<u8>) {
-        put_u64(out, state.tat);
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<GcraState, StateBytesError> {
-        Ok(GcraState { tat: input.u64()? })
-    }
-}
-
-impl StateEncoding for TokenBucket {
-    const TAG: u8 = 2;
-
-    fn encode_state(state: &TokenBucketState, out: &mut Vec<u8>) {
-        encode_token_bucket(state, out);
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<TokenBucketState, StateBytesError> {
-        decode_token_bucket(input)
-    }
-}
-
-impl StateEncoding for IntervalTokenBucket {
-    const TAG: u8 = 3;
-
-    fn encode_state(state: &TokenBucketState, out: &mut Vec<u8>) {
-        encode_token_bucket(state, out);
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<TokenBucketState, StateBytesError> {
-        decode_token_bucket(input)
-    }
-}
-
-/// Either refill's state (a bucket may hold the other style's, after a
-/// change of configuration: its algorithm reads it as a full bucket).
-fn encode_token_bucket(state: &TokenBucketState, out: &mut Vec<u8>) {
-    match *state {
-        TokenBucketState::Continuous { full_at } => {
-            out.push(0);
-            put_u128(out, full_at.get());
-        }
-        TokenBucketState::Interval { interval, used } => {
-            out.push(1);
-            put_u64(out, interval);
-            put_u64(out, used);
-        }
-    }
-}
-
-fn decode_token_bucket(input: &mut Reader<'_>) -> Result<TokenBucketState, StateBytesError> {
-    let at = input.at;
-    match input.byte()? {
-        0 => Ok(TokenBucketState::Continuous {
-            full_at: ScaledTime::from(input.u128()?),
-        }),
-        1 => Ok(TokenBucketState::Interval {
-            interval: input.u64()?,
-            used: input.u64()?,
-        }),
-        _ => Err(StateBytesError::Malformed {
-            at,
-            what: "a token bucket's refill that is neither 0 nor 1",
-        }),
-    }
-}
-
-impl StateEncoding for LeakyBucket {
-    const TAG: u8 = 4;
-
-    fn encode_state(state: &LeakyBucketState, out: &mut Vec<u8>) {
-        put_u64(out, state.next_free);
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<LeakyBucketState, StateBytesError> {
-        Ok(LeakyBucketState {
-            next_free: input.u64()?,
-        })
-    }
-}
-
-impl StateEncoding for FixedWindow {
-    const TAG: u8 = 5;
-
-    fn encode_state(state: &FixedWindowState, out: &mut Vec<u8>) {
-        put_u64(out, state.window);
-        put_u64(out, state.count);
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<FixedWindowState, StateBytesError> {
-        Ok(FixedWindowState {
-            window: input.u64()?,
-            count: input.u64()?,
-        })
-    }
-}
-
-impl StateEncoding for SlidingLog {
-    const TAG: u8 = 6;
-
-    fn encode_state(state: &SlidingLogState, out: &mut Vec<u8>) {
-        let entries = state.entries();
-        put_u64(out, entries.len() as u64);
-        let mut previous = 0u64;
-        for (i, (at, cost)) in entries.enumerate() {
-            if i == 0 {
-                put_u64(out, at);
-            } else {
-                // The difference modulo 2^64, read as signed: an entry a
-                // little before the one it follows costs a byte or two too.
-                put_u64(out, zigzag(at.wrapping_sub(previous) as i64));
-            }
-            put_u64(out, u64::from(cost));
-            previous = at;
-        }
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<SlidingLogState, StateBytesError> {
-        let count = input.u64()?;
-        input.can_hold(count, 2)?;
-        let mut entries = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-        let mut previous = 0u64;
-        for i in 0..count {
-            let at = match i {
-                0 => input.u64()?,
-                _ => previous.wrapping_add(unzigzag(input.u64()?) as u64),
-            };
-            let cost = input.u32()?;
-            entries.push((at, cost));
-            previous = at;
-        }
-        Ok(SlidingLogState::from_entries(entries))
-    }
-}
-
-impl StateEncoding for SlidingWindow {
-    const TAG: u8 = 7;
-
-    fn encode_state(state: &SlidingWindowState, out: &mut Vec<u8>) {
-        put_u64(out, state.window);
-        put_u64(out, state.previous);
-        put_u64(out, state.current);
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<SlidingWindowState, StateBytesError> {
-        Ok(SlidingWindowState {
-            window: input.u64()?,
-            previous: input.u64()?,
-            current: input.u64()?,
-        })
-    }
-}
-
-impl StateEncoding for SlidingWindowBuckets {
-    const TAG: u8 = 8;
-
-    fn encode_state(state: &SlidingWindowBucketsState, out: &mut Vec<u8>) {
-        let (newest, counts) = state.parts();
-        put_u64(out, newest);
-        put_u64(out, counts.len() as u64);
-        for count in counts {
-            put_u64(out, *count);
-        }
-    }
-
-    fn decode_state(input: &mut Reader<'_>) -> Result<SlidingWindowBucketsState, StateBytesError> {
-        let newest = input.u64()?;
-        let at = input.at;
-        let len = input.u64()?;
-        // The longest ring any configuration keeps: n + 1 counters.
-        if len > u64::from(SlidingWindowBuckets::MAX_SUB_WINDOWS) + 1 {
-            return Err(StateBytesError::Malformed {
-                at,
-                what: "a ring of sub-windows longer than 1,024",
-            });
-        }
-        input.can_hold(len, 1)?;
-        let counts = (0..len)
-            .map(|_| input.u64())
-            .collect::<Result<Box<[u64]>, _>>()?;
-        Ok(SlidingWindowBucketsState::from_parts(newest, counts))
-    }
-}
-
 /// Reads an encoding, keeping the offset for errors.
 pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
@@ -461,7 +273,7 @@ impl<'a> Reader<'a> {
 
     /// Whether the bytes left can hold `count` items of at least `each`
     /// bytes: a count that cannot be true is refused before it is acted on.
-    fn can_hold(&self, count: u64, each: u64) -> Result<(), StateBytesError> {
+    pub(crate) fn can_hold(&self, count: u64, each: u64) -> Result<(), StateBytesError> {
         let left = (self.bytes.len() - self.at) as u64;
         match count.checked_mul(each) {
             Some(needed) if needed <= left => Ok(()),
@@ -471,7 +283,12 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn byte(&mut self) -> Result<u8, StateBytesError> {
+    /// The offset of the next byte.
+    pub(crate) fn at(&self) -> usize {
+        self.at
+    }
+
+    pub(crate) fn byte(&mut self) -> Result<u8, StateBytesError> {
         let byte = *self
             .bytes
             .get(self.at)
@@ -480,12 +297,12 @@ impl<'a> Reader<'a> {
         Ok(byte)
     }
 
-    fn u64(&mut self) -> Result<u64, StateBytesError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, StateBytesError> {
         // At most 64 bits by construction.
         Ok(self.varint(64)? as u64)
     }
 
-    fn u32(&mut self) -> Result<u32, StateBytesError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, StateBytesError> {
         let at = self.at;
         u32::try_from(self.u64()?).map_err(|_| StateBytesError::Malformed {
             at,
@@ -493,7 +310,7 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn u128(&mut self) -> Result<u128, StateBytesError> {
+    pub(crate) fn u128(&mut self) -> Result<u128, StateBytesError> {
         self.varint(128)
     }
 
@@ -532,11 +349,13 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn put_u64(out: &mut Vec<u8>, value: u64) {
+/// Appends `value` as a varint.
+pub(crate) fn put_u64(out: &mut Vec<u8>, value: u64) {
     put_u128(out, u128::from(value));
 }
 
-fn put_u128(out: &mut Vec<u8>, mut value: u128) {
+/// Appends `value` as a varint.
+pub(crate) fn put_u128(out: &mut Vec<u8>, mut value: u128) {
     while value >= 0x80 {
         out.push((value as u8 & 0x7f) | 0x80);
         value >>= 7;
@@ -544,14 +363,16 @@ fn put_u128(out: &mut Vec<u8>, mut value: u128) {
     out.push(value as u8);
 }
 
-/// A signed difference as an unsigned integer that is small when the
-/// difference is near zero: 0, −1, 1, −2, … as 0, 1, 2, 3, …
-fn zigzag(value: i64) -> u64 {
-    ((value << 1) ^ (value >> 63)) as u64
+/// A difference modulo 2^64, read as signed, as an unsigned integer that is
+/// small when the difference is near zero: 0, −1, 1, −2, … as 0, 1, 2, 3, …
+pub(crate) fn zigzag(difference: u64) -> u64 {
+    let signed = difference as i64;
+    ((signed << 1) ^ (signed >> 63)) as u64
 }
 
-fn unzigzag(value: u64) -> i64 {
-    ((value >> 1) as i64) ^ -((value & 1) as i64)
+/// The difference [`zigzag`] wrote.
+pub(crate) fn unzigzag(value: u64) -> u64 {
+    (((value >> 1) as i64) ^ -((value & 1) as i64)) as u64
 }
 
 #[cfg(test)]
@@ -561,8 +382,9 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_its_own_tag_which_never_changes() {
-        // Tags are written into stores: this table is the promise.
-        let expected = [
+        // Tags are written into stores: these never change. An algorithm
+        // added later takes a tag of its own (the next free one).
+        let pinned = [
             (Algorithm::Gcra, 1),
             (Algorithm::TokenBucket, 2),
             (Algorithm::TokenBucketInterval, 3),
@@ -573,18 +395,16 @@ mod tests {
             (Algorithm::SlidingWindowBuckets, 8),
         ];
         let tags = tags();
-        for (algorithm, tag) in &tags {
-            assert_eq!(
-                expected
-                    .iter()
-                    .find(|(a, _)| a == algorithm)
-                    .map(|(_, t)| t),
-                Some(tag),
-                "{algorithm}: a tag is never changed; a new algorithm takes the next free one \
-                 (and a line here)"
-            );
+        for pin in pinned {
+            assert!(tags.contains(&pin), "{pin:?}: a tag never changes");
         }
         assert_eq!(tags.len(), Algorithm::ALL.len());
+        let distinct: std::collections::HashSet<u8> = tags.iter().map(|(_, tag)| *tag).collect();
+        assert_eq!(
+            distinct.len(),
+            tags.len(),
+            "two algorithms share a tag: {tags:?}"
+        );
     }
 
     #[test]
@@ -623,23 +443,40 @@ mod tests {
 
     #[test]
     fn zigzag_round_trips_at_the_edges() {
-        for value in [0i64, -1, 1, i64::MIN, i64::MAX] {
+        for value in [0u64, 1, 2, u64::MAX, u64::MAX - 1, 1 << 63, (1 << 63) - 1] {
             assert_eq!(unzigzag(zigzag(value)), value);
         }
-        assert_eq!(zigzag(-1), 1);
+        // −1 (the wrapping difference 3 − 4) takes one byte.
+        assert_eq!(zigzag(3u64.wrapping_sub(4)), 1);
+        assert_eq!(zigzag(1), 2);
     }
 
     #[test]
     fn a_log_out_of_order_and_at_the_edges_round_trips() {
-        let state = SlidingLogState::from_entries([
+        // Entries (at, cost) in the format's own words: 5 of them.
+        let mut bytes = vec![STATE_BYTES_VERSION, 6, 5];
+        let entries = [
             (u64::MAX, u32::MAX),
             (0, 1),
             (5, 0),
             (3, 7),
             (u64::MAX - 1, 2),
-        ]);
-        let state = State::SlidingLog(Box::new(state));
-        assert_eq!(State::from_bytes(&state.to_bytes()), Ok(state));
+        ];
+        let mut previous = 0u64;
+        for (i, (at, cost)) in entries.into_iter().enumerate() {
+            match i {
+                0 => put_u64(&mut bytes, at),
+                _ => put_u64(&mut bytes, zigzag(at.wrapping_sub(previous))),
+            }
+            put_u64(&mut bytes, u64::from(cost));
+            previous = at;
+        }
+        let state = State::from_bytes(&bytes).unwrap();
+        let State::SlidingLog(log) = &state else {
+            panic!("a log: {state:?}");
+        };
+        assert_eq!(log.len(), 5);
+        assert_eq!(state.to_bytes(), bytes);
     }
 
     #[test]
