@@ -522,7 +522,7 @@ async fn a_backend_failure_is_the_stores_error() {
     let store = CasStore::new(FailsOnce(backend, Arc::new(AtomicBool::new(true))));
     let limits = policy(&[("api", "1/min", Algorithm::Gcra)]);
     let error = store
-        .check(&limits, &Key::Global, 1)
+        .check(&limits, &Key::GLOBAL, 1)
         .resolve()
         .await
         .unwrap_err();
@@ -530,7 +530,7 @@ async fn a_backend_failure_is_the_stores_error() {
     assert!(error.to_string().contains("the database is down"));
     assert!(
         store
-            .check(&limits, &Key::Global, 1)
+            .check(&limits, &Key::GLOBAL, 1)
             .resolve()
             .await
             .unwrap()

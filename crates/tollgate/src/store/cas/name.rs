@@ -13,7 +13,7 @@
 //! two (policy, key) pairs have the same name only if they have the same
 //! limit names, plan and key.
 
-use crate::{Key, Policy};
+use crate::{Key, KeyView, Policy};
 use std::fmt::Write;
 
 /// User keys whose escaped form is longer than this many bytes are written
@@ -48,13 +48,12 @@ pub(super) fn key_name(prefix: &str, policy: &PolicyPart, key: &Key) -> String {
     name.push_str(prefix);
     name.push(':');
     name.push_str(&policy.0);
-    match key {
-        Key::Global => name.push('*'),
-        Key::Ip(ip) => {
+    match key.view() {
+        KeyView::Global => name.push('*'),
+        KeyView::Ip(ip) => {
             let _ = write!(name, "@{ip}");
         }
-        Key::Short(short) => push_bytes(&mut name, short.as_bytes()),
-        Key::Long(bytes) => push_bytes(&mut name, bytes),
+        KeyView::Bytes(bytes) => push_bytes(&mut name, bytes),
     }
     name
 }
@@ -98,9 +97,9 @@ mod tests {
     #[test]
     fn names_are_readable() {
         assert_eq!(name(&Key::from("alice")), "tg:burst,hourly:-:alice");
-        assert_eq!(name(&Key::Global), "tg:burst,hourly:-:*");
+        assert_eq!(name(&Key::GLOBAL), "tg:burst,hourly:-:*");
         let ip: IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(name(&Key::Ip(ip)), "tg:burst,hourly:-:@2001:db8::1");
+        assert_eq!(name(&Key::from(ip)), "tg:burst,hourly:-:@2001:db8::1");
         assert_eq!(name(&Key::from_bytes(b"")), "tg:burst,hourly:-:");
     }
 
@@ -108,9 +107,9 @@ mod tests {
     fn no_key_poses_as_another() {
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         let keys = [
-            Key::Global,
+            Key::GLOBAL,
             Key::from("*"),
-            Key::Ip(ip),
+            Key::from(ip),
             Key::from("@10.0.0.1"),
             Key::from("10.0.0.1"),
             Key::from("#0"),
