@@ -2,10 +2,10 @@
 //! machine — read, decide, write if the version is unchanged; after a
 //! lost race, a pause and again.
 
+use super::backend::{CasBackend, Swap};
 use super::error::CasError;
 use super::shared::Shared;
 use super::step::{self, Op, Step};
-use super::{CasBackend, Swap};
 use crate::Policy;
 use crate::store::PolicyDecision;
 use pin_project_lite::pin_project;

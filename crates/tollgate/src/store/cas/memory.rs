@@ -2,7 +2,7 @@
 //! clock of your choice — the reference backend, and the one tests use
 //! (a [`ManualClock`](tollgate_core::ManualClock) moves it).
 
-use super::{CasBackend, Snapshot, Stored, Swap};
+use super::backend::{CasBackend, Snapshot, Stored, Swap};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::convert::Infallible;

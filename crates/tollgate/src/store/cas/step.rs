@@ -2,7 +2,7 @@
 //! the value to write for it, if any. No I/O; the same semantics as the
 //! memory store's (`store/memory.rs`), operation by operation.
 
-use super::Snapshot;
+use super::backend::Snapshot;
 use super::error::CasError;
 use crate::Policy;
 use crate::store::{PolicyDecision, Refund};

@@ -1,6 +1,6 @@
 //! [`CasStore`]: the store over a [`CasBackend`], and its builder.
 
-use super::CasBackend;
+use super::backend::CasBackend;
 use super::error::CasError;
 use super::future::CasFuture;
 use super::name::{PolicyPart, key_name};
