@@ -96,6 +96,12 @@
 //!
 //! Several limits on one request ("10 per minute and 500 per hour") are checked
 //! with [`check_all`]: all must pass, and all are charged or none.
+//!
+//! A store that keeps states outside the process (a database) writes them
+//! as bytes: [`State::to_bytes`] and [`State::from_bytes`], or a request's
+//! limits in one value with [`encode_states`] and [`decode_states`]
+//! (compact, versioned; garbage is an error, never a panic: see
+//! [`state_bytes`]).
 #![warn(missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
 // a feature then carry a badge naming it.
