@@ -106,7 +106,8 @@ impl<B: CasBackend> Future for CasFuture<B> {
                             .deadline
                             .is_some_and(|deadline| snapshot.now > deadline);
                     if std::mem::take(this.unsettled) && !late {
-                        // The write before was not made in time: a race lost.
+                        // The write before was not made, and not for its
+                        // deadline: a race lost.
                         this.shared.lost_race(this.policy.label());
                     }
                     let next = match step::decide(this.policy, this.name, this.op, &snapshot) {
