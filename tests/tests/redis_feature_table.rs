@@ -10,6 +10,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, QuotaAnswer, StaticQuotas};
+use tollgate::store::cas::{CasStore, MemoryBackend};
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Penalty, PenaltyBox, Timeout};
 use tollgate::{
     ChargeWhen, HeaderKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store,
@@ -163,6 +164,8 @@ async fn own_quota_seen<St: Store>(store: St) -> bool {
 async fn table(server: &RedisServer) -> Vec<(&'static str, Vec<&'static str>)> {
     let redis = |prefix: &'static str| RedisStore::builder(server.url()).prefix(prefix).connect();
     let mut rows = vec![("`MemoryStore`", row(MemoryStore::new()).await)];
+    let cas = CasStore::new(MemoryBackend::new());
+    rows.push(("`CasStore<MemoryBackend>`", row(cas).await));
     rows.push((
         "`RedisStore`",
         row(redis("table-redis").await.unwrap()).await,

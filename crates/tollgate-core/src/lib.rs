@@ -96,6 +96,12 @@
 //!
 //! Several limits on one request ("10 per minute and 500 per hour") are checked
 //! with [`check_all`]: all must pass, and all are charged or none.
+//!
+//! A store that keeps states outside the process (a database) writes them
+//! as bytes: [`State::to_bytes`] and [`State::from_bytes`], or a request's
+//! limits in one value with [`encode_states`] and [`decode_states`]
+//! (compact, versioned; garbage is an error, never a panic: see
+//! [`state_bytes`]).
 #![warn(missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
 // a feature then carry a badge naming it.
@@ -109,6 +115,7 @@ mod limiter;
 mod quota;
 mod refund;
 mod registry;
+pub mod state_bytes;
 
 // Every algorithm's types at the root: a new algorithm needs no line here.
 pub use algorithm::*;
@@ -120,3 +127,4 @@ pub use decision::{Decision, DecisionFields};
 pub use limiter::{Algorithm, Charge, Limiter, State, UnknownAlgorithm, carried, check_all, used};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
 pub use refund::Receipt;
+pub use state_bytes::{STATE_BYTES_VERSION, StateBytesError, decode_states, encode_states};

@@ -181,3 +181,48 @@ fn failed_per_key_quota_lookups_are_counted() {
     });
     assert_eq!(counts.get("tollgate_quota_errors_total{}"), 3);
 }
+
+#[cfg(feature = "cas")]
+#[test]
+fn a_compare_and_swap_stores_lost_races_are_counted() {
+    use tollgate::store::cas::{CasBackend, CasStore, MemoryBackend, Snapshot, Swap};
+
+    /// Every write loses its race: another writer always got there first.
+    struct AlwaysLoses(MemoryBackend);
+
+    impl CasBackend for AlwaysLoses {
+        type Error = Infallible;
+        type Read = std::future::Ready<Result<Snapshot, Infallible>>;
+        type Write = std::future::Ready<Result<bool, Infallible>>;
+
+        fn read(&self, key: &str) -> Self::Read {
+            self.0.read(key)
+        }
+
+        fn write(&self, _: &str, _: Swap) -> Self::Write {
+            std::future::ready(Ok(false))
+        }
+    }
+
+    let counts = counted(async {
+        let store = CasStore::builder(AlwaysLoses(MemoryBackend::new()))
+            .max_attempts(3)
+            .backoff(
+                std::time::Duration::from_micros(10),
+                std::time::Duration::from_micros(100),
+            )
+            .build();
+        let mut service = ServiceBuilder::new().layer(api_layer(store)).service_fn(ok);
+        send(&mut service, Request::new(())).await;
+    });
+    assert_eq!(
+        counts.get("tollgate_store_cas_conflicts_total{policy=api}"),
+        3
+    );
+    assert_eq!(
+        counts.get("tollgate_store_cas_contended_total{policy=api}"),
+        1
+    );
+    // The layer saw a store error (and let the request through).
+    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 1);
+}

@@ -142,3 +142,22 @@ impl RateAlgorithm for FixedWindow {
         state.count = state.count.saturating_add(u64::from(cost));
     }
 }
+
+impl crate::state_bytes::StateEncoding for FixedWindow {
+    const TAG: u8 = 5;
+
+    /// `window`, `count`.
+    fn encode_state(state: &FixedWindowState, out: &mut Vec<u8>) {
+        crate::state_bytes::put_u64(out, state.window);
+        crate::state_bytes::put_u64(out, state.count);
+    }
+
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<FixedWindowState, crate::StateBytesError> {
+        Ok(FixedWindowState {
+            window: input.u64()?,
+            count: input.u64()?,
+        })
+    }
+}

@@ -172,6 +172,21 @@ impl crate::PackedState for GcraState {
     }
 }
 
+impl crate::state_bytes::StateEncoding for Gcra {
+    const TAG: u8 = 1;
+
+    /// `tat`.
+    fn encode_state(state: &GcraState, out: &mut Vec<u8>) {
+        crate::state_bytes::put_u64(out, state.tat);
+    }
+
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<GcraState, crate::StateBytesError> {
+        Ok(GcraState { tat: input.u64()? })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -180,3 +180,20 @@ impl crate::PackedState for LeakyBucketState {
         LeakyBucketState { next_free: bits }
     }
 }
+
+impl crate::state_bytes::StateEncoding for LeakyBucket {
+    const TAG: u8 = 4;
+
+    /// `next_free`.
+    fn encode_state(state: &LeakyBucketState, out: &mut Vec<u8>) {
+        crate::state_bytes::put_u64(out, state.next_free);
+    }
+
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<LeakyBucketState, crate::StateBytesError> {
+        Ok(LeakyBucketState {
+            next_free: input.u64()?,
+        })
+    }
+}

@@ -311,3 +311,49 @@ impl RateAlgorithm for SlidingLog {
         self.commit(state, LogCharge { at: now, cost });
     }
 }
+
+impl crate::state_bytes::StateEncoding for SlidingLog {
+    const TAG: u8 = 6;
+
+    /// The entry count; the first entry's time and cost; then each next
+    /// entry's time as its difference from the one before, modulo 2^64 and
+    /// zigzagged (entries of racing checks may be a little out of order,
+    /// and cost a byte or two too), and its cost.
+    fn encode_state(state: &SlidingLogState, out: &mut Vec<u8>) {
+        use crate::state_bytes::{put_u64, zigzag};
+        put_u64(out, state.entries.len() as u64);
+        let mut previous = 0u64;
+        for (i, entry) in state.entries.iter().enumerate() {
+            match i {
+                0 => put_u64(out, entry.at),
+                _ => put_u64(out, zigzag(entry.at.wrapping_sub(previous))),
+            }
+            put_u64(out, u64::from(entry.cost));
+            previous = entry.at;
+        }
+    }
+
+    /// The total is summed here, never read.
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<SlidingLogState, crate::StateBytesError> {
+        let count = input.u64()?;
+        // Two bytes an entry at least: a count beyond that is refused
+        // before anything is allocated for it.
+        input.can_hold(count, 2)?;
+        let mut entries = VecDeque::with_capacity(usize::try_from(count).unwrap_or(0));
+        let mut total = 0u64;
+        let mut previous = 0u64;
+        for i in 0..count {
+            let at = match i {
+                0 => input.u64()?,
+                _ => previous.wrapping_add(crate::state_bytes::unzigzag(input.u64()?)),
+            };
+            let cost = input.u32()?;
+            total += u64::from(cost);
+            entries.push_back(Entry { at, cost });
+            previous = at;
+        }
+        Ok(SlidingLogState { entries, total })
+    }
+}

@@ -245,3 +245,24 @@ impl RateAlgorithm for SlidingWindow {
         *state = rolled;
     }
 }
+
+impl crate::state_bytes::StateEncoding for SlidingWindow {
+    const TAG: u8 = 7;
+
+    /// `window`, `previous`, `current`.
+    fn encode_state(state: &SlidingWindowState, out: &mut Vec<u8>) {
+        crate::state_bytes::put_u64(out, state.window);
+        crate::state_bytes::put_u64(out, state.previous);
+        crate::state_bytes::put_u64(out, state.current);
+    }
+
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<SlidingWindowState, crate::StateBytesError> {
+        Ok(SlidingWindowState {
+            window: input.u64()?,
+            previous: input.u64()?,
+            current: input.u64()?,
+        })
+    }
+}

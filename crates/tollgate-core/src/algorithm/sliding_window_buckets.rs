@@ -312,6 +312,41 @@ impl RateAlgorithm for SlidingWindowBuckets {
     }
 }
 
+impl crate::state_bytes::StateEncoding for SlidingWindowBuckets {
+    const TAG: u8 = 8;
+
+    /// `newest`, the ring's length, each count.
+    fn encode_state(state: &SlidingWindowBucketsState, out: &mut Vec<u8>) {
+        use crate::state_bytes::put_u64;
+        put_u64(out, state.newest);
+        put_u64(out, state.counts.len() as u64);
+        for count in &state.counts {
+            put_u64(out, *count);
+        }
+    }
+
+    /// A ring no configuration keeps (longer than `MAX_SUB_WINDOWS + 1`)
+    /// is refused.
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<SlidingWindowBucketsState, crate::StateBytesError> {
+        let newest = input.u64()?;
+        let at = input.at();
+        let len = input.u64()?;
+        if len > u64::from(Self::MAX_SUB_WINDOWS) + 1 {
+            return Err(crate::StateBytesError::Malformed {
+                at,
+                what: "a ring of sub-windows longer than 1,024",
+            });
+        }
+        input.can_hold(len, 1)?;
+        let counts = (0..len)
+            .map(|_| input.u64())
+            .collect::<Result<Box<[u64]>, _>>()?;
+        Ok(SlidingWindowBucketsState { newest, counts })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -553,6 +553,73 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
+impl crate::state_bytes::StateEncoding for TokenBucket {
+    const TAG: u8 = 2;
+
+    /// See [`encode_bucket`].
+    fn encode_state(state: &TokenBucketState, out: &mut Vec<u8>) {
+        encode_bucket(state, out);
+    }
+
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<TokenBucketState, crate::StateBytesError> {
+        decode_bucket(input)
+    }
+}
+
+impl crate::state_bytes::StateEncoding for IntervalTokenBucket {
+    const TAG: u8 = 3;
+
+    /// See [`encode_bucket`].
+    fn encode_state(state: &TokenBucketState, out: &mut Vec<u8>) {
+        encode_bucket(state, out);
+    }
+
+    fn decode_state(
+        input: &mut crate::state_bytes::Reader<'_>,
+    ) -> Result<TokenBucketState, crate::StateBytesError> {
+        decode_bucket(input)
+    }
+}
+
+/// Either refill's state, for either bucket (a bucket may hold the other
+/// style's, after a change of configuration; it reads it as full): `0`
+/// and `full_at` (128 bits), or `1`, `interval` and `used`.
+fn encode_bucket(state: &TokenBucketState, out: &mut Vec<u8>) {
+    use crate::state_bytes::{put_u64, put_u128};
+    match *state {
+        TokenBucketState::Continuous { full_at } => {
+            out.push(0);
+            put_u128(out, full_at.get());
+        }
+        TokenBucketState::Interval { interval, used } => {
+            out.push(1);
+            put_u64(out, interval);
+            put_u64(out, used);
+        }
+    }
+}
+
+fn decode_bucket(
+    input: &mut crate::state_bytes::Reader<'_>,
+) -> Result<TokenBucketState, crate::StateBytesError> {
+    let at = input.at();
+    match input.byte()? {
+        0 => Ok(TokenBucketState::Continuous {
+            full_at: ScaledTime::from(input.u128()?),
+        }),
+        1 => Ok(TokenBucketState::Interval {
+            interval: input.u64()?,
+            used: input.u64()?,
+        }),
+        _ => Err(crate::StateBytesError::Malformed {
+            at,
+            what: "a token bucket's refill that is neither 0 nor 1",
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
 

@@ -32,6 +32,9 @@ pub mod bounded;
 mod boxed;
 mod breaker;
 mod capability;
+#[cfg(feature = "cas")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cas")))]
+pub mod cas;
 mod charge;
 mod decision;
 mod failure;

@@ -1,0 +1,99 @@
+//! [`CasError`]: why a compare-and-swap store did not decide.
+
+use std::fmt;
+use std::sync::Arc;
+use tollgate_core::StateBytesError;
+
+/// Why a [`CasStore`](super::CasStore) did not decide (the layer then
+/// applies its store-error behaviour: let through by default).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CasError<E> {
+    /// The backend failed a read or a write.
+    Backend(E),
+    /// The value under `key` is not a policy's states (written by
+    /// something else, or damaged): nothing was charged. A reset of the
+    /// key ([`Store::reset`](crate::Store::reset)) replaces it.
+    Unreadable {
+        /// The value's key in the backend.
+        key: Arc<str>,
+        /// What is wrong with it.
+        error: StateBytesError,
+    },
+    /// The value under `key` holds `states` states where the policy has
+    /// `limits` limits: written under another configuration. Nothing was
+    /// charged; a reset replaces it.
+    Mismatched {
+        /// The value's key in the backend.
+        key: Arc<str>,
+        /// How many states it holds.
+        states: usize,
+        /// How many limits the policy has.
+        limits: usize,
+    },
+    /// Every attempt lost its race to another writer of `key`: nothing
+    /// was charged.
+    Contended {
+        /// The value's key in the backend.
+        key: Arc<str>,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// The caller stopped waiting ([`Store::check_within`](crate::Store::check_within))
+    /// before the decision could be written: nothing was charged.
+    Late {
+        /// The value's key in the backend.
+        key: Arc<str>,
+    },
+}
+
+impl<E> CasError<E> {
+    /// Whether the check failed only because its caller had stopped
+    /// waiting (nothing was charged).
+    pub fn is_late(&self) -> bool {
+        matches!(self, CasError::Late { .. })
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for CasError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CasError::Backend(error) => write!(f, "the compare-and-swap backend failed: {error}"),
+            CasError::Unreadable { key, error } => write!(
+                f,
+                "the value of {key:?} is not a policy's states ({error}); nothing was charged; \
+                 help: reset the key to replace it"
+            ),
+            CasError::Mismatched {
+                key,
+                states,
+                limits,
+            } => write!(
+                f,
+                "the value of {key:?} holds {states} states for a policy of {limits} limits; \
+                 nothing was charged; help: reset the key to replace it"
+            ),
+            CasError::Contended { key, attempts } => write!(
+                f,
+                "{attempts} attempts to write {key:?} each lost the race to another writer; \
+                 nothing was charged; help: raise `max_attempts` or the backoff \
+                 (`CasStoreBuilder`), or spread the load over more keys"
+            ),
+            CasError::Late { key } => write!(
+                f,
+                "the check of {key:?} was not written before its caller stopped waiting; \
+                 nothing was charged"
+            ),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for CasError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CasError::Backend(error) => Some(error),
+            CasError::Unreadable { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! [`CasFuture`]: one call of a compare-and-swap store, as a state
+//! machine — read, decide, write if the version is unchanged; after a
+//! lost race, a pause and again.
+
+use super::backend::{CasBackend, Swap};
+use super::error::CasError;
+use super::shared::Shared;
+use super::step::{self, Op, Step};
+use crate::Policy;
+use crate::store::PolicyDecision;
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+use tokio::time::Sleep;
+
+pin_project! {
+    /// The future of a [`CasStore`](super::CasStore) call: reads the
+    /// key's value, decides, writes the new states if the value's version
+    /// is still the one read; after a lost race, pauses (see
+    /// [`CasStoreBuilder::backoff`](super::CasStoreBuilder::backoff)) and
+    /// does it again, at most
+    /// [`max_attempts`](super::CasStoreBuilder::max_attempts) writes in
+    /// all. No allocation of its own beyond the backend's futures; it
+    /// pauses on tokio's timer.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct CasFuture<B: CasBackend> {
+        shared: Arc<Shared<B>>,
+        policy: Arc<Policy>,
+        name: Arc<str>,
+        op: Op,
+        // For a late check: how long its caller waits, from `started`,
+        // and, from the first read, the moment on the backend's clock
+        // after which no write may land.
+        within: Option<Duration>,
+        started: Instant,
+        deadline: Option<u64>,
+        // Writes not made so far.
+        lost: u32,
+        // The last write was not made, and whether it lost a race or was
+        // refused for its deadline is for the next read to say.
+        unsettled: bool,
+        #[pin]
+        phase: Phase<B::Read, B::Write>,
+    }
+}
+
+pin_project! {
+    #[project = PhaseProj]
+    enum Phase<R, W> {
+        Reading { #[pin] read: R },
+        Writing { #[pin] write: W, answer: PolicyDecision },
+        Pausing { #[pin] pause: Sleep },
+        Done,
+    }
+}
+
+impl<B: CasBackend> CasFuture<B> {
+    /// `op` on the value `name` of a key of `policy`; a check whose caller
+    /// waits only `within` writes nothing after that.
+    pub(super) fn start(
+        shared: Arc<Shared<B>>,
+        policy: Arc<Policy>,
+        name: Arc<str>,
+        op: Op,
+        within: Option<Duration>,
+    ) -> Self {
+        let read = shared.backend.read(&name);
+        CasFuture {
+            shared,
+            policy,
+            name,
+            op,
+            within,
+            started: Instant::now(),
+            deadline: None,
+            lost: 0,
+            unsettled: false,
+            phase: Phase::Reading { read },
+        }
+    }
+}
+
+impl<B: CasBackend> Future for CasFuture<B> {
+    type Output = Result<PolicyDecision, CasError<B::Error>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.phase.as_mut().project() {
+                PhaseProj::Reading { read } => {
+                    let snapshot = match ready!(read.poll(cx)) {
+                        Ok(snapshot) => snapshot,
+                        Err(error) => {
+                            this.phase.set(Phase::Done);
+                            return Poll::Ready(Err(CasError::Backend(error)));
+                        }
+                    };
+                    if this.deadline.is_none() {
+                        *this.deadline = deadline(*this.within, *this.started, snapshot.now);
+                    }
+                    let late = is_past(*this.within, *this.started)
+                        || this
+                            .deadline
+                            .is_some_and(|deadline| snapshot.now > deadline);
+                    if std::mem::take(this.unsettled) && !late {
+                        // The write before was not made, and not for its
+                        // deadline: a race lost.
+                        this.shared.lost_race(this.policy.label());
+                    }
+                    let next = match step::decide(this.policy, this.name, this.op, &snapshot) {
+                        Ok(Step::Answer(answer)) => Err(Ok(answer)),
+                        // No write may land now: nothing charged.
+                        Ok(Step::Write { .. }) if late => Err(Err(CasError::Late {
+                            key: this.name.clone(),
+                        })),
+                        Ok(Step::Write {
+                            bytes,
+                            expires_at,
+                            answer,
+                        }) => {
+                            let expected = snapshot.value.as_ref().map(|value| value.version);
+                            let swap = Swap {
+                                bytes,
+                                version: this.shared.version(expected),
+                                expected,
+                                expires_at,
+                                deadline: *this.deadline,
+                            };
+                            Ok((swap, answer))
+                        }
+                        Err(error) => Err(Err(error)),
+                    };
+                    match next {
+                        Ok((swap, answer)) => {
+                            let write = this.shared.backend.write(this.name, swap);
+                            this.phase.set(Phase::Writing { write, answer });
+                        }
+                        Err(done) => {
+                            this.phase.set(Phase::Done);
+                            return Poll::Ready(done);
+                        }
+                    }
+                }
+                PhaseProj::Writing { write, answer } => {
+                    let written = ready!(write.poll(cx));
+                    let done = match written {
+                        Ok(true) => Some(Ok(answer.clone())),
+                        Err(error) => Some(Err(CasError::Backend(error))),
+                        // Not written, and the caller has stopped waiting
+                        // (the backend may have refused it for its
+                        // deadline): late, not a lost race.
+                        Ok(false) if is_past(*this.within, *this.started) => {
+                            Some(Err(CasError::Late {
+                                key: this.name.clone(),
+                            }))
+                        }
+                        Ok(false) => {
+                            *this.lost += 1;
+                            if *this.lost >= this.shared.retry.max_attempts {
+                                this.shared.lost_race(this.policy.label());
+                                this.shared.gave_up(this.policy.label());
+                                Some(Err(CasError::Contended {
+                                    key: this.name.clone(),
+                                    attempts: *this.lost,
+                                }))
+                            } else if this.deadline.is_some() {
+                                // Lost, or refused for its deadline: the
+                                // next read's time tells.
+                                *this.unsettled = true;
+                                None
+                            } else {
+                                this.shared.lost_race(this.policy.label());
+                                None
+                            }
+                        }
+                    };
+                    if let Some(done) = done {
+                        this.phase.set(Phase::Done);
+                        return Poll::Ready(done);
+                    }
+                    let pause = this.shared.pause(*this.lost);
+                    // Without a runtime to sleep on (a caller polling by
+                    // hand), read again at once.
+                    if pause.is_zero() || tokio::runtime::Handle::try_current().is_err() {
+                        let read = this.shared.backend.read(this.name);
+                        this.phase.set(Phase::Reading { read });
+                    } else {
+                        this.phase.set(Phase::Pausing {
+                            pause: tokio::time::sleep(pause),
+                        });
+                    }
+                }
+                PhaseProj::Pausing { pause } => {
+                    ready!(pause.poll(cx));
+                    let read = this.shared.backend.read(this.name);
+                    this.phase.set(Phase::Reading { read });
+                }
+                // Polled again after it completed.
+                PhaseProj::Done => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// The moment on the backend's clock after which no write may land for a
+/// caller waiting `within` from `started`: the first read's time plus
+/// what was left of the wait when it arrived (never later than the
+/// caller's own deadline: the backend read its clock before its answer
+/// arrived). `None` when the caller waits for as long as it takes.
+fn deadline(within: Option<Duration>, started: Instant, now: u64) -> Option<u64> {
+    let left = within?.saturating_sub(started.elapsed());
+    Some(now.saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)))
+}
+
+/// Whether a caller waiting `within` from `started` has stopped waiting.
+fn is_past(within: Option<Duration>, started: Instant) -> bool {
+    within.is_some_and(|within| started.elapsed() >= within)
+}

@@ -1,0 +1,69 @@
+//! A store over any key-value backend that can compare and swap: a
+//! [`CasBackend`] reads a key's bytes with a version and writes new bytes
+//! only if the version is still the one read; [`CasStore`] runs the
+//! algorithms of `tollgate-core` over it — checks of every limit of a
+//! policy all-or-nothing, refunds, debits, peeks, resets — and retries a
+//! race it lost.
+//!
+//! # How it works
+//!
+//! - **One value per (policy, key)**, holding every limit's state
+//!   ([`tollgate_core::encode_states`]): a request's limits are charged
+//!   together by one conditional write, so all-or-nothing needs nothing
+//!   more of the backend.
+//! - **Read, decide, write if unchanged.** A check reads the value, its
+//!   version and the backend's clock, decides with the core's
+//!   [`check_all`](tollgate_core::check_all) as the memory store does, and
+//!   writes the new states on condition that the version is still the one
+//!   read. A refusal, and a peek, write nothing. A write that finds
+//!   another version lost a race: the store reads again and decides again,
+//!   after a short random pause (jittered, doubling: see
+//!   [`CasStoreBuilder::backoff`]), at most
+//!   [`CasStoreBuilder::max_attempts`] times (8 by default), then fails
+//!   with [`CasError::Contended`] — never admits without a write. Each
+//!   lost race is counted ([`CasStore::conflicts`], and with the `metrics`
+//!   feature `tollgate_store_cas_conflicts_total{policy}`).
+//! - **The backend's clock.** The time of every decision is the one the
+//!   backend read with the value ([`Snapshot::now`]): a database's
+//!   `now()`, so that every instance sharing it decides on one clock, as
+//!   the Redis store does with the server's `TIME`.
+//! - **Expiry.** Each write carries the moment its states are back at rest
+//!   ([`Swap::expires_at`], on the backend's clock: when every limit is
+//!   whole again and the state holds nothing a fresh one would not). From
+//!   then on the backend may drop the value; reading it or finding nothing
+//!   decides the same.
+//! - **Late checks.** A check whose caller waits only `within`
+//!   ([`Store::check_within`](crate::Store::check_within)) writes with a
+//!   deadline on the backend's clock ([`Swap::deadline`]), which the
+//!   backend enforces: a write that would land after the caller gave up
+//!   is not made, and the check fails with [`CasError::Late`], having
+//!   charged nothing.
+//! - **Names.** A value's key is the store's prefix, the policy's limit
+//!   names, its plan ([`Policy::plan`](crate::Policy::plan)) and the
+//!   user's key, escaped so that no two (policy, key) pairs share one
+//!   (see [`CasStore::key_name`]). Two layers whose policies name their
+//!   limits alike share counts, as with the Redis store.
+//!
+//! # Writing a backend
+//!
+//! Two methods, each one statement of a database, one small file: see
+//! [`CasBackend`] for the contract and an example, [`MemoryBackend`] for
+//! the in-memory backend the tests use, and `docs/ARCHITECTURE.md`
+//! ("Writing a compare-and-swap backend") for the steps. Then run the
+//! conformance kit over `CasStore<YourBackend>`.
+
+mod backend;
+mod error;
+mod future;
+mod memory;
+mod name;
+mod retry;
+mod shared;
+mod step;
+mod store;
+
+pub use backend::{CasBackend, Snapshot, Stored, Swap};
+pub use error::CasError;
+pub use future::CasFuture;
+pub use memory::MemoryBackend;
+pub use store::{CasStore, CasStoreBuilder};

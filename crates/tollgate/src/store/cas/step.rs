@@ -1,0 +1,326 @@
+//! One attempt's decision, from what the backend read: the answer, and
+//! the value to write for it, if any. No I/O; the same semantics as the
+//! memory store's (`store/memory.rs`), operation by operation.
+
+use super::backend::Snapshot;
+use super::error::CasError;
+use crate::Policy;
+use crate::store::{PolicyDecision, Refund};
+use bytes::Bytes;
+use smallvec::SmallVec;
+use std::sync::Arc;
+use tollgate_core::{
+    Decision, DecisionFields, Limiter, State, check_all, decode_states, encode_states,
+};
+
+/// A key's states, one per limit of its policy, in order.
+type States = SmallVec<[State; 2]>;
+
+/// What a call does to a key's states.
+#[derive(Clone, Debug)]
+pub(super) enum Op {
+    /// A request of this cost, all limits or none.
+    Check(u32),
+    /// Each limit's state now, charging nothing.
+    Peek,
+    /// A charge given back.
+    Refund(Refund),
+    /// Units charged whatever the limits say, each limit its own (a debit:
+    /// the same for each; a carried plan: what each used).
+    Force(SmallVec<[u32; 2]>),
+    /// The key forgotten.
+    Reset,
+}
+
+/// What an attempt decided.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// The answer, with nothing to write.
+    Answer(PolicyDecision),
+    /// The answer, once `bytes` are written in place of what was read.
+    Write {
+        bytes: Bytes,
+        expires_at: u64,
+        answer: PolicyDecision,
+    },
+}
+
+/// Decides `op` for the value `snapshot` read under `name`, a key of
+/// `policy`.
+pub(super) fn decide<E>(
+    policy: &Policy,
+    name: &Arc<str>,
+    op: &Op,
+    snapshot: &Snapshot,
+) -> Result<Step, CasError<E>> {
+    let now = snapshot.now;
+    // An empty value is a reset key: no state, as a key never seen.
+    let stored = snapshot
+        .value
+        .as_ref()
+        .map(|value| &value.bytes)
+        .filter(|bytes| !bytes.is_empty());
+    if let Op::Reset = op {
+        // Replaced by nothing, at rest at once; never decoded, so that a
+        // reset replaces a value that cannot be read.
+        return Ok(match stored {
+            Some(_) => Step::Write {
+                bytes: Bytes::new(),
+                expires_at: now,
+                answer: nothing(),
+            },
+            None => Step::Answer(nothing()),
+        });
+    }
+    let read = match stored {
+        Some(bytes) => Some(states_of(policy, name, bytes)?),
+        None => None,
+    };
+    let known = read.is_some();
+    let before = read.unwrap_or_else(|| fresh(policy));
+    let mut states = before.clone();
+    match op {
+        Op::Check(cost) => {
+            let (merged, each) = check(policy, &mut states, now, *cost);
+            if !merged.allowed() {
+                // A refusal charges nothing: nothing to write.
+                return Ok(Step::Answer(decision(merged, each, 0)));
+            }
+            let answer = decision(merged, each, now);
+            Ok(write_if_changed(
+                &before,
+                &states,
+                rest_at(policy, now, &merged),
+                answer,
+            ))
+        }
+        Op::Peek => {
+            let (merged, each) = check(policy, &mut states, now, 0);
+            Ok(Step::Answer(decision(merged, each, 0)))
+        }
+        Op::Refund(refund) => {
+            // A key the backend no longer holds has nothing to give back.
+            if !known {
+                return Ok(Step::Answer(nothing()));
+            }
+            let limits = policy.limiters().iter().zip(states.iter_mut());
+            for (index, (limiter, state)) in limits.enumerate() {
+                limiter.refund(state, refund.receipt(index, now), now);
+            }
+            Ok(settled(policy, &before, states, now))
+        }
+        Op::Force(units) => {
+            let limits = policy.limiters().iter().zip(states.iter_mut());
+            for ((limiter, state), units) in limits.zip(units.iter()) {
+                if *units > 0 {
+                    limiter.force(state, now, *units);
+                }
+            }
+            Ok(settled(policy, &before, states, now))
+        }
+        Op::Reset => Ok(Step::Answer(nothing())),
+    }
+}
+
+/// `states` after a refund or a debit: written, kept until back at rest.
+fn settled(policy: &Policy, before: &States, states: States, now: u64) -> Step {
+    let (rest, _) = check(policy, &mut states.clone(), now, 0);
+    write_if_changed(before, &states, rest_at(policy, now, &rest), nothing())
+}
+
+/// The key's states as `bytes` hold them, one per limit of `policy`.
+fn states_of<E>(policy: &Policy, name: &Arc<str>, bytes: &[u8]) -> Result<States, CasError<E>> {
+    let states: States = decode_states(bytes).map_err(|error| CasError::Unreadable {
+        key: name.clone(),
+        error,
+    })?;
+    if states.len() != policy.limiters().len() {
+        return Err(CasError::Mismatched {
+            key: name.clone(),
+            states: states.len(),
+            limits: policy.limiters().len(),
+        });
+    }
+    Ok(states)
+}
+
+/// The states of a key never seen.
+fn fresh(policy: &Policy) -> States {
+    policy.limiters().iter().map(Limiter::new_state).collect()
+}
+
+/// A write of `states` if they differ from what was read (or, for a key
+/// that held nothing, from a fresh key's); the answer alone if not.
+fn write_if_changed(
+    before: &States,
+    states: &States,
+    expires_at: u64,
+    answer: PolicyDecision,
+) -> Step {
+    if states == before {
+        return Step::Answer(answer);
+    }
+    let mut bytes = Vec::with_capacity(8 + 12 * states.len());
+    encode_states(states, &mut bytes);
+    Step::Write {
+        bytes: Bytes::from(bytes),
+        expires_at,
+        answer,
+    }
+}
+
+/// When a key decided `merged` at `now` is back at rest: whole again, and
+/// holding nothing a fresh key would not (as the memory store reckons it).
+fn rest_at(policy: &Policy, now: u64, merged: &Decision) -> u64 {
+    now.saturating_add(merged.reset_after_nanos())
+        .saturating_add(policy.rest_slack_nanos())
+}
+
+/// A request of `cost` against `states`, one per limit of `policy`, all
+/// or nothing (as the memory store checks one).
+fn check(
+    policy: &Policy,
+    states: &mut [State],
+    now: u64,
+    cost: u32,
+) -> (Decision, SmallVec<[Decision; 2]>) {
+    match (policy.limiters(), states) {
+        ([limiter], [state]) => {
+            let decision = limiter.check(state, now, cost);
+            (decision, smallvec::smallvec![decision])
+        }
+        (limiters, states) => {
+            let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
+                limiters.iter().zip(states.iter_mut()).collect();
+            let mut each: SmallVec<[Decision; 2]> =
+                smallvec::smallvec![Decision::default(); pairs.len()];
+            let merged = check_all(&mut pairs, now, cost, &mut each);
+            (merged, each)
+        }
+    }
+}
+
+fn decision(merged: Decision, each: SmallVec<[Decision; 2]>, charged_at: u64) -> PolicyDecision {
+    PolicyDecision {
+        merged,
+        each,
+        charged_at,
+        charged_by: Default::default(),
+    }
+}
+
+/// The answer of a call that decides no request (a refund, a debit, a
+/// reset, a policy of no limits): allowed, no limit.
+pub(super) fn nothing() -> PolicyDecision {
+    decision(
+        DecisionFields {
+            allowed: true,
+            ..DecisionFields::default()
+        }
+        .into(),
+        SmallVec::new(),
+        0,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NamedLimit;
+    use crate::store::cas::Stored;
+    use std::convert::Infallible;
+    use tollgate_core::{Algorithm, Quota};
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn snapshot(now: u64, bytes: Option<Bytes>) -> Snapshot {
+        Snapshot {
+            now,
+            value: bytes.map(|bytes| Stored { bytes, version: 1 }),
+        }
+    }
+
+    fn run(policy: &Policy, op: Op, snapshot: &Snapshot) -> Result<Step, CasError<Infallible>> {
+        decide(policy, &Arc::from("k"), &op, snapshot)
+    }
+
+    #[test]
+    fn a_refusal_a_peek_and_a_free_check_write_nothing() {
+        let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]);
+        let Ok(Step::Write { bytes, .. }) = run(&policy, Op::Check(1), &snapshot(SECOND, None))
+        else {
+            panic!("an admission writes");
+        };
+        let full = snapshot(SECOND, Some(bytes));
+        for op in [Op::Check(1), Op::Peek, Op::Check(0)] {
+            assert!(
+                matches!(run(&policy, op.clone(), &full), Ok(Step::Answer(_))),
+                "{op:?}"
+            );
+        }
+        // Nothing to give back to a key that is not there, nothing to
+        // forget either.
+        let refund = Refund::of(&nothing(), 1, std::time::Duration::ZERO);
+        let empty = snapshot(SECOND, None);
+        assert!(matches!(
+            run(&policy, Op::Refund(refund), &empty),
+            Ok(Step::Answer(_))
+        ));
+        assert!(matches!(
+            run(&policy, Op::Reset, &empty),
+            Ok(Step::Answer(_))
+        ));
+    }
+
+    #[test]
+    fn a_write_expires_when_the_key_is_back_at_rest() {
+        let policy = Policy::new(vec![
+            NamedLimit::new("minute", Quota::per_minute(10)).with_algorithm(Algorithm::FixedWindow),
+            NamedLimit::new("second", Quota::per_second(2)),
+        ]);
+        // 90 s into the epoch: the minute's window ends at 120 s.
+        let Ok(Step::Write { expires_at, .. }) =
+            run(&policy, Op::Check(1), &snapshot(90 * SECOND, None))
+        else {
+            panic!("an admission writes");
+        };
+        assert_eq!(expires_at, 120 * SECOND);
+        // A reset: nothing, at rest at once.
+        let stored = snapshot(90 * SECOND, Some(Bytes::from_static(b"garbage")));
+        let Ok(Step::Write {
+            bytes, expires_at, ..
+        }) = run(&policy, Op::Reset, &stored)
+        else {
+            panic!("a reset writes");
+        };
+        assert!(bytes.is_empty());
+        assert_eq!(expires_at, 90 * SECOND);
+    }
+
+    #[test]
+    fn values_that_are_not_the_policys_states_are_errors() {
+        let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]);
+        let garbage = snapshot(SECOND, Some(Bytes::from_static(b"\x01\xff\xff")));
+        assert!(matches!(
+            run(&policy, Op::Check(1), &garbage),
+            Err(CasError::Unreadable { .. })
+        ));
+        let mut two = Vec::new();
+        encode_states(
+            &[
+                State::Gcra(Default::default()),
+                State::Gcra(Default::default()),
+            ],
+            &mut two,
+        );
+        let other = snapshot(SECOND, Some(Bytes::from(two)));
+        assert!(matches!(
+            run(&policy, Op::Peek, &other),
+            Err(CasError::Mismatched {
+                states: 2,
+                limits: 1,
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,372 @@
+//! [`CasStore`]: the store over a [`CasBackend`], and its builder.
+
+use super::backend::CasBackend;
+use super::error::CasError;
+use super::future::CasFuture;
+use super::name::{PolicyPart, key_name};
+use super::retry::Retry;
+use super::shared::Shared;
+use super::step::{Op, nothing};
+use crate::store::{
+    AdminError, AdminFuture, Capability, Debit, Missing, Refund, RefundReply, Store, StoreReply,
+};
+use crate::{Key, Policy};
+use smallvec::SmallVec;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// A [`Store`] over a key-value backend that can compare and swap: the
+/// algorithms of `tollgate-core` decided here, the states kept in the
+/// backend, shared by every instance that uses it. See the [module
+/// docs](super) for how it decides, names keys, expires values and
+/// retries.
+///
+/// Every algorithm, delay mode, refunds and debits (`charge_when`,
+/// `pay_after`), peek, reset and a plan's carried usage: it decides
+/// exactly as the [`MemoryStore`](crate::MemoryStore) does (the
+/// conformance kit checks it). Every call is a round trip at least (a
+/// read, and a write unless it was refused or changed nothing): put a
+/// [`BlockCache`](crate::store::BlockCache) in front of it to answer
+/// refused keys without one. Its futures pause on tokio's timer after a
+/// lost race, and its refunds and debits run on a spawned task: use it
+/// on a Tokio runtime with time enabled, as the layer does.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::store::cas::{CasStore, MemoryBackend};
+/// use tollgate::{Key, NamedLimit, Policy, Store};
+/// use tollgate_core::Quota;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = CasStore::builder(MemoryBackend::new()).prefix("app").build();
+/// let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]));
+/// let key = Key::from("alice");
+/// assert!(store.check(&policy, &key, 1).resolve().await.unwrap().merged.allowed());
+/// assert!(!store.check(&policy, &key, 1).resolve().await.unwrap().merged.allowed());
+/// assert_eq!(store.key_name(&policy, &key), "app:api:-:alice");
+/// # });
+/// ```
+pub struct CasStore<B> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B> Clone for CasStore<B> {
+    fn clone(&self) -> Self {
+        CasStore {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<B: std::fmt::Debug> std::fmt::Debug for CasStore<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CasStore")
+            .field("backend", &self.shared.backend)
+            .field("prefix", &self.shared.prefix)
+            .field("retry", &self.shared.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: CasBackend> CasStore<B> {
+    /// A store over `backend`, with the defaults: prefix `"tollgate"`, 8
+    /// attempts, pauses from up to 1 ms doubling to up to 50 ms.
+    pub fn new(backend: B) -> Self {
+        Self::builder(backend).build()
+    }
+
+    /// A builder for a store over `backend`.
+    pub fn builder(backend: B) -> CasStoreBuilder<B> {
+        CasStoreBuilder {
+            backend,
+            prefix: String::from("tollgate"),
+            retry: Retry::default(),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    /// The key `key`'s states under `policy` have in the backend:
+    /// `{prefix}:{limit names}:{plan}:{user key}` (the plan's fingerprint
+    /// in hexadecimal, or `-`; the user key escaped, or hashed when long).
+    pub fn key_name(&self, policy: &Policy, key: &Key) -> String {
+        let part = policy.prepared(PolicyPart::of);
+        key_name(&self.shared.prefix, &part, key)
+    }
+
+    /// How many writes lost their race to another writer so far (each was
+    /// read, decided and tried again, or, the last of its call, failed
+    /// with [`CasError::Contended`]).
+    pub fn conflicts(&self) -> u64 {
+        self.shared.conflicts()
+    }
+
+    /// How many calls failed with [`CasError::Contended`] so far: every
+    /// attempt lost its race.
+    pub fn contended(&self) -> u64 {
+        self.shared.contended()
+    }
+
+    /// `op` on `key` under `policy`.
+    fn start(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        op: Op,
+        within: Option<Duration>,
+    ) -> CasFuture<B> {
+        let name: Arc<str> = Arc::from(self.key_name(policy, key));
+        CasFuture::start(self.shared.clone(), policy.clone(), name, op, within)
+    }
+
+    /// A check or a peek: at once for a policy of no limits.
+    fn decide(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        op: Op,
+        within: Option<Duration>,
+    ) -> StoreReply<CasFuture<B>, CasError<B::Error>> {
+        if policy.limits().is_empty() {
+            return StoreReply::Ready(Ok(nothing()));
+        }
+        StoreReply::Pending(self.start(policy, key, op, within))
+    }
+}
+
+/// Builds a [`CasStore`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until built"]
+pub struct CasStoreBuilder<B> {
+    backend: B,
+    prefix: String,
+    retry: Retry,
+}
+
+impl<B: CasBackend> CasStoreBuilder<B> {
+    /// The first part of every key's name (default `"tollgate"`): stores
+    /// with different prefixes share nothing in one backend.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How many writes a call tries at most, the first included (default
+    /// 8; at least 1): after that many lost races it fails with
+    /// [`CasError::Contended`], having charged nothing.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.retry.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// The pauses after a lost race: after the `n`th, a random time
+    /// between zero and `base · 2^(n − 1)`, at most `cap` (defaults: 1 ms
+    /// and 50 ms). Random, so that writers that collided do not collide
+    /// again in step; zero for both retries at once.
+    pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.retry.base = base;
+        self.retry.cap = cap;
+        self
+    }
+
+    /// The store.
+    pub fn build(self) -> CasStore<B> {
+        CasStore {
+            shared: Arc::new(Shared::new(
+                self.backend,
+                self.prefix.into_boxed_str(),
+                self.retry,
+            )),
+        }
+    }
+}
+
+impl<B: CasBackend> Store for CasStore<B> {
+    type Error = CasError<B::Error>;
+    type Future = CasFuture<B>;
+
+    /// Reads, decides and writes (see the [module docs](super)).
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.decide(policy, key, Op::Check(cost), None)
+    }
+
+    /// As `check`, writing with a deadline on the backend's clock: a
+    /// decision that cannot be written before the caller stops waiting is
+    /// not written, and fails with [`CasError::Late`].
+    fn check_within(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.decide(policy, key, Op::Check(cost), Some(within))
+    }
+
+    /// Refunds and debits, both.
+    fn can(&self, _: Capability) -> Result<(), Missing> {
+        Ok(())
+    }
+
+    /// Gives the charge back as the memory store does (a key the backend
+    /// no longer holds has nothing to give back), on a spawned task when
+    /// the backend does not answer at once.
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+        if policy.limits().is_empty() || refund.cost == 0 {
+            return RefundReply::Done;
+        }
+        settle(
+            Change::Refund,
+            self.start(policy, key, Op::Refund(refund), None),
+        )
+    }
+
+    /// Charges every limit `debit.cost` as the memory store does, on a
+    /// spawned task when the backend does not answer at once.
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+        if policy.limits().is_empty() || debit.cost == 0 {
+            return RefundReply::Done;
+        }
+        let units = SmallVec::from_elem(debit.cost, policy.limits().len());
+        settle(
+            Change::Debit,
+            self.start(policy, key, Op::Force(units), None),
+        )
+    }
+
+    /// A read, decided on a copy: nothing is written.
+    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
+        self.decide(policy, key, Op::Peek, None)
+    }
+
+    /// Replaces the key's value with nothing (an empty value, at rest at
+    /// once), whatever it held: also a value that cannot be read.
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        if policy.limits().is_empty() {
+            return AdminFuture::ready(Ok(()));
+        }
+        let call = self.start(policy, key, Op::Reset, None);
+        AdminFuture::new(async move { call.await.map(drop).map_err(AdminError::store) })
+    }
+
+    /// As the memory store carries: each limit of `to` is charged what the
+    /// limit in its place in `from` used (one value for all of them),
+    /// after `from`'s value is reset.
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let store = self.clone();
+        let (from, to, key) = (from.clone(), to.clone(), key.clone());
+        AdminFuture::new(async move {
+            let used: SmallVec<[u64; 2]> = match store.peek(&from, &key).resolve().await {
+                Ok(decision) => decision
+                    .each
+                    .iter()
+                    .map(|limit| limit.limit().saturating_sub(limit.remaining()))
+                    .collect(),
+                Err(error) => return Err(AdminError::store(error)),
+            };
+            store.reset(&from, &key).await?;
+            if to.limits().is_empty() || used.iter().all(|units| *units == 0) {
+                return Ok(());
+            }
+            let units = (0..to.limits().len())
+                .map(|index| {
+                    let units = used.get(index).copied().unwrap_or(0);
+                    u32::try_from(units).unwrap_or(u32::MAX)
+                })
+                .collect();
+            store
+                .start(&to, &key, Op::Force(units), None)
+                .await
+                .map(drop)
+                .map_err(AdminError::store)
+        })
+    }
+
+    // `unblock`: the default. The store remembers no refusal; a key
+    // refused here is refused by its counts, which `reset` forgets.
+}
+
+/// A refund or a debit: what its failure means.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    Refund,
+    Debit,
+}
+
+impl Change {
+    fn name(self) -> &'static str {
+        match self {
+            Change::Refund => "refund",
+            Change::Debit => "debit",
+        }
+    }
+
+    fn consequence(self) -> &'static str {
+        match self {
+            Change::Refund => "the charge stands",
+            Change::Debit => "the cost goes uncharged",
+        }
+    }
+
+    fn failed<E: std::fmt::Display>(self, error: &E) {
+        tracing::warn!(
+            %error,
+            "tollgate: a compare-and-swap store's {} failed; {}",
+            self.name(),
+            self.consequence()
+        );
+    }
+}
+
+/// How long a refund or a debit on its own task may take (a backend that
+/// hangs would otherwise keep one task per refunded request).
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs a refund or a debit: done at once when the backend answers at
+/// once (polled here once), else on a task of the current Tokio runtime,
+/// given up after [`CHANGE_TIMEOUT`]; a failure is logged.
+fn settle<B: CasBackend>(change: Change, call: CasFuture<B>) -> RefundReply {
+    let mut call = Box::pin(call);
+    if let Poll::Ready(done) = call.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        if let Err(error) = done {
+            change.failed(&error);
+        }
+        return RefundReply::Done;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            "tollgate: a compare-and-swap store's {} outside a Tokio runtime was not \
+             finished; {}",
+            change.name(),
+            change.consequence()
+        );
+        return RefundReply::Done;
+    };
+    let task = runtime.spawn(async move {
+        match tokio::time::timeout(CHANGE_TIMEOUT, call).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => change.failed(&error),
+            Err(_) => tracing::warn!(
+                "tollgate: a compare-and-swap store's {} had no answer within {} s; {}",
+                change.name(),
+                CHANGE_TIMEOUT.as_secs(),
+                change.consequence()
+            ),
+        }
+    });
+    // Dropping a task's handle does not cancel the task.
+    RefundReply::Pending(Box::pin(async move {
+        let _ = task.await;
+    }) as Pin<Box<dyn Future<Output = ()> + Send>>)
+}
