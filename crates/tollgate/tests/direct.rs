@@ -290,3 +290,114 @@ async fn a_wait_dropped_during_its_hold_leaves_the_call_charged() {
     // after now (the timeout's 10 ms have passed).
     assert_eq!(limiter.check_now().wait(), Duration::from_millis(190));
 }
+
+/// A direct limiter on `store` counting under `key`.
+fn direct_in(
+    store: &MemoryStore<ManualClock>,
+    algorithm: Algorithm,
+    key: &str,
+) -> DirectLimiter<MemoryStore<ManualClock>> {
+    DirectLimiter::builder()
+        .quota("api", Quota::per_minute(4))
+        .algorithm(algorithm)
+        .store(store.clone())
+        .direct()
+        .unwrap()
+        .with_key(Key::from(key))
+}
+
+#[tokio::test]
+async fn a_direct_limiter_and_its_keyed_counterpart_count_on_one_state() {
+    for algorithm in Algorithm::ALL {
+        let clock = ManualClock::new(7 * 60 * 1_000_000_000 + 123);
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        let limiter = direct_in(&store, algorithm, "partner");
+        let (keyed, key) = (limiter.keyed(), limiter.key());
+        let capacity = keyed.policy().limiters()[0].capacity();
+        // Charged through the limiter, seen through the keyed one, the
+        // store, and back; synchronous and asynchronous alike.
+        assert!(limiter.check_now().allowed(), "{algorithm}");
+        assert_eq!(keyed.peek_now(key).remaining(), capacity - 1, "{algorithm}");
+        assert!(keyed.check_now(key).allowed(), "{algorithm}");
+        assert!(keyed.check(key).await.unwrap().allowed(), "{algorithm}");
+        assert_eq!(limiter.peek_now().remaining(), capacity - 3, "{algorithm}");
+        assert_eq!(limiter.peek().await.unwrap(), limiter.peek_now());
+        store.debit_now(keyed.policy(), key, u32::try_from(capacity - 3).unwrap());
+        assert!(!limiter.check_now().allowed(), "{algorithm}: debited");
+        assert!(!keyed.check_now(key).allowed(), "{algorithm}");
+        // A reset in the store is a reset for the limiter.
+        store.reset_now(keyed.policy(), key);
+        for call in 0..capacity {
+            assert!(limiter.check_now().allowed(), "{algorithm}: call {call}");
+        }
+        assert!(!keyed.check_now(key).allowed(), "{algorithm}: spent");
+        assert_eq!(store.len(), 1, "{algorithm}: one key, held apart");
+    }
+}
+
+#[test]
+fn clones_share_the_count_whenever_they_were_made() {
+    for algorithm in [Algorithm::Gcra, Algorithm::SlidingWindow] {
+        let store = MemoryStore::builder()
+            .clock(ManualClock::new(1_000_000_000_000))
+            .build();
+        let limiter = direct_in(&store, algorithm, "partner");
+        let before = limiter.clone();
+        assert!(limiter.check_now().allowed());
+        let after = limiter.clone();
+        assert!(before.check_now().allowed());
+        assert!(after.check_n_now(2).allowed());
+        assert!(!limiter.check_now().allowed(), "{algorithm}");
+        assert!(!before.check_now().allowed(), "{algorithm}");
+        // Another key of the same limits counts apart.
+        let other = limiter.clone().with_key(Key::from("other"));
+        assert!(other.check_now().allowed(), "{algorithm}");
+    }
+}
+
+#[test]
+fn a_dropped_direct_limiter_leaves_its_count_in_the_store() {
+    for algorithm in [Algorithm::Gcra, Algorithm::SlidingLog] {
+        let store = MemoryStore::builder()
+            .clock(ManualClock::new(1_000_000_000_000))
+            .build();
+        let limiter = direct_in(&store, algorithm, "partner");
+        let (keyed, key) = (limiter.keyed().clone(), limiter.key().clone());
+        assert!(limiter.check_n_now(4).allowed());
+        let clone = limiter.clone();
+        drop(limiter);
+        assert!(!clone.check_now().allowed(), "{algorithm}: a clone lives");
+        drop(clone);
+        assert!(!keyed.check_now(&key).allowed(), "{algorithm}: still spent");
+        assert_eq!(store.len(), 1, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_direct_limiters_key_is_never_evicted_and_the_store_stays_bounded() {
+    for algorithm in [Algorithm::Gcra, Algorithm::SlidingWindow] {
+        let clock = ManualClock::new(1_000_000_000_000);
+        let store = MemoryStore::builder()
+            .shards(1)
+            .max_keys(4)
+            .clock(clock.clone())
+            .build();
+        let limiter = direct_in(&store, algorithm, "partner");
+        assert!(limiter.check_n_now(4).allowed());
+        // A flood of other keys of the same limits, none at rest.
+        for n in 0..100u64 {
+            limiter.keyed().check_now(&Key::from(n));
+        }
+        // The bound, and the one key held apart.
+        assert!(store.len() <= 4 + 1, "{algorithm}: {} keys", store.len());
+        assert!(!limiter.check_now().allowed(), "{algorithm}: forgotten");
+        // Limiters made and dropped, each with a key of its own, leave the
+        // store no larger than its bound.
+        for n in 0..100u64 {
+            let other = limiter.clone().with_key(Key::from(1_000 + n));
+            assert!(other.check_now().allowed(), "{algorithm}");
+        }
+        assert!(store.len() <= 4 + 1, "{algorithm}: {} keys", store.len());
+        assert!(!limiter.check_now().allowed(), "{algorithm}: forgotten");
+    }
+}

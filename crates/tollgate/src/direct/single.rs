@@ -1,8 +1,10 @@
 //! [`DirectLimiter`]: one limit, checked directly.
 
 use super::{Check, KeyedLimiter, UntilReady};
+use crate::store::PinnedKey;
 use crate::{Key, MemoryStore, Store};
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 use tollgate_core::{Clock, Decision, Quota};
 
 /// A limit (or several, charged together) on one stream of calls: the way
@@ -25,6 +27,11 @@ pub struct DirectLimiter<St = MemoryStore> {
     /// The one key every call is counted under: [`Key::GLOBAL`] unless
     /// [`with_key`](DirectLimiter::with_key) chose another.
     key: Key,
+    /// On the memory store, the key held apart from the store's map once
+    /// the first `*_now` check ran, shared by the clones: checked without
+    /// the store's hash, shard lock and map, the same state the store's
+    /// every operation (through [`keyed`](DirectLimiter::keyed) too) finds.
+    pinned: Arc<OnceLock<PinnedKey>>,
 }
 
 impl<St: Clone> Clone for DirectLimiter<St> {
@@ -32,6 +39,7 @@ impl<St: Clone> Clone for DirectLimiter<St> {
         DirectLimiter {
             keyed: self.keyed.clone(),
             key: self.key.clone(),
+            pinned: self.pinned.clone(),
         }
     }
 }
@@ -55,14 +63,22 @@ impl DirectLimiter {
 impl<St: Store> DirectLimiter<St> {
     /// The limiter that counts every call of `keyed` under `key`.
     pub(crate) fn from_keyed(keyed: KeyedLimiter<St>, key: Key) -> Self {
-        DirectLimiter { keyed, key }
+        DirectLimiter {
+            keyed,
+            key,
+            pinned: Arc::default(),
+        }
     }
 
     /// The same limiter counting under `key` instead of [`Key::GLOBAL`]: in
     /// a store shared by several programs (Redis), the key tells apart
     /// quotas whose limits have the same names.
     pub fn with_key(self, key: Key) -> Self {
-        DirectLimiter { key, ..self }
+        DirectLimiter {
+            key,
+            pinned: Arc::default(),
+            ..self
+        }
     }
 
     /// The keyed limiter underneath, whose counter for [`key`](Self::key)
@@ -108,13 +124,18 @@ impl<St: Store> DirectLimiter<St> {
 impl<C: Clock> DirectLimiter<MemoryStore<C>> {
     /// [`check`](Self::check) without `await`: the memory store answers at
     /// once.
+    #[inline]
     pub fn check_now(&self) -> Decision {
-        self.keyed.check_now(&self.key)
+        self.check_n_now(1)
     }
 
     /// [`check_n`](Self::check_n) without `await`.
+    #[inline]
     pub fn check_n_now(&self, n: u32) -> Decision {
-        self.keyed.check_n_now(&self.key, n)
+        let store = self.keyed.store();
+        let policy = self.keyed.policy();
+        let pinned = self.pinned.get_or_init(|| store.pin(policy, &self.key));
+        store.check_pinned(policy, pinned, n)
     }
 
     /// [`peek`](Self::peek) without `await`.

@@ -57,6 +57,7 @@ pub use charge::{Debit, Refund, RefundReply};
 pub use decision::PolicyDecision;
 pub use fallback::{Fallback, FallbackFuture};
 pub use fingerprint::{ByFingerprint, FingerprintHasher};
+pub(crate) use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
 pub use route::{Branch, Route};

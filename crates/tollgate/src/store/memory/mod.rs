@@ -1,15 +1,21 @@
 //! [`MemoryStore`]: counters in process memory.
 
-use super::bounded::{BoundedMap, Contents, Eviction, Idle, soonest_idle};
-use super::fingerprint::ByFingerprint;
+mod keys;
+mod pinned;
+
+pub(crate) use pinned::PinnedKey;
+
+use super::bounded::{BoundedMap, Eviction};
 use super::{PolicyDecision, RefundReply, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
+use keys::{Keys, Slot, check_states};
+use pinned::{Pinned, PinnedKeys, PinnedState, Release};
 use smallvec::SmallVec;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate_core::{Clock, Decision, Limiter, MonotonicClock, State, check_all};
+use tollgate_core::{Clock, Decision, Limiter, MonotonicClock};
 
 /// Rate-limit state in process memory, shared by every clone.
 ///
@@ -28,7 +34,12 @@ use tollgate_core::{Clock, Decision, Limiter, MonotonicClock, State, check_all};
 /// - **Bounded**: at most `max_keys` keys (default 1,000,000). When a shard is
 ///   full, keys whose state has returned to rest are dropped first (they hold
 ///   nothing a fresh key would not); if none, of a small sample, the key
-///   closest to rest is evicted. No timer or thread per key.
+///   closest to rest is evicted. No timer or thread per key. A key a
+///   [`DirectLimiter`](crate::DirectLimiter) counts under is held apart
+///   while the limiter lives (checked without the hash, the shard lock and
+///   the map; every operation of the store finds it there): it is never
+///   evicted and is counted by [`len`](Self::len) but not against
+///   `max_keys`, one key per live direct limiter.
 /// - **Exact under concurrency**: no interleaving of checks admits more than
 ///   the algorithm allows; a request's limits are charged all-or-nothing.
 ///
@@ -58,25 +69,9 @@ impl<C> Clone for MemoryStore<C> {
 #[derive(Debug)]
 struct Inner<C> {
     keys: BoundedMap<Keys>,
+    /// The keys direct limiters hold apart (in no shard's map).
+    pinned: PinnedKeys,
     clock: C,
-}
-
-/// What one shard holds: two maps sharing the shard's bound.
-#[derive(Debug, Default)]
-struct Keys {
-    /// One-word states (a single GCRA or leaky-bucket limit). The value is
-    /// also the moment the key is at rest.
-    cells: ByFingerprint<AtomicU64>,
-    /// Every other policy's states.
-    slots: ByFingerprint<Slot>,
-}
-
-#[derive(Debug)]
-struct Slot {
-    states: SmallVec<[State; 1]>,
-    /// When every limit of this key is whole again if no request comes: from
-    /// then on the key holds nothing a fresh key would not, and may go.
-    rest_at: u64,
 }
 
 impl MemoryStore {
@@ -175,6 +170,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         MemoryStore {
             inner: Arc::new(Inner {
                 keys: BoundedMap::new(shards, per_shard),
+                pinned: PinnedKeys::default(),
                 clock: self.clock,
             }),
         }
@@ -184,7 +180,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 impl<C: Clock> MemoryStore<C> {
     /// How many keys the store holds now.
     pub fn len(&self) -> usize {
-        self.inner.keys.len()
+        self.inner.keys.len() + self.inner.pinned.len()
     }
 
     /// Whether the store holds no key.
@@ -215,6 +211,83 @@ impl<C: Clock> MemoryStore<C> {
             None => inner.check_slot(fingerprint, policy, now, cost),
         }
     }
+
+    /// Holds `key`'s state under `policy` apart from its shard's map (see
+    /// [`PinnedKey`]), moving it there if the store holds it: what a direct
+    /// limiter checks through.
+    pub(crate) fn pin(&self, policy: &Policy, key: &Key) -> PinnedKey {
+        let inner = &self.inner;
+        let fingerprint = inner.fingerprint(policy, key);
+        let mut shard = inner.keys.write(fingerprint);
+        let now = inner.clock.now_relaxed();
+        let pinned = inner.pinned.hold(fingerprint, || match policy.packed() {
+            Some(limiter) => PinnedState::Cell {
+                cell: shard.cells.remove(&fingerprint).unwrap_or_default(),
+                limiter: *limiter,
+            },
+            None => PinnedState::Slot(std::sync::Mutex::new(
+                shard
+                    .slots
+                    .remove(&fingerprint)
+                    .unwrap_or_else(|| Slot::new(policy, now)),
+            )),
+        });
+        drop(shard);
+        PinnedKey {
+            pinned,
+            store: inner.clone(),
+            fingerprint,
+        }
+    }
+
+    /// [`check_now`](Self::check_now) of the key `pinned` holds under
+    /// `policy` (the policy it was pinned under), merged: the store's clock
+    /// and the key's state, without the hash, the shard lock or the map.
+    #[inline]
+    pub(crate) fn check_pinned(&self, policy: &Policy, pinned: &PinnedKey, cost: u32) -> Decision {
+        let now = self.inner.clock.now_relaxed();
+        match &pinned.pinned.state {
+            PinnedState::Cell { cell, limiter } => limiter.check(cell, now, cost),
+            state => match state.slot() {
+                Some(mut slot) => slot.check(policy, now, cost).0,
+                None => Decision::default(),
+            },
+        }
+    }
+}
+
+/// The last handle of a held key is gone: its state goes back among its
+/// shard's keys, unless it is at rest (it then holds nothing a fresh key
+/// would not).
+impl<C: Clock> Release for Inner<C> {
+    fn release(&self, fingerprint: u64, pinned: &Pinned) {
+        let mut shard = self.keys.write(fingerprint);
+        let Some(released) = self.pinned.release(fingerprint, pinned) else {
+            return;
+        };
+        let now = self.clock.now_relaxed();
+        match &released.state {
+            PinnedState::Cell { cell, .. } => {
+                let rest_at = cell.load(Ordering::Acquire);
+                if rest_at > now && shard.make_room(now, Eviction::IdleThenSample) {
+                    shard.cells.insert(fingerprint, AtomicU64::new(rest_at));
+                }
+            }
+            state => {
+                if let Some(slot) = state.slot()
+                    && slot.rest_at > now
+                    && shard.make_room(now, Eviction::IdleThenSample)
+                {
+                    let back = Slot {
+                        states: slot.states.clone(),
+                        rest_at: slot.rest_at,
+                    };
+                    drop(slot);
+                    shard.slots.insert(fingerprint, back);
+                }
+            }
+        }
+    }
 }
 
 impl<C: Clock> MemoryStore<C> {
@@ -228,20 +301,29 @@ impl<C: Clock> MemoryStore<C> {
         let fingerprint = inner.fingerprint(policy, key);
         let (merged, each) = match policy.packed() {
             Some(limiter) => {
-                let word = inner
-                    .keys
-                    .read(fingerprint)
-                    .cells
-                    .get(&fingerprint)
-                    .map_or(0, |cell| cell.load(Ordering::Acquire));
+                let shard = inner.keys.read(fingerprint);
+                let word = match shard.cells.get(&fingerprint) {
+                    Some(cell) => cell.load(Ordering::Acquire),
+                    None => inner.pinned.find(fingerprint).map_or(0, |pinned| {
+                        pinned.state.cell().map_or(0, |c| c.load(Ordering::Acquire))
+                    }),
+                };
+                drop(shard);
                 let decision = limiter.check(&AtomicU64::new(word), now, 0);
                 (decision, smallvec::smallvec![decision])
             }
             None => {
-                let mut states = match inner.keys.read(fingerprint).slots.get(&fingerprint) {
-                    Some(slot) => slot.states.clone(),
-                    None => policy.limiters().iter().map(Limiter::new_state).collect(),
+                let shard = inner.keys.read(fingerprint);
+                let held = inner.pinned.find(fingerprint);
+                let mut states = match (shard.slots.get(&fingerprint), &held) {
+                    (Some(slot), _) => slot.states.clone(),
+                    (None, Some(pinned)) => match pinned.state.slot() {
+                        Some(slot) => slot.states.clone(),
+                        None => policy.limiters().iter().map(Limiter::new_state).collect(),
+                    },
+                    (None, None) => policy.limiters().iter().map(Limiter::new_state).collect(),
                 };
+                drop(shard);
                 check_states(policy, &mut states, now, 0)
             }
         };
@@ -261,6 +343,15 @@ impl<C: Clock> MemoryStore<C> {
         // costs nothing and needs no second look at the policy.
         shard.cells.remove(&fingerprint);
         shard.slots.remove(&fingerprint);
+        // A key a direct limiter holds stays held, its state made fresh.
+        if let Some(pinned) = self.inner.pinned.find(fingerprint) {
+            if let Some(cell) = pinned.state.cell() {
+                cell.store(0, Ordering::Release);
+            }
+            if let Some(mut slot) = pinned.state.slot() {
+                *slot = Slot::new(policy, 0);
+            }
+        }
     }
 }
 
@@ -274,16 +365,34 @@ impl<C: Clock> MemoryStore<C> {
         let fingerprint = inner.fingerprint(policy, key);
         match policy.packed() {
             Some(limiter) => {
-                if let Some(cell) = inner.keys.read(fingerprint).cells.get(&fingerprint) {
+                let shard = inner.keys.read(fingerprint);
+                let held;
+                let cell = match shard.cells.get(&fingerprint) {
+                    Some(cell) => Some(cell),
+                    None => {
+                        held = inner.pinned.find(fingerprint);
+                        held.as_ref().and_then(|pinned| pinned.state.cell())
+                    }
+                };
+                if let Some(cell) = cell {
                     limiter.refund(cell, refund.receipt(0, now), now);
                 }
             }
             None => {
-                let mut shard = inner.keys.write(fingerprint);
-                if let Some(slot) = shard.slots.get_mut(&fingerprint) {
+                let give_back = |slot: &mut Slot| {
                     let limits = policy.limiters().iter().zip(slot.states.iter_mut());
                     for (index, (limiter, state)) in limits.enumerate() {
                         limiter.refund(state, refund.receipt(index, now), now);
+                    }
+                };
+                let mut shard = inner.keys.write(fingerprint);
+                match shard.slots.get_mut(&fingerprint) {
+                    Some(slot) => give_back(slot),
+                    None => {
+                        let held = inner.pinned.find(fingerprint);
+                        if let Some(mut slot) = held.as_ref().and_then(|p| p.state.slot()) {
+                            give_back(&mut slot);
+                        }
                     }
                 }
             }
@@ -389,11 +498,26 @@ impl<C> Inner<C> {
     /// hold it (making room if need be).
     #[inline]
     fn with_cell<R>(&self, fingerprint: u64, now: u64, f: impl FnOnce(&AtomicU64) -> R) -> R {
-        if let Some(cell) = self.keys.read(fingerprint).cells.get(&fingerprint) {
+        let shard = self.keys.read(fingerprint);
+        if let Some(cell) = shard.cells.get(&fingerprint) {
             return f(cell);
         }
+        // A key a direct limiter holds is in no map: looked for on a miss
+        // only, under the shard's lock (held keys change under its write
+        // lock), so a hit costs nothing more.
+        if let Some(pinned) = self.pinned.find(fingerprint)
+            && let Some(cell) = pinned.state.cell()
+        {
+            return f(cell);
+        }
+        drop(shard);
         let mut shard = self.keys.write(fingerprint);
         if !shard.cells.contains_key(&fingerprint) {
+            if let Some(pinned) = self.pinned.find(fingerprint)
+                && let Some(cell) = pinned.state.cell()
+            {
+                return f(cell);
+            }
             shard.make_room(now, Eviction::IdleThenSample);
         }
         f(shard.cells.entry(fingerprint).or_default())
@@ -410,22 +534,24 @@ impl<C> Inner<C> {
     ) -> R {
         let mut shard = self.keys.write(fingerprint);
         if !shard.slots.contains_key(&fingerprint) {
+            if let Some(pinned) = self.pinned.find(fingerprint)
+                && let Some(mut slot) = pinned.state.slot()
+            {
+                return f(&mut slot);
+            }
             shard.make_room(now, Eviction::IdleThenSample);
         }
-        let slot = shard.slots.entry(fingerprint).or_insert_with(|| Slot {
-            states: policy.limiters().iter().map(Limiter::new_state).collect(),
-            rest_at: now,
-        });
+        let slot = shard
+            .slots
+            .entry(fingerprint)
+            .or_insert_with(|| Slot::new(policy, now));
         f(slot)
     }
 
     /// Any other policy: its states under the shard's write lock.
     fn check_slot(&self, fingerprint: u64, policy: &Policy, now: u64, cost: u32) -> PolicyDecision {
         self.with_slot(fingerprint, policy, now, |slot| {
-            let (merged, each) = check_states(policy, &mut slot.states, now, cost);
-            slot.rest_at = now
-                .saturating_add(merged.reset_after_nanos())
-                .saturating_add(policy.rest_slack_nanos());
+            let (merged, each) = slot.check(policy, now, cost);
             let charged_at = if merged.allowed() { now } else { 0 };
             PolicyDecision {
                 merged,
@@ -434,70 +560,6 @@ impl<C> Inner<C> {
                 charged_by: Default::default(),
             }
         })
-    }
-}
-
-/// Checks a request of `cost` against `states`, one per limit of
-/// `policy`, all or nothing.
-#[inline]
-fn check_states(
-    policy: &Policy,
-    states: &mut [State],
-    now: u64,
-    cost: u32,
-) -> (Decision, SmallVec<[Decision; 2]>) {
-    match (policy.limiters(), states) {
-        // One limit: no pairing, no merging.
-        ([limiter], [state]) => {
-            let decision = limiter.check(state, now, cost);
-            (decision, smallvec::smallvec![decision])
-        }
-        (limiters, states) => {
-            let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
-                limiters.iter().zip(states.iter_mut()).collect();
-            let mut each: SmallVec<[Decision; 2]> =
-                smallvec::smallvec![Decision::default(); pairs.len()];
-            let merged = check_all(&mut pairs, now, cost, &mut each);
-            (merged, each)
-        }
-    }
-}
-
-/// A one-word state is idle from its value on: the moment the key is at
-/// rest.
-impl Idle for AtomicU64 {
-    #[inline]
-    fn idle_at(&self) -> u64 {
-        self.load(Ordering::Relaxed)
-    }
-}
-
-impl Idle for Slot {
-    #[inline]
-    fn idle_at(&self) -> u64 {
-        self.rest_at
-    }
-}
-
-/// The two maps share the shard's bound; of their two samples, the key
-/// closest to rest is evicted: it loses least.
-impl Contents for Keys {
-    fn len(&self) -> usize {
-        self.cells.len() + self.slots.len()
-    }
-
-    fn drop_idle(&mut self, now: u64) {
-        self.cells.drop_idle(now);
-        self.slots.drop_idle(now);
-    }
-
-    fn evict_one(&mut self) -> bool {
-        match (soonest_idle(&self.cells), soonest_idle(&self.slots)) {
-            (Some(cell), Some(slot)) if slot < cell => self.slots.evict_one(),
-            (Some(_), _) => self.cells.evict_one(),
-            (None, Some(_)) => self.slots.evict_one(),
-            (None, None) => false,
-        }
     }
 }
 
