@@ -59,7 +59,11 @@ async fn row<St: Store>(store: St) -> Vec<&'static str> {
     let in_flight =
         InFlightLayer::builder().limit(2).try_build().is_ok() && limited().try_build().is_ok();
     let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(60));
-    let penalties = limited().penalty(penalty).try_build().is_ok();
+    let penalties = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(10))
+        .store(PenaltyBox::new(store.clone(), penalty))
+        .try_build()
+        .is_ok();
     let admin = admin_works(&store).await;
     let quotas = own_quota_seen(store.clone()).await;
     let carried = usage_carried(store.clone()).await;

@@ -290,38 +290,6 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         }
     }
 
-    /// Blocks keys the store keeps refusing, as `penalty` says: wraps the
-    /// store set so far in a [`PenaltyBox`](crate::store::PenaltyBox), so
-    /// call it after [`store`](Self::store). A blocked key is refused
-    /// without a store call, with `Retry-After` the end of its block. To
-    /// reach the penalty box later (an admin route's
-    /// [`Store::unblock`]), keep [`RateLimitLayer::store`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::store::Penalty;
-    /// use tollgate::RateLimitLayer;
-    /// use tollgate_core::Quota;
-    ///
-    /// // 5 refusals within a minute: blocked for 10 minutes.
-    /// let layer = RateLimitLayer::builder()
-    ///     .quota("api", Quota::per_second(10))
-    ///     .penalty(Penalty::new(5, Duration::from_secs(60), Duration::from_secs(600)))
-    ///     .build();
-    /// # let _ = layer;
-    /// ```
-    pub fn penalty(
-        self,
-        penalty: crate::store::Penalty,
-    ) -> RateLimitBuilder<K, crate::store::PenaltyBox<St>, R> {
-        RateLimitBuilder {
-            key: self.key,
-            store: crate::store::PenaltyBox::new(self.store, penalty),
-            rejector: self.rejector,
-            config: self.config,
-        }
-    }
-
     /// How much of the quota a request takes (default 1 for every request).
     pub fn cost(mut self, cost: impl Fn(&RequestInfo<'_>) -> u32 + Send + Sync + 'static) -> Self {
         self.config.settings.cost = Some(Arc::new(cost));

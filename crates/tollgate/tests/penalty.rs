@@ -235,11 +235,9 @@ async fn the_layer_builder_puts_a_penalty_box_in_front_of_its_store() {
     let layer = tollgate::RateLimitLayer::builder()
         .quota("api", Quota::per_hour(1))
         .key(tollgate::GlobalKey)
-        .store(Counting(memory, calls.clone()))
-        .penalty(Penalty::new(
-            2,
-            Duration::from_secs(60),
-            Duration::from_secs(600),
+        .store(tollgate::store::PenaltyBox::new(
+            Counting(memory, calls.clone()),
+            Penalty::new(2, Duration::from_secs(60), Duration::from_secs(600)),
         ))
         .build();
     let service = layer.layer(service_fn(|_: Request<()>| async {
