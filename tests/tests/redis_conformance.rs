@@ -159,7 +159,7 @@ async fn assert_conforms_with(url: &str, key: &Key, cache: Cache, refunds: Refun
                 let ago = Duration::from_nanos(now - admission.at);
                 let refund = Refund::of(&admission.redis, admission.cost, ago);
                 store
-                    .give_back(&policy, key, &refund)
+                    .refund_now(&policy, key, &refund)
                     .await
                     .expect("refunded");
             }

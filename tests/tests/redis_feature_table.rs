@@ -56,8 +56,11 @@ async fn row<St: Store>(store: St) -> Vec<&'static str> {
     let pay_after = limited().pay_after().try_build().is_ok();
     // In-flight limits keep their own slots: the layer stands beside any
     // store's rate limit.
-    let in_flight =
-        InFlightLayer::builder().limit(2).try_build().is_ok() && limited().try_build().is_ok();
+    let in_flight = InFlightLayer::builder()
+        .max_in_flight(2)
+        .try_build()
+        .is_ok()
+        && limited().try_build().is_ok();
     let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(60));
     let penalties = RateLimitLayer::builder()
         .quota("api", Quota::per_minute(10))
@@ -68,7 +71,7 @@ async fn row<St: Store>(store: St) -> Vec<&'static str> {
     let quotas = own_quota_seen(store.clone()).await;
     let carried = usage_carried(store.clone()).await;
     let delay = limited()
-        .delay(Duration::from_millis(200))
+        .max_delay(Duration::from_millis(200))
         .try_build()
         .is_ok();
     let mut cells: Vec<&'static str> =

@@ -51,12 +51,12 @@ fn instance(slots: RedisSlots, limit: u32, wait: Option<Duration>, gauge: &Gauge
         }
     });
     let mut builder = InFlightLayer::builder()
-        .limit(limit)
+        .max_in_flight(limit)
         .key(HeaderKey::new("x-key"))
         .slots(slots)
         .store_timeout(Duration::from_secs(2));
     if let Some(wait) = wait {
-        builder = builder.wait(wait);
+        builder = builder.max_delay(wait);
     }
     let service = builder
         .build()
@@ -344,7 +344,7 @@ async fn a_slot_taken_by_an_answer_that_came_too_late_is_given_back() {
     // The server stalls; the layer gives up after 100 ms and lets the
     // request through (fail open), without a slot.
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(HeaderKey::new("x-key"))
         .slots(slots.clone())
         .store_timeout(Duration::from_millis(100))
@@ -406,7 +406,7 @@ async fn with_redis_away_requests_get_the_configured_behaviour() {
         (OnStoreError::Closed, StatusCode::SERVICE_UNAVAILABLE),
     ] {
         let layer = InFlightLayer::builder()
-            .limit(1)
+            .max_in_flight(1)
             .key(HeaderKey::new("x-key"))
             .slots(slots.clone())
             .on_store_error(on_error)

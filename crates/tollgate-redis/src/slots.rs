@@ -33,7 +33,7 @@ const COUNT: &str = include_str!("../scripts/in_flight_count.lua");
 ///
 /// let slots = RedisSlots::connect("redis://127.0.0.1:6379").await?;
 /// // At most 5 requests per client IP at once, over every instance.
-/// let layer = InFlightLayer::builder().limit(5).slots(slots).build();
+/// let layer = InFlightLayer::builder().max_in_flight(5).slots(slots).build();
 /// # let _ = layer;
 /// # Ok(()) }
 /// ```
@@ -76,7 +76,7 @@ const COUNT: &str = include_str!("../scripts/in_flight_count.lua");
 ///
 /// # Waiting for a slot
 ///
-/// With [`InFlightBuilder::wait`](tollgate::in_flight::InFlightBuilder::wait),
+/// With [`InFlightBuilder::max_delay`](tollgate::in_flight::InFlightBuilder::max_delay),
 /// a queued request asks Redis again when a slot of its key is given back
 /// by this instance, and every [`poll_interval`](RedisSlotsBuilder::poll_interval)
 /// (50 ms by default) for slots given back by other instances: each

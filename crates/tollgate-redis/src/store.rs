@@ -362,7 +362,7 @@ impl Store for RedisStore {
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
         spawn_change(Change::Refund, async move {
-            store.give_back(&policy, &key, &refund).await
+            store.refund_now(&policy, &key, &refund).await
         })
     }
 
@@ -453,7 +453,7 @@ impl RedisStore {
     /// # Errors
     ///
     /// When Redis cannot be reached or answers an error: the charge stands.
-    pub async fn give_back(
+    pub async fn refund_now(
         &self,
         policy: &Policy,
         key: &Key,

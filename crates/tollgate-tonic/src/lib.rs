@@ -92,7 +92,7 @@ pub fn builder() -> RateLimitBuilder<GrpcPeerIp, MemoryStore, GrpcRejector> {
 }
 
 /// An in-flight layer builder with gRPC defaults: at most
-/// [`limit`](tollgate::in_flight::InFlightBuilder::limit) calls at once
+/// [`max_in_flight`](tollgate::in_flight::InFlightBuilder::max_in_flight) calls at once
 /// per client ([`GrpcPeerIp`]), refused with [`GrpcRejector`]
 /// (`RESOURCE_EXHAUSTED`), counted in memory. Every setting of
 /// [`InFlightBuilder`] is available.
@@ -101,7 +101,7 @@ pub fn builder() -> RateLimitBuilder<GrpcPeerIp, MemoryStore, GrpcRejector> {
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// # let (_, health) = tonic_health::server::health_reporter();
 /// // At most 4 calls (streams included, for as long as they run) per client.
-/// let layer = tollgate_tonic::in_flight().limit(4).build();
+/// let layer = tollgate_tonic::in_flight().max_in_flight(4).build();
 /// tonic::transport::Server::builder()
 ///     .layer(layer)
 ///     .add_service(health)

@@ -36,7 +36,7 @@ async fn check(client: &mut HealthClient<Channel>) -> Result<(), tonic::Status> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_holds_its_slot_until_the_client_drops_it() {
-    let layer = tollgate_tonic::in_flight().limit(1).build();
+    let layer = tollgate_tonic::in_flight().max_in_flight(1).build();
     let (slots, limit) = (layer.slots().clone(), layer.limit().clone());
     let (_reporter, health) = tonic_health::server::health_reporter();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

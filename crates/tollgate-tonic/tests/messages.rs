@@ -516,7 +516,7 @@ async fn in_delay_mode_messages_over_the_rate_are_held_not_refused() {
         .key(GlobalKey)
         .store(store)
         .direction(Direction::Responses)
-        .delay(Duration::from_secs(5))
+        .max_delay(Duration::from_secs(5))
         .build();
     let server = serve(layer).await;
     let mut client = server.client().await;
@@ -540,7 +540,7 @@ async fn in_delay_mode_a_client_stream_is_held_too() {
         .key(GlobalKey)
         .store(store)
         .direction(Direction::Requests)
-        .delay(Duration::from_secs(5))
+        .max_delay(Duration::from_secs(5))
         .build();
     let server = serve(layer).await;
     let mut client = server.client().await;
@@ -562,7 +562,7 @@ async fn a_message_that_would_wait_past_the_bound_ends_the_stream() {
         .key(GlobalKey)
         .store(store.clone())
         .direction(Direction::Responses)
-        .delay(Duration::from_millis(250))
+        .max_delay(Duration::from_millis(250))
         .build();
     let server = serve(layer).await;
     let (mut a, mut b, mut c, mut d) = (

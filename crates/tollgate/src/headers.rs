@@ -45,7 +45,7 @@
 //!   above one (a client that believed it would wait `burst` times too long).
 //! - `Retry-After` (refusals only): seconds, rounded up and never 0, until a
 //!   retry of the same cost passes every limit. In delay mode
-//!   ([`RateLimitBuilder::delay`](crate::RateLimitBuilder::delay)) a retry
+//!   ([`RateLimitBuilder::max_delay`](crate::RateLimitBuilder::max_delay)) a retry
 //!   passes by being held, up to the delay bound, before the next unit is
 //!   back: there `Retry-After` can be the shorter of the two, and still
 //!   honest.

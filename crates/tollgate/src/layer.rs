@@ -201,7 +201,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// own (under the same key, in the same store). Routes are tried in the
     /// order they are added and the first match wins; no limits at all means
     /// such requests are not limited. The builder's
-    /// [`algorithm`](Self::algorithm) and [`delay`](Self::delay) apply to
+    /// [`algorithm`](Self::algorithm) and [`max_delay`](Self::max_delay) apply to
     /// routes' limits too.
     ///
     /// Give a route's limits names of their own: the names are what clients
@@ -471,7 +471,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// GCRA and the continuous token bucket (the leaky bucket always shapes);
     /// the window algorithms have no future slot to reserve and keep
     /// rejecting. Needs a tokio runtime for the timer.
-    pub fn delay(mut self, max_delay: Duration) -> Self {
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.config.max_delay = Some(max_delay);
         self
     }

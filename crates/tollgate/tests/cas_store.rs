@@ -481,7 +481,7 @@ async fn a_layer_over_it_offers_every_feature() {
         base().charge_when(tollgate::ChargeWhen::statuses("4xx").unwrap())
     ));
     assert!(built(base().pay_after()));
-    assert!(built(base().delay(Duration::from_millis(200))));
+    assert!(built(base().max_delay(Duration::from_millis(200))));
 }
 
 /// A backend whose first read fails: the error is the backend's.

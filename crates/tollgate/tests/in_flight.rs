@@ -178,7 +178,7 @@ async fn burst(addr: SocketAddr, n: usize, key: &'static str, hold_ms: u64) -> V
 async fn a_hundred_slow_requests_never_run_more_than_five_at_once_and_the_rest_are_refused() {
     let gauge = Gauge::default();
     let layer = InFlightLayer::builder()
-        .limit(5)
+        .max_in_flight(5)
         .key(HeaderKey::new("x-key"))
         .build();
     let slots = layer.slots().clone();
@@ -223,9 +223,9 @@ async fn a_hundred_slow_requests_never_run_more_than_five_at_once_and_the_rest_a
 async fn queued_requests_all_pass_and_still_never_more_than_five_at_once() {
     let gauge = Gauge::default();
     let layer = InFlightLayer::builder()
-        .limit(5)
+        .max_in_flight(5)
         .key(HeaderKey::new("x-key"))
-        .wait(Duration::from_secs(30))
+        .max_delay(Duration::from_secs(30))
         .build();
     let (addr, server) = common::serve_on_loopback(app(&gauge).layer(layer)).await;
     let started = Instant::now();
@@ -243,9 +243,9 @@ async fn queued_requests_all_pass_and_still_never_more_than_five_at_once() {
 async fn a_queued_request_is_refused_when_no_slot_comes_within_the_wait() {
     let gauge = Gauge::default();
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(GlobalKey)
-        .wait(Duration::from_millis(200))
+        .max_delay(Duration::from_millis(200))
         .build();
     let (addr, server) = common::serve_on_loopback(app(&gauge).layer(layer)).await;
     let holder = tokio::spawn(async move { get_once(addr, "/", &[("x-hold-ms", "3000")]).await });
@@ -265,7 +265,7 @@ async fn a_queued_request_is_refused_when_no_slot_comes_within_the_wait() {
 async fn a_client_that_drops_the_connection_mid_body_gives_its_slot_back() {
     let gauge = Gauge::default();
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(HeaderKey::new("x-key"))
         .build();
     let slots = layer.slots().clone();
@@ -298,7 +298,7 @@ async fn a_client_that_drops_the_connection_mid_body_gives_its_slot_back() {
 async fn a_client_that_goes_away_before_the_response_gives_its_slot_back() {
     let gauge = Gauge::default();
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(HeaderKey::new("x-key"))
         .build();
     let slots = layer.slots().clone();
@@ -329,7 +329,10 @@ async fn wait_until(condition: impl Fn() -> bool) {
 type Reply2 = Response<InFlightBody<String, tollgate::in_flight::MemoryPermit>>;
 
 fn one_slot() -> (InFlightLayer<GlobalKey>, InFlightLimit, MemorySlots) {
-    let layer = InFlightLayer::builder().limit(1).key(GlobalKey).build();
+    let layer = InFlightLayer::builder()
+        .max_in_flight(1)
+        .key(GlobalKey)
+        .build();
     let limit = layer.limit().clone();
     let slots = layer.slots().clone();
     (layer, limit, slots)
@@ -398,7 +401,7 @@ async fn missing_keys_are_shared_by_default_or_skipped_or_refused() {
     let status = call_once;
     // Shared: the second request without a key finds the shared slot taken.
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(HeaderKey::new("x-key"))
         .build();
     let mut service = layer.layer(ok());
@@ -407,7 +410,7 @@ async fn missing_keys_are_shared_by_default_or_skipped_or_refused() {
     drop(held);
     // Skipped: not counted at all.
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(HeaderKey::new("x-key"))
         .on_missing_key(OnMissingKey::Skip)
         .build();
@@ -417,7 +420,7 @@ async fn missing_keys_are_shared_by_default_or_skipped_or_refused() {
     assert_eq!(status(&mut service).await.status(), 200);
     // Refused with the status given.
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(HeaderKey::new("x-key"))
         .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
         .build();
@@ -471,7 +474,7 @@ async fn a_failing_or_late_store_lets_requests_through_or_answers_503_as_configu
         (Broken::Hanging, OnStoreError::Closed, 503),
     ] {
         let layer = InFlightLayer::builder()
-            .limit(1)
+            .max_in_flight(1)
             .key(GlobalKey)
             .slots(store)
             .on_store_error(on_error.clone())
@@ -496,7 +499,7 @@ async fn a_failing_or_late_store_lets_requests_through_or_answers_503_as_configu
 #[tokio::test]
 async fn allowed_responses_say_what_remained_and_header_styles_apply() {
     let layer = InFlightLayer::builder()
-        .limit(3)
+        .max_in_flight(3)
         .key(GlobalKey)
         .headers(HeaderStyle::BOTH)
         .build();
@@ -529,7 +532,7 @@ async fn allowed_responses_say_what_remained_and_header_styles_apply() {
     assert!(!second.headers().contains_key("x-ratelimit-reset"));
     // Only on rejections: an allowed response carries none.
     let layer = InFlightLayer::builder()
-        .limit(1)
+        .max_in_flight(1)
         .key(GlobalKey)
         .headers(HeaderStyle::DRAFT.only_on_rejections())
         .build();
@@ -556,7 +559,10 @@ async fn allowed_responses_say_what_remained_and_header_styles_apply() {
 
 #[test]
 fn settings_that_cannot_work_are_refused_when_built() {
-    let zero = InFlightLayer::builder().limit(0).try_build().unwrap_err();
+    let zero = InFlightLayer::builder()
+        .max_in_flight(0)
+        .try_build()
+        .unwrap_err();
     assert!(zero.to_string().contains("at least 1"), "{zero}");
     let name = InFlightLayer::builder()
         .name("not a token")

@@ -463,7 +463,7 @@ async fn delay_mode_releases_requests_in_arrival_order_at_the_rate() {
             "10/s".parse::<Quota>().unwrap().with_burst(1).unwrap(),
         )
         .key(GlobalKey)
-        .delay(Duration::from_millis(450))
+        .max_delay(Duration::from_millis(450))
         .build();
     let (statuses, start) = fire(layer.layer(recorder(served.clone())), 7).await;
     // One passes at once, four more fit within 450 ms (at 100, 200, 300,
@@ -484,7 +484,7 @@ async fn delay_mode_keeps_rejecting_at_once_for_window_algorithms() {
             .limit(NamedLimit::new("api", Quota::per_minute(2)).with_algorithm(algorithm))
             .key(GlobalKey)
             .store(frozen_store())
-            .delay(Duration::from_secs(120))
+            .max_delay(Duration::from_secs(120))
             .build();
         let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
         for _ in 0..2 {

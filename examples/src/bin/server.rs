@@ -759,13 +759,13 @@ async fn in_flight(
     store_url: &StoreUrl,
 ) -> Result<Router, Failure> {
     let mut builder = InFlightLayer::builder()
-        .limit(limit)
+        .max_in_flight(limit)
         .key(key_extractor(&args.key, &args.trust_proxy))
         .on_store_error(on_store_error(args.on_store_error))
         .store_timeout(Duration::from_millis(args.store_timeout_ms))
         .headers(header_style(args.headers));
     if let Some(ms) = args.in_flight_wait_ms.filter(|ms| *ms > 0) {
-        builder = builder.wait(Duration::from_millis(ms));
+        builder = builder.max_delay(Duration::from_millis(ms));
     }
     match store_url {
         StoreUrl::Memory if args.in_flight_lease_ms.is_some() => Err(Failure::Usage(

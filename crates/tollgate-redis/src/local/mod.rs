@@ -591,7 +591,7 @@ impl Store for LocalFirst {
                 let (policy, key) = (policy.clone(), key.clone());
                 let inner = self.inner.clone();
                 crate::store::spawn_change(crate::store::Change::Refund, async move {
-                    redis.give_back(&policy, &key, &refund).await?;
+                    redis.refund_now(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded(inner.now());
                     }
@@ -619,7 +619,7 @@ impl Store for LocalFirst {
                     if let (Some(slot), Some(round)) = (&slot, wait) {
                         round_ended(&**slot, round).await;
                     }
-                    redis.give_back(&policy, &key, &refund).await?;
+                    redis.refund_now(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded();
                     }

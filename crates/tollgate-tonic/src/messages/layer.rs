@@ -111,7 +111,7 @@ impl<S, K, St> Layer<S> for MessageLimitLayer<K, St> {
 ///     // ...on the one method that streams them...
 ///     .method("/upload.v1.Upload/Send")
 ///     // ...and a message over the rate waits up to a second for its turn.
-///     .delay(Duration::from_secs(1))
+///     .max_delay(Duration::from_secs(1))
 ///     .build();
 /// # let _ = layer;
 /// ```
@@ -182,11 +182,11 @@ impl<K, St> MessageLimitBuilder<K, St> {
     /// Delay mode: a message that will conform within `max_delay` is
     /// charged now and held until then, rather than ending the stream;
     /// later ones wait behind it. As with
-    /// [`RateLimitBuilder::delay`](tollgate::RateLimitBuilder::delay),
+    /// [`RateLimitBuilder::max_delay`](tollgate::RateLimitBuilder::max_delay),
     /// this applies to GCRA and the continuous token bucket (the leaky
     /// bucket always shapes); the window algorithms keep refusing. A
     /// message that would wait longer ends the stream as without delay.
-    pub fn delay(mut self, max_delay: Duration) -> Self {
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.max_delay = Some(max_delay);
         self
     }

@@ -52,7 +52,7 @@
 //!   call with it. What a handler does instead is its own business (it
 //!   may answer with what it has).
 //!
-//! In delay mode ([`MessageLimitBuilder::delay`]) a message that will
+//! In delay mode ([`MessageLimitBuilder::max_delay`]) a message that will
 //! conform within the bound is charged and held until then (a tokio
 //! timer, nothing spins), and the messages behind it wait in turn; one that
 //! would wait longer ends the stream as above.

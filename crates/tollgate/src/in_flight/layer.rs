@@ -29,9 +29,9 @@ use tower_layer::Layer;
 /// // At most 2 at once for the whole service; a third waits up to 1 s
 /// // for a slot before it is refused.
 /// let layer = InFlightLayer::builder()
-///     .limit(2)
+///     .max_in_flight(2)
 ///     .key(GlobalKey)
-///     .wait(Duration::from_secs(1))
+///     .max_delay(Duration::from_secs(1))
 ///     .build();
 /// # let _ = layer;
 /// ```
@@ -64,11 +64,11 @@ impl InFlightLayer {
     ///
     /// If `limit` is 0 (every request would be refused).
     pub fn new(limit: u32) -> Self {
-        Self::builder().limit(limit).build()
+        Self::builder().max_in_flight(limit).build()
     }
 
     /// A builder with the defaults of [`InFlightLayer::new`] and a limit of
-    /// 1 until [`limit`](InFlightBuilder::limit) sets it.
+    /// 1 until [`max_in_flight`](InFlightBuilder::max_in_flight) sets it.
     pub fn builder() -> InFlightBuilder {
         InFlightBuilder {
             key: PeerIp,
@@ -137,7 +137,7 @@ impl Default for Config {
 impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
     /// How many requests of one key may run at once (at least 1; default
     /// 1).
-    pub fn limit(mut self, limit: u32) -> Self {
+    pub fn max_in_flight(mut self, limit: u32) -> Self {
         self.config.limit = limit;
         self
     }
@@ -230,7 +230,7 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
     /// woken when a slot of their key is given back in this process (a
     /// shared store also polls; see its docs). There is no order among
     /// waiters. Needs a tokio runtime for the timer.
-    pub fn wait(mut self, max_wait: Duration) -> Self {
+    pub fn max_delay(mut self, max_wait: Duration) -> Self {
         self.config.settings.wait = Some(max_wait);
         self
     }

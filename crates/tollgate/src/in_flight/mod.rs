@@ -19,7 +19,7 @@
 //!
 //! // At most 5 requests per API key at once, in this process's memory.
 //! let service = ServiceBuilder::new()
-//!     .layer(InFlightLayer::builder().limit(5).key(HeaderKey::new("x-api-key")).build())
+//!     .layer(InFlightLayer::builder().max_in_flight(5).key(HeaderKey::new("x-api-key")).build())
 //!     .service_fn(handle);
 //! # let _ = service;
 //! ```
@@ -47,7 +47,7 @@
 //! layer's [`Rejector`](crate::Rejector) through
 //! [`reject_in_flight`](crate::Rejector::reject_in_flight) (gRPC:
 //! `RESOURCE_EXHAUSTED` with tollgate-tonic's rejector).
-//! [`InFlightBuilder::wait`] queues it instead, for up to a bound: it
+//! [`InFlightBuilder::max_delay`] queues it instead, for up to a bound: it
 //! takes the first slot of its key that comes free within the bound (woken
 //! when a slot of its key is given back in this process; with a shared
 //! store also by polling, see the store), and is refused as above if none

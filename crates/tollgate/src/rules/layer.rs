@@ -268,7 +268,7 @@ fn build_rule<St: Store, R: Clone>(spec: RuleSpec, template: &Template<St, R>) -
     builder = match spec.behaviour {
         Behaviour::Reject => builder,
         Behaviour::Shadow => builder.shadow(true),
-        Behaviour::Delay(max_delay) => builder.delay(max_delay),
+        Behaviour::Delay(max_delay) => builder.max_delay(max_delay),
     };
     BuiltRule {
         name: spec.name,

@@ -498,19 +498,24 @@ impl<C> Inner<C> {
     /// hold it (making room if need be).
     #[inline]
     fn with_cell<R>(&self, fingerprint: u64, now: u64, f: impl FnOnce(&AtomicU64) -> R) -> R {
-        let shard = self.keys.read(fingerprint);
-        if let Some(cell) = shard.cells.get(&fingerprint) {
+        if let Some(cell) = self.keys.read(fingerprint).cells.get(&fingerprint) {
             return f(cell);
         }
-        // A key a direct limiter holds is in no map: looked for on a miss
-        // only, under the shard's lock (held keys change under its write
-        // lock), so a hit costs nothing more.
-        if let Some(pinned) = self.pinned.find(fingerprint)
-            && let Some(cell) = pinned.state.cell()
-        {
-            return f(cell);
-        }
-        drop(shard);
+        self.with_cell_missed(fingerprint, now, f)
+    }
+
+    /// [`with_cell`](Self::with_cell) for a key not in its shard's cells:
+    /// one a direct limiter holds (looked for here only, so that a hit
+    /// costs nothing more, and under the shard's lock, under whose write
+    /// lock held keys change), or a new one, added.
+    #[cold]
+    #[inline(never)]
+    fn with_cell_missed<R>(
+        &self,
+        fingerprint: u64,
+        now: u64,
+        f: impl FnOnce(&AtomicU64) -> R,
+    ) -> R {
         let mut shard = self.keys.write(fingerprint);
         if !shard.cells.contains_key(&fingerprint) {
             if let Some(pinned) = self.pinned.find(fingerprint)
