@@ -109,7 +109,7 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
         let now = self.clock.now();
         self.with_states(policy, key, |states| {
             for (limiter, state) in policy.limiters().iter().zip(states) {
-                limiter.force(state, now, debit.cost);
+                limiter.debit(state, now, debit.cost);
             }
         });
         RefundReply::Done

@@ -92,7 +92,7 @@ enum Refunds {
     /// (`Limiter::refund` in the core, `refund.lua` in Redis).
     EveryThird,
     /// Every fifth request is followed by a forced charge of 3 units
-    /// (pay after: `Limiter::force` in the core, `debit.lua` in Redis),
+    /// (pay after: `Limiter::debit` in the core, `debit.lua` in Redis),
     /// into debt where the limit is spent.
     DebtsEveryFifth,
 }
@@ -199,7 +199,7 @@ async fn assert_conforms_with(url: &str, key: &Key, cache: Cache, refunds: Refun
             seen[usize::from(got.merged.allowed())] += 1;
             if refunds == Refunds::DebtsEveryFifth && i % 5 == 2 {
                 for (limiter, state) in limiters.iter().zip(states.iter_mut()) {
-                    limiter.force(state, now, 3);
+                    limiter.debit(state, now, 3);
                 }
                 store.charge_debt(&policy, key, 3).await.expect("charged");
             }
@@ -254,7 +254,7 @@ async fn the_scripts_give_back_as_the_core_does() {
 }
 
 /// Debts too (pay after): a forced charge after every fifth request
-/// leaves the scripts' state where the core's `force` leaves the core's,
+/// leaves the scripts' state where the core's `debit` leaves the core's,
 /// figure by figure in every later decision, refusals in debt included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_charge_debts_as_the_core_does() {

@@ -65,13 +65,13 @@ where
 }
 
 /// Charges `cost` at `now` whatever the limit says, to a state held in an
-/// atomic cell (see [`RateAlgorithm::force`]).
-pub fn force_atomic<A>(algorithm: &A, cell: &AtomicU64, now: u64, cost: u32)
+/// atomic cell (see [`RateAlgorithm::debit`]).
+pub fn debit_atomic<A>(algorithm: &A, cell: &AtomicU64, now: u64, cost: u32)
 where
     A: RateAlgorithm,
     A::State: PackedState,
 {
-    update_atomic::<A>(cell, |state| algorithm.force(state, now, cost));
+    update_atomic::<A>(cell, |state| algorithm.debit(state, now, cost));
 }
 
 /// Applies `change` to the state in `cell`, again on a fresh copy

@@ -119,7 +119,7 @@ pub mod state_bytes;
 
 // Every algorithm's types at the root: a new algorithm needs no line here.
 pub use algorithm::*;
-pub use atomic::{PackedState, check_atomic, force_atomic, refund_atomic};
+pub use atomic::{PackedState, check_atomic, debit_atomic, refund_atomic};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};

@@ -151,7 +151,7 @@ pub fn used(from: &Limiter, state: &State, now: u64) -> u64 {
 /// A key's state under `to` after its plan changed at `now` from `from`,
 /// where its state was `state`: the units it had used under `from` are
 /// still used under `to` — a fresh state of `to` charged them at `now`,
-/// whatever they exceed ([`Limiter::force`]) — and come back at `to`'s
+/// whatever they exceed ([`Limiter::debit`]) — and come back at `to`'s
 /// pace. Every store's `carry` does this (the Redis store with its scripts'
 /// peek, reset and debit), the same for every algorithm.
 ///
@@ -172,7 +172,7 @@ pub fn carried(from: &Limiter, state: &State, to: &Limiter, now: u64) -> State {
     let units = u32::try_from(used(from, state, now)).unwrap_or(u32::MAX);
     let mut fresh = to.new_state();
     if units > 0 {
-        to.force(&mut fresh, now, units);
+        to.debit(&mut fresh, now, units);
     }
     fresh
 }

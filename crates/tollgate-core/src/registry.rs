@@ -24,7 +24,7 @@
 /// algorithms may share one). The flags, in this order, each optional:
 /// `one_word` — its state is one `u64` ([`PackedState`](crate::PackedState)),
 /// so the memory store keeps it in an atomic cell and checks it with a
-/// compare-and-swap; `local_first` — its Lua file has the `force` (and,
+/// compare-and-swap; `local_first` — its Lua file has the `debit` (and,
 /// for a windowed algorithm, the `lapse`) the local-first store needs. The first line is the default algorithm. Other crates call it to build their own
 /// per-algorithm tables from the same list.
 #[macro_export]
@@ -322,17 +322,17 @@ macro_rules! define_algorithms {
 
             /// Charges `cost` at `now` whatever the limit says, into debt
             /// if need be (see
-            /// [`RateAlgorithm::force`](crate::RateAlgorithm::force)). A
+            /// [`RateAlgorithm::debit`](crate::RateAlgorithm::debit)). A
             /// state made for another algorithm is replaced by a fresh one
             /// first.
-            pub fn force(&self, state: &mut State, now: u64, cost: u32) {
+            pub fn debit(&self, state: &mut State, now: u64, cost: u32) {
                 match self {
                     $(Limiter::$variant(a) => {
                         if !matches!(state, State::$variant(_)) {
                             *state = self.new_state();
                         }
                         if let State::$variant(s) = state {
-                            a.force(s, now, cost);
+                            a.debit(s, now, cost);
                         }
                     })+
                 }

@@ -44,7 +44,7 @@ fn run(
     for &(gap, cost, forced) in trace {
         now += quota.period_nanos() * u64::from(gap) / 1000;
         if forced {
-            limiter.force(&mut state, now, cost);
+            limiter.debit(&mut state, now, cost);
             charged += u64::from(cost);
         } else if limiter.check(&mut state, now, cost).allowed() {
             charged += u64::from(cost);
@@ -71,7 +71,7 @@ proptest! {
         let mut admitted = state.clone();
         if limiter.check(&mut admitted, now, cost).allowed() {
             let mut forced = state;
-            limiter.force(&mut forced, now, cost);
+            limiter.debit(&mut forced, now, cost);
             prop_assert_eq!(forced, admitted);
         }
     }
@@ -90,7 +90,7 @@ proptest! {
     ) {
         let limiter = Limiter::new(algorithm, quota);
         let (mut state, now, charged) = run(&limiter, quota, start, &trace);
-        limiter.force(&mut state, now, debt);
+        limiter.debit(&mut state, now, debt);
         let refused = limiter.evaluate(&state, now, cost).0;
         prop_assume!(refused.can_ever_pass());
         let retry = refused.retry_after_nanos();
@@ -125,7 +125,7 @@ fn five_hundred_units_after_each_response_against_a_thousand_a_minute() {
             let admitted = limiter.check(&mut state, now, 1);
             assert!(admitted.allowed(), "{algorithm}: request {request} refused");
             now += 1_000_000;
-            limiter.force(&mut state, now, 499);
+            limiter.debit(&mut state, now, 499);
             now += 1_000_000;
         }
         let refused = limiter.check(&mut state, now, 1);
@@ -171,7 +171,7 @@ fn in_delay_mode_a_request_after_a_debt_waits_for_it() {
         let limiter = Limiter::new(Algorithm::Gcra, quota).with_max_delay(max_delay);
         let mut state = limiter.new_state();
         // 1,500 units at once: 500 beyond the bucket, 30 s of debt.
-        limiter.force(&mut state, now, 1_500);
+        limiter.debit(&mut state, now, 1_500);
         let next = limiter.check(&mut state, now, 1);
         let conforms = 500 * interval + interval;
         assert_eq!(next.allowed(), admitted, "delay {max_delay:?}: {next:?}");

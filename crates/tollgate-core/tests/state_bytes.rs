@@ -73,7 +73,7 @@ fn play(
                     receipts.push(receipt);
                 }
             }
-            2 => limiter.force(&mut state, now, cost),
+            2 => limiter.debit(&mut state, now, cost),
             _ => {
                 if let Some(receipt) = receipts.pop() {
                     limiter.refund(&mut state, receipt, now);
@@ -172,7 +172,7 @@ fn exercise(limiter: &Limiter, state: &State, times: &[u64]) {
             }
             limiter.refund(&mut copy, Receipt::new(now, cost), now);
             let mut forced = state.clone();
-            limiter.force(&mut forced, now, cost);
+            limiter.debit(&mut forced, now, cost);
             let _ = limiter.check(&mut forced, now, 1);
             let _ = tollgate_core::used(limiter, state, now);
         }

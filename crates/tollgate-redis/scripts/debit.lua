@@ -1,5 +1,5 @@
 -- Charges a cost learned once a request is over (pay after), whatever the
--- limits say: every algorithm's `force`, as tollgate-core's. A key may go
+-- limits say: every algorithm's `debit`, as tollgate-core's. A key may go
 -- past its limit, into debt; its next checks are refused until the debt
 -- is paid off, with retry_after saying when.
 --
@@ -21,7 +21,7 @@ if not limits then
   return failure
 end
 for _, limit in ipairs(limits) do
-  limit.decision, limit.admission = limit.algorithm.force(limit.state, now, cost, limit.p)
+  limit.decision, limit.admission = limit.algorithm.debit(limit.state, now, cost, limit.p)
   commit_limit(limit, now)
 end
 return { now }

@@ -34,7 +34,7 @@ ALGORITHMS.fixed_window = {
 }
 
 -- Charges `cost` whatever the state (see share.lua).
-ALGORITHMS.fixed_window.force = function(state, now, cost, p)
+ALGORITHMS.fixed_window.debit = function(state, now, cost, p)
   return ALGORITHMS.fixed_window.evaluate(state, now, cost, { UNBOUNDED, p[2] })
 end
 

@@ -55,7 +55,7 @@ ALGORITHMS.gcra = {
 
   -- Charges `cost` whatever the state (requests another instance already
   -- admitted on its own): the schedule moves on without a bound.
-  force = function(tat, now, cost, p)
+  debit = function(tat, now, cost, p)
     local finish = max(tat, now) + cost * p[1]
     return decision(true, p[3], 0, finish - now, 0, 0, 0), finish
   end,

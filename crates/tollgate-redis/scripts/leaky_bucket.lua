@@ -26,7 +26,7 @@ ALGORITHMS.leaky_bucket = {
   end,
 
   -- Charges `cost` whatever the state (see gcra.lua).
-  force = function(next_free, now, cost, p)
+  debit = function(next_free, now, cost, p)
     local finish = max(next_free, now) + cost * p[1]
     return decision(true, p[3], 0, finish - now, 0, 0, 0), finish
   end,

@@ -6,7 +6,7 @@
 -- far below that (2^53 µs is year 2255). Nanoseconds would not fit.
 
 local NEVER = -1
--- A limit no count reaches: what an algorithm's `force` evaluates against.
+-- A limit no count reaches: what an algorithm's `debit` evaluates against.
 local UNBOUNDED = 4503599627370496 -- 2^52
 local floor = math.floor
 local max = math.max
@@ -15,7 +15,7 @@ local min = math.min
 -- Each algorithm registers itself here under the code the Rust side sends:
 -- load(key) -> state, evaluate(state, now, cost, p) -> decision, admission,
 -- commit(key, admission, now, p, ttl_ms). For the local-first store
--- (share.lua), optionally: force(state, now, cost, p) -> decision, admission,
+-- (share.lua), optionally: debit(state, now, cost, p) -> decision, admission,
 -- a charge taken whatever the state (counts other instances already
 -- admitted); lapse(now, p) -> µs, how long capacity reserved now may be
 -- spent (absent: as long as the instance holds it, see `held` below); and

@@ -278,7 +278,7 @@ if op == 'sync' then
   if count > 0 and sequence > last then
     local longest = 0
     for _, limit in ipairs(limits) do
-      local d, admission = limit.algorithm.force(limit.state, now, count, limit.p)
+      local d, admission = limit.algorithm.debit(limit.state, now, count, limit.p)
       local ttl_ms = floor(d[4] / 1000) + 1
       limit.algorithm.commit(limit.key, admission, now, limit.p, ttl_ms)
       limit.state = limit.algorithm.load(limit.key)

@@ -180,7 +180,7 @@ ALGORITHMS.sliding_log = {
 }
 
 -- Charges `cost` whatever the log holds (see share.lua, debit.lua).
-ALGORITHMS.sliding_log.force = function(log, now, cost, p)
+ALGORITHMS.sliding_log.debit = function(log, now, cost, p)
   return ALGORITHMS.sliding_log.evaluate(log, now, cost, { UNBOUNDED, p[2], p[3], p[4] })
 end
 

@@ -87,7 +87,7 @@ ALGORITHMS.sliding_window = {
 }
 
 -- Charges `cost` whatever the state (see share.lua).
-ALGORITHMS.sliding_window.force = function(state, now, cost, p)
+ALGORITHMS.sliding_window.debit = function(state, now, cost, p)
   return ALGORITHMS.sliding_window.evaluate(state, now, cost, { UNBOUNDED, p[2] })
 end
 

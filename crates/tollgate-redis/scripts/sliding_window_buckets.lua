@@ -121,7 +121,7 @@ ALGORITHMS.sliding_window_buckets = {
 }
 
 -- Charges `cost` whatever the state (see share.lua).
-ALGORITHMS.sliding_window_buckets.force = function(state, now, cost, p)
+ALGORITHMS.sliding_window_buckets.debit = function(state, now, cost, p)
   return ALGORITHMS.sliding_window_buckets.evaluate(state, now, cost, { UNBOUNDED, p[2], p[3], p[4] })
 end
 

@@ -54,7 +54,7 @@ ALGORITHMS.token_bucket.lapse = function(now, p)
 end
 
 -- Charges `cost` whatever the state (see share.lua).
-ALGORITHMS.token_bucket.force = function(state, now, cost, p)
+ALGORITHMS.token_bucket.debit = function(state, now, cost, p)
   return ALGORITHMS.token_bucket.evaluate(state, now, cost, { p[1], p[2], UNBOUNDED, p[4] })
 end
 

@@ -192,11 +192,11 @@ impl PackedLimiter {
 
 impl PackedLimiter {
     /// Charges `cost` whatever the limit says, to the state in `cell`.
-    pub(crate) fn force(&self, cell: &AtomicU64, now: u64, cost: u32) {
+    pub(crate) fn debit(&self, cell: &AtomicU64, now: u64, cost: u32) {
         match self {
-            PackedLimiter::Gcra(gcra) => tollgate_core::force_atomic(gcra, cell, now, cost),
+            PackedLimiter::Gcra(gcra) => tollgate_core::debit_atomic(gcra, cell, now, cost),
             PackedLimiter::LeakyBucket(bucket) => {
-                tollgate_core::force_atomic(bucket, cell, now, cost)
+                tollgate_core::debit_atomic(bucket, cell, now, cost)
             }
         }
     }

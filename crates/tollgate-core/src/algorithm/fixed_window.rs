@@ -131,7 +131,7 @@ impl RateAlgorithm for FixedWindow {
 
     /// Added to the current window's count (the window a clock that went
     /// back left ahead, if any), past the limit if need be.
-    fn force(&self, state: &mut FixedWindowState, now: u64, cost: u32) {
+    fn debit(&self, state: &mut FixedWindowState, now: u64, cost: u32) {
         let current = self.per_period.div(now);
         if state.window < current {
             *state = FixedWindowState {

@@ -155,7 +155,7 @@ impl RateAlgorithm for Gcra {
     }
 
     /// The schedule moves on by the cost, from now or from where it stands.
-    fn force(&self, state: &mut GcraState, now: u64, cost: u32) {
+    fn debit(&self, state: &mut GcraState, now: u64, cost: u32) {
         let cost = self.interval.saturating_mul(u64::from(cost));
         state.tat = state.tat.max(now).saturating_add(cost);
     }

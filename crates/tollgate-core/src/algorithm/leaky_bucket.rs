@@ -164,7 +164,7 @@ impl RateAlgorithm for LeakyBucket {
     }
 
     /// The queue grows by the cost's slots, from now or from its end.
-    fn force(&self, state: &mut LeakyBucketState, now: u64, cost: u32) {
+    fn debit(&self, state: &mut LeakyBucketState, now: u64, cost: u32) {
         let cost = self.interval.saturating_mul(u64::from(cost));
         state.next_free = state.next_free.max(now).saturating_add(cost);
     }

@@ -120,7 +120,7 @@ pub trait RateAlgorithm {
     /// `retry_after` saying when. Windowed algorithms hold a debt only as
     /// long as the window that holds it: what is still over the limit when
     /// that window has left is forgiven.
-    fn force(&self, state: &mut Self::State, now: u64, cost: u32);
+    fn debit(&self, state: &mut Self::State, now: u64, cost: u32);
 
     /// This algorithm over `quota`, with its default options: what
     /// [`Limiter::new`](crate::Limiter::new) builds.

@@ -307,7 +307,7 @@ impl RateAlgorithm for SlidingLog {
     }
 
     /// Logged at `now`, past the limit if need be.
-    fn force(&self, state: &mut SlidingLogState, now: u64, cost: u32) {
+    fn debit(&self, state: &mut SlidingLogState, now: u64, cost: u32) {
         self.commit(state, LogCharge { at: now, cost });
     }
 }

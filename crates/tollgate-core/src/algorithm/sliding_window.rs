@@ -239,7 +239,7 @@ impl RateAlgorithm for SlidingWindow {
     }
 
     /// Added to the current window's count, past the limit if need be.
-    fn force(&self, state: &mut SlidingWindowState, now: u64, cost: u32) {
+    fn debit(&self, state: &mut SlidingWindowState, now: u64, cost: u32) {
         let mut rolled = self.rolled(state, self.per_period.div(now));
         rolled.current = rolled.current.saturating_add(u64::from(cost));
         *state = rolled;

@@ -301,7 +301,7 @@ impl RateAlgorithm for SlidingWindowBuckets {
 
     /// Added to the sub-window a request would be charged in now, past the
     /// limit if need be.
-    fn force(&self, state: &mut SlidingWindowBucketsState, now: u64, cost: u32) {
+    fn debit(&self, state: &mut SlidingWindowBucketsState, now: u64, cost: u32) {
         let current = self.per_sub_window.div(now);
         let index = if state.counts.len() as u64 == self.slots() {
             current.max(state.newest)

@@ -355,8 +355,8 @@ impl RateAlgorithm for IntervalTokenBucket {
         self.0.refund(state, receipt, now);
     }
 
-    fn force(&self, state: &mut TokenBucketState, now: u64, cost: u32) {
-        self.0.force(state, now, cost);
+    fn debit(&self, state: &mut TokenBucketState, now: u64, cost: u32) {
+        self.0.debit(state, now, cost);
     }
 
     fn from_quota(quota: Quota) -> Self {
@@ -502,7 +502,7 @@ impl RateAlgorithm for TokenBucket {
     /// Continuous: the moment of being full moves on by the cost, from now
     /// or from where it stands. Interval: the cost is added to the tokens
     /// missing, past the bucket's size if need be.
-    fn force(&self, state: &mut TokenBucketState, now: u64, cost: u32) {
+    fn debit(&self, state: &mut TokenBucketState, now: u64, cost: u32) {
         *state = match (self.refill, *state) {
             (Refill::Continuous, state) => {
                 let full_at = match state {

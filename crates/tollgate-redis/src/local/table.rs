@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 use tollgate::Key;
-use tollgate::store::ByFingerprint;
-use tollgate::store::bounded::{BoundedMap, Eviction, Idle};
+use tollgate::store::bounded::{BoundedMap, ByFingerprint, Eviction, Idle};
 
 const SHARDS: usize = 16;
 

@@ -3,7 +3,7 @@
 use super::wakeups::{Waiter, Wakeups};
 use super::{Acquired, InFlightLimit, SlotReply, Slots};
 use crate::Key;
-use crate::store::ByFingerprint;
+use crate::store::bounded::ByFingerprint;
 use crate::store::bounded::{BoundedMap, Eviction, Idle};
 use std::fmt;
 use std::sync::Arc;

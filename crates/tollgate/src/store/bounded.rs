@@ -16,7 +16,7 @@
 //! It is public for the workspace's other crates (the local-first store in
 //! `tollgate-redis`) and for stores of your own.
 
-use super::fingerprint::ByFingerprint;
+pub use super::fingerprint::{ByFingerprint, FingerprintHasher};
 use std::hash::BuildHasher;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};

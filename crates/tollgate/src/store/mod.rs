@@ -56,7 +56,6 @@ pub use capability::{Capability, Missing, short_type_name};
 pub use charge::{Debit, Refund, RefundReply};
 pub use decision::PolicyDecision;
 pub use fallback::{Fallback, FallbackFuture};
-pub use fingerprint::{ByFingerprint, FingerprintHasher};
 pub(crate) use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
@@ -192,7 +191,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// past its limit — into debt — and its later requests are refused (or
     /// delayed) until the debt is paid off at the quota's rate, with
     /// `Retry-After` saying when (see
-    /// [`RateAlgorithm::force`](tollgate_core::RateAlgorithm::force)).
+    /// [`RateAlgorithm::debit`](tollgate_core::RateAlgorithm::debit)).
     /// Best effort, as [`refund`](Self::refund), and answered the same
     /// way: [`RefundReply::Pending`] while a store that does I/O sends it.
     /// The default does nothing, for a store that cannot ([`can`](Self::can)

@@ -113,7 +113,7 @@ pub(super) fn decide<E>(
             let limits = policy.limiters().iter().zip(states.iter_mut());
             for ((limiter, state), units) in limits.zip(units.iter()) {
                 if *units > 0 {
-                    limiter.force(state, now, *units);
+                    limiter.debit(state, now, *units);
                 }
             }
             Ok(settled(policy, &before, states, now))

@@ -410,13 +410,13 @@ impl<C: Clock> MemoryStore<C> {
         let fingerprint = inner.fingerprint(policy, key);
         match policy.packed() {
             Some(limiter) => inner.with_cell(fingerprint, now, |cell| {
-                limiter.force(cell, now, cost);
+                limiter.debit(cell, now, cost);
             }),
             None => {
                 inner.with_slot(fingerprint, policy, now, |slot| {
                     let limits = policy.limiters().iter().zip(slot.states.iter_mut());
                     for (limiter, state) in limits {
-                        limiter.force(state, now, cost);
+                        limiter.debit(state, now, cost);
                     }
                     // Kept at least until the debt is paid off.
                     let (rest, _) = check_states(policy, &mut slot.states, now, 0);
@@ -455,13 +455,13 @@ impl<C: Clock> MemoryStore<C> {
         let fingerprint = inner.fingerprint(to, key);
         match to.packed() {
             Some(limiter) => inner.with_cell(fingerprint, now, |cell| {
-                limiter.force(cell, now, units(0));
+                limiter.debit(cell, now, units(0));
             }),
             None => inner.with_slot(fingerprint, to, now, |slot| {
                 let limits = to.limiters().iter().zip(slot.states.iter_mut());
                 for (index, (limiter, state)) in limits.enumerate() {
                     if units(index) > 0 {
-                        limiter.force(state, now, units(index));
+                        limiter.debit(state, now, units(index));
                     }
                 }
                 // Kept at least until the usage has come back.

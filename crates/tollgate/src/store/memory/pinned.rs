@@ -6,7 +6,7 @@
 
 use super::keys::Slot;
 use crate::policy::PackedLimiter;
-use crate::store::ByFingerprint;
+use crate::store::bounded::ByFingerprint;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
