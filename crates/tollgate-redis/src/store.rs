@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::{BlockList, Debit, Refund, RefundReply};
+use tollgate::store::{BlockList, ChargeChange, Debit, Refund, RefundReply};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, DecisionFields, MonotonicClock};
 
@@ -361,7 +361,7 @@ impl Store for RedisStore {
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
-        spawn_change(Change::Refund, async move {
+        spawn_change(ChargeChange::Refund, async move {
             store.refund_now(&policy, &key, &refund).await
         })
     }
@@ -373,34 +373,9 @@ impl Store for RedisStore {
         let cost = debit.cost;
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
-        spawn_change(Change::Debit, async move {
+        spawn_change(ChargeChange::Debit, async move {
             store.charge_debt(&policy, &key, cost).await
         })
-    }
-}
-
-/// A change to a charge sent after the check: what a failure means.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Change {
-    /// A refund: when it fails, the charge stands.
-    Refund,
-    /// A debit: when it fails, the cost goes uncharged.
-    Debit,
-}
-
-impl Change {
-    fn name(self) -> &'static str {
-        match self {
-            Change::Refund => "refund",
-            Change::Debit => "debit",
-        }
-    }
-
-    fn consequence(self) -> &'static str {
-        match self {
-            Change::Refund => "the charge stands",
-            Change::Debit => "the cost goes uncharged",
-        }
     }
 }
 
@@ -410,36 +385,13 @@ impl Change {
 /// task waiting for as long as the outage lasts.
 pub(crate) const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Runs a refund's or a debit's call on the current Tokio runtime, given
-/// up after [`CHANGE_TIMEOUT`], logging a failure; the reply completes
-/// when the call has. Without a runtime, logs that it was not sent.
+/// Runs a refund or a debit on a task of its own, logged as this crate's
+/// (see [`tollgate::store::spawn_change`]).
 pub(crate) fn spawn_change(
-    change: Change,
+    change: ChargeChange,
     call: impl Future<Output = Result<(), RedisStoreError>> + Send + 'static,
 ) -> RefundReply {
-    let (name, consequence) = (change.name(), change.consequence());
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(
-            "tollgate-redis: a {name} outside a Tokio runtime was not sent; {consequence}"
-        );
-        return RefundReply::Done;
-    };
-    let task = runtime.spawn(async move {
-        match tokio::time::timeout(CHANGE_TIMEOUT, call).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "tollgate-redis: a {name} failed; {consequence}");
-            }
-            Err(_) => tracing::warn!(
-                "tollgate-redis: a {name} had no answer within {} s; {consequence}",
-                CHANGE_TIMEOUT.as_secs()
-            ),
-        }
-    });
-    // Dropping a task's handle does not cancel the task.
-    RefundReply::Pending(Box::pin(async move {
-        let _ = task.await;
-    }))
+    tollgate::store::spawn_change("tollgate-redis", change, CHANGE_TIMEOUT, call)
 }
 
 impl RedisStore {

@@ -2,9 +2,10 @@
 
 use crate::observe::PolicyMetrics;
 use crate::prepared::{Prepared, PreparedForms};
+use smallvec::SmallVec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, check_atomic};
+use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, State, check_atomic};
 
 /// One limit with a name: the name appears in the `RateLimit-Policy` and
 /// `RateLimit` headers, in logs and in metrics.
@@ -203,6 +204,33 @@ impl PackedLimiter {
 }
 
 impl Policy {
+    /// Checks a request of `cost` against `states`, one per limit of this
+    /// policy, all or nothing: how every store that keeps the core's states
+    /// (the memory store, the compare-and-swap store) decides.
+    #[inline]
+    pub(crate) fn check_states(
+        &self,
+        states: &mut [State],
+        now: u64,
+        cost: u32,
+    ) -> (Decision, SmallVec<[Decision; 2]>) {
+        match (self.limiters(), states) {
+            // One limit: no pairing, no merging.
+            ([limiter], [state]) => {
+                let decision = limiter.check(state, now, cost);
+                (decision, smallvec::smallvec![decision])
+            }
+            (limiters, states) => {
+                let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
+                    limiters.iter().zip(states.iter_mut()).collect();
+                let mut each: SmallVec<[Decision; 2]> =
+                    smallvec::smallvec![Decision::default(); pairs.len()];
+                let merged = tollgate_core::check_all(&mut pairs, now, cost, &mut each);
+                (merged, each)
+            }
+        }
+    }
+
     /// A policy of `limits`, with a fresh identity.
     pub fn new(limits: Vec<NamedLimit>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);

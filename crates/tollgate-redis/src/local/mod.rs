@@ -570,27 +570,30 @@ impl Store for LocalFirst {
                     };
                     let (policy, key) = (policy.clone(), key.clone());
                     let inner = self.inner.clone();
-                    return crate::store::spawn_change(crate::store::Change::Refund, async move {
-                        if policy.limits().is_empty() || refund.cost == 0 {
-                            return Ok(());
-                        }
-                        let reply = redis.share(&policy, &key, op).await?;
-                        if let Some(slot) = slot {
-                            let at = inner.now();
-                            // A reservation in flight may be in the
-                            // reading, not yet in the slot: it lands first.
-                            if let Some(round) = slot.refunded(at) {
-                                round_ended(&*slot, round).await;
+                    return crate::store::spawn_change(
+                        tollgate::store::ChargeChange::Refund,
+                        async move {
+                            if policy.limits().is_empty() || refund.cost == 0 {
+                                return Ok(());
                             }
-                            slot.read_refund(at, (reply.decision, reply.server_micros));
-                        }
-                        Ok(())
-                    });
+                            let reply = redis.share(&policy, &key, op).await?;
+                            if let Some(slot) = slot {
+                                let at = inner.now();
+                                // A reservation in flight may be in the
+                                // reading, not yet in the slot: it lands first.
+                                if let Some(round) = slot.refunded(at) {
+                                    round_ended(&*slot, round).await;
+                                }
+                                slot.read_refund(at, (reply.decision, reply.server_micros));
+                            }
+                            Ok(())
+                        },
+                    );
                 }
                 let slot = table.find(policy.id(), key);
                 let (policy, key) = (policy.clone(), key.clone());
                 let inner = self.inner.clone();
-                crate::store::spawn_change(crate::store::Change::Refund, async move {
+                crate::store::spawn_change(tollgate::store::ChargeChange::Refund, async move {
                     redis.refund_now(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded(inner.now());
@@ -612,7 +615,7 @@ impl Store for LocalFirst {
                     slot => (refund, slot, None),
                 };
                 let (policy, key) = (policy.clone(), key.clone());
-                crate::store::spawn_change(crate::store::Change::Refund, async move {
+                crate::store::spawn_change(tollgate::store::ChargeChange::Refund, async move {
                     // The report that may carry the units lands first
                     // (see `PeriodicSlot::give_back`); no other sync is
                     // waited for.

@@ -4,6 +4,7 @@
 
 use super::decision::PolicyDecision;
 use super::route::Route;
+use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -130,4 +131,83 @@ impl Debit {
             charged_by: Route::default(),
         }
     }
+}
+
+/// A change to a charge after the check, as a store that does I/O runs it
+/// on a task of its own ([`spawn_change`]): what it is called and what its
+/// failure means, for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChargeChange {
+    /// A [`Refund`]: when it fails, the charge stands.
+    Refund,
+    /// A [`Debit`]: when it fails, the cost goes uncharged.
+    Debit,
+}
+
+impl ChargeChange {
+    /// `"refund"` or `"debit"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChargeChange::Refund => "refund",
+            ChargeChange::Debit => "debit",
+        }
+    }
+
+    /// What its failure leaves.
+    pub fn consequence(self) -> &'static str {
+        match self {
+            ChargeChange::Refund => "the charge stands",
+            ChargeChange::Debit => "the cost goes uncharged",
+        }
+    }
+
+    /// Logs that it failed, with `error`, as `store` (the log's prefix,
+    /// such as `"tollgate-redis"`).
+    pub fn failed(self, store: &str, error: &dyn Display) {
+        tracing::warn!(
+            %error,
+            "{store}: a {} failed; {}",
+            self.name(),
+            self.consequence()
+        );
+    }
+}
+
+/// Runs `call` (a store's refund or debit) on a task of the current Tokio
+/// runtime, given up after `timeout`, its failure logged as `store` (see
+/// [`ChargeChange::failed`]): the answer of a [`Store::refund`] or
+/// [`Store::debit`](super::Store::debit) that does I/O. Outside a runtime
+/// nothing is sent, and that is logged.
+///
+/// [`Store::refund`]: super::Store::refund
+pub fn spawn_change<E: Display>(
+    store: &'static str,
+    change: ChargeChange,
+    timeout: Duration,
+    call: impl Future<Output = Result<(), E>> + Send + 'static,
+) -> RefundReply {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            "{store}: a {} outside a Tokio runtime was not sent; {}",
+            change.name(),
+            change.consequence()
+        );
+        return RefundReply::Done;
+    };
+    let task = runtime.spawn(async move {
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => change.failed(store, &error),
+            Err(_) => tracing::warn!(
+                "{store}: a {} had no answer within {} s; {}",
+                change.name(),
+                timeout.as_secs(),
+                change.consequence()
+            ),
+        }
+    });
+    // Dropping a task's handle does not cancel the task.
+    RefundReply::Pending(Box::pin(async move {
+        let _ = task.await;
+    }))
 }

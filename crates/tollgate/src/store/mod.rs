@@ -53,7 +53,7 @@ pub use block_list::{BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
 pub use capability::{Capability, Missing, short_type_name};
-pub use charge::{Debit, Refund, RefundReply};
+pub use charge::{ChargeChange, Debit, Refund, RefundReply, spawn_change};
 pub use decision::PolicyDecision;
 pub use fallback::{Fallback, FallbackFuture};
 pub(crate) use memory::PinnedKey;

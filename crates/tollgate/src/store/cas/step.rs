@@ -9,9 +9,7 @@ use crate::store::{PolicyDecision, Refund};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tollgate_core::{
-    Decision, DecisionFields, Limiter, State, check_all, decode_states, encode_states,
-};
+use tollgate_core::{Decision, DecisionFields, Limiter, State, decode_states, encode_states};
 
 /// A key's states, one per limit of its policy, in order.
 type States = SmallVec<[State; 2]>;
@@ -81,7 +79,7 @@ pub(super) fn decide<E>(
     let mut states = before.clone();
     match op {
         Op::Check(cost) => {
-            let (merged, each) = check(policy, &mut states, now, *cost);
+            let (merged, each) = policy.check_states(&mut states, now, *cost);
             if !merged.allowed() {
                 // A refusal charges nothing: nothing to write.
                 return Ok(Step::Answer(decision(merged, each, 0)));
@@ -95,7 +93,7 @@ pub(super) fn decide<E>(
             ))
         }
         Op::Peek => {
-            let (merged, each) = check(policy, &mut states, now, 0);
+            let (merged, each) = policy.check_states(&mut states, now, 0);
             Ok(Step::Answer(decision(merged, each, 0)))
         }
         Op::Refund(refund) => {
@@ -124,7 +122,7 @@ pub(super) fn decide<E>(
 
 /// `states` after a refund or a debit: written, kept until back at rest.
 fn settled(policy: &Policy, before: &States, states: States, now: u64) -> Step {
-    let (rest, _) = check(policy, &mut states.clone(), now, 0);
+    let (rest, _) = policy.check_states(&mut states.clone(), now, 0);
     write_if_changed(before, &states, rest_at(policy, now, &rest), nothing())
 }
 
@@ -174,30 +172,6 @@ fn write_if_changed(
 fn rest_at(policy: &Policy, now: u64, merged: &Decision) -> u64 {
     now.saturating_add(merged.reset_after_nanos())
         .saturating_add(policy.rest_slack_nanos())
-}
-
-/// A request of `cost` against `states`, one per limit of `policy`, all
-/// or nothing (as the memory store checks one).
-fn check(
-    policy: &Policy,
-    states: &mut [State],
-    now: u64,
-    cost: u32,
-) -> (Decision, SmallVec<[Decision; 2]>) {
-    match (policy.limiters(), states) {
-        ([limiter], [state]) => {
-            let decision = limiter.check(state, now, cost);
-            (decision, smallvec::smallvec![decision])
-        }
-        (limiters, states) => {
-            let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
-                limiters.iter().zip(states.iter_mut()).collect();
-            let mut each: SmallVec<[Decision; 2]> =
-                smallvec::smallvec![Decision::default(); pairs.len()];
-            let merged = check_all(&mut pairs, now, cost, &mut each);
-            (merged, each)
-        }
-    }
 }
 
 fn decision(merged: Decision, each: SmallVec<[Decision; 2]>, charged_at: u64) -> PolicyDecision {

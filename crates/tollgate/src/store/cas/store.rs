@@ -8,12 +8,12 @@ use super::retry::Retry;
 use super::shared::Shared;
 use super::step::{Op, nothing};
 use crate::store::{
-    AdminError, AdminFuture, Capability, Debit, Missing, Refund, RefundReply, Store, StoreReply,
+    AdminError, AdminFuture, Capability, ChargeChange, Debit, Missing, Refund, RefundReply, Store,
+    StoreReply, spawn_change,
 };
 use crate::{Key, Policy};
 use smallvec::SmallVec;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -227,7 +227,7 @@ impl<B: CasBackend> Store for CasStore<B> {
             return RefundReply::Done;
         }
         settle(
-            Change::Refund,
+            ChargeChange::Refund,
             self.start(policy, key, Op::Refund(refund), None),
         )
     }
@@ -240,7 +240,7 @@ impl<B: CasBackend> Store for CasStore<B> {
         }
         let units = SmallVec::from_elem(debit.cost, policy.limits().len());
         settle(
-            Change::Debit,
+            ChargeChange::Debit,
             self.start(policy, key, Op::Force(units), None),
         )
     }
@@ -297,38 +297,6 @@ impl<B: CasBackend> Store for CasStore<B> {
     // refused here is refused by its counts, which `reset` forgets.
 }
 
-/// A refund or a debit: what its failure means.
-#[derive(Clone, Copy, Debug)]
-enum Change {
-    Refund,
-    Debit,
-}
-
-impl Change {
-    fn name(self) -> &'static str {
-        match self {
-            Change::Refund => "refund",
-            Change::Debit => "debit",
-        }
-    }
-
-    fn consequence(self) -> &'static str {
-        match self {
-            Change::Refund => "the charge stands",
-            Change::Debit => "the cost goes uncharged",
-        }
-    }
-
-    fn failed<E: std::fmt::Display>(self, error: &E) {
-        tracing::warn!(
-            %error,
-            "tollgate: a compare-and-swap store's {} failed; {}",
-            self.name(),
-            self.consequence()
-        );
-    }
-}
-
 /// How long a refund or a debit on its own task may take (a backend that
 /// hangs would otherwise keep one task per refunded request).
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -336,37 +304,18 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs a refund or a debit: done at once when the backend answers at
 /// once (polled here once), else on a task of the current Tokio runtime,
 /// given up after [`CHANGE_TIMEOUT`]; a failure is logged.
-fn settle<B: CasBackend>(change: Change, call: CasFuture<B>) -> RefundReply {
+fn settle<B: CasBackend>(change: ChargeChange, call: CasFuture<B>) -> RefundReply {
     let mut call = Box::pin(call);
     if let Poll::Ready(done) = call.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         if let Err(error) = done {
-            change.failed(&error);
+            change.failed(STORE, &error);
         }
         return RefundReply::Done;
     }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(
-            "tollgate: a compare-and-swap store's {} outside a Tokio runtime was not \
-             finished; {}",
-            change.name(),
-            change.consequence()
-        );
-        return RefundReply::Done;
-    };
-    let task = runtime.spawn(async move {
-        match tokio::time::timeout(CHANGE_TIMEOUT, call).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => change.failed(&error),
-            Err(_) => tracing::warn!(
-                "tollgate: a compare-and-swap store's {} had no answer within {} s; {}",
-                change.name(),
-                CHANGE_TIMEOUT.as_secs(),
-                change.consequence()
-            ),
-        }
-    });
-    // Dropping a task's handle does not cancel the task.
-    RefundReply::Pending(Box::pin(async move {
-        let _ = task.await;
-    }) as Pin<Box<dyn Future<Output = ()> + Send>>)
+    spawn_change(STORE, change, CHANGE_TIMEOUT, async move {
+        call.await.map(|_| ())
+    })
 }
+
+/// How this store's failed refunds and debits are logged.
+const STORE: &str = "tollgate (compare-and-swap store)";

@@ -6,7 +6,7 @@ use super::super::fingerprint::ByFingerprint;
 use crate::Policy;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate_core::{Decision, Limiter, State, check_all};
+use tollgate_core::{Decision, Limiter, State};
 
 /// What one shard holds: two maps sharing the shard's bound.
 #[derive(Debug, Default)]
@@ -43,37 +43,11 @@ impl Slot {
         now: u64,
         cost: u32,
     ) -> (Decision, SmallVec<[Decision; 2]>) {
-        let (merged, each) = check_states(policy, &mut self.states, now, cost);
+        let (merged, each) = policy.check_states(&mut self.states, now, cost);
         self.rest_at = now
             .saturating_add(merged.reset_after_nanos())
             .saturating_add(policy.rest_slack_nanos());
         (merged, each)
-    }
-}
-
-/// Checks a request of `cost` against `states`, one per limit of
-/// `policy`, all or nothing.
-#[inline]
-pub(super) fn check_states(
-    policy: &Policy,
-    states: &mut [State],
-    now: u64,
-    cost: u32,
-) -> (Decision, SmallVec<[Decision; 2]>) {
-    match (policy.limiters(), states) {
-        // One limit: no pairing, no merging.
-        ([limiter], [state]) => {
-            let decision = limiter.check(state, now, cost);
-            (decision, smallvec::smallvec![decision])
-        }
-        (limiters, states) => {
-            let mut pairs: SmallVec<[(&Limiter, &mut State); 2]> =
-                limiters.iter().zip(states.iter_mut()).collect();
-            let mut each: SmallVec<[Decision; 2]> =
-                smallvec::smallvec![Decision::default(); pairs.len()];
-            let merged = check_all(&mut pairs, now, cost, &mut each);
-            (merged, each)
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use super::bounded::{BoundedMap, Eviction};
 use super::{PolicyDecision, RefundReply, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
-use keys::{Keys, Slot, check_states};
+use keys::{Keys, Slot};
 use pinned::{Pinned, PinnedKeys, PinnedState, Release};
 use smallvec::SmallVec;
 use std::convert::Infallible;
@@ -324,7 +324,7 @@ impl<C: Clock> MemoryStore<C> {
                     (None, None) => policy.limiters().iter().map(Limiter::new_state).collect(),
                 };
                 drop(shard);
-                check_states(policy, &mut states, now, 0)
+                policy.check_states(&mut states, now, 0)
             }
         };
         PolicyDecision {
@@ -419,7 +419,7 @@ impl<C: Clock> MemoryStore<C> {
                         limiter.debit(state, now, cost);
                     }
                     // Kept at least until the debt is paid off.
-                    let (rest, _) = check_states(policy, &mut slot.states, now, 0);
+                    let (rest, _) = policy.check_states(&mut slot.states, now, 0);
                     slot.rest_at = slot.rest_at.max(
                         now.saturating_add(rest.reset_after_nanos())
                             .saturating_add(policy.rest_slack_nanos()),
@@ -465,7 +465,7 @@ impl<C: Clock> MemoryStore<C> {
                     }
                 }
                 // Kept at least until the usage has come back.
-                let (rest, _) = check_states(to, &mut slot.states, now, 0);
+                let (rest, _) = to.check_states(&mut slot.states, now, 0);
                 slot.rest_at = slot.rest_at.max(
                     now.saturating_add(rest.reset_after_nanos())
                         .saturating_add(to.rest_slack_nanos()),
