@@ -120,7 +120,7 @@ impl PostgresBackend {
 }
 
 /// Builds a [`PostgresBackend`]; [`connect`](Self::connect) makes it.
-#[derive(Debug)]
+/// Its `Debug` shows the URL [`redacted`](crate::redacted).
 #[must_use = "a builder does nothing until connected"]
 pub struct PostgresBackendBuilder {
     url: String,
@@ -132,6 +132,22 @@ pub struct PostgresBackendBuilder {
     sweep_every: Option<Duration>,
     sweep_batch: u32,
     tls_roots: Option<Pem>,
+}
+
+impl std::fmt::Debug for PostgresBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackendBuilder")
+            .field("url", &url::redacted(&self.url))
+            .field("table", &self.table)
+            .field("pool_size", &self.pool_size)
+            .field("timeout", &self.timeout)
+            .field("create_schema", &self.create_schema)
+            .field("unlogged", &self.unlogged)
+            .field("sweep_every", &self.sweep_every)
+            .field("sweep_batch", &self.sweep_batch)
+            .field("tls_roots", &self.tls_roots)
+            .finish()
+    }
 }
 
 impl PostgresBackendBuilder {
@@ -399,5 +415,20 @@ impl CasBackend for PostgresBackend {
             };
             Ok(written.map_err(fail)? == 1)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_shows_no_password() {
+        let builder = PostgresBackend::builder("postgres://app:hunter2@db:5432/app")
+            .table("limits")
+            .pool_size(3);
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("postgres://***@db:5432/app"), "{shown}");
     }
 }

@@ -119,8 +119,10 @@
 //!   table (`tollgate_limits`) is created at startup if it is missing;
 //!   expired rows are swept every 10 s. Like a Redis store it is given up
 //!   on after `--store-timeout-ms`, behind the same circuit breaker, with
-//!   the block cache on unless `--block-cache off`. TLS (`sslmode`) is
-//!   not built into this program (a URL asking for it is a usage error).
+//!   the block cache on unless `--block-cache off`. TLS as the URL's
+//!   `sslmode` says (`require`, `verify-full`, …; the server's
+//!   certificate checked against the system's roots, or the CA file of
+//!   `sslrootcert=PATH`).
 //!   `--local`, `--connect lazy` and `--in-flight` need a Redis store
 //!   (usage error, exit 2): the local-first store and shared in-flight
 //!   slots exist for Redis only. A database that cannot be reached at
@@ -527,7 +529,7 @@ fn parse_store(text: &str) -> Result<StoreUrl, String> {
         return Ok(StoreUrl::Redis(text.to_owned()));
     }
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-        // Refused here, with the password hidden; TLS is not built in.
+        // Malformed URLs are refused here, with the password hidden.
         tollgate_postgres::check_url(text).map_err(|e| e.to_string())?;
         return Ok(StoreUrl::Postgres(text.to_owned()));
     }
