@@ -175,8 +175,19 @@ async fn expired_rows_are_swept_within_two_intervals() {
         Instant::now().saturating_duration_since(expired_by),
         2 * interval
     );
-    // The sweeper ends with the last clone of the backend.
+    // The sweeper ends with the last clone of the backend, and with it
+    // the pool: the server soon has no session but psql's.
     drop((store, backend));
+    let sessions = "SELECT count(*) FROM pg_stat_activity \
+                    WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.sql(sessions) != "0" {
+        assert!(
+            Instant::now() < deadline,
+            "sessions left after the backend was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
