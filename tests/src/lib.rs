@@ -3,13 +3,16 @@
 //! ports, standalone and as a Cluster, stopped when dropped; and an
 //! allocator that counts, for tests of what a path allocates; and a
 //! capture of `tracing` events, for tests of what reaches the logs; and
-//! (feature `metrics`) a recorder of counters and gauges.
+//! (feature `metrics`) a recorder of counters and gauges; and real
+//! PostgreSQL servers (`postgres.rs`), each a cluster of its own on a free
+//! loopback port, run as an unprivileged user when the tests run as root.
 
 pub mod alloc;
 pub mod app;
 pub mod logs;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+pub mod postgres;
 pub mod random;
 pub mod redis;
 pub mod sentinel;

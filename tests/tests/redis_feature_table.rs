@@ -1,5 +1,6 @@
 //! The table of `docs/stores.md` — every store and wrapper against every
-//! feature — computed here by trying each cell on a real Redis server:
+//! feature — computed here by trying each cell on a real Redis server
+//! (and a real PostgreSQL server for the compare-and-swap store over it):
 //! a layer built with the feature (refused at build, or built), an
 //! operator's peek, reset and unblock, a key's own quota seen in a
 //! response. The test fails when the table in the docs says otherwise,
@@ -16,7 +17,9 @@ use tollgate::{
     ChargeWhen, HeaderKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store,
 };
 use tollgate_core::Quota;
+use tollgate_postgres::PostgresBackend;
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+use tollgate_tests::postgres::PostgresServer;
 use tollgate_tests::redis::RedisServer;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -168,11 +171,23 @@ async fn own_quota_seen<St: Store>(store: St) -> bool {
 }
 
 /// The table's rows, in the docs' order.
-async fn table(server: &RedisServer) -> Vec<(&'static str, Vec<&'static str>)> {
+async fn table(
+    server: &RedisServer,
+    postgres: &PostgresServer,
+) -> Vec<(&'static str, Vec<&'static str>)> {
     let redis = |prefix: &'static str| RedisStore::builder(server.url()).prefix(prefix).connect();
     let mut rows = vec![("`MemoryStore`", row(MemoryStore::new()).await)];
     let cas = CasStore::new(MemoryBackend::new());
     rows.push(("`CasStore<MemoryBackend>`", row(cas).await));
+    let backend = PostgresBackend::builder(postgres.url())
+        .create_schema(true)
+        .connect()
+        .await
+        .unwrap();
+    rows.push((
+        "`CasStore<PostgresBackend>`",
+        row(CasStore::new(backend)).await,
+    ));
     rows.push((
         "`RedisStore`",
         row(redis("table-redis").await.unwrap()).await,
@@ -226,7 +241,8 @@ fn markdown(rows: &[(&str, Vec<&str>)]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_docs_table_of_stores_and_features_is_what_each_store_does() {
     let server = RedisServer::start();
-    let found = markdown(&table(&server).await);
+    let postgres = PostgresServer::start();
+    let found = markdown(&table(&server, &postgres).await);
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/stores.md"))
         .expect("docs/stores.md");
     let start = "<!-- table: tests/tests/redis_feature_table.rs -->\n";

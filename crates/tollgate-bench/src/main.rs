@@ -1,5 +1,6 @@
 //! tollgate side by side with the limiters a user would pick instead, in
-//! one run: `governor`, `tower_governor` and raw `redis-benchmark`.
+//! one run: `governor`, `tower_governor` and raw `redis-benchmark`; and
+//! its PostgreSQL store beside its Redis store (`--only postgres`).
 //!
 //! ```sh
 //! cargo run --release -p tollgate-bench -- --json target/bench.json
@@ -45,7 +46,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios, comma-separated: accuracy, core, memory,
-    /// contention, layer, http, redis, redis-scripts, local.
+    /// contention, layer, http, redis, redis-scripts, local, postgres.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the Markdown table, with the machine, to this file.
@@ -147,6 +148,19 @@ fn main() {
                     // Its own tables (calls, over-admission), after the rows.
                     tables.push(local.to_markdown());
                     local.outcomes
+                }
+            },
+            "postgres" => match scenario::postgres::missing_tools() {
+                Some(why) => {
+                    eprintln!("{why}");
+                    notes.push(why);
+                    Vec::new()
+                }
+                None => {
+                    let run = scenario::postgres::run(settings);
+                    // The hot key's contention, after the rows.
+                    tables.push(run.table);
+                    run.outcomes
                 }
             },
             _ => unreachable!("names were checked against scenario::ALL"),

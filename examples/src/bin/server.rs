@@ -14,12 +14,12 @@
 //! --algorithm ALG          an algorithm's configuration name, listed by --help from the registry (default gcra)
 //! --key KIND               ip | global | header:NAME (default ip)
 //! --trust-proxy CIDR       repeatable; proxy headers are read only from these peers
-//! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...]; or from the environment variable TOLLGATE_STORE
+//! --store URL              memory (default) | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...] | postgres://USER:PASSWORD@HOST:PORT/DB; or from the environment variable TOLLGATE_STORE
 //! --store-file PATH        the --store URL read from a file (its first line), so that a password is on no command line
 //! --on-store-error MODE    open | closed | fallback (default open)
 //! --store-timeout-ms N     default 100
 //! --connect MODE           Redis stores only: eager (default: exit if Redis is absent) | lazy (start anyway, connect in the background)
-//! --block-cache MODE       on | off (default on): a Redis store refuses a key Redis refused until its retry time, with no call
+//! --block-cache MODE       on | off (default on): a Redis or PostgreSQL store refuses a key it refused until its retry time, with no call
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
 //! --local MODE             Redis stores only: off (default: one Redis call per decision) | exact | periodic=MS
@@ -112,6 +112,21 @@
 //!   `--in-flight-lease-ms` with the memory store is a usage error.
 //!   `--on-store-error`, `--store-timeout-ms` and `--connect` apply to the
 //!   slots too.
+//! - `--store postgres://USER:PASSWORD@HOST:PORT/DB` (or `postgresql://`)
+//!   keeps the counts in PostgreSQL (`tollgate_postgres::PostgresBackend`
+//!   under tollgate's compare-and-swap store): every server on the same
+//!   database shares the limits, decided on the database's clock. The
+//!   table (`tollgate_limits`) is created at startup if it is missing;
+//!   expired rows are swept every 10 s. Like a Redis store it is given up
+//!   on after `--store-timeout-ms`, behind the same circuit breaker, with
+//!   the block cache on unless `--block-cache off`. TLS as the URL's
+//!   `sslmode` says (`require`, `verify-full`, …; the server's
+//!   certificate checked against the system's roots, or the CA file of
+//!   `sslrootcert=PATH`).
+//!   `--local`, `--connect lazy` and `--in-flight` need a Redis store
+//!   (usage error, exit 2): the local-first store and shared in-flight
+//!   slots exist for Redis only. A database that cannot be reached at
+//!   startup: exit code 1.
 //! - `--connect lazy` (Redis stores): the server starts whether Redis is
 //!   up or not, prints `listening on`, and answers by `--on-store-error`
 //!   (`closed`: 503 at once) until Redis answers; it tries again after a
@@ -119,7 +134,7 @@
 //!   the first request after it connected. `eager` (the default) exits
 //!   with code 1 when Redis is absent at startup. With the memory store
 //!   it changes nothing.
-//! - `--block-cache` applies to a Redis store only (the memory store has
+//! - `--block-cache` applies to a Redis or PostgreSQL store only (the memory store has
 //!   no round trip to save): given with the memory store, default or
 //!   named, it is a usage error. On, a flood on a refused key costs Redis
 //!   one call per retry period instead of one per request; its hits count
@@ -158,7 +173,8 @@ use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, QuotaAnswer};
-use tollgate::store::{BoxStore, Breaker, Fallback, Split, Timeout};
+use tollgate::store::cas::CasStore;
+use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Split, Timeout};
 use tollgate::{
     ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
     OnStoreError, RateLimitLayer,
@@ -166,6 +182,7 @@ use tollgate::{
 use tollgate_axum::ClientIp;
 use tollgate_examples::plans;
 use tollgate_examples::serving::{ServeLimits, serve};
+use tollgate_postgres::PostgresBackend;
 use tollgate_redis::{LocalFirst, LocalMode, RedisSlots, RedisStore};
 
 /// The command line (see the module docs for the contract).
@@ -194,7 +211,8 @@ struct Args {
     #[arg(long = "trust-proxy", value_name = "CIDR", value_parser = parse_network)]
     trust_proxy: Vec<IpNet>,
 
-    /// memory | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...].
+    /// memory | redis://HOST:PORT | redis+cluster://HOST:PORT[,HOST:PORT...] |
+    /// postgres://USER:PASSWORD@HOST:PORT/DB.
     /// Read after the other flags (see `store_url`): clap would echo a
     /// rejected value whole, password included. From `TOLLGATE_STORE`
     /// when the flag is absent (its value never shown in `--help`).
@@ -212,8 +230,8 @@ struct Args {
     #[arg(long, value_name = "PATH", conflicts_with = "store")]
     store_file: Option<std::path::PathBuf>,
 
-    /// Whether a Redis store refuses, with no call, a key Redis refused
-    /// until its retry time (default on). Redis stores only.
+    /// Whether a Redis or PostgreSQL store refuses, with no call, a key it
+    /// refused until its retry time (default on). Not for the memory store.
     #[arg(long, value_name = "MODE", value_enum)]
     block_cache: Option<Switch>,
 
@@ -387,6 +405,8 @@ enum StoreUrl {
     Memory,
     /// In Redis or Redis Cluster at this URL.
     Redis(String),
+    /// In a PostgreSQL table, through the compare-and-swap store.
+    Postgres(String),
 }
 
 /// `--on-store-error`.
@@ -497,7 +517,7 @@ fn parse_local(text: &str) -> Result<Local, String> {
     }
 }
 
-/// Parses `memory` or a Redis URL.
+/// Parses `memory`, a Redis URL or a PostgreSQL URL.
 fn parse_store(text: &str) -> Result<StoreUrl, String> {
     if text == "memory" {
         return Ok(StoreUrl::Memory);
@@ -508,8 +528,14 @@ fn parse_store(text: &str) -> Result<StoreUrl, String> {
         tollgate_redis::check_url(text).map_err(|e| e.to_string())?;
         return Ok(StoreUrl::Redis(text.to_owned()));
     }
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        // Malformed URLs are refused here, with the password hidden.
+        tollgate_postgres::check_url(text).map_err(|e| e.to_string())?;
+        return Ok(StoreUrl::Postgres(text.to_owned()));
+    }
     Err(format!(
-        "expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT[,...], not {:?}",
+        "expected memory, redis://HOST:PORT, redis+cluster://HOST:PORT[,...] or \
+         postgres://USER:PASSWORD@HOST:PORT/DB, not {:?}",
         tollgate_redis::redacted(text)
     ))
 }
@@ -569,8 +595,8 @@ fn reject_block_cache_without_redis(block_cache: Option<Switch>, store: &StoreUr
         Args::command()
             .error(
                 clap::error::ErrorKind::ArgumentConflict,
-                "'--block-cache' applies to a Redis store only (--store redis://… or \
-                 redis+cluster://…), not to the memory store",
+                "'--block-cache' applies to a Redis or PostgreSQL store only (--store \
+                 redis://…, redis+cluster://… or postgres://…), not to the memory store",
             )
             .exit();
     }
@@ -595,7 +621,8 @@ enum Failure {
 }
 
 /// The store `--store`, `--max-keys`, `--block-cache` and `--local` ask
-/// for; fails if Redis is absent (or is not what the URL says).
+/// for; fails if Redis or PostgreSQL is absent (or is not what the URL
+/// says).
 /// With a Redis store, the Redis store itself too: how many instances
 /// share it is what the fallback divides the limits by.
 async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisStore>), Failure> {
@@ -611,6 +638,44 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisSto
                 None => builder,
             };
             Ok((BoxStore::new(builder.build()), None))
+        }
+        StoreUrl::Postgres(_) if args.local.is_some() => Err(Failure::Usage(
+            "--local needs a Redis --store: the local-first store is not built for \
+             PostgreSQL (docs/stores.md says what it would take)"
+                .into(),
+        )),
+        StoreUrl::Postgres(_) if args.connect == Connect::Lazy => Err(Failure::Usage(
+            "--connect lazy needs a Redis --store: a PostgreSQL store connects at startup".into(),
+        )),
+        StoreUrl::Postgres(url) => {
+            let backend = PostgresBackend::builder(url.as_str())
+                .create_schema(true)
+                .connect()
+                .await
+                .map_err(|e| {
+                    let message = format!(
+                        "cannot use the PostgreSQL store at {}: {e}",
+                        tollgate_postgres::redacted(url)
+                    );
+                    if e.is_config() {
+                        Failure::Usage(message)
+                    } else {
+                        Failure::Startup(message)
+                    }
+                })?;
+            let cas = CasStore::new(backend);
+            let store = if block_cache == Some(Switch::Off) {
+                BoxStore::new(cas)
+            } else {
+                BoxStore::new(BlockCache::new(cas))
+            };
+            // Given up on after the store timeout, behind a breaker, as a
+            // Redis store is.
+            let store = BoxStore::new(Breaker::new(Timeout::new(
+                store,
+                Duration::from_millis(args.store_timeout_ms),
+            )));
+            Ok((store, None))
         }
         StoreUrl::Redis(url) => {
             let builder =
@@ -681,8 +746,8 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     // A Redis store (or the fallback) gives up after `--store-timeout-ms`
     // itself, so that its breaker counts the timeout: the layer's own
     // bound only has to outlast it.
-    let plain_redis =
-        matches!(store_url, StoreUrl::Redis(_)) && !matches!(args.local, Some(Local::On(_)));
+    let plain_redis = matches!(store_url, StoreUrl::Postgres(_))
+        || (matches!(store_url, StoreUrl::Redis(_)) && !matches!(args.local, Some(Local::On(_))));
     let gives_up_itself = plain_redis || matches!(args.on_store_error, FailMode::Fallback);
     let store_timeout = if gives_up_itself {
         store_timeout.saturating_mul(2)
@@ -777,6 +842,11 @@ async fn in_flight(
                 .map_err(|e| Failure::Usage(e.to_string()))?;
             Ok(router.layer(layer))
         }
+        StoreUrl::Postgres(_) => Err(Failure::Usage(
+            "--in-flight needs the memory or a Redis --store: in-flight slots are not kept in \
+             PostgreSQL"
+                .into(),
+        )),
         StoreUrl::Redis(url) => {
             let mut slots = RedisSlots::builder(url.as_str());
             if let Some(ms) = args.in_flight_lease_ms {

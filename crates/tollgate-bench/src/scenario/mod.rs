@@ -3,7 +3,8 @@
 //! [`Outcome`](crate::report::Outcome) per row of the table; but
 //! [`accuracy`], which compares decisions with the exact sliding log's and
 //! has a table of its own, and [`local`], whose Redis call counts and
-//! over-admission have tables of their own beside its rows.
+//! over-admission have tables of their own beside its rows, and
+//! [`postgres`], whose hot key's contention has a table beside its rows.
 
 pub mod accuracy;
 pub mod contention;
@@ -12,12 +13,13 @@ pub mod http;
 pub mod layer;
 pub mod local;
 pub mod memory;
+pub mod postgres;
 pub mod redis;
 pub mod redis_scripts;
 
 /// Every scenario's name, in the order they run (cheap and short first, so
 /// that a broken build fails fast).
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "accuracy",
     "core",
     "memory",
@@ -27,4 +29,5 @@ pub const ALL: [&str; 9] = [
     "redis",
     "redis-scripts",
     "local",
+    "postgres",
 ];
