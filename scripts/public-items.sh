@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 crates=("$@")
 if [ ${#crates[@]} -eq 0 ]; then
-    crates=(tollgate-core tollgate tollgate-redis tollgate-axum tollgate-tonic)
+    crates=(tollgate-core tollgate tollgate-redis tollgate-axum tollgate-tonic tollgate-postgres)
 fi
 target=${PUBLIC_ITEMS_TARGET:-target/public-items}
 for crate in "${crates[@]}"; do
