@@ -604,6 +604,34 @@ fn no_file_of_a_library_crate_leans_on_one_that_leans_back() {
     );
 }
 
+/// The `tollgate` crate's top-level modules (a file of `src/`, or a folder
+/// with its files) import each other without a loop either: the layer
+/// builds the engine, the service and the future carry its decisions out,
+/// and no module leans on one that leans back on it.
+#[test]
+fn no_top_level_module_of_tollgate_leans_on_one_that_leans_back() {
+    let files = CrateSource::read(&crate_src("tollgate")).graph();
+    let mut modules: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
+    let top = |file: &ModPath| file.first().map(|name| vec![name.clone()]);
+    for (from, to) in &files {
+        let Some(from) = top(from) else { continue };
+        let edges = modules.entry(from.clone()).or_default();
+        edges.extend(to.iter().filter_map(top).filter(|to| *to != from));
+    }
+    let edge =
+        |from: &str, to: &str| modules[&vec![from.to_owned()]].contains(&vec![to.to_owned()]);
+    // The reading works: the middleware's own edges are there.
+    assert!(edge("service", "engine") && edge("future", "engine") && edge("layer", "engine"));
+    let found: Vec<String> = loops(&modules)
+        .iter()
+        .map(|component| component.iter().map(name_of).collect::<Vec<_>>().join(", "))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "modules import each other in a loop: {found:?}"
+    );
+}
+
 /// The reading sees the edges it must: through a crate-root re-export, a
 /// folder's re-export, a group, a rename, `super::`, and a path written in
 /// code; and not through a re-export the file never uses.
