@@ -15,7 +15,8 @@ use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio::time::Sleep;
 use tollgate::Key;
-use tollgate::in_flight::{Acquired, InFlightLimit, SlotReply, Slots, Waiter, Wakeups};
+use tollgate::in_flight::wakeups::{Waiter, Wakeups};
+use tollgate::in_flight::{Acquired, InFlightLimit, SlotReply, Slots};
 
 const ACQUIRE: &str = include_str!("../scripts/in_flight_acquire.lua");
 const RENEW: &str = include_str!("../scripts/in_flight_renew.lua");

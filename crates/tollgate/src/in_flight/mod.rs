@@ -91,14 +91,13 @@ mod gate;
 mod layer;
 mod memory;
 mod service;
-mod wakeups;
+pub mod wakeups;
 
 pub use body::InFlightBody;
 pub use future::InFlightFuture;
 pub use layer::{InFlightBuilder, InFlightLayer};
 pub use memory::{MemoryPermit, MemorySlots, MemorySlotsFuture, SlotsFull};
 pub use service::InFlight;
-pub use wakeups::{Waiter, Wakeups};
 
 use crate::Key;
 use std::future::Future;

@@ -1,4 +1,9 @@
 //! [`Wakeups`]: telling queued requests that a slot of their key came back.
+//!
+//! For slot stores ([`Slots`](super::Slots) implementations: the memory
+//! slots, `tollgate-redis`'s, or your own), which build their
+//! [`freed`](super::Slots::freed) answers with it; a layer's user does not
+//! need it.
 
 use pin_project_lite::pin_project;
 use std::future::Future;
