@@ -13,7 +13,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate::store::{AdminFuture, Capability, Debit, Missing, Refund, RefundReply};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
-use tollgate_core::{Clock, Decision, MonotonicClock, State, check_all};
+use tollgate_core::{Clock, Decision, MonotonicClock, State, carried, check_all};
 
 /// Each key's limit states under each policy (by its id).
 type States = HashMap<(u64, Key), Vec<State>>;
@@ -118,6 +118,26 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         let mut map = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         map.remove(&(policy.id(), key.clone()));
+        AdminFuture::ready(Ok(()))
+    }
+
+    /// A plan change: the key's usage moved limit by limit, as the core
+    /// defines it (`tollgate_core::carried`). Overridden because this store
+    /// names states by policy: the default moves usage limit by limit
+    /// through `Policy::limit_alone`, right for a store that names states
+    /// by limit (Redis), but here it would charge states no policy reads.
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let now = self.clock.now();
+        let mut map = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(old) = map.remove(&(from.id(), key.clone())) {
+            let moved = to.limiters().iter().enumerate().map(|(i, limiter)| {
+                match (from.limiters().get(i), old.get(i)) {
+                    (Some(was), Some(state)) => carried(was, state, limiter, now),
+                    _ => limiter.new_state(),
+                }
+            });
+            map.insert((to.id(), key.clone()), moved.collect());
+        }
         AdminFuture::ready(Ok(()))
     }
 

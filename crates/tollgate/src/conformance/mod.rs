@@ -21,6 +21,11 @@
 //!   ([`Store::check_within`]) and gets an error has charged nothing.
 //! - **Peek and reset**: a peek charges nothing and answers as the memory
 //!   store's; after [`Store::reset`] the key is whole.
+//! - **Plan changes**: now and then the key moves to another plan (the same
+//!   limits at other quotas, a per-key quota changing) through
+//!   [`Store::carry`], on both stores; every later step is decided under
+//!   the new plan, so the usage the store carried over is checked as any
+//!   count is.
 //!
 //! Refunds are played only if the store says it gives charges back
 //! ([`Store::can`] [`Capability::Refund`]), debits only if it charges into
@@ -50,7 +55,7 @@
 mod trace;
 
 use crate::store::{Capability, Debit, MemoryStore, PolicyDecision, Refund, Store, StoreReply};
-use crate::{Key, Policy};
+use crate::{Key, NamedLimit, Policy};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,6 +75,7 @@ pub struct Kit<St> {
     exact: bool,
     late_checks: bool,
     reset: bool,
+    carry: bool,
 }
 
 /// What a run of the kit checked.
@@ -82,7 +88,7 @@ pub struct Report {
     /// Steps played, over all traces.
     pub steps: usize,
     /// What the store does not do, so was not played (`"refunds"`,
-    /// `"debits"`, `"reset"`).
+    /// `"debits"`, `"reset"`, `"carry"`).
     pub skipped: Vec<&'static str>,
 }
 
@@ -125,6 +131,7 @@ impl<St: Store> Kit<St> {
             exact: true,
             late_checks: true,
             reset: true,
+            carry: true,
         }
     }
 
@@ -182,6 +189,14 @@ impl<St: Store> Kit<St> {
         self
     }
 
+    /// Leaves out the plan changes (`Store::carry`): for a composition
+    /// whose store is away on purpose, which cannot move a key's usage
+    /// (the report names it among what was skipped).
+    pub fn no_carry(mut self) -> Self {
+        self.carry = false;
+        self
+    }
+
     /// Plays every trace; the first failure ends the run.
     pub async fn run(self) -> Result<Report, Failure> {
         let timing = match self.clock {
@@ -197,6 +212,9 @@ impl<St: Store> Kit<St> {
         }
         if !self.reset {
             report.skipped.push("reset");
+        }
+        if !self.carry {
+            report.skipped.push("carry");
         }
         let run_id = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), self.seed);
         let asked = self.algorithms.clone().unwrap_or(Algorithm::ALL.to_vec());
@@ -344,7 +362,52 @@ impl<'k, St: Store> Play<'k, St> {
             Step::Debit { n, cost } => self.debit(n, cost).await,
             Step::Peek => self.peek().await,
             Step::RetryAfterRefusal => self.retry_after_refusal().await,
+            Step::Carry { seed } => self.carry(seed).await,
         }
+    }
+
+    /// Moves the key to another plan in both stores (`Store::carry`): the
+    /// same limits at other quotas. Later steps are decided under it, so
+    /// the usage each store carried is checked as every count is.
+    async fn carry(&mut self, seed: u64) -> Result<(), Failure> {
+        if !self.kit.carry {
+            return Ok(());
+        }
+        let mut rng = Rng::new(seed);
+        let limits: Vec<NamedLimit> = self
+            .policy
+            .limits()
+            .iter()
+            .map(|limit| {
+                NamedLimit::new(limit.name(), trace::quota(&mut rng, self.timing))
+                    .with_algorithm(limit.limiter().algorithm())
+            })
+            .collect();
+        let to = Arc::new(Policy::for_plan(seed, limits));
+        if to.plan() == self.policy.plan() || self.kit.store.supports(&to).is_err() {
+            return Ok(());
+        }
+        self.kit
+            .store
+            .carry(&self.policy, &to, &self.key)
+            .await
+            .map_err(|e| self.fail(format_args!("the store failed a carry: {e}")))?;
+        self.reference.carry_now(&self.policy, &to, &self.key);
+        let quotas: Vec<String> = to
+            .limits()
+            .iter()
+            .map(|l| format!("{:?}", l.quota()))
+            .collect();
+        self.context.push_str(&format!(
+            "; from Carry {{ seed: {seed} }} on, quotas {}",
+            quotas.join(" and ")
+        ));
+        self.policy = to;
+        // Admissions under the old plan are no longer this plan's to give
+        // back; a refusal's retry time was the old plan's.
+        self.admissions.clear();
+        self.refused = None;
+        Ok(())
     }
 
     fn advance(&self, by: u64) {

@@ -53,6 +53,9 @@ pub(crate) enum Step {
     /// After a refusal, waits its `Retry-After` and retries the same cost
     /// (manual clock only): it must pass.
     RetryAfterRefusal,
+    /// The key moves to another plan (`Store::carry`): the same limits at
+    /// other quotas, drawn from this seed; its usage comes along.
+    Carry { seed: u64 },
 }
 
 /// How a trace's quotas are sized.
@@ -77,7 +80,7 @@ pub(crate) fn limits(rng: &mut Rng, algorithm: Algorithm, timing: Timing) -> Vec
         .collect()
 }
 
-fn quota(rng: &mut Rng, timing: Timing) -> Quota {
+pub(crate) fn quota(rng: &mut Rng, timing: Timing) -> Quota {
     let (limit, period) = match timing {
         Timing::Manual => {
             let period = [1, 10, 60][rng.below(3) as usize];
@@ -122,6 +125,7 @@ pub(crate) fn step(rng: &mut Rng, timing: Timing, period_nanos: u64, limit: u64)
         },
         (85..=91, _) => Step::Peek,
         (92..=95, _) => Step::LateCheck,
+        (96..=97, _) => Step::Carry { seed: rng.next() },
         (_, Timing::Manual) => Step::RetryAfterRefusal,
         (_, Timing::Real) => Step::Check(1),
     }

@@ -81,6 +81,8 @@ trait ErasedStore: Send + Sync {
     fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture;
 
     fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture;
+
+    fn carry_erased(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture;
 }
 
 impl<St: Store> ErasedStore for St {
@@ -112,6 +114,10 @@ impl<St: Store> ErasedStore for St {
 
     fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
         self.unblock(policy, key)
+    }
+
+    fn carry_erased(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.carry(from, to, key)
     }
 
     fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
@@ -196,5 +202,9 @@ impl Store for BoxStore {
 
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
         self.0.unblock_erased(policy, key)
+    }
+
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        self.0.carry_erased(from, to, key)
     }
 }

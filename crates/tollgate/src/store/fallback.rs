@@ -205,6 +205,14 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         primary.and(self.secondary.reset(policy, key))
     }
 
+    /// Carries the key's usage in both stores, as [`reset`](Self::reset)
+    /// resets it in both: the secondary's counts of an outage move with the
+    /// plan too.
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let primary = self.primary.carry(from, to, key);
+        primary.and(self.secondary.carry(from, to, key))
+    }
+
     /// Unblocks the key in both stores, as [`reset`](Self::reset) does.
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         let primary = self.primary.unblock(policy, key);

@@ -267,7 +267,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// [`Policy::limit_alone`]), right for every store that has them and
     /// names a key's state by limit, as the Redis stores do; a store that
     /// names it by policy (the memory store) overrides it for plans of
-    /// several limits. A store without `reset` fails with
+    /// several limits (`tollgate_core::carried` moves each limit's state).
+    /// Stores in front of another ([`StoreWrapper`]) forward it. The
+    /// conformance kit changes plans in its traces and holds the result
+    /// to the memory store's. A store without `reset` fails with
     /// [`AdminError::Unsupported`] (nothing is carried, `from`'s state
     /// stays where it was).
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {

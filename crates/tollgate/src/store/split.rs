@@ -177,6 +177,11 @@ impl<S: Store> StoreWrapper for Split<S> {
         Self::on_every_split(policy, |split| self.inner.reset(split, key))
     }
 
+    /// Carried under the split as it is now, as checks are decided.
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        self.inner.carry(&self.split(from), &self.split(to), key)
+    }
+
     /// Unblocks the key under every split made so far.
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         Self::on_every_split(policy, |split| self.inner.unblock(split, key))

@@ -150,6 +150,13 @@ impl<St: Store> StoreWrapper for Timeout<St> {
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
         bounded(self.inner.unblock(policy, key), self.timeout)
     }
+
+    /// The store behind's plan change, given up on after the timeout (a
+    /// store that is away does not hold it, or the plan's next lookup,
+    /// forever; what reached the store before is not undone).
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+        bounded(self.inner.carry(from, to, key), self.timeout)
+    }
 }
 
 impl<St: Store> Timeout<St> {

@@ -125,6 +125,12 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
         self.inner().reset(policy, key)
     }
 
+    /// See [`Store::carry`]. Forwarded by default: the store behind keeps
+    /// the counts, and knows how it names them.
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        self.inner().carry(from, to, key)
+    }
+
     /// See [`Store::unblock`]. Forwarded by default.
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         self.inner().unblock(policy, key)
@@ -180,5 +186,9 @@ impl<W: StoreWrapper> Store for W {
 
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         StoreWrapper::unblock(self, policy, key)
+    }
+
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        StoreWrapper::carry(self, from, to, key)
     }
 }
