@@ -9,6 +9,7 @@
 
 pub mod alloc;
 pub mod app;
+pub mod checks;
 pub mod logs;
 #[cfg(feature = "metrics")]
 pub mod metrics;

@@ -19,7 +19,7 @@
 //! [`PASSWORD`] over TCP (SCRAM), so that tests connect as an
 //! application would.
 
-use crate::redis::{free_port, temp_dir};
+use crate::redis::{OnFreePort, free_port, spawn_on_a_free_port, temp_dir};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -175,6 +175,16 @@ pub struct PostgresServer {
     child: Option<Child>,
 }
 
+impl OnFreePort for PostgresServer {
+    fn try_spawn(&mut self) -> Result<(), String> {
+        self.try_spawn_here()
+    }
+
+    fn move_to(&mut self, port: u16) {
+        self.port = port;
+    }
+}
+
 impl PostgresServer {
     /// Makes a cluster and starts a server on a free port; waits until it
     /// accepts connections.
@@ -189,13 +199,7 @@ impl PostgresServer {
     pub fn start_with(extra: &[&str]) -> Self {
         let mut server = Self::not_started();
         server.extra = extra.iter().map(|s| s.to_string()).collect();
-        for _ in 0..2 {
-            match server.try_spawn() {
-                Ok(()) => return server,
-                Err(_) => server.port = free_port(),
-            }
-        }
-        server.spawn();
+        spawn_on_a_free_port(&mut server);
         server
     }
 
@@ -371,12 +375,12 @@ impl PostgresServer {
     }
 
     fn spawn(&mut self) {
-        if let Err(why) = self.try_spawn() {
+        if let Err(why) = self.try_spawn_here() {
             panic!("{why}");
         }
     }
 
-    fn try_spawn(&mut self) -> Result<(), String> {
+    fn try_spawn_here(&mut self) -> Result<(), String> {
         let log_path = self.dir.join("postgres.log");
         let log = std::fs::OpenOptions::new()
             .create(true)

@@ -70,6 +70,16 @@ pub struct RedisServer {
     child: Option<Child>,
 }
 
+impl OnFreePort for RedisServer {
+    fn try_spawn(&mut self) -> Result<(), String> {
+        self.try_spawn_here()
+    }
+
+    fn move_to(&mut self, port: u16) {
+        self.port = port;
+    }
+}
+
 impl RedisServer {
     /// Starts a standalone server on a free port and waits until it answers.
     pub fn start() -> Self {
@@ -86,13 +96,7 @@ impl RedisServer {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
         };
-        for _ in 0..2 {
-            match server.try_spawn() {
-                Ok(()) => return server,
-                Err(_) => server.port = free_port(),
-            }
-        }
-        server.spawn();
+        spawn_on_a_free_port(&mut server);
         server
     }
 
@@ -192,12 +196,12 @@ impl RedisServer {
     /// Starts the process on `self.port`; panics, with the server's log, if
     /// it does not come up.
     fn spawn(&mut self) {
-        if let Err(why) = self.try_spawn() {
+        if let Err(why) = self.try_spawn_here() {
             panic!("{why}");
         }
     }
 
-    fn try_spawn(&mut self) -> Result<(), String> {
+    fn try_spawn_here(&mut self) -> Result<(), String> {
         let log = self.dir.join("redis.log");
         let program = server_program();
         let mut cmd = Command::new(&program);
@@ -490,6 +494,29 @@ pub(crate) fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), Strin
             return Err("never answered within 10 s".to_owned());
         }
         sleep(Duration::from_millis(20));
+    }
+}
+
+/// A server the harness starts on a port it chose free.
+pub(crate) trait OnFreePort {
+    /// Starts it on its port: an error when it exits at once.
+    fn try_spawn(&mut self) -> Result<(), String>;
+    /// Chooses `port` for the next start.
+    fn move_to(&mut self, port: u16);
+}
+
+/// Starts `server`; one that exits at once (another process took the free
+/// port first) is started again on another free port, twice at most, then
+/// its error fails the test.
+pub(crate) fn spawn_on_a_free_port(server: &mut impl OnFreePort) {
+    for _ in 0..2 {
+        match server.try_spawn() {
+            Ok(()) => return,
+            Err(_) => server.move_to(free_port()),
+        }
+    }
+    if let Err(why) = server.try_spawn() {
+        panic!("{why}");
     }
 }
 

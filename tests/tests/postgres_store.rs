@@ -13,6 +13,7 @@ use tollgate::store::cas::{CasError, CasStore};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, Store};
 use tollgate_core::{Algorithm, Quota};
 use tollgate_postgres::{PostgresBackend, PostgresError, PostgresStore};
+use tollgate_tests::checks::admits;
 use tollgate_tests::postgres::{PASSWORD, PostgresServer};
 
 async fn backend(server: &PostgresServer) -> PostgresBackend {
@@ -81,14 +82,7 @@ async fn allowance(policy: &Arc<Policy>) -> u64 {
     let store = MemoryStore::new();
     let key = Key::from("shared");
     let mut admitted = 0;
-    while store
-        .check(policy, &key, 1)
-        .resolve()
-        .await
-        .unwrap()
-        .merged
-        .allowed()
-    {
+    while admits(&store, policy, &key, 1).await {
         admitted += 1;
     }
     admitted
@@ -145,15 +139,7 @@ async fn expired_rows_are_swept_within_two_intervals() {
     )]));
     for i in 0..50 {
         let key = Key::from(format!("user-{i}").as_str());
-        assert!(
-            store
-                .check(&policy, &key, 1)
-                .resolve()
-                .await
-                .unwrap()
-                .merged
-                .allowed()
-        );
+        assert!(admits(&store, &policy, &key, 1).await);
     }
     let written = Instant::now();
     assert_eq!(backend.rows().await.unwrap(), 50);
@@ -242,36 +228,12 @@ async fn hostile_keys_are_parameters_and_names_keep_them_apart() {
     ];
     for key in hostile {
         let key = Key::from_bytes(key.as_bytes());
-        assert!(
-            store
-                .check(&policy, &key, 1)
-                .resolve()
-                .await
-                .unwrap()
-                .merged
-                .allowed()
-        );
-        assert!(
-            !store
-                .check(&policy, &key, 1)
-                .resolve()
-                .await
-                .unwrap()
-                .merged
-                .allowed()
-        );
+        assert!(admits(&store, &policy, &key, 1).await);
+        assert!(!admits(&store, &policy, &key, 1).await);
     }
     // A 10 KB key is stored as its hash.
     let long = Key::from_bytes(&[b'x'; 10_000]);
-    assert!(
-        store
-            .check(&policy, &long, 1)
-            .resolve()
-            .await
-            .unwrap()
-            .merged
-            .allowed()
-    );
+    assert!(admits(&store, &policy, &long, 1).await);
     assert_eq!(
         backend.rows().await.unwrap(),
         u64::try_from(hostile.len()).unwrap() + 1

@@ -9,6 +9,7 @@ use tollgate::store::cas::CasStore;
 use tollgate::{Key, NamedLimit, Policy, Store};
 use tollgate_core::Quota;
 use tollgate_postgres::PostgresBackend;
+use tollgate_tests::checks::admits;
 use tollgate_tests::postgres::PostgresServer;
 use tollgate_tests::tls::Certificates;
 
@@ -45,24 +46,8 @@ async fn decides(backend: PostgresBackend) {
         Quota::per_minute(1),
     )]));
     let key = Key::from("tls");
-    assert!(
-        store
-            .check(&policy, &key, 1)
-            .resolve()
-            .await
-            .unwrap()
-            .merged
-            .allowed()
-    );
-    assert!(
-        !store
-            .check(&policy, &key, 1)
-            .resolve()
-            .await
-            .unwrap()
-            .merged
-            .allowed()
-    );
+    assert!(admits(&store, &policy, &key, 1).await);
+    assert!(!admits(&store, &policy, &key, 1).await);
     store.reset(&policy, &key).await.unwrap();
 }
 

@@ -6,14 +6,8 @@ use std::sync::Arc;
 use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::Quota;
 use tollgate_redis::{MAX_KEY_LEN, RedisStore};
+use tollgate_tests::checks::admits;
 use tollgate_tests::redis::RedisServer;
-
-async fn allowed(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
-    match store.check(policy, key, 1) {
-        StoreReply::Pending(future) => future.await.unwrap().merged.allowed(),
-        StoreReply::Ready(result) => result.unwrap().merged.allowed(),
-    }
-}
 
 fn hostile_keys() -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = [
@@ -60,13 +54,13 @@ async fn hostile_keys_stay_isolated_and_bounded() {
     // another, whatever its bytes.
     for bytes in &keys {
         assert!(
-            allowed(&store, &policy, &Key::from_bytes(bytes)).await,
+            admits(&store, &policy, &Key::from_bytes(bytes), 1).await,
             "{bytes:?}"
         );
     }
     for bytes in &keys {
         assert!(
-            !allowed(&store, &policy, &Key::from_bytes(bytes)).await,
+            !admits(&store, &policy, &Key::from_bytes(bytes), 1).await,
             "{bytes:?}"
         );
     }
@@ -75,9 +69,9 @@ async fn hostile_keys_stay_isolated_and_bounded() {
         Key::GLOBAL,
         Key::from("10.0.0.1".parse::<std::net::IpAddr>().unwrap()),
     ] {
-        assert!(allowed(&store, &policy, &key).await);
+        assert!(admits(&store, &policy, &key, 1).await);
     }
-    assert!(allowed(&store, &policy, &Key::from_bytes(b"10.0.0.1")).await);
+    assert!(admits(&store, &policy, &Key::from_bytes(b"10.0.0.1"), 1).await);
 
     // One Redis key per user key, each with one hash tag that closes before
     // the limit's name, each bounded in length.
@@ -117,7 +111,7 @@ async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush(
             NamedLimit::new("api", "10/min".parse::<Quota>().unwrap()).with_algorithm(algorithm),
         ]));
         let key = Key::from_bytes(b"carol");
-        assert!(allowed(&store, &policy, &key).await);
+        assert!(admits(&store, &policy, &key, 1).await);
         for name in store.redis_keys(&policy, &key) {
             let ttl = server.command(&["PTTL", &name]);
             let ttl: i64 = ttl.trim().trim_start_matches(':').parse().unwrap();
@@ -128,7 +122,7 @@ async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush(
         // The server forgets every script (as after a restart or failover):
         // the next call gets NOSCRIPT, loads the script and succeeds.
         assert_eq!(server.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
-        assert!(allowed(&store, &policy, &key).await, "{algorithm}");
+        assert!(admits(&store, &policy, &key, 1).await, "{algorithm}");
         let hash = store.script_hash(&policy);
         assert_eq!(server.command(&["SCRIPT", "EXISTS", &hash]), "*1\r\n:1\r\n");
     }
@@ -211,20 +205,13 @@ async fn every_form_of_the_same_bytes_is_one_key_in_memory_and_in_redis() {
         let mut admitted = (0, 0);
         for n in 0..12 {
             let key = forms(n);
-            if allowed_in(&memory, &policy, &key).await {
+            if admits(&memory, &policy, &key, 1).await {
                 admitted.0 += 1;
             }
-            if allowed(&redis, &policy, &key).await {
+            if admits(&redis, &policy, &key, 1).await {
                 admitted.1 += 1;
             }
         }
         assert_eq!(admitted, (3, 3), "{len} bytes: (memory, redis)");
-    }
-}
-
-async fn allowed_in<St: Store>(store: &St, policy: &Arc<Policy>, key: &Key) -> bool {
-    match store.check(policy, key, 1) {
-        StoreReply::Pending(future) => future.await.ok().unwrap().merged.allowed(),
-        StoreReply::Ready(result) => result.ok().unwrap().merged.allowed(),
     }
 }

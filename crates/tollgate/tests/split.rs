@@ -108,3 +108,41 @@ async fn the_share_follows_the_number_of_instances() {
     instances.store(0, Ordering::Relaxed);
     assert_eq!(store.instances(), 1);
 }
+
+/// A plan change through a split moves the key's usage under the split
+/// the checks were decided by, limit by limit: 3 used of 5 a minute and
+/// of 10 an hour (10/min and 20/h split in two), moved to 100/min and
+/// 200/h (50 and 100 each), leaves 47 and 97; the old plan's state is gone.
+#[tokio::test]
+async fn a_plan_change_carries_the_usage_under_the_split() {
+    let store = Split::fixed(MemoryStore::new(), 2);
+    let key = Key::from("tenant");
+    let plan = |minute, hour| {
+        Arc::new(Policy::new(vec![
+            NamedLimit::new("minute", Quota::per_minute(minute)),
+            NamedLimit::new("hour", Quota::per_hour(hour)),
+        ]))
+    };
+    let (from, to) = (plan(10, 20), plan(100, 200));
+    for _ in 0..3 {
+        assert!(
+            store
+                .check(&from, &key, 1)
+                .resolve()
+                .await
+                .unwrap()
+                .merged
+                .allowed()
+        );
+    }
+    store.carry(&from, &to, &key).await.unwrap();
+    let now = store.peek(&to, &key).resolve().await.unwrap();
+    let left: Vec<(u64, u64)> = now
+        .each
+        .iter()
+        .map(|d| (d.limit(), d.remaining()))
+        .collect();
+    assert_eq!(left, [(50, 47), (100, 97)]);
+    let before = store.peek(&from, &key).resolve().await.unwrap().merged;
+    assert_eq!(before.remaining(), 5);
+}

@@ -142,3 +142,50 @@ async fn a_cache_in_front_of_a_slower_store_spares_it_the_refused_requests() {
     );
     assert_eq!(calls.load(Ordering::Relaxed), 4);
 }
+
+/// A plan change through `Timeout` is bounded by its timeout: a store
+/// behind that never finishes one (away, reconnecting) does not hold the
+/// caller, which gets an error once the timeout has passed, not before.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_bounds_a_plan_change() {
+    use tollgate::store::{AdminFuture, StoreWrapper};
+    use tollgate::{Key, NamedLimit, Policy};
+
+    #[derive(Clone)]
+    struct NeverCarries(MemoryStore);
+    impl StoreWrapper for NeverCarries {
+        type Inner = MemoryStore;
+        type Error = Infallible;
+        type Future = <MemoryStore as Store>::Future;
+        fn inner(&self) -> &MemoryStore {
+            &self.0
+        }
+        fn check_within(
+            &self,
+            policy: &Arc<Policy>,
+            key: &Key,
+            cost: u32,
+            within: Duration,
+        ) -> tollgate::StoreReply<Self::Future, Infallible> {
+            self.0.check_within(policy, key, cost, within)
+        }
+        fn carry(&self, _: &Arc<Policy>, _: &Arc<Policy>, _: &Key) -> AdminFuture {
+            AdminFuture::new(std::future::pending())
+        }
+    }
+
+    let store = Timeout::new(NeverCarries(MemoryStore::new()), Duration::from_millis(50));
+    let plan = |limit| {
+        Arc::new(Policy::new(vec![NamedLimit::new(
+            "api",
+            Quota::per_minute(limit),
+        )]))
+    };
+    let started = tokio::time::Instant::now();
+    let carry = Store::carry(&store, &plan(5), &plan(100), &Key::from("tenant"));
+    let answer = tokio::time::timeout(Duration::from_secs(1), carry)
+        .await
+        .expect("given up on at the store's timeout, not held");
+    assert!(answer.is_err());
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+}
