@@ -21,6 +21,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# A run in CI builds everything once: incremental compilation's caches
+# would only take disk (as much again as the build itself).
+if [ -n "${CI:-}" ]; then
+    export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+fi
+
 target=${CARGO_TARGET_DIR:-target}
 mkdir -p "$target"
 target=$(cd "$target" && pwd)
