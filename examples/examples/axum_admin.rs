@@ -91,7 +91,7 @@ async fn reset(State(admin): State<Admin>, Path(key): Path<String>) -> Response 
 /// 0 is refused (the penalty), `retry_after_ms` until a request of cost 1
 /// can pass (0: now).
 fn describe(policy: &Policy, key: &str, state: &PolicyDecision) -> serde_json::Value {
-    let merged = &state.merged;
+    let merged = &state.merged();
     let retry = if !merged.allowed() {
         merged.retry_after()
     } else if merged.remaining() == 0 {
@@ -102,7 +102,7 @@ fn describe(policy: &Policy, key: &str, state: &PolicyDecision) -> serde_json::V
     let limits: Vec<serde_json::Value> = policy
         .limits()
         .iter()
-        .zip(&state.each)
+        .zip(state.each())
         .map(|(limit, decision)| {
             serde_json::json!({
                 "name": limit.name(),

@@ -66,11 +66,13 @@ impl<C: Clock + Clone> HashMapStore<C> {
             let mut limits: Vec<_> = policy.limiters().iter().zip(states.iter_mut()).collect();
             let mut each = vec![Decision::default(); limits.len()];
             let merged = check_all(&mut limits, now, cost, &mut each);
-            PolicyDecision {
-                charged_at: if merged.allowed() && cost > 0 { now } else { 0 },
-                merged,
-                each: each.into_iter().collect(),
-                charged_by: Default::default(),
+            // Said when charged, so that a refund gives back exactly this
+            // charge.
+            let verdict = PolicyDecision::new(each);
+            if merged.allowed() && cost > 0 {
+                verdict.charged(now)
+            } else {
+                verdict
             }
         })
     }
@@ -99,7 +101,7 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
         let now = self.clock.now();
         self.with_states(policy, key, |states| {
             for (i, (limiter, state)) in policy.limiters().iter().zip(states).enumerate() {
-                limiter.refund(state, refund.receipt(i, now), now);
+                limiter.refund(state, refund.for_limit(i, now), now);
             }
         });
         RefundReply::Done

@@ -7,7 +7,7 @@ use tollgate::{Key, Policy, Store};
 /// awaiting its answer. A store error fails the test, naming the error.
 pub async fn admits<St: Store>(store: &St, policy: &Arc<Policy>, key: &Key, cost: u32) -> bool {
     match store.check(policy, key, cost).resolve().await {
-        Ok(decision) => decision.merged.allowed(),
+        Ok(decision) => decision.merged().allowed(),
         Err(error) => panic!("the store failed a check: {error}"),
     }
 }

@@ -26,7 +26,7 @@ fn policy() -> Arc<Policy> {
 /// asking the store (`Err(true)`) or the store failed (`Err(false)`).
 fn check<St: Store<Error = BreakerError<E>>, E>(store: &St) -> Result<bool, bool> {
     match store.check(&policy(), &Key::from("k"), 1) {
-        StoreReply::Ready(Ok(decision)) => Ok(decision.merged.allowed()),
+        StoreReply::Ready(Ok(decision)) => Ok(decision.merged().allowed()),
         StoreReply::Ready(Err(BreakerError::Open { .. })) => Err(true),
         StoreReply::Ready(Err(BreakerError::Inner(_))) => Err(false),
         StoreReply::Pending(_) => panic!("the stores here answer at once"),
@@ -136,7 +136,7 @@ async fn a_dropped_probe_lets_the_next_call_probe() {
     assert_eq!(breaker.state(), BreakerState::Open);
     hanging.0.set_down(false);
     let again = breaker.check(&policy(), &Key::from("k"), 1);
-    assert!(again.resolve().await.unwrap().merged.allowed());
+    assert!(again.resolve().await.unwrap().merged().allowed());
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
 

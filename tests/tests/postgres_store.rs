@@ -59,7 +59,7 @@ async fn admitted_over(stores: &[PostgresStore], policy: &Arc<Policy>, tasks: us
                 let key = Key::from("shared");
                 loop {
                     match store.check(&policy, &key, 1).resolve().await {
-                        Ok(decision) if decision.merged.allowed() => {
+                        Ok(decision) if decision.merged().allowed() => {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                         Ok(_) => return,
@@ -193,16 +193,16 @@ async fn an_expired_row_not_yet_swept_reads_as_absent_and_is_written_over() {
     let key = Key::from("alice");
     for allowed in [true, true, false] {
         let decision = store.check(&policy, &key, 1).resolve().await.unwrap();
-        assert_eq!(decision.merged.allowed(), allowed);
+        assert_eq!(decision.merged().allowed(), allowed);
     }
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     // Still there (no sweeper), but whole again, and written over.
     assert_eq!(backend.rows().await.unwrap(), 1);
     let peek = store.peek(&policy, &key).resolve().await.unwrap();
-    assert_eq!(peek.merged.remaining(), 2);
+    assert_eq!(peek.merged().remaining(), 2);
     for allowed in [true, true, false] {
         let decision = store.check(&policy, &key, 1).resolve().await.unwrap();
-        assert_eq!(decision.merged.allowed(), allowed);
+        assert_eq!(decision.merged().allowed(), allowed);
     }
     assert_eq!(backend.rows().await.unwrap(), 1);
     // A sweep by hand now finds nothing expired.
@@ -276,7 +276,7 @@ async fn the_schema_is_created_once_named_and_required() {
             .resolve()
             .await
             .unwrap()
-            .merged
+            .merged()
             .allowed()
     );
     assert_eq!(server.sql("SELECT count(*) FROM rl.limits"), "1");

@@ -65,8 +65,8 @@ async fn a_peeked_key_is_decided_as_its_twin_that_was_not() {
                 let expected = check(&store, &policy, &plain, cost).await;
                 let got = check(&store, &policy, &peeked, cost).await;
                 assert_eq!(
-                    (got.merged, &got.each),
-                    (expected.merged, &expected.each),
+                    (got.merged(), got.each()),
+                    (expected.merged(), expected.each()),
                     "{tag}, step {step}"
                 );
                 // Whole µs: the scripts' clock.
@@ -88,37 +88,41 @@ async fn peeks_charge_nothing_and_tell_the_remaining_and_the_reset() {
         for admitted in 0..capacity {
             for _ in 0..10 {
                 let seen = peek(&store, &policy, &key).await;
-                assert_eq!(seen.merged.remaining(), capacity - admitted, "{algorithm}");
+                assert_eq!(
+                    seen.merged().remaining(),
+                    capacity - admitted,
+                    "{algorithm}"
+                );
             }
             let admission = check(&store, &policy, &key, 1).await;
             assert!(
-                admission.merged.allowed(),
+                admission.merged().allowed(),
                 "{algorithm}: request {admitted}"
             );
             let seen = peek(&store, &policy, &key).await;
             assert_eq!(
-                seen.each[0].remaining(),
-                admission.each[0].remaining(),
+                seen.each()[0].remaining(),
+                admission.each()[0].remaining(),
                 "{algorithm}"
             );
             assert_eq!(
-                seen.each[0].reset_after(),
-                admission.each[0].reset_after(),
+                seen.each()[0].reset_after(),
+                admission.each()[0].reset_after(),
                 "{algorithm}"
             );
             assert_eq!(
-                seen.each[0].limit(),
-                admission.each[0].limit(),
+                seen.each()[0].limit(),
+                admission.each()[0].limit(),
                 "{algorithm}"
             );
         }
         let refused = check(&store, &policy, &key, 1).await;
-        assert!(!refused.merged.allowed(), "{algorithm}: over capacity");
+        assert!(!refused.merged().allowed(), "{algorithm}: over capacity");
         let seen = peek(&store, &policy, &key).await;
-        assert_eq!(seen.merged.remaining(), 0, "{algorithm}");
+        assert_eq!(seen.merged().remaining(), 0, "{algorithm}");
         assert_eq!(
-            seen.each[0].reset_after(),
-            refused.each[0].reset_after(),
+            seen.each()[0].reset_after(),
+            refused.each()[0].reset_after(),
             "{algorithm}"
         );
     }
@@ -138,7 +142,7 @@ async fn a_reset_makes_the_key_whole_and_leaves_the_others_alone() {
             );
             let capacity = policy.limiters()[0].capacity();
             for key in [&alice, &bob] {
-                while check(&store, &policy, key, 1).await.merged.allowed() {}
+                while check(&store, &policy, key, 1).await.merged().allowed() {}
             }
             store.reset(&policy, &alice).await.unwrap();
             for name in store.redis_keys(&policy, &alice) {
@@ -149,19 +153,22 @@ async fn a_reset_makes_the_key_whole_and_leaves_the_others_alone() {
                 );
             }
             assert_eq!(
-                peek(&store, &policy, &alice).await.merged.remaining(),
+                peek(&store, &policy, &alice).await.merged().remaining(),
                 capacity
             );
             for n in 0..capacity {
                 let again = check(&store, &policy, &alice, 1).await;
-                assert!(again.merged.allowed(), "{tag}: request {n} after the reset");
+                assert!(
+                    again.merged().allowed(),
+                    "{tag}: request {n} after the reset"
+                );
             }
             assert!(
-                !check(&store, &policy, &alice, 1).await.merged.allowed(),
+                !check(&store, &policy, &alice, 1).await.merged().allowed(),
                 "{tag}"
             );
             assert!(
-                !check(&store, &policy, &bob, 1).await.merged.allowed(),
+                !check(&store, &policy, &bob, 1).await.merged().allowed(),
                 "{tag}"
             );
         }
@@ -175,19 +182,19 @@ async fn unblock_and_reset_clear_the_block_cache_s_refusal() {
     let blocked = store.block_list().unwrap().clone();
     let [policy, _] = policies(Algorithm::Gcra);
     let key = Key::from("mallory");
-    while check(&store, &policy, &key, 1).await.merged.allowed() {}
+    while check(&store, &policy, &key, 1).await.merged().allowed() {}
     assert_eq!(blocked.len(), 1);
     let calls = store.calls();
-    assert!(!check(&store, &policy, &key, 1).await.merged.allowed());
+    assert!(!check(&store, &policy, &key, 1).await.merged().allowed());
     assert_eq!(store.calls(), calls, "answered by the block cache");
     store.unblock(&policy, &key).await.unwrap();
     assert!(blocked.is_empty());
     // Asked again: still refused by its counts.
-    assert!(!check(&store, &policy, &key, 1).await.merged.allowed());
+    assert!(!check(&store, &policy, &key, 1).await.merged().allowed());
     assert_eq!(store.calls(), calls + 1);
     store.reset(&policy, &key).await.unwrap();
     assert!(blocked.is_empty());
-    assert!(check(&store, &policy, &key, 1).await.merged.allowed());
+    assert!(check(&store, &policy, &key, 1).await.merged().allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,12 +217,12 @@ async fn a_local_first_reset_drops_the_held_units_here_and_in_redis() {
         let key = Key::from("alice");
         // Three requests: the first reservation holds more than it spent.
         for _ in 0..3 {
-            assert!(check(&store, &policy, &key, 1).await.merged.allowed());
+            assert!(check(&store, &policy, &key, 1).await.merged().allowed());
         }
         // Redis counts what this instance holds as spent: for GCRA the
         // first grants hold more than was spent (the test's point: a reset
         // must drop them here too); a window's may be exact.
-        let seen = peek(&store, &policy, &key).await.merged.remaining();
+        let seen = peek(&store, &policy, &key).await.merged().remaining();
         assert!(seen <= 17, "{algorithm}: {seen}");
         if algorithm == Algorithm::Gcra {
             assert!(seen < 17, "{algorithm}: units held here");
@@ -229,12 +236,12 @@ async fn a_local_first_reset_drops_the_held_units_here_and_in_redis() {
                 "{algorithm}: {name}"
             );
         }
-        assert_eq!(peek(&store, &policy, &key).await.merged.remaining(), 20);
+        assert_eq!(peek(&store, &policy, &key).await.merged().remaining(), 20);
         // Exactly the limit after the reset: nothing held from before is
         // spent on top of it.
         let mut admitted = 0;
         for _ in 0..40 {
-            if check(&store, &policy, &key, 1).await.merged.allowed() {
+            if check(&store, &policy, &key, 1).await.merged().allowed() {
                 admitted += 1;
             }
         }

@@ -319,7 +319,7 @@ async fn a_call_whose_reply_was_lost_is_never_sent_again() {
         }
     };
     // Warm: the script is loaded, the connection made (one charge).
-    assert_eq!(decide().await.expect("decided").merged.remaining(), 9);
+    assert_eq!(decide().await.expect("decided").merged().remaining(), 9);
     armed.store(true, Ordering::SeqCst);
     let lost = decide().await;
     assert!(
@@ -334,7 +334,7 @@ async fn a_call_whose_reply_was_lost_is_never_sent_again() {
     let mut remaining = None;
     for _ in 0..50 {
         if let Ok(verdict) = decide().await {
-            remaining = Some(verdict.merged.remaining());
+            remaining = Some(verdict.merged().remaining());
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

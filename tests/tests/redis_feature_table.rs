@@ -136,7 +136,7 @@ async fn admin_works<St: Store>(store: &St) -> bool {
     let reset = store.reset(&policy, &key).await.is_ok();
     let unblocked = store.unblock(&policy, &key).await.is_ok();
     let whole = match store.peek(&policy, &key).resolve().await {
-        Ok(decision) => decision.merged.remaining() == 5,
+        Ok(decision) => decision.merged().remaining() == 5,
         Err(_) => false,
     };
     charged && peeked && reset && unblocked && whole

@@ -137,7 +137,7 @@ async fn a_policy_without_limits_is_allowed_and_writes_nothing() {
         let StoreReply::Ready(Ok(verdict)) = store.check(&empty, &Key::GLOBAL, 1) else {
             panic!("an empty policy is answered at once");
         };
-        assert!(verdict.merged.allowed() && verdict.each.is_empty());
+        assert!(verdict.merged().allowed() && verdict.each().is_empty());
     }
     assert_eq!(server.command(&["DBSIZE"]), ":0\r\n");
 }

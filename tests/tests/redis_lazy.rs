@@ -47,12 +47,12 @@ async fn a_lazy_store_fails_at_once_until_redis_is_up_then_decides() {
             }
         }
     };
-    assert!(first.merged.allowed());
-    assert_eq!(first.merged.remaining(), 2);
+    assert!(first.merged().allowed());
+    assert_eq!(first.merged().remaining(), 2);
     // Charged in Redis: a second store (connected at once) sees it.
     let other = RedisStore::connect(server.url()).await.unwrap();
     let seen = other.peek(&policy, &key).resolve().await.unwrap();
-    assert_eq!(seen.merged.remaining(), 2);
+    assert_eq!(seen.merged().remaining(), 2);
     assert_eq!(slots.in_flight(&limit, &key).await.unwrap(), 0);
 }
 

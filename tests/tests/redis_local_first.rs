@@ -472,7 +472,7 @@ async fn remaining(url: &str) -> u64 {
         tollgate::StoreReply::Pending(f) => f.await.unwrap(),
         tollgate::StoreReply::Ready(r) => r.unwrap(),
     };
-    decision.merged.remaining()
+    decision.merged().remaining()
 }
 
 /// Periodic mode through a Redis that goes away and comes back with its
@@ -554,7 +554,7 @@ async fn periodic_mode_refusals_say_honestly_when_to_retry() {
                 StoreReply::Pending(future) => future.await,
             }
             .expect("decided")
-            .merged
+            .merged()
         };
         for round in 0..3 {
             let mut admitted = 0;
@@ -640,10 +640,10 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
         .await;
         // The first request waits for the key's first reading; the tick's
         // first sync (at once) may report it.
-        assert!(decided(&store, &policy, 1).await.merged.allowed());
+        assert!(decided(&store, &policy, 1).await.merged().allowed());
         tokio::time::sleep(Duration::from_millis(100)).await;
         for _ in 0..9 {
-            assert!(decided(&store, &policy, 1).await.merged.allowed());
+            assert!(decided(&store, &policy, 1).await.merged().allowed());
         }
         store
             .debit(&policy, &Key::GLOBAL, Debit::new(5))
@@ -655,7 +655,7 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
             .await
             .expect("peeked");
         assert_eq!(
-            peek.merged.remaining(),
+            peek.merged().remaining(),
             100 - 10 - 5,
             "{algorithm}: the peek misses what was not reported yet"
         );
@@ -687,7 +687,7 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
         for _ in 0..5 {
             let asked = std::time::Instant::now();
             let decision = decided(&store, &policy, 1).await;
-            assert!(decision.merged.allowed(), "{algorithm}");
+            assert!(decision.merged().allowed(), "{algorithm}");
             admitted.push((decision, asked));
         }
         // 20 more than the 5 admitted: 15 beyond the limit.
@@ -704,7 +704,7 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
         // 20 of 10 spent: nothing passes.
         let mut passed = 0;
         for _ in 0..10 {
-            if decided(&store, &policy, 1).await.merged.allowed() {
+            if decided(&store, &policy, 1).await.merged().allowed() {
                 passed += 1;
             }
         }

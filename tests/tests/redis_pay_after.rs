@@ -139,8 +139,8 @@ async fn the_local_first_store_charges_debts() {
 /// What Redis says remains for the global key, charging nothing.
 async fn decide_peek(redis: &RedisStore, policy: &std::sync::Arc<tollgate::Policy>) -> u64 {
     match redis.peek(policy, &tollgate::Key::GLOBAL) {
-        tollgate::StoreReply::Ready(answer) => answer.unwrap().merged.remaining(),
-        tollgate::StoreReply::Pending(answer) => answer.await.unwrap().merged.remaining(),
+        tollgate::StoreReply::Ready(answer) => answer.unwrap().merged().remaining(),
+        tollgate::StoreReply::Pending(answer) => answer.await.unwrap().merged().remaining(),
     }
 }
 

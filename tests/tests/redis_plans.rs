@@ -268,14 +268,14 @@ async fn a_carried_key_is_decided_by_redis_as_the_core_reference() {
                 .resolve()
                 .await
                 .unwrap()
-                .merged;
+                .merged();
             assert_eq!(got.allowed(), expected.allowed(), "case {case}");
         }
         clock.advance(Duration::from_millis(250));
         let used = tollgate_core::used(&old, &old_state, now());
         let mut new_state = tollgate_core::carried(&old, &old_state, &new, now());
         // The move, as `Store::carry` makes it, across the two stores.
-        let peeked = store.peek(&from, &key).resolve().await.unwrap().each[0];
+        let peeked = store.peek(&from, &key).resolve().await.unwrap().each()[0];
         assert_eq!(
             peeked.limit() - peeked.remaining(),
             used,
@@ -297,7 +297,7 @@ async fn a_carried_key_is_decided_by_redis_as_the_core_reference() {
                 .resolve()
                 .await
                 .unwrap()
-                .merged;
+                .merged();
             assert_eq!(
                 (got.allowed(), got.remaining()),
                 (expected.allowed(), expected.remaining()),

@@ -30,7 +30,7 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "+OK\r\n");
     for i in 0..25 {
         let key = Key::from_bytes(format!("user-{}", i % 5).as_bytes());
-        assert_eq!(decide(&store, &policy, &key, 1).await.each.len(), 3);
+        assert_eq!(decide(&store, &policy, &key, 1).await.each().len(), 3);
     }
     let mut calls: Vec<(String, u64)> = server
         .command_calls()
@@ -77,7 +77,7 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
     }
     let verdict = decide(&store, &policy, &key, 1).await;
     let names = store.redis_keys(&policy, &key);
-    for ((name, decision), limit) in names.iter().zip(&verdict.each).zip(policy.limits()) {
+    for ((name, decision), limit) in names.iter().zip(verdict.each()).zip(policy.limits()) {
         // The scripts set `PX` to the decision's reset time (plus, for the
         // leaky bucket, the slack until its queue is empty) in whole
         // milliseconds, plus one: the key outlives its state by under 1 ms.
@@ -101,7 +101,7 @@ async fn each_key_lives_exactly_until_its_state_is_at_rest() {
     // three quarters of it); the sub-window counters once the newest
     // sub-window, [15 s, 16 s), has left the minute (61 s: it counts whole).
     let reset_secs: Vec<f64> = verdict
-        .each
+        .each()
         .iter()
         .map(|d| d.reset_after().as_secs_f64())
         .collect();
@@ -125,17 +125,17 @@ async fn intervals_round_up_to_whole_microseconds_never_faster() {
     let quota = Quota::per_second(3).with_burst(1).unwrap();
     let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", quota)]));
     let key = Key::from_bytes(b"frank");
-    assert!(decide(&store, &policy, &key, 1).await.merged.allowed());
-    let denied = decide(&store, &policy, &key, 1).await.merged;
+    assert!(decide(&store, &policy, &key, 1).await.merged().allowed());
+    let denied = decide(&store, &policy, &key, 1).await.merged();
     assert!(!denied.allowed());
     assert_eq!(denied.retry_after(), Duration::from_micros(333_334));
     assert_eq!(Gcra::new(quota).interval_nanos(), 333_333_334);
     // Where the core would already admit again, Redis does not yet; one
     // microsecond later it does.
     clock.advance(Duration::from_nanos(333_333_334));
-    assert!(!decide(&store, &policy, &key, 1).await.merged.allowed());
+    assert!(!decide(&store, &policy, &key, 1).await.merged().allowed());
     clock.advance(Duration::from_nanos(666));
-    assert!(decide(&store, &policy, &key, 1).await.merged.allowed());
+    assert!(decide(&store, &policy, &key, 1).await.merged().allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,7 +182,7 @@ async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
         }
         for key in &keys {
             let verdict = decide(&store, &policy, key, 1).await;
-            assert!(verdict.merged.allowed(), "round {round}");
+            assert!(verdict.merged().allowed(), "round {round}");
         }
         for node in cluster.nodes() {
             assert_eq!(
@@ -200,6 +200,6 @@ async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
     assert_eq!(masters_used, 3, "the keys spread over every master");
     // Nothing was lost on the way: each key's third request is refused.
     for key in &keys {
-        assert!(!decide(&store, &policy, key, 1).await.merged.allowed());
+        assert!(!decide(&store, &policy, key, 1).await.merged().allowed());
     }
 }

@@ -39,7 +39,7 @@ async fn request<St: Store>(
     let Ok(decision) = decision else {
         return false;
     };
-    if !decision.merged.allowed() {
+    if !decision.merged().allowed() {
         return false;
     }
     if refunds {
@@ -255,7 +255,7 @@ async fn a_dropped_redis_refund_reply_still_gives_back() {
         StoreReply::Pending(future) => future.await,
     }
     .unwrap();
-    assert!(decision.merged.allowed());
+    assert!(decision.merged().allowed());
     assert!(
         !request(&store, &policy, false, &seen).await,
         "the day's one is spent"
@@ -328,7 +328,10 @@ async fn admit_and_give_back<St: Store>(store: &St, policy: &Arc<Policy>, n: usi
     for i in 0..n {
         let asked = Instant::now();
         let decision = decide(store, policy, 1).await;
-        assert!(decision.merged.allowed(), "{label}: admission {i} refused");
+        assert!(
+            decision.merged().allowed(),
+            "{label}: admission {i} refused"
+        );
         let refund = Refund::of(&decision, 1, asked.elapsed());
         store.refund(policy, &Key::GLOBAL, refund).landed().await;
     }
@@ -338,7 +341,7 @@ async fn admit_and_give_back<St: Store>(store: &St, policy: &Arc<Policy>, n: usi
 async fn passes<St: Store>(store: &St, policy: &Arc<Policy>, n: usize) -> usize {
     let mut passed = 0;
     for _ in 0..n {
-        if decide(store, policy, 1).await.merged.allowed() {
+        if decide(store, policy, 1).await.merged().allowed() {
             passed += 1;
         }
     }
@@ -369,7 +372,7 @@ async fn exact_mode_refunds_leave_the_whole_limit_to_the_same_instance() {
         admit_and_give_back(&store, &policy, 5, name).await;
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         let passed = passes(&store, &policy, 3).await;
-        let over = decide(&store, &policy, 1).await.merged.allowed();
+        let over = decide(&store, &policy, 1).await.merged().allowed();
         if (passed, over) != (3, false) {
             failures.push(format!(
                 "{name}: {passed} of 3 passed, the 4th passed: {over}"
@@ -394,8 +397,8 @@ async fn exact_mode_refunds_on_one_instance_are_the_others_at_once() {
         );
         admit_and_give_back(&a, &policy, 5, name).await;
         let passed = passes(&b, &policy, 3).await;
-        let over_b = decide(&b, &policy, 1).await.merged.allowed();
-        let over_a = decide(&a, &policy, 1).await.merged.allowed();
+        let over_b = decide(&b, &policy, 1).await.merged().allowed();
+        let over_a = decide(&a, &policy, 1).await.merged().allowed();
         if (passed, over_b, over_a) != (3, false, false) {
             failures.push(format!(
                 "{name}: {passed} of 3 passed on B, a 4th passed on B: {over_b}, on A: {over_a}"
@@ -476,12 +479,12 @@ impl<St: Store + Sync> Settles for St {
         Box::pin(async move {
             let asked = Instant::now();
             let decision = decide(self, policy, 100).await;
-            assert!(decision.merged.allowed());
+            assert!(decision.merged().allowed());
             let refund = Refund::of(&decision, 50, asked.elapsed());
             self.refund(policy, &Key::GLOBAL, refund).landed().await;
             let next = decide(self, policy, 1).await;
-            assert!(next.merged.allowed());
-            next.merged.remaining()
+            assert!(next.merged().allowed());
+            next.merged().remaining()
         })
     }
 }

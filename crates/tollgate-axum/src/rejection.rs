@@ -66,7 +66,7 @@ impl Rejector<Body> for ProblemJson {
 }
 
 fn problem_body(rejection: &Rejection<'_>) -> String {
-    let decision = &rejection.decision.merged;
+    let decision = &rejection.decision.merged();
     let detail = if decision.can_ever_pass() {
         // As `Retry-After` says: whole seconds, rounded up, never 0.
         let seconds = tollgate::headers::ceil_seconds(decision.retry_after()).max(1);
@@ -85,7 +85,7 @@ fn problem_body(rejection: &Rejection<'_>) -> String {
         .policy
         .limits()
         .iter()
-        .zip(rejection.decision.each.iter())
+        .zip(rejection.decision.each().iter())
         .filter(|(_, decision)| !decision.allowed());
     for (i, (limit, _)) in violated.enumerate() {
         if i > 0 {
@@ -127,7 +127,7 @@ fn push_json_string(out: &mut String, text: &str) {
 ///     .quota("api", "100/min".parse().unwrap())
 ///     .key(GlobalKey)
 ///     .rejector(respond_with(|rejection| {
-///         Html(format!("<p>Slow down: retry in {:?}.</p>", rejection.decision.merged.retry_after()))
+///         Html(format!("<p>Slow down: retry in {:?}.</p>", rejection.decision.merged().retry_after()))
 ///     }))
 ///     .build();
 /// # let _ = layer;

@@ -54,14 +54,14 @@ where
     }
 }
 
-/// Gives back, at `now`, the charge `receipt` describes, to a state held in
+/// Gives back, at `now`, the charge `refund` describes, to a state held in
 /// an atomic cell (see [`RateAlgorithm::refund`]).
-pub fn refund_atomic<A>(algorithm: &A, cell: &AtomicU64, receipt: crate::Receipt, now: u64)
+pub fn refund_atomic<A>(algorithm: &A, cell: &AtomicU64, refund: crate::Refund, now: u64)
 where
     A: RateAlgorithm,
     A::State: PackedState,
 {
-    update_atomic::<A>(cell, |state| algorithm.refund(state, receipt, now));
+    update_atomic::<A>(cell, |state| algorithm.refund(state, refund, now));
 }
 
 /// Charges `cost` at `now` whatever the limit says, to a state held in an

@@ -126,5 +126,5 @@ pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::{Decision, DecisionFields};
 pub use limiter::{Algorithm, Charge, Limiter, State, UnknownAlgorithm, carried, check_all, used};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
-pub use refund::Receipt;
+pub use refund::Refund;
 pub use state_bytes::{STATE_BYTES_VERSION, StateBytesError, decode_states, encode_states};

@@ -8,6 +8,9 @@
 /// [`Limiter::charge`](crate::Limiter::charge); keep it with the request
 /// until its outcome is known.
 ///
+/// One limit's refund; `tollgate`'s `store::Refund` is a whole policy's,
+/// which a store turns into one of these per limit.
+///
 /// ```
 /// use tollgate_core::{Algorithm, Limiter, Quota};
 ///
@@ -21,7 +24,7 @@
 /// assert!(limiter.check(&mut state, 1_000, 1).allowed());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Receipt {
+pub struct Refund {
     /// When the request was charged (ns, the limiter's clock).
     pub at: u64,
     /// What it was charged.
@@ -35,10 +38,10 @@ pub struct Receipt {
     pub reset_after: Option<u64>,
 }
 
-impl Receipt {
-    /// A receipt that knows only when and how much.
+impl Refund {
+    /// A refund that knows only when and how much.
     pub fn new(at: u64, cost: u32) -> Self {
-        Receipt {
+        Refund {
             at,
             cost,
             reset_after: None,

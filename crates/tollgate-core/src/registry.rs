@@ -287,34 +287,34 @@ macro_rules! define_algorithms {
 
             /// Evaluates and, if allowed, commits, like
             /// [`check`](Self::check); for an admission also returns the
-            /// [`Receipt`](crate::Receipt) that a later
+            /// [`Refund`](crate::Refund) that a later
             /// [`refund`](Self::refund) needs.
             pub fn charge(
                 &self,
                 state: &mut State,
                 now: u64,
                 cost: u32,
-            ) -> (Decision, Option<crate::Receipt>) {
+            ) -> (Decision, Option<crate::Refund>) {
                 let (decision, charge) = self.evaluate(state, now, cost);
                 let Some(charge) = charge else {
                     return (decision, None);
                 };
                 self.commit(state, charge);
-                let receipt = crate::Receipt {
+                let refund = crate::Refund {
                     at: now,
                     cost,
                     reset_after: Some(decision.reset_after_nanos()),
                 };
-                (decision, Some(receipt))
+                (decision, Some(refund))
             }
 
-            /// Gives back, at `now`, the charge `receipt` describes, as far
+            /// Gives back, at `now`, the charge `refund` describes, as far
             /// as it still counts (see
             /// [`RateAlgorithm::refund`](crate::RateAlgorithm::refund)). A
             /// state made for another algorithm is left alone.
-            pub fn refund(&self, state: &mut State, receipt: crate::Receipt, now: u64) {
+            pub fn refund(&self, state: &mut State, refund: crate::Refund, now: u64) {
                 match (self, state) {
-                    $((Limiter::$variant(a), State::$variant(s)) => a.refund(s, receipt, now),)+
+                    $((Limiter::$variant(a), State::$variant(s)) => a.refund(s, refund, now),)+
                     #[allow(unreachable_patterns)]
                     _ => {}
                 }

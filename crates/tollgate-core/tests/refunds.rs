@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use std::time::Duration;
-use tollgate_core::{Algorithm, Limiter, Quota, Receipt, State};
+use tollgate_core::{Algorithm, Limiter, Quota, Refund, State};
 
 /// A random quota small enough that random traffic hits its limits.
 fn small_quota() -> impl Strategy<Value = Quota> {
@@ -58,21 +58,21 @@ fn never_more_lenient(
 }
 
 /// The trace through `limiter` from `start`: the state, each admission's
-/// moment and receipt, and the end time.
+/// moment and refund, and the end time.
 fn admit_all(
     limiter: &Limiter,
     quota: Quota,
     start: u64,
     trace: &[(u32, u32)],
-) -> (State, Vec<(u64, u32, Receipt)>, u64) {
+) -> (State, Vec<(u64, u32, Refund)>, u64) {
     let mut state = limiter.new_state();
     let mut now = start;
     let mut admitted = Vec::new();
     for &(gap, cost) in trace {
         now += quota.period_nanos() * u64::from(gap) / 1000;
-        if let (decision, Some(receipt)) = limiter.charge(&mut state, now, cost) {
+        if let (decision, Some(refund)) = limiter.charge(&mut state, now, cost) {
             assert!(decision.allowed());
-            admitted.push((now, cost, receipt));
+            admitted.push((now, cost, refund));
         }
     }
     (state, admitted, now)
@@ -83,7 +83,7 @@ fn admit_all(
 /// (the key only has less against it).
 fn without(
     limiter: &Limiter,
-    admitted: &[(u64, u32, Receipt)],
+    admitted: &[(u64, u32, Refund)],
     skip: usize,
 ) -> Result<State, TestCaseError> {
     let mut state = limiter.new_state();
@@ -122,7 +122,7 @@ proptest! {
         never_more_lenient(&limiter, quota, &state, &never, now)?;
     }
 
-    /// The same with receipts that know only when and how much (what a
+    /// The same with refunds that know only when and how much (what a
     /// store keeps): still never more lenient.
     #[test]
     fn a_refund_knowing_only_when_and_how_much_is_never_more_lenient(
@@ -139,7 +139,7 @@ proptest! {
         let skip = pick.index(admitted.len());
         let now = end + quota.period_nanos() * u64::from(later) / 1000;
         let (at, cost, _) = admitted[skip];
-        limiter.refund(&mut state, Receipt::new(at, cost), now);
+        limiter.refund(&mut state, Refund::new(at, cost), now);
         let never = without(&limiter, &admitted, skip)?;
         never_more_lenient(&limiter, quota, &state, &never, now)?;
     }
@@ -158,15 +158,15 @@ proptest! {
         let (mut state, _, end) = admit_all(&limiter, quota, start, &trace);
         let before = state.clone();
         let charged = state.clone();
-        let (_, receipt) = limiter.charge(&mut state, end, cost);
-        prop_assume!(receipt.is_some());
-        limiter.refund(&mut state, receipt.unwrap(), end);
+        let (_, refund) = limiter.charge(&mut state, end, cost);
+        prop_assume!(refund.is_some());
+        limiter.refund(&mut state, refund.unwrap(), end);
         never_more_lenient(&limiter, quota, &state, &before, end)?;
         never_more_lenient(&limiter, quota, &before, &state, end)?;
         // Knowing only when and how much, the same.
         let mut state = charged;
         limiter.charge(&mut state, end, cost);
-        limiter.refund(&mut state, Receipt::new(end, cost), end);
+        limiter.refund(&mut state, Refund::new(end, cost), end);
         never_more_lenient(&limiter, quota, &before, &state, end)?;
     }
 
@@ -184,7 +184,7 @@ proptest! {
         let limiter = Limiter::new(algorithm, quota);
         let (mut state, admitted, end) = admit_all(&limiter, quota, start, &trace);
         prop_assume!(!admitted.is_empty());
-        let receipt = admitted[pick.index(admitted.len())].2;
+        let refund = admitted[pick.index(admitted.len())].2;
         // Whole windows and buckets later, one more admission, then the
         // refund of an old one.
         let window = u64::try_from(limiter.window().as_nanos()).unwrap_or(u64::MAX);
@@ -192,7 +192,7 @@ proptest! {
             + quota.period_nanos() * u64::from(gap) / 1000;
         limiter.charge(&mut state, much_later, 1);
         let before = state.clone();
-        limiter.refund(&mut state, receipt, much_later);
+        limiter.refund(&mut state, refund, much_later);
         prop_assert_eq!(state, before);
     }
 }

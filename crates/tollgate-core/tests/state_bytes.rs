@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use std::time::Duration;
 use tollgate_core::{
-    Algorithm, Limiter, Quota, Receipt, STATE_BYTES_VERSION, State, decode_states, encode_states,
+    Algorithm, Limiter, Quota, Refund, STATE_BYTES_VERSION, State, decode_states, encode_states,
 };
 
 fn algorithm() -> impl Strategy<Value = Algorithm> {
@@ -63,20 +63,20 @@ fn play(
 ) -> Result<(), TestCaseError> {
     let mut state = limiter.new_state();
     let mut now = start;
-    let mut receipts: Vec<Receipt> = Vec::new();
+    let mut refunds: Vec<Refund> = Vec::new();
     each(&state)?;
     for &(gap, what, cost) in operations {
         now = now.saturating_add(gap);
         match what {
             0 | 1 => {
-                if let (_, Some(receipt)) = limiter.charge(&mut state, now, cost) {
-                    receipts.push(receipt);
+                if let (_, Some(refund)) = limiter.charge(&mut state, now, cost) {
+                    refunds.push(refund);
                 }
             }
             2 => limiter.debit(&mut state, now, cost),
             _ => {
-                if let Some(receipt) = receipts.pop() {
-                    limiter.refund(&mut state, receipt, now);
+                if let Some(refund) = refunds.pop() {
+                    limiter.refund(&mut state, refund, now);
                 }
             }
         }
@@ -166,11 +166,11 @@ fn exercise(limiter: &Limiter, state: &State, times: &[u64]) {
         for cost in [0u32, 1, 3, u32::MAX] {
             let mut copy = state.clone();
             let _ = limiter.evaluate(&copy, now, cost);
-            let (_, receipt) = limiter.charge(&mut copy, now, cost);
-            if let Some(receipt) = receipt {
-                limiter.refund(&mut copy, receipt, now.saturating_add(1));
+            let (_, refund) = limiter.charge(&mut copy, now, cost);
+            if let Some(refund) = refund {
+                limiter.refund(&mut copy, refund, now.saturating_add(1));
             }
-            limiter.refund(&mut copy, Receipt::new(now, cost), now);
+            limiter.refund(&mut copy, Refund::new(now, cost), now);
             let mut forced = state.clone();
             limiter.debit(&mut forced, now, cost);
             let _ = limiter.check(&mut forced, now, 1);

@@ -16,8 +16,8 @@ use tollgate_tests::redis::RedisServer;
 
 async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreReply::Pending(future) => future.await.expect("the store answers").merged.allowed(),
-        StoreReply::Ready(result) => result.expect("the store answers").merged.allowed(),
+        StoreReply::Pending(future) => future.await.expect("the store answers").merged().allowed(),
+        StoreReply::Ready(result) => result.expect("the store answers").merged().allowed(),
     }
 }
 

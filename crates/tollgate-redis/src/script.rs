@@ -491,21 +491,12 @@ impl PreparedPolicy {
     /// The verdict of `fields`, seven per limit, decided at `server_now`
     /// (µs; the script's clock, which a refund's charge time is read on).
     fn decisions(&self, fields: &[i64], server_now: Option<u64>) -> PolicyDecision {
-        let each: SmallVec<[Decision; 2]> = fields.chunks_exact(FIELDS).map(decision).collect();
-        let merged = each
-            .iter()
-            .copied()
-            .reduce(Decision::merge)
-            .unwrap_or_default();
-        let charged_at = match server_now {
-            Some(micros) if merged.allowed() => micros.saturating_mul(1_000),
-            _ => 0,
-        };
-        PolicyDecision {
-            merged,
-            each,
-            charged_at,
-            charged_by: Default::default(),
+        let verdict = PolicyDecision::new(fields.chunks_exact(FIELDS).map(decision));
+        match server_now {
+            Some(micros) if verdict.merged().allowed() => {
+                verdict.charged(micros.saturating_mul(1_000))
+            }
+            _ => verdict,
         }
     }
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate::store::{BlockList, ChargeChange, Debit, Refund, RefundReply};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
-use tollgate_core::{Clock, DecisionFields, MonotonicClock};
+use tollgate_core::{Clock, MonotonicClock};
 
 /// The future of one check: one `EVALSHA` round trip.
 pub type RedisCheckFuture =
@@ -490,16 +490,7 @@ impl RedisStore {
         // Nothing to count: allowed, as by the core and the memory store
         // (a layer never asks; a caller of the trait may).
         if policy.limits().is_empty() {
-            return StoreReply::Ready(Ok(PolicyDecision {
-                merged: DecisionFields {
-                    allowed: true,
-                    ..DecisionFields::default()
-                }
-                .into(),
-                each: Default::default(),
-                charged_at: 0,
-                charged_by: Default::default(),
-            }));
+            return StoreReply::Ready(Ok(PolicyDecision::new([])));
         }
         // A key Redis refused, until its retry time: no call.
         let learn = match &self.shared.blocked {

@@ -159,7 +159,7 @@ pub(crate) fn limited_status(
     verdict: &PolicyDecision,
     metadata: MetadataMap,
 ) -> Status {
-    let merged = &verdict.merged;
+    let merged = &verdict.merged();
     let retry_after = merged.can_ever_pass().then(|| merged.retry_after());
     let mut details = match retry_after {
         Some(delay) => ErrorDetails::with_retry_info(Some(delay)),
@@ -169,7 +169,7 @@ pub(crate) fn limited_status(
     let refused = policy
         .limits()
         .iter()
-        .zip(&verdict.each)
+        .zip(verdict.each())
         .filter(|(_, decision)| !decision.allowed());
     let mut names = String::new();
     let mut violations = Vec::new();
@@ -297,7 +297,7 @@ mod tests {
         let store = MemoryStore::new();
         store.check_now(&policy, key, 5);
         let verdict = store.check_now(&policy, key, cost);
-        assert!(!verdict.merged.allowed());
+        assert!(!verdict.merged().allowed());
         let response: Response<()> = GrpcRejector::new().reject(Rejection {
             status: StatusCode::TOO_MANY_REQUESTS,
             headers: HeaderMap::new(),

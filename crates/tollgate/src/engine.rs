@@ -128,7 +128,7 @@ impl<K, St, R> Engine<K, St, R> {
     /// add to it or to its response.
     #[inline]
     fn passes_bare(&self, verdict: &PolicyDecision) -> bool {
-        self.forwards_bare && verdict.merged.allowed() && verdict.merged.wait_nanos() == 0
+        self.forwards_bare && verdict.merged().allowed() && verdict.merged().wait_nanos() == 0
     }
 
     /// Whether requests on `entry` may have per-key quotas of their own
@@ -181,9 +181,9 @@ impl<K, St, R> Engine<K, St, R> {
     where
         R: Rejector<B>,
     {
-        let decision = &verdict.merged;
+        let decision = &verdict.merged();
         let policy = &self.routes.get(entry).policy;
-        crate::observe::decided(policy.metrics(), verdict.merged.allowed(), &verdict.each);
+        crate::observe::decided(policy.metrics(), verdict.merged().allowed(), verdict.each());
         if decision.allowed() || self.settings.shadow {
             if !decision.allowed() {
                 tracing::info!(
@@ -378,7 +378,11 @@ where
         {
             // The hot path: admitted at once, nothing to add.
             StoreReply::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
-                crate::observe::decided(policy.metrics(), verdict.merged.allowed(), &verdict.each);
+                crate::observe::decided(
+                    policy.metrics(),
+                    verdict.merged().allowed(),
+                    verdict.each(),
+                );
                 Start::Pass
             }
             StoreReply::Ready(Ok(verdict)) => {

@@ -298,7 +298,7 @@ impl PolicyFields {
     fn write_state(&self, buffer: &mut [u8], verdict: &PolicyDecision, pk: &str) -> usize {
         let mut out = Output { buffer, len: 0 };
         let mut digits = itoa::Buffer::new();
-        for (prefix, decision) in self.state_prefixes.iter().zip(&verdict.each) {
+        for (prefix, decision) in self.state_prefixes.iter().zip(verdict.each()) {
             out.push(prefix);
             out.push(digits.format(decision.remaining()).as_bytes());
             out.push(b";t=");
@@ -391,11 +391,12 @@ impl FieldValues {
         if style.legacy {
             // The limit with the least left is the one the client meets first.
             let (index, first) = verdict
-                .each
+                .each()
                 .iter()
+                .copied()
                 .enumerate()
                 .min_by_key(|(_, d)| d.remaining())
-                .unwrap_or((0, &verdict.merged));
+                .unwrap_or((0, verdict.merged()));
             let units = policy
                 .quota_units
                 .get(index)
@@ -459,8 +460,8 @@ pub fn fields_for(
 ) -> HeaderMap {
     let mut headers = HeaderMap::new();
     FieldValues::of(style, &PolicyFields::new(policy), verdict, key).write_into(&mut headers);
-    if !verdict.merged.allowed() {
-        write_retry_after(&mut headers, &verdict.merged);
+    if !verdict.merged().allowed() {
+        write_retry_after(&mut headers, &verdict.merged());
     }
     headers
 }
@@ -492,12 +493,7 @@ mod tests {
             ..DecisionFields::default()
         }
         .into();
-        let verdict = PolicyDecision {
-            merged: decision,
-            each: names.iter().map(|_| decision).collect(),
-            charged_at: 0,
-            charged_by: Default::default(),
-        };
+        let verdict = PolicyDecision::new(names.iter().map(|_| decision));
         let fields = PolicyFields::new(&Policy::new(limits));
         let value = fields.state_value(&verdict, "").expect("a valid value");
         value.to_str().expect("visible ASCII").to_owned()

@@ -37,8 +37,8 @@ impl RateLimitInfo {
     pub(crate) fn new(policy: &Arc<Policy>, verdict: &PolicyDecision) -> Self {
         RateLimitInfo {
             policy: policy.clone(),
-            merged: verdict.merged,
-            each: verdict.each.clone(),
+            merged: verdict.merged(),
+            each: verdict.each().into(),
         }
     }
 

@@ -181,11 +181,11 @@ impl PackedLimiter {
     }
 
     /// Gives back a charge to the state in `cell`.
-    pub(crate) fn refund(&self, cell: &AtomicU64, receipt: tollgate_core::Receipt, now: u64) {
+    pub(crate) fn refund(&self, cell: &AtomicU64, refund: tollgate_core::Refund, now: u64) {
         match self {
-            PackedLimiter::Gcra(gcra) => tollgate_core::refund_atomic(gcra, cell, receipt, now),
+            PackedLimiter::Gcra(gcra) => tollgate_core::refund_atomic(gcra, cell, refund, now),
             PackedLimiter::LeakyBucket(bucket) => {
-                tollgate_core::refund_atomic(bucket, cell, receipt, now)
+                tollgate_core::refund_atomic(bucket, cell, refund, now)
             }
         }
     }

@@ -68,8 +68,8 @@ fn a_peeked_key_is_decided_as_its_twin_that_was_not() {
                 for key in [&peeked, &zero] {
                     let got = store.check_now(&policy, key, cost);
                     assert_eq!(
-                        (got.merged, &got.each),
-                        (expected.merged, &expected.each),
+                        (got.merged(), got.each()),
+                        (expected.merged(), expected.each()),
                         "{algorithm}, {} limits, step {step}, {key:?}",
                         policy.limits().len()
                     );
@@ -89,37 +89,45 @@ fn peeks_charge_nothing_and_tell_the_remaining_and_the_reset() {
         let key = Key::from("alice");
         let capacity = policy.limiters()[0].capacity();
         let fresh = store.peek_now(&policy, &key);
-        assert_eq!(fresh.each[0].remaining(), capacity, "{algorithm}");
-        assert_eq!(fresh.each[0].reset_after(), Duration::ZERO, "{algorithm}");
+        assert_eq!(fresh.each()[0].remaining(), capacity, "{algorithm}");
+        assert_eq!(fresh.each()[0].reset_after(), Duration::ZERO, "{algorithm}");
         assert!(store.is_empty(), "{algorithm}: a peek adds no key");
         for admitted in 0..capacity {
             for _ in 0..10 {
                 let peek = store.peek_now(&policy, &key);
-                assert_eq!(peek.merged.remaining(), capacity - admitted, "{algorithm}");
+                assert_eq!(
+                    peek.merged().remaining(),
+                    capacity - admitted,
+                    "{algorithm}"
+                );
             }
             let check = store.check_now(&policy, &key, 1);
-            assert!(check.merged.allowed(), "{algorithm}: request {admitted}");
+            assert!(check.merged().allowed(), "{algorithm}: request {admitted}");
             // At the same instant, the peek reads what the check left.
             let peek = store.peek_now(&policy, &key);
             assert_eq!(
-                peek.each[0].remaining(),
-                check.each[0].remaining(),
+                peek.each()[0].remaining(),
+                check.each()[0].remaining(),
                 "{algorithm}"
             );
             assert_eq!(
-                peek.each[0].reset_after(),
-                check.each[0].reset_after(),
+                peek.each()[0].reset_after(),
+                check.each()[0].reset_after(),
                 "{algorithm}"
             );
-            assert_eq!(peek.each[0].limit(), check.each[0].limit(), "{algorithm}");
+            assert_eq!(
+                peek.each()[0].limit(),
+                check.each()[0].limit(),
+                "{algorithm}"
+            );
         }
         let refused = store.check_now(&policy, &key, 1);
-        assert!(!refused.merged.allowed(), "{algorithm}: over capacity");
+        assert!(!refused.merged().allowed(), "{algorithm}: over capacity");
         let peek = store.peek_now(&policy, &key);
-        assert_eq!(peek.merged.remaining(), 0, "{algorithm}");
+        assert_eq!(peek.merged().remaining(), 0, "{algorithm}");
         assert_eq!(
-            peek.each[0].reset_after(),
-            refused.each[0].reset_after(),
+            peek.each()[0].reset_after(),
+            refused.each()[0].reset_after(),
             "{algorithm}"
         );
     }
@@ -134,20 +142,20 @@ async fn a_reset_makes_the_key_whole_and_leaves_the_others_alone() {
             let (alice, bob) = (Key::from("alice"), Key::from("bob"));
             let capacity = policy.limiters()[0].capacity();
             for key in [&alice, &bob] {
-                while store.check_now(&policy, key, 1).merged.allowed() {}
+                while store.check_now(&policy, key, 1).merged().allowed() {}
             }
             store.reset(&policy, &alice).await.unwrap();
             let peek = store.peek(&policy, &alice).resolve().await.unwrap();
-            assert_eq!(peek.merged.remaining(), capacity, "{algorithm}");
+            assert_eq!(peek.merged().remaining(), capacity, "{algorithm}");
             for n in 0..capacity {
                 assert!(
-                    store.check_now(&policy, &alice, 1).merged.allowed(),
+                    store.check_now(&policy, &alice, 1).merged().allowed(),
                     "{algorithm}: request {n} after the reset"
                 );
             }
-            assert!(!store.check_now(&policy, &alice, 1).merged.allowed());
+            assert!(!store.check_now(&policy, &alice, 1).merged().allowed());
             assert!(
-                !store.check_now(&policy, &bob, 1).merged.allowed(),
+                !store.check_now(&policy, &bob, 1).merged().allowed(),
                 "{algorithm}"
             );
         }
@@ -161,18 +169,18 @@ async fn unblock_clears_a_block_cache_s_refusal_and_reset_clears_it_too() {
     let cache = BlockCache::new(memory.clone()).clock(clock.clone());
     let [policy, _] = policies(Algorithm::FixedWindow);
     let key = Key::from("alice");
-    while now(cache.check(&policy, &key, 1)).merged.allowed() {}
+    while now(cache.check(&policy, &key, 1)).merged().allowed() {}
     assert_eq!(cache.block_list().len(), 1);
     cache.unblock(&policy, &key).await.unwrap();
     assert!(cache.block_list().is_empty(), "unblock forgets the refusal");
     // The counts stand: refused by the store, and remembered again (a
     // refusal of a request sent before the unblock would not be).
     clock.advance(Duration::from_millis(1));
-    assert!(!now(cache.check(&policy, &key, 1)).merged.allowed());
+    assert!(!now(cache.check(&policy, &key, 1)).merged().allowed());
     assert_eq!(cache.block_list().len(), 1);
     cache.reset(&policy, &key).await.unwrap();
     assert!(cache.block_list().is_empty(), "reset forgets the refusal");
-    assert!(now(cache.check(&policy, &key, 1)).merged.allowed());
+    assert!(now(cache.check(&policy, &key, 1)).merged().allowed());
 }
 
 #[tokio::test]
@@ -187,15 +195,15 @@ async fn the_wrappers_pass_the_handle_on() {
         Duration::from_secs(1),
     ));
     for inner in [&primary, &secondary] {
-        while inner.check_now(&policy, &key, 1).merged.allowed() {}
+        while inner.check_now(&policy, &key, 1).merged().allowed() {}
     }
     let peek = stack.peek(&policy, &key).resolve().await.unwrap();
-    assert_eq!(peek.merged.remaining(), 0);
+    assert_eq!(peek.merged().remaining(), 0);
     stack.unblock(&policy, &key).await.unwrap();
     stack.reset(&policy, &key).await.unwrap();
     // Both stores of the fallback are whole again.
     for inner in [&primary, &secondary] {
-        assert_eq!(inner.peek_now(&policy, &key).merged.remaining(), 5);
+        assert_eq!(inner.peek_now(&policy, &key).merged().remaining(), 5);
     }
 }
 

@@ -78,7 +78,7 @@ proptest! {
         for (ms, cost) in &before {
             clock.advance(Duration::from_millis(*ms));
             let expected = decide(&old, &mut old_states, now(), *cost);
-            let got = store.check_now(&from, &key, *cost).merged;
+            let got = store.check_now(&from, &key, *cost).merged();
             prop_assert_eq!(got.allowed(), expected.allowed());
         }
         clock.advance(Duration::from_millis(250));
@@ -95,7 +95,7 @@ proptest! {
         for (ms, cost) in &after {
             clock.advance(Duration::from_millis(*ms));
             let expected = decide(&new, &mut new_states, now(), *cost);
-            let got = store.check_now(&to, &key, *cost).merged;
+            let got = store.check_now(&to, &key, *cost).merged();
             prop_assert_eq!(
                 (got.allowed(), got.remaining(), got.retry_after_nanos()),
                 (expected.allowed(), expected.remaining(), expected.retry_after_nanos()),
@@ -104,7 +104,7 @@ proptest! {
         }
         // The old plan's state is gone: a second move carries nothing.
         let whole = store.peek_now(&from, &key);
-        for (limit, quota) in whole.each.iter().zip(&old) {
+        for (limit, quota) in whole.each().iter().zip(&old) {
             prop_assert_eq!(limit.remaining(), limit.limit(), "{:?}", quota);
         }
     }

@@ -315,7 +315,7 @@ async fn memory_store_holds_its_bound_under_a_flood_of_keys() {
     let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(10))]);
     for i in 0..1_000_000u64 {
         let verdict = store.check_now(&policy, &Key::from(i), 1);
-        assert!(verdict.merged.allowed());
+        assert!(verdict.merged().allowed());
     }
     assert!(
         store.len() <= store.capacity(),

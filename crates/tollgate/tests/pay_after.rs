@@ -40,7 +40,7 @@ fn store_at_quarter_past() -> (MemoryStore<ManualClock>, ManualClock) {
 
 /// What `key` has left under `policy` now.
 fn remaining(store: &MemoryStore<ManualClock>, policy: &Arc<Policy>) -> u64 {
-    store.peek_now(policy, &Key::GLOBAL).merged.remaining()
+    store.peek_now(policy, &Key::GLOBAL).merged().remaining()
 }
 
 /// The number in a `retry-after: N` line of a response head.

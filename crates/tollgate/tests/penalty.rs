@@ -66,7 +66,7 @@ impl Setup {
             if n > 0 {
                 self.advance(1);
             }
-            assert!(!self.check(key).merged.allowed());
+            assert!(!self.check(key).merged().allowed());
         }
     }
 
@@ -78,14 +78,14 @@ impl Setup {
             StoreReply::Pending(_) => panic!("the memory store answers at once"),
         };
         // A key spent but not blocked passes a request of cost 0.
-        (!peek.merged.allowed()).then(|| peek.merged.retry_after())
+        (!peek.merged().allowed()).then(|| peek.merged().retry_after())
     }
 }
 
 #[test]
 fn refusals_within_the_period_block_the_key_for_the_block_duration() {
     let s = Setup::new();
-    assert!(s.check("mallory").merged.allowed());
+    assert!(s.check("mallory").merged().allowed());
     s.offend("mallory", 2);
     assert_eq!(s.block_left("mallory"), None, "two refusals do not block");
     s.advance(1);
@@ -93,21 +93,21 @@ fn refusals_within_the_period_block_the_key_for_the_block_duration() {
     assert_eq!(s.block_left("mallory"), Some(Duration::from_secs(30)));
     let calls = s.calls();
     for _ in 0..1_000 {
-        assert!(!s.check("mallory").merged.allowed());
+        assert!(!s.check("mallory").merged().allowed());
     }
     assert_eq!(s.calls(), calls, "a blocked key costs no store call");
     // Other keys are untouched.
-    assert!(s.check("alice").merged.allowed());
+    assert!(s.check("alice").merged().allowed());
     assert_eq!(s.block_left("alice"), None);
     s.advance(29);
     assert_eq!(s.block_left("mallory"), Some(Duration::from_secs(1)));
     s.advance(1);
     assert_eq!(s.block_left("mallory"), None);
     // The block is over: the store decides again (and the hour is not).
-    assert!(!s.check("mallory").merged.allowed());
+    assert!(!s.check("mallory").merged().allowed());
     assert_eq!(s.calls(), calls + 2);
     s.advance(3600);
-    assert!(s.check("mallory").merged.allowed());
+    assert!(s.check("mallory").merged().allowed());
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn a_blocked_answer_tells_the_truth_about_the_block() {
     s.offend("mallory", 3);
     s.advance(10);
     let answer = s.check("mallory");
-    for decision in std::iter::once(&answer.merged).chain(&answer.each) {
+    for decision in std::iter::once(&answer.merged()).chain(answer.each()) {
         assert!(!decision.allowed());
         assert_eq!(decision.limit(), 1);
         assert_eq!(decision.remaining(), 0);
@@ -132,7 +132,7 @@ fn refusals_spread_wider_than_the_period_do_not_block() {
     let s = Setup::new();
     s.check("slow");
     for _ in 0..10 {
-        assert!(!s.check("slow").merged.allowed());
+        assert!(!s.check("slow").merged().allowed());
         s.advance(6);
     }
     // Each run of two refusals within 10 s started again: never blocked.
@@ -182,7 +182,7 @@ async fn unblock_lifts_the_block_and_forgets_the_run_and_the_offences() {
     assert_eq!(s.block_left("mallory"), Some(Duration::from_secs(30)));
     // A peek sees the block, as `resolve` awaits it.
     let peek = s.store.peek(&s.policy, &key).resolve().await.unwrap();
-    assert_eq!(peek.merged.retry_after(), Duration::from_secs(30));
+    assert_eq!(peek.merged().retry_after(), Duration::from_secs(30));
     s.store.unblock(&s.policy, &key).await.unwrap();
     assert_eq!(s.block_left("mallory"), None);
     // Decided by its counts again: refused by the hour, not the block.
@@ -193,7 +193,7 @@ async fn unblock_lifts_the_block_and_forgets_the_run_and_the_offences() {
     assert_eq!(s.block_left("mallory"), Some(Duration::from_secs(30)));
     // Reset: no block, and the key is whole.
     s.store.reset(&s.policy, &key).await.unwrap();
-    assert!(s.check("mallory").merged.allowed());
+    assert!(s.check("mallory").merged().allowed());
 }
 
 #[test]

@@ -23,7 +23,7 @@ async fn admitted<St: Store>(store: &St, policy: &Arc<Policy>, key: &Key) -> usi
             .resolve()
             .await
             .unwrap()
-            .merged
+            .merged()
             .allowed()
         {
             passed += 1;
@@ -52,7 +52,7 @@ async fn each_instance_gets_its_share_of_every_limit() {
             );
             let decision = store.peek(&policy, &key).resolve().await.unwrap();
             assert_eq!(
-                decision.merged.limit(),
+                decision.merged().limit(),
                 share as u64,
                 "{algorithm}, {n}: the split quota"
             );
@@ -74,7 +74,7 @@ async fn refunds_and_resets_reach_the_split_counts() {
             .resolve()
             .await
             .unwrap()
-            .merged
+            .merged()
             .allowed()
     );
     let refund = Refund::of(last.as_ref().unwrap(), 1, Duration::ZERO);
@@ -85,7 +85,7 @@ async fn refunds_and_resets_reach_the_split_counts() {
             .resolve()
             .await
             .unwrap()
-            .merged
+            .merged()
             .allowed()
     );
     store.reset(&policy, &key).await.unwrap();
@@ -100,10 +100,10 @@ async fn the_share_follows_the_number_of_instances() {
     let store = Split::new(MemoryStore::new(), move || seen.load(Ordering::Relaxed));
     assert_eq!(store.instances(), 1);
     let one = store.peek(&policy, &key).resolve().await.unwrap();
-    assert_eq!(one.merged.limit(), 10);
+    assert_eq!(one.merged().limit(), 10);
     instances.store(4, Ordering::Relaxed);
     let four = store.peek(&policy, &key).resolve().await.unwrap();
-    assert_eq!(four.merged.limit(), 2);
+    assert_eq!(four.merged().limit(), 2);
     // None is read as one.
     instances.store(0, Ordering::Relaxed);
     assert_eq!(store.instances(), 1);
@@ -131,18 +131,18 @@ async fn a_plan_change_carries_the_usage_under_the_split() {
                 .resolve()
                 .await
                 .unwrap()
-                .merged
+                .merged()
                 .allowed()
         );
     }
     store.carry(&from, &to, &key).await.unwrap();
     let now = store.peek(&to, &key).resolve().await.unwrap();
     let left: Vec<(u64, u64)> = now
-        .each
+        .each()
         .iter()
         .map(|d| (d.limit(), d.remaining()))
         .collect();
     assert_eq!(left, [(50, 47), (100, 97)]);
-    let before = store.peek(&from, &key).resolve().await.unwrap().merged;
+    let before = store.peek(&from, &key).resolve().await.unwrap().merged();
     assert_eq!(before.remaining(), 5);
 }

@@ -118,8 +118,8 @@ impl tollgate::store::StoreWrapper for RecordingStore {
         log.push(Record {
             limit: policy.label().to_owned(),
             now,
-            allowed: verdict.merged.allowed(),
-            wait: verdict.merged.wait_nanos(),
+            allowed: verdict.merged().allowed(),
+            wait: verdict.merged().wait_nanos(),
         });
         StoreReply::Ready(Ok(verdict))
     }

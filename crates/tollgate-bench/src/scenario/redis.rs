@@ -109,8 +109,8 @@ pub(crate) fn start() -> (tokio::runtime::Runtime, RedisServer, RedisStore) {
 /// One decision through the store: the layer's call, without the layer.
 pub(crate) async fn check(store: &RedisStore, policy: &Arc<Policy>, key: &Key) -> bool {
     match store.check(policy, key, 1) {
-        StoreReply::Pending(future) => future.await.expect("the store answers").merged.allowed(),
-        StoreReply::Ready(result) => result.expect("the store answers").merged.allowed(),
+        StoreReply::Pending(future) => future.await.expect("the store answers").merged().allowed(),
+        StoreReply::Ready(result) => result.expect("the store answers").merged().allowed(),
     }
 }
 

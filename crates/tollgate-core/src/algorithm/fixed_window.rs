@@ -123,9 +123,9 @@ impl RateAlgorithm for FixedWindow {
 
     /// Off the window the request was charged in, while it is the current
     /// one; a later window never counted it.
-    fn refund(&self, state: &mut FixedWindowState, receipt: crate::Receipt, _now: u64) {
-        if state.window == self.per_period.div(receipt.at) {
-            state.count -= u64::from(receipt.cost).min(state.count);
+    fn refund(&self, state: &mut FixedWindowState, refund: crate::Refund, _now: u64) {
+        if state.window == self.per_period.div(refund.at) {
+            state.count -= u64::from(refund.cost).min(state.count);
         }
     }
 

@@ -145,9 +145,9 @@ impl RateAlgorithm for Gcra {
     /// time plus its `reset_after`); those still ahead of `now` are taken
     /// off the TAT, at most its cost's worth and never below `now` (a
     /// bucket already full stays full).
-    fn refund(&self, state: &mut GcraState, receipt: crate::Receipt, now: u64) {
-        let cost = self.interval.saturating_mul(u64::from(receipt.cost));
-        let mark = receipt.schedule_end(cost, 0);
+    fn refund(&self, state: &mut GcraState, refund: crate::Refund, now: u64) {
+        let cost = self.interval.saturating_mul(u64::from(refund.cost));
+        let mark = refund.schedule_end(cost, 0);
         let give = cost
             .min(mark.saturating_sub(now))
             .min(state.tat.saturating_sub(now));

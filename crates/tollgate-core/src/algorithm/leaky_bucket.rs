@@ -154,9 +154,9 @@ impl RateAlgorithm for LeakyBucket {
     /// As GCRA's: the request's slots still ahead of `now` are freed, at
     /// most its cost's worth, never before `now`. (`reset_after` is the
     /// queue's end less `T − 1`.)
-    fn refund(&self, state: &mut LeakyBucketState, receipt: crate::Receipt, now: u64) {
-        let cost = self.interval.saturating_mul(u64::from(receipt.cost));
-        let mark = receipt.schedule_end(cost, self.interval - 1);
+    fn refund(&self, state: &mut LeakyBucketState, refund: crate::Refund, now: u64) {
+        let cost = self.interval.saturating_mul(u64::from(refund.cost));
+        let mark = refund.schedule_end(cost, self.interval - 1);
         let give = cost
             .min(mark.saturating_sub(now))
             .min(state.next_free.saturating_sub(now));

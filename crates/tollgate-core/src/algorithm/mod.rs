@@ -105,13 +105,13 @@ pub trait RateAlgorithm {
     /// Applies a charge that `evaluate` returned for this state.
     fn commit(&self, state: &mut Self::State, charge: Self::Charge);
 
-    /// Gives back, at `now`, the charge `receipt` describes, as far as it
+    /// Gives back, at `now`, the charge `refund` describes, as far as it
     /// still counts. Afterwards the state is never more lenient than if
     /// the request had never been admitted (every other admission kept):
     /// a charge whose window has moved on, or that the bucket has already
     /// refilled, changes nothing. Given back at once, with nothing charged
     /// in between, it leaves the state as if the request had never come.
-    fn refund(&self, state: &mut Self::State, receipt: crate::Receipt, now: u64);
+    fn refund(&self, state: &mut Self::State, refund: crate::Refund, now: u64);
 
     /// Charges `cost` at `now` whatever the state says: a cost learned only
     /// after the request was admitted ("pay after"). The state may go past

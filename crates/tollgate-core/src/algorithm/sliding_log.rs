@@ -290,16 +290,16 @@ impl RateAlgorithm for SlidingLog {
     }
 
     /// Off the entry the request was logged in: the one of its time, or
-    /// else the latest before it (a receipt's time may be a little early,
+    /// else the latest before it (a refund's time may be a little early,
     /// never late; an earlier entry leaves the window sooner, so taking
     /// from it is never more lenient than taking from the request's own).
     /// Entries of checks that raced each other to a store's lock may be a
     /// little out of order: the exact time is looked for first.
-    fn refund(&self, state: &mut SlidingLogState, receipt: crate::Receipt, _now: u64) {
-        let exact = state.entries.iter().rposition(|e| e.at == receipt.at);
-        let index = exact.or_else(|| state.entries.iter().rposition(|e| e.at <= receipt.at));
+    fn refund(&self, state: &mut SlidingLogState, refund: crate::Refund, _now: u64) {
+        let exact = state.entries.iter().rposition(|e| e.at == refund.at);
+        let index = exact.or_else(|| state.entries.iter().rposition(|e| e.at <= refund.at));
         if let Some(entry) = index.and_then(|i| state.entries.get_mut(i)) {
-            let give = receipt.cost.min(entry.cost);
+            let give = refund.cost.min(entry.cost);
             entry.cost -= give;
             state.total -= u64::from(give);
         }

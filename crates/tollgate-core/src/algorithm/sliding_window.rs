@@ -228,9 +228,9 @@ impl RateAlgorithm for SlidingWindow {
 
     /// Off the window the request was charged in: the current one's
     /// count, or the previous one's while it still weighs.
-    fn refund(&self, state: &mut SlidingWindowState, receipt: crate::Receipt, _now: u64) {
-        let charged = self.per_period.div(receipt.at);
-        let cost = u64::from(receipt.cost);
+    fn refund(&self, state: &mut SlidingWindowState, refund: crate::Refund, _now: u64) {
+        let charged = self.per_period.div(refund.at);
+        let cost = u64::from(refund.cost);
         if state.window == charged {
             state.current -= cost.min(state.current);
         } else if state.window == charged.saturating_add(1) {

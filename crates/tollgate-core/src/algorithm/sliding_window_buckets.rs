@@ -286,9 +286,9 @@ impl RateAlgorithm for SlidingWindowBuckets {
 
     /// Off the sub-window the request was charged in, while the ring still
     /// holds it.
-    fn refund(&self, state: &mut SlidingWindowBucketsState, receipt: crate::Receipt, _now: u64) {
+    fn refund(&self, state: &mut SlidingWindowBucketsState, refund: crate::Refund, _now: u64) {
         let slots = self.slots();
-        let index = self.per_sub_window.div(receipt.at);
+        let index = self.per_sub_window.div(refund.at);
         if state.counts.len() as u64 != slots
             || index > state.newest
             || state.newest - index >= slots
@@ -296,7 +296,7 @@ impl RateAlgorithm for SlidingWindowBuckets {
             return;
         }
         let slot = &mut state.counts[(index % slots) as usize];
-        *slot -= u64::from(receipt.cost).min(*slot);
+        *slot -= u64::from(refund.cost).min(*slot);
     }
 
     /// Added to the sub-window a request would be charged in now, past the

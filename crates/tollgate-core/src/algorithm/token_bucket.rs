@@ -351,8 +351,8 @@ impl RateAlgorithm for IntervalTokenBucket {
         self.0.commit(state, charge);
     }
 
-    fn refund(&self, state: &mut TokenBucketState, receipt: crate::Receipt, now: u64) {
-        self.0.refund(state, receipt, now);
+    fn refund(&self, state: &mut TokenBucketState, refund: crate::Refund, now: u64) {
+        self.0.refund(state, refund, now);
     }
 
     fn debit(&self, state: &mut TokenBucketState, now: u64, cost: u32) {
@@ -465,19 +465,19 @@ impl RateAlgorithm for TokenBucket {
     /// tokens still missing because of the charge (its cost, less what
     /// the refills since could have brought back) are put back, never
     /// more than are missing now.
-    fn refund(&self, state: &mut TokenBucketState, receipt: crate::Receipt, now: u64) {
+    fn refund(&self, state: &mut TokenBucketState, refund: crate::Refund, now: u64) {
         match state {
             TokenBucketState::Continuous { full_at } => {
                 let now = u128::from(now) * u128::from(self.scale);
                 let scale = u128::from(self.scale);
-                let cost = u128::from(self.unit) * u128::from(receipt.cost);
-                let at = u128::from(receipt.at) * scale;
+                let cost = u128::from(self.unit) * u128::from(refund.cost);
+                let at = u128::from(refund.at) * scale;
                 // `reset_after` is the scaled moment of being full rounded
                 // up to the ns: one ns less, scaled, is never past it.
-                let mark = receipt
+                let mark = refund
                     .reset_after
                     .map_or(0, |reset| {
-                        u128::from(receipt.at.saturating_add(reset).saturating_sub(1)) * scale
+                        u128::from(refund.at.saturating_add(reset).saturating_sub(1)) * scale
                     })
                     .max(at.saturating_add(cost));
                 let give = cost
@@ -490,9 +490,9 @@ impl RateAlgorithm for TokenBucket {
                 let limit = u128::from(self.quota.limit());
                 let refilled = u128::from(current - *interval) * limit;
                 let used_now = to_u64(u128::from(*used).saturating_sub(refilled));
-                let charged = u128::from(self.per_period.div(receipt.at));
+                let charged = u128::from(self.per_period.div(refund.at));
                 let since = u128::from(current).saturating_sub(charged);
-                let still = to_u64(u128::from(receipt.cost).saturating_sub(since * limit));
+                let still = to_u64(u128::from(refund.cost).saturating_sub(since * limit));
                 *interval = current;
                 *used = used_now - still.min(used_now);
             }

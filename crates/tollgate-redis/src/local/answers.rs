@@ -57,11 +57,10 @@ pub(crate) fn admitted(
     receipt: u64,
     remaining: impl Fn(u64) -> u64,
 ) -> PolicyDecision {
-    let each: smallvec::SmallVec<[Decision; 2]> = last
-        .each
+    let each = last
+        .each()
         .iter()
-        .map(|d| aged(d, elapsed, true, remaining(d.remaining())))
-        .collect();
+        .map(|d| aged(d, elapsed, true, remaining(d.remaining())));
     merge(each, receipt)
 }
 
@@ -73,37 +72,32 @@ pub(crate) fn admitted_from(
     remaining: impl Fn(u64) -> u64,
 ) -> PolicyDecision {
     let later = |nanos: u64| nanos.saturating_sub(elapsed);
-    let each: smallvec::SmallVec<[Decision; 2]> = reading
-        .limits()
-        .iter()
-        .map(|l| {
-            Decision::from(DecisionFields {
-                allowed: true,
-                limit: l.limit,
-                remaining: remaining(l.remaining),
-                reset_after_nanos: later(l.reset_after_nanos),
-                // As `aged`: a unit due is due now, not whole.
-                replenish_after_nanos: match l.replenish_after_nanos {
-                    0 => 0,
-                    nanos if remaining(l.remaining) < l.limit => later(nanos).max(1),
-                    nanos => later(nanos),
-                },
-                retry_after_nanos: 0,
-                wait_nanos: 0,
-            })
+    let each = reading.limits().iter().map(|l| {
+        Decision::from(DecisionFields {
+            allowed: true,
+            limit: l.limit,
+            remaining: remaining(l.remaining),
+            reset_after_nanos: later(l.reset_after_nanos),
+            // As `aged`: a unit due is due now, not whole.
+            replenish_after_nanos: match l.replenish_after_nanos {
+                0 => 0,
+                nanos if remaining(l.remaining) < l.limit => later(nanos).max(1),
+                nanos => later(nanos),
+            },
+            retry_after_nanos: 0,
+            wait_nanos: 0,
         })
-        .collect();
+    });
     merge(each, reading.receipt)
 }
 
 /// A refusal decided locally: Redis's refusal, `elapsed` later. Limits
 /// that allowed keep saying so (another limit refused).
 pub(crate) fn refused(refusal: &PolicyDecision, elapsed: u64) -> PolicyDecision {
-    let each: smallvec::SmallVec<[Decision; 2]> = refusal
-        .each
+    let each = refusal
+        .each()
         .iter()
-        .map(|d| aged(d, elapsed, d.allowed(), d.remaining()))
-        .collect();
+        .map(|d| aged(d, elapsed, d.allowed(), d.remaining()));
     merge(each, 0)
 }
 
@@ -121,30 +115,26 @@ pub(crate) fn spent(
     cost: u64,
     left: impl Fn(u64) -> u64,
 ) -> PolicyDecision {
-    let each: smallvec::SmallVec<[Decision; 2]> = last
-        .each
-        .iter()
-        .map(|d| {
-            let remaining = left(d.remaining()).min(d.limit());
-            let allows = remaining >= cost;
-            let mut f = aged(d, elapsed, allows, remaining).fields();
-            if !allows {
-                f.retry_after_nanos = if cost > d.limit() {
-                    Decision::NEVER_NANOS
-                } else if cost <= remaining + 1 {
-                    // The next unit back, or later when Redis said one unit
-                    // would wait longer (a key in debt: see `share.lua`'s
-                    // sync), carried in the reading's retry.
-                    f.replenish_after_nanos.max(f.retry_after_nanos)
-                } else {
-                    // Never before the next unit: a reset aged to 0 is
-                    // not before a replenish kept at 1 ns (see `aged`).
-                    f.reset_after_nanos.max(f.replenish_after_nanos)
-                };
-            }
-            Decision::from(f)
-        })
-        .collect();
+    let each = last.each().iter().map(|d| {
+        let remaining = left(d.remaining()).min(d.limit());
+        let allows = remaining >= cost;
+        let mut f = aged(d, elapsed, allows, remaining).fields();
+        if !allows {
+            f.retry_after_nanos = if cost > d.limit() {
+                Decision::NEVER_NANOS
+            } else if cost <= remaining + 1 {
+                // The next unit back, or later when Redis said one unit
+                // would wait longer (a key in debt: see `share.lua`'s
+                // sync), carried in the reading's retry.
+                f.replenish_after_nanos.max(f.retry_after_nanos)
+            } else {
+                // Never before the next unit: a reset aged to 0 is
+                // not before a replenish kept at 1 ns (see `aged`).
+                f.reset_after_nanos.max(f.replenish_after_nanos)
+            };
+        }
+        Decision::from(f)
+    });
     merge(each, 0)
 }
 
@@ -156,20 +146,16 @@ pub(crate) fn spent(
 /// earlier: `0 < replenish_after ≤ retry_after ≤ reset_after` still.
 pub(crate) fn held_elsewhere(refusal: PolicyDecision, interval: u64) -> PolicyDecision {
     let retry = interval.max(1);
-    let each: smallvec::SmallVec<[Decision; 2]> = refusal
-        .each
-        .iter()
-        .map(|d| {
-            if d.allowed() {
-                return *d;
-            }
-            let mut f = d.fields();
-            f.retry_after_nanos = retry;
-            f.replenish_after_nanos = f.replenish_after_nanos.clamp(1, retry);
-            f.reset_after_nanos = f.reset_after_nanos.max(retry);
-            Decision::from(f)
-        })
-        .collect();
+    let each = refusal.each().iter().map(|d| {
+        if d.allowed() {
+            return *d;
+        }
+        let mut f = d.fields();
+        f.retry_after_nanos = retry;
+        f.replenish_after_nanos = f.replenish_after_nanos.clamp(1, retry);
+        f.reset_after_nanos = f.reset_after_nanos.max(retry);
+        Decision::from(f)
+    });
     merge(each, 0)
 }
 
@@ -178,45 +164,28 @@ pub(crate) fn held_elsewhere(refusal: PolicyDecision, interval: u64) -> PolicyDe
 /// this instance admitted and has not reported, plus what it was given
 /// back after reporting), at most the limit; its times as Redis gave them.
 pub(crate) fn counted(decision: &PolicyDecision, left: impl Fn(u64) -> u64) -> PolicyDecision {
-    let each: smallvec::SmallVec<[Decision; 2]> = decision
-        .each
-        .iter()
-        .map(|d| {
-            let mut f = d.fields();
-            f.remaining = left(f.remaining).min(f.limit);
-            if f.allowed {
-                // A sync's reading carries a retry for one unit; a peek's
-                // answer allows (cost 0) and has none.
-                f.retry_after_nanos = 0;
-            }
-            Decision::from(f)
-        })
-        .collect();
-    PolicyDecision {
-        charged_at: decision.charged_at,
-        charged_by: decision.charged_by,
-        ..merge(each, 0)
-    }
+    decision.map_each(|d| {
+        let mut f = d.fields();
+        f.remaining = left(f.remaining).min(f.limit);
+        if f.allowed {
+            // A sync's reading carries a retry for one unit; a peek's
+            // answer allows (cost 0) and has none.
+            f.retry_after_nanos = 0;
+        }
+        Decision::from(f)
+    })
 }
 
-fn merge(each: smallvec::SmallVec<[Decision; 2]>, receipt: u64) -> PolicyDecision {
-    let merged = match each.as_slice() {
-        [one] => *one,
-        _ => each
-            .iter()
-            .copied()
-            .reduce(Decision::merge)
-            .unwrap_or_default(),
-    };
-    PolicyDecision {
-        merged,
-        each,
-        // Decided here, not by a script: no charge time on Redis's clock.
-        // Exact mode's admissions carry a receipt instead, which
-        // `LocalFirst::refund` reads; periodic mode's carry none (0), read
-        // there as "undo it here".
-        charged_at: receipt,
-        charged_by: Default::default(),
+/// The answer of limits that decided `each` here, not in a script: no
+/// charge time on Redis's clock. Exact mode's admissions carry a receipt
+/// instead (`receipt`, never 0), which `LocalFirst::refund` reads;
+/// periodic mode's carry none (0), read there as "undo it here".
+fn merge(each: impl IntoIterator<Item = Decision>, receipt: u64) -> PolicyDecision {
+    let verdict = PolicyDecision::new(each);
+    if receipt == 0 {
+        verdict
+    } else {
+        verdict.charged(receipt)
     }
 }
 
@@ -239,23 +208,23 @@ mod tests {
 
     #[test]
     fn local_answers_age_redis_times_and_count_what_is_held() {
-        let last = merge([limit(true, 3, 0)].into_iter().collect(), 0);
+        let last = merge([limit(true, 3, 0)], 0);
         let got = admitted(&last, 400, 0, |r| r + 2);
-        assert!(got.merged.allowed());
-        assert_eq!(got.merged.remaining(), 5);
-        assert_eq!(got.merged.reset_after_nanos(), 4_600);
-        assert_eq!(got.merged.replenish_after_nanos(), 600);
+        assert!(got.merged().allowed());
+        assert_eq!(got.merged().remaining(), 5);
+        assert_eq!(got.merged().reset_after_nanos(), 4_600);
+        assert_eq!(got.merged().replenish_after_nanos(), 600);
 
-        let refusal = merge([limit(false, 0, 2_000)].into_iter().collect(), 0);
+        let refusal = merge([limit(false, 0, 2_000)], 0);
         let got = refused(&refusal, 500);
-        assert!(!got.merged.allowed());
-        assert_eq!(got.merged.retry_after_nanos(), 1_500);
+        assert!(!got.merged().allowed());
+        assert_eq!(got.merged().retry_after_nanos(), 1_500);
         // Aged past its times, a refusal still says a unit is due (1 ns),
         // not that the limit is whole (0), and no retry before it.
         let stale = refused(&refusal, 9_000);
-        assert_eq!(stale.merged.retry_after_nanos(), 1);
-        assert_eq!(stale.each[0].replenish_after_nanos(), 1);
-        assert_eq!(stale.each[0].reset_after_nanos(), 0);
+        assert_eq!(stale.merged().retry_after_nanos(), 1);
+        assert_eq!(stale.each()[0].replenish_after_nanos(), 1);
+        assert_eq!(stale.each()[0].reset_after_nanos(), 0);
         // Redis read the next unit due in 8 µs; answered 70 µs later.
         let due = merge(
             [DecisionFields {
@@ -263,24 +232,22 @@ mod tests {
                 retry_after_nanos: 43_200_000_008_000,
                 ..limit(false, 0, 0).fields()
             }
-            .into()]
-            .into_iter()
-            .collect(),
+            .into()],
             0,
         );
         let got = refused(&due, 70_000);
-        assert_eq!(got.each[0].replenish_after_nanos(), 1);
-        assert_eq!(got.merged.retry_after_nanos(), 43_199_999_938_000);
+        assert_eq!(got.each()[0].replenish_after_nanos(), 1);
+        assert_eq!(got.merged().retry_after_nanos(), 43_199_999_938_000);
         // A whole limit stays whole: 0.
-        let whole = merge([limit(true, 10, 0)].into_iter().collect(), 0);
+        let whole = merge([limit(true, 10, 0)], 0);
         let whole = DecisionFields {
             replenish_after_nanos: 0,
-            ..whole.each[0].fields()
+            ..whole.each()[0].fields()
         };
-        let whole = merge([whole.into()].into_iter().collect(), 0);
+        let whole = merge([whole.into()], 0);
         assert_eq!(
             admitted(&whole, 400, 0, |r| r)
-                .merged
+                .merged()
                 .replenish_after_nanos(),
             0
         );
@@ -288,13 +255,13 @@ mod tests {
         // 3 remain in Redis, all admitted here: a cost of 1 waits for the
         // next unit, a cost of 2 for the whole limit.
         let got = spent(&last, 400, 1, |r| r - 3);
-        assert!(!got.merged.allowed());
-        assert_eq!(got.merged.remaining(), 0);
-        assert_eq!(got.merged.retry_after_nanos(), 600);
+        assert!(!got.merged().allowed());
+        assert_eq!(got.merged().remaining(), 0);
+        assert_eq!(got.merged().retry_after_nanos(), 600);
         assert_eq!(
-            spent(&last, 400, 2, |r| r - 3).merged.retry_after_nanos(),
+            spent(&last, 400, 2, |r| r - 3).merged().retry_after_nanos(),
             4_600
         );
-        assert!(!spent(&last, 400, 11, |r| r).merged.can_ever_pass());
+        assert!(!spent(&last, 400, 11, |r| r).merged().can_ever_pass());
     }
 }

@@ -203,9 +203,9 @@ impl Budget {
             // A policy of more limits than a reading holds is decided
             // under the lock.
             Some(signature) if signature != written.unwrap_or(NEVER_WRITTEN) => {
-                match decision().filter(|d| !d.each.is_empty() && d.each.len() <= MAX_LIMITS) {
+                match decision().filter(|d| !d.each().is_empty() && d.each().len() <= MAX_LIMITS) {
                     Some(decision) => {
-                        self.write(signature, &decision.each);
+                        self.write(signature, decision.each());
                         units
                     }
                     None => {
@@ -354,12 +354,7 @@ mod tests {
             ..Default::default()
         }
         .into();
-        Some(PolicyDecision {
-            merged: limit,
-            each: [limit].into_iter().collect(),
-            charged_at: 0,
-            charged_by: Default::default(),
-        })
+        Some(PolicyDecision::single(limit))
     }
 
     fn reading(until: u64, low: Option<u64>) -> Option<Signature> {
@@ -431,12 +426,7 @@ mod tests {
                 ..Default::default()
             }
             .into();
-            Some(PolicyDecision {
-                merged: limit,
-                each: [limit, limit].into_iter().collect(),
-                charged_at: 0,
-                charged_by: Default::default(),
-            })
+            Some(PolicyDecision::new([limit, limit]))
         };
         let signature = |n: u64| {
             Some(Signature {

@@ -425,11 +425,11 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
                     state.spent = 0;
                     state.rate_since = now;
                     inner.stats.reserved(granted);
-                } else if reply.decision.merged.allowed() {
+                } else if reply.decision.merged().allowed() {
                     // Ahead of need, and no share to grant: the next
                     // request reserves for itself.
                 } else if sent >= state.refunded_at {
-                    let retry = reply.decision.merged.retry_after_nanos();
+                    let retry = reply.decision.merged().retry_after_nanos();
                     state.refusal = Some(Refusal {
                         until: now.saturating_add(retry),
                         cost: need.max(1),

@@ -710,7 +710,7 @@ impl Store for LocalFirst {
             let read = redis.peek(&from, &key).resolve().await;
             let decision = read.map_err(tollgate::store::AdminError::store)?;
             let used: Vec<u64> = decision
-                .each
+                .each()
                 .iter()
                 .map(|limit| {
                     let used = limit.limit().saturating_sub(limit.remaining());

@@ -246,12 +246,12 @@ impl Counts {
         // the limits would take the request and the share would not, if
         // the share lapsed or was asked for a smaller cost.
         let unreported = self.pending > 0 || self.unconfirmed.is_some();
-        let out_of_date = last.decision.each.iter().any(|d| {
+        let out_of_date = last.decision.each().iter().any(|d| {
             let short = self.left(d.remaining()) < units;
             let due = d.replenish_after_nanos();
             short && due > 0 && elapsed >= due
         });
-        let limits_allow = self.left(last.decision.merged.remaining()) >= units;
+        let limits_allow = self.left(last.decision.merged().remaining()) >= units;
         let share_short = limits_allow && (!live || last.asked < cost);
         if unreported || out_of_date || self.refunded || share_short {
             return self.wait(cost);
@@ -428,12 +428,12 @@ mod tests {
             };
             let key = Key::from("k");
             let first = redis.share(&policy, &key, report(10, 1)).await.unwrap();
-            assert_eq!((first.first, first.decision.merged.remaining()), (1, 90));
+            assert_eq!((first.first, first.decision.merged().remaining()), (1, 90));
             let again = redis.share(&policy, &key, report(10, 1)).await.unwrap();
-            assert_eq!((again.first, again.decision.merged.remaining()), (0, 90));
+            assert_eq!((again.first, again.decision.merged().remaining()), (0, 90));
             let next = redis.share(&policy, &key, report(5, 2)).await.unwrap();
             assert_eq!(
-                (next.first, next.decision.merged.remaining()),
+                (next.first, next.decision.merged().remaining()),
                 (1, 85),
                 "{algorithm}"
             );
@@ -449,7 +449,7 @@ mod tests {
                 left: 0,
             };
             let other = redis.share(&policy, &key, other).await.unwrap();
-            assert_eq!(other.decision.merged.remaining(), 80, "{algorithm}");
+            assert_eq!(other.decision.merged().remaining(), 80, "{algorithm}");
         }
     }
 
@@ -488,7 +488,7 @@ mod tests {
             .share(&policy, &key, sync(7, 10, 1, 0, minute, 0))
             .await
             .unwrap();
-        assert_eq!(a.decision.merged.remaining(), 90);
+        assert_eq!(a.decision.merged().remaining(), 90);
         assert_eq!(share(a), (45, 2), "90 free, split in two");
         let b = redis
             .share(&policy, &key, sync(8, 0, 0, 50, minute, 0))

@@ -77,7 +77,7 @@ impl<St: Store> Tally<St> {
     fn judge(&self, answer: Result<PolicyDecision, Failure<St::Error>>) -> Verdict {
         let limits = &*self.limits;
         match answer {
-            Ok(verdict) if verdict.merged.allowed() => match verdict.merged.wait() {
+            Ok(verdict) if verdict.merged().allowed() => match verdict.merged().wait() {
                 wait if wait.is_zero() => Verdict::Pass,
                 wait => Verdict::Hold(wait),
             },

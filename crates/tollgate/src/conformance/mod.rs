@@ -433,7 +433,7 @@ impl<'k, St: Store> Play<'k, St> {
     /// the admission.
     fn judge(&mut self, cost: u32, subject: PolicyDecision, at: Instant) -> Result<(), Failure> {
         self.honest(&subject, cost)?;
-        let reference = if self.kit.exact || subject.merged.allowed() {
+        let reference = if self.kit.exact || subject.merged().allowed() {
             let reference = self.reference.check_now(&self.policy, &self.key, cost);
             self.agree(&subject, &reference)?;
             Some(reference)
@@ -443,7 +443,7 @@ impl<'k, St: Store> Play<'k, St> {
         self.refused = None;
         match reference {
             // An admission of cost 0 charged nothing: nothing to give back.
-            Some(reference) if subject.merged.allowed() && cost > 0 => {
+            Some(reference) if subject.merged().allowed() && cost > 0 => {
                 self.admissions.push(Admission {
                     subject,
                     reference,
@@ -453,7 +453,7 @@ impl<'k, St: Store> Play<'k, St> {
                     at_nanos: self.now_nanos(),
                 });
             }
-            _ if !subject.merged.allowed() => self.refused = Some((cost, subject)),
+            _ if !subject.merged().allowed() => self.refused = Some((cost, subject)),
             _ => {}
         }
         Ok(())
@@ -463,7 +463,7 @@ impl<'k, St: Store> Play<'k, St> {
     /// `cost` (a peek's is 0: `Retry-After` is a request's, so only
     /// `r ≤ q` holds of it).
     fn honest(&self, decision: &PolicyDecision, cost: u32) -> Result<(), Failure> {
-        for (i, each) in decision.each.iter().enumerate() {
+        for (i, each) in decision.each().iter().enumerate() {
             if each.remaining() > each.limit() {
                 return Err(self.fail(format_args!(
                     "limit {i}: remaining {} above the limit {} (r > q)",
@@ -473,12 +473,12 @@ impl<'k, St: Store> Play<'k, St> {
             }
             // A cost above a limit's capacity never passes: no retry time
             // to keep.
-            if cost == 0 || decision.merged.allowed() || each.allowed() || !each.can_ever_pass() {
+            if cost == 0 || decision.merged().allowed() || each.allowed() || !each.can_ever_pass() {
                 continue;
             }
             let (replenish, retry) = (
                 each.replenish_after_nanos(),
-                decision.merged.retry_after_nanos(),
+                decision.merged().retry_after_nanos(),
             );
             if replenish == 0 || replenish > retry {
                 return Err(self.fail(format_args!(
@@ -493,7 +493,7 @@ impl<'k, St: Store> Play<'k, St> {
     /// The store's decision against the reference's.
     fn agree(&self, subject: &PolicyDecision, reference: &PolicyDecision) -> Result<(), Failure> {
         if !self.kit.exact {
-            return match reference.merged.allowed() {
+            return match reference.merged().allowed() {
                 true => Ok(()),
                 false => Err(self.fail(
                     "the store admitted a request the algorithm refuses, given what it \
@@ -503,7 +503,7 @@ impl<'k, St: Store> Play<'k, St> {
         }
         let manual = matches!(self.timing, Timing::Manual);
         let figures = |d: &PolicyDecision| -> Vec<(bool, u64, u64, u64, u64)> {
-            d.each
+            d.each()
                 .iter()
                 .map(|e| {
                     let times = if manual {
@@ -520,7 +520,7 @@ impl<'k, St: Store> Play<'k, St> {
                 .collect()
         };
         let (got, want) = (figures(subject), figures(reference));
-        if subject.merged.allowed() != reference.merged.allowed() || got != want {
+        if subject.merged().allowed() != reference.merged().allowed() || got != want {
             return Err(self.fail(format_args!(
                 "the store decided {} where the memory store decided {} (each limit: \
                  allowed, remaining, retry, reset, replenish ns: {got:?} vs {want:?})",
@@ -612,7 +612,7 @@ impl<'k, St: Store> Play<'k, St> {
         let first = self.peek_once().await?;
         let second = self.peek_once().await?;
         let remaining = |d: &PolicyDecision| -> Vec<u64> {
-            d.each
+            d.each()
                 .iter()
                 .map(tollgate_core::Decision::remaining)
                 .collect()
@@ -653,18 +653,18 @@ impl<'k, St: Store> Play<'k, St> {
         let Some((cost, refusal)) = self.refused.take() else {
             return Ok(());
         };
-        if !refusal.merged.can_ever_pass() {
+        if !refusal.merged().can_ever_pass() {
             return Ok(());
         }
-        self.advance(refusal.merged.retry_after_nanos());
+        self.advance(refusal.merged().retry_after_nanos());
         let at = Instant::now();
         let retry = answer(self.kit.store.check(&self.policy, &self.key, cost))
             .await
             .map_err(|e| self.fail(format_args!("the store failed a check: {e}")))?;
-        if !retry.merged.allowed() {
+        if !retry.merged().allowed() {
             return Err(self.fail(format_args!(
                 "a retry of cost {cost} after its Retry-After ({} ns) was refused",
-                refusal.merged.retry_after_nanos()
+                refusal.merged().retry_after_nanos()
             )));
         }
         self.judge(cost, retry, at)
@@ -687,7 +687,7 @@ impl<'k, St: Store> Play<'k, St> {
             Err(e) => return Err(self.fail(format_args!("the store failed a reset: {e}"))),
         }
         let decision = self.peek_once().await?;
-        for (i, each) in decision.each.iter().enumerate() {
+        for (i, each) in decision.each().iter().enumerate() {
             if each.remaining() != each.limit() {
                 return Err(self.fail(format_args!(
                     "after a reset, limit {i} has {} of {} remaining",
@@ -728,7 +728,7 @@ where
 }
 
 fn verdict(decision: &PolicyDecision) -> &'static str {
-    if decision.merged.allowed() {
+    if decision.merged().allowed() {
         "an admission"
     } else {
         "a refusal"

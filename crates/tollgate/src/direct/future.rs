@@ -56,24 +56,19 @@ where
             // Polled again after it finished: a caller's mistake, answered
             // as a refusal that never passes rather than a panic.
             CheckStateProj::Ready { result } => result.take().unwrap_or_else(|| {
-                Ok(PolicyDecision {
-                    merged: Decision::from(DecisionFields {
-                        retry_after_nanos: Decision::NEVER_NANOS,
-                        ..DecisionFields::default()
-                    }),
-                    each: Default::default(),
-                    charged_at: 0,
-                    charged_by: Default::default(),
-                })
+                Ok(PolicyDecision::single(Decision::from(DecisionFields {
+                    retry_after_nanos: Decision::NEVER_NANOS,
+                    ..DecisionFields::default()
+                })))
             }),
             CheckStateProj::Pending { future } => ready!(future.poll(cx)),
         };
         let peek = *this.peek;
         Poll::Ready(result.map(|verdict| {
             if peek {
-                peeked(verdict.merged)
+                peeked(verdict.merged())
             } else {
-                verdict.merged
+                verdict.merged()
             }
         }))
     }

@@ -118,11 +118,11 @@ impl<C: Clock> KeyedLimiter<MemoryStore<C>> {
 
     /// [`check_n`](Self::check_n) without `await`.
     pub fn check_n_now(&self, key: &Key, n: u32) -> Decision {
-        self.store.check_now(&self.policy, key, n).merged
+        self.store.check_now(&self.policy, key, n).merged()
     }
 
     /// [`peek`](Self::peek) without `await`.
     pub fn peek_now(&self, key: &Key) -> Decision {
-        super::future::peeked(self.store.peek_now(&self.policy, key).merged)
+        super::future::peeked(self.store.peek_now(&self.policy, key).merged())
     }
 }

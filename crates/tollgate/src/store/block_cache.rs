@@ -261,7 +261,7 @@ where
                 if let Ok(verdict) = &answer {
                     // The clock is read again only for a refusal, the
                     // one answer the list keeps.
-                    let answered = if verdict.merged.allowed() {
+                    let answered = if verdict.merged().allowed() {
                         sent
                     } else {
                         self.clock.now()
@@ -481,7 +481,7 @@ mod tests {
     fn refused_at_once<S: Store>(store: &S, policy: &Arc<Policy>, key: &Key, cost: u32) -> bool {
         matches!(
             store.check(policy, key, cost),
-            StoreReply::Ready(Ok(verdict)) if !verdict.merged.allowed()
+            StoreReply::Ready(Ok(verdict)) if !verdict.merged().allowed()
         )
     }
 
@@ -490,11 +490,11 @@ mod tests {
         let (clock, remote, cache) = setup();
         let (policy, key) = (ten_a_minute(), Key::from("alice"));
         for _ in 0..10 {
-            assert!(decide(&cache, &policy, &key, 1).await.merged.allowed());
+            assert!(decide(&cache, &policy, &key, 1).await.merged().allowed());
         }
         let refusal = decide(&cache, &policy, &key, 1).await;
-        assert!(!refusal.merged.allowed());
-        assert_eq!(refusal.merged.retry_after(), Duration::from_secs(6));
+        assert!(!refusal.merged().allowed());
+        assert_eq!(refusal.merged().retry_after(), Duration::from_secs(6));
         assert_eq!(remote.calls(), 11);
         assert_eq!(cache.block_list().len(), 1);
         // Up to 1 ns before the retry time: refused here, the store not asked.
@@ -506,7 +506,7 @@ mod tests {
         assert_eq!(remote.calls(), 11);
         // At the retry time the store is asked again, and admits.
         clock.advance(Duration::from_nanos(1));
-        assert!(decide(&cache, &policy, &key, 1).await.merged.allowed());
+        assert!(decide(&cache, &policy, &key, 1).await.merged().allowed());
         assert_eq!(remote.calls(), 12);
         assert!(cache.block_list().is_empty());
     }
@@ -528,12 +528,12 @@ mod tests {
         let cached = decide(&cache, &policy, &key, 1).await;
         assert_eq!(remote.calls(), 11);
         let fresh = remote.store.check_now(&policy, &key, 1);
-        assert!(!fresh.merged.allowed());
+        assert!(!fresh.merged().allowed());
         assert_eq!(cached, fresh);
-        assert_eq!(cached.merged.retry_after(), Duration::from_millis(3_500));
+        assert_eq!(cached.merged().retry_after(), Duration::from_millis(3_500));
         // The limit that allowed (the hour) is read 2.5 s on too.
         assert_eq!(
-            cached.each[1].reset_after(),
+            cached.each()[1].reset_after(),
             Duration::from_secs(10 * 36) - Duration::from_millis(2_500)
         );
     }
@@ -551,18 +551,18 @@ mod tests {
         };
         clock.advance(Duration::from_millis(100));
         let refusal = refusal.await.unwrap();
-        assert_eq!(refusal.merged.retry_after(), Duration::from_secs(6));
+        assert_eq!(refusal.merged().retry_after(), Duration::from_secs(6));
         // The cache cannot tell when in those 100 ms the store decided: its
         // times count down from the answer (never early), ...
         let cached = decide(&cache, &policy, &key, 1).await;
-        assert_eq!(cached.merged.retry_after(), Duration::from_secs(6));
+        assert_eq!(cached.merged().retry_after(), Duration::from_secs(6));
         // ... and it stops refusing 6 s after the sending (never late).
         clock.advance(Duration::from_nanos(6 * SECOND - 100_000_000 - 1));
         let last = decide(&cache, &policy, &key, 1).await;
-        assert_eq!(last.merged.retry_after_nanos(), 100_000_001);
+        assert_eq!(last.merged().retry_after_nanos(), 100_000_001);
         assert_eq!(remote.calls(), 11);
         clock.advance(Duration::from_nanos(1));
-        assert!(decide(&cache, &policy, &key, 1).await.merged.allowed());
+        assert!(decide(&cache, &policy, &key, 1).await.merged().allowed());
         assert_eq!(remote.calls(), 12);
     }
 
@@ -632,7 +632,7 @@ mod tests {
         // A refusal it knows is answered at once, whatever `within`.
         assert!(matches!(
             Store::check_within(&cache, &policy, &known, 1, Duration::ZERO),
-            StoreReply::Ready(Ok(verdict)) if !verdict.merged.allowed()
+            StoreReply::Ready(Ok(verdict)) if !verdict.merged().allowed()
         ));
         // A failure (an error, a late answer) teaches the cache nothing.
         let StoreReply::Pending(answer) = Store::check_within(&cache, &policy, &other, 1, within)
@@ -651,7 +651,7 @@ mod tests {
             decide(&cache, &policy, &key, 1).await;
         }
         // 2 left: a cost of 3 is refused and remembered.
-        assert!(!decide(&cache, &policy, &key, 3).await.merged.allowed());
+        assert!(!decide(&cache, &policy, &key, 3).await.merged().allowed());
         assert_eq!(remote.calls(), 9);
         assert!(refused_at_once(&cache, &policy, &key, 3));
         assert_eq!(remote.calls(), 9);
@@ -664,7 +664,7 @@ mod tests {
             panic!("a cheaper request is the store's to decide");
         };
         assert_eq!(remote.calls(), 11);
-        assert!(asked.await.unwrap().merged.allowed());
+        assert!(asked.await.unwrap().merged().allowed());
         // That admission changed the key: the refusal is forgotten.
         assert!(cache.block_list().is_empty());
         assert!(matches!(
@@ -690,7 +690,7 @@ mod tests {
         let (policy, key) = (ten_a_minute(), Key::from("eve"));
         for _ in 0..3 {
             let verdict = decide(&cache, &policy, &key, 11).await;
-            assert_eq!(verdict.merged.retry_after(), Decision::NEVER);
+            assert_eq!(verdict.merged().retry_after(), Decision::NEVER);
         }
         assert_eq!(remote.calls(), 3);
         assert!(cache.block_list().is_empty());
@@ -706,11 +706,11 @@ mod tests {
         }
         assert!(refused_at_once(&cache, &a, &key, 1));
         let calls = remote.calls();
-        assert!(decide(&cache, &b, &key, 1).await.merged.allowed());
+        assert!(decide(&cache, &b, &key, 1).await.merged().allowed());
         assert!(
             decide(&cache, &a, &Key::from("grace"), 1)
                 .await
-                .merged
+                .merged()
                 .allowed()
         );
         assert_eq!(remote.calls(), calls + 2);
@@ -727,19 +727,19 @@ mod tests {
         let mut refusal = None;
         for _ in 0..10 {
             let verdict = decide(&cache, &policy, &key, 1).await;
-            if !verdict.merged.allowed() {
+            if !verdict.merged().allowed() {
                 refusal = Some(verdict);
                 break;
             }
         }
         let refusal = refusal.expect("the bucket refuses once full");
-        let retry = refusal.merged.retry_after();
+        let retry = refusal.merged().retry_after();
         assert!(retry > Duration::ZERO && retry < Decision::NEVER);
         let calls = remote.calls();
         assert!(refused_at_once(&cache, &policy, &key, 1));
         clock.advance(retry);
         let verdict = decide(&cache, &policy, &key, 1).await;
-        assert!(verdict.merged.allowed());
+        assert!(verdict.merged().allowed());
         assert_eq!(remote.calls(), calls + 1);
     }
 
@@ -787,7 +787,7 @@ mod tests {
         // Read at its retry time: dropped, and the store (which admits) asked.
         assert!(matches!(
             cache.check(&policy, &key, 1),
-            StoreReply::Ready(Ok(verdict)) if verdict.merged.allowed()
+            StoreReply::Ready(Ok(verdict)) if verdict.merged().allowed()
         ));
         assert!(cache.block_list().is_empty());
 

@@ -38,7 +38,7 @@ pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 ///     ..Default::default()
 /// }
 /// .into();
-/// let verdict = PolicyDecision { merged: refused, each: [refused].into_iter().collect(), charged_at: 0, charged_by: Default::default() };
+/// let verdict = PolicyDecision::single(refused);
 ///
 /// let blocked = BlockList::new();
 /// // The store refused a request of cost 1 sent at 0 ns, answered at
@@ -46,7 +46,7 @@ pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 /// blocked.learn(&policy, &key, 1, 0, 0, &verdict);
 /// // 2 s later, the same request is refused here, 4 s before its retry.
 /// let cached = blocked.lookup(&policy, &key, 1, 2_000_000_000).unwrap();
-/// assert_eq!(cached.merged.retry_after_nanos(), 4_000_000_000);
+/// assert_eq!(cached.merged().retry_after_nanos(), 4_000_000_000);
 /// // At 6 s the store is asked again.
 /// assert!(blocked.lookup(&policy, &key, 1, 6_000_000_000).is_none());
 /// ```
@@ -198,7 +198,7 @@ impl BlockList {
         verdict: &PolicyDecision,
     ) {
         let inner = &*self.inner;
-        let merged = &verdict.merged;
+        let merged = &verdict.merged();
         if merged.allowed() {
             // A request of cost 0 (a peek) charged nothing: nothing changed.
             if cost == 0 || inner.entries.is_empty() {
@@ -292,11 +292,11 @@ fn aged_decision(decision: &Decision, elapsed: u64) -> Decision {
 /// again and its new refusal learned.
 fn stands_for(verdict: &PolicyDecision) -> u64 {
     verdict
-        .each
+        .each()
         .iter()
         .map(Decision::replenish_after_nanos)
         .filter(|nanos| *nanos > 0)
-        .fold(verdict.merged.retry_after_nanos(), u64::min)
+        .fold(verdict.merged().retry_after_nanos(), u64::min)
 }
 
 /// `verdict` as it reads `elapsed` ns later.
@@ -304,16 +304,7 @@ fn aged(verdict: &PolicyDecision, elapsed: u64) -> PolicyDecision {
     if elapsed == 0 {
         return verdict.clone();
     }
-    PolicyDecision {
-        merged: aged_decision(&verdict.merged, elapsed),
-        each: verdict
-            .each
-            .iter()
-            .map(|d| aged_decision(d, elapsed))
-            .collect(),
-        charged_at: 0,
-        charged_by: Default::default(),
-    }
+    verdict.map_each(|d| aged_decision(d, elapsed))
 }
 
 impl Default for BlockList {
@@ -352,12 +343,7 @@ mod tests {
             retry_after_nanos: Decision::NEVER_NANOS,
             ..fields
         };
-        let verdict = PolicyDecision {
-            merged: fields.into(),
-            each: [fields.into(), never.into()].into_iter().collect(),
-            charged_at: 0,
-            charged_by: Default::default(),
-        };
+        let verdict = PolicyDecision::new([fields.into(), never.into()]);
         let later = aged(&verdict, 2 * SECOND);
         let expected = DecisionFields {
             reset_after_nanos: 7 * SECOND,
@@ -365,9 +351,11 @@ mod tests {
             retry_after_nanos: SECOND,
             ..fields
         };
-        assert_eq!(later.merged.fields(), expected);
-        assert_eq!(later.each[0].fields(), expected);
-        assert_eq!(later.each[1].retry_after(), Decision::NEVER);
+        assert_eq!(later.each()[0].fields(), expected);
+        assert_eq!(later.each()[1].retry_after(), Decision::NEVER);
+        // The merge of both: the longer retry, never.
+        assert_eq!(later.merged().retry_after(), Decision::NEVER);
+        assert_eq!(later.merged().reset_after_nanos(), 7 * SECOND);
         assert_eq!(aged(&verdict, 0), verdict);
     }
 }

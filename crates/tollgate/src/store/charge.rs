@@ -75,12 +75,12 @@ impl Refund {
             cost,
             ago,
             resets: decision
-                .each
+                .each()
                 .iter()
                 .map(|d| d.reset_after_nanos())
                 .collect(),
-            charged_at: (decision.charged_at != 0).then_some(decision.charged_at),
-            charged_by: decision.charged_by,
+            charged_at: decision.charged_at(),
+            charged_by: decision.charged_by(),
         }
     }
 
@@ -91,11 +91,11 @@ impl Refund {
         self
     }
 
-    /// The core's receipt of this charge for limit `index` of the policy,
+    /// The core's refund of this charge for limit `index` of the policy,
     /// on a clock reading `now`.
-    pub fn receipt(&self, index: usize, now: u64) -> tollgate_core::Receipt {
+    pub fn for_limit(&self, index: usize, now: u64) -> tollgate_core::Refund {
         let ago = u64::try_from(self.ago.as_nanos()).unwrap_or(u64::MAX);
-        tollgate_core::Receipt {
+        tollgate_core::Refund {
             at: self.charged_at.unwrap_or(now.saturating_sub(ago)),
             cost: self.cost,
             reset_after: self.resets.get(index).copied(),
@@ -120,7 +120,7 @@ impl Debit {
     pub fn of(decision: &PolicyDecision, cost: u32) -> Self {
         Debit {
             cost,
-            charged_by: decision.charged_by,
+            charged_by: decision.charged_by(),
         }
     }
 

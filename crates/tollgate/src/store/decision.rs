@@ -1,26 +1,185 @@
 //! What a store answers for one request: a [`PolicyDecision`].
 
-use super::route::Route;
+use super::route::{Branch, Route};
 use smallvec::SmallVec;
-use tollgate_core::Decision;
+use tollgate_core::{Decision, DecisionFields};
 
 /// The decisions of every limit of a policy for one request.
+///
+/// Built from each limit's decision ([`new`](Self::new),
+/// [`single`](Self::single)), so that the folded decision
+/// ([`merged`](Self::merged)) is always the merge of them; an admission
+/// adds when the store charged it ([`charged`](Self::charged)).
+///
+/// ```
+/// use tollgate::PolicyDecision;
+/// use tollgate::core::{Decision, DecisionFields};
+///
+/// let per_second = Decision::from(DecisionFields { allowed: true, limit: 10, remaining: 4, ..Default::default() });
+/// let per_day = Decision::from(DecisionFields { allowed: true, limit: 1000, remaining: 2, ..Default::default() });
+/// let verdict = PolicyDecision::new([per_second, per_day]).charged(1_000);
+/// assert!(verdict.merged().allowed());
+/// assert_eq!(verdict.merged().remaining(), 2); // the limit closest to running out
+/// assert_eq!(verdict.each().len(), 2);
+/// assert_eq!(verdict.charged_at(), Some(1_000));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyDecision {
-    /// All limits folded into one ([`Decision::merge`]): allowed only if every
-    /// limit allowed, and then every limit was charged.
-    pub merged: Decision,
+    /// The merge of `each`, kept rather than folded again at each read:
+    /// the layer reads it several times per request.
+    merged: Decision,
+    each: SmallVec<[Decision; 2]>,
+    /// On the store's clock (ns). Beside the decisions rather than in
+    /// them: only an admission has one.
+    charged_at: Option<u64>,
+    charged_by: Route,
+}
+
+impl PolicyDecision {
+    /// The decision of a policy whose limits decided `each`, in the
+    /// policy's order: allowed only if every limit allowed (and a policy of
+    /// no limits allows). Not charged ([`charged`](Self::charged) says when
+    /// it was).
+    pub fn new(each: impl IntoIterator<Item = Decision>) -> Self {
+        Self::from_each(each.into_iter().collect())
+    }
+
+    /// The decision of a policy of one limit that decided `decision`.
+    pub fn single(decision: Decision) -> Self {
+        Self::from_parts(decision, smallvec::smallvec![decision])
+    }
+
+    /// [`new`](Self::new) from a vector already made.
+    pub(crate) fn from_each(each: SmallVec<[Decision; 2]>) -> Self {
+        let merged = match each.as_slice() {
+            [one] => *one,
+            _ => each.iter().copied().reduce(Decision::merge).unwrap_or(
+                DecisionFields {
+                    allowed: true,
+                    ..DecisionFields::default()
+                }
+                .into(),
+            ),
+        };
+        Self::from_parts(merged, each)
+    }
+
+    /// For a caller that has folded `each` already, as
+    /// [`tollgate_core::check_all`] does.
+    pub(crate) fn from_parts(merged: Decision, each: SmallVec<[Decision; 2]>) -> Self {
+        PolicyDecision {
+            merged,
+            each,
+            charged_at: None,
+            charged_by: Route::default(),
+        }
+    }
+
+    /// This decision, charged by the store at `at` (ns on the store's own
+    /// clock): what a [`Refund`](super::Refund) of it gives back exactly.
+    /// A store that does not record when it charged leaves it out, and a
+    /// refund then goes by how long ago the admission was.
+    #[must_use]
+    pub fn charged(mut self, at: u64) -> Self {
+        self.charged_at = Some(at);
+        self
+    }
+
+    /// This decision with each limit's decision changed by `change`,
+    /// merged again; when and by which store it was charged is kept.
+    #[must_use]
+    pub fn map_each(&self, change: impl FnMut(&Decision) -> Decision) -> Self {
+        PolicyDecision {
+            charged_at: self.charged_at,
+            charged_by: self.charged_by,
+            ..Self::from_each(self.each.iter().map(change).collect())
+        }
+    }
+
+    /// This decision, passed up by a [`Fallback`](super::Fallback) that
+    /// took `branch`.
+    pub(crate) fn took(mut self, branch: Branch) -> Self {
+        self.charged_by = self.charged_by.took(branch);
+        self
+    }
+
+    /// All limits folded into one ([`Decision::merge`]): allowed only if
+    /// every limit allowed, and then every limit was charged.
+    #[inline]
+    pub fn merged(&self) -> Decision {
+        self.merged
+    }
+
     /// Each limit's own decision, in the policy's order.
-    pub each: SmallVec<[Decision; 2]>,
+    #[inline]
+    pub fn each(&self) -> &[Decision] {
+        &self.each
+    }
+
     /// For an admission, when the store charged it, on the store's own
-    /// clock (ns): what a [`Refund`](super::Refund) gives back exactly. 0 when the store
-    /// does not say (a refund then goes by how long ago it was). A plain
-    /// number rather than an `Option`: every decision carries it, and the
-    /// layer's hot path moves decisions.
-    pub charged_at: u64,
+    /// clock (ns); `None` for a refusal, or when the store does not say.
+    #[inline]
+    pub fn charged_at(&self) -> Option<u64> {
+        self.charged_at
+    }
+
     /// Which store of a composition decided (see [`Route`]): the
-    /// [`Fallback`](super::Fallback)s it passed through mark the branch they took, so that
-    /// a refund or a debit of this admission reaches the store that
-    /// charged it. The default for a store that decides alone.
-    pub charged_by: Route,
+    /// [`Fallback`](super::Fallback)s it passed through mark the branch
+    /// they took, so that a refund or a debit of this admission reaches
+    /// the store that charged it. The default for a store that decides
+    /// alone.
+    #[inline]
+    pub fn charged_by(&self) -> Route {
+        self.charged_by
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(allowed: bool, remaining: u64, retry_after_nanos: u64) -> Decision {
+        DecisionFields {
+            allowed,
+            limit: 10,
+            remaining,
+            retry_after_nanos,
+            ..DecisionFields::default()
+        }
+        .into()
+    }
+
+    #[test]
+    fn the_merged_decision_is_always_the_merge_of_each() {
+        let each = [limit(true, 5, 0), limit(false, 0, 7)];
+        let verdict = PolicyDecision::new(each);
+        assert_eq!(verdict.merged(), each[0].merge(each[1]));
+        assert!(!verdict.merged().allowed());
+
+        // Changed limit by limit, it is merged again.
+        let admitted = verdict.map_each(|d| limit(true, d.remaining(), 0));
+        assert!(admitted.merged().allowed());
+        assert_eq!(admitted.merged().remaining(), 0);
+        assert_eq!(admitted.each().len(), 2);
+
+        let one = PolicyDecision::single(each[1]);
+        assert_eq!((one.merged(), one.each()), (each[1], &each[1..]));
+    }
+
+    #[test]
+    fn a_policy_of_no_limits_allows() {
+        let none = PolicyDecision::new([]);
+        assert!(none.merged().allowed());
+        assert!(none.each().is_empty());
+    }
+
+    #[test]
+    fn a_charge_time_is_kept_through_changes_and_zero_is_a_time() {
+        let verdict = PolicyDecision::single(limit(true, 3, 0));
+        assert_eq!(verdict.charged_at(), None);
+        let charged = verdict.charged(0).took(Branch::Secondary);
+        let changed = charged.map_each(|d| *d);
+        assert_eq!(changed.charged_at(), Some(0));
+        assert_eq!(changed.charged_by().pop().0, Branch::Secondary);
+    }
 }

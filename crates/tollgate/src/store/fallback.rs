@@ -103,7 +103,7 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
             let next = match state.as_mut().project() {
                 StateProj::Secondary { check } => {
                     let answer = ready!(check.poll(cx));
-                    return Poll::Ready(answer.map(|v| took(v, Branch::Secondary)));
+                    return Poll::Ready(answer.map(|v| v.took(Branch::Secondary)));
                 }
                 StateProj::Primary {
                     check,
@@ -114,13 +114,13 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
                     within,
                 } => {
                     let error = match ready!(check.poll(cx)) {
-                        Ok(verdict) => return Poll::Ready(Ok(took(verdict, Branch::Primary))),
+                        Ok(verdict) => return Poll::Ready(Ok(verdict.took(Branch::Primary))),
                         Err(error) => error,
                     };
                     log_failure(policy, &error);
                     match secondary.check_within(policy, key, *cost, *within) {
                         StoreReply::Ready(answer) => {
-                            return Poll::Ready(answer.map(|v| took(v, Branch::Secondary)));
+                            return Poll::Ready(answer.map(|v| v.took(Branch::Secondary)));
                         }
                         StoreReply::Pending(check) => State::Secondary { check },
                     }
@@ -129,12 +129,6 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
             state.set(next);
         }
     }
-}
-
-/// `verdict`, marked as decided by `branch`.
-fn took(mut verdict: PolicyDecision, branch: Branch) -> PolicyDecision {
-    verdict.charged_by = verdict.charged_by.took(branch);
-    verdict
 }
 
 fn log_failure(policy: &Policy, error: &dyn std::fmt::Display) {
@@ -227,12 +221,12 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         within: Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
         match self.primary.check_within(policy, key, cost, within) {
-            StoreReply::Ready(Ok(verdict)) => StoreReply::Ready(Ok(took(verdict, Branch::Primary))),
+            StoreReply::Ready(Ok(verdict)) => StoreReply::Ready(Ok(verdict.took(Branch::Primary))),
             StoreReply::Ready(Err(error)) => {
                 log_failure(policy, &error);
                 match self.secondary.check_within(policy, key, cost, within) {
                     StoreReply::Ready(answer) => {
-                        StoreReply::Ready(answer.map(|v| took(v, Branch::Secondary)))
+                        StoreReply::Ready(answer.map(|v| v.took(Branch::Secondary)))
                     }
                     StoreReply::Pending(check) => StoreReply::Pending(FallbackFuture {
                         state: State::Secondary { check },

@@ -291,7 +291,7 @@ pub(crate) fn carry_by_parts<St: Store>(
     AdminFuture::new(async move {
         let used: smallvec::SmallVec<[u64; 2]> = match store.peek(&from, &key).resolve().await {
             Ok(decision) => decision
-                .each
+                .each()
                 .iter()
                 .map(|limit| limit.limit().saturating_sub(limit.remaining()))
                 .collect(),

@@ -282,12 +282,7 @@ fn blocked_answer(refusal: &PolicyDecision, left: u64) -> PolicyDecision {
         }
         .into()
     };
-    PolicyDecision {
-        merged: block(&refusal.merged),
-        each: refusal.each.iter().map(block).collect(),
-        charged_at: 0,
-        charged_by: Default::default(),
-    }
+    refusal.map_each(block)
 }
 
 /// A store in front of `S` that blocks the keys `S` keeps refusing: after
@@ -453,7 +448,7 @@ where
         let this = self.project();
         let answer = ready!(this.inner.poll(cx));
         if let (Ok(verdict), Some(count)) = (&answer, this.count.take())
-            && !verdict.merged.allowed()
+            && !verdict.merged().allowed()
         {
             let now = count.clock.now();
             count.book.offend(&count.policy, &count.key, now, verdict);
@@ -482,7 +477,7 @@ where
             StoreReply::Ready(answer) => {
                 if let Ok(verdict) = &answer
                     && cost > 0
-                    && !verdict.merged.allowed()
+                    && !verdict.merged().allowed()
                 {
                     self.book.offend(policy, key, self.clock.now(), verdict);
                 }

@@ -76,7 +76,7 @@ use std::future::Future;
 /// let key = Key::from("alice");
 /// for allowed in [true, true, false] {
 ///     let decision = store.check(&policy, &key, 1).resolve().await.unwrap();
-///     assert_eq!(decision.merged.allowed(), allowed);
+///     assert_eq!(decision.merged().allowed(), allowed);
 /// }
 /// # });
 /// ```

@@ -9,7 +9,7 @@ use crate::store::{PolicyDecision, Refund};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tollgate_core::{Decision, DecisionFields, Limiter, State, decode_states, encode_states};
+use tollgate_core::{Decision, Limiter, State, decode_states, encode_states};
 
 /// A key's states, one per limit of its policy, in order.
 type States = SmallVec<[State; 2]>;
@@ -82,9 +82,9 @@ pub(super) fn decide<E>(
             let (merged, each) = policy.check_states(&mut states, now, *cost);
             if !merged.allowed() {
                 // A refusal charges nothing: nothing to write.
-                return Ok(Step::Answer(decision(merged, each, 0)));
+                return Ok(Step::Answer(PolicyDecision::from_parts(merged, each)));
             }
-            let answer = decision(merged, each, now);
+            let answer = PolicyDecision::from_parts(merged, each).charged(now);
             Ok(write_if_changed(
                 &before,
                 &states,
@@ -94,7 +94,7 @@ pub(super) fn decide<E>(
         }
         Op::Peek => {
             let (merged, each) = policy.check_states(&mut states, now, 0);
-            Ok(Step::Answer(decision(merged, each, 0)))
+            Ok(Step::Answer(PolicyDecision::from_parts(merged, each)))
         }
         Op::Refund(refund) => {
             // A key the backend no longer holds has nothing to give back.
@@ -103,7 +103,7 @@ pub(super) fn decide<E>(
             }
             let limits = policy.limiters().iter().zip(states.iter_mut());
             for (index, (limiter, state)) in limits.enumerate() {
-                limiter.refund(state, refund.receipt(index, now), now);
+                limiter.refund(state, refund.for_limit(index, now), now);
             }
             Ok(settled(policy, &before, states, now))
         }
@@ -174,27 +174,10 @@ fn rest_at(policy: &Policy, now: u64, merged: &Decision) -> u64 {
         .saturating_add(policy.rest_slack_nanos())
 }
 
-fn decision(merged: Decision, each: SmallVec<[Decision; 2]>, charged_at: u64) -> PolicyDecision {
-    PolicyDecision {
-        merged,
-        each,
-        charged_at,
-        charged_by: Default::default(),
-    }
-}
-
 /// The answer of a call that decides no request (a refund, a debit, a
 /// reset, a policy of no limits): allowed, no limit.
 pub(super) fn nothing() -> PolicyDecision {
-    decision(
-        DecisionFields {
-            allowed: true,
-            ..DecisionFields::default()
-        }
-        .into(),
-        SmallVec::new(),
-        0,
-    )
+    PolicyDecision::new([])
 }
 
 #[cfg(test)]

@@ -44,8 +44,8 @@ use std::time::Duration;
 /// let store = CasStore::builder(MemoryBackend::new()).prefix("app").build();
 /// let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]));
 /// let key = Key::from("alice");
-/// assert!(store.check(&policy, &key, 1).resolve().await.unwrap().merged.allowed());
-/// assert!(!store.check(&policy, &key, 1).resolve().await.unwrap().merged.allowed());
+/// assert!(store.check(&policy, &key, 1).resolve().await.unwrap().merged().allowed());
+/// assert!(!store.check(&policy, &key, 1).resolve().await.unwrap().merged().allowed());
 /// assert_eq!(store.key_name(&policy, &key), "app:api:-:alice");
 /// # });
 /// ```
@@ -269,7 +269,7 @@ impl<B: CasBackend> Store for CasStore<B> {
         AdminFuture::new(async move {
             let used: SmallVec<[u64; 2]> = match store.peek(&from, &key).resolve().await {
                 Ok(decision) => decision
-                    .each
+                    .each()
                     .iter()
                     .map(|limit| limit.limit().saturating_sub(limit.remaining()))
                     .collect(),

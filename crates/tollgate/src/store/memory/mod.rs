@@ -201,11 +201,11 @@ impl<C: Clock> MemoryStore<C> {
         match policy.packed() {
             Some(limiter) => {
                 let decision = inner.check_cell(fingerprint, limiter, now, cost);
-                PolicyDecision {
-                    merged: decision,
-                    each: smallvec::smallvec![decision],
-                    charged_at: if decision.allowed() { now } else { 0 },
-                    charged_by: Default::default(),
+                let verdict = PolicyDecision::single(decision);
+                if decision.allowed() {
+                    verdict.charged(now)
+                } else {
+                    verdict
                 }
             }
             None => inner.check_slot(fingerprint, policy, now, cost),
@@ -327,12 +327,7 @@ impl<C: Clock> MemoryStore<C> {
                 policy.check_states(&mut states, now, 0)
             }
         };
-        PolicyDecision {
-            merged,
-            each,
-            charged_at: 0,
-            charged_by: Default::default(),
-        }
+        PolicyDecision::from_parts(merged, each)
     }
 
     /// Forgets `key`'s state under `policy`: what [`Store::reset`] does.
@@ -375,14 +370,14 @@ impl<C: Clock> MemoryStore<C> {
                     }
                 };
                 if let Some(cell) = cell {
-                    limiter.refund(cell, refund.receipt(0, now), now);
+                    limiter.refund(cell, refund.for_limit(0, now), now);
                 }
             }
             None => {
                 let give_back = |slot: &mut Slot| {
                     let limits = policy.limiters().iter().zip(slot.states.iter_mut());
                     for (index, (limiter, state)) in limits.enumerate() {
-                        limiter.refund(state, refund.receipt(index, now), now);
+                        limiter.refund(state, refund.for_limit(index, now), now);
                     }
                 };
                 let mut shard = inner.keys.write(fingerprint);
@@ -438,7 +433,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn carry_now(&self, from: &Policy, to: &Policy, key: &Key) {
         let used: SmallVec<[u64; 2]> = self
             .peek_now(from, key)
-            .each
+            .each()
             .iter()
             .map(|limit| limit.limit().saturating_sub(limit.remaining()))
             .collect();
@@ -557,12 +552,11 @@ impl<C> Inner<C> {
     fn check_slot(&self, fingerprint: u64, policy: &Policy, now: u64, cost: u32) -> PolicyDecision {
         self.with_slot(fingerprint, policy, now, |slot| {
             let (merged, each) = slot.check(policy, now, cost);
-            let charged_at = if merged.allowed() { now } else { 0 };
-            PolicyDecision {
-                merged,
-                each,
-                charged_at,
-                charged_by: Default::default(),
+            let verdict = PolicyDecision::from_parts(merged, each);
+            if merged.allowed() {
+                verdict.charged(now)
+            } else {
+                verdict
             }
         })
     }
@@ -653,7 +647,12 @@ mod tests {
             store.check_now(&policy, &Key::from(1_000u64), 1);
             assert_eq!(store.len(), 51, "{algorithm}");
             // The busy keys kept their counts.
-            assert!(!store.check_now(&busy, &Key::from(7u64), 1).merged.allowed());
+            assert!(
+                !store
+                    .check_now(&busy, &Key::from(7u64), 1)
+                    .merged()
+                    .allowed()
+            );
         }
     }
 
@@ -675,8 +674,8 @@ mod tests {
         let one = Policy::new(vec![NamedLimit::new("a", Quota::per_minute(1))]);
         let other = Policy::new(vec![NamedLimit::new("b", Quota::per_minute(1))]);
         let key = Key::from("client");
-        assert!(store.check_now(&one, &key, 1).merged.allowed());
-        assert!(store.check_now(&other, &key, 1).merged.allowed());
-        assert!(!store.check_now(&one, &key, 1).merged.allowed());
+        assert!(store.check_now(&one, &key, 1).merged().allowed());
+        assert!(store.check_now(&other, &key, 1).merged().allowed());
+        assert!(!store.check_now(&one, &key, 1).merged().allowed());
     }
 }
