@@ -6,13 +6,14 @@
 //! service (`service.rs`) and the future (`future.rs`) only carry actions
 //! out; neither decides anything.
 
-use crate::headers::{FieldValues, HeaderStyle, write_retry_after};
+use crate::headers::{FieldValues, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
 use crate::outcome::Ticket;
 use crate::pay_after::Meter;
 use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
+use crate::settings::{CommonSettings, OnStoreError};
 use crate::store::{PolicyDecision, RefundReply, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
@@ -25,17 +26,6 @@ use std::time::{Duration, Instant};
 /// or the default limits.
 #[cfg(feature = "quotas")]
 pub(crate) const MAX_QUOTA_WAITS: u8 = 3;
-
-/// What the layer does when the store fails or does not answer in time.
-#[derive(Clone, Debug, Default)]
-pub enum OnStoreError {
-    /// Let the request through (the default): an outage of the store does not
-    /// become an outage of the service.
-    #[default]
-    Open,
-    /// Answer `503 Service Unavailable`.
-    Closed,
-}
 
 /// A per-request cost: how many units of the quota a request takes.
 pub(crate) type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
@@ -66,11 +56,9 @@ pub(crate) struct Engine<K, St, R> {
 pub(crate) struct Settings {
     pub cost: Option<CostFn>,
     pub allow: Option<AllowFn>,
-    pub headers: HeaderStyle,
+    /// The fields, the missing key, the store's failure and timeout.
+    pub common: CommonSettings,
     pub status: StatusCode,
-    pub missing_key: OnMissingKey,
-    pub on_store_error: OnStoreError,
-    pub store_timeout: Duration,
     pub shadow: bool,
     pub request_info: bool,
     /// Which responses count; `None`: every admission counts.
@@ -84,11 +72,8 @@ impl Default for Settings {
         Settings {
             cost: None,
             allow: None,
-            headers: HeaderStyle::default(),
+            common: CommonSettings::default(),
             status: StatusCode::TOO_MANY_REQUESTS,
-            missing_key: OnMissingKey::default(),
-            on_store_error: OnStoreError::default(),
-            store_timeout: Duration::from_millis(100),
             shadow: false,
             request_info: false,
             charge_when: None,
@@ -244,7 +229,7 @@ impl<K, St, R> Engine<K, St, R> {
     /// `entry`, in the layer's header style.
     fn field_values(&self, entry: &EntryRef, verdict: &PolicyDecision, key: &Key) -> FieldValues {
         let entry = self.routes.get(entry);
-        FieldValues::of(self.settings.headers, &entry.fields, verdict, key)
+        FieldValues::of(self.settings.common.headers, &entry.fields, verdict, key)
     }
 
     /// The action when the store failed or did not answer in time.
@@ -254,7 +239,7 @@ impl<K, St, R> Engine<K, St, R> {
     {
         let policy = &self.routes.get(entry).policy;
         crate::store::report_failure(policy, error);
-        match &self.settings.on_store_error {
+        match &self.settings.common.on_store_error {
             OnStoreError::Open => Action::Forward {
                 fields: FieldValues::default(),
                 wait: Duration::ZERO,
@@ -346,7 +331,7 @@ where
         }
         let key = match self.key.extract(&info) {
             Some(key) => key,
-            None => match &self.settings.missing_key {
+            None => match &self.settings.common.on_missing_key {
                 OnMissingKey::Shared(key) => key.clone(),
                 OnMissingKey::Skip => return Start::Pass,
                 OnMissingKey::Reject(status) => {
@@ -374,7 +359,7 @@ where
         let policy = &self.routes.get(&entry).policy;
         match self
             .store
-            .check_within(policy, &key, cost, self.settings.store_timeout)
+            .check_within(policy, &key, cost, self.settings.common.store_timeout)
         {
             // The hot path: admitted at once, nothing to add.
             StoreReply::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
@@ -412,7 +397,7 @@ impl<K, St: Store, R> Engine<K, St, R> {
             return Settlement::Refund(ticket);
         }
         let store = self.store.clone();
-        let timeout = self.settings.store_timeout;
+        let timeout = self.settings.common.store_timeout;
         let meter = Meter::new(Box::new(move |reported| {
             bounded(settle_cost(&store, &ticket, reported), timeout)
         }));
@@ -439,7 +424,7 @@ impl<K, St: Store, R> Engine<K, St, R> {
             Settlement::Refund(ticket) => bounded(
                 self.store
                     .refund(&ticket.policy, &ticket.key, ticket.refund()),
-                self.settings.store_timeout,
+                self.settings.common.store_timeout,
             ),
             Settlement::Meter(meter) => {
                 if !counts {

@@ -250,7 +250,7 @@ where
                 checking: Box::pin(Checking {
                     check,
                     shared: engine.clone(),
-                    deadline: tokio::time::sleep(engine.settings.store_timeout),
+                    deadline: tokio::time::sleep(engine.settings.common.store_timeout),
                     pending: Some((take_ready(inner), request)),
                     entry,
                     key,

@@ -1,19 +1,18 @@
 //! [`RateLimitLayer`] and its builder.
 
-use crate::engine::{Engine, OnStoreError, Settings};
+use crate::engine::{Engine, Settings};
 use crate::error::ConfigError;
-use crate::headers::HeaderStyle;
-use crate::key::{KeyExtractor, OnMissingKey, PeerIp, RequestInfo};
+use crate::key::{KeyExtractor, PeerIp, RequestInfo};
 use crate::policy::{NamedLimit, Policy};
 use crate::rejection::{DefaultRejector, FnRejector, Rejection};
 use crate::routes::{RouteMatch, Routes, path_is};
 use crate::service::RateLimit;
+use crate::settings::LimitSettings;
 use crate::store::{Capability, MemoryStore, Store, short_type_name};
 use http::StatusCode;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
-use tollgate_core::{Algorithm, Quota};
+use tollgate_core::Quota;
 use tower_layer::Layer;
 
 /// Applies rate limits to every request of the service it wraps.
@@ -109,8 +108,8 @@ pub(crate) struct Template<St, R> {
     store: St,
     rejector: R,
     settings: Settings,
-    algorithm: Option<Algorithm>,
-    max_delay: Option<Duration>,
+    /// The algorithm and delay bound (no limits: the rules bring theirs).
+    limits: LimitSettings,
 }
 
 #[cfg(feature = "rules")]
@@ -122,8 +121,10 @@ impl<K, St, R> RateLimitBuilder<K, St, R> {
             store: self.store,
             rejector: self.rejector,
             settings: self.config.settings,
-            algorithm: self.config.algorithm,
-            max_delay: self.config.max_delay,
+            limits: LimitSettings {
+                limits: Vec::new(),
+                ..self.config.limits
+            },
         }
     }
 }
@@ -138,8 +139,7 @@ impl<St: Clone, R: Clone> Template<St, R> {
             rejector: self.rejector.clone(),
             config: Config {
                 settings: self.settings.clone(),
-                algorithm: self.algorithm,
-                max_delay: self.max_delay,
+                limits: self.limits.clone(),
                 ..Config::default()
             },
         }
@@ -174,28 +174,17 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
 /// The builder's settings that do not change its type.
 #[derive(Default)]
 struct Config {
-    limits: Vec<NamedLimit>,
+    limits: LimitSettings,
     routes: Vec<(RouteMatch, Vec<NamedLimit>)>,
     #[cfg(feature = "quotas")]
     quotas: Option<crate::quotas::KeyQuotas>,
     policy_seed: Option<u64>,
-    algorithm: Option<Algorithm>,
-    max_delay: Option<Duration>,
     settings: Settings,
 }
 
 impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
-    /// Adds a named limit; a request must pass every limit, and is charged to
-    /// all or none. With no limit at all the layer limits nothing.
-    pub fn limit(mut self, limit: NamedLimit) -> Self {
-        self.config.limits.push(limit);
-        self
-    }
-
-    /// Adds a limit called `name` of `quota`.
-    pub fn quota(self, name: &str, quota: Quota) -> Self {
-        self.limit(NamedLimit::new(name, quota))
-    }
+    // With no limit at all the layer limits nothing.
+    crate::limit_setters!(config.limits, max_delay);
 
     /// Requests that `matches` are charged `limits` instead of the layer's
     /// own (under the same key, in the same store). Routes are tried in the
@@ -263,13 +252,6 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
-    /// Uses `algorithm` for every limit (default: each limit's own, GCRA
-    /// unless set on the [`NamedLimit`]).
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.config.algorithm = Some(algorithm);
-        self
-    }
-
     /// How requests map to keys (default [`PeerIp`]).
     pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitBuilder<K2, St, R> {
         RateLimitBuilder {
@@ -306,13 +288,6 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
-    /// Which rate-limit fields responses carry (default: the draft's, on
-    /// every response).
-    pub fn headers(mut self, headers: HeaderStyle) -> Self {
-        self.config.settings.headers = headers;
-        self
-    }
-
     /// The status limited requests are answered with (default
     /// `429 Too Many Requests`); e.g. `StatusCode::SERVICE_UNAVAILABLE` for
     /// `503 Service Unavailable`. It applies to requests their limits
@@ -339,28 +314,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self
     }
 
-    /// What to do with a request whose key cannot be extracted (default: count
-    /// all such requests under one shared key).
-    pub fn on_missing_key(mut self, missing_key: OnMissingKey) -> Self {
-        self.config.settings.missing_key = missing_key;
-        self
-    }
-
-    /// What to do when the store fails or times out (default: let through).
-    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.config.settings.on_store_error = on_store_error;
-        self
-    }
-
-    /// How long a store may take to answer (default 100 ms). A store that
-    /// answers later (Redis, any `StoreReply::Pending`) is timed with
-    /// tokio's timer, so it needs a tokio runtime with time enabled, as
-    /// axum and tonic servers have. Zero is refused when the layer is built:
-    /// every answer that is not immediate would be late.
-    pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
-        self.config.settings.store_timeout = store_timeout;
-        self
-    }
+    crate::common_setters!(config.settings.common);
 
     /// Puts a [`RateLimitInfo`](crate::RateLimitInfo) into the extensions of
     /// every request the limiter checked and let through, so a handler can
@@ -465,17 +419,6 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         self.rejector(FnRejector(reject))
     }
 
-    /// Delay mode: instead of rejecting a request that will conform within
-    /// `max_delay`, charge it now and hold it until then. Held requests
-    /// reach the service in arrival order at the quota's rate. Applies to
-    /// GCRA and the continuous token bucket (the leaky bucket always shapes);
-    /// the window algorithms have no future slot to reserve and keep
-    /// rejecting. Needs a tokio runtime for the timer.
-    pub fn max_delay(mut self, max_delay: Duration) -> Self {
-        self.config.max_delay = Some(max_delay);
-        self
-    }
-
     /// Gives the layer's own policy an identity derived from `seed`, so a
     /// layer rebuilt with the same seed keeps its counters in a memory
     /// store (rules reloads).
@@ -501,13 +444,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// The layer, or what is wrong with its settings: for settings read
     /// from configuration, where a mistake should be reported, not panic.
     pub fn try_build(self) -> Result<RateLimitLayer<K, St, R>, ConfigError> {
-        if self.config.settings.store_timeout.is_zero() {
-            return Err(ConfigError::new(
-                "store_timeout is zero: every store answer that is not immediate would be \
-                 late and get the store-error behaviour; give the store at least a few \
-                 milliseconds (the default is 100 ms)",
-            ));
-        }
+        self.config.settings.common.check()?;
         if self.config.settings.charge_when.is_some() {
             needs(&self.store, "charge_when", Capability::Refund)?;
         }
@@ -524,21 +461,18 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 
     fn build_checked(self) -> RateLimitLayer<K, St, R> {
         let config = self.config;
-        let (algorithm, max_delay) = (config.algorithm, config.max_delay);
-        let apply = |limits: Vec<NamedLimit>| -> Vec<NamedLimit> {
-            limits
-                .into_iter()
-                .map(|limit| crate::policy::with_overrides(limit, algorithm, max_delay))
-                .collect()
-        };
+        let limits = config.limits;
         let routes = config
             .routes
             .into_iter()
-            .map(|(matches, limits)| (matches, Policy::new(apply(limits))))
+            .map(|(matches, route)| {
+                let route = route.into_iter().map(|limit| limits.apply(limit));
+                (matches, Policy::new(route.collect()))
+            })
             .collect();
         let default = match config.policy_seed {
-            Some(seed) => Policy::with_seed(seed, apply(config.limits)),
-            None => Policy::new(apply(config.limits)),
+            Some(seed) => Policy::with_seed(seed, limits.applied()),
+            None => limits.policy(),
         };
         let routes = Routes::new(default, routes);
         #[cfg(feature = "quotas")]
@@ -550,10 +484,16 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 default: (!default.limits().is_empty()).then(|| default.clone()),
                 carrier: Some(Arc::new(move |from, to, key| store.carry(from, to, key))),
             };
-            crate::quotas::Resolver::with_plans(quotas, base_name, algorithm, max_delay, plans)
+            crate::quotas::Resolver::with_plans(
+                quotas,
+                base_name,
+                limits.algorithm,
+                limits.max_delay,
+                plans,
+            )
         });
         let settings = config.settings;
-        let headers = settings.headers;
+        let headers = settings.common.headers;
         let fields_on_allowed = headers.on_allowed && (headers.draft || headers.legacy);
         let forwards_bare = !settings.request_info
             && !fields_on_allowed

@@ -100,11 +100,11 @@ mod routes;
 #[cfg(feature = "rules")]
 pub mod rules;
 mod service;
+pub mod settings;
 pub mod store;
 pub mod throttle;
 
 pub use direct::{DirectLimiter, KeyedLimiter};
-pub use engine::OnStoreError;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, PartitionKey};
@@ -122,6 +122,7 @@ pub use rejection::{
     DefaultRejector, FnRejector, InFlightRejection, RejectReason, Rejection, Rejector,
 };
 pub use service::RateLimit;
+pub use settings::OnStoreError;
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;
 pub use tollgate_core as core;

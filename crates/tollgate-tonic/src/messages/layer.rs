@@ -6,21 +6,17 @@ use super::shared::{Direction, Shared};
 use crate::GrpcPeerIp;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
-use tollgate::core::{Algorithm, Quota};
-use tollgate::{
-    ConfigError, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit, OnMissingKey, OnStoreError,
-    Policy, Store,
-};
+use tollgate::core::Quota;
+use tollgate::settings::{CommonSettings, LimitSettings};
+use tollgate::{ConfigError, KeyExtractor, MemoryStore, OnMissingKey, Policy, Store};
 use tower_layer::Layer;
 
 /// The name of the one limit of [`MessageLimitLayer::new`].
 pub const DEFAULT_LIMIT_NAME: &str = "messages";
 
 /// How long the store may take to answer about one message, unless set
-/// ([`MessageLimitBuilder::store_timeout`]): the rate-limit layer's
-/// default too.
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(100);
+/// ([`MessageLimitBuilder::store_timeout`]): every layer's default.
+pub use tollgate::settings::DEFAULT_STORE_TIMEOUT;
 
 /// Counts each message of a gRPC call against a limit, not only the call:
 /// a stream that runs out of budget ends with `RESOURCE_EXHAUSTED` and
@@ -117,34 +113,24 @@ impl<S, K, St> Layer<S> for MessageLimitLayer<K, St> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct MessageLimitBuilder<K = GrpcPeerIp, St = MemoryStore> {
-    limits: Vec<NamedLimit>,
-    algorithm: Option<Algorithm>,
-    max_delay: Option<Duration>,
+    limits: LimitSettings,
     key: K,
     store: St,
     direction: Direction,
     methods: Vec<Box<str>>,
-    store_timeout: Duration,
-    on_store_error: OnStoreError,
-    missing_key: OnMissingKey,
-    headers: HeaderStyle,
+    common: CommonSettings,
 }
 
 impl MessageLimitBuilder {
     /// The defaults of [`MessageLimitLayer::builder`].
     pub fn new() -> Self {
         MessageLimitBuilder {
-            limits: Vec::new(),
-            algorithm: None,
-            max_delay: None,
+            limits: LimitSettings::default(),
             key: GrpcPeerIp,
             store: MemoryStore::new(),
             direction: Direction::Both,
             methods: Vec::new(),
-            store_timeout: DEFAULT_STORE_TIMEOUT,
-            on_store_error: OnStoreError::Open,
-            missing_key: OnMissingKey::default(),
-            headers: HeaderStyle::DRAFT,
+            common: CommonSettings::default(),
         }
     }
 }
@@ -156,40 +142,7 @@ impl Default for MessageLimitBuilder {
 }
 
 impl<K, St> MessageLimitBuilder<K, St> {
-    /// Adds a limit. Several limits are charged together, each message
-    /// all or nothing, as the rate-limit layer's are.
-    pub fn limit(mut self, limit: NamedLimit) -> Self {
-        self.limits.push(limit);
-        self
-    }
-
-    /// Adds a limit called `name` of `quota`.
-    ///
-    /// # Panics
-    ///
-    /// If `name` is not a limit name ([`NamedLimit::new`]).
-    pub fn quota(self, name: &str, quota: Quota) -> Self {
-        self.limit(NamedLimit::new(name, quota))
-    }
-
-    /// Uses `algorithm` for every limit (default: each limit's own, GCRA
-    /// unless set on the [`NamedLimit`]).
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = Some(algorithm);
-        self
-    }
-
-    /// Delay mode: a message that will conform within `max_delay` is
-    /// charged now and held until then, rather than ending the stream;
-    /// later ones wait behind it. As with
-    /// [`RateLimitBuilder::max_delay`](tollgate::RateLimitBuilder::max_delay),
-    /// this applies to GCRA and the continuous token bucket (the leaky
-    /// bucket always shapes); the window algorithms keep refusing. A
-    /// message that would wait longer ends the stream as without delay.
-    pub fn max_delay(mut self, max_delay: Duration) -> Self {
-        self.max_delay = Some(max_delay);
-        self
-    }
+    tollgate::limit_setters!(limits, max_delay);
 
     /// How each call is mapped to the key its messages are counted under
     /// (default [`GrpcPeerIp`]): any [`KeyExtractor`], e.g.
@@ -198,16 +151,11 @@ impl<K, St> MessageLimitBuilder<K, St> {
     pub fn key<K2: KeyExtractor>(self, key: K2) -> MessageLimitBuilder<K2, St> {
         MessageLimitBuilder {
             limits: self.limits,
-            algorithm: self.algorithm,
-            max_delay: self.max_delay,
             key,
             store: self.store,
             direction: self.direction,
             methods: self.methods,
-            store_timeout: self.store_timeout,
-            on_store_error: self.on_store_error,
-            missing_key: self.missing_key,
-            headers: self.headers,
+            common: self.common,
         }
     }
 
@@ -219,16 +167,11 @@ impl<K, St> MessageLimitBuilder<K, St> {
     pub fn store<St2: Store>(self, store: St2) -> MessageLimitBuilder<K, St2> {
         MessageLimitBuilder {
             limits: self.limits,
-            algorithm: self.algorithm,
-            max_delay: self.max_delay,
             key: self.key,
             store,
             direction: self.direction,
             methods: self.methods,
-            store_timeout: self.store_timeout,
-            on_store_error: self.on_store_error,
-            missing_key: self.missing_key,
-            headers: self.headers,
+            common: self.common,
         }
     }
 
@@ -248,43 +191,7 @@ impl<K, St> MessageLimitBuilder<K, St> {
         self
     }
 
-    /// How long the store may take to answer about a message (default
-    /// [`DEFAULT_STORE_TIMEOUT`]); a later answer is a store error.
-    /// Applies to stores that answer later (Redis); the memory store
-    /// answers at once. Zero is refused when the layer is built.
-    pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
-        self.store_timeout = store_timeout;
-        self
-    }
-
-    /// What a message gets when the store fails or does not answer in
-    /// time: [`OnStoreError::Open`] (the default) lets it through;
-    /// [`OnStoreError::Closed`] ends the stream with `UNAVAILABLE`.
-    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.on_store_error = on_store_error;
-        self
-    }
-
-    /// What happens to a call whose key cannot be extracted:
-    /// [`OnMissingKey::Shared`] (the default, as the rate-limit layer's)
-    /// counts its messages under that one shared key;
-    /// [`OnMissingKey::Skip`] lets them through uncounted.
-    /// [`OnMissingKey::Reject`] is refused when the layer is built: refuse
-    /// calls without a key at the call's layer
-    /// ([`builder`](crate::builder)), in front of this one.
-    pub fn on_missing_key(mut self, missing_key: OnMissingKey) -> Self {
-        self.missing_key = missing_key;
-        self
-    }
-
-    /// Which rate-limit fields the trailers (or the status's metadata) of
-    /// a stream ended for its budget carry (default
-    /// [`HeaderStyle::DRAFT`]: `ratelimit-policy` and `ratelimit`;
-    /// `retry-after` is always there when a retry can pass).
-    pub fn headers(mut self, headers: HeaderStyle) -> Self {
-        self.headers = headers;
-        self
-    }
+    tollgate::common_setters!(common);
 }
 
 impl<K: KeyExtractor, St: Store> MessageLimitBuilder<K, St> {
@@ -304,44 +211,21 @@ impl<K: KeyExtractor, St: Store> MessageLimitBuilder<K, St> {
     /// store timeout, [`OnMissingKey::Reject`], or limits the store cannot
     /// decide ([`Store::supports`]).
     pub fn try_build(self) -> Result<MessageLimitLayer<K, St>, ConfigError> {
-        if self.limits.is_empty() {
+        if self.limits.limits.is_empty() {
             return Err(ConfigError::new(
                 "a message limit needs at least one limit: add one with \
                  `.quota(name, quota)` or `.limit(NamedLimit)`",
             ));
         }
-        if self.store_timeout.is_zero() {
-            return Err(ConfigError::new(
-                "store_timeout is zero: every store answer that is not immediate would be \
-                 late; give the store at least a few milliseconds (the default is 100 ms)",
-            ));
-        }
-        if let OnMissingKey::Reject(_) = self.missing_key {
+        self.common.check()?;
+        if let OnMissingKey::Reject(_) = self.common.on_missing_key {
             return Err(ConfigError::new(
                 "the message limit cannot reject calls without a key: use \
                  OnMissingKey::Shared or Skip here, and reject such calls with the call's \
                  rate-limit layer (tollgate_tonic::builder().on_missing_key(...)) in front",
             ));
         }
-        let (algorithm, max_delay) = (self.algorithm, self.max_delay);
-        let limits: Vec<NamedLimit> = self
-            .limits
-            .into_iter()
-            .map(|limit| {
-                let limit = match algorithm {
-                    Some(algorithm) => limit.with_algorithm(algorithm),
-                    None => limit,
-                };
-                match max_delay {
-                    Some(delay) => {
-                        let limiter = limit.limiter().with_max_delay(delay);
-                        limit.with_limiter(limiter)
-                    }
-                    None => limit,
-                }
-            })
-            .collect();
-        let policy = Policy::new(limits);
+        let policy = self.limits.policy();
         self.store.supports(&policy)?;
         Ok(MessageLimitLayer {
             shared: Arc::new(Shared {
@@ -349,13 +233,13 @@ impl<K: KeyExtractor, St: Store> MessageLimitBuilder<K, St> {
                 limits: Arc::new(Limits {
                     store: self.store,
                     policy: Arc::new(policy),
-                    store_timeout: self.store_timeout,
-                    on_store_error: self.on_store_error,
-                    headers: self.headers,
+                    store_timeout: self.common.store_timeout,
+                    on_store_error: self.common.on_store_error,
+                    headers: self.common.headers,
                 }),
                 direction: self.direction,
                 methods: self.methods.into_boxed_slice(),
-                missing_key: self.missing_key,
+                missing_key: self.common.on_missing_key,
             }),
         })
     }

@@ -1,10 +1,9 @@
 //! [`LimiterBuilder`]: the limits and the store of a direct or keyed limiter.
 
 use super::{DirectLimiter, KeyedLimiter};
-use crate::policy::with_overrides;
-use crate::{ConfigError, Key, MemoryStore, NamedLimit, Policy, Store};
+use crate::settings::LimitSettings;
+use crate::{ConfigError, Key, MemoryStore, Store};
 use std::sync::Arc;
-use tollgate_core::{Algorithm, Quota};
 
 /// Builds a [`DirectLimiter`] or a [`KeyedLimiter`]: its limits (at least
 /// one; a call must pass every limit and is charged to all or none), their
@@ -25,8 +24,7 @@ use tollgate_core::{Algorithm, Quota};
 /// ```
 #[derive(Clone, Debug)]
 pub struct LimiterBuilder<St = MemoryStore> {
-    limits: Vec<NamedLimit>,
-    algorithm: Option<Algorithm>,
+    limits: LimitSettings,
     store: St,
 }
 
@@ -34,8 +32,7 @@ impl LimiterBuilder {
     /// No limits yet, a fresh [`MemoryStore`].
     pub fn new() -> Self {
         LimiterBuilder {
-            limits: Vec::new(),
-            algorithm: None,
+            limits: LimitSettings::default(),
             store: MemoryStore::new(),
         }
     }
@@ -64,27 +61,7 @@ impl KeyedLimiter {
 }
 
 impl<St: Store> LimiterBuilder<St> {
-    /// Adds a named limit.
-    pub fn limit(mut self, limit: NamedLimit) -> Self {
-        self.limits.push(limit);
-        self
-    }
-
-    /// Adds a limit called `name` of `quota`.
-    ///
-    /// # Panics
-    ///
-    /// If `name` is not a limit name ([`NamedLimit::new`]).
-    pub fn quota(self, name: &str, quota: Quota) -> Self {
-        self.limit(NamedLimit::new(name, quota))
-    }
-
-    /// Uses `algorithm` for every limit (default: each limit's own, GCRA
-    /// unless set on the [`NamedLimit`]).
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = Some(algorithm);
-        self
-    }
+    crate::limit_setters!(limits);
 
     /// Where the counters live (default a fresh [`MemoryStore`]). In a store
     /// shared by several processes (Redis), limiters whose limits have the
@@ -93,28 +70,21 @@ impl<St: Store> LimiterBuilder<St> {
     pub fn store<St2: Store>(self, store: St2) -> LimiterBuilder<St2> {
         LimiterBuilder {
             limits: self.limits,
-            algorithm: self.algorithm,
             store,
         }
     }
 
     /// A limiter with one counter per key.
     pub fn keyed(self) -> Result<KeyedLimiter<St>, ConfigError> {
-        if self.limits.is_empty() {
+        if self.limits.limits.is_empty() {
             return Err(ConfigError::new(
                 "a limiter needs at least one limit: add one with `.quota(name, quota)` \
                  or `.limit(NamedLimit)`",
             ));
         }
-        let algorithm = self.algorithm;
-        let limits = self
-            .limits
-            .into_iter()
-            .map(|limit| with_overrides(limit, algorithm, None))
-            .collect();
         Ok(KeyedLimiter::from_parts(
             self.store,
-            Arc::new(Policy::new(limits)),
+            Arc::new(self.limits.policy()),
         ))
     }
 

@@ -110,7 +110,7 @@ where
         acquire: Sl::Future,
         pending: (S, Req),
     ) -> Self {
-        let deadline = tokio::time::sleep(gate.settings.store_timeout);
+        let deadline = tokio::time::sleep(gate.settings.common.store_timeout);
         let in_flight = gate.limit.max();
         Self::waiting(Waiting {
             gate,
@@ -238,7 +238,7 @@ where
                 SlotReply::Ready(answer) => on_answer(&mut this, Ok(answer)),
                 SlotReply::Pending(acquire) => {
                     this.acquire.set(Some(acquire));
-                    let timeout = this.gate.settings.store_timeout;
+                    let timeout = this.gate.settings.common.store_timeout;
                     this.store_deadline.set(Some(tokio::time::sleep(timeout)));
                     continue;
                 }
@@ -249,7 +249,7 @@ where
                 Poll::Pending => match this.store_deadline.as_mut().as_pin_mut() {
                     Some(deadline) => {
                         ready!(deadline.poll(cx));
-                        Err(Late(this.gate.settings.store_timeout))
+                        Err(Late(this.gate.settings.common.store_timeout))
                     }
                     None => return Poll::Pending,
                 },

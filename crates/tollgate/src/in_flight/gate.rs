@@ -3,9 +3,9 @@
 
 use super::fields::{FieldValues, Fields};
 use super::{Acquired, InFlightLimit, Slots};
-use crate::OnStoreError;
-use crate::key::{Key, OnMissingKey};
+use crate::key::Key;
 use crate::rejection::{InFlightRejection, RejectReason, Rejector};
+use crate::settings::{CommonSettings, OnStoreError};
 use http::{HeaderMap, Response, StatusCode};
 use std::fmt;
 use std::time::Duration;
@@ -13,10 +13,10 @@ use std::time::Duration;
 /// The settings a gate decides with.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
+    /// The missing key, the store's failure and timeout (the fields are
+    /// made from its header style once, into the gate's `fields`).
+    pub(crate) common: CommonSettings,
     pub(crate) status: StatusCode,
-    pub(crate) missing_key: OnMissingKey,
-    pub(crate) on_store_error: OnStoreError,
-    pub(crate) store_timeout: Duration,
     /// How long a refused request may wait for a slot; `None`: refused at
     /// once.
     pub(crate) wait: Option<Duration>,
@@ -107,13 +107,13 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
             tracing::warn!(
                 limit = self.limit.name(),
                 %error,
-                on_store_error = ?self.settings.on_store_error,
+                on_store_error = ?self.settings.common.on_store_error,
                 held_back,
                 "in-flight limit: the slot store failed (at most one such warning every 10 s: \
                  held_back counts the failures since the last)"
             );
         }
-        match self.settings.on_store_error {
+        match self.settings.common.on_store_error {
             OnStoreError::Open => Settled::Run {
                 permit: None,
                 fields: FieldValues::default(),

@@ -5,10 +5,10 @@ use super::gate::{Gate, Settings};
 use super::memory::MemorySlots;
 use super::service::InFlight;
 use super::{InFlightLimit, Slots};
-use crate::headers::HeaderStyle;
-use crate::key::{KeyExtractor, OnMissingKey, PeerIp};
+use crate::ConfigError;
+use crate::key::{KeyExtractor, PeerIp};
 use crate::rejection::DefaultRejector;
-use crate::{ConfigError, OnStoreError};
+use crate::settings::CommonSettings;
 use http::StatusCode;
 use std::fmt;
 use std::sync::Arc;
@@ -113,7 +113,6 @@ pub struct InFlightBuilder<K = PeerIp, Sl = MemorySlots, R = DefaultRejector> {
 struct Config {
     name: String,
     limit: u32,
-    headers: HeaderStyle,
     settings: Settings,
 }
 
@@ -122,12 +121,9 @@ impl Default for Config {
         Config {
             name: super::DEFAULT_NAME.to_owned(),
             limit: 1,
-            headers: HeaderStyle::default(),
             settings: Settings {
+                common: CommonSettings::default(),
                 status: StatusCode::TOO_MANY_REQUESTS,
-                missing_key: OnMissingKey::default(),
-                on_store_error: OnStoreError::default(),
-                store_timeout: Duration::from_millis(100),
                 wait: None,
             },
         }
@@ -193,35 +189,7 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
         self
     }
 
-    /// Which fields responses carry (default: the draft's, on every
-    /// response). See the [module docs](crate::in_flight) for what they
-    /// say.
-    pub fn headers(mut self, headers: HeaderStyle) -> Self {
-        self.config.headers = headers;
-        self
-    }
-
-    /// What to do with a request whose key cannot be extracted (default:
-    /// all such requests share one key).
-    pub fn on_missing_key(mut self, missing_key: OnMissingKey) -> Self {
-        self.config.settings.missing_key = missing_key;
-        self
-    }
-
-    /// What to do when the store fails or does not answer in time
-    /// (default: let the request through, without a slot).
-    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.config.settings.on_store_error = on_store_error;
-        self
-    }
-
-    /// How long the store may take to answer one request (default 100
-    /// ms); a later answer is a store failure. The memory store answers at
-    /// once; a shared store's answer is timed with tokio's timer.
-    pub fn store_timeout(mut self, store_timeout: Duration) -> Self {
-        self.config.settings.store_timeout = store_timeout;
-        self
-    }
+    crate::common_setters!(config.settings.common);
 
     /// Queues a request whose key has every slot taken, for up to
     /// `max_wait`, instead of refusing it at once: it takes a slot that
@@ -250,15 +218,10 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
     /// name that is not a token, a zero store timeout.
     pub fn try_build(self) -> Result<InFlightLayer<K, Sl, R>, ConfigError> {
         let limit = InFlightLimit::new(&self.config.name, self.config.limit)?;
-        if self.config.settings.store_timeout.is_zero() {
-            return Err(ConfigError::new(
-                "store_timeout is zero: every store answer that is not immediate would be \
-                 late; give the store at least a few milliseconds (the default is 100 ms)",
-            ));
-        }
+        self.config.settings.common.check()?;
         Ok(InFlightLayer {
             gate: Arc::new(Gate {
-                fields: Fields::new(self.config.headers, &limit),
+                fields: Fields::new(self.config.settings.common.headers, &limit),
                 limit,
                 key: self.key,
                 slots: self.slots,

@@ -73,7 +73,7 @@ where
         let gate = &self.gate;
         let key = match gate.key.extract(&RequestInfo::new(&request)) {
             Some(key) => key,
-            None => match &gate.settings.missing_key {
+            None => match &gate.settings.common.on_missing_key {
                 OnMissingKey::Shared(key) => key.clone(),
                 OnMissingKey::Skip => {
                     return InFlightFuture::calling(
