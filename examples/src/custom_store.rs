@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::store::{AdminFuture, Capability, Debit, Missing, Refund, RefundReply};
+use tollgate::store::{AdminFuture, Capability, ChangeReply, Debit, Missing, Refund};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, Decision, MonotonicClock, State, carried, check_all};
 
@@ -97,24 +97,24 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
         Ok(())
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         let now = self.clock.now();
         self.with_states(policy, key, |states| {
             for (i, (limiter, state)) in policy.limiters().iter().zip(states).enumerate() {
                 limiter.refund(state, refund.for_limit(i, now), now);
             }
         });
-        RefundReply::Done
+        ChangeReply::Done
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         let now = self.clock.now();
         self.with_states(policy, key, |states| {
             for (limiter, state) in policy.limiters().iter().zip(states) {
                 limiter.debit(state, now, debit.cost);
             }
         });
-        RefundReply::Done
+        ChangeReply::Done
     }
 
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {

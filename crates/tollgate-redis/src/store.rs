@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::{BlockList, ChargeChange, Debit, Refund, RefundReply};
+use tollgate::store::{BlockList, ChangeReply, ChargeChange, Debit, Refund};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -358,7 +358,7 @@ impl Store for RedisStore {
     /// Redis before it see the charge still there (stricter, never more
     /// lenient). Without a Tokio runtime, or when Redis cannot be reached,
     /// the charge stays (the request counts) and a warning is logged.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
         spawn_change(ChargeChange::Refund, async move {
@@ -369,7 +369,7 @@ impl Store for RedisStore {
     /// Sends the debit (`debit.lua`, one script call) from a spawned task,
     /// as [`refund`](Self::refund) does; a failure is logged and the cost
     /// goes uncharged.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         let cost = debit.cost;
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
@@ -390,7 +390,7 @@ pub(crate) const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) fn spawn_change(
     change: ChargeChange,
     call: impl Future<Output = Result<(), RedisStoreError>> + Send + 'static,
-) -> RefundReply {
+) -> ChangeReply {
     tollgate::store::spawn_change("tollgate-redis", change, CHANGE_TIMEOUT, call)
 }
 

@@ -14,7 +14,7 @@ use crate::pay_after::Meter;
 use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
 use crate::settings::{CommonSettings, OnStoreError};
-use crate::store::{PolicyDecision, RefundReply, Store, StoreReply};
+use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -413,14 +413,14 @@ impl<K, St: Store, R> Engine<K, St, R> {
         &self,
         settlement: Settlement,
         response: &http::response::Parts,
-    ) -> RefundReply {
+    ) -> ChangeReply {
         let counts = self
             .settings
             .charge_when
             .as_ref()
             .is_none_or(|when| when.counts(response));
         match settlement {
-            Settlement::Refund(_) if counts => RefundReply::Done,
+            Settlement::Refund(_) if counts => ChangeReply::Done,
             Settlement::Refund(ticket) => bounded(
                 self.store
                     .refund(&ticket.policy, &ticket.key, ticket.refund()),
@@ -458,14 +458,14 @@ pub(crate) enum Settlement {
 /// Replaces `ticket`'s charge by the `reported` cost: the difference
 /// charged (into debt if need be) or given back. Nothing reported, the
 /// charge stands.
-fn settle_cost<St: Store>(store: &St, ticket: &Ticket, reported: Option<u64>) -> RefundReply {
+fn settle_cost<St: Store>(store: &St, ticket: &Ticket, reported: Option<u64>) -> ChangeReply {
     let Some(cost) = reported else {
-        return RefundReply::Done;
+        return ChangeReply::Done;
     };
     let charged = u64::from(ticket.cost);
     let (policy, key) = (&ticket.policy, &ticket.key);
     match cost.cmp(&charged) {
-        std::cmp::Ordering::Equal => RefundReply::Done,
+        std::cmp::Ordering::Equal => ChangeReply::Done,
         std::cmp::Ordering::Greater => {
             let more = u32::try_from(cost - charged).unwrap_or(u32::MAX);
             store.debit(policy, key, ticket.debit(more))
@@ -480,10 +480,10 @@ fn settle_cost<St: Store>(store: &St, ticket: &Ticket, reported: Option<u64>) ->
 
 /// `reply`, waited for at most `timeout` (past it the change still lands;
 /// nobody waits for it).
-fn bounded(reply: RefundReply, timeout: Duration) -> RefundReply {
+fn bounded(reply: ChangeReply, timeout: Duration) -> ChangeReply {
     match reply {
-        RefundReply::Done => RefundReply::Done,
-        RefundReply::Pending(landed) => RefundReply::Pending(Box::pin(async move {
+        ChangeReply::Done => ChangeReply::Done,
+        ChangeReply::Pending(landed) => ChangeReply::Pending(Box::pin(async move {
             let _ = tokio::time::timeout(timeout, landed).await;
         })),
     }

@@ -5,7 +5,7 @@ use crate::headers::FieldValues;
 use crate::key::Key;
 use crate::rejection::{Rejector, status_response};
 use crate::routes::EntryRef;
-use crate::store::{RefundReply, Store};
+use crate::store::{ChangeReply, Store};
 use http::Response;
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -537,9 +537,9 @@ where
     let reply = engine.settle(settlement, &parts);
     let response = Response::from_parts(parts, body);
     match reply {
-        RefundReply::Done => Poll::Ready(Ok(response)),
+        ChangeReply::Done => Poll::Ready(Ok(response)),
         // Bounded by the store timeout already (`Engine::settle`).
-        RefundReply::Pending(mut landing) => {
+        ChangeReply::Pending(mut landing) => {
             if landing.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Ok(response));
             }

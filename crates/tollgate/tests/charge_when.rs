@@ -15,7 +15,7 @@ use common::{Later, http_over_tcp, serve_on_loopback};
 use http::{Request, StatusCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::store::{Fallback, Refund, RefundReply, StoreWrapper};
+use tollgate::store::{ChangeReply, Fallback, Refund, StoreWrapper};
 use tollgate::{
     ChargeWhen, GlobalKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store, StoreReply,
 };
@@ -258,7 +258,7 @@ async fn status_of(app: &Router, status: u16) -> StatusCode {
 }
 
 /// The memory store, whose refunds land `delay` after they are asked for
-/// (as a store over the network answers `RefundReply::Pending`).
+/// (as a store over the network answers `ChangeReply::Pending`).
 #[derive(Clone)]
 struct SlowRefunds {
     store: MemoryStore,
@@ -284,10 +284,10 @@ impl StoreWrapper for SlowRefunds {
         self.store.check_within(policy, key, cost, within)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         let (store, delay) = (self.store.clone(), self.delay);
         let (policy, key) = (policy.clone(), key.clone());
-        RefundReply::Pending(Box::pin(async move {
+        ChangeReply::Pending(Box::pin(async move {
             tokio::time::sleep(delay).await;
             store.refund_now(&policy, &key, refund);
         }))

@@ -130,8 +130,8 @@ async fn the_kit_catches_a_store_that_loses_refunds() {
             _: &std::sync::Arc<tollgate::Policy>,
             _: &tollgate::Key,
             _: tollgate::store::Refund,
-        ) -> tollgate::store::RefundReply {
-            tollgate::store::RefundReply::Done
+        ) -> tollgate::store::ChangeReply {
+            tollgate::store::ChangeReply::Done
         }
     }
     let (clock, store) = memory();

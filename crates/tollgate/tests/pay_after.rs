@@ -22,7 +22,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::pay_after::{Meter, MeterLayer};
-use tollgate::store::{Debit, Fallback, RefundReply, StoreWrapper};
+use tollgate::store::{ChangeReply, Debit, Fallback, StoreWrapper};
 use tollgate::{
     ChargeWhen, GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply,
 };
@@ -368,10 +368,10 @@ impl StoreWrapper for SlowDebits {
         self.store.check_within(policy, key, cost, within)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         let (store, delay) = (self.store.clone(), self.delay);
         let (policy, key) = (policy.clone(), key.clone());
-        RefundReply::Pending(Box::pin(async move {
+        ChangeReply::Pending(Box::pin(async move {
             tokio::time::sleep(delay).await;
             store.debit_now(&policy, &key, debit.cost);
         }))

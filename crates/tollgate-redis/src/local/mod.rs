@@ -33,7 +33,7 @@ use std::time::Duration;
 use support::supports;
 use table::Table;
 use tokio::sync::Notify;
-use tollgate::store::{Debit, Refund, RefundReply};
+use tollgate::store::{ChangeReply, Debit, Refund};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 
 /// A store that decides in process memory and shares through Redis.
@@ -555,7 +555,7 @@ impl Store for LocalFirst {
     /// An admission Redis decided (a key with no room in the table, a peek,
     /// a policy this store does not decide) is given back there, as
     /// [`RedisStore`]'s `refund` gives it.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         let redis = self.inner.redis.clone();
         match &self.inner.slots {
             Slots::Exact(table) => {
@@ -608,7 +608,7 @@ impl Store for LocalFirst {
                 let (refund, slot, wait) = match table.find(policy.id(), key) {
                     Some(slot) if refund.charged_at.is_none() => {
                         match slot.give_back(refund.cost) {
-                            (0, _) => return RefundReply::Done,
+                            (0, _) => return ChangeReply::Done,
                             (reported, wait) => (refund.part(reported), Some(slot), wait),
                         }
                     }
@@ -642,13 +642,13 @@ impl Store for LocalFirst {
     /// debt; units another instance holds may still be spent (they were
     /// Redis's to give before the debt). A key with no slot here: charged
     /// in Redis.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         let cost = debit.cost;
         let rest = match &self.inner.slots {
             Slots::Periodic(table) => match table.find(policy.id(), key) {
                 Some(slot) => {
                     slot.charge(cost);
-                    return RefundReply::Done;
+                    return ChangeReply::Done;
                 }
                 None => cost,
             },
@@ -658,7 +658,7 @@ impl Store for LocalFirst {
             },
         };
         if rest == 0 {
-            return RefundReply::Done;
+            return ChangeReply::Done;
         }
         self.inner.redis.debit(policy, key, Debit::new(rest))
     }

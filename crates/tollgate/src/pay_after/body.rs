@@ -2,7 +2,7 @@
 //! it ends.
 
 use super::Meter;
-use crate::store::RefundReply;
+use crate::store::ChangeReply;
 use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -48,9 +48,9 @@ fn let_go(
     meter: &mut Option<Meter>,
     bytes_per_unit: Option<NonZeroU64>,
     bytes: u64,
-) -> RefundReply {
+) -> ChangeReply {
     let Some(meter) = meter.take() else {
-        return RefundReply::Done;
+        return ChangeReply::Done;
     };
     if let Some(per_unit) = bytes_per_unit {
         meter.add(bytes.div_ceil(per_unit.get()));
@@ -109,7 +109,7 @@ impl<B: Body> Body for MeteredBody<B> {
             None => {
                 this.inner.set(None);
                 let reply = let_go(this.meter, *this.bytes_per_unit, *this.bytes);
-                if let RefundReply::Pending(mut landing) = reply
+                if let ChangeReply::Pending(mut landing) = reply
                     && landing.as_mut().poll(cx).is_pending()
                 {
                     *this.landing = Some(landing);

@@ -1,13 +1,13 @@
 //! [`Meter`]: what a request reports it cost, settled once it is over.
 
-use crate::store::RefundReply;
+use crate::store::ChangeReply;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What settles a request's charge, given the cost reported (`None`:
 /// nothing was, and the admission's charge stands).
-pub(crate) type Settle = Box<dyn FnOnce(Option<u64>) -> RefundReply + Send>;
+pub(crate) type Settle = Box<dyn FnOnce(Option<u64>) -> ChangeReply + Send>;
 
 /// The cost of one request, reported while it runs and settled once it is
 /// over. Found in the extensions of every request a layer with
@@ -104,10 +104,10 @@ impl Meter {
     /// Lets go of this handle; if it was the last, settles now and answers
     /// how (pending while a store that does I/O sends it), so the caller
     /// can wait for it. Otherwise the last handle settles when it goes.
-    pub(crate) fn finish(self) -> RefundReply {
+    pub(crate) fn finish(self) -> ChangeReply {
         match Arc::into_inner(self.0) {
             Some(account) => account.settle_now(),
-            None => RefundReply::Done,
+            None => ChangeReply::Done,
         }
     }
 }
@@ -122,7 +122,7 @@ impl Account {
             .then(|| self.units.load(Ordering::Relaxed))
     }
 
-    fn settle_now(&self) -> RefundReply {
+    fn settle_now(&self) -> ChangeReply {
         let settle = self
             .settle
             .lock()
@@ -130,7 +130,7 @@ impl Account {
             .take();
         match settle {
             Some(settle) => settle(self.reported(self.void.load(Ordering::Acquire))),
-            None => RefundReply::Done,
+            None => ChangeReply::Done,
         }
     }
 }
@@ -153,7 +153,7 @@ mod tests {
         let (sender, receiver) = mpsc::channel();
         let meter = Meter::new(Box::new(move |units| {
             let _ = sender.send(units);
-            RefundReply::Done
+            ChangeReply::Done
         }));
         (meter, receiver)
     }

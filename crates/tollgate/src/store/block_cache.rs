@@ -7,7 +7,7 @@
 //! why it is right, and what it costs.
 
 use super::block_list::BlockList;
-use super::{PolicyDecision, RefundReply, Store, StoreReply, StoreWrapper};
+use super::{ChangeReply, PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -295,14 +295,14 @@ where
     /// charged) first, then forgotten, so that a refusal of a request sent
     /// in between, decided without the change, is not learned; forgotten
     /// now too, should the reply be dropped before it lands.
-    fn forgetting(&self, reply: RefundReply, policy: &Arc<Policy>, key: &Key) -> RefundReply {
+    fn forgetting(&self, reply: ChangeReply, policy: &Arc<Policy>, key: &Key) -> ChangeReply {
         self.blocked.forget(policy, key, self.clock.now());
         match reply {
-            RefundReply::Done => RefundReply::Done,
-            RefundReply::Pending(landed) => {
+            ChangeReply::Done => ChangeReply::Done,
+            ChangeReply::Pending(landed) => {
                 let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
                 let (policy, key) = (policy.clone(), key.clone());
-                RefundReply::Pending(Box::pin(async move {
+                ChangeReply::Pending(Box::pin(async move {
                     landed.await;
                     blocked.forget(&policy, &key, clock.now());
                 }))
@@ -339,14 +339,14 @@ where
     /// forgotten: it stays true (a debit only makes the key stricter), but
     /// its retry time is too early now. The next refusal is learned with
     /// the debt's.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
         let reply = self.inner.debit(policy, key, debit);
         self.forgetting(reply, policy, key)
     }
 
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
         let reply = self.inner.refund(policy, key, refund);
         self.forgetting(reply, policy, key)
     }

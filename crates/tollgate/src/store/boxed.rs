@@ -1,6 +1,6 @@
 //! [`BoxStore`]: any store behind one type, chosen at run time.
 
-use super::{PolicyDecision, RefundReply, Store, StoreReply};
+use super::{ChangeReply, PolicyDecision, Store, StoreReply};
 use crate::{Key, Policy};
 use std::fmt;
 use std::future::Future;
@@ -68,9 +68,9 @@ trait ErasedStore: Send + Sync {
 
     fn can_erased(&self, capability: super::Capability) -> Result<(), super::Missing>;
 
-    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply;
+    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply;
 
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply;
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply;
 
     fn peek_erased(
         &self,
@@ -128,11 +128,11 @@ impl<St: Store> ErasedStore for St {
         self.can(capability)
     }
 
-    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
+    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
         self.refund(policy, key, refund)
     }
 
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
         self.debit(policy, key, debit)
     }
 }
@@ -184,11 +184,11 @@ impl Store for BoxStore {
         self.0.can_erased(capability)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
         self.0.refund_erased(policy, key, refund)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
         self.0.debit_erased(policy, key, debit)
     }
 

@@ -1,5 +1,5 @@
 //! Charges after the decision: a [`Refund`] gives one back, a [`Debit`]
-//! adds to it, both answered with a [`RefundReply`]; each carries the
+//! adds to it, both answered with a [`ChangeReply`]; each carries the
 //! [`Route`] of its admission, so that both reach the store that charged.
 
 use super::decision::PolicyDecision;
@@ -10,10 +10,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 /// What [`Store::refund`](super::Store::refund) and
-/// [`Store::debit`](super::Store::debit) answer: a charge given back (or
-/// added) already, or on its way.
+/// [`Store::debit`](super::Store::debit) answer, the reply to a
+/// [`ChargeChange`]: a charge given back (or added) already, or on its
+/// way.
 #[must_use = "a pending refund can be awaited; dropping it does not cancel it"]
-pub enum RefundReply {
+pub enum ChangeReply {
     /// Done (or, for a store that does not refund or debit, nothing to do).
     Done,
     /// Started; the future completes when the refund (or debit) has
@@ -22,20 +23,20 @@ pub enum RefundReply {
     Pending(Pin<Box<dyn Future<Output = ()> + Send>>),
 }
 
-impl RefundReply {
-    /// Waits for the refund to land.
+impl ChangeReply {
+    /// Waits for the refund (or debit) to land.
     pub async fn landed(self) {
-        if let RefundReply::Pending(future) = self {
+        if let ChangeReply::Pending(future) = self {
             future.await;
         }
     }
 }
 
-impl std::fmt::Debug for RefundReply {
+impl std::fmt::Debug for ChangeReply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            RefundReply::Done => "RefundReply::Done",
-            RefundReply::Pending(_) => "RefundReply::Pending(..)",
+            ChangeReply::Done => "ChangeReply::Done",
+            ChangeReply::Pending(_) => "ChangeReply::Pending(..)",
         })
     }
 }
@@ -185,14 +186,14 @@ pub fn spawn_change<E: Display>(
     change: ChargeChange,
     timeout: Duration,
     call: impl Future<Output = Result<(), E>> + Send + 'static,
-) -> RefundReply {
+) -> ChangeReply {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
             "{store}: a {} outside a Tokio runtime was not sent; {}",
             change.name(),
             change.consequence()
         );
-        return RefundReply::Done;
+        return ChangeReply::Done;
     };
     let task = runtime.spawn(async move {
         match tokio::time::timeout(timeout, call).await {
@@ -207,7 +208,7 @@ pub fn spawn_change<E: Display>(
         }
     });
     // Dropping a task's handle does not cancel the task.
-    RefundReply::Pending(Box::pin(async move {
+    ChangeReply::Pending(Box::pin(async move {
         let _ = task.await;
     }))
 }

@@ -2,7 +2,7 @@
 //! fails.
 
 use super::{
-    AdminFuture, Branch, Capability, Debit, Missing, PolicyDecision, Refund, RefundReply, Store,
+    AdminFuture, Branch, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store,
     StoreReply,
 };
 use crate::{Key, Policy};
@@ -169,7 +169,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
     }
 
     /// Gives the charge back to the store that charged it.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, mut refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, mut refund: Refund) -> ChangeReply {
         let (branch, rest) = refund.charged_by.pop();
         refund.charged_by = rest;
         match branch {
@@ -179,7 +179,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
     }
 
     /// Charges the debt to the store that charged the admission.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, mut debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, mut debit: Debit) -> ChangeReply {
         let (branch, rest) = debit.charged_by.pop();
         debit.charged_by = rest;
         match branch {

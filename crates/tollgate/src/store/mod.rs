@@ -53,7 +53,7 @@ pub use block_list::{BlockList, DEFAULT_MAX_ENTRIES};
 pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
 pub use breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
 pub use capability::{Capability, Missing, short_type_name};
-pub use charge::{ChargeChange, Debit, Refund, RefundReply, spawn_change};
+pub use charge::{ChangeReply, ChargeChange, Debit, Refund, spawn_change};
 pub use decision::PolicyDecision;
 pub use fallback::{Fallback, FallbackFuture};
 pub(crate) use memory::PinnedKey;
@@ -175,14 +175,14 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// ([`can`](Self::can) says so).
     ///
     /// A store that does I/O starts the refund on its own (a spawned task)
-    /// and answers [`RefundReply::Pending`], which completes when the
+    /// and answers [`ChangeReply::Pending`], which completes when the
     /// refund has landed: the layer waits for it (at most its
     /// `store_timeout`) before it hands the response on, so that the
     /// client's next request finds the charge given back. Dropping the
     /// reply does not cancel the refund.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         let _ = (policy, key, refund);
-        RefundReply::Done
+        ChangeReply::Done
     }
 
     /// Charges `key` `debit.cost` more under every limit of `policy`,
@@ -193,12 +193,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// `Retry-After` saying when (see
     /// [`RateAlgorithm::debit`](tollgate_core::RateAlgorithm::debit)).
     /// Best effort, as [`refund`](Self::refund), and answered the same
-    /// way: [`RefundReply::Pending`] while a store that does I/O sends it.
+    /// way: [`ChangeReply::Pending`] while a store that does I/O sends it.
     /// The default does nothing, for a store that cannot ([`can`](Self::can)
     /// says so).
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         let _ = (policy, key, debit);
-        RefundReply::Done
+        ChangeReply::Done
     }
 
     /// `key`'s state under every limit of `policy`, charging nothing and

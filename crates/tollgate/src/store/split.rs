@@ -2,7 +2,7 @@
 //! instances that shared it elsewhere: the local fallback of a shared
 //! store.
 
-use super::{AdminFuture, Debit, Refund, RefundReply, Store, StoreReply, StoreWrapper};
+use super::{AdminFuture, ChangeReply, Debit, Refund, Store, StoreReply, StoreWrapper};
 use crate::{ConfigError, Key, NamedLimit, Policy};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -164,11 +164,11 @@ impl<S: Store> StoreWrapper for Split<S> {
     /// Given back under the split the admission was charged under (the
     /// number of instances as it is now: one that changed in between
     /// gives back to another split's counts, a little short).
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         self.inner.refund(&self.split(policy), key, refund)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         self.inner.debit(&self.split(policy), key, debit)
     }
 

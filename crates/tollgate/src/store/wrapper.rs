@@ -3,7 +3,7 @@
 //! change.
 
 use super::{
-    AdminFuture, Capability, Debit, Missing, PolicyDecision, Refund, RefundReply, Store, StoreReply,
+    AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store, StoreReply,
 };
 use crate::{ConfigError, Key, Policy};
 use std::future::Future;
@@ -111,12 +111,12 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
     }
 
     /// See [`Store::refund`]. Forwarded by default.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         self.inner().refund(policy, key, refund)
     }
 
     /// See [`Store::debit`]. Forwarded by default.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         self.inner().debit(policy, key, debit)
     }
 
@@ -172,11 +172,11 @@ impl<W: StoreWrapper> Store for W {
         StoreWrapper::can(self, capability)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         StoreWrapper::refund(self, policy, key, refund)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         StoreWrapper::debit(self, policy, key, debit)
     }
 

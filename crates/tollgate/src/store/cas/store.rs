@@ -8,7 +8,7 @@ use super::retry::Retry;
 use super::shared::Shared;
 use super::step::{Op, nothing};
 use crate::store::{
-    AdminError, AdminFuture, Capability, ChargeChange, Debit, Missing, Refund, RefundReply, Store,
+    AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, Refund, Store,
     StoreReply, spawn_change,
 };
 use crate::{Key, Policy};
@@ -222,9 +222,9 @@ impl<B: CasBackend> Store for CasStore<B> {
     /// Gives the charge back as the memory store does (a key the backend
     /// no longer holds has nothing to give back), on a spawned task when
     /// the backend does not answer at once.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
         if policy.limits().is_empty() || refund.cost == 0 {
-            return RefundReply::Done;
+            return ChangeReply::Done;
         }
         settle(
             ChargeChange::Refund,
@@ -234,9 +234,9 @@ impl<B: CasBackend> Store for CasStore<B> {
 
     /// Charges every limit `debit.cost` as the memory store does, on a
     /// spawned task when the backend does not answer at once.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
         if policy.limits().is_empty() || debit.cost == 0 {
-            return RefundReply::Done;
+            return ChangeReply::Done;
         }
         let units = SmallVec::from_elem(debit.cost, policy.limits().len());
         settle(
@@ -304,13 +304,13 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs a refund or a debit: done at once when the backend answers at
 /// once (polled here once), else on a task of the current Tokio runtime,
 /// given up after [`CHANGE_TIMEOUT`]; a failure is logged.
-fn settle<B: CasBackend>(change: ChargeChange, call: CasFuture<B>) -> RefundReply {
+fn settle<B: CasBackend>(change: ChargeChange, call: CasFuture<B>) -> ChangeReply {
     let mut call = Box::pin(call);
     if let Poll::Ready(done) = call.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         if let Err(error) = done {
             change.failed(STORE, &error);
         }
-        return RefundReply::Done;
+        return ChangeReply::Done;
     }
     spawn_change(STORE, change, CHANGE_TIMEOUT, async move {
         call.await.map(|_| ())

@@ -6,7 +6,7 @@ mod pinned;
 pub(crate) use pinned::PinnedKey;
 
 use super::bounded::{BoundedMap, Eviction};
-use super::{PolicyDecision, RefundReply, Store, StoreReply};
+use super::{ChangeReply, PolicyDecision, Store, StoreReply};
 use crate::policy::PackedLimiter;
 use crate::{Key, Policy};
 use keys::{Keys, Slot};
@@ -580,14 +580,14 @@ impl<C: Clock> Store for MemoryStore<C> {
         Ok(())
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> RefundReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
         self.refund_now(policy, key, refund);
-        RefundReply::Done
+        ChangeReply::Done
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> RefundReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
         self.debit_now(policy, key, debit.cost);
-        RefundReply::Done
+        ChangeReply::Done
     }
 
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Infallible> {
