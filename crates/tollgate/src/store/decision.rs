@@ -40,16 +40,19 @@ impl PolicyDecision {
     /// policy's order: allowed only if every limit allowed (and a policy of
     /// no limits allows). Not charged ([`charged`](Self::charged) says when
     /// it was).
+    #[inline]
     pub fn new(each: impl IntoIterator<Item = Decision>) -> Self {
         Self::from_each(each.into_iter().collect())
     }
 
     /// The decision of a policy of one limit that decided `decision`.
+    #[inline]
     pub fn single(decision: Decision) -> Self {
         Self::from_parts(decision, smallvec::smallvec![decision])
     }
 
     /// [`new`](Self::new) from a vector already made.
+    #[inline]
     pub(crate) fn from_each(each: SmallVec<[Decision; 2]>) -> Self {
         let merged = match each.as_slice() {
             [one] => *one,
@@ -66,6 +69,7 @@ impl PolicyDecision {
 
     /// For a caller that has folded `each` already, as
     /// [`tollgate_core::check_all`] does.
+    #[inline]
     pub(crate) fn from_parts(merged: Decision, each: SmallVec<[Decision; 2]>) -> Self {
         PolicyDecision {
             merged,
@@ -75,11 +79,25 @@ impl PolicyDecision {
         }
     }
 
+    /// A store's check at `now` that decided `each`, already folded into
+    /// `merged`: charged at `now` if it admitted. One value built in
+    /// place, for the memory store's hot path.
+    #[inline]
+    pub(crate) fn checked(merged: Decision, each: SmallVec<[Decision; 2]>, now: u64) -> Self {
+        PolicyDecision {
+            merged,
+            each,
+            charged_at: merged.allowed().then_some(now),
+            charged_by: Route::default(),
+        }
+    }
+
     /// This decision, charged by the store at `at` (ns on the store's own
     /// clock): what a [`Refund`](super::Refund) of it gives back exactly.
     /// A store that does not record when it charged leaves it out, and a
     /// refund then goes by how long ago the admission was.
     #[must_use]
+    #[inline]
     pub fn charged(mut self, at: u64) -> Self {
         self.charged_at = Some(at);
         self
@@ -98,6 +116,7 @@ impl PolicyDecision {
 
     /// This decision, passed up by a [`Fallback`](super::Fallback) that
     /// took `branch`.
+    #[inline]
     pub(crate) fn took(mut self, branch: Branch) -> Self {
         self.charged_by = self.charged_by.took(branch);
         self

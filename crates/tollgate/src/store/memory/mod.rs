@@ -201,12 +201,7 @@ impl<C: Clock> MemoryStore<C> {
         match policy.packed() {
             Some(limiter) => {
                 let decision = inner.check_cell(fingerprint, limiter, now, cost);
-                let verdict = PolicyDecision::single(decision);
-                if decision.allowed() {
-                    verdict.charged(now)
-                } else {
-                    verdict
-                }
+                PolicyDecision::checked(decision, smallvec::smallvec![decision], now)
             }
             None => inner.check_slot(fingerprint, policy, now, cost),
         }
@@ -552,12 +547,7 @@ impl<C> Inner<C> {
     fn check_slot(&self, fingerprint: u64, policy: &Policy, now: u64, cost: u32) -> PolicyDecision {
         self.with_slot(fingerprint, policy, now, |slot| {
             let (merged, each) = slot.check(policy, now, cost);
-            let verdict = PolicyDecision::from_parts(merged, each);
-            if merged.allowed() {
-                verdict.charged(now)
-            } else {
-                verdict
-            }
+            PolicyDecision::checked(merged, each, now)
         })
     }
 }
