@@ -1159,7 +1159,10 @@ fn plan_moves_keep_usage_on_memory_and_redis() {
                 // whenever that is (its hours are not the test's): the
                 // refusal lasts until then, which the field's `t` says.
                 let field = refused.header("ratelimit").unwrap_or_default();
-                let t = field.split(";t=").nth(1).and_then(|t| t.parse::<u64>().ok());
+                let t = field
+                    .split(";t=")
+                    .nth(1)
+                    .and_then(|t| t.parse::<u64>().ok());
                 assert_eq!(Some(retry), t, "{case}: Retry-After {retry}, {field}");
             } else {
                 assert!(retry > 60, "{case}: Retry-After {retry}");

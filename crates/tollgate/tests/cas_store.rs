@@ -105,13 +105,16 @@ async fn the_cas_store_conforms_on_its_backends_own_clock() {
     assert!(report.skipped.is_empty(), "{:?}", report.skipped);
 }
 
-/// `tasks` tasks each sending requests for one key until refused (trying
-/// again after a call that ran out of attempts): what was admitted, in
-/// all.
-async fn hot_key<B: CasBackend>(store: CasStore<B>, policy: Arc<Policy>, tasks: usize) -> u64 {
+/// `tasks` tasks on each of `stores` (as many processes sharing a backend)
+/// each sending requests for one key until refused (trying again after a
+/// call that ran out of attempts): what was admitted, in all.
+async fn hot_key<B: CasBackend>(stores: &[CasStore<B>], policy: Arc<Policy>, tasks: usize) -> u64 {
     let admitted = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
-    for _ in 0..tasks {
+    for store in stores
+        .iter()
+        .flat_map(|store| std::iter::repeat_n(store, tasks))
+    {
         let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
         handles.push(tokio::spawn(async move {
             let key = Key::from("hot");
@@ -139,36 +142,90 @@ async fn a_hot_key_admits_exactly_its_limit_however_many_tasks_race() {
     for algorithm in Algorithm::ALL {
         // A frozen clock: nothing refills, so exactly the limit passes.
         let (_clock, backend) = store_at(1_000);
-        let store = CasStore::builder(Later(backend))
-            .backoff(Duration::from_micros(50), Duration::from_millis(2))
-            .build();
+        // Four stores on one backend, as four processes: their calls race.
+        let stores: Vec<_> = (0..4)
+            .map(|_| {
+                CasStore::builder(Later(backend.clone()))
+                    .backoff(Duration::from_micros(50), Duration::from_millis(2))
+                    .build()
+            })
+            .collect();
         let limits = policy(&[
             ("minute", "100/min", algorithm),
             ("hour", "1000/h", Algorithm::FixedWindow),
         ]);
-        let admitted = hot_key(store.clone(), limits, 16).await;
+        let admitted = hot_key(&stores, limits, 4).await;
         assert_eq!(admitted, 100, "{algorithm}");
-        conflicts += store.conflicts();
+        conflicts += stores.iter().map(CasStore::conflicts).sum::<u64>();
     }
     // Races were run (how many each time is the scheduler's business).
     assert!(conflicts > 0, "no race was lost");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_store_s_calls_on_a_key_take_turns_and_never_race() {
+    for algorithm in [Algorithm::Gcra, Algorithm::SlidingLog] {
+        let (_clock, backend) = store_at(1_000);
+        let store = CasStore::new(Later(backend));
+        let limits = policy(&[("minute", "100/min", algorithm)]);
+        // Sixteen tasks of one process on one key: one at a time.
+        let admitted = hot_key(std::slice::from_ref(&store), limits, 16).await;
+        assert_eq!(admitted, 100, "{algorithm}");
+        assert_eq!(
+            (store.conflicts(), store.contended()),
+            (0, 0),
+            "{algorithm}"
+        );
+    }
+}
+
+/// A call holds its key's turn from its first poll to its end: one made
+/// and not polled holds none, and one dropped half-way gives it back.
+#[tokio::test]
+async fn a_turn_is_held_only_while_a_call_runs() {
+    let (_clock, backend) = store_at(1_000);
+    let store = CasStore::new(Later(backend));
+    let limits = policy(&[("api", "10/min", Algorithm::Gcra)]);
+    let key = Key::from("k");
+    let pending = |reply| match reply {
+        tollgate::StoreReply::Pending(future) => Box::pin(future),
+        tollgate::StoreReply::Ready(_) => panic!("a backend that answers later"),
+    };
+    let idle = pending(store.check(&limits, &key, 1));
+    let mut halfway = pending(store.check(&limits, &key, 1));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(halfway.as_mut().poll(&mut cx).is_pending(), "reading");
+    drop(halfway);
+    let next = tokio::time::timeout(
+        Duration::from_secs(5),
+        store.check(&limits, &key, 1).resolve(),
+    );
+    let verdict = next.await.expect("the turn is free").unwrap();
+    assert!(verdict.merged().allowed());
+    drop(idle);
+}
+
 #[tokio::test]
 async fn races_lost_are_counted_and_retried() {
-    // One thread: every task reads, then yields before it writes, so all
-    // but one of them lose each round.
+    // One thread, five stores on one backend (as five processes): every
+    // task reads, then yields before it writes, so all but one of them
+    // lose each round.
     let (_clock, backend) = store_at(1_000);
-    let store = CasStore::builder(Later(backend))
-        .max_attempts(64)
-        .backoff(Duration::ZERO, Duration::ZERO)
-        .build();
+    let stores: Vec<_> = (0..5)
+        .map(|_| {
+            CasStore::builder(Later(backend.clone()))
+                .max_attempts(64)
+                .backoff(Duration::ZERO, Duration::ZERO)
+                .build()
+        })
+        .collect();
     let limits = policy(&[("api", "10/min", Algorithm::Gcra)]);
-    let admitted = hot_key(store.clone(), limits, 5).await;
+    let admitted = hot_key(&stores, limits, 1).await;
     assert_eq!(admitted, 10);
     // Each admission but the last few lost at least one other task a race.
-    assert!(store.conflicts() >= 10, "{}", store.conflicts());
-    assert_eq!(store.contended(), 0);
+    let conflicts: u64 = stores.iter().map(CasStore::conflicts).sum();
+    assert!(conflicts >= 10, "{conflicts}");
+    assert_eq!(stores.iter().map(CasStore::contended).sum::<u64>(), 0);
 }
 
 /// A backend whose writes never land: another writer always wins.

@@ -1,6 +1,6 @@
 //! [`CasFuture`]: one call of a compare-and-swap store, as a state
-//! machine — read, decide, write if the version is unchanged; after a
-//! lost race, a pause and again.
+//! machine — its key's turn in this process, then read, decide, write if
+//! the version is unchanged; after a lost race, a pause and again.
 
 use super::backend::{CasBackend, Swap};
 use super::error::CasError;
@@ -14,17 +14,25 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
+use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 use tokio::time::Sleep;
 
+/// Waiting for a key's turn, when another call of this process has it.
+type Queued = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+
 pin_project! {
-    /// The future of a [`CasStore`](super::CasStore) call: reads the
-    /// key's value, decides, writes the new states if the value's version
-    /// is still the one read; after a lost race, pauses (see
+    /// The future of a [`CasStore`](super::CasStore) call: waits for its
+    /// key's turn while another call of the same store has it (calls of
+    /// one process on one key go one after the other, so they never race
+    /// one another), reads the key's value, decides, writes the new states
+    /// if the value's version is still the one read (another process may
+    /// have written); after a lost race, pauses (see
     /// [`CasStoreBuilder::backoff`](super::CasStoreBuilder::backoff)) and
     /// does it again, at most
     /// [`max_attempts`](super::CasStoreBuilder::max_attempts) writes in
-    /// all. No allocation of its own beyond the backend's futures; it
-    /// pauses on tokio's timer.
+    /// all. No allocation of its own beyond the backend's futures, but
+    /// for the wait of a key whose turn is taken; it pauses on tokio's
+    /// timer.
     #[must_use = "futures do nothing unless polled"]
     pub struct CasFuture<B: CasBackend> {
         shared: Arc<Shared<B>>,
@@ -42,6 +50,8 @@ pin_project! {
         // The last write was not made, and whether it lost a race or was
         // refused for its deadline is for the next read to say.
         unsettled: bool,
+        // The key's turn, held until the call is over.
+        turn: Option<OwnedSemaphorePermit>,
         #[pin]
         phase: Phase<B::Read, B::Write>,
     }
@@ -50,6 +60,8 @@ pin_project! {
 pin_project! {
     #[project = PhaseProj]
     enum Phase<R, W> {
+        Start,
+        Queued { acquire: Queued },
         Reading { #[pin] read: R },
         Writing { #[pin] write: W, answer: PolicyDecision },
         Pausing { #[pin] pause: Sleep },
@@ -67,7 +79,6 @@ impl<B: CasBackend> CasFuture<B> {
         op: Op,
         within: Option<Duration>,
     ) -> Self {
-        let read = shared.backend.read(&name);
         CasFuture {
             shared,
             policy,
@@ -78,7 +89,10 @@ impl<B: CasBackend> CasFuture<B> {
             deadline: None,
             lost: 0,
             unsettled: false,
-            phase: Phase::Reading { read },
+            turn: None,
+            // Nothing is asked for before the first poll: a future made
+            // and not polled holds no turn.
+            phase: Phase::Start,
         }
     }
 }
@@ -90,11 +104,33 @@ impl<B: CasBackend> Future for CasFuture<B> {
         let mut this = self.project();
         loop {
             match this.phase.as_mut().project() {
+                PhaseProj::Start => {
+                    let semaphore = this.shared.turn(this.name);
+                    match semaphore.clone().try_acquire_owned() {
+                        Ok(turn) => {
+                            *this.turn = Some(turn);
+                            let read = this.shared.backend.read(this.name);
+                            this.phase.set(Phase::Reading { read });
+                        }
+                        Err(_) => {
+                            let acquire = Box::pin(semaphore.clone().acquire_owned());
+                            this.phase.set(Phase::Queued { acquire });
+                        }
+                    }
+                }
+                PhaseProj::Queued { acquire } => {
+                    // The semaphores are never closed: an error cannot
+                    // come, and would only mean going on without a turn.
+                    *this.turn = ready!(acquire.as_mut().poll(cx)).ok();
+                    let read = this.shared.backend.read(this.name);
+                    this.phase.set(Phase::Reading { read });
+                }
                 PhaseProj::Reading { read } => {
                     let snapshot = match ready!(read.poll(cx)) {
                         Ok(snapshot) => snapshot,
                         Err(error) => {
                             this.phase.set(Phase::Done);
+                            *this.turn = None;
                             return Poll::Ready(Err(CasError::Backend(error)));
                         }
                     };
@@ -140,6 +176,7 @@ impl<B: CasBackend> Future for CasFuture<B> {
                         }
                         Err(done) => {
                             this.phase.set(Phase::Done);
+                            *this.turn = None;
                             return Poll::Ready(done);
                         }
                     }
@@ -179,6 +216,7 @@ impl<B: CasBackend> Future for CasFuture<B> {
                     };
                     if let Some(done) = done {
                         this.phase.set(Phase::Done);
+                        *this.turn = None;
                         return Poll::Ready(done);
                     }
                     let pause = this.shared.pause(*this.lost);

@@ -1,8 +1,16 @@
 //! What a compare-and-swap store's clones and futures share: the backend,
-//! the retry settings, the random numbers and the counts of lost races.
+//! the retry settings, the random numbers, the turns of its keys and the
+//! counts of lost races.
 
 use super::retry::{Random, Retry};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::Semaphore;
+
+/// How many turns a store's keys share: the calls of one key take turns,
+/// and two keys share one turn one time in this many.
+const TURNS: usize = 512;
 
 /// A store's backend and settings, behind one `Arc`.
 #[derive(Debug)]
@@ -11,6 +19,11 @@ pub(super) struct Shared<B> {
     pub(super) prefix: Box<str>,
     pub(super) retry: Retry,
     random: Random,
+    /// One permit each: a call holds its key's from its read to its last
+    /// write, so that the calls of this process on one key go one after
+    /// the other rather than against each other (only other processes'
+    /// writes can then make one lose a race).
+    turns: Box<[Arc<Semaphore>]>,
     conflicts: AtomicU64,
     contended: AtomicU64,
 }
@@ -22,6 +35,7 @@ impl<B> Shared<B> {
             prefix,
             retry,
             random: Random::new(),
+            turns: (0..TURNS).map(|_| Arc::new(Semaphore::new(1))).collect(),
             conflicts: AtomicU64::new(0),
             contended: AtomicU64::new(0),
         }
@@ -34,6 +48,14 @@ impl<B> Shared<B> {
             true => version.wrapping_add(1),
             false => version,
         }
+    }
+
+    /// The turn the calls on the value `name` take.
+    pub(super) fn turn(&self, name: &str) -> &Arc<Semaphore> {
+        // A fixed hasher: the turn of a name is the same for every clone.
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(name);
+        // The remainder is below TURNS, which fits in usize.
+        &self.turns[(hash % TURNS as u64) as usize]
     }
 
     /// The pause after the `lost`th lost race of one call.
