@@ -143,12 +143,14 @@
 //!
 //! # Contention
 //!
-//! A key that many instances write at once costs lost races: each write
-//! that finds another version is read and decided again after a jittered
-//! pause, at most 8 attempts (`CasStoreBuilder::max_attempts`), then the
-//! call fails with `CasError::Contended`, never admitting without a
-//! write. `BENCHMARKS.md` ("PostgreSQL store") has the lost races per
-//! decision of a hot key at 64 tasks; for keys that hot, put a
+//! The calls of one process on one key take turns (the store queues them),
+//! so they never race one another. A key that many instances write at
+//! once costs lost races: each write that finds another instance's
+//! version is read and decided again after a jittered pause, at most 8
+//! attempts (`CasStoreBuilder::max_attempts`), then the call fails with
+//! `CasError::Contended`, never admitting without a write.
+//! `BENCHMARKS.md` ("PostgreSQL store") has the lost races per decision of
+//! a hot key at 64 tasks, in one store and in four; for keys that hot, put a
 //! [`BlockCache`](tollgate::store::BlockCache) in front (refused keys
 //! answered with no call).
 //!

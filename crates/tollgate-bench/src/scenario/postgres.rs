@@ -17,13 +17,14 @@
 //! which measures no contention).
 //!
 //! - **random keys**: each task draws keys among 10,000 (12 digits).
-//! - **a hot key**: every task on one key. The compare-and-swap store
-//!   loses races here: each write
-//!   that finds another version is read, decided and tried again after a
+//! - **a hot key**: every task on one key. The calls of one store on one
+//!   key take turns, so one store's 64 tasks never race; four stores (as
+//!   four processes, 16 tasks and a pool of 4 each) do: each write that
+//!   finds another version is read, decided and tried again after a
 //!   jittered pause, at most 8 times, then the call fails
-//!   (`CasError::Contended`). Its table gives the lost races per decision
-//!   and the calls that ran out of attempts; Redis runs its script
-//!   atomically, so it has neither.
+//!   (`CasError::Contended`). Its table gives, for both, the lost races
+//!   per decision and the calls that ran out of attempts; Redis runs its
+//!   script atomically, so it has neither.
 //!
 //! The Postgres store runs with its defaults (16 pooled connections, no
 //! block cache: no key is ever refused here) over a logged table, as
@@ -122,24 +123,57 @@ pub fn run(settings: Settings) -> PostgresRun {
             .expect("connect to the redis-server just started");
         (CasStore::new(backend), redis)
     });
+    // Four stores, as four processes: a pool of 4 each, 16 tasks each.
+    let four: Vec<_> = runtime.block_on(async {
+        let mut stores = Vec::new();
+        for _ in 0..4 {
+            let backend = PostgresBackend::builder(postgres_server.url())
+                .pool_size(4)
+                .connect()
+                .await
+                .expect("connect to the postgres just started");
+            stores.push(CasStore::new(backend));
+        }
+        stores
+    });
     let random = policy();
     let hot = policy();
-    // The hot key's lost races and failures, counted per round.
+    // The hot key's lost races and failures, counted per round: one store,
+    // four stores.
     let hot_counts: RefCell<Vec<(Round, u64)>> = RefCell::new(Vec::new());
+    let four_counts: RefCell<Vec<(Round, u64)>> = RefCell::new(Vec::new());
+    let lost = |stores: &[CasStore<PostgresBackend>]| -> u64 {
+        stores.iter().map(CasStore::conflicts).sum()
+    };
     let figures = {
         let mut pg_random = || {
             runtime
-                .block_on(drive(&postgres, &random, Keys::Random, seconds))
+                .block_on(drive(
+                    std::slice::from_ref(&postgres),
+                    &random,
+                    Keys::Random,
+                    seconds,
+                ))
                 .rate
         };
         let mut redis_random = || {
             runtime
-                .block_on(drive(&redis, &random, Keys::Random, seconds))
+                .block_on(drive(
+                    std::slice::from_ref(&redis),
+                    &random,
+                    Keys::Random,
+                    seconds,
+                ))
                 .rate
         };
         let mut pg_hot = || {
             let lost_before = postgres.conflicts();
-            let round = runtime.block_on(drive(&postgres, &hot, Keys::Hot, seconds));
+            let round = runtime.block_on(drive(
+                std::slice::from_ref(&postgres),
+                &hot,
+                Keys::Hot,
+                seconds,
+            ));
             hot_counts
                 .borrow_mut()
                 .push((round, postgres.conflicts() - lost_before));
@@ -147,8 +181,21 @@ pub fn run(settings: Settings) -> PostgresRun {
         };
         let mut redis_hot = || {
             runtime
-                .block_on(drive(&redis, &hot, Keys::Hot, seconds))
+                .block_on(drive(
+                    std::slice::from_ref(&redis),
+                    &hot,
+                    Keys::Hot,
+                    seconds,
+                ))
                 .rate
+        };
+        let mut pg_hot_four = || {
+            let lost_before = lost(&four);
+            let round = runtime.block_on(drive(&four, &hot, Keys::Hot, seconds));
+            four_counts
+                .borrow_mut()
+                .push((round, lost(&four) - lost_before));
+            round.rate
         };
         alternate(
             rounds,
@@ -157,6 +204,7 @@ pub fn run(settings: Settings) -> PostgresRun {
                 &mut redis_random,
                 &mut pg_hot,
                 &mut redis_hot,
+                &mut pg_hot_four,
             ],
         )
     };
@@ -179,10 +227,12 @@ pub fn run(settings: Settings) -> PostgresRun {
         .against("RedisStore, same tasks and key, same run"),
     ];
     // The untimed first round of each side is in the counts too: left out.
-    let counts = hot_counts.into_inner();
-    let measured = &counts[counts.len().saturating_sub(rounds)..];
-    let table = contention_table(measured, &figures);
-    drop((postgres, redis));
+    let measured = |counts: RefCell<Vec<(Round, u64)>>| {
+        let counts = counts.into_inner();
+        counts[counts.len().saturating_sub(rounds)..].to_vec()
+    };
+    let table = contention_table(&measured(hot_counts), &measured(four_counts), &figures);
+    drop((postgres, redis, four));
     drop(runtime);
     PostgresRun { outcomes, table }
 }
@@ -196,14 +246,15 @@ fn policy() -> Arc<Policy> {
     ]))
 }
 
-/// `TASKS` tasks calling `store.check` for `seconds`.
-async fn drive<St: Store>(store: &St, policy: &Arc<Policy>, keys: Keys, seconds: f64) -> Round {
+/// `TASKS` tasks calling `check` for `seconds`, spread over `stores`.
+async fn drive<St: Store>(stores: &[St], policy: &Arc<Policy>, keys: Keys, seconds: f64) -> Round {
     let decisions = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
-        .map(|t| {
+        .zip(stores.iter().cycle())
+        .map(|(t, store)| {
             let (store, policy) = (store.clone(), policy.clone());
             let (decisions, failed, stop) = (decisions.clone(), failed.clone(), stop.clone());
             tokio::spawn(async move {
@@ -246,47 +297,65 @@ async fn drive<St: Store>(store: &St, policy: &Arc<Policy>, keys: Keys, seconds:
     }
 }
 
-/// The hot key's rounds on the Postgres store, as a table.
-fn contention_table(rounds: &[(Round, u64)], figures: &[Vec<f64>]) -> String {
-    let lost: Vec<f64> = rounds
-        .iter()
-        .map(|(round, lost)| *lost as f64 / round.decisions.max(1) as f64)
-        .collect();
-    let failed: Vec<f64> = rounds
-        .iter()
-        .map(|(round, _)| {
-            100.0 * round.failed as f64 / (round.decisions + round.failed).max(1) as f64
-        })
-        .collect();
-    let spread = |values: &[f64]| {
-        let lowest = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let highest = values.iter().copied().fold(0.0, f64::max);
-        (lowest, highest)
-    };
-    let (lost_low, lost_high) = spread(&lost);
-    let (failed_low, failed_high) = spread(&failed);
+/// The hot key's rounds on the Postgres store, one store and four, as a
+/// table.
+fn contention_table(one: &[(Round, u64)], four: &[(Round, u64)], figures: &[Vec<f64>]) -> String {
     let mut out = format!(
         "PostgreSQL store, one hot key, {TASKS} tasks (a fixed window of 1,000,000,000 an hour: \
-         every decision an admission and a write of a live row), medians of {} rounds:\n\n\
+         every decision an admission and a write of a live row), medians of {} rounds \
+         (lowest–highest):\n\n\
          | store | decisions/s | lost races per decision | calls out of attempts (8) |\n\
          |---|---:|---:|---:|\n",
-        rounds.len()
+        one.len()
     );
-    let _ = writeln!(
-        out,
-        "| `CasStore<PostgresBackend>` | {:.0} | {:.2} ({:.2}–{:.2}) | {:.2} % ({:.2}–{:.2} %) |",
-        median(&figures[2]),
-        median(&lost),
-        lost_low,
-        lost_high,
-        median(&failed),
-        failed_low,
-        failed_high
-    );
+    for (name, rounds, rates) in [
+        ("`CasStore<PostgresBackend>`, one store", one, &figures[2]),
+        (
+            "`CasStore<PostgresBackend>`, four stores (as four processes)",
+            four,
+            &figures[4],
+        ),
+    ] {
+        let (lost, failed) = contention(rounds);
+        let _ = writeln!(
+            out,
+            "| {name} | {:.0} | {} | {} % |",
+            median(rates),
+            spread(&lost, 2),
+            spread(&failed, 2)
+        );
+    }
     let _ = writeln!(
         out,
         "| `RedisStore` (one script, atomic) | {:.0} | none | none |",
         median(&figures[3])
     );
     out
+}
+
+/// Each round's lost races per decision, and its calls out of attempts
+/// in per cent of all calls.
+fn contention(rounds: &[(Round, u64)]) -> (Vec<f64>, Vec<f64>) {
+    rounds
+        .iter()
+        .map(|(round, lost)| {
+            let calls = (round.decisions + round.failed).max(1) as f64;
+            (
+                *lost as f64 / round.decisions.max(1) as f64,
+                100.0 * round.failed as f64 / calls,
+            )
+        })
+        .unzip()
+}
+
+/// The median of `values` and their lowest and highest, to `digits`.
+fn spread(values: &[f64], digits: usize) -> String {
+    let lowest = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = values.iter().copied().fold(0.0, f64::max);
+    format!(
+        "{:.digits$} ({:.digits$}–{:.digits$})",
+        median(values),
+        lowest,
+        highest
+    )
 }
