@@ -1205,7 +1205,10 @@ fn the_algorithm_help_lists_the_registry() {
 /// `--on-store-error open`), so the servers fail closed, and give the
 /// database seconds rather than 100 ms: on a loaded machine a late answer
 /// is no sign of a miscount (a CI run once saw 101, most likely so).
-/// Any store error is in the logs, which must stay empty.
+/// Four servers writing one row at once may lose a call's every race
+/// (`CasError::Contended`, once in a CI-like run): that request gets 503
+/// and is not counted, so the count stays exact; it is the only store
+/// error allowed in the logs, and every other answer is 200 or 429.
 #[test]
 fn four_postgres_servers_admit_exactly_the_limit() {
     let postgres = tollgate_tests::postgres::PostgresServer::start();
@@ -1232,27 +1235,31 @@ fn four_postgres_servers_admit_exactly_the_limit() {
         Server::start(&[&["--store-file", path][..], &common].concat()),
     ];
     std::fs::remove_file(&file).unwrap();
-    let admitted: usize = std::thread::scope(|scope| {
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
         let threads: Vec<_> = servers
             .iter()
-            .map(|server| {
-                scope.spawn(move || {
-                    (0..100)
-                        .map(|_| server.get("/", &[]).status)
-                        .filter(|status| *status == 200)
-                        .count()
-                })
-            })
+            .map(|server| scope.spawn(move || server.statuses(100, &[])))
             .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).sum()
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
     });
-    println!("{admitted} admitted of 400 over four servers sharing PostgreSQL");
+    let count = |status: u16| statuses.iter().filter(|s| **s == status).count();
+    let (admitted, contended) = (count(200), count(503));
+    println!(
+        "{admitted} admitted of 400 over four servers sharing PostgreSQL, {contended} out of attempts"
+    );
     let logs: Vec<String> = servers.iter().flat_map(Server::logs).collect();
     assert_eq!(admitted, 100, "the servers' logs: {logs:?}");
+    assert_eq!(count(429) + contended, 300, "{statuses:?}");
     // The counts are in the table, one row for the one global key.
     assert_eq!(postgres.sql("SELECT count(*) FROM tollgate_limits"), "1");
-    for server in &servers {
-        assert!(server.logs().is_empty(), "{:?}", server.logs());
+    for line in &logs {
+        assert!(
+            line.contains("each lost the race to another writer"),
+            "{logs:?}"
+        );
     }
 }
 
