@@ -14,6 +14,7 @@ pub mod logs;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod postgres;
+pub mod proxy;
 pub mod random;
 pub mod redis;
 pub mod sentinel;

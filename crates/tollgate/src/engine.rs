@@ -14,7 +14,7 @@ use crate::pay_after::Meter;
 use crate::rejection::{RejectReason, Rejection, Rejector};
 use crate::routes::{EntryRef, Routes};
 use crate::settings::{CommonSettings, OnStoreError};
-use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply};
+use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, Watched};
 use http::{HeaderMap, Request, Response, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -319,7 +319,7 @@ where
         &self,
         request: &Request<ReqBody>,
         waits: u8,
-    ) -> Start<St::Future, B>
+    ) -> Start<Watched<St>, B>
     where
         R: Rejector<B>,
     {
@@ -374,8 +374,11 @@ where
                 Start::Act(self.judge(&entry, &key, &verdict, charge))
             }
             StoreReply::Ready(Err(error)) => Start::Act(self.on_failure(&entry, &error)),
+            // Watched: if the layer stops waiting (its store timeout, a
+            // client gone), the check is heard out and an admission it
+            // brings is given back.
             StoreReply::Pending(check) => Start::Check(Box::new(PendingCheck {
-                check,
+                check: Watched::new(check, self.store.clone(), policy, &key, cost),
                 entry,
                 key,
                 charge,

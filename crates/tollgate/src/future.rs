@@ -5,7 +5,7 @@ use crate::headers::FieldValues;
 use crate::key::Key;
 use crate::rejection::{Rejector, status_response};
 use crate::routes::EntryRef;
-use crate::store::{ChangeReply, Store};
+use crate::store::{ChangeReply, Store, Watched};
 use http::Response;
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -29,7 +29,7 @@ pin_project! {
         St: Store,
     {
         #[pin]
-        phase: Phase<S, Req, St::Future, Arc<Engine<K, St, R>>>,
+        phase: Phase<S, Req, Watched<St>, Arc<Engine<K, St, R>>>,
         // Rate-limit fields to add to the response, formatted already: the
         // future holds no reference to the shared state and pays no
         // reference count. Empty when there are none.
@@ -231,7 +231,7 @@ where
     /// Awaits the store's `pending` check (under the store timeout), then
     /// carries out what the engine makes of its answer.
     pub(crate) fn checking(
-        pending: PendingCheck<St::Future>,
+        pending: PendingCheck<Watched<St>>,
         inner: &mut S,
         request: Req,
         engine: &Arc<Engine<K, St, R>>,
@@ -404,11 +404,11 @@ type HttpJudging<S, ReqBody, K, St, R> = Judging<S, http::Request<ReqBody>, Arc<
 
 /// The phase of a future over an HTTP request.
 type HttpPhase<S, ReqBody, K, St, R> =
-    Phase<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Engine<K, St, R>>>;
+    Phase<S, http::Request<ReqBody>, Watched<St>, Arc<Engine<K, St, R>>>;
 
 /// A pending store check over an HTTP request.
 type HttpChecking<S, ReqBody, K, St, R> =
-    Checking<S, http::Request<ReqBody>, <St as Store>::Future, Arc<Engine<K, St, R>>>;
+    Checking<S, http::Request<ReqBody>, Watched<St>, Arc<Engine<K, St, R>>>;
 
 /// Polls the store's pending check (and its deadline); once it answers, the
 /// phase that follows.

@@ -14,7 +14,10 @@
 //! half-open, 2 open) and `tollgate_breaker_opened_total{store}`, and a
 //! compare-and-swap store's (feature `cas`) lost races,
 //! `tollgate_store_cas_conflicts_total{policy}`, and the calls it gave up
-//! after losing every attempt, `tollgate_store_cas_contended_total{policy}`.
+//! after losing every attempt, `tollgate_store_cas_contended_total{policy}`,
+//! and how checks heard out after their caller stopped waiting ended,
+//! `tollgate_late_checks_total{outcome="given_back"|"not_charged"|"kept"|"abandoned"}`
+//! (see `store::late`).
 
 use std::sync::Arc;
 use tollgate_core::Decision;
@@ -151,6 +154,17 @@ pub(crate) fn breaker_opened(store: &str) {
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn breaker_opened(_: &str) {}
+
+/// A check heard out after its caller stopped waiting ended in `outcome`:
+/// `tollgate_late_checks_total{outcome}` (see `store::late`).
+#[cfg(feature = "metrics")]
+pub(crate) fn late_check(outcome: crate::store::late::LateOutcome) {
+    metrics::counter!("tollgate_late_checks_total", "outcome" => outcome.label()).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn late_check(_: crate::store::late::LateOutcome) {}
 
 /// A compare-and-swap store's write lost its race to another writer of
 /// the same key, under `policy`: `tollgate_store_cas_conflicts_total{policy}`.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::time::Sleep;
+use tollgate::store::Watched;
 use tollgate::{HeaderStyle, Key, OnStoreError, Policy, PolicyDecision, Store, StoreReply};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
@@ -71,6 +72,13 @@ impl<St: Store> Tally<St> {
         limits
             .store
             .check_within(&limits.policy, &self.key, 1, limits.store_timeout)
+    }
+
+    /// `check`, heard out if the gate stops waiting on it (its store
+    /// timeout, the stream dropped): a late admission is given back.
+    fn watch(&self, check: St::Future) -> Watched<St> {
+        let limits = &*self.limits;
+        Watched::new(check, limits.store.clone(), &limits.policy, &self.key, 1)
     }
 
     /// What a store's answer (or its failure) means for the message.
@@ -150,7 +158,7 @@ pin_project! {
         read: usize,
         refused: Option<Box<Status>>,
         #[pin]
-        wait: Wait<St::Future>,
+        wait: Wait<Watched<St>>,
     }
 }
 
@@ -258,6 +266,7 @@ impl<St: Store> Gate<St> {
                     StoreReply::Ready(answer) => tally.judge(answer.map_err(Failure::Store)),
                     StoreReply::Pending(check) => {
                         let deadline = tokio::time::sleep(tally.limits.store_timeout);
+                        let check = tally.watch(check);
                         this.wait.set(Wait::Checking { check, deadline });
                         // Forward what came before the message; the
                         // message waits for the store.

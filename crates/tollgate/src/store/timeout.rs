@@ -1,6 +1,6 @@
 //! [`Timeout`]: a store whose answers are awaited for a bounded time.
 
-use super::{PolicyDecision, Store, StoreReply, StoreWrapper};
+use super::{PolicyDecision, Store, StoreReply, StoreWrapper, Watched};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -13,7 +13,9 @@ use tokio::time::Sleep;
 
 /// A store in front of `St` that gives up on an answer after `timeout`
 /// with [`TimeoutError::Elapsed`], and asks `St` to charge nothing for a
-/// decision it makes later ([`Store::check_within`]). Put it under a
+/// decision it makes later ([`Store::check_within`]). A check it gave up
+/// on is heard out, and an admission that comes late is given back
+/// through `St` ([`Watched`](super::Watched); see [`late`](super::late)). Put it under a
 /// [`Fallback`](super::Fallback) to decide locally when the shared store
 /// is slow; the layer's own `store_timeout` still bounds every check.
 ///
@@ -82,29 +84,38 @@ impl<E: std::error::Error + 'static> std::error::Error for TimeoutError<E> {
 }
 
 pin_project! {
-    /// The future of a [`Timeout`] check.
-    pub struct TimeoutFuture<F> {
-        #[pin]
-        inner: F,
+    /// The future of a [`Timeout`] check: the store behind's check,
+    /// [`Watched`] so that it is heard out once given up on.
+    pub struct TimeoutFuture<St: Store> {
+        inner: Watched<St>,
         #[pin]
         deadline: Sleep,
         after: Duration,
     }
 }
 
-impl<F, E> Future for TimeoutFuture<F>
-where
-    F: Future<Output = Result<PolicyDecision, E>>,
-{
-    type Output = Result<PolicyDecision, TimeoutError<E>>;
+impl<St: Store> fmt::Debug for TimeoutFuture<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimeoutFuture")
+            .field("inner", &self.inner)
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<St: Store> Future for TimeoutFuture<St> {
+    type Output = Result<PolicyDecision, TimeoutError<St::Error>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Poll::Ready(answer) = this.inner.poll(cx) {
+        if let Poll::Ready(answer) = Pin::new(&mut *this.inner).poll(cx) {
             return Poll::Ready(answer.map_err(TimeoutError::Inner));
         }
         match this.deadline.poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(TimeoutError::Elapsed(*this.after))),
+            Poll::Ready(()) => {
+                this.inner.give_up();
+                Poll::Ready(Err(TimeoutError::Elapsed(*this.after)))
+            }
             Poll::Pending => Poll::Pending,
         }
     }
@@ -113,7 +124,7 @@ where
 impl<St: Store> StoreWrapper for Timeout<St> {
     type Inner = St;
     type Error = TimeoutError<St::Error>;
-    type Future = TimeoutFuture<St::Future>;
+    type Future = TimeoutFuture<St>;
 
     fn inner(&self) -> &St {
         &self.inner
@@ -129,12 +140,13 @@ impl<St: Store> StoreWrapper for Timeout<St> {
         within: Duration,
     ) -> StoreReply<Self::Future, Self::Error> {
         let after = within.min(self.timeout);
-        self.bound(self.inner.check_within(policy, key, cost, after), after)
+        let reply = self.inner.check_within(policy, key, cost, after);
+        self.bound(reply, policy, key, cost, after)
     }
 
     /// The store behind's peek, given up on after the timeout.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
-        self.bound(self.inner.peek(policy, key), self.timeout)
+        self.bound(self.inner.peek(policy, key), policy, key, 0, self.timeout)
     }
 
     // `refund` and `debit`: forwarded, unbounded here; the layer waits for
@@ -160,16 +172,20 @@ impl<St: Store> StoreWrapper for Timeout<St> {
 }
 
 impl<St: Store> Timeout<St> {
-    /// `reply`, waited for `after` at most.
+    /// `reply` (a check of `cost` for `key` under `policy`), waited for
+    /// `after` at most.
     fn bound(
         &self,
         reply: StoreReply<St::Future, St::Error>,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
         after: Duration,
-    ) -> StoreReply<TimeoutFuture<St::Future>, TimeoutError<St::Error>> {
+    ) -> StoreReply<TimeoutFuture<St>, TimeoutError<St::Error>> {
         match reply {
             StoreReply::Ready(answer) => StoreReply::Ready(answer.map_err(TimeoutError::Inner)),
             StoreReply::Pending(inner) => StoreReply::Pending(TimeoutFuture {
-                inner,
+                inner: Watched::new(inner, self.inner.clone(), policy, key, cost),
                 deadline: tokio::time::sleep(after),
                 after,
             }),

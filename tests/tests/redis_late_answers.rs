@@ -1,0 +1,89 @@
+//! Late answers never stay charged (issue 47), over real Redis: a login
+//! limiter (`charge_when` 401, 3 wrong passwords a minute) whose store is
+//! reached through a proxy that holds each reply 0 or 30–40 ms at random,
+//! with a store timeout of 12 ms, so that many checks are answered by
+//! failing open while the store did charge. Each user's five correct
+//! passwords through that instance leave nothing charged: three wrong ones
+//! through a second instance connected directly are all answered 401.
+//! For the plain store and the compositions a user would put in front of
+//! it.
+
+mod common;
+
+use common::{login_app, successes_never_stay_charged};
+use std::time::Duration;
+use tollgate::MemoryStore;
+use tollgate::store::{BlockCache, Fallback, Timeout};
+use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+use tollgate_tests::proxy::{Jitter, JitterProxy};
+use tollgate_tests::redis::RedisServer;
+
+const STORE_TIMEOUT: Duration = Duration::from_millis(12);
+const USERS: usize = 8;
+
+async fn redis(url: &str, prefix: &str) -> RedisStore {
+    RedisStore::builder(url)
+        .prefix(prefix)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The server, the proxy in front of it (seeded by `seed`), and their URLs.
+fn server_and_proxy(seed: u64) -> (RedisServer, JitterProxy) {
+    let server = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = JitterProxy::start(upstream, Jitter::HALF_HELD_30_40_MS, seed);
+    (server, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answers_from_redis_are_given_back() {
+    for seed in [1, 2, 3] {
+        let (server, proxy) = server_and_proxy(seed);
+        let slow_url = format!("redis://{}", proxy.addr());
+        let mut slow = login_app(redis(&slow_url, "late").await, STORE_TIMEOUT);
+        let mut direct = login_app(redis(&server.url(), "late").await, Duration::from_secs(2));
+        successes_never_stay_charged(&mut slow, &mut direct, USERS, &format!("redis-{seed}")).await;
+        assert!(proxy.held() > 0, "the proxy held no reply back");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answers_through_wrappers_are_given_back() {
+    let (server, proxy) = server_and_proxy(7);
+    let slow_url = format!("redis://{}", proxy.addr());
+    // A Timeout under a Fallback: the memory store decides when Redis is
+    // late, and Redis's late admission goes back to Redis.
+    let fallback = Fallback::new(
+        Timeout::new(redis(&slow_url, "late-fb").await, STORE_TIMEOUT),
+        MemoryStore::new(),
+    );
+    let mut slow = login_app(fallback, Duration::from_millis(500));
+    let mut direct = login_app(
+        redis(&server.url(), "late-fb").await,
+        Duration::from_secs(2),
+    );
+    successes_never_stay_charged(&mut slow, &mut direct, USERS, "fallback").await;
+
+    let cache = BlockCache::new(redis(&slow_url, "late-bc").await);
+    let mut slow = login_app(cache, STORE_TIMEOUT);
+    let mut direct = login_app(
+        redis(&server.url(), "late-bc").await,
+        Duration::from_secs(2),
+    );
+    successes_never_stay_charged(&mut slow, &mut direct, USERS, "block-cache").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answers_from_local_first_exact_are_given_back() {
+    let (server, proxy) = server_and_proxy(11);
+    let slow_url = format!("redis://{}", proxy.addr());
+    let exact = |store| LocalFirst::builder(store, LocalMode::Exact).build();
+    let mut slow = login_app(exact(redis(&slow_url, "late-lf").await), STORE_TIMEOUT);
+    let mut direct = login_app(
+        exact(redis(&server.url(), "late-lf").await),
+        Duration::from_secs(2),
+    );
+    successes_never_stay_charged(&mut slow, &mut direct, USERS, "local-first").await;
+}
