@@ -339,7 +339,12 @@ fn late_checks_are_counted_by_how_they_ended() {
                 )
                 .service_fn(ok);
             send(&mut service, Request::new(())).await;
-            tokio::time::sleep(tollgate::store::late::LATE_CHECK_BOUND * 2).await;
+            let bound = tollgate::store::late::LATE_CHECK_BOUND;
+            tokio::time::sleep(bound - Duration::from_secs(1)).await;
+            let abandoned = "tollgate_late_checks_total{outcome=abandoned}";
+            assert_eq!(counts.get(abandoned), 0, "heard out until the bound");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(counts.get(abandoned), 1, "abandoned at the bound");
         })
     });
     let get =

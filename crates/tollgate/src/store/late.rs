@@ -283,3 +283,20 @@ impl Drop for Place {
         HEARING.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_more_than_the_bound_are_heard_at_once() {
+        let mut places = Vec::new();
+        while let Some(place) = Place::take() {
+            places.push(place);
+            assert!(places.len() <= MAX_LATE_CHECKS);
+        }
+        assert_eq!(late_checks_in_progress(), MAX_LATE_CHECKS);
+        places.pop();
+        assert!(Place::take().is_some(), "a place given back is free again");
+    }
+}
