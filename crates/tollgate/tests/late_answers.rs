@@ -365,3 +365,38 @@ async fn late_replies_from_a_compare_and_swap_backend_are_given_back() {
     backend.delay_ms.store(0, Ordering::Relaxed);
     assert_eq!(passing(&mut app, "a", 5).await, 3, "the key is whole again");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_direct_check_given_up_on_leaves_nothing_charged() {
+    use tollgate::KeyedLimiter;
+    let slow = Slow::new(30);
+    let limiter = KeyedLimiter::builder()
+        .quota("calls", Quota::per_minute(3))
+        .store(slow.clone())
+        .keyed()
+        .unwrap();
+    let key = Key::from("a");
+    for _ in 0..3 {
+        // The caller stops waiting before the store answers.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), limiter.check(&key))
+                .await
+                .is_err()
+        );
+        let waiting = limiter.until_ready(&key);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), waiting)
+                .await
+                .is_err()
+        );
+    }
+    settle().await;
+    slow.calm.store(true, Ordering::Relaxed);
+    let mut admitted = 0;
+    for _ in 0..5 {
+        if limiter.check(&key).await.unwrap().allowed() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3, "the key is whole again");
+}

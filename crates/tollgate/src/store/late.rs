@@ -30,7 +30,7 @@
 //!
 //! `kept` and `abandoned` are also logged (one WARN every 10 s at most).
 
-use super::{Capability, PolicyDecision, Refund, Store};
+use super::{Capability, PolicyDecision, Refund, Store, StoreReply};
 use crate::{Key, Policy};
 use std::future::Future;
 use std::pin::Pin;
@@ -152,6 +152,28 @@ impl<St: Store> Watched<St> {
     pub fn give_up(&mut self) {
         if let Some(future) = self.future.take() {
             hear_out(future, &self.asked);
+        }
+    }
+}
+
+impl<F, E> StoreReply<F, E> {
+    /// This reply, its future (if it has one) [`Watched`]: the answer of a
+    /// check of `cost` for `key` under `policy` that `store` gave.
+    pub fn watched<St>(
+        self,
+        store: &St,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Watched<St>, E>
+    where
+        St: Store<Future = F, Error = E>,
+    {
+        match self {
+            StoreReply::Ready(answer) => StoreReply::Ready(answer),
+            StoreReply::Pending(future) => {
+                StoreReply::Pending(Watched::new(future, store.clone(), policy, key, cost))
+            }
         }
     }
 }
