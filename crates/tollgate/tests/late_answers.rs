@@ -171,15 +171,9 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn a_late_admission_is_given_back() {
-    let store = Slow::new(30);
-    let mut app = app(store.clone(), Duration::from_millis(10), false);
     // Failed open: the store charged, the layer did not wait.
-    for _ in 0..3 {
-        assert_eq!(send(&mut app, "a", true).await, StatusCode::OK);
-    }
-    settle().await;
-    store.delay_ms.store(0, Ordering::Relaxed);
-    assert_eq!(passing(&mut app, "a", 5).await, 3, "the key is whole again");
+    let slow = Slow::new(30);
+    given_back_through(slow.clone(), &slow, "the store itself").await;
 }
 
 #[tokio::test(start_paused = true)]
