@@ -66,7 +66,6 @@ pub(crate) enum LateOutcome {
 }
 
 impl LateOutcome {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn label(self) -> &'static str {
         match self {
             LateOutcome::GivenBack => "given_back",
@@ -264,9 +263,11 @@ fn report(policy: &Policy, outcome: LateOutcome) {
                      should implement Store::refund)"
                 );
             }
-            crate::observe::late_check(outcome);
+            crate::observe::late_check(outcome.label());
         }
-        LateOutcome::GivenBack | LateOutcome::NotCharged => crate::observe::late_check(outcome),
+        LateOutcome::GivenBack | LateOutcome::NotCharged => {
+            crate::observe::late_check(outcome.label())
+        }
     }
 }
 
@@ -283,7 +284,7 @@ fn abandon(policy: &Policy, why: &str) {
              (see tollgate::store::late)"
         );
     }
-    crate::observe::late_check(LateOutcome::Abandoned);
+    crate::observe::late_check(LateOutcome::Abandoned.label());
 }
 
 /// One of the [`MAX_LATE_CHECKS`] places, given back when dropped.
