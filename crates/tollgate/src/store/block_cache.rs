@@ -222,19 +222,25 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let answer = ready!(this.inner.poll(cx));
-        if let (Ok(verdict), Some(learn)) = (&answer, this.learn.take()) {
-            let answered = learn.clock.now();
-            let Learn {
-                blocked,
-                policy,
-                key,
-                cost,
-                sent,
-                ..
-            } = learn;
-            blocked.learn(&policy, &key, cost, sent, answered, verdict);
-        }
-        Poll::Ready(answer)
+        let Some(learn) = this.learn.take() else {
+            return Poll::Ready(answer);
+        };
+        let answered = learn.clock.now();
+        let Learn {
+            blocked,
+            policy,
+            key,
+            cost,
+            sent,
+            ..
+        } = learn;
+        Poll::Ready(match answer {
+            Ok(verdict) => {
+                blocked.learn(&policy, &key, cost, sent, answered, &verdict);
+                Ok(verdict)
+            }
+            Err(error) => blocked.failed(&policy, &key, answered).ok_or(error),
+        })
     }
 }
 
@@ -257,20 +263,25 @@ where
             return StoreReply::Ready(Ok(verdict));
         }
         match ask(&self.inner) {
-            StoreReply::Ready(answer) => {
-                if let Ok(verdict) = &answer {
-                    // The clock is read again only for a refusal, the
-                    // one answer the list keeps.
-                    let answered = if verdict.merged().allowed() {
-                        sent
-                    } else {
-                        self.clock.now()
-                    };
-                    self.blocked
-                        .learn(policy, key, cost, sent, answered, verdict);
-                }
-                StoreReply::Ready(answer)
+            StoreReply::Ready(Ok(verdict)) => {
+                // The clock is read again only for a refusal, the one
+                // answer the list keeps.
+                let answered = if verdict.merged().allowed() {
+                    sent
+                } else {
+                    self.clock.now()
+                };
+                self.blocked
+                    .learn(policy, key, cost, sent, answered, &verdict);
+                StoreReply::Ready(Ok(verdict))
             }
+            // A store that failed (an open breaker, at once): a key known
+            // at its limit is refused, or let through once and blocked.
+            StoreReply::Ready(Err(error)) => StoreReply::Ready(
+                self.blocked
+                    .failed(policy, key, self.clock.now())
+                    .ok_or(error),
+            ),
             StoreReply::Pending(inner) => StoreReply::Pending(BlockCacheFuture {
                 inner,
                 learn: Some(Learn {
@@ -641,6 +652,193 @@ mod tests {
         };
         assert!(answer.await.is_err());
         assert_eq!(cache.block_list().len(), 1);
+    }
+
+    /// A clock, a [`Flaky`] store on it (up), a block cache in front.
+    fn flaky_setup() -> (ManualClock, Flaky, BlockCache<Flaky, ManualClock>) {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let flaky = Flaky {
+            store: MemoryStore::builder().clock(clock.clone()).build(),
+            down: Arc::default(),
+            within: Arc::default(),
+        };
+        let cache = BlockCache::new(flaky.clone()).clock(clock.clone());
+        (clock, flaky, cache)
+    }
+
+    /// What a check through the cache came to: the store's (or the
+    /// cache's) verdict, or the store's failure, which a fail-open layer
+    /// lets through.
+    #[derive(Debug, PartialEq)]
+    enum Came {
+        Admitted,
+        Refused(Duration),
+        Failed,
+    }
+
+    async fn came<S: Store>(store: &S, policy: &Arc<Policy>, key: &Key, cost: u32) -> Came {
+        let answer = match store.check(policy, key, cost) {
+            StoreReply::Ready(answer) => answer,
+            StoreReply::Pending(future) => future.await,
+        };
+        match answer {
+            Ok(verdict) if verdict.merged().allowed() => Came::Admitted,
+            Ok(verdict) => Came::Refused(verdict.merged().retry_after()),
+            Err(_) => Came::Failed,
+        }
+    }
+
+    #[tokio::test]
+    async fn while_the_store_fails_a_key_refused_gets_through_once_a_period() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
+        let (victim, other) = (Key::from("victim"), Key::from("other"));
+        for _ in 0..3 {
+            assert_eq!(came(&cache, &policy, &victim, 1).await, Came::Admitted);
+        }
+        let retry = Duration::from_secs(20);
+        assert_eq!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(retry)
+        );
+        flaky.down.store(true, Ordering::Relaxed);
+        // The store's refusal stands until its retry time; a costlier
+        // request, which the cache leaves to the store, is refused too.
+        assert_eq!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(retry)
+        );
+        assert_eq!(
+            came(&cache, &policy, &victim, 2).await,
+            Came::Refused(retry)
+        );
+        // A key never refused: its failures stand (fail open decides).
+        for _ in 0..5 {
+            assert_eq!(came(&cache, &policy, &other, 1).await, Came::Failed);
+        }
+        // A request every second for ten minutes: let through once at
+        // the retry time, then once a period (a minute), refused between.
+        clock.advance(retry);
+        let mut through = Vec::new();
+        for second in 0..600 {
+            match came(&cache, &policy, &victim, 1).await {
+                Came::Failed => through.push(second),
+                Came::Refused(after) => assert!(after <= Duration::from_secs(60)),
+                Came::Admitted => panic!("the store is down"),
+            }
+            // Every cost is refused during the block.
+            if through.last().is_some_and(|at| *at < second) {
+                assert!(matches!(
+                    came(&cache, &policy, &victim, 5).await,
+                    Came::Refused(_)
+                ));
+            }
+            clock.advance(Duration::from_secs(1));
+        }
+        assert_eq!(through, (0..10).map(|n| n * 60).collect::<Vec<_>>());
+        // Ten minutes on, the tenth block ends: through once more, then
+        // the block counts down its minute.
+        assert_eq!(came(&cache, &policy, &victim, 1).await, Came::Failed);
+        clock.advance(Duration::from_millis(500));
+        assert_eq!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(Duration::from_millis(59_500))
+        );
+        // The store back: the block of the cache's own holds to its end,
+        // then the store decides again (it charged the key 10 min ago).
+        flaky.down.store(false, Ordering::Relaxed);
+        assert!(matches!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(_)
+        ));
+        clock.advance(Duration::from_millis(59_500));
+        assert_eq!(came(&cache, &policy, &victim, 1).await, Came::Admitted);
+    }
+
+    #[tokio::test]
+    async fn requests_sent_before_the_block_that_fail_after_it_are_refused() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let key = Key::from("victim");
+        assert_eq!(came(&cache, &policy, &key, 1).await, Came::Admitted);
+        assert!(matches!(
+            came(&cache, &policy, &key, 1).await,
+            Came::Refused(_)
+        ));
+        clock.advance(Duration::from_secs(60));
+        flaky.down.store(true, Ordering::Relaxed);
+        // Ten requests out at once, past the retry time: all go to the
+        // store, all fail. One gets through; the others find the block.
+        let pending: Vec<_> = (0..10)
+            .map(|_| match cache.check(&policy, &key, 1) {
+                StoreReply::Pending(future) => future,
+                StoreReply::Ready(_) => panic!("past its retry time the key goes to the store"),
+            })
+            .collect();
+        let mut failed = 0;
+        for future in pending {
+            match future.await {
+                Err(_) => failed += 1,
+                Ok(verdict) => {
+                    assert!(!verdict.merged().allowed());
+                    assert_eq!(verdict.merged().retry_after(), Duration::from_secs(60));
+                }
+            }
+        }
+        assert_eq!(failed, 1);
+    }
+
+    #[tokio::test]
+    async fn an_admission_that_spends_a_limit_makes_the_key_known_and_one_with_room_forgets_it() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "2/min", Algorithm::FixedWindow)]);
+        let (spent, roomy) = (Key::from("spent"), Key::from("roomy"));
+        clock.advance(Duration::from_secs(60 - 1_700_000_000 % 60));
+        for _ in 0..2 {
+            assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Admitted);
+        }
+        assert_eq!(came(&cache, &policy, &roomy, 1).await, Came::Admitted);
+        flaky.down.store(true, Ordering::Relaxed);
+        // Never refused, but left with nothing: through once, then held.
+        assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Failed);
+        assert_eq!(
+            came(&cache, &policy, &spent, 1).await,
+            Came::Refused(Duration::from_secs(60))
+        );
+        assert_eq!(came(&cache, &policy, &roomy, 1).await, Came::Failed);
+        assert_eq!(came(&cache, &policy, &roomy, 1).await, Came::Failed);
+        // A new window: the store gives the key room again, and forgets it.
+        clock.advance(Duration::from_secs(60));
+        flaky.down.store(false, Ordering::Relaxed);
+        assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Admitted);
+        flaky.down.store(true, Ordering::Relaxed);
+        for _ in 0..3 {
+            assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Failed);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_is_known_for_a_period_past_its_refusal_and_forgotten_when_unblocked() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let (quiet, unblocked) = (Key::from("quiet"), Key::from("unblocked"));
+        for key in [&quiet, &unblocked] {
+            assert_eq!(came(&cache, &policy, key, 1).await, Came::Admitted);
+            assert!(matches!(
+                came(&cache, &policy, key, 1).await,
+                Came::Refused(_)
+            ));
+        }
+        flaky.down.store(true, Ordering::Relaxed);
+        Store::unblock(&cache, &policy, &unblocked).await.unwrap();
+        assert_eq!(came(&cache, &policy, &unblocked, 1).await, Came::Failed);
+        assert_eq!(came(&cache, &policy, &unblocked, 1).await, Came::Failed);
+        // Refused for 60 s, known for a minute more: quiet until then, it
+        // is a key like any other.
+        clock.advance(Duration::from_secs(120));
+        assert_eq!(came(&cache, &policy, &quiet, 1).await, Came::Failed);
+        assert_eq!(came(&cache, &policy, &quiet, 1).await, Came::Failed);
+        assert!(cache.block_list().is_empty());
     }
 
     #[tokio::test]
