@@ -74,6 +74,42 @@ use tollgate_core::{Clock, MonotonicClock};
 /// answer, are up to a round trip *late*, never early: a client that
 /// waits out a cached `Retry-After` is not refused for waiting too little.
 ///
+/// # While the store fails
+///
+/// A store error (any: an error of the store, a [`Timeout`](super::Timeout)'s
+/// `Elapsed`, an open [`Breaker`](super::Breaker)) teaches the cache
+/// nothing, and a refusal it holds is answered as ever. Past a refusal's
+/// retry time, though, the key goes to the store, and a store that fails
+/// then would leave it to the layer's store-error behaviour: under
+/// fail-open, an open gate for a key known to be over its limit, on every
+/// request for as long as the outage lasts. So the cache keeps, beside
+/// its refusals, the keys it saw at their limit (refused, or admitted with
+/// nothing left) until a period of their quota past that, and answers a
+/// failure on such a key itself ([`BlockList::failed`]): refused while a
+/// refusal stands; otherwise the failure passes (fail-open lets this one
+/// request through) and the key is blocked here for its quota's period,
+/// every cost, with `Retry-After` at the block's end. However long the
+/// store fails, such a key is let through at most once per period by each
+/// instance on top of what the store admitted: its limit plus one per
+/// instance per period. The block is the cache's own figure, not the
+/// store's: it holds its period even if the store is back sooner (the
+/// request let through was charged nowhere), until a refund, a reset, an
+/// unblock or [`BlockList::clear`]. A key not known (never seen at its
+/// limit, or a period past it, or dropped for the bound) is left to the
+/// store-error behaviour.
+///
+/// For this, and for refusals to stand at all while a breaker is open,
+/// the cache must be asked before anything that fails in its place: put
+/// it **outermost**, `BlockCache<Breaker<Timeout<S>>>`, around a
+/// [`Fallback`](super::Fallback) too. A breaker that is open answers at
+/// once without asking what is inside it, so
+/// `Breaker<Timeout<BlockCache<S>>>` fails open for every key during the
+/// outage; the Redis store's own block cache sits inside the store, and
+/// so inside any breaker around it: turn it off and put this one in front.
+/// Inside a `Fallback` the first failure falls back and the block then
+/// refuses the key without asking the fallback's store: stricter than the
+/// fallback alone.
+///
 /// This reasoning holds while the store's state only grows between
 /// decisions. It does not cover state changed behind the store's back: a
 /// Redis `FLUSHALL` or a deleted key, or a fallback store (see
@@ -95,10 +131,12 @@ use tollgate_core::{Clock, MonotonicClock};
 /// # Bounded
 ///
 /// At most [`max_entries`](BlockList::with_max_entries) entries (default
-/// 100,000), in shards behind short-held locks. An entry takes 217 bytes
-/// of its map (its key inline, the decisions of up to two limits inline),
-/// and a map grows only as entries come: about 30 MB with 100,000 keys
-/// refused at once, nothing with none. When a shard is full, entries past their retry time are swept
+/// 100,000), in shards behind short-held locks, and as many keys known at
+/// their limit (see "While the store fails") in a second map of the same
+/// bound. An entry takes 249 bytes of its map (its key inline, the
+/// decisions of up to two limits inline), a known key 241, and a map grows
+/// only as entries come: about 50 MB of entries with 100,000 keys refused
+/// at once, nothing with none. When a shard is full, entries past their retry time are swept
 /// (at most once a second a shard), and if none, the entry closest to its
 /// retry time of a small sample makes room. A flood of distinct refused
 /// keys therefore costs at most the bound; an entry lost to it costs one
@@ -122,7 +160,8 @@ use tollgate_core::{Clock, MonotonicClock};
 /// The Redis store has one built in (on by default, see
 /// `RedisStoreBuilder::block_cache`); put this one in front of any other
 /// store that makes a round trip, or of a Redis store whose own is off,
-/// to choose the bound or the clock.
+/// to choose the bound or the clock, or to stand in front of a breaker
+/// (see "While the store fails").
 ///
 /// ```
 /// use tollgate::store::BlockCache;
@@ -833,12 +872,53 @@ mod tests {
         Store::unblock(&cache, &policy, &unblocked).await.unwrap();
         assert_eq!(came(&cache, &policy, &unblocked, 1).await, Came::Failed);
         assert_eq!(came(&cache, &policy, &unblocked, 1).await, Came::Failed);
+        // A reset and a cleared list forget a key as an unblock does.
+        for forget in 0..2 {
+            let key = Key::from(format!("forgotten-{forget}"));
+            flaky.down.store(false, Ordering::Relaxed);
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Admitted);
+            flaky.down.store(true, Ordering::Relaxed);
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Failed);
+            assert!(matches!(
+                came(&cache, &policy, &key, 1).await,
+                Came::Refused(_)
+            ));
+            if forget == 0 {
+                // The store behind is down: its reset fails, the cache
+                // forgets all the same.
+                let _ = Store::reset(&cache, &policy, &key).await;
+            } else {
+                cache.block_list().clear();
+            }
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Failed);
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Failed);
+        }
         // Refused for 60 s, known for a minute more: quiet until then, it
         // is a key like any other.
         clock.advance(Duration::from_secs(120));
         assert_eq!(came(&cache, &policy, &quiet, 1).await, Came::Failed);
         assert_eq!(came(&cache, &policy, &quiet, 1).await, Came::Failed);
         assert!(cache.block_list().is_empty());
+    }
+
+    #[tokio::test]
+    async fn inside_a_fallback_the_first_failure_falls_back_and_the_block_then_refuses() {
+        let (clock, flaky, cache) = flaky_setup();
+        let local = MemoryStore::builder().clock(clock.clone()).build();
+        let store = crate::store::Fallback::new(cache, local);
+        let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
+        let key = Key::from("victim");
+        for _ in 0..3 {
+            assert_eq!(came(&store, &policy, &key, 1).await, Came::Admitted);
+        }
+        flaky.down.store(true, Ordering::Relaxed);
+        // Left with nothing by the store: its first failure is the
+        // fallback's to decide (admitted there), then the block refuses.
+        assert_eq!(came(&store, &policy, &key, 1).await, Came::Admitted);
+        assert_eq!(
+            came(&store, &policy, &key, 1).await,
+            Came::Refused(Duration::from_secs(60))
+        );
     }
 
     #[tokio::test]

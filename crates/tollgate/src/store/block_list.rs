@@ -632,4 +632,12 @@ mod tests {
         assert_eq!(later.merged().reset_after_nanos(), 7 * SECOND);
         assert_eq!(aged(&verdict, 0), verdict);
     }
+
+    /// The sizes `BlockCache`'s docs give: a slot of each map (its
+    /// fingerprint, its value and the table's control byte).
+    #[test]
+    fn entries_take_the_bytes_the_docs_say() {
+        assert_eq!(std::mem::size_of::<(u64, Entry)>() + 1, 249);
+        assert_eq!(std::mem::size_of::<(u64, Known)>() + 1, 241);
+    }
 }
