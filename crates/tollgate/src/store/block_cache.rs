@@ -278,7 +278,7 @@ where
                 blocked.learn(&policy, &key, cost, sent, answered, &verdict);
                 Ok(verdict)
             }
-            Err(error) => blocked.failed(&policy, &key, answered).ok_or(error),
+            Err(error) => blocked.failed(&policy, &key, cost, answered).ok_or(error),
         })
     }
 }
@@ -318,7 +318,7 @@ where
             // at its limit is refused, or let through once and blocked.
             StoreReply::Ready(Err(error)) => StoreReply::Ready(
                 self.blocked
-                    .failed(policy, key, self.clock.now())
+                    .failed(policy, key, cost, self.clock.now())
                     .ok_or(error),
             ),
             StoreReply::Pending(inner) => StoreReply::Pending(BlockCacheFuture {
@@ -741,23 +741,26 @@ mod tests {
             Came::Refused(retry)
         );
         flaky.down.store(true, Ordering::Relaxed);
-        // The store's refusal stands until its retry time; a costlier
-        // request, which the cache leaves to the store, is refused too.
+        // The store's refusal stands until its retry time.
         assert_eq!(
             came(&cache, &policy, &victim, 1).await,
             Came::Refused(retry)
         );
-        assert_eq!(
-            came(&cache, &policy, &victim, 2).await,
-            Came::Refused(retry)
-        );
+        // A costlier request, which the cache leaves to the store, fails:
+        // let through once, and the key blocked for its period, any cost.
+        assert_eq!(came(&cache, &policy, &victim, 2).await, Came::Failed);
+        for cost in [1, 2, 3] {
+            assert_eq!(
+                came(&cache, &policy, &victim, cost).await,
+                Came::Refused(Duration::from_secs(60))
+            );
+        }
         // A key never refused: its failures stand (fail open decides).
         for _ in 0..5 {
             assert_eq!(came(&cache, &policy, &other, 1).await, Came::Failed);
         }
-        // A request every second for ten minutes: let through once at
-        // the retry time, then once a period (a minute), refused between.
-        clock.advance(retry);
+        // A request every second for ten minutes: let through once a
+        // period (a minute) as each block ends, refused between.
         let mut through = Vec::new();
         for second in 0..600 {
             match came(&cache, &policy, &victim, 1).await {
@@ -774,7 +777,7 @@ mod tests {
             }
             clock.advance(Duration::from_secs(1));
         }
-        assert_eq!(through, (0..10).map(|n| n * 60).collect::<Vec<_>>());
+        assert_eq!(through, (1..10).map(|n| n * 60).collect::<Vec<_>>());
         // Ten minutes on, the tenth block ends: through once more, then
         // the block counts down its minute.
         assert_eq!(came(&cache, &policy, &victim, 1).await, Came::Failed);

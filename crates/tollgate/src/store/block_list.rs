@@ -304,10 +304,10 @@ impl BlockList {
     /// replenishment); a store answer that leaves it room again forgets it.
     /// For such a key:
     ///
-    /// - while a refusal of the store's or a block of the list's own
-    ///   stands, the failure is answered with it (`Some`): a request that
-    ///   went to the store (another cost, or sent before the refusal was
-    ///   learned) is refused all the same;
+    /// - while a block of the list's own stands, or a refusal of the
+    ///   store's for this `cost`, the failure is answered with it (`Some`,
+    ///   what [`lookup`](Self::lookup) answers now): a request sent before
+    ///   it was made or learned, failing after, is refused all the same;
     /// - otherwise `None` (the failure stands: the layer's store-error
     ///   behaviour decides this request, and fail-open lets it through),
     ///   and the key is blocked here for the longest period of the limits
@@ -323,7 +323,13 @@ impl BlockList {
     /// nowhere), and [`forget`](Self::forget), [`clear`](Self::clear) or a
     /// refund lift it. A key the list never saw at its limit (or forgot,
     /// for the bound) is not known: its failures stand.
-    pub fn failed(&self, policy: &Policy, key: &Key, now: u64) -> Option<PolicyDecision> {
+    pub fn failed(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        cost: u32,
+        now: u64,
+    ) -> Option<PolicyDecision> {
         let inner = &*self.inner;
         if inner.known.is_empty() || inner.entries.per_shard() == 0 {
             return None;
@@ -340,10 +346,13 @@ impl BlockList {
             return None;
         }
         let mut shard = inner.entries.write(fingerprint);
+        // What a lookup would answer: the store's refusal of this cost
+        // (figure for figure), or a block of the list's own (every cost).
         if let Some(entry) = shard.get(&fingerprint)
             && entry.policy == policy.id()
             && entry.key == *key
             && now < entry.until
+            && (cost == entry.cost || (entry.local && cost >= entry.cost))
         {
             return Some(aged(&entry.verdict, now.saturating_sub(entry.answered)));
         }
