@@ -93,7 +93,7 @@ struct Asked<St> {
 /// polled to its answer hands it to the caller, who then owns the charge.
 ///
 /// For middleware of your own over a [`Store`]: wrap a
-/// [`StoreReply::Pending`](super::StoreReply::Pending) future in it, await
+/// [`StoreReply::Pending`] future in it, await
 /// it under your deadline, and drop it when you stop waiting.
 ///
 /// ```
