@@ -141,3 +141,39 @@ async fn the_kit_catches_a_store_that_loses_refunds() {
         .expect_err("refunds are lost");
     assert!(failure.to_string().contains("seed"), "{failure}");
 }
+
+// The racing kit: clients on tokio tasks racing for shared keys through
+// several instances, callers that stop waiting, and (over a
+// compare-and-swap backend) injected faults.
+
+use tollgate::conformance::{Race, RaceReport};
+
+/// Asserts a race played every algorithm and the kinds of call it can.
+fn raced(report: &RaceReport, skipped: &[&str]) {
+    assert_eq!(report.algorithms, Algorithm::ALL.to_vec());
+    assert_eq!(report.runs, 2 * Algorithm::ALL.len());
+    assert_eq!(report.skipped, skipped, "{report:?}");
+    // Keys filled up and refused: the exact count was checked.
+    assert!(report.kept > 0 && report.refused > 0, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_memory_store_races() {
+    let store = MemoryStore::new();
+    let report = Race::new(move || store.clone()).run().await.unwrap();
+    raced(&report, &["dropped give-ups"]);
+}
+
+#[cfg(feature = "cas")]
+mod cas {
+    use super::*;
+    use tollgate::store::cas::MemoryBackend;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_cas_store_races_through_faults() {
+        let report = Race::cas(MemoryBackend::new()).run().await.unwrap();
+        raced(&report, &[]);
+        eprintln!("{report:?}");
+        assert!(report.given_up > 0 && report.held_writes > 0, "{report:?}");
+    }
+}

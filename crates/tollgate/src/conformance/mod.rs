@@ -52,7 +52,18 @@
 //! timer: run it in a tokio runtime with time enabled
 //! (`#[tokio::test]`).
 
+mod checker;
+#[cfg(feature = "cas")]
+mod faults;
+mod ledger;
+mod race;
 mod trace;
+
+#[cfg(feature = "cas")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cas")))]
+pub use faults::Faults;
+pub use ledger::{FaultError, KeyLedger, Ledger};
+pub use race::{Race, RaceReport};
 
 use crate::store::{Capability, Debit, MemoryStore, PolicyDecision, Refund, Store, StoreReply};
 use crate::{Key, NamedLimit, Policy};
