@@ -37,7 +37,8 @@ type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 ///   writes with a deadline): the write reaches the backend only once its
 ///   deadline has passed on the backend's clock (read to make sure): a
 ///   backend that keeps the contract does not make it. One that does is
-///   counted ([`Ledger::made_past_deadline`]).
+///   counted ([`Ledger::made_past_deadline`]). A deadline more than
+///   250 ms away is not waited for: the write is made 250 ms late.
 /// - **Restarts** ([`restarts`](Self::restarts)): now and then the backend
 ///   restarts, and for a while every call sent to it is refused at once
 ///   ([`FaultError::Restarting`], as a connection refused), having reached
@@ -317,9 +318,10 @@ async fn past<B: CasBackend>(inner: &B, key: &str, deadline: u64, bound: Duratio
 /// deadline has stopped waiting.
 const REPLY_MARGIN: Duration = Duration::from_millis(3);
 
-/// How long a held write or reply waits at most for its deadline to pass:
-/// a deadline is a caller's wait, short; past this the fault is given up.
-const DEADLINE_BOUND: Duration = Duration::from_secs(5);
+/// How long a held write or reply waits at most for its deadline to pass
+/// (a caller that waits longer, a layer's `store_timeout` of seconds,
+/// sees a write or a reply this late, not one past its deadline).
+const DEADLINE_BOUND: Duration = Duration::from_millis(250);
 
 impl<B: CasBackend + Clone> CasBackend for Faults<B> {
     type Error = FaultError<B::Error>;
