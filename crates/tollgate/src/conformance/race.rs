@@ -316,10 +316,11 @@ impl<St: Store> Race<St> {
         self
     }
 
-    /// Checks only that no key admits more than the algorithm allows, nor
-    /// counts less than its callers kept: for a store that may refuse
-    /// more than the reference, such as the local-first store's
-    /// reservations.
+    /// Checks only that no key admits more than the algorithm allows: for
+    /// a store that may refuse more than the reference and keeps counts
+    /// of its own in each instance, such as the local-first store's
+    /// reservations (a peek through one instance does not show what the
+    /// others hold, so the count at the end is not checked).
     pub fn never_more(mut self) -> Self {
         self.exact = false;
         self
