@@ -304,10 +304,15 @@ mod cas {
 
     /// Races `bug`'s backend: the failure's message. Callers wait up to
     /// 50 ms before they give up, so that on a loaded machine too their
-    /// writes are sent before their deadlines (and some held past them).
+    /// writes are sent before their deadlines; half the writes with a
+    /// deadline are held past it, over six keys, so that some are not
+    /// overtaken by another writer while held (a write over a stale
+    /// version is not made, deadline or not).
     async fn caught(bug: Bug) -> String {
-        let failure = Race::cas(Buggy(MemoryBackend::new(), bug))
+        let faults = Faults::new(Buggy(MemoryBackend::new(), bug)).held_writes(50);
+        let failure = Race::cas_with(faults)
             .give_up_after(Duration::from_millis(50))
+            .keys(6)
             .run()
             .await
             .expect_err("the bug is caught");
@@ -340,5 +345,9 @@ mod cas {
         eprintln!("{message}");
         assert!(message.contains("read and write disagree"), "{message}");
         assert!(!message.contains("lost the race"), "{message}");
+        // Any call shows it: shrunk to one.
+        let shortest =
+            "shortest failing trace found: 1 instance(s), 1 client(s) of 1 call(s), 1 key(s)";
+        assert!(message.contains(shortest), "{message}");
     }
 }

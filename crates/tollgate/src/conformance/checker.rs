@@ -67,9 +67,10 @@ pub(super) struct Seen {
 /// The key's count at the end, as its peek shows it.
 #[derive(Clone, Debug)]
 pub(super) enum Count {
-    /// The peek shows what the reference shows after this many
-    /// admissions.
-    Is(u64),
+    /// The peek shows what the reference shows after any of these many
+    /// admissions, in order (more than one where the figures cannot tell
+    /// them apart: a shaper's first request has left its queue).
+    Is(Vec<u64>),
     /// No number of admissions makes the reference show these figures
     /// (each limit's `remaining`).
     Unmatched(Vec<u64>),
@@ -105,8 +106,20 @@ impl Judged<'_> {
             // callers' count.
             return Ok(());
         }
+        let slack = seen.refused_by_restarts.min(t.given_back);
+        let most = t.kept + seen.unheard + slack;
         let count = match &self.count {
-            Count::Is(count) => *count,
+            // The count the order needs if the figures allow it; else the
+            // nearest.
+            Count::Is(counts) => counts
+                .iter()
+                .copied()
+                .min_by_key(|n| match *n {
+                    n if n < t.kept => t.kept - n,
+                    n if n > most => n - most,
+                    _ => 0,
+                })
+                .unwrap_or_default(),
             Count::Unmatched(remaining) => {
                 return Err(format!(
                     "on key {key:?} a peek shows remaining {remaining:?}, which no number of \
@@ -126,8 +139,6 @@ impl Judged<'_> {
                 t.kept - count
             ));
         }
-        let slack = seen.refused_by_restarts.min(t.given_back);
-        let most = t.kept + seen.unheard + slack;
         if count > most {
             let deadline = match seen.made_past_deadline {
                 0 => String::new(),
@@ -188,7 +199,7 @@ mod tests {
             capacity: 5,
             tally,
             seen,
-            count: Count::Is(count),
+            count: Count::Is(vec![count]),
             exact: true,
         }
         .verdict()
@@ -219,6 +230,17 @@ mod tests {
             ..Seen::default()
         };
         assert_eq!(judge(kept(4, 2), unheard, 5), Ok(()));
+        // Figures that fit 0 or 1 admissions (a shaper's first request
+        // has left): the one the callers kept.
+        let either = Judged {
+            key: "k",
+            capacity: 5,
+            tally: kept(1, 0),
+            seen: Seen::default(),
+            count: Count::Is(vec![0, 1]),
+            exact: true,
+        };
+        assert_eq!(either.verdict(), Ok(()));
     }
 
     #[test]

@@ -371,7 +371,7 @@ impl<St: Store> Race<St> {
         failed: Failed,
     ) -> Failure {
         /// Runs tried in all while shrinking, and tries of each.
-        const BUDGET: usize = 40;
+        const BUDGET: usize = 60;
         const TRIES: usize = 3;
         let (mut best, mut failed) = (shape, failed);
         let mut spent = 0;
@@ -532,9 +532,12 @@ impl<St: Store> Race<St> {
                 .await
                 .map_err(|e| failed(format!("the store failed a peek after the race: {e}")))?;
             let remaining: Vec<u64> = peek.each().iter().map(|d| d.remaining()).collect();
-            let count = match reference.after.iter().position(|r| *r == remaining) {
-                Some(n) => Count::Is(n as u64),
-                None => Count::Unmatched(remaining),
+            let counts: Vec<u64> = (0..reference.after.len() as u64)
+                .filter(|n| reference.after[*n as usize] == remaining)
+                .collect();
+            let count = match counts.is_empty() {
+                true => Count::Unmatched(remaining),
+                false => Count::Is(counts),
             };
             let judged = Judged {
                 key: &names[k],
@@ -642,11 +645,12 @@ fn smaller_shapes(shape: Shape) -> Vec<Shape> {
             out.push(smaller);
         }
     };
+    cut(&|s| s.keys = 1);
     cut(&|s| s.clients = (s.clients / 2).max(1));
     cut(&|s| s.calls /= 2);
+    cut(&|s| s.instances = s.instances.saturating_sub(1).max(1));
     cut(&|s| s.clients = s.clients.saturating_sub(1).max(1));
     cut(&|s| s.calls = s.calls.saturating_sub(1));
-    cut(&|s| s.instances = s.instances.saturating_sub(1).max(1));
     cut(&|s| s.keys = s.keys.saturating_sub(1).max(1));
     out
 }
