@@ -5,8 +5,13 @@
 //! command reaches the server in time and its reply comes late: the case
 //! where a store charged and its caller stopped waiting.
 //!
+//! It can also stall ([`JitterProxy::stall`]): every reply held until
+//! [`resume`](JitterProxy::resume), as from a server that cannot keep up
+//! with what it is sent.
+//!
 //! Plain threads and blocking sockets: it needs no runtime, and stops
-//! accepting when dropped (its connections end with their sockets).
+//! accepting when dropped (its connections end with their sockets; a
+//! stalled reply is dropped).
 
 use crate::random::Lcg;
 use std::io::{Read, Write};
@@ -28,6 +33,13 @@ pub struct Jitter {
 }
 
 impl Jitter {
+    /// Every reply passed on at once (until the proxy stalls).
+    pub const NONE: Jitter = Jitter {
+        held_percent: 0,
+        min: Duration::ZERO,
+        max: Duration::ZERO,
+    };
+
     /// Half the replies held 30 to 40 ms, half at once.
     pub const HALF_HELD_30_40_MS: Jitter = Jitter {
         held_percent: 50,
@@ -41,6 +53,7 @@ pub struct JitterProxy {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     held: Arc<AtomicU64>,
+    stalled: Arc<AtomicBool>,
 }
 
 impl JitterProxy {
@@ -52,7 +65,12 @@ impl JitterProxy {
         let stop = Arc::new(AtomicBool::new(false));
         let held = Arc::new(AtomicU64::new(0));
         let random = Arc::new(Mutex::new(Lcg(seed)));
+        let stalled = Arc::new(AtomicBool::new(false));
         let (stop_, held_) = (stop.clone(), held.clone());
+        let stall = Stall {
+            stalled: stalled.clone(),
+            stop: stop.clone(),
+        };
         thread::spawn(move || {
             for client in listener.incoming() {
                 if stop_.load(Ordering::Acquire) {
@@ -66,10 +84,35 @@ impl JitterProxy {
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
                 pass_on(&client, &server);
-                hold_back(&server, &client, jitter, random.clone(), held_.clone());
+                hold_back(
+                    &server,
+                    &client,
+                    jitter,
+                    random.clone(),
+                    held_.clone(),
+                    stall.clone(),
+                );
             }
         });
-        JitterProxy { addr, stop, held }
+        JitterProxy {
+            addr,
+            stop,
+            held,
+            stalled,
+        }
+    }
+
+    /// From now on no reply is passed on (each held, in order) until
+    /// [`resume`](Self::resume): what is sent still reaches the server,
+    /// whose answers wait, as a server's that cannot keep up.
+    pub fn stall(&self) {
+        self.stalled.store(true, Ordering::Release);
+    }
+
+    /// Passes on the replies held since [`stall`](Self::stall), and the
+    /// rest as before.
+    pub fn resume(&self) {
+        self.stalled.store(false, Ordering::Release);
     }
 
     /// Where clients connect.
@@ -108,14 +151,37 @@ fn pass_on(from: &TcpStream, to: &TcpStream) {
     });
 }
 
+/// Whether replies wait ([`JitterProxy::stall`]), and whether the proxy
+/// was dropped (they never will be passed on).
+#[derive(Clone)]
+struct Stall {
+    stalled: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Stall {
+    /// Waits while the proxy stalls: whether to go on (false: it was
+    /// dropped while stalled, and the held replies go nowhere).
+    fn wait(&self) -> bool {
+        while self.stalled.load(Ordering::Acquire) {
+            if self.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+}
+
 /// Copies what `from` sends to `to`, each chunk at once or held back as
-/// `jitter` says, never out of order.
+/// `jitter` says (or while the proxy stalls), never out of order.
 fn hold_back(
     from: &TcpStream,
     to: &TcpStream,
     jitter: Jitter,
     random: Arc<Mutex<Lcg>>,
     held: Arc<AtomicU64>,
+    stall: Stall,
 ) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
@@ -147,7 +213,7 @@ fn hold_back(
     thread::spawn(move || {
         for (at, chunk) in receive {
             thread::sleep(at.saturating_duration_since(Instant::now()));
-            if to.write_all(&chunk).is_err() {
+            if !stall.wait() || to.write_all(&chunk).is_err() {
                 break;
             }
         }

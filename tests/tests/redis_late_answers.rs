@@ -87,3 +87,56 @@ async fn late_answers_from_local_first_exact_are_given_back() {
     );
     successes_never_stay_charged(&mut slow, &mut direct, USERS, "local-first").await;
 }
+
+/// A Cluster whose nodes announce proxies in front of them
+/// (`cluster-announce-port`), so that the client reaches every node
+/// through one: the same late replies on every shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answers_from_a_redis_cluster_are_given_back() {
+    use tollgate_tests::redis::RedisCluster;
+    let cluster = RedisCluster::start(3);
+    let proxies: Vec<JitterProxy> = cluster
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let upstream = format!("127.0.0.1:{}", node.port()).parse().unwrap();
+            let proxy = JitterProxy::start(upstream, Jitter::HALF_HELD_30_40_MS, 21 + i as u64);
+            let port = proxy.addr().port().to_string();
+            node.command(&["CONFIG", "SET", "cluster-announce-port", &port]);
+            proxy
+        })
+        .collect();
+    // Every node names every proxy once the news has gone round.
+    let ports: Vec<String> = proxies
+        .iter()
+        .map(|p| p.addr().port().to_string())
+        .collect();
+    let started = std::time::Instant::now();
+    while !cluster.nodes().iter().all(|node| {
+        let slots = node.command(&["CLUSTER", "SLOTS"]);
+        ports.iter().all(|port| slots.contains(port.as_str()))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the nodes never announced the proxies"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = format!(
+        "redis+cluster://{}",
+        proxies
+            .iter()
+            .map(|p| p.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut slow = login_app(redis(&url, "late-cl").await, STORE_TIMEOUT);
+    // Through the proxies too (the nodes announce them), but waited for.
+    let mut patient = login_app(redis(&url, "late-cl").await, Duration::from_secs(2));
+    successes_never_stay_charged(&mut slow, &mut patient, USERS, "cluster").await;
+    assert!(
+        proxies.iter().any(|p| p.held() > 0),
+        "no reply was held back"
+    );
+}

@@ -79,7 +79,10 @@
 //! row, so exactly one of two racing writes with the same expectation
 //! lands; the store reads and decides again for the other. A late check's
 //! deadline is compared with the database's clock inside the statement:
-//! a write that would land after its caller gave up is not made.
+//! a write that would land after its caller gave up is not made. A write
+//! that landed in time and whose reply came after the caller stopped
+//! waiting is heard out by the layer and given back
+//! (`tollgate::store::late`).
 //!
 //! # Expiry and the sweeper
 //!

@@ -206,15 +206,20 @@
 //! count; a reply lost after the script ran is charged once. Meanwhile the
 //! layer applies its store-error behaviour.
 //!
-//! A late answer never charges. A call that waits in a stalled server's
-//! queue still runs when the server wakes, after the layer has answered its
-//! request (fail open, fail closed); so each call carries a deadline, the
-//! layer's `store_timeout` in the server's own time, and the script charges
-//! nothing past it (the reply then is [`RedisStoreError::is_late`]). The
-//! server's clock is estimated from the time each reply carries, never
-//! later than it is, so a deadline can come early (by about the fastest
-//! round trip) but never late. On a Cluster, nodes whose clocks disagree by
-//! `δ` can charge an answer up to `δ` late: keep them on NTP.
+//! A late answer never stays charged, by two means. A call that waits in
+//! a stalled server's queue still runs when the server wakes, after the
+//! layer has answered its request (fail open, fail closed); so each call
+//! carries a deadline, the layer's `store_timeout` in the server's own
+//! time, and the script charges nothing past it (the reply then is
+//! [`RedisStoreError::is_late`]). The server's clock is estimated from the
+//! time each reply carries, never later than it is, so a deadline can come
+//! early (by about the fastest round trip) but never late. On a Cluster,
+//! nodes whose clocks disagree by `δ` can charge an answer up to `δ` late:
+//! keep them on NTP. And a script that ran in time but whose reply came
+//! after the layer stopped waiting (held back on the way, with jitter) is
+//! heard out: the layer keeps the call in view and gives its admission
+//! back with the refund script (`tollgate::store::late`; tested behind a
+//! proxy that holds replies 0 or 30–40 ms at random).
 
 #![warn(missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind

@@ -755,6 +755,15 @@ impl RedisStoreBuilder {
     /// reset in Redis by hand and must be admitted at once), or to put a
     /// [`BlockCache`](tollgate::store::BlockCache) of your own bound in
     /// front of the store.
+    ///
+    /// This one is inside the store, so inside any wrapper around it: a
+    /// [`Breaker`](tollgate::store::Breaker) that is open answers without
+    /// asking it, and a refused key then gets the store-error behaviour
+    /// (fail-open lets it through) for the whole outage. Behind a breaker,
+    /// turn this one off and put a `BlockCache` in front of the breaker
+    /// (`BlockCache<Breaker<Timeout<RedisStore>>>`), which also bounds
+    /// what fail-open lets through for a key it knew at its limit (see
+    /// "While the store fails" in its docs).
     pub fn block_cache(mut self, on: bool) -> Self {
         self.block_cache = on;
         self

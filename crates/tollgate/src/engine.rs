@@ -376,7 +376,9 @@ where
             StoreReply::Ready(Err(error)) => Start::Act(self.on_failure(&entry, &error)),
             // Watched: if the layer stops waiting (its store timeout, a
             // client gone), the check is heard out and an admission it
-            // brings is given back.
+            // brings is given back. (Wrapped here, not with
+            // `StoreReply::watched`, so the memory store's answer is not
+            // moved once more on the hot path.)
             StoreReply::Pending(check) => Start::Check(Box::new(PendingCheck {
                 check: Watched::new(check, self.store.clone(), policy, &key, cost),
                 entry,

@@ -158,13 +158,13 @@ pub(crate) fn breaker_opened(_: &str) {}
 /// A check heard out after its caller stopped waiting ended in `outcome`:
 /// `tollgate_late_checks_total{outcome}` (see `store::late`).
 #[cfg(feature = "metrics")]
-pub(crate) fn late_check(outcome: crate::store::late::LateOutcome) {
-    metrics::counter!("tollgate_late_checks_total", "outcome" => outcome.label()).increment(1);
+pub(crate) fn late_check(outcome: &'static str) {
+    metrics::counter!("tollgate_late_checks_total", "outcome" => outcome).increment(1);
 }
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn late_check(_: crate::store::late::LateOutcome) {}
+pub(crate) fn late_check(_: &'static str) {}
 
 /// A compare-and-swap store's write lost its race to another writer of
 /// the same key, under `policy`: `tollgate_store_cas_conflicts_total{policy}`.

@@ -171,15 +171,9 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn a_late_admission_is_given_back() {
-    let store = Slow::new(30);
-    let mut app = app(store.clone(), Duration::from_millis(10), false);
     // Failed open: the store charged, the layer did not wait.
-    for _ in 0..3 {
-        assert_eq!(send(&mut app, "a", true).await, StatusCode::OK);
-    }
-    settle().await;
-    store.delay_ms.store(0, Ordering::Relaxed);
-    assert_eq!(passing(&mut app, "a", 5).await, 3, "the key is whole again");
+    let slow = Slow::new(30);
+    given_back_through(slow.clone(), &slow, "the store itself").await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -278,4 +272,125 @@ async fn jittered_successes_never_lock_a_user_out() {
             );
         }
     }
+}
+
+/// Three late admissions through `store` (in front of `slow`, which
+/// answers after 30 ms, past the layer's 10 ms), then `slow` at once: the
+/// key is whole, every late admission given back through `store`.
+async fn given_back_through<St: tollgate::Store>(store: St, slow: &Slow, label: &str) {
+    slow.delay_ms.store(30, Ordering::Relaxed);
+    let mut app = app(store, Duration::from_millis(10), false);
+    for _ in 0..3 {
+        assert_eq!(send(&mut app, "a", true).await, StatusCode::OK, "{label}");
+    }
+    settle().await;
+    slow.calm.store(true, Ordering::Relaxed);
+    assert_eq!(
+        passing(&mut app, "a", 5).await,
+        3,
+        "{label}: the key is whole again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn late_admissions_are_given_back_through_every_wrapper() {
+    use tollgate::store::{BlockCache, BoxStore, Breaker, Penalty, PenaltyBox, Split};
+    let slow = Slow::new(0);
+    given_back_through(BlockCache::new(slow.clone()), &slow, "BlockCache").await;
+    let slow = Slow::new(0);
+    let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(60));
+    given_back_through(PenaltyBox::new(slow.clone(), penalty), &slow, "PenaltyBox").await;
+    let slow = Slow::new(0);
+    given_back_through(Breaker::new(slow.clone()), &slow, "Breaker").await;
+    let slow = Slow::new(0);
+    given_back_through(Split::new(slow.clone(), || 1), &slow, "Split").await;
+    let slow = Slow::new(0);
+    given_back_through(BoxStore::new(slow.clone()), &slow, "BoxStore").await;
+    let slow = Slow::new(0);
+    let fallback = Fallback::new(slow.clone(), MemoryStore::new());
+    given_back_through(fallback, &slow, "Fallback").await;
+    let slow = Slow::new(0);
+    let nested = BoxStore::new(Breaker::new(BlockCache::new(slow.clone())));
+    given_back_through(nested, &slow, "BoxStore<Breaker<BlockCache>>").await;
+}
+
+/// A compare-and-swap backend whose writes land at once and whose
+/// replies come `delay` later: the write that lands before its deadline
+/// and answers after it.
+#[derive(Clone)]
+struct LateReplies {
+    memory: tollgate::store::cas::MemoryBackend,
+    delay_ms: Arc<AtomicU64>,
+}
+
+impl tollgate::store::cas::CasBackend for LateReplies {
+    type Error = Infallible;
+    type Read = <tollgate::store::cas::MemoryBackend as tollgate::store::cas::CasBackend>::Read;
+    type Write = Pin<Box<dyn Future<Output = Result<bool, Infallible>> + Send>>;
+
+    fn read(&self, key: &str) -> Self::Read {
+        self.memory.read(key)
+    }
+
+    fn write(&self, key: &str, swap: tollgate::store::cas::Swap) -> Self::Write {
+        let written = self.memory.write(key, swap);
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::Relaxed));
+        Box::pin(async move {
+            let written = written.await;
+            tokio::time::sleep(delay).await;
+            written
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn late_replies_from_a_compare_and_swap_backend_are_given_back() {
+    use tollgate::store::cas::{CasStore, MemoryBackend};
+    let backend = LateReplies {
+        memory: MemoryBackend::new(),
+        delay_ms: Arc::new(AtomicU64::new(30)),
+    };
+    let store = CasStore::new(backend.clone());
+    let mut app = app(store, Duration::from_millis(10), false);
+    for _ in 0..3 {
+        assert_eq!(send(&mut app, "a", true).await, StatusCode::OK);
+    }
+    settle().await;
+    backend.delay_ms.store(0, Ordering::Relaxed);
+    assert_eq!(passing(&mut app, "a", 5).await, 3, "the key is whole again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_direct_check_given_up_on_leaves_nothing_charged() {
+    use tollgate::KeyedLimiter;
+    let slow = Slow::new(30);
+    let limiter = KeyedLimiter::builder()
+        .quota("calls", Quota::per_minute(3))
+        .store(slow.clone())
+        .keyed()
+        .unwrap();
+    let key = Key::from("a");
+    for _ in 0..3 {
+        // The caller stops waiting before the store answers.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), limiter.check(&key))
+                .await
+                .is_err()
+        );
+        let waiting = limiter.until_ready(&key);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), waiting)
+                .await
+                .is_err()
+        );
+    }
+    settle().await;
+    slow.calm.store(true, Ordering::Relaxed);
+    let mut admitted = 0;
+    for _ in 0..5 {
+        if limiter.check(&key).await.unwrap().allowed() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3, "the key is whole again");
 }

@@ -226,3 +226,131 @@ fn a_compare_and_swap_stores_lost_races_are_counted() {
     // The layer saw a store error (and let the request through).
     assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 1);
 }
+
+/// The memory store, answering after `delay` (0: at once); when `refunds`
+/// is false, a store that cannot give charges back.
+#[derive(Clone)]
+struct Delayed {
+    memory: MemoryStore,
+    delay: Arc<Mutex<std::time::Duration>>,
+    refunds: bool,
+}
+
+impl Store for Delayed {
+    type Error = Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<tollgate::PolicyDecision, Infallible>> + Send>,
+    >;
+
+    fn check(
+        &self,
+        policy: &Arc<tollgate::Policy>,
+        key: &tollgate::Key,
+        cost: u32,
+    ) -> tollgate::StoreReply<Self::Future, Infallible> {
+        let verdict = self.memory.check_now(policy, key, cost);
+        let delay = *self.delay.lock().unwrap();
+        if delay.is_zero() {
+            return tollgate::StoreReply::Ready(Ok(verdict));
+        }
+        tollgate::StoreReply::Pending(Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(verdict)
+        }))
+    }
+
+    fn can(&self, capability: tollgate::store::Capability) -> Result<(), tollgate::store::Missing> {
+        if self.refunds {
+            self.memory.can(capability)
+        } else {
+            Err(tollgate::store::Missing::of::<Self>(capability))
+        }
+    }
+
+    fn refund(
+        &self,
+        policy: &Arc<tollgate::Policy>,
+        key: &tollgate::Key,
+        refund: tollgate::store::Refund,
+    ) -> tollgate::store::ChangeReply {
+        self.memory.refund(policy, key, refund)
+    }
+}
+
+#[test]
+fn late_checks_are_counted_by_how_they_ended() {
+    use std::time::Duration;
+    let counts = Counts::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&counts, || {
+        runtime.block_on(async {
+            let late = |store: Delayed| {
+                ServiceBuilder::new()
+                    .layer(
+                        RateLimitLayer::builder()
+                            .quota("api", Quota::per_minute(2))
+                            .key(GlobalKey)
+                            .store(store)
+                            .store_timeout(Duration::from_millis(10))
+                            .build(),
+                    )
+                    .service_fn(ok)
+            };
+            let store = Delayed {
+                memory: MemoryStore::new(),
+                delay: Arc::new(Mutex::new(Duration::from_millis(30))),
+                refunds: true,
+            };
+            let mut service = late(store.clone());
+            // Two late admissions, given back.
+            send(&mut service, Request::new(())).await;
+            send(&mut service, Request::new(())).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Spent in time, then refused late: nothing to give back.
+            *store.delay.lock().unwrap() = Duration::ZERO;
+            send(&mut service, Request::new(())).await;
+            send(&mut service, Request::new(())).await;
+            *store.delay.lock().unwrap() = Duration::from_millis(30);
+            send(&mut service, Request::new(())).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // A store that cannot give back: the charge is kept.
+            let mut service = late(Delayed {
+                refunds: false,
+                ..Delayed {
+                    memory: MemoryStore::new(),
+                    ..store.clone()
+                }
+            });
+            send(&mut service, Request::new(())).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // A store that never answers: abandoned after the bound.
+            let mut service = ServiceBuilder::new()
+                .layer(
+                    RateLimitLayer::builder()
+                        .quota("api", Quota::per_minute(2))
+                        .key(GlobalKey)
+                        .store(BrokenStore::Hanging)
+                        .store_timeout(Duration::from_millis(10))
+                        .build(),
+                )
+                .service_fn(ok);
+            send(&mut service, Request::new(())).await;
+            let bound = tollgate::store::late::LATE_CHECK_BOUND;
+            tokio::time::sleep(bound - Duration::from_secs(1)).await;
+            let abandoned = "tollgate_late_checks_total{outcome=abandoned}";
+            assert_eq!(counts.get(abandoned), 0, "heard out until the bound");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(counts.get(abandoned), 1, "abandoned at the bound");
+        })
+    });
+    let get =
+        |outcome: &str| counts.get(&format!("tollgate_late_checks_total{{outcome={outcome}}}"));
+    assert_eq!(get("given_back"), 2);
+    assert_eq!(get("not_charged"), 1);
+    assert_eq!(get("kept"), 1);
+    assert_eq!(get("abandoned"), 1);
+}

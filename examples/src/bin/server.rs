@@ -19,7 +19,7 @@
 //! --on-store-error MODE    open | closed | fallback (default open)
 //! --store-timeout-ms N     default 100
 //! --connect MODE           Redis stores only: eager (default: exit if Redis is absent) | lazy (start anyway, connect in the background)
-//! --block-cache MODE       on | off (default on): a Redis or PostgreSQL store refuses a key it refused until its retry time, with no call
+//! --block-cache MODE       on | off (default on): a Redis or PostgreSQL store refuses a key it refused until its retry time, with no call, also while the store fails
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
 //! --local MODE             Redis stores only: off (default: one Redis call per decision) | exact | periodic=MS
@@ -87,7 +87,9 @@
 //!   it stops asking Redis for a cool-down (1 s, doubling while Redis
 //!   stays away, at most 30 s), answering at once by `--on-store-error`,
 //!   then lets one request probe Redis; it logs one warning when it opens
-//!   and one line when it closes.
+//!   and one line when it closes. The block cache (`--block-cache`) stands
+//!   in front of the breaker: a key refused stays refused while it is
+//!   open.
 //! - Every route holds the request for the milliseconds an `x-hold-ms`
 //!   request header gives (0 when absent; at most 60000) before it
 //!   answers, so a script can play slow requests. A value that is not a
@@ -140,7 +142,18 @@
 //!   one call per retry period instead of one per request; its hits count
 //!   as `tollgate_block_cache_hits_total` where a metrics recorder is
 //!   installed (this program installs none). Off, every request reaches
-//!   Redis.
+//!   Redis. It stands outermost (`BlockCache<Breaker<Timeout<store>>>`,
+//!   around the fallback with `--on-store-error fallback`), so that it
+//!   answers whatever the store does: while the store fails or is slow
+//!   (an outage, or a flood it cannot keep up with), a key refused stays
+//!   refused until its retry time, and a key at its limit that fail-open
+//!   then lets through is let through once and refused for its quota's
+//!   period (`tollgate::store::BlockList::failed`): a 3/min key gets at
+//!   most its 3 and one more per minute from each server, however long
+//!   the outage. With `--block-cache off` (or a key never seen at its
+//!   limit) a failing store lets every request through under
+//!   `--on-store-error open`. With `--local`, the local-first store keeps
+//!   the Redis store's own block cache.
 //! - `--header-timeout-ms`, `--idle-timeout-ms` and `--max-connections`
 //!   belong to the server, not to the rate limiter: a client that never
 //!   finishes its request head (slowloris) is never counted by a limiter,
@@ -663,23 +676,21 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisSto
                         Failure::Startup(message)
                     }
                 })?;
-            let cas = CasStore::new(backend);
-            let store = if block_cache == Some(Switch::Off) {
-                BoxStore::new(cas)
-            } else {
-                BoxStore::new(BlockCache::new(cas))
-            };
             // Given up on after the store timeout, behind a breaker, as a
-            // Redis store is.
+            // Redis store is; the block cache goes around them (`app`).
             let store = BoxStore::new(Breaker::new(Timeout::new(
-                store,
+                CasStore::new(backend),
                 Duration::from_millis(args.store_timeout_ms),
             )));
             Ok((store, None))
         }
         StoreUrl::Redis(url) => {
-            let builder =
-                RedisStore::builder(url.as_str()).block_cache(block_cache != Some(Switch::Off));
+            // The local-first store keeps the Redis store's own block
+            // cache; without it, the block cache goes around the breaker
+            // (`app`), and the store's own is off.
+            let local = matches!(args.local, Some(Local::On(_)));
+            let builder = RedisStore::builder(url.as_str())
+                .block_cache(local && block_cache != Some(Switch::Off));
             let redis = match args.connect {
                 Connect::Eager => builder.connect().await,
                 Connect::Lazy => builder.connect_lazy(),
@@ -715,6 +726,18 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisSto
     }
 }
 
+/// Whether the store gets a `BlockCache` around it (`app`): a Redis or
+/// PostgreSQL store unless `--block-cache off`; not the local-first store,
+/// which decides in this process and keeps the Redis store's own.
+fn block_cache_around(store_url: &StoreUrl, args: &Args) -> bool {
+    let remote = match store_url {
+        StoreUrl::Memory => false,
+        StoreUrl::Postgres(_) => true,
+        StoreUrl::Redis(_) => !matches!(args.local, Some(Local::On(_))),
+    };
+    remote && args.block_cache != Some(Switch::Off)
+}
+
 /// The response fields `--headers` asks for.
 fn header_style(headers: Headers) -> HeaderStyle {
     match headers {
@@ -742,6 +765,17 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
             MemoryStore::new(),
         )),
         (FailMode::Open | FailMode::Closed, _) => store,
+    };
+    // The block cache outermost: consulted before the breaker, the
+    // timeouts and the fallback, so that a key refused stays refused
+    // through an outage (an open breaker answers at once, without asking
+    // what is inside it), and a key at its limit that a failing store
+    // lets through is let through once and blocked for its period (see
+    // `BlockList::failed`).
+    let store = if block_cache_around(store_url, args) {
+        BoxStore::new(BlockCache::new(store))
+    } else {
+        store
     };
     // A Redis store (or the fallback) gives up after `--store-timeout-ms`
     // itself, so that its breaker counts the timeout: the layer's own

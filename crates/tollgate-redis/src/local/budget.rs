@@ -439,19 +439,39 @@ mod tests {
         };
         budget.open(u64::MAX >> 2, signature(1), || figures(1));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // The reader's tries so far. After each rewrite the writer waits
+        // for two more: the second began after the rewrite and ended before
+        // the next, so it must see a reading, however the threads are
+        // scheduled (a writer rewriting flat out on a loaded machine left
+        // the reader none in 200,000 tries). The first may overlap a
+        // rewrite, which is what the test is about.
+        let tries = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let rewrites = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let writer = {
-            let (budget, stop) = (budget.clone(), stop.clone());
+            let (budget, stop, tries) = (budget.clone(), stop.clone(), tries.clone());
+            let rewrites = rewrites.clone();
             std::thread::spawn(move || {
                 let mut n = 1;
                 while !stop.load(Ordering::Relaxed) {
+                    let from = tries.load(Ordering::Acquire);
+                    while tries.load(Ordering::Acquire) < from + 2 && !stop.load(Ordering::Relaxed)
+                    {
+                        std::thread::yield_now();
+                    }
                     n = 3 - n;
                     budget.close();
                     budget.open(u64::MAX >> 2, signature(n), || figures(n));
+                    rewrites.fetch_add(1, Ordering::Relaxed);
                 }
             })
         };
         let mut seen = 0;
-        for _ in 0..200_000 {
+        // 200,000 tries and 1,000 rewrites at least, whichever comes later
+        // (bounded: a writer starved for good ends the test all the same).
+        for done in 0..50_000_000u64 {
+            if done >= 200_000 && rewrites.load(Ordering::Relaxed) >= 1_000 {
+                break;
+            }
             if let Some(r) = budget.try_spend(0, 1, |r, _| *r) {
                 let r = &r;
                 let n = r.at;
@@ -470,6 +490,7 @@ mod tests {
                 assert_eq!(r.limits().len(), 2);
                 seen += 1;
             }
+            tries.fetch_add(1, Ordering::Release);
         }
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();

@@ -1,6 +1,7 @@
 //! The futures of the direct and keyed limiters: [`Check`] (one store
 //! call) and [`UntilReady`] (checks and sleeps until a call is admitted).
 
+use crate::store::Watched;
 use crate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -98,8 +99,10 @@ pin_project! {
     /// [`until_n_ready`](super::KeyedLimiter::until_n_ready). A refused check
     /// sleeps until the limit says a retry can pass, then checks again;
     /// an admitted one that must be held (the leaky bucket) sleeps out the
-    /// hold. Dropping it before it resolves stops waiting; a call already
-    /// charged stays charged.
+    /// hold. Dropping it before it resolves stops waiting: a check under
+    /// way is heard out and its admission given back
+    /// ([`Watched`](crate::store::Watched)); a call already admitted and
+    /// held (the leaky bucket's wait) stays charged.
     #[must_use = "waiting does nothing unless awaited"]
     pub struct UntilReady<St: Store> {
         store: St,
@@ -107,7 +110,7 @@ pin_project! {
         key: Key,
         cost: u32,
         #[pin]
-        state: WaitState<St::Future, St::Error>,
+        state: WaitState<Watched<St>, St::Error>,
     }
 }
 
@@ -123,7 +126,8 @@ pin_project! {
 
 impl<St: Store> UntilReady<St> {
     pub(crate) fn new(store: St, policy: Arc<Policy>, key: Key, cost: u32) -> Self {
-        let check = Check::new(store.check(&policy, &key, cost), false);
+        let reply = store.check(&policy, &key, cost);
+        let check = Check::new(reply.watched(&store, &policy, &key, cost), false);
         UntilReady {
             store,
             policy,
@@ -167,11 +171,10 @@ impl<St: Store> Future for UntilReady<St> {
                     if let Some(decision) = admitted.take() {
                         return Poll::Ready(Ok(decision));
                     }
+                    let reply = this.store.check(this.policy, this.key, *this.cost);
+                    let reply = reply.watched(this.store, this.policy, this.key, *this.cost);
                     WaitState::Checking {
-                        check: Check::new(
-                            this.store.check(this.policy, this.key, *this.cost),
-                            false,
-                        ),
+                        check: Check::new(reply, false),
                     }
                 }
             };

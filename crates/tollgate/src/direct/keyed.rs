@@ -1,6 +1,7 @@
 //! [`KeyedLimiter`]: a limit per key, checked directly.
 
 use super::{Check, UntilReady};
+use crate::store::Watched;
 use crate::{Key, MemoryStore, Policy, Store};
 use std::fmt;
 use std::sync::Arc;
@@ -74,13 +75,14 @@ impl<St: Store> KeyedLimiter<St> {
     /// Charges one call for `key` if every limit allows it; a refused call
     /// charges nothing. The decision is every limit's folded into one
     /// ([`Decision::merge`]).
-    pub fn check(&self, key: &Key) -> Check<St::Future, St::Error> {
+    pub fn check(&self, key: &Key) -> Check<Watched<St>, St::Error> {
         self.check_n(key, 1)
     }
 
     /// Charges a call of cost `n` for `key` if every limit allows it.
-    pub fn check_n(&self, key: &Key, n: u32) -> Check<St::Future, St::Error> {
-        Check::new(self.store.check(&self.policy, key, n), false)
+    pub fn check_n(&self, key: &Key, n: u32) -> Check<Watched<St>, St::Error> {
+        let reply = self.store.check(&self.policy, key, n);
+        Check::new(reply.watched(&self.store, &self.policy, key, n), false)
     }
 
     /// What a call of cost 1 for `key` would be told now, charging nothing:
@@ -89,8 +91,9 @@ impl<St: Store> KeyedLimiter<St> {
     /// the next unit is back ([`replenish_after`](Decision::replenish_after)).
     /// The other figures are the limit's as they stand. A call may still be
     /// refused after a peek said yes, if another caller took the unit first.
-    pub fn peek(&self, key: &Key) -> Check<St::Future, St::Error> {
-        Check::new(self.store.peek(&self.policy, key), true)
+    pub fn peek(&self, key: &Key) -> Check<Watched<St>, St::Error> {
+        let reply = self.store.peek(&self.policy, key);
+        Check::new(reply.watched(&self.store, &self.policy, key, 0), true)
     }
 
     /// Waits until a call for `key` is allowed, then charges it (and, where

@@ -1,7 +1,7 @@
 //! [`DirectLimiter`]: one limit, checked directly.
 
 use super::{Check, KeyedLimiter, UntilReady};
-use crate::store::PinnedKey;
+use crate::store::{PinnedKey, Watched};
 use crate::{Key, MemoryStore, Store};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -94,18 +94,18 @@ impl<St: Store> DirectLimiter<St> {
 
     /// Charges one call if every limit allows it; see
     /// [`KeyedLimiter::check`].
-    pub fn check(&self) -> Check<St::Future, St::Error> {
+    pub fn check(&self) -> Check<Watched<St>, St::Error> {
         self.keyed.check(&self.key)
     }
 
     /// Charges a call of cost `n` if every limit allows it.
-    pub fn check_n(&self, n: u32) -> Check<St::Future, St::Error> {
+    pub fn check_n(&self, n: u32) -> Check<Watched<St>, St::Error> {
         self.keyed.check_n(&self.key, n)
     }
 
     /// What a call of cost 1 would be told now, charging nothing; see
     /// [`KeyedLimiter::peek`].
-    pub fn peek(&self) -> Check<St::Future, St::Error> {
+    pub fn peek(&self) -> Check<Watched<St>, St::Error> {
         self.keyed.peek(&self.key)
     }
 

@@ -74,6 +74,42 @@ use tollgate_core::{Clock, MonotonicClock};
 /// answer, are up to a round trip *late*, never early: a client that
 /// waits out a cached `Retry-After` is not refused for waiting too little.
 ///
+/// # While the store fails
+///
+/// A store error (any: an error of the store, a [`Timeout`](super::Timeout)'s
+/// `Elapsed`, an open [`Breaker`](super::Breaker)) teaches the cache
+/// nothing, and a refusal it holds is answered as ever. Past a refusal's
+/// retry time, though, the key goes to the store, and a store that fails
+/// then would leave it to the layer's store-error behaviour: under
+/// fail-open, an open gate for a key known to be over its limit, on every
+/// request for as long as the outage lasts. So the cache keeps, beside
+/// its refusals, the keys it saw at their limit (refused, or admitted with
+/// nothing left) until a period of their quota past that, and answers a
+/// failure on such a key itself ([`BlockList::failed`]): refused while a
+/// refusal stands; otherwise the failure passes (fail-open lets this one
+/// request through) and the key is blocked here for its quota's period,
+/// every cost, with `Retry-After` at the block's end. However long the
+/// store fails, such a key is let through at most once per period by each
+/// instance on top of what the store admitted: its limit plus one per
+/// instance per period. The block is the cache's own figure, not the
+/// store's: it holds its period even if the store is back sooner (the
+/// request let through was charged nowhere), until a refund, a reset, an
+/// unblock or [`BlockList::clear`]. A key not known (never seen at its
+/// limit, or a period past it, or dropped for the bound) is left to the
+/// store-error behaviour.
+///
+/// For this, and for refusals to stand at all while a breaker is open,
+/// the cache must be asked before anything that fails in its place: put
+/// it **outermost**, `BlockCache<Breaker<Timeout<S>>>`, around a
+/// [`Fallback`](super::Fallback) too. A breaker that is open answers at
+/// once without asking what is inside it, so
+/// `Breaker<Timeout<BlockCache<S>>>` fails open for every key during the
+/// outage; the Redis store's own block cache sits inside the store, and
+/// so inside any breaker around it: turn it off and put this one in front.
+/// Inside a `Fallback` the first failure falls back and the block then
+/// refuses the key without asking the fallback's store: stricter than the
+/// fallback alone.
+///
 /// This reasoning holds while the store's state only grows between
 /// decisions. It does not cover state changed behind the store's back: a
 /// Redis `FLUSHALL` or a deleted key, or a fallback store (see
@@ -95,10 +131,12 @@ use tollgate_core::{Clock, MonotonicClock};
 /// # Bounded
 ///
 /// At most [`max_entries`](BlockList::with_max_entries) entries (default
-/// 100,000), in shards behind short-held locks. An entry takes 217 bytes
-/// of its map (its key inline, the decisions of up to two limits inline),
-/// and a map grows only as entries come: about 30 MB with 100,000 keys
-/// refused at once, nothing with none. When a shard is full, entries past their retry time are swept
+/// 100,000), in shards behind short-held locks, and as many keys known at
+/// their limit (see "While the store fails") in a second map of the same
+/// bound. An entry takes 249 bytes of its map (its key inline, the
+/// decisions of up to two limits inline), a known key 241, and a map grows
+/// only as entries come: about 50 MB of entries with 100,000 keys refused
+/// at once, nothing with none. When a shard is full, entries past their retry time are swept
 /// (at most once a second a shard), and if none, the entry closest to its
 /// retry time of a small sample makes room. A flood of distinct refused
 /// keys therefore costs at most the bound; an entry lost to it costs one
@@ -122,7 +160,8 @@ use tollgate_core::{Clock, MonotonicClock};
 /// The Redis store has one built in (on by default, see
 /// `RedisStoreBuilder::block_cache`); put this one in front of any other
 /// store that makes a round trip, or of a Redis store whose own is off,
-/// to choose the bound or the clock.
+/// to choose the bound or the clock, or to stand in front of a breaker
+/// (see "While the store fails").
 ///
 /// ```
 /// use tollgate::store::BlockCache;
@@ -222,19 +261,25 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let answer = ready!(this.inner.poll(cx));
-        if let (Ok(verdict), Some(learn)) = (&answer, this.learn.take()) {
-            let answered = learn.clock.now();
-            let Learn {
-                blocked,
-                policy,
-                key,
-                cost,
-                sent,
-                ..
-            } = learn;
-            blocked.learn(&policy, &key, cost, sent, answered, verdict);
-        }
-        Poll::Ready(answer)
+        let Some(learn) = this.learn.take() else {
+            return Poll::Ready(answer);
+        };
+        let answered = learn.clock.now();
+        let Learn {
+            blocked,
+            policy,
+            key,
+            cost,
+            sent,
+            ..
+        } = learn;
+        Poll::Ready(match answer {
+            Ok(verdict) => {
+                blocked.learn(&policy, &key, cost, sent, answered, &verdict);
+                Ok(verdict)
+            }
+            Err(error) => blocked.failed(&policy, &key, cost, answered).ok_or(error),
+        })
     }
 }
 
@@ -257,20 +302,25 @@ where
             return StoreReply::Ready(Ok(verdict));
         }
         match ask(&self.inner) {
-            StoreReply::Ready(answer) => {
-                if let Ok(verdict) = &answer {
-                    // The clock is read again only for a refusal, the
-                    // one answer the list keeps.
-                    let answered = if verdict.merged().allowed() {
-                        sent
-                    } else {
-                        self.clock.now()
-                    };
-                    self.blocked
-                        .learn(policy, key, cost, sent, answered, verdict);
-                }
-                StoreReply::Ready(answer)
+            StoreReply::Ready(Ok(verdict)) => {
+                // The clock is read again only for a refusal, the one
+                // answer the list keeps.
+                let answered = if verdict.merged().allowed() {
+                    sent
+                } else {
+                    self.clock.now()
+                };
+                self.blocked
+                    .learn(policy, key, cost, sent, answered, &verdict);
+                StoreReply::Ready(Ok(verdict))
             }
+            // A store that failed (an open breaker, at once): a key known
+            // at its limit is refused, or let through once and blocked.
+            StoreReply::Ready(Err(error)) => StoreReply::Ready(
+                self.blocked
+                    .failed(policy, key, cost, self.clock.now())
+                    .ok_or(error),
+            ),
             StoreReply::Pending(inner) => StoreReply::Pending(BlockCacheFuture {
                 inner,
                 learn: Some(Learn {
@@ -641,6 +691,237 @@ mod tests {
         };
         assert!(answer.await.is_err());
         assert_eq!(cache.block_list().len(), 1);
+    }
+
+    /// A clock, a [`Flaky`] store on it (up), a block cache in front.
+    fn flaky_setup() -> (ManualClock, Flaky, BlockCache<Flaky, ManualClock>) {
+        let clock = ManualClock::new(1_700_000_000 * SECOND);
+        let flaky = Flaky {
+            store: MemoryStore::builder().clock(clock.clone()).build(),
+            down: Arc::default(),
+            within: Arc::default(),
+        };
+        let cache = BlockCache::new(flaky.clone()).clock(clock.clone());
+        (clock, flaky, cache)
+    }
+
+    /// What a check through the cache came to: the store's (or the
+    /// cache's) verdict, or the store's failure, which a fail-open layer
+    /// lets through.
+    #[derive(Debug, PartialEq)]
+    enum Came {
+        Admitted,
+        Refused(Duration),
+        Failed,
+    }
+
+    async fn came<S: Store>(store: &S, policy: &Arc<Policy>, key: &Key, cost: u32) -> Came {
+        let answer = match store.check(policy, key, cost) {
+            StoreReply::Ready(answer) => answer,
+            StoreReply::Pending(future) => future.await,
+        };
+        match answer {
+            Ok(verdict) if verdict.merged().allowed() => Came::Admitted,
+            Ok(verdict) => Came::Refused(verdict.merged().retry_after()),
+            Err(_) => Came::Failed,
+        }
+    }
+
+    #[tokio::test]
+    async fn while_the_store_fails_a_key_refused_gets_through_once_a_period() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
+        let (victim, other) = (Key::from("victim"), Key::from("other"));
+        for _ in 0..3 {
+            assert_eq!(came(&cache, &policy, &victim, 1).await, Came::Admitted);
+        }
+        let retry = Duration::from_secs(20);
+        assert_eq!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(retry)
+        );
+        flaky.down.store(true, Ordering::Relaxed);
+        // The store's refusal stands until its retry time.
+        assert_eq!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(retry)
+        );
+        // A costlier request, which the cache leaves to the store, fails:
+        // let through once, and the key blocked for its period, any cost.
+        assert_eq!(came(&cache, &policy, &victim, 2).await, Came::Failed);
+        for cost in [1, 2, 3] {
+            assert_eq!(
+                came(&cache, &policy, &victim, cost).await,
+                Came::Refused(Duration::from_secs(60))
+            );
+        }
+        // A key never refused: its failures stand (fail open decides).
+        for _ in 0..5 {
+            assert_eq!(came(&cache, &policy, &other, 1).await, Came::Failed);
+        }
+        // A request every second for ten minutes: let through once a
+        // period (a minute) as each block ends, refused between.
+        let mut through = Vec::new();
+        for second in 0..600 {
+            match came(&cache, &policy, &victim, 1).await {
+                Came::Failed => through.push(second),
+                Came::Refused(after) => assert!(after <= Duration::from_secs(60)),
+                Came::Admitted => panic!("the store is down"),
+            }
+            // Every cost is refused during the block.
+            if through.last().is_some_and(|at| *at < second) {
+                assert!(matches!(
+                    came(&cache, &policy, &victim, 5).await,
+                    Came::Refused(_)
+                ));
+            }
+            clock.advance(Duration::from_secs(1));
+        }
+        assert_eq!(through, (1..10).map(|n| n * 60).collect::<Vec<_>>());
+        // Ten minutes on, the tenth block ends: through once more, then
+        // the block counts down its minute.
+        assert_eq!(came(&cache, &policy, &victim, 1).await, Came::Failed);
+        clock.advance(Duration::from_millis(500));
+        assert_eq!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(Duration::from_millis(59_500))
+        );
+        // The store back: the block of the cache's own holds to its end,
+        // then the store decides again (it charged the key 10 min ago).
+        flaky.down.store(false, Ordering::Relaxed);
+        assert!(matches!(
+            came(&cache, &policy, &victim, 1).await,
+            Came::Refused(_)
+        ));
+        clock.advance(Duration::from_millis(59_500));
+        assert_eq!(came(&cache, &policy, &victim, 1).await, Came::Admitted);
+    }
+
+    #[tokio::test]
+    async fn requests_sent_before_the_block_that_fail_after_it_are_refused() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let key = Key::from("victim");
+        assert_eq!(came(&cache, &policy, &key, 1).await, Came::Admitted);
+        assert!(matches!(
+            came(&cache, &policy, &key, 1).await,
+            Came::Refused(_)
+        ));
+        clock.advance(Duration::from_secs(60));
+        flaky.down.store(true, Ordering::Relaxed);
+        // Ten requests out at once, past the retry time: all go to the
+        // store, all fail. One gets through; the others find the block.
+        let pending: Vec<_> = (0..10)
+            .map(|_| match cache.check(&policy, &key, 1) {
+                StoreReply::Pending(future) => future,
+                StoreReply::Ready(_) => panic!("past its retry time the key goes to the store"),
+            })
+            .collect();
+        let mut failed = 0;
+        for future in pending {
+            match future.await {
+                Err(_) => failed += 1,
+                Ok(verdict) => {
+                    assert!(!verdict.merged().allowed());
+                    assert_eq!(verdict.merged().retry_after(), Duration::from_secs(60));
+                }
+            }
+        }
+        assert_eq!(failed, 1);
+    }
+
+    #[tokio::test]
+    async fn an_admission_that_spends_a_limit_makes_the_key_known_and_one_with_room_forgets_it() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "2/min", Algorithm::FixedWindow)]);
+        let (spent, roomy) = (Key::from("spent"), Key::from("roomy"));
+        clock.advance(Duration::from_secs(60 - 1_700_000_000 % 60));
+        for _ in 0..2 {
+            assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Admitted);
+        }
+        assert_eq!(came(&cache, &policy, &roomy, 1).await, Came::Admitted);
+        flaky.down.store(true, Ordering::Relaxed);
+        // Never refused, but left with nothing: through once, then held.
+        assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Failed);
+        assert_eq!(
+            came(&cache, &policy, &spent, 1).await,
+            Came::Refused(Duration::from_secs(60))
+        );
+        assert_eq!(came(&cache, &policy, &roomy, 1).await, Came::Failed);
+        assert_eq!(came(&cache, &policy, &roomy, 1).await, Came::Failed);
+        // A new window: the store gives the key room again, and forgets it.
+        clock.advance(Duration::from_secs(60));
+        flaky.down.store(false, Ordering::Relaxed);
+        assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Admitted);
+        flaky.down.store(true, Ordering::Relaxed);
+        for _ in 0..3 {
+            assert_eq!(came(&cache, &policy, &spent, 1).await, Came::Failed);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_is_known_for_a_period_past_its_refusal_and_forgotten_when_unblocked() {
+        let (clock, flaky, cache) = flaky_setup();
+        let policy = policy(&[("api", "1/min", Algorithm::Gcra)]);
+        let (quiet, unblocked) = (Key::from("quiet"), Key::from("unblocked"));
+        for key in [&quiet, &unblocked] {
+            assert_eq!(came(&cache, &policy, key, 1).await, Came::Admitted);
+            assert!(matches!(
+                came(&cache, &policy, key, 1).await,
+                Came::Refused(_)
+            ));
+        }
+        flaky.down.store(true, Ordering::Relaxed);
+        Store::unblock(&cache, &policy, &unblocked).await.unwrap();
+        assert_eq!(came(&cache, &policy, &unblocked, 1).await, Came::Failed);
+        assert_eq!(came(&cache, &policy, &unblocked, 1).await, Came::Failed);
+        // A reset and a cleared list forget a key as an unblock does.
+        for forget in 0..2 {
+            let key = Key::from(format!("forgotten-{forget}"));
+            flaky.down.store(false, Ordering::Relaxed);
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Admitted);
+            flaky.down.store(true, Ordering::Relaxed);
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Failed);
+            assert!(matches!(
+                came(&cache, &policy, &key, 1).await,
+                Came::Refused(_)
+            ));
+            if forget == 0 {
+                // The store behind is down: its reset fails, the cache
+                // forgets all the same.
+                let _ = Store::reset(&cache, &policy, &key).await;
+            } else {
+                cache.block_list().clear();
+            }
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Failed);
+            assert_eq!(came(&cache, &policy, &key, 1).await, Came::Failed);
+        }
+        // Refused for 60 s, known for a minute more: quiet until then, it
+        // is a key like any other.
+        clock.advance(Duration::from_secs(120));
+        assert_eq!(came(&cache, &policy, &quiet, 1).await, Came::Failed);
+        assert_eq!(came(&cache, &policy, &quiet, 1).await, Came::Failed);
+        assert!(cache.block_list().is_empty());
+    }
+
+    #[tokio::test]
+    async fn inside_a_fallback_the_first_failure_falls_back_and_the_block_then_refuses() {
+        let (clock, flaky, cache) = flaky_setup();
+        let local = MemoryStore::builder().clock(clock.clone()).build();
+        let store = crate::store::Fallback::new(cache, local);
+        let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
+        let key = Key::from("victim");
+        for _ in 0..3 {
+            assert_eq!(came(&store, &policy, &key, 1).await, Came::Admitted);
+        }
+        flaky.down.store(true, Ordering::Relaxed);
+        // Left with nothing by the store: its first failure is the
+        // fallback's to decide (admitted there), then the block refuses.
+        assert_eq!(came(&store, &policy, &key, 1).await, Came::Admitted);
+        assert_eq!(
+            came(&store, &policy, &key, 1).await,
+            Came::Refused(Duration::from_secs(60))
+        );
     }
 
     #[tokio::test]

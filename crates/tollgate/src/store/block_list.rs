@@ -59,6 +59,10 @@ struct ListInner {
     /// The refusals; its count is read without a lock, so that a check
     /// finds "nothing is blocked" for the price of one load.
     entries: BoundedMap<ByFingerprint<Entry>>,
+    /// The keys known to be at or over their limit (see
+    /// [`BlockList::failed`]), read only when the store fails. Locked
+    /// before `entries` when both are: never the other way round.
+    known: BoundedMap<ByFingerprint<Known>>,
     /// Just after a charge was last given back (its time + 1 ns; 0:
     /// never; see [`BlockList::forget`]): a refusal sent before then may no
     /// longer hold, and is not learned.
@@ -80,6 +84,26 @@ struct Entry {
     /// `sent` plus the retry time: from then on, the store is asked again.
     until: u64,
     verdict: PolicyDecision,
+    /// Not the store's refusal but this list's own: a key at its limit let
+    /// through while the store failed, blocked for its period (see
+    /// [`BlockList::failed`]). It refuses every cost of at least `cost`.
+    local: bool,
+}
+
+/// A key known to be at or over its limit: what a failure of the store on
+/// it is answered with (see [`BlockList::failed`]).
+struct Known {
+    policy: u64,
+    key: Key,
+    /// The decision that showed it (a refusal, or an admission that left
+    /// nothing), and when its answer came: the shape of a local block.
+    verdict: PolicyDecision,
+    answered: u64,
+    /// The longest period of the limits that refused or were left empty
+    /// (ns): how long a key let through while the store fails is blocked.
+    period: u64,
+    /// Known until then: a period past the end of its refusal or block.
+    until: u64,
 }
 
 impl BlockList {
@@ -97,6 +121,7 @@ impl BlockList {
         BlockList {
             inner: Arc::new(ListInner {
                 entries: BoundedMap::new(shards, max_entries / shards),
+                known: BoundedMap::new(shards, max_entries / shards),
                 refunded_at: AtomicU64::new(0),
             }),
         }
@@ -118,19 +143,25 @@ impl BlockList {
         self.len() == 0
     }
 
-    /// Forgets every refusal: after the store's state was reset behind its
-    /// back (a flushed Redis), so that keys are asked about again at once.
+    /// Forgets every refusal, and every key known to be at its limit:
+    /// after the store's state was reset behind its back (a flushed
+    /// Redis), so that keys are asked about again at once.
     pub fn clear(&self) {
+        self.inner.known.each_shard(|known| known.clear());
         self.inner.entries.each_shard(|entries| entries.clear());
     }
 
-    /// Forgets the refusal remembered for `key` under `policy`, if any: a
-    /// charge given back at `now` may let the key pass before the
-    /// refusal's retry time. A refusal of a request sent before `now`
-    /// whose answer comes later is not learned either (for any key: the
-    /// list keeps no time per key it does not hold).
+    /// Forgets the refusal remembered for `key` under `policy`, if any,
+    /// and that the key is at its limit: a charge given back at `now` may
+    /// let the key pass before the refusal's retry time. A refusal of a
+    /// request sent before `now` whose answer comes later is not learned
+    /// either (for any key: the list keeps no time per key it does not
+    /// hold).
     pub fn forget(&self, policy: &Policy, key: &Key, now: u64) {
         let fingerprint = self.inner.fingerprint(policy, key);
+        if !self.inner.known.is_empty() {
+            self.inner.known.write(fingerprint).remove(&fingerprint);
+        }
         // Under the key's shard lock, as `learn` reads `refunded_at`: a
         // refusal is either learned before (and removed here) or finds the
         // new time (and is not learned).
@@ -172,8 +203,9 @@ impl BlockList {
         // Only the refused cost: a costlier request is refused too, but
         // passes later than the remembered retry time, which would tell
         // its client to come back too early (the store answers it, and
-        // its refusal is learned in turn).
-        if cost != entry.cost {
+        // its refusal is learned in turn). A block of this list's own
+        // refuses every cost from 1 up.
+        if cost != entry.cost && !(entry.local && cost >= entry.cost) {
             return None;
         }
         let verdict = aged(&entry.verdict, now.saturating_sub(entry.answered));
@@ -201,7 +233,11 @@ impl BlockList {
         let merged = &verdict.merged();
         if merged.allowed() {
             // A request of cost 0 (a peek) charged nothing: nothing changed.
-            if cost == 0 || inner.entries.is_empty() {
+            if cost == 0 {
+                return;
+            }
+            self.learn_known(policy, key, sent, answered, verdict);
+            if inner.entries.is_empty() {
                 return;
             }
             let fingerprint = inner.fingerprint(policy, key);
@@ -218,6 +254,12 @@ impl BlockList {
         if !merged.can_ever_pass() || retry == 0 || inner.entries.per_shard() == 0 {
             return;
         }
+        // A refusal sent before a refund is not learned (checked again
+        // below, under the lock that `forget` holds).
+        if sent < inner.refunded_at.load(Ordering::Acquire) {
+            return;
+        }
+        self.learn_known(policy, key, sent, answered, verdict);
         let fingerprint = inner.fingerprint(policy, key);
         let entry = Entry {
             policy: policy.id(),
@@ -227,6 +269,7 @@ impl BlockList {
             answered: answered.max(sent),
             until: sent.saturating_add(stands_for(verdict)),
             verdict: verdict.clone(),
+            local: false,
         };
         let mut shard = inner.entries.write(fingerprint);
         // Read under the lock that `forget` holds while it moves it on.
@@ -247,6 +290,246 @@ impl BlockList {
                 shard.insert(fingerprint, entry);
             }
         }
+    }
+}
+
+impl BlockList {
+    /// Tells the list that the store failed (an error, a timeout, an open
+    /// breaker: no verdict) at `now` on a request for `key` under
+    /// `policy`; what to answer instead of the failure, if anything.
+    ///
+    /// A key is *known to be at its limit* from a refusal the list learned
+    /// (or an admission that left a limit empty) until a period of that
+    /// limit's quota past the refusal's retry time (or the admission's next
+    /// replenishment); a store answer that leaves it room again forgets it.
+    /// For such a key:
+    ///
+    /// - while a block of the list's own stands, or a refusal of the
+    ///   store's for this `cost`, the failure is answered with it (`Some`,
+    ///   what [`lookup`](Self::lookup) answers now): a request sent before
+    ///   it was made or learned, failing after, is refused all the same;
+    /// - otherwise `None` (the failure stands: the layer's store-error
+    ///   behaviour decides this request, and fail-open lets it through),
+    ///   and the key is blocked here for the longest period of the limits
+    ///   that showed it at its limit, every cost from 1 up: refused
+    ///   without a call to the store, with `Retry-After` at the block's
+    ///   end, and known for a period beyond it.
+    ///
+    /// So while the store fails, a key at its limit gets through at most
+    /// once per period, wherever the failure is answered: a refusal that
+    /// went stale cannot turn into an open gate. The block is the list's
+    /// own, not the store's figures: it holds for its period even if the
+    /// store comes back sooner (the request let through was charged
+    /// nowhere), and [`forget`](Self::forget), [`clear`](Self::clear) or a
+    /// refund lift it. A key the list never saw at its limit (or forgot,
+    /// for the bound) is not known: its failures stand.
+    pub fn failed(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        cost: u32,
+        now: u64,
+    ) -> Option<PolicyDecision> {
+        let inner = &*self.inner;
+        if inner.known.is_empty() || inner.entries.per_shard() == 0 {
+            return None;
+        }
+        let fingerprint = inner.fingerprint(policy, key);
+        // `known` before `entries`, as everywhere both are held.
+        let mut known_shard = inner.known.write(fingerprint);
+        let known = known_shard.get_mut(&fingerprint)?;
+        if known.policy != policy.id() || known.key != *key {
+            return None;
+        }
+        if now >= known.until {
+            known_shard.remove(&fingerprint);
+            return None;
+        }
+        let mut shard = inner.entries.write(fingerprint);
+        // What a lookup would answer: the store's refusal of this cost
+        // (figure for figure), or a block of the list's own (every cost).
+        if let Some(entry) = shard.get(&fingerprint)
+            && entry.policy == policy.id()
+            && entry.key == *key
+            && now < entry.until
+            && (cost == entry.cost || (entry.local && cost >= entry.cost))
+        {
+            return Some(aged(&entry.verdict, now.saturating_sub(entry.answered)));
+        }
+        let period = known.period;
+        let block = Entry {
+            policy: policy.id(),
+            key: key.clone(),
+            cost: 1,
+            sent: now,
+            answered: now,
+            until: now.saturating_add(period),
+            verdict: blocked_for(&known.verdict, period, now.saturating_sub(known.answered)),
+            local: true,
+        };
+        known.until = known.until.max(block.until.saturating_add(period));
+        match shard.get_mut(&fingerprint) {
+            Some(old) => *old = block,
+            None => {
+                shard.make_room(now, Eviction::IdleThenSample);
+                shard.insert(fingerprint, block);
+            }
+        }
+        drop(shard);
+        drop(known_shard);
+        tracing::debug!(
+            policy = policy.label(),
+            block_ms = period / 1_000_000,
+            "the store failed on a key at its limit: let through once, then blocked here \
+             for its period"
+        );
+        None
+    }
+
+    /// Learns whether `verdict` (of a request of a cost above 0, sent at
+    /// `sent`, answered at `answered`) shows the key at or over its limit
+    /// (remembered, see [`failed`](Self::failed)) or with room (forgotten).
+    fn learn_known(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        sent: u64,
+        answered: u64,
+        verdict: &PolicyDecision,
+    ) {
+        let inner = &*self.inner;
+        if inner.known.per_shard() == 0 {
+            return;
+        }
+        let fingerprint = inner.fingerprint(policy, key);
+        let same = |known: &Known| known.policy == policy.id() && known.key == *key;
+        let Some((ends, period)) = at_limit(policy, verdict) else {
+            // Room again, for a request sent after the key was seen at its
+            // limit: no longer known. A read lock first: the usual case,
+            // an admission of a key not known, writes nothing.
+            if inner.known.is_empty() {
+                return;
+            }
+            let stale = |known: &Known| same(known) && known.answered <= sent;
+            if !inner
+                .known
+                .read(fingerprint)
+                .get(&fingerprint)
+                .is_some_and(stale)
+            {
+                return;
+            }
+            let mut shard = inner.known.write(fingerprint);
+            if shard.get(&fingerprint).is_some_and(stale) {
+                shard.remove(&fingerprint);
+            }
+            return;
+        };
+        let answered = answered.max(sent);
+        let until = sent.saturating_add(ends).saturating_add(period);
+        let mut shard = inner.known.write(fingerprint);
+        match shard.get_mut(&fingerprint) {
+            Some(old) if same(old) => {
+                // The later answer shapes a block; the longer knowledge
+                // (a block of the list's own) stands.
+                if old.answered <= answered {
+                    old.verdict = verdict.clone();
+                    old.answered = answered;
+                    old.period = period;
+                }
+                old.until = old.until.max(until);
+            }
+            Some(old) => {
+                *old = Known {
+                    policy: policy.id(),
+                    key: key.clone(),
+                    verdict: verdict.clone(),
+                    answered,
+                    period,
+                    until,
+                };
+            }
+            None => {
+                shard.make_room(sent, Eviction::IdleThenSample);
+                shard.insert(
+                    fingerprint,
+                    Known {
+                        policy: policy.id(),
+                        key: key.clone(),
+                        verdict: verdict.clone(),
+                        answered,
+                        period,
+                        until,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Whether a limit's decision leaves the key at or over it: refused, or
+/// admitted with nothing left.
+fn spent(decision: &Decision) -> bool {
+    !decision.allowed() || decision.remaining() == 0
+}
+
+/// If `verdict` shows the key at or over a limit: how long until that
+/// ends as the store saw it (a refusal's retry time, an admission's next
+/// replenishment) and the longest period of those limits (ns).
+fn at_limit(policy: &Policy, verdict: &PolicyDecision) -> Option<(u64, u64)> {
+    let (each, limits) = (verdict.each(), policy.limits());
+    let longest = || {
+        limits
+            .iter()
+            .map(|limit| limit.quota().period_nanos())
+            .max()
+            .unwrap_or(0)
+    };
+    each.iter()
+        .enumerate()
+        .filter(|(_, decision)| spent(decision))
+        .map(|(i, decision)| {
+            let ends = if decision.allowed() {
+                decision.replenish_after_nanos()
+            } else {
+                decision.retry_after_nanos()
+            };
+            let period = match limits.get(i) {
+                Some(limit) if each.len() == limits.len() => limit.quota().period_nanos(),
+                _ => longest(),
+            };
+            (ends, period)
+        })
+        .reduce(|(a, p), (b, q)| (a.max(b), p.max(q)))
+}
+
+/// The refusal of a block of `period` ns made `elapsed` ns after
+/// `verdict`'s answer: each limit it showed spent refuses until the
+/// block's end (its retry, replenishment and reset times), the others read
+/// as `verdict` aged by `elapsed`.
+fn blocked_for(verdict: &PolicyDecision, period: u64, elapsed: u64) -> PolicyDecision {
+    PolicyDecision::new(verdict.each().iter().map(|decision| {
+        if spent(decision) {
+            DecisionFields {
+                allowed: false,
+                remaining: 0,
+                reset_after_nanos: period,
+                replenish_after_nanos: period,
+                retry_after_nanos: period,
+                wait_nanos: 0,
+                ..decision.fields()
+            }
+            .into()
+        } else {
+            aged_decision(decision, elapsed)
+        }
+    }))
+}
+
+/// A known key is idle (may be dropped) once it is no longer known.
+impl Idle for Known {
+    fn idle_at(&self) -> u64 {
+        self.until
     }
 }
 
@@ -357,5 +640,13 @@ mod tests {
         assert_eq!(later.merged().retry_after(), Decision::NEVER);
         assert_eq!(later.merged().reset_after_nanos(), 7 * SECOND);
         assert_eq!(aged(&verdict, 0), verdict);
+    }
+
+    /// The sizes `BlockCache`'s docs give: a slot of each map (its
+    /// fingerprint, its value and the table's control byte).
+    #[test]
+    fn entries_take_the_bytes_the_docs_say() {
+        assert_eq!(std::mem::size_of::<(u64, Entry)>() + 1, 249);
+        assert_eq!(std::mem::size_of::<(u64, Known)>() + 1, 241);
     }
 }

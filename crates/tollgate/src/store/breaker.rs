@@ -51,6 +51,30 @@ use tollgate_core::{Clock, MonotonicClock};
 /// # let _ = store;
 /// ```
 ///
+/// While open it asks nothing inside it: a [`BlockCache`](super::BlockCache),
+/// a [`PenaltyBox`](super::PenaltyBox) or a store's own block list
+/// (the Redis store's) *inside* the breaker goes unasked for the whole
+/// outage, and every request of a key they would refuse gets the
+/// store-error behaviour (fail-open lets it through). Put them in front
+/// of the breaker, where they answer whatever the store does, and the
+/// block cache then also bounds what fail-open lets through for a key it
+/// knew at its limit ([`BlockList::failed`](super::BlockList::failed)):
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::MemoryStore;
+/// use tollgate::store::{BlockCache, Breaker, Timeout};
+///
+/// # let redis = MemoryStore::new(); // a RedisStore, its own block cache off
+/// let store = BlockCache::new(Breaker::new(Timeout::new(redis, Duration::from_millis(50))));
+/// # let _ = store;
+/// ```
+///
+/// Answers from a block cache in front never reach the breaker either, so
+/// they do not count as the successes that reset its count of consecutive
+/// failures (a flood of refused requests on one key would otherwise keep
+/// it from opening while every other call times out).
+///
 /// Refunds, debits and an operator's calls are forwarded whatever the
 /// state (a refund of a charge the store made should reach it if it can).
 #[derive(Clone, Debug)]

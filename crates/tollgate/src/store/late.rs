@@ -30,7 +30,7 @@
 //!
 //! `kept` and `abandoned` are also logged (one WARN every 10 s at most).
 
-use super::{Capability, PolicyDecision, Refund, Store};
+use super::{Capability, PolicyDecision, Refund, Store, StoreReply};
 use crate::{Key, Policy};
 use std::future::Future;
 use std::pin::Pin;
@@ -66,7 +66,6 @@ pub(crate) enum LateOutcome {
 }
 
 impl LateOutcome {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn label(self) -> &'static str {
         match self {
             LateOutcome::GivenBack => "given_back",
@@ -152,6 +151,28 @@ impl<St: Store> Watched<St> {
     pub fn give_up(&mut self) {
         if let Some(future) = self.future.take() {
             hear_out(future, &self.asked);
+        }
+    }
+}
+
+impl<F, E> StoreReply<F, E> {
+    /// This reply, its future (if it has one) [`Watched`]: the answer of a
+    /// check of `cost` for `key` under `policy` that `store` gave.
+    pub fn watched<St>(
+        self,
+        store: &St,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Watched<St>, E>
+    where
+        St: Store<Future = F, Error = E>,
+    {
+        match self {
+            StoreReply::Ready(answer) => StoreReply::Ready(answer),
+            StoreReply::Pending(future) => {
+                StoreReply::Pending(Watched::new(future, store.clone(), policy, key, cost))
+            }
         }
     }
 }
@@ -242,9 +263,11 @@ fn report(policy: &Policy, outcome: LateOutcome) {
                      should implement Store::refund)"
                 );
             }
-            crate::observe::late_check(outcome);
+            crate::observe::late_check(outcome.label());
         }
-        LateOutcome::GivenBack | LateOutcome::NotCharged => crate::observe::late_check(outcome),
+        LateOutcome::GivenBack | LateOutcome::NotCharged => {
+            crate::observe::late_check(outcome.label())
+        }
     }
 }
 
@@ -261,7 +284,7 @@ fn abandon(policy: &Policy, why: &str) {
              (see tollgate::store::late)"
         );
     }
-    crate::observe::late_check(LateOutcome::Abandoned);
+    crate::observe::late_check(LateOutcome::Abandoned.label());
 }
 
 /// One of the [`MAX_LATE_CHECKS`] places, given back when dropped.
@@ -281,5 +304,22 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         HEARING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_more_than_the_bound_are_heard_at_once() {
+        let mut places = Vec::new();
+        while let Some(place) = Place::take() {
+            places.push(place);
+            assert!(places.len() <= MAX_LATE_CHECKS);
+        }
+        assert_eq!(late_checks_in_progress(), MAX_LATE_CHECKS);
+        places.pop();
+        assert!(Place::take().is_some(), "a place given back is free again");
     }
 }

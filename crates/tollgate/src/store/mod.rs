@@ -136,6 +136,11 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// for a decision made after the caller gave up: that request was
     /// already answered by the store-error behaviour. The default ignores
     /// `within`, right for stores that answer at once.
+    ///
+    /// A decision made in time whose answer comes late is the caller's to
+    /// settle: the layer hears it out and gives an admission back through
+    /// [`refund`](Self::refund) ([`Watched`], see [`late`]), so a store that
+    /// answers later should be able to give charges back.
     fn check_within(
         &self,
         policy: &Arc<Policy>,

@@ -182,10 +182,10 @@ impl<St: Store> Timeout<St> {
         cost: u32,
         after: Duration,
     ) -> StoreReply<TimeoutFuture<St>, TimeoutError<St::Error>> {
-        match reply {
+        match reply.watched(&self.inner, policy, key, cost) {
             StoreReply::Ready(answer) => StoreReply::Ready(answer.map_err(TimeoutError::Inner)),
             StoreReply::Pending(inner) => StoreReply::Pending(TimeoutFuture {
-                inner: Watched::new(inner, self.inner.clone(), policy, key, cost),
+                inner,
                 deadline: tokio::time::sleep(after),
                 after,
             }),
