@@ -2,11 +2,14 @@
 //! them, on a real server and the server's clock (`Kit::real_time`: a day's
 //! quotas, decisions by counts): the Redis store with its block cache and
 //! without, the local-first store in both modes, and the wrappers and the
-//! fallback a production setup stacks on them, Redis up and Redis killed.
+//! fallback a production setup stacks on them, Redis up and Redis killed;
+//! and the racing kit: clients racing for shared keys through several
+//! connections (instances) of the Redis store and of the local-first
+//! store.
 
 use std::time::Duration;
 use tollgate::MemoryStore;
-use tollgate::conformance::{Kit, Report};
+use tollgate::conformance::{Kit, Race, RaceReport, Report};
 use tollgate::store::{BlockCache, BoxStore, Fallback, Penalty, PenaltyBox, Store, Timeout};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
 use tollgate_tests::redis::RedisServer;
@@ -135,4 +138,56 @@ async fn a_fallback_to_memory_conforms_with_redis_up_and_killed() {
     // failure is reported, the secondary's part done): reset checked in
     // `tests/admin.rs`, both left out here.
     passes(Kit::real_time(down).no_reset().no_carry().steps(20), all()).await;
+}
+
+/// `n` Redis stores, each its own connection, as `n` instances of an app.
+async fn instances(server: &RedisServer, prefix: &str, n: usize) -> Vec<RedisStore> {
+    let mut stores = Vec::new();
+    for _ in 0..n {
+        stores.push(redis(server, prefix, false).await);
+    }
+    stores
+}
+
+/// Runs `race`, which must play `algorithms` algorithms, each twice.
+async fn races<St: Store>(race: Race<St>, algorithms: usize) -> RaceReport {
+    let name = tollgate::store::short_type_name::<St>();
+    let report = race
+        .run()
+        .await
+        .unwrap_or_else(|failure| panic!("{name}: {failure}"));
+    assert_eq!(report.algorithms.len(), algorithms, "{report:?}");
+    assert_eq!(report.runs, 2 * algorithms, "{report:?}");
+    assert!(report.kept > 0, "{report:?}");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_races_through_several_connections() {
+    let server = RedisServer::start();
+    let stores = instances(&server, "race", 4).await;
+    let mut next = 0;
+    let race = Race::new(move || {
+        next += 1;
+        stores[next % stores.len()].clone()
+    });
+    let report = races(race, all()).await;
+    // Every key filled up: the counts were checked exactly.
+    assert!(report.refused > 0, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_first_store_races_in_both_modes() {
+    let server = RedisServer::start();
+    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+        let stores = instances(&server, "race-local", 4).await;
+        let mut next = 0;
+        let race = Race::new(move || {
+            next += 1;
+            LocalFirst::builder(stores[next % stores.len()].clone(), mode).build()
+        });
+        // Reservations and readings may refuse what the memory store would
+        // admit: never more.
+        races(race.never_more(), local_first()).await;
+    }
 }

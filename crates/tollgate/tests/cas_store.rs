@@ -386,6 +386,58 @@ async fn a_late_check_charges_nothing() {
     assert_eq!(backend.len(), 1);
 }
 
+/// A backend whose reads return values past their expiry, which its
+/// writes (the memory backend's) treat as absent: its read and write
+/// disagree.
+#[derive(Clone)]
+struct ServesExpired(MemoryBackend<ManualClock>, Arc<AtomicUsize>);
+
+impl CasBackend for ServesExpired {
+    type Error = std::convert::Infallible;
+    type Read = std::future::Ready<Result<Snapshot, Self::Error>>;
+    type Write = <MemoryBackend<ManualClock> as CasBackend>::Write;
+
+    fn read(&self, key: &str) -> Self::Read {
+        let Ok(snapshot) = self.0.read(key).into_inner();
+        std::future::ready(Ok(Snapshot {
+            value: self.0.get(key),
+            ..snapshot
+        }))
+    }
+
+    fn write(&self, key: &str, swap: Swap) -> Self::Write {
+        self.1.fetch_add(1, Ordering::Relaxed);
+        self.0.write(key, swap)
+    }
+}
+
+/// Such a backend fails the call at once, saying so — not as a race lost
+/// eight times to a writer that does not exist.
+#[tokio::test]
+async fn a_backend_whose_read_and_write_disagree_is_named_not_retried() {
+    let (clock, backend) = store_at(100);
+    let writes = Arc::new(AtomicUsize::new(0));
+    let store = CasStore::new(ServesExpired(backend.clone(), writes.clone()));
+    let limits = policy(&[("api", "1/min", Algorithm::Gcra)]);
+    let key = Key::from("k");
+    assert!(store.check(&limits, &key, 1).resolve().await.is_ok());
+    // A reset leaves an empty value, at rest (expired) at once.
+    store.reset(&limits, &key).await.unwrap();
+    let before = writes.load(Ordering::Relaxed);
+    clock.advance(Duration::from_secs(1));
+    let error = store.check(&limits, &key, 1).resolve().await.unwrap_err();
+    assert!(matches!(error, CasError::Disagreeing { .. }), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("read and write disagree"), "{message}");
+    assert!(!message.contains("lost the race"), "{message}");
+    // One write tried, and not made; nothing charged, no race counted as
+    // given up.
+    assert_eq!(writes.load(Ordering::Relaxed) - before, 1);
+    assert_eq!(store.contended(), 0);
+    let Ok(snapshot) = backend.read(&store.key_name(&limits, &key)).into_inner();
+    assert_eq!(snapshot.value, None);
+}
+
 #[tokio::test]
 async fn each_value_expires_when_its_key_is_back_at_rest() {
     // 100 s into the epoch, every limit of 1 per minute, one request: when

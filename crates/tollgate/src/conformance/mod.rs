@@ -51,8 +51,77 @@
 //! The kit awaits the store's futures and, on a real clock, tokio's
 //! timer: run it in a tokio runtime with time enabled
 //! (`#[tokio::test]`).
+//!
+//! # Races, lateness and faults: [`Race`]
+//!
+//! [`Kit`] plays one step at a time against one instance: it cannot see a
+//! race between two instances, nor what a reply that comes late does.
+//! [`Race`] can: several clients (tokio tasks) send checks for a few
+//! shared keys through several instances of the store at once, some
+//! stopping waiting after a short deadline (heard out as the layer does,
+//! through [`Watched`](crate::store::Watched), or dropped unheard), and a
+//! checker asks of each key whether *some* order of the calls, decided by
+//! the reference algorithm, explains the admissions the callers kept, the
+//! refusals, and the key's count once every late check has been heard
+//! out. Over a compare-and-swap backend ([`Race::cas`], feature `cas`) it
+//! puts [`Faults`] in front of the backend: replies late and with jitter,
+//! writes made just before their deadline and answered after it, writes
+//! held until their deadline has passed, restarts that refuse calls for a
+//! while. A failure names what went wrong, the seed, and the shortest
+//! trace that still fails.
+//!
+//! Run both on a backend of your own (a `CasBackend` over your database):
+//!
+//! ```
+//! # #[cfg(feature = "cas")] {
+//! use tollgate::conformance::{Kit, Race};
+//! use tollgate::store::cas::{CasStore, MemoryBackend};
+//!
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! let backend = MemoryBackend::new(); // yours: MyBackend::connect(..).await
+//! // One step at a time, every operation, against the memory store.
+//! Kit::real_time(CasStore::new(backend.clone())).traces(2).run().await.unwrap();
+//! // Racing instances over it, through injected faults.
+//! let report = Race::cas(backend).runs(1).run().await.unwrap();
+//! assert!(report.skipped.is_empty());
+//! # });
+//! # }
+//! ```
+//!
+//! # Its reach, and its limits
+//!
+//! The kit sees what a store decides and how it counts: a decision unlike
+//! the memory store's, a header figure that breaks its promise, a charge
+//! a refund or a reset did not undo, a lost update, a charge made after
+//! its caller's deadline, a value served after its expiry, a late answer
+//! not given back. It does not see:
+//!
+//! - how fast a store is, or how it behaves past its own bounds (the
+//!   number of keys, the late checks heard out at once);
+//! - in a race, the timings of a single decision (`retry_after`,
+//!   `reset_after`): races use day-long quotas, so that their verdicts
+//!   rest on counts, and the one-step kit checks timings on a manual
+//!   clock; nor refunds and debits sent by callers themselves;
+//! - a fault it does not inject: a reply lost after its write was made
+//!   (no store can tell what such a write did), a clock that runs back, a
+//!   network partition between instances of a store that keeps counts
+//!   of its own;
+//! - an interleaving the scheduler does not make: a seed replays the
+//!   plan of a race, not its interleaving, so a bug that needs a rare
+//!   one may need more runs ([`Race::runs`]) to show.
 
+mod checker;
+#[cfg(feature = "cas")]
+mod faults;
+mod ledger;
+mod race;
 mod trace;
+
+#[cfg(feature = "cas")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cas")))]
+pub use faults::Faults;
+pub use ledger::{FaultError, KeyLedger, Ledger};
+pub use race::{Race, RaceReport};
 
 use crate::store::{Capability, Debit, MemoryStore, PolicyDecision, Refund, Store, StoreReply};
 use crate::{Key, NamedLimit, Policy};

@@ -39,6 +39,20 @@ pub enum CasError<E> {
         /// How many attempts were made.
         attempts: u32,
     },
+    /// The backend did not make a write over `version` of `key`, the
+    /// version its read had just returned, and its next read returned that
+    /// version again: no other writer had changed it (versions are random
+    /// and never come back), so its read and its write disagree about
+    /// what the key holds — most often a read that returns a value past
+    /// its [`expires_at`](super::Swap::expires_at) which the write treats
+    /// as absent. Nothing was charged; see [`CasBackend`](super::CasBackend)
+    /// for the contract.
+    Disagreeing {
+        /// The value's key in the backend.
+        key: Arc<str>,
+        /// The version read, and not written over.
+        version: u64,
+    },
     /// The caller stopped waiting ([`Store::check_within`](crate::Store::check_within))
     /// before the decision could be written: nothing was charged.
     Late {
@@ -78,6 +92,15 @@ impl<E: fmt::Display> fmt::Display for CasError<E> {
                 "{attempts} attempts to write {key:?} each lost the race to another writer; \
                  nothing was charged; help: raise `max_attempts` or the backoff \
                  (`CasStoreBuilder`), or spread the load over more keys"
+            ),
+            CasError::Disagreeing { key, version } => write!(
+                f,
+                "the backend did not write {key:?} over version {version}, the version its read \
+                 had just returned, and read that version again: no other writer changed it, \
+                 so the backend's read and write disagree about what the key holds (a read that \
+                 returns a value past its expiry, which the write treats as absent, does this); \
+                 nothing was charged; help: `CasBackend::read` and `write` must agree on what \
+                 a key holds"
             ),
             CasError::Late { key } => write!(
                 f,

@@ -50,6 +50,11 @@ pin_project! {
         // The last write was not made, and whether it lost a race or was
         // refused for its deadline is for the next read to say.
         unsettled: bool,
+        // The version the write in flight expects, and, once it was not
+        // made, the version it expected: a read that finds that version
+        // again shows that no other writer changed it.
+        expected: Option<u64>,
+        refused: Option<u64>,
         // The key's turn, held until the call is over.
         turn: Option<OwnedSemaphorePermit>,
         #[pin]
@@ -89,6 +94,8 @@ impl<B: CasBackend> CasFuture<B> {
             deadline: None,
             lost: 0,
             unsettled: false,
+            expected: None,
+            refused: None,
             turn: None,
             // Nothing is asked for before the first poll: a future made
             // and not polled holds no turn.
@@ -141,6 +148,23 @@ impl<B: CasBackend> Future for CasFuture<B> {
                         || this
                             .deadline
                             .is_some_and(|deadline| snapshot.now > deadline);
+                    let found = snapshot.value.as_ref().map(|value| value.version);
+                    if let Some(version) = this.refused.take()
+                        && found == Some(version)
+                        && !late
+                    {
+                        // A write over this very version was not made, and
+                        // no writer has changed it since (versions are
+                        // random and never come back): no race was lost.
+                        // The backend's read and write disagree about what
+                        // the key holds; trying again would only fail again.
+                        this.phase.set(Phase::Done);
+                        *this.turn = None;
+                        return Poll::Ready(Err(CasError::Disagreeing {
+                            key: this.name.clone(),
+                            version,
+                        }));
+                    }
                     if std::mem::take(this.unsettled) && !late {
                         // The write before was not made, and not for its
                         // deadline: a race lost.
@@ -157,7 +181,8 @@ impl<B: CasBackend> Future for CasFuture<B> {
                             expires_at,
                             answer,
                         }) => {
-                            let expected = snapshot.value.as_ref().map(|value| value.version);
+                            let expected = found;
+                            *this.expected = expected;
                             let swap = Swap {
                                 bytes,
                                 version: this.shared.version(expected),
@@ -196,6 +221,7 @@ impl<B: CasBackend> Future for CasFuture<B> {
                         }
                         Ok(false) => {
                             *this.lost += 1;
+                            *this.refused = *this.expected;
                             if *this.lost >= this.shared.retry.max_attempts {
                                 this.shared.lost_race(this.policy.label());
                                 this.shared.gave_up(this.policy.label());

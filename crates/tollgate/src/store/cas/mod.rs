@@ -50,7 +50,16 @@
 //! [`CasBackend`] for the contract and an example, [`MemoryBackend`] for
 //! the in-memory backend the tests use, and `docs/ARCHITECTURE.md`
 //! ("Writing a compare-and-swap backend") for the steps. Then run the
-//! conformance kit over `CasStore<YourBackend>`.
+//! conformance kit over `CasStore<YourBackend>`, and race it through
+//! injected faults: `tollgate::conformance::Race::cas(your_backend)`
+//! (features `conformance` and `cas`).
+//!
+//! A backend whose `read` and `write` disagree about what a key holds
+//! (most often: a read that returns a value past its expiry, which the
+//! write treats as absent) is named as such: a write over the version a
+//! read had just returned is not made, the next read returns that version
+//! again, and the call fails with [`CasError::Disagreeing`] at once,
+//! having charged nothing, rather than being retried as a lost race.
 
 mod backend;
 mod error;
