@@ -1,7 +1,7 @@
 //! The circuit breaker (`tollgate::store::Breaker`) in front of a store
 //! that fails: it opens after consecutive failures and stops calling the
 //! store, probes after a cool-down that doubles while probes fail, closes
-//! when one succeeds; it logs one WARN per outage and one INFO when it
+//! when one succeeds; it logs one WARN when an outage starts and one when it
 //! closes, never one per request; its state is in metrics.
 
 mod breaker_common;

@@ -15,9 +15,12 @@ enum Kind {
     Redis(redis::RedisError),
     UnexpectedReply(String),
     Late,
+    /// Redis cannot be asked now (not connected yet, a reset that found
+    /// no answer).
+    Unavailable(String),
     /// The local-first store's call for a key failed, and what this
     /// instance held for it is spent.
-    Unavailable(String),
+    LocalSpent(String),
 }
 
 impl RedisStoreError {
@@ -36,6 +39,14 @@ impl RedisStoreError {
     pub(crate) fn unavailable(message: String) -> Self {
         RedisStoreError {
             kind: Kind::Unavailable(message),
+        }
+    }
+
+    /// The local-first store cannot decide: what it held is spent and its
+    /// call to Redis failed (`message`).
+    pub(crate) fn local_spent(message: String) -> Self {
+        RedisStoreError {
+            kind: Kind::LocalSpent(message),
         }
     }
 
@@ -103,6 +114,11 @@ impl fmt::Display for RedisStoreError {
             ),
             Kind::Unavailable(message) => write!(
                 f,
+                "Redis is not available: {message}; the layer applies its store-failure \
+                 behaviour meanwhile"
+            ),
+            Kind::LocalSpent(message) => write!(
+                f,
                 "the local-first store has spent what it held for this key and cannot \
                  reach Redis for more ({message}); the layer applies its store-failure \
                  behaviour meanwhile"
@@ -122,5 +138,22 @@ impl std::error::Error for RedisStoreError {
             Kind::Redis(error) => Some(error),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_names_the_store_there_is() {
+        let plain = crate::connection::not_connected().to_string();
+        assert!(
+            plain.starts_with("Redis is not available: not connected"),
+            "{plain}"
+        );
+        assert!(!plain.contains("local-first"), "{plain}");
+        let local = RedisStoreError::local_spent("connection refused".into()).to_string();
+        assert!(local.contains("the local-first store has spent"), "{local}");
     }
 }

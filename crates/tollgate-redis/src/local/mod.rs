@@ -830,7 +830,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
             return StoreReply::Ready(Ok(decision));
         }
         Step::Fail(message) => {
-            return StoreReply::Ready(Err(RedisStoreError::unavailable(message)));
+            return StoreReply::Ready(Err(RedisStoreError::local_spent(message)));
         }
         Step::Wait => {}
     }
@@ -851,7 +851,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
                     inner.stats.waited(inner.mode_name());
                     return Ok(decision);
                 }
-                Step::Fail(message) => return Err(RedisStoreError::unavailable(message)),
+                Step::Fail(message) => return Err(RedisStoreError::local_spent(message)),
                 Step::Wait => done.await,
             }
         }

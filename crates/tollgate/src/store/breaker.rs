@@ -27,7 +27,8 @@ use tollgate_core::{Clock, MonotonicClock};
 /// [`max_cool_down`](Self::max_cool_down).
 ///
 /// It logs with `tracing` once per outage, never per request: a WARN when
-/// it opens, an INFO when it closes (the probes in between at DEBUG). With
+/// it opens, and another WARN when it closes (an outage's end as
+/// visible as its start); the probes in between at DEBUG. With
 /// the `metrics` feature, the gauge `tollgate_breaker_state{store}` is 0
 /// closed, 1 half-open, 2 open, and `tollgate_breaker_opened_total{store}`
 /// counts the outages; `store` is the type of the store behind
@@ -347,14 +348,15 @@ impl Circuit {
         );
     }
 
-    /// Half-open → closed: the one INFO.
+    /// Half-open → closed: a WARN too, as visible as the opening's, so
+    /// that an operator who saw the outage start sees it end.
     fn close(&self) {
         self.failed.store(0, Ordering::Release);
         self.current_cool_down
             .store(self.cool_down, Ordering::Release);
         self.phase.store(CLOSED, Ordering::Release);
         self.observe_phase(CLOSED);
-        tracing::info!(
+        tracing::warn!(
             store = &*self.store,
             "circuit breaker closed: the store answered again"
         );
