@@ -447,9 +447,6 @@ async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back(
         let decision = decide(&a, &policy, 1).await;
         assert!(decision.merged().allowed(), "{name}");
         clock.advance(Duration::from_millis(100));
-        // A's second reservation, ahead of need, ran in Redis: it
-        // replaced the count of held units the first recorded (A holds
-        // none now: the count is gone).
         // The reply's strings, without RESP's headers.
         let strings = |reply: String| -> Vec<String> {
             reply
@@ -471,6 +468,9 @@ async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back(
             })
         };
         assert_eq!(recorded().as_deref(), Some("1"), "{name}: not yet replaced");
+        // Until A's second reservation, ahead of need, ran in Redis: it
+        // replaced the count of held units the first recorded (A holds
+        // none now: the count is gone).
         for _ in 0..5_000 {
             if recorded().is_none() {
                 break;
@@ -480,8 +480,10 @@ async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back(
         assert_eq!(recorded(), None, "{name}: replaced, holding nothing");
         let refund = Refund::of(&decision, 1, Duration::from_millis(100));
         a.refund(&policy, &Key::GLOBAL, refund).landed().await;
-        // A moment later, as on a real clock: a reservation sent at the
-        // very time a refund landed is not trusted to refuse.
+        // A moment later, as on a real clock: a refusal to a reservation
+        // sent at the very time a refund landed is not remembered (it may
+        // predate the refund), so on a clock that stands still a refused
+        // request would reserve again and again.
         clock.advance(Duration::from_millis(1));
         let passed = passes(&b, &policy, 3).await;
         let over_b = decide(&b, &policy, 1).await.merged().allowed();
