@@ -408,6 +408,95 @@ async fn exact_mode_refunds_on_one_instance_are_the_others_at_once() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// The interleaving behind the flaky test above, driven on a test clock:
+/// A admits a unit (the last it holds, so a reservation ahead of need
+/// starts), that reservation runs in Redis 100 ms later and, reporting the
+/// unit spent, charges it; only then does A's refund of it land. The
+/// refund names the reservation before, whose count of held units the
+/// later one replaced: the unit must still come back whole, not less the
+/// 100 ms between the admission and the reservation that charged it
+/// (which left the bucket short of a unit for 100 ms: B admitted 2 of 3).
+#[tokio::test]
+async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back() {
+    let mut failures = Vec::new();
+    let server = RedisServer::start();
+    let quota = Quota::per_hour(3);
+    for (name, algorithm) in [
+        ("gcra", Algorithm::Gcra),
+        ("token bucket", Algorithm::TokenBucket),
+    ] {
+        let policy = Arc::new(Policy::new(vec![
+            NamedLimit::new("login", quota).with_algorithm(algorithm),
+        ]));
+        // Well inside an hour, on the test clock.
+        let clock = tollgate_core::ManualClock::new(1_700_000_000 * 1_000_000_000 + 60_000_000_000);
+        let prefix = format!("replaced-{name}");
+        let store = || async {
+            let redis = RedisStore::builder(server.url())
+                .prefix(prefix.as_str())
+                .test_clock(clock.clone())
+                .connect()
+                .await
+                .unwrap();
+            LocalFirst::builder(redis, LocalMode::Exact).build()
+        };
+        let (a, b) = (store().await, store().await);
+        // A's only reservation so far, for this request; its unit spent,
+        // the next starts ahead of need (on this one-thread runtime, it
+        // runs once the test waits).
+        let decision = decide(&a, &policy, 1).await;
+        assert!(decision.merged().allowed(), "{name}");
+        clock.advance(Duration::from_millis(100));
+        // The reply's strings, without RESP's headers.
+        let strings = |reply: String| -> Vec<String> {
+            reply
+                .lines()
+                .filter(|line| !line.starts_with(['*', '$']))
+                .map(str::to_owned)
+                .collect()
+        };
+        let recorded = || {
+            let keys = strings(server.command(&["KEYS", &format!("{prefix}*~held")]));
+            let values = keys
+                .first()
+                .map(|held| strings(server.command(&["HVALS", held])));
+            // A count is "units expiry report": its report.
+            values?.iter().find_map(|value| {
+                let words: Vec<&str> = value.split(' ').collect();
+                let numbers = words.iter().all(|w| w.parse::<u64>().is_ok());
+                (words.len() == 3 && numbers).then(|| words[2].to_owned())
+            })
+        };
+        assert_eq!(recorded().as_deref(), Some("1"), "{name}: not yet replaced");
+        // Until A's second reservation, ahead of need, ran in Redis: it
+        // replaced the count of held units the first recorded (A holds
+        // none now: the count is gone).
+        for _ in 0..5_000 {
+            if recorded().is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(recorded(), None, "{name}: replaced, holding nothing");
+        let refund = Refund::of(&decision, 1, Duration::from_millis(100));
+        a.refund(&policy, &Key::GLOBAL, refund).landed().await;
+        // A moment later, as on a real clock: a refusal to a reservation
+        // sent at the very time a refund landed is not remembered (it may
+        // predate the refund), so on a clock that stands still a refused
+        // request would reserve again and again.
+        clock.advance(Duration::from_millis(1));
+        let passed = passes(&b, &policy, 3).await;
+        let over_b = decide(&b, &policy, 1).await.merged().allowed();
+        let over_a = decide(&a, &policy, 1).await.merged().allowed();
+        if (passed, over_b, over_a) != (3, false, false) {
+            failures.push(format!(
+                "{name}: {passed} of 3 passed on B, a 4th passed on B: {over_b}, on A: {over_a}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
 /// Issue 38, pay after: an estimate of 100 charged at admission, 50 given
 /// back once the actual cost is known (`refund_part`, as the layer sends
 /// it); the next decision of each round says what the Redis store's says

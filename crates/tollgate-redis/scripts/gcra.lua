@@ -27,17 +27,31 @@ ALGORITHMS.gcra = {
   -- older version wrote); while Σ units = O, the TAT is at least
   -- t + O × interval (free ≤ burst − O). Each held count is applied up to
   -- its expiry (the instance spends nothing after it), then dropped.
-  -- Returns the TAT with that floor, and the counts still live (field →
-  -- units, field → expiry, field → report), for share.lua to update.
+  -- Returns the TAT with that floor, the counts still live (field →
+  -- units, field → expiry, field → report), and what holders spent of
+  -- counts that left (field → { report, units, at }: see `spent_field` in
+  -- prelude.lua; an expired count leaves now, at its expiry; a record
+  -- whose units' charge is all behind now is dropped), for share.lua to
+  -- update.
   held = function(tat, held_key, now, p)
     local interval = p[1]
     local raw = redis.call('HGETALL', held_key)
-    local entries, total = {}, 0
+    local entries, total, spent = {}, 0, {}
+    -- Whether a block of `units` charged from `at` still reaches past now.
+    local function ahead(units, at)
+      return units > 0 and at + units * interval > now
+    end
     for i = 1, #raw, 2 do
       local units, expiry, report = parse_held(raw[i + 1])
       if units then
         entries[#entries + 1] = { field = raw[i], units = units, expiry = expiry, report = report }
         total = total + units
+      else
+        local s_report, s_units, s_at = parse_spent(raw[i + 1])
+        local holder = string.match(raw[i], '^(.*)/spent$')
+        if s_report and holder and ahead(s_units, s_at) then
+          spent[holder] = { report = s_report, units = s_units, at = s_at }
+        end
       end
     end
     table.sort(entries, function(a, b) return a.expiry < b.expiry end)
@@ -46,11 +60,14 @@ ALGORITHMS.gcra = {
       if e.expiry <= now then
         tat = max(tat, e.expiry + total * interval)
         total = total - e.units
+        if e.report > 0 and ahead(e.units, e.expiry) then
+          spent[e.field] = { report = e.report, units = e.units, at = e.expiry }
+        end
       else
         live[e.field], expiries[e.field], reports[e.field] = e.units, e.expiry, e.report
       end
     end
-    return max(tat, now + total * interval), live, expiries, reports
+    return max(tat, now + total * interval), live, expiries, reports, spent
   end,
 
   -- Charges `cost` whatever the state (requests another instance already

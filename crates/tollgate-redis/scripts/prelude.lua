@@ -243,6 +243,31 @@ local function parse_held(value)
   return units, expiry, tonumber(report) or 0
 end
 
+-- What a holder spent of a held count that has left the hash (see `held`
+-- in gcra.lua), kept in its field `spent_field(holder)` as "spent report
+-- units at": the count recorded by reservation number `report` held
+-- `units` the holder had spent when it left at `at` (µs), replaced by the
+-- holder's next reservation or expired; from then they were charged (not
+-- refilled before `at`). The leading word keeps older versions of the
+-- scripts, which read every field as a held count, from reading it as one.
+local function spent_field(holder)
+  return holder .. '/spent'
+end
+
+local function spent_value(report, units, at)
+  return 'spent ' .. int(report) .. ' ' .. int(units) .. ' ' .. int(at)
+end
+
+-- A spent record's report, units and time; nil when `value` is none.
+local function parse_spent(value)
+  local report, units, at = string.match(value or '', '^spent (%d+) (%d+) (%d+)$')
+  report, units, at = tonumber(report), tonumber(units), tonumber(at)
+  if not (report and units and at) then
+    return nil
+  end
+  return report, units, at
+end
+
 -- Writes a state's new value, keeping the key's expiry (a refund only
 -- brings a state nearer rest).
 local function restore(key, value)

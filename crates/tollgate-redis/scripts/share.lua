@@ -131,17 +131,31 @@ local function held_value(units, expiry, report)
 end
 
 -- Records that `reporter` now holds `units` of each limit that counts held
--- units, until `expiry`, as reservation number `report`; drops the counts
--- that expired.
-local function record_held(reporter, units, expiry, report)
+-- units, until `expiry`, as reservation number `report`, of which `kept`
+-- were in its last count (what it held unspent); drops the counts that
+-- expired. What the reporter spent of its last count (the rest of it),
+-- charged from now on, is recorded as spent (see `spent_field` in
+-- prelude.lua), as are the expired counts: a refund of a unit spent from
+-- a count that left gives it back whole from where the count left it, not
+-- from when the request was checked (earlier, by the time the count was
+-- held after it).
+local function record_held(reporter, units, expiry, report, kept)
   for _, limit in ipairs(limits) do
     if limit.held_key then
+      local last = limit.live[reporter]
+      if last and last > kept and limit.reports[reporter] > 0 then
+        limit.spent[reporter] = { report = limit.reports[reporter], units = last - kept, at = now }
+      end
       redis.call('DEL', limit.held_key)
       for field, held in pairs(limit.live) do
         if field ~= reporter then
           redis.call('HSET', limit.held_key, field,
             held_value(held, limit.expiry[field], limit.reports[field]))
         end
+      end
+      for field, spent in pairs(limit.spent) do
+        redis.call('HSET', limit.held_key, spent_field(field),
+          spent_value(spent.report, spent.units, spent.at))
       end
       if units > 0 and expiry > now then
         redis.call('HSET', limit.held_key, reporter, held_value(units, expiry, report))
@@ -224,7 +238,7 @@ if op == 'reserve' then
   for i, limit in ipairs(limits) do
     if limit.algorithm.held then
       limit.held_key = KEYS[n + i]
-      limit.state, limit.live, limit.expiry, limit.reports =
+      limit.state, limit.live, limit.expiry, limit.reports, limit.spent =
         limit.algorithm.held(limit.state, limit.held_key, now, limit.p)
       any_held = true
     end
@@ -266,7 +280,7 @@ if op == 'reserve' then
     end
   end
   if any_held then
-    record_held(reporter, held_now + granted, now + hold, report)
+    record_held(reporter, held_now + granted, now + hold, report, held_now)
   end
   return reply(granted, lapse, any_held and hold or NEVER)
 end
@@ -320,7 +334,10 @@ if op == 'refund' then
       -- again, and given back whole from the schedule (the count's floor
       -- kept them ahead of now until now, or until its expiry). A count
       -- another reservation recorded since does not hold them: the
-      -- reservation charged them when it dropped the old count.
+      -- reservation charged them when it dropped the old count, from then
+      -- on (the old count's floor kept them until it), and recorded them
+      -- spent: they are given back whole from there, and taken off that
+      -- record so that no later refund gives the same time back.
       local value = redis.call('HGET', limit.held_key, holder)
       local units, expiry, recorded = parse_held(value)
       if units and recorded == report and report > 0 and units > 0 then
@@ -329,6 +346,18 @@ if op == 'refund' then
         reset = max(reset, mark - at)
         redis.call('HSET', limit.held_key, holder, held_value(units - lower, expiry, recorded))
         taken = taken or lower
+      elseif report > 0 then
+        local field = spent_field(holder)
+        local s_report, s_units, s_at = parse_spent(redis.call('HGET', limit.held_key, field))
+        if s_report == report and s_units > 0 then
+          local lower = min(count, s_units)
+          reset = max(reset, s_at + s_units * limit.p[1] - at)
+          if s_units > lower then
+            redis.call('HSET', limit.held_key, field, spent_value(s_report, s_units - lower, s_at))
+          else
+            redis.call('HDEL', limit.held_key, field)
+          end
+        end
       end
     end
     limit.algorithm.refund(limit.key, limit.state, now, at, count, reset, limit.p)

@@ -537,10 +537,14 @@ impl Store for LocalFirst {
     /// count, when the count is the one recorded by the reservation the
     /// admission's receipt names (its `charged_at`: this store's local
     /// admissions carry the number of the last reservation sent before
-    /// them there, not a time), and gives the unit back whole. If another
-    /// reservation replaced the count meanwhile, that one reported the unit
-    /// spent and charged it, and the refund gives it back from the
-    /// schedule. The refund's charge time is the check's, as far as Redis
+    /// them there, not a time), and gives the unit back whole. If the
+    /// count left meanwhile (the instance's next reservation replaced it,
+    /// reporting the unit spent, or it expired), the unit was charged from
+    /// then on and recorded spent beside the counts: the refund takes it
+    /// off that record and gives it back whole from there, not from the
+    /// check (earlier by as long as the count held the unit after it: that
+    /// much of a unit stayed charged, and a key at its limit refused one
+    /// request too many until it passed). The refund's charge time is the check's, as far as Redis
     /// can tell (its clock less how long ago the request was checked): for
     /// the window limits, a request checked just before a window ended may
     /// be given back in the next window's count or none. The reply carries
