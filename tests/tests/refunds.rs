@@ -382,6 +382,22 @@ async fn exact_mode_refunds_leave_the_whole_limit_to_the_same_instance() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// Whether `b` admits the whole limit of 3 and refuses a 4th, and `a`
+/// refuses one too: `None`, or what went wrong.
+async fn b_takes_the_whole_limit(
+    a: &LocalFirst,
+    b: &LocalFirst,
+    policy: &Arc<Policy>,
+    name: &str,
+) -> Option<String> {
+    let passed = passes(b, policy, 3).await;
+    let over_b = decide(b, policy, 1).await.merged().allowed();
+    let over_a = decide(a, policy, 1).await.merged().allowed();
+    ((passed, over_b, over_a) != (3, false, false)).then(|| {
+        format!("{name}: {passed} of 3 passed on B, a 4th passed on B: {over_b}, on A: {over_a}")
+    })
+}
+
 /// Issue 38, two instances on one Redis: five logins given back on A, then
 /// B, at once, admits the whole limit and refuses the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,14 +412,7 @@ async fn exact_mode_refunds_on_one_instance_are_the_others_at_once() {
             exact_store(&server, &prefix).await,
         );
         admit_and_give_back(&a, &policy, 5, name).await;
-        let passed = passes(&b, &policy, 3).await;
-        let over_b = decide(&b, &policy, 1).await.merged().allowed();
-        let over_a = decide(&a, &policy, 1).await.merged().allowed();
-        if (passed, over_b, over_a) != (3, false, false) {
-            failures.push(format!(
-                "{name}: {passed} of 3 passed on B, a 4th passed on B: {over_b}, on A: {over_a}"
-            ));
-        }
+        failures.extend(b_takes_the_whole_limit(&a, &b, &policy, name).await);
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
@@ -485,14 +494,7 @@ async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back(
         // predate the refund), so on a clock that stands still a refused
         // request would reserve again and again.
         clock.advance(Duration::from_millis(1));
-        let passed = passes(&b, &policy, 3).await;
-        let over_b = decide(&b, &policy, 1).await.merged().allowed();
-        let over_a = decide(&a, &policy, 1).await.merged().allowed();
-        if (passed, over_b, over_a) != (3, false, false) {
-            failures.push(format!(
-                "{name}: {passed} of 3 passed on B, a 4th passed on B: {over_b}, on A: {over_a}"
-            ));
-        }
+        failures.extend(b_takes_the_whole_limit(&a, &b, &policy, name).await);
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -193,22 +193,14 @@ impl BlockList {
         let fingerprint = inner.fingerprint(policy, key);
         let mut shard = inner.entries.write(fingerprint);
         let entry = shard.get(&fingerprint)?;
-        if entry.policy != policy.id() || entry.key != *key {
+        if !entry.is_for(policy, key) {
             return None;
         }
         if now >= entry.until {
             shard.remove(&fingerprint);
             return None;
         }
-        // Only the refused cost: a costlier request is refused too, but
-        // passes later than the remembered retry time, which would tell
-        // its client to come back too early (the store answers it, and
-        // its refusal is learned in turn). A block of this list's own
-        // refuses every cost from 1 up.
-        if cost != entry.cost && !(entry.local && cost >= entry.cost) {
-            return None;
-        }
-        let verdict = aged(&entry.verdict, now.saturating_sub(entry.answered));
+        let verdict = entry.refusal(cost, now)?;
         drop(shard);
         crate::observe::block_cache_hit(policy.metrics());
         Some(verdict)
@@ -242,9 +234,9 @@ impl BlockList {
             }
             let fingerprint = inner.fingerprint(policy, key);
             let mut shard = inner.entries.write(fingerprint);
-            let stale = shard.get(&fingerprint).is_some_and(|entry| {
-                entry.policy == policy.id() && entry.key == *key && entry.sent <= sent
-            });
+            let stale = shard
+                .get(&fingerprint)
+                .is_some_and(|entry| entry.is_for(policy, key) && entry.sent <= sent);
             if stale {
                 shard.remove(&fingerprint);
             }
@@ -338,7 +330,7 @@ impl BlockList {
         // `known` before `entries`, as everywhere both are held.
         let mut known_shard = inner.known.write(fingerprint);
         let known = known_shard.get_mut(&fingerprint)?;
-        if known.policy != policy.id() || known.key != *key {
+        if !known.is_for(policy, key) {
             return None;
         }
         if now >= known.until {
@@ -349,12 +341,11 @@ impl BlockList {
         // What a lookup would answer: the store's refusal of this cost
         // (figure for figure), or a block of the list's own (every cost).
         if let Some(entry) = shard.get(&fingerprint)
-            && entry.policy == policy.id()
-            && entry.key == *key
+            && entry.is_for(policy, key)
             && now < entry.until
-            && (cost == entry.cost || (entry.local && cost >= entry.cost))
+            && let Some(refusal) = entry.refusal(cost, now)
         {
-            return Some(aged(&entry.verdict, now.saturating_sub(entry.answered)));
+            return Some(refusal);
         }
         let period = known.period;
         let block = Entry {
@@ -402,7 +393,7 @@ impl BlockList {
             return;
         }
         let fingerprint = inner.fingerprint(policy, key);
-        let same = |known: &Known| known.policy == policy.id() && known.key == *key;
+        let same = |known: &Known| known.is_for(policy, key);
         let Some((ends, period)) = at_limit(policy, verdict) else {
             // Room again, for a request sent after the key was seen at its
             // limit: no longer known. A read lock first: the usual case,
@@ -526,6 +517,13 @@ fn blocked_for(verdict: &PolicyDecision, period: u64, elapsed: u64) -> PolicyDec
     }))
 }
 
+impl Known {
+    /// Whether this is `key` under `policy` (see [`Entry::is_for`]).
+    fn is_for(&self, policy: &Policy, key: &Key) -> bool {
+        self.policy == policy.id() && self.key == *key
+    }
+}
+
 /// A known key is idle (may be dropped) once it is no longer known.
 impl Idle for Known {
     fn idle_at(&self) -> u64 {
@@ -537,6 +535,25 @@ impl ListInner {
     #[inline]
     fn fingerprint(&self, policy: &Policy, key: &Key) -> u64 {
         self.entries.fingerprint(policy.id(), key)
+    }
+}
+
+impl Entry {
+    /// Whether this is the entry of `key` under `policy` (not another pair
+    /// with the same fingerprint).
+    fn is_for(&self, policy: &Policy, key: &Key) -> bool {
+        self.policy == policy.id() && self.key == *key
+    }
+
+    /// Its answer to a request of `cost` at `now`, if it refuses that
+    /// cost: the remembered decision, aged. Only the refused cost: a
+    /// costlier request is refused too, but passes later than the
+    /// remembered retry time, which would tell its client to come back too
+    /// early (the store answers it, and its refusal is learned in turn). A
+    /// block of this list's own refuses every cost from its own up.
+    fn refusal(&self, cost: u32, now: u64) -> Option<PolicyDecision> {
+        let refuses = cost == self.cost || (self.local && cost >= self.cost);
+        refuses.then(|| aged(&self.verdict, now.saturating_sub(self.answered)))
     }
 }
 
