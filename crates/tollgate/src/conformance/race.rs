@@ -10,7 +10,7 @@ use super::trace::Rng;
 use super::{Failure, REAL_TIME_BASE, clear_of_a_day_boundary};
 use crate::store::late::late_checks_in_progress;
 use crate::store::{
-    AdminError, Capability, ChangeReply, MemoryStore, Missing, Refund, Store, StoreReply, Watched,
+    AdminError, Capability, ChangeReply, MemoryStore, Refund, Store, StoreReply, Watched,
 };
 use crate::{Key, NamedLimit, Policy};
 use std::fmt;
@@ -927,21 +927,25 @@ impl<St: Clone> Clone for Counting<St> {
     }
 }
 
-impl<St: Store> Store for Counting<St> {
+// A wrapper by construction: every operation but the refund it counts
+// (the check with its deadline included) reaches the store behind as it is.
+impl<St: Store> crate::store::StoreWrapper for Counting<St> {
+    type Inner = St;
     type Error = St::Error;
     type Future = St::Future;
 
-    fn check(
+    fn inner(&self) -> &St {
+        &self.inner
+    }
+
+    fn check_within(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
-    ) -> StoreReply<Self::Future, Self::Error> {
-        self.inner.check(policy, key, cost)
-    }
-
-    fn can(&self, capability: Capability) -> Result<(), Missing> {
-        self.inner.can(capability)
+        within: Duration,
+    ) -> StoreReply<St::Future, St::Error> {
+        self.inner.check_within(policy, key, cost, within)
     }
 
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
