@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{login_app, successes_never_stay_charged};
+use common::{login_app, successes_never_stay_charged, successes_never_stay_charged_after};
 use std::time::Duration;
 use tollgate::MemoryStore;
 use tollgate::store::{BlockCache, Fallback, Timeout};
@@ -139,4 +139,31 @@ async fn late_answers_from_a_redis_cluster_are_given_back() {
         proxies.iter().any(|p| p.held() > 0),
         "no reply was held back"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answers_through_a_penalty_box_and_local_first_periodic_are_given_back() {
+    use tollgate::store::{Penalty, PenaltyBox};
+    let (server, proxy) = server_and_proxy(13);
+    let slow_url = format!("redis://{}", proxy.addr());
+    let penalty = || Penalty::new(3, Duration::from_secs(60), Duration::from_secs(60));
+    let boxed = PenaltyBox::new(redis(&slow_url, "late-pb").await, penalty());
+    let mut slow = login_app(boxed, STORE_TIMEOUT);
+    let direct = PenaltyBox::new(redis(&server.url(), "late-pb").await, penalty());
+    let mut direct = login_app(direct, Duration::from_secs(2));
+    successes_never_stay_charged(&mut slow, &mut direct, USERS, "penalty-box").await;
+
+    let periodic = |store| LocalFirst::builder(store, LocalMode::PERIODIC).build();
+    let mut slow = login_app(periodic(redis(&slow_url, "late-lp").await), STORE_TIMEOUT);
+    let mut direct = login_app(
+        periodic(redis(&server.url(), "late-lp").await),
+        Duration::from_secs(2),
+    );
+    // Periodic mode reports what an instance admitted and gave back at its
+    // next sync (every 100 ms): the other instance sees a give-back within
+    // an interval, its documented lag; 2 s leaves room for the proxy and a
+    // loaded machine.
+    let lag = Duration::from_secs(2);
+    successes_never_stay_charged_after(&mut slow, &mut direct, USERS, "local-first periodic", lag)
+        .await;
 }

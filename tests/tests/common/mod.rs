@@ -116,6 +116,20 @@ pub async fn successes_never_stay_charged(
     users: usize,
     label: &str,
 ) {
+    successes_never_stay_charged_after(slow, direct, users, label, std::time::Duration::ZERO).await;
+}
+
+/// [`successes_never_stay_charged`], the wrong passwords sent `lag` after
+/// the late checks are settled: for a store whose instances see one
+/// another's give-backs only after a while (local-first periodic: an
+/// interval).
+pub async fn successes_never_stay_charged_after(
+    slow: &mut tollgate_tests::app::App,
+    direct: &mut tollgate_tests::app::App,
+    users: usize,
+    label: &str,
+    lag: std::time::Duration,
+) {
     for user in 0..users {
         let user = format!("{label}-user-{user}");
         // A user's logins a little apart (as people type): a late answer
@@ -126,6 +140,7 @@ pub async fn successes_never_stay_charged(
         }
     }
     late_checks_settled().await;
+    tokio::time::sleep(lag).await;
     for user in 0..users {
         let user = format!("{label}-user-{user}");
         let statuses = [
