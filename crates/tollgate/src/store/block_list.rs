@@ -392,15 +392,18 @@ impl BlockList {
         if inner.known.per_shard() == 0 {
             return;
         }
+        let at_limit = at_limit(policy, verdict);
+        // The usual case, an admission with room while no key is known:
+        // nothing to hash, nothing to lock.
+        if at_limit.is_none() && inner.known.is_empty() {
+            return;
+        }
         let fingerprint = inner.fingerprint(policy, key);
         let same = |known: &Known| known.is_for(policy, key);
-        let Some((ends, period)) = at_limit(policy, verdict) else {
+        let Some((ends, period)) = at_limit else {
             // Room again, for a request sent after the key was seen at its
-            // limit: no longer known. A read lock first: the usual case,
-            // an admission of a key not known, writes nothing.
-            if inner.known.is_empty() {
-                return;
-            }
+            // limit: no longer known. A read lock first: an admission of a
+            // key not known writes nothing.
             let stale = |known: &Known| same(known) && known.answered <= sent;
             if !inner
                 .known
