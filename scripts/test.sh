@@ -239,7 +239,7 @@ package() {
     rm -rf "$home"/registry/src/-*/tollgate*-[0-9]* "$home"/registry/cache/-*/tollgate*-[0-9]*.crate \
         "$dir"/debug/.fingerprint/tollgate* "$dir"/debug/deps/*tollgate*
     CARGO_TARGET_DIR="$dir" cargo package --workspace --locked --allow-dirty \
-        --exclude tollgate-bench --exclude tollgate-examples --exclude tollgate-tests
+        --exclude tollgate-bench --exclude tollgate-demo --exclude tollgate-examples --exclude tollgate-tests
 }
 
 started=$SECONDS

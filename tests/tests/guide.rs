@@ -38,7 +38,7 @@ fn the_readme_fits_a_screen_and_names_the_two_commands() {
         "{} lines",
         readme.lines().count()
     );
-    assert!(readme.contains("\ncargo run --release -p tollgate-examples --bin demo\n"));
+    assert!(readme.contains("\ncargo run --release -p tollgate-demo\n"));
     assert!(readme.contains("\nscripts/test.sh\n"));
 }
 

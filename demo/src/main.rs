@@ -2,18 +2,18 @@
 //! over an axum and a tonic server on loopback, and what each let through.
 //!
 //! ```sh
-//! cargo run --release -p tollgate-examples --bin demo
-//! cargo run --release -p tollgate-examples --bin demo -- --redis redis://127.0.0.1:6379
+//! cargo run --release -p tollgate-demo
+//! cargo run --release -p tollgate-demo -- --redis redis://127.0.0.1:6379
 //! ```
 //!
-//! The logic lives in `tollgate_examples::demo`; this file reads the flags
+//! The logic lives in the `tollgate_demo` library; this file reads the flags
 //! and prints.
 
 use clap::Parser;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tollgate_examples::demo::{self, Config};
+use tollgate_demo::{self as demo, Config};
 
 /// The same bursty trace through every algorithm (GCRA, token buckets,
 /// leaky bucket, fixed window, sliding log, sliding window and its

@@ -2,7 +2,6 @@
 //! each limiting every algorithm separately.
 
 use super::DemoError;
-use crate::serving::{ServeLimits, serve};
 use axum::Router;
 use axum::routing::get;
 use std::net::SocketAddr;
@@ -93,7 +92,7 @@ pub async fn start_http_for<St: Store>(
         .layer(limits);
     let (listener, addr) = bind().await?;
     let task = tokio::spawn(async move {
-        if let Err(error) = serve(listener, app, ServeLimits::default()).await {
+        if let Err(error) = axum::serve(listener, app).await {
             eprintln!("the HTTP server on {addr} stopped: {error}");
         }
     });

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use tollgate_core::Algorithm;
-use tollgate_examples::demo::{self, Config, Demo, RunResult};
+use tollgate_demo::{self as demo, Config, Demo, RunResult};
 
 /// The demos run in real time: one at a time, so they do not slow each
 /// other down.
