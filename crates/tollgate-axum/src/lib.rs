@@ -25,7 +25,9 @@ mod client_ip;
 mod rejection;
 mod route;
 
-pub use client_ip::{ClientAddr, ClientIp, InvalidPrefix, Node, ProxyHeader, parse_node};
+pub use client_ip::{
+    ClientAddr, ClientIp, InvalidPrefix, NoConnectInfo, Node, ProxyHeader, parse_node,
+};
 /// A network in CIDR form (`"10.0.0.0/8".parse()`), for
 /// [`ClientIp::trusting`]; re-exported so an app need not depend on `ipnet`.
 pub use ipnet::IpNet;

@@ -263,3 +263,61 @@ async fn without_connection_info_a_handler_gets_a_500_that_says_how_to_serve() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn the_rejection_is_a_named_type_with_its_status_and_fix() {
+    use axum::response::IntoResponse;
+    use tollgate_axum::NoConnectInfo;
+    assert_eq!(NoConnectInfo::STATUS, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(NoConnectInfo.to_string().contains("MockConnectInfo"));
+    let error: Box<dyn std::error::Error> = Box::new(NoConnectInfo);
+    assert!(error.to_string().starts_with("no connection info"));
+    assert_eq!(
+        NoConnectInfo.into_response().status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
+
+/// axum's `MockConnectInfo`, as an app's tests give the peer address: the
+/// default key (`PeerIp`), `ClientIp` and `ClientAddr` read it, so each
+/// mocked client has its own bucket rather than all sharing the
+/// missing-key one.
+#[tokio::test]
+async fn mock_connect_info_gives_each_mocked_client_its_own_bucket() {
+    use axum::extract::connect_info::MockConnectInfo;
+    use tollgate_axum::ClientAddr;
+    for keyed_by_client_ip in [false, true] {
+        let builder = RateLimitLayer::builder().quota("api", "1/min".parse().unwrap());
+        let routes = Router::new().route(
+            "/",
+            get(|ClientAddr(ip): ClientAddr| async move { ip.to_string() }),
+        );
+        let routes = if keyed_by_client_ip {
+            routes.layer(builder.key(ClientIp::default()).build())
+        } else {
+            routes.layer(builder.build()) // PeerIp, the default key
+        };
+        let as_client = |addr: [u8; 4]| {
+            routes
+                .clone()
+                .layer(MockConnectInfo(SocketAddr::from((addr, 1234))))
+        };
+        let (first, second) = (as_client([192, 0, 2, 1]), as_client([192, 0, 2, 2]));
+        let call = |app: Router| async move {
+            let request = Request::builder().uri("/").body(Body::empty()).unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), 1024)
+                .await
+                .unwrap();
+            (status, String::from_utf8(bytes.to_vec()).unwrap())
+        };
+        assert_eq!(
+            call(first.clone()).await,
+            (StatusCode::OK, "192.0.2.1".into())
+        );
+        assert_eq!(call(first).await.0, StatusCode::TOO_MANY_REQUESTS);
+        // Another mocked client: a bucket of its own.
+        assert_eq!(call(second).await, (StatusCode::OK, "192.0.2.2".into()));
+    }
+}

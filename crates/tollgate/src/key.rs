@@ -383,7 +383,9 @@ impl KeyExtractor for GlobalKey {
 ///
 /// It reads, in order: a [`PeerAddr`] extension, a bare `SocketAddr`
 /// extension, and with the `axum` feature axum's `ConnectInfo<SocketAddr>`
-/// (serve with `into_make_service_with_connect_info::<SocketAddr>()`).
+/// (serve with `into_make_service_with_connect_info::<SocketAddr>()`) or,
+/// in an app's tests, its `MockConnectInfo<SocketAddr>` (as axum's
+/// `ConnectInfo` extractor does).
 /// Behind a proxy every request would come from the proxy; use the trusted
 /// client IP extractor of `tollgate-axum` there.
 ///
@@ -404,6 +406,14 @@ impl PeerIp {
         #[cfg(feature = "axum")]
         if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
             return Some(info.0);
+        }
+        // What an app's tests give with `Router::layer(MockConnectInfo(addr))`,
+        // as axum's own `ConnectInfo` extractor reads it.
+        #[cfg(feature = "axum")]
+        if let Some(mock) =
+            extensions.get::<axum::extract::connect_info::MockConnectInfo<SocketAddr>>()
+        {
+            return Some(mock.0);
         }
         if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
             return Some(*addr);

@@ -12,7 +12,7 @@ mod extract;
 mod headers;
 mod node;
 
-pub use extract::ClientAddr;
+pub use extract::{ClientAddr, NoConnectInfo};
 pub use headers::ProxyHeader;
 pub use node::{Node, parse_node};
 
