@@ -361,13 +361,12 @@ impl CasBackend for PostgresBackend {
                 PostgresError::config("the database's clock reads before 1970: fix its clock")
             })?;
             let value = match (value, version) {
-                (Some(bytes), Some(version)) => Some(Stored {
-                    bytes: bytes.into(),
-                    version: version.cast_unsigned(),
-                }),
+                (Some(bytes), Some(version)) => {
+                    Some(Stored::new(bytes.into(), version.cast_unsigned()))
+                }
                 _ => None,
             };
-            Ok(Snapshot { now, value })
+            Ok(Snapshot::new(now, value))
         })
     }
 

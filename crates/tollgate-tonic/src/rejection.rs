@@ -298,13 +298,13 @@ mod tests {
         store.check_now(&policy, key, 5);
         let verdict = store.check_now(&policy, key, cost);
         assert!(!verdict.merged().allowed());
-        let response: Response<()> = GrpcRejector::new().reject(Rejection {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            headers: HeaderMap::new(),
-            policy: &policy,
+        let response: Response<()> = GrpcRejector::new().reject(Rejection::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            HeaderMap::new(),
+            &policy,
             key,
-            decision: &verdict,
-        });
+            &verdict,
+        ));
         status_of(&response)
     }
 
@@ -334,13 +334,13 @@ mod tests {
         let store = MemoryStore::new();
         store.check_now(&policy, &Key::GLOBAL, 2);
         let verdict = store.check_now(&policy, &Key::GLOBAL, 1);
-        let response: Response<()> = GrpcRejector::new().reject(Rejection {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            headers: HeaderMap::new(),
-            policy: &policy,
-            key: &Key::GLOBAL,
-            decision: &verdict,
-        });
+        let response: Response<()> = GrpcRejector::new().reject(Rejection::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            HeaderMap::new(),
+            &policy,
+            &Key::GLOBAL,
+            &verdict,
+        ));
         let status = status_of(&response);
         let details = status.get_error_details();
         let violations = &details.quota_failure().expect("a quota failure").violations;

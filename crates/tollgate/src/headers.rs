@@ -70,6 +70,7 @@ pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-
 
 /// Which rate-limit fields responses carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HeaderStyle {
     /// The IETF draft's `RateLimit-Policy` and `RateLimit` (default on).
     pub draft: bool,

@@ -316,6 +316,7 @@ impl From<u64> for Key {
 
 /// The parts of a request a key can be made from.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct RequestInfo<'a> {
     /// The method.
     pub method: &'a Method,

@@ -7,6 +7,7 @@ use http::{HeaderMap, Response, StatusCode};
 
 /// Everything known about a limited request, for building its response.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Rejection<'a> {
     /// The status the layer is configured to answer with (429 unless set
     /// with [`rejection_status`](crate::RateLimitBuilder::rejection_status)).
@@ -19,6 +20,26 @@ pub struct Rejection<'a> {
     pub key: &'a Key,
     /// What each limit decided.
     pub decision: &'a PolicyDecision,
+}
+
+impl<'a> Rejection<'a> {
+    /// Everything known about a limited request (the layer makes these;
+    /// this is for testing a [`Rejector`] of your own).
+    pub fn new(
+        status: StatusCode,
+        headers: HeaderMap,
+        policy: &'a Policy,
+        key: &'a Key,
+        decision: &'a PolicyDecision,
+    ) -> Self {
+        Rejection {
+            status,
+            headers,
+            policy,
+            key,
+            decision,
+        }
+    }
 }
 
 /// Why the layer rejected a request without a decision of its limits: what

@@ -285,13 +285,7 @@ async fn a_value_that_is_not_states_is_an_error_until_reset() {
         b"\x01\x01\x01\x00",
         b"hello world",
     ] {
-        let mut swap = Swap {
-            bytes: Bytes::copy_from_slice(garbage),
-            version: 1,
-            expected: None,
-            expires_at: u64::MAX,
-            deadline: None,
-        };
+        let mut swap = Swap::new(Bytes::copy_from_slice(garbage), 1);
         if let Some(stored) = backend.get(&name) {
             swap.expected = Some(stored.version);
             swap.version = stored.version + 1;
@@ -399,10 +393,7 @@ impl CasBackend for ServesExpired {
 
     fn read(&self, key: &str) -> Self::Read {
         let Ok(snapshot) = self.0.read(key).into_inner();
-        std::future::ready(Ok(Snapshot {
-            value: self.0.get(key),
-            ..snapshot
-        }))
+        std::future::ready(Ok(Snapshot::new(snapshot.now, self.0.get(key))))
     }
 
     fn write(&self, key: &str, swap: Swap) -> Self::Write {

@@ -275,29 +275,21 @@ mod cas {
         fn read(&self, key: &str) -> Self::Read {
             let Ok(snapshot) = self.0.read(key).into_inner();
             match self.1 {
-                Bug::ServesExpired => ready(Ok(Snapshot {
-                    value: self.0.get(key),
-                    ..snapshot
-                })),
+                Bug::ServesExpired => ready(Ok(Snapshot::new(snapshot.now, self.0.get(key)))),
                 _ => ready(Ok(snapshot)),
             }
         }
 
         fn write(&self, key: &str, swap: Swap) -> Self::Write {
-            let swap = match self.1 {
-                Bug::IgnoresDeadline => Swap {
-                    deadline: None,
-                    ..swap
-                },
+            let mut swap = swap;
+            match self.1 {
+                Bug::IgnoresDeadline => swap.deadline = None,
                 Bug::IgnoresVersion => {
                     let Ok(now) = self.0.read(key).into_inner();
-                    Swap {
-                        expected: now.value.map(|value| value.version),
-                        ..swap
-                    }
+                    swap.expected = now.value.map(|value| value.version);
                 }
-                Bug::ServesExpired => swap,
-            };
+                Bug::ServesExpired => {}
+            }
             self.0.write(key, swap)
         }
     }

@@ -181,10 +181,7 @@ async fn several_limits_merge_into_one_field_of_each_kind() {
         )
         .key(GlobalKey)
         .store(frozen_store())
-        .headers(HeaderStyle {
-            legacy: true,
-            ..HeaderStyle::default()
-        })
+        .headers(HeaderStyle::BOTH)
         .build();
     let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
     let response = send(&mut service, Request::new(())).await;

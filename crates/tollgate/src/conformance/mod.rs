@@ -149,6 +149,7 @@ pub struct Kit<St> {
 
 /// What a run of the kit checked.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Report {
     /// The algorithms played (those the store supports, of those asked).
     pub algorithms: Vec<Algorithm>,

@@ -211,6 +211,7 @@ impl Drop for MemoryPermit {
 /// A [`MemorySlots`] at its bound of keys with requests running: a request
 /// of a key not among them cannot be counted.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SlotsFull {
     /// The bound.
     pub max_keys: usize,

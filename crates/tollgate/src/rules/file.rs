@@ -15,6 +15,7 @@ use toml::{Table, Value};
 /// A mistake in a rules file: which file, which rule, which field, and what
 /// is wrong with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RulesError {
     /// The file (or `<string>` for rules given as text).
     pub file: PathBuf,

@@ -38,6 +38,7 @@ impl Capability {
 /// A store of a composition lacks a [`Capability`]: the answer of
 /// [`Store::can`](super::Store::can), naming the store that lacks it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Missing {
     /// What is missing.
     pub capability: Capability,

@@ -108,6 +108,7 @@ impl Refund {
 /// [`Store::debit`](super::Store::debit)): `cost` more units, to the store
 /// that charged the admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Debit {
     /// The units to charge.
     pub cost: u32,

@@ -53,7 +53,7 @@ use std::future::Future;
 ///
 ///     fn read(&self, key: &str) -> Self::Read {
 ///         let value = self.0.lock().unwrap().get(key).cloned();
-///         ready(Ok(Snapshot { now: WallClock.now(), value }))
+///         ready(Ok(Snapshot::new(WallClock.now(), value)))
 ///     }
 ///
 ///     fn write(&self, key: &str, swap: Swap) -> Self::Write {
@@ -63,7 +63,7 @@ use std::future::Future;
 ///         if current != swap.expected || !in_time {
 ///             return ready(Ok(false));
 ///         }
-///         map.insert(key.to_owned(), Stored { bytes: swap.bytes, version: swap.version });
+///         map.insert(key.to_owned(), Stored::new(swap.bytes, swap.version));
 ///         ready(Ok(true))
 ///     }
 /// }
@@ -102,6 +102,7 @@ pub trait CasBackend: Send + Sync + 'static {
 
 /// What a [`CasBackend::read`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// The backend's clock when it read, in nanoseconds since the Unix
     /// epoch (the window algorithms align their windows to it): every
@@ -115,6 +116,7 @@ pub struct Snapshot {
 
 /// A value as a backend keeps it: the bytes and their version.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stored {
     /// The states, as the store wrote them (empty: none, after a reset).
     pub bytes: Bytes,
@@ -124,6 +126,7 @@ pub struct Stored {
 
 /// A conditional write, for [`CasBackend::write`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Swap {
     /// The new value.
     pub bytes: Bytes,
@@ -140,4 +143,35 @@ pub struct Swap {
     /// be made: the caller has stopped waiting for it. `None`: no
     /// deadline.
     pub deadline: Option<u64>,
+}
+
+impl Snapshot {
+    /// What a read found: the backend's clock `now` (ns since the Unix
+    /// epoch) and the value, if the key has one.
+    pub fn new(now: u64, value: Option<Stored>) -> Self {
+        Snapshot { now, value }
+    }
+}
+
+impl Stored {
+    /// A value's `bytes` at `version`.
+    pub fn new(bytes: Bytes, version: u64) -> Self {
+        Stored { bytes, version }
+    }
+}
+
+impl Swap {
+    /// A write of `bytes` as `version` of a key that has no value, which
+    /// never expires and has no deadline: the store makes its swaps, so
+    /// this is for a backend's own tests (set the public fields for the
+    /// others).
+    pub fn new(bytes: Bytes, version: u64) -> Self {
+        Swap {
+            bytes,
+            version,
+            expected: None,
+            expires_at: u64::MAX,
+            deadline: None,
+        }
+    }
 }
