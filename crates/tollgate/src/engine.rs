@@ -12,7 +12,7 @@ use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
 use crate::outcome::Ticket;
 use crate::pay_after::Meter;
 use crate::rejection::{RejectReason, Rejection, Rejector};
-use crate::routes::{EntryRef, Routes};
+use crate::routes::{Entry, EntryRef, Routes};
 use crate::settings::{CommonSettings, OnStoreError};
 use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, Watched};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -165,18 +165,20 @@ impl<K, St, R> Engine<K, St, R> {
     ) -> Action<B>
     where
         R: Rejector<B>,
+        St: Store,
     {
         let decision = &verdict.merged();
-        let policy = &self.routes.get(entry).policy;
-        crate::observe::decided(policy.metrics(), verdict.merged().allowed(), verdict.each());
+        let routed = self.routes.get(entry);
+        let policy = &routed.policy;
+        if decision.allowed() {
+            crate::observe::decided(policy.metrics(), true, verdict.each());
+            self.check_shadow(routed, key, charge.cost);
+        } else if self.settings.shadow {
+            routed.shadow_log.refused(policy, verdict);
+        } else {
+            crate::observe::decided(policy.metrics(), false, verdict.each());
+        }
         if decision.allowed() || self.settings.shadow {
-            if !decision.allowed() {
-                tracing::info!(
-                    policy = policy.label(),
-                    retry_after_ms = decision.retry_after_nanos() / 1_000_000,
-                    "shadow mode: this request would have been limited"
-                );
-            }
             let fields = if self.fields_on_allowed {
                 self.field_values(entry, verdict, key)
             } else {
@@ -223,6 +225,18 @@ impl<K, St, R> Engine<K, St, R> {
             key,
             decision: verdict,
         })))
+    }
+
+    /// Checks the shadow limits of `entry`, if it has any, for a request
+    /// of `cost` that its enforced limits admitted.
+    #[inline]
+    fn check_shadow(&self, entry: &Entry, key: &Key, cost: u32)
+    where
+        St: Store,
+    {
+        if let Some(shadow) = &entry.shadow {
+            shadow.check(&self.store, key, cost, self.settings.common.store_timeout);
+        }
     }
 
     /// The rate-limit fields reporting `verdict` on the limits of entry
@@ -356,18 +370,21 @@ where
             asked: (self.settings.charge_when.is_some() || self.settings.pay_after)
                 .then(Instant::now),
         };
-        let policy = &self.routes.get(&entry).policy;
+        let routed = self.routes.get(&entry);
+        let policy = &routed.policy;
+        if policy.limits().is_empty() {
+            // Only limits in shadow: nothing enforced to ask first.
+            self.check_shadow(routed, &key, cost);
+            return Start::Pass;
+        }
         match self
             .store
             .check_within(policy, &key, cost, self.settings.common.store_timeout)
         {
             // The hot path: admitted at once, nothing to add.
             StoreReply::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
-                crate::observe::decided(
-                    policy.metrics(),
-                    verdict.merged().allowed(),
-                    verdict.each(),
-                );
+                crate::observe::decided(policy.metrics(), true, verdict.each());
+                self.check_shadow(routed, &key, cost);
                 Start::Pass
             }
             StoreReply::Ready(Ok(verdict)) => {
@@ -506,6 +523,7 @@ impl<K, St, R> Engine<K, St, R> {
     ) -> Action<B>
     where
         R: Rejector<B>,
+        St: Store,
     {
         match answer {
             Some(Ok(verdict)) => self.judge(entry, key, &verdict, charge),

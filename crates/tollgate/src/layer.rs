@@ -385,8 +385,14 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         }
     }
 
-    /// Shadow mode: count and report (headers, logs, metrics) but never
-    /// reject. For trying limits out on real traffic.
+    /// Shadow mode, for the whole layer: every limit decided and counted
+    /// exactly as if enforced, but no request refused. A request the limits
+    /// would have refused passes uncharged (as a refused request is), and
+    /// is counted (`outcome="shadow_limited"` with the `metrics` feature)
+    /// and logged at most once per [`SHADOW_LOG_INTERVAL`](crate::SHADOW_LOG_INTERVAL)
+    /// per limit. Responses are left as they are: no rate-limit field, no
+    /// `Retry-After`. For one limit in shadow beside enforced ones, see
+    /// [`NamedLimit::shadow`].
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.config.settings.shadow = shadow;
         self
@@ -455,6 +461,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;
+            if let Some(shadow) = &entry.shadow {
+                layer.shared.store.supports(shadow.policy())?;
+                shadow_composes(&layer.shared.settings)?;
+            }
         }
         Ok(layer)
     }
@@ -494,7 +504,9 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         });
         let settings = config.settings;
         let headers = settings.common.headers;
-        let fields_on_allowed = headers.on_allowed && (headers.draft || headers.legacy);
+        // A layer in shadow leaves responses as they are: no fields at all.
+        let fields_on_allowed =
+            !settings.shadow && headers.on_allowed && (headers.draft || headers.legacy);
         let forwards_bare = !settings.request_info
             && !fields_on_allowed
             && settings.charge_when.is_none()
@@ -513,6 +525,24 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             }),
         }
     }
+}
+
+/// Whether limits in shadow compose with the layer's `settings`: not with
+/// `charge_when` or `pay_after`, which would give back (or charge) the
+/// enforced limits' part of a request but not the shadow limits'.
+fn shadow_composes(settings: &crate::engine::Settings) -> Result<(), ConfigError> {
+    let feature = if settings.charge_when.is_some() {
+        "charge_when"
+    } else if settings.pay_after {
+        "pay_after"
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::new(format!(
+        "a limit in shadow (NamedLimit::shadow) cannot be combined with {feature}: \
+         the shadow limits would keep charges the enforced ones give back; \
+         put the whole layer in shadow (RateLimitBuilder::shadow) instead"
+    )))
 }
 
 /// Whether `store` does what `feature` needs, or an error that names the

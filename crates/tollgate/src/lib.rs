@@ -101,6 +101,7 @@ mod routes;
 pub mod rules;
 mod service;
 pub mod settings;
+mod shadow;
 pub mod store;
 pub mod throttle;
 
@@ -123,6 +124,7 @@ pub use rejection::{
 };
 pub use service::RateLimit;
 pub use settings::OnStoreError;
+pub use shadow::SHADOW_LOG_INTERVAL;
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;
 pub use tollgate_core as core;

@@ -1,8 +1,10 @@
 //! Counters through the `metrics` facade (with the `metrics` feature):
-//! `tollgate_requests_total{limit, outcome="allowed"|"limited"}` per named
-//! limit — "allowed" counts the requests a limit admitted and was charged
-//! for, "limited" those it refused; a limit that would have admitted a
-//! request another limit refused was not charged and counts nothing — and
+//! `tollgate_requests_total{limit, outcome="allowed"|"limited"|"shadow_limited"}`
+//! per named limit — "allowed" counts the requests a limit admitted and was
+//! charged for, "limited" those it refused, "shadow_limited" those it would
+//! have refused and let through, being in shadow; a limit that would have
+//! admitted a request another limit refused was not charged and counts
+//! nothing — and
 //! `tollgate_store_errors_total{policy}` where `policy` is the
 //! policy's [`label`](crate::Policy::label) (its limits' names),
 //! `tollgate_block_cache_hits_total{policy}` for the requests a block
@@ -29,6 +31,8 @@ use tollgate_core::Decision;
 #[derive(Debug)]
 pub(crate) struct PolicyMetrics {
     per_limit: Vec<(metrics::Key, metrics::Key)>,
+    /// Per limit, the requests it would have refused in shadow.
+    shadow_limited: Vec<metrics::Key>,
     store_errors: metrics::Key,
     block_cache_hits: metrics::Key,
 }
@@ -48,9 +52,15 @@ impl PolicyMetrics {
                 ],
             )
         };
+        let names: Vec<&Arc<str>> = limit_names.collect();
         PolicyMetrics {
-            per_limit: limit_names
+            per_limit: names
+                .iter()
                 .map(|name| (key(name, "allowed"), key(name, "limited")))
+                .collect(),
+            shadow_limited: names
+                .iter()
+                .map(|name| key(name, "shadow_limited"))
                 .collect(),
             store_errors: metrics::Key::from_parts(
                 "tollgate_store_errors_total",
@@ -99,6 +109,23 @@ pub(crate) fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision]
 #[cfg(not(feature = "metrics"))]
 #[inline]
 pub(crate) fn decided(_: &PolicyMetrics, _: bool, _: &[Decision]) {}
+
+/// A request that the limits of `each` that refused it would have
+/// refused, let through because they are in shadow.
+#[cfg(feature = "metrics")]
+pub(crate) fn shadow_limited(metrics: &PolicyMetrics, each: &[Decision]) {
+    metrics::with_recorder(|recorder| {
+        for (key, decision) in metrics.shadow_limited.iter().zip(each) {
+            if !decision.allowed() {
+                recorder.register_counter(key, &METADATA).increment(1);
+            }
+        }
+    });
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn shadow_limited(_: &PolicyMetrics, _: &[Decision]) {}
 
 #[cfg(feature = "metrics")]
 pub(crate) fn store_failed(metrics: &PolicyMetrics) {

@@ -24,6 +24,8 @@ pub struct NamedLimit {
     /// Holds the quota too: one source for what the memory store enforces
     /// and what headers and Redis scripts are told.
     limiter: Limiter,
+    /// Whether the limit only counts (see [`NamedLimit::shadow`]).
+    shadow: bool,
 }
 
 /// A limit name that cannot be written into a header: see
@@ -70,7 +72,41 @@ impl NamedLimit {
         Ok(NamedLimit {
             name,
             limiter: Limiter::new(Algorithm::default(), quota),
+            shadow: false,
         })
+    }
+
+    /// The same limit in *shadow*: decided and counted exactly as if it
+    /// were enforced, but never refusing. A rate-limit layer checks its
+    /// shadow limits, together and apart from the enforced ones, for
+    /// every request the enforced limits admit; a request they would have
+    /// refused passes, uncharged in them (as a refused request is), and
+    /// is counted (`decision="shadow_limited"` with the `metrics` feature)
+    /// and logged at most once per [`SHADOW_LOG_INTERVAL`](crate::SHADOW_LOG_INTERVAL)
+    /// per limit. Responses never show a shadow limit: no field, no
+    /// `Retry-After`. Roll a new limit out this way, then drop `.shadow()`.
+    ///
+    /// ```
+    /// use tollgate::{NamedLimit, RateLimitLayer};
+    /// use tollgate_core::Quota;
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .limit(NamedLimit::new("api", Quota::per_minute(100)))
+    ///     // What a tighter limit would do, watched before it is enforced.
+    ///     .limit(NamedLimit::new("api-next", Quota::per_minute(20)).shadow())
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn shadow(self) -> Self {
+        NamedLimit {
+            shadow: true,
+            ..self
+        }
+    }
+
+    /// Whether the limit is in shadow (see [`shadow`](Self::shadow)).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 
     /// The same limit with another algorithm.
@@ -283,6 +319,30 @@ impl Policy {
             plan: self.plan,
             ..Self::with_id(id | 1 << 63, vec![limit])
         })
+    }
+
+    /// The policy's enforced limits, and apart its shadow limits (`None`
+    /// when it has none): a layer charges the two all-or-nothing each,
+    /// the shadow ones only for requests the enforced ones admit. The
+    /// enforced part keeps the policy's identity and plan; the shadow part
+    /// gets an identity of its own, derived from it when it is seeded (so
+    /// a rules reload that changes nothing keeps its counters).
+    pub(crate) fn without_shadow(self) -> (Policy, Option<Policy>) {
+        if !self.limits.iter().any(NamedLimit::is_shadow) {
+            return (self, None);
+        }
+        let (shadow, enforced): (Vec<NamedLimit>, Vec<NamedLimit>) =
+            self.limits.iter().cloned().partition(NamedLimit::is_shadow);
+        let shadow = if self.id & 1 << 63 != 0 {
+            Self::with_seed(self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15), shadow)
+        } else {
+            Self::new(shadow)
+        };
+        let enforced = Policy {
+            plan: self.plan,
+            ..Self::with_id(self.id, enforced)
+        };
+        (enforced, Some(shadow))
     }
 
     fn with_id(id: u64, limits: Vec<NamedLimit>) -> Self {

@@ -11,6 +11,7 @@
 use crate::headers::PolicyFields;
 use crate::key::RequestInfo;
 use crate::policy::Policy;
+use crate::shadow::{ShadowLimits, ShadowLog};
 use std::sync::Arc;
 
 /// A predicate over requests, deciding whether a route applies.
@@ -20,22 +21,31 @@ pub(crate) type RouteMatch = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>
 /// for a per-key quota, when the quota is fetched).
 #[derive(Debug)]
 pub(crate) struct Entry {
+    /// The limits enforced.
     pub policy: Arc<Policy>,
     /// The constant parts of the policy's rate-limit fields.
     pub fields: PolicyFields,
+    /// The limits in shadow, if any: checked apart, after the enforced ones
+    /// admit.
+    pub shadow: Option<Arc<ShadowLimits>>,
+    /// The enforced limits' log gates, for a layer in shadow.
+    pub shadow_log: ShadowLog,
 }
 
 impl Entry {
     pub(crate) fn new(policy: Policy) -> Self {
+        let (policy, shadow) = policy.without_shadow();
         Entry {
             fields: PolicyFields::new(&policy),
+            shadow_log: ShadowLog::new(policy.limits().len()),
             policy: Arc::new(policy),
+            shadow: shadow.map(|shadow| Arc::new(ShadowLimits::new(shadow))),
         }
     }
 
     /// Whether the entry limits nothing (a route declared unlimited).
     pub(crate) fn is_unlimited(&self) -> bool {
-        self.policy.limits().is_empty()
+        self.policy.limits().is_empty() && self.shadow.is_none()
     }
 }
 

@@ -1,0 +1,176 @@
+//! Shadow limits: decided and counted exactly as if enforced, never
+//! refusing (see [`NamedLimit::shadow`](crate::NamedLimit::shadow) and
+//! [`RateLimitBuilder::shadow`](crate::RateLimitBuilder::shadow)).
+//!
+//! A layer keeps a policy's shadow limits apart from its enforced ones
+//! ([`Policy::without_shadow`]) and checks them, all-or-nothing among
+//! themselves, for each request the enforced ones admit. Their answer
+//! changes nothing for the request; it is counted in metrics and logged,
+//! at most once per [`SHADOW_LOG_INTERVAL`] per limit.
+
+use crate::key::Key;
+use crate::policy::Policy;
+use crate::store::{PolicyDecision, Store, StoreReply, Watched};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often, at most, a limit in shadow logs the requests it would have
+/// refused: one INFO line per limit per interval, with the number refused
+/// since the last line.
+pub const SHADOW_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The most shadow checks whose store answers later (Redis, a database)
+/// awaited at once per process; past it a shadow check is skipped (and
+/// logged at DEBUG): shadow limits must never cost the enforced ones their
+/// memory.
+const MAX_PENDING_SHADOW_CHECKS: usize = 4096;
+
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// A policy's limits' log gates: each limit's would-be refusals are
+/// logged at most once per [`SHADOW_LOG_INTERVAL`].
+#[derive(Debug)]
+pub(crate) struct ShadowLog {
+    gates: Box<[Gate]>,
+}
+
+/// One limit's gate: when it may log next, and what it held back since.
+#[derive(Debug, Default)]
+struct Gate {
+    /// Nanoseconds since [`epoch`] before which the limit logs no more.
+    next: AtomicU64,
+    /// Would-be refusals since its last line.
+    held: AtomicU64,
+}
+
+/// The moment the gates count from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl ShadowLog {
+    /// Gates for a policy of `limits` limits.
+    pub(crate) fn new(limits: usize) -> Self {
+        ShadowLog {
+            gates: (0..limits).map(|_| Gate::default()).collect(),
+        }
+    }
+
+    /// Counts and logs a request that `verdict` on `policy` would have
+    /// refused, and let through: each limit that refused it counts once
+    /// (`decision="shadow_limited"`) and logs if its interval has passed.
+    pub(crate) fn refused(&self, policy: &Policy, verdict: &PolicyDecision) {
+        crate::observe::shadow_limited(policy.metrics(), verdict.each());
+        let now = epoch().elapsed().as_nanos() as u64;
+        let limits = policy.limits().iter().zip(verdict.each());
+        for ((limit, decision), gate) in limits.zip(self.gates.iter()) {
+            if decision.allowed() {
+                continue;
+            }
+            gate.held.fetch_add(1, Ordering::Relaxed);
+            let next = gate.next.load(Ordering::Relaxed);
+            let due = now >= next
+                && gate
+                    .next
+                    .compare_exchange(
+                        next,
+                        now + SHADOW_LOG_INTERVAL.as_nanos() as u64,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok();
+            if due {
+                // This one and those held back since the last line.
+                let refused = gate.held.swap(0, Ordering::Relaxed);
+                tracing::info!(
+                    limit = limit.name(),
+                    refused,
+                    retry_after_ms = decision.retry_after_nanos() / 1_000_000,
+                    "shadow: requests this limit would have refused were let through"
+                );
+            }
+        }
+    }
+}
+
+/// A route's limits in shadow: their policy and their log gates.
+#[derive(Debug)]
+pub(crate) struct ShadowLimits {
+    policy: Arc<Policy>,
+    log: ShadowLog,
+}
+
+impl ShadowLimits {
+    /// The shadow limits of `policy`.
+    pub(crate) fn new(policy: Policy) -> Self {
+        ShadowLimits {
+            log: ShadowLog::new(policy.limits().len()),
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// Their policy.
+    pub(crate) fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// Checks a request of `cost` for `key` that the enforced limits
+    /// admitted, in `store`, and counts the answer; the request goes on
+    /// whatever it is. A store that answers later is awaited on a task of
+    /// its own for at most `within` (a check given up on is heard out and
+    /// its admission given back, as the layer's are).
+    pub(crate) fn check<St: Store>(
+        self: &Arc<Self>,
+        store: &St,
+        key: &Key,
+        cost: u32,
+        within: Duration,
+    ) {
+        match store.check_within(&self.policy, key, cost, within) {
+            StoreReply::Ready(Ok(verdict)) => self.observe(&verdict),
+            StoreReply::Ready(Err(error)) => {
+                tracing::debug!(policy = self.policy.label(), %error, "shadow check failed");
+            }
+            StoreReply::Pending(check) => {
+                let watched = Watched::new(check, store.clone(), &self.policy, key, cost);
+                self.await_later(watched, within);
+            }
+        }
+    }
+
+    /// Awaits `check` on a task of its own, within the bound on pending
+    /// shadow checks.
+    fn await_later<St: Store>(self: &Arc<Self>, check: Watched<St>, within: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!("shadow check skipped: no tokio runtime to await it on");
+            return;
+        };
+        if PENDING.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_SHADOW_CHECKS {
+            PENDING.fetch_sub(1, Ordering::Relaxed);
+            tracing::debug!("shadow check skipped: {MAX_PENDING_SHADOW_CHECKS} already pending");
+            return;
+        }
+        let shadow = Arc::clone(self);
+        runtime.spawn(async move {
+            match tokio::time::timeout(within, check).await {
+                Ok(Ok(verdict)) => shadow.observe(&verdict),
+                Ok(Err(error)) => {
+                    tracing::debug!(policy = shadow.policy.label(), %error, "shadow check failed");
+                }
+                Err(_) => tracing::debug!(policy = shadow.policy.label(), "shadow check timed out"),
+            }
+            PENDING.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
+    /// Counts what the shadow limits said.
+    fn observe(&self, verdict: &PolicyDecision) {
+        if verdict.merged().allowed() {
+            crate::observe::decided(self.policy.metrics(), true, verdict.each());
+        } else {
+            self.log.refused(&self.policy, verdict);
+        }
+    }
+}
