@@ -11,6 +11,8 @@
 //! ```text
 //! --listen ADDR            default 127.0.0.1:3000; prints "listening on http://ADDR" once it accepts connections
 //! --limit NAME=QUOTA       repeatable; default api=10/s
+//! --shadow                 every --limit in shadow: decided and counted as if enforced, never refused, responses left as they are
+//! --shadow-limit NAME=QUOTA repeatable: a limit in shadow beside the --limit flags (counted and logged, never refusing)
 //! --algorithm ALG          an algorithm's configuration name, listed by --help from the registry (default gcra)
 //! --key KIND               ip | global | header:NAME (default ip)
 //! --trust-proxy CIDR       repeatable; proxy headers are read only from these peers
@@ -53,6 +55,13 @@
 //!   until its slot, so one client sending one request at a time sees delays
 //!   rather than 429s; concurrent requests beyond the queue get 429.
 //! - `--max-keys` applies to the memory store only; Redis expires its keys.
+//! - `--shadow` puts the whole layer in shadow: every request passes with
+//!   the response the route gives (no rate-limit field, no `Retry-After`);
+//!   a request the limits would have refused is not charged, and is logged
+//!   (INFO, at most once per 10 s per limit; `RUST_LOG=info` shows it).
+//!   `--shadow-limit NAME=QUOTA` adds a limit that only counts: checked for
+//!   the requests the `--limit` flags admit, never refusing, in no field.
+//!   With `--charge-when` a shadow limit is a usage error (exit 2).
 //! - `--local exact` decides in this process with capacity reserved from
 //!   Redis (never over the limit); `--local periodic=MS` counts here and
 //!   synchronises with Redis every MS milliseconds (within a documented
@@ -212,6 +221,17 @@ struct Args {
     /// A limit, e.g. api=10/s or hourly=500/h; repeat for several.
     #[arg(long = "limit", value_name = "NAME=QUOTA", default_value = "api=10/s", value_parser = parse_limit)]
     limits: Vec<NamedLimit>,
+
+    /// Every --limit in shadow: decided and counted exactly as if
+    /// enforced, never refused; responses carry no rate-limit fields.
+    #[arg(long)]
+    shadow: bool,
+
+    /// A limit in shadow beside the --limit flags, e.g. next=5/min:
+    /// checked for the requests they admit, counted and logged, never
+    /// refusing; repeat for several.
+    #[arg(long = "shadow-limit", value_name = "NAME=QUOTA", value_parser = parse_limit)]
+    shadow_limits: Vec<NamedLimit>,
 
     #[arg(long, value_name = "ALG", default_value = "gcra", help = algorithm_help())]
     algorithm: Algorithm,
@@ -788,11 +808,14 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     } else {
         store_timeout
     };
+    let shadow_limits = args.shadow_limits.iter().cloned().map(NamedLimit::shadow);
     let mut builder = args
         .limits
         .iter()
         .cloned()
+        .chain(shadow_limits)
         .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
+        .shadow(args.shadow)
         .algorithm(args.algorithm)
         .key(key_extractor(&args.key, &args.trust_proxy))
         .store(store)
@@ -954,7 +977,7 @@ fn install_logs() {
 async fn main() -> ExitCode {
     let args = Args::parse();
     install_logs();
-    reject_duplicate_names(&args.limits);
+    reject_duplicate_names(&[args.limits.as_slice(), &args.shadow_limits].concat());
     let store_url = store_url(&store_text(&args));
     reject_block_cache_without_redis(args.block_cache, &store_url);
     match run(args, store_url).await {
