@@ -31,6 +31,6 @@ pub use client_ip::{
 /// A network in CIDR form (`"10.0.0.0/8".parse()`), for
 /// [`ClientIp::trusting`]; re-exported so an app need not depend on `ipnet`.
 pub use ipnet::IpNet;
-pub use rejection::{ProblemJson, QUOTA_EXCEEDED, RespondWith, respond_with};
+pub use rejection::{KEY_DENIED, ProblemJson, QUOTA_EXCEEDED, RespondWith, respond_with};
 pub use route::{RouteKey, matched_path};
 pub use tollgate::RateLimitInfo;

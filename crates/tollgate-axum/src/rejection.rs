@@ -2,12 +2,19 @@
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use std::fmt::Write;
-use tollgate::{InFlightRejection, Rejection, Rejector};
+use tollgate::{InFlightRejection, RejectReason, Rejection, Rejector};
 
 /// The problem type of the rate-limit headers draft for an exceeded quota.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// The problem type of a request whose key is on the layer's deny list
+/// ([`tollgate::AccessLists`]): a name for clients to match on (a URN, not
+/// a page to fetch), distinct from an exceeded quota, which retrying
+/// later fixes; this does not.
+pub const KEY_DENIED: &str = "urn:tollgate:problem:key-denied";
 
 /// Answers limited requests with an `application/problem+json` body (RFC
 /// 9457) of the draft's `quota-exceeded` type, besides the usual status and
@@ -30,6 +37,33 @@ impl Rejector<Body> for ProblemJson {
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = rejection.status;
         *response.headers_mut() = rejection.headers;
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+
+    /// A request refused without a decision of its limits: a denied key
+    /// gets a problem of its own type, [`KEY_DENIED`] (403, no retry
+    /// time); the other reasons (a store failing closed, a missing key)
+    /// the status alone, as [`Rejector`]'s default.
+    fn reject_without_decision(&self, status: StatusCode, reason: RejectReason) -> Response<Body> {
+        if reason != RejectReason::Denied {
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = status;
+            return response;
+        }
+        let mut body = String::with_capacity(160);
+        let _ = write!(
+            body,
+            "{{\"type\":\"{KEY_DENIED}\",\"title\":\"Forbidden\",\"status\":{},\"detail\":",
+            status.as_u16()
+        );
+        push_json_string(&mut body, reason.message());
+        body.push('}');
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = status;
         response.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

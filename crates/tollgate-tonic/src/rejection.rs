@@ -281,6 +281,12 @@ mod tests {
                 RejectReason::StoreFailed,
                 Code::Unavailable,
             ),
+            // A key on the layer's deny list.
+            (
+                StatusCode::FORBIDDEN,
+                RejectReason::Denied,
+                Code::PermissionDenied,
+            ),
         ] {
             let response: Response<()> = rejector.reject_without_decision(status, reason);
             assert_eq!(response.status(), StatusCode::OK);

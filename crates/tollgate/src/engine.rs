@@ -6,6 +6,7 @@
 //! service (`service.rs`) and the future (`future.rs`) only carry actions
 //! out; neither decides anything.
 
+use crate::access::{Access, AccessLists};
 use crate::headers::{FieldValues, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
@@ -56,6 +57,8 @@ pub(crate) struct Engine<K, St, R> {
 pub(crate) struct Settings {
     pub cost: Option<CostFn>,
     pub allow: Option<AllowFn>,
+    /// Keys that pass uncounted and keys refused, whatever their budget.
+    pub access: Option<AccessLists>,
     /// The fields, the missing key, the store's failure and timeout.
     pub common: CommonSettings,
     pub status: StatusCode,
@@ -72,6 +75,7 @@ impl Default for Settings {
         Settings {
             cost: None,
             allow: None,
+            access: None,
             common: CommonSettings::default(),
             status: StatusCode::TOO_MANY_REQUESTS,
             shadow: false,
@@ -356,6 +360,18 @@ where
                 }
             },
         };
+        if let Some(lists) = &self.settings.access {
+            match lists.access(&key) {
+                Access::Limited => {}
+                Access::Allowed => return Start::Pass,
+                Access::Denied => {
+                    let response = self
+                        .rejector
+                        .reject_without_decision(StatusCode::FORBIDDEN, RejectReason::Denied);
+                    return Start::Act(Action::Reject(Box::new(response)));
+                }
+            }
+        }
         let entry = match self.limits_for_key(entry, &key, waits) {
             KeyLimits::Entry(entry) if !self.routes.get(&entry).is_unlimited() => entry,
             KeyLimits::Entry(_) => return Start::Pass,

@@ -385,6 +385,15 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         }
     }
 
+    /// Keys that pass uncounted and keys refused with `403 Forbidden`
+    /// whatever their budget; keep a clone of `lists` to change them while
+    /// the layer runs (see [`AccessLists`](crate::AccessLists)). Checked
+    /// after the key is extracted, before any limit or quota lookup.
+    pub fn access(mut self, lists: crate::AccessLists) -> Self {
+        self.config.settings.access = Some(lists);
+        self
+    }
+
     /// Shadow mode, for the whole layer: every limit decided and counted
     /// exactly as if enforced, but no request refused. A request the limits
     /// would have refused passes uncharged (as a refused request is), and

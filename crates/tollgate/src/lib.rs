@@ -76,6 +76,7 @@
 // a feature then carry a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod access;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
@@ -105,6 +106,7 @@ mod shadow;
 pub mod store;
 pub mod throttle;
 
+pub use access::AccessLists;
 pub use direct::{DirectLimiter, KeyedLimiter};
 pub use error::ConfigError;
 pub use future::ResponseFuture;

@@ -53,6 +53,10 @@ pub enum RejectReason {
     /// The request had no key and the layer rejects such requests
     /// ([`OnMissingKey::Reject`](crate::OnMissingKey::Reject)).
     MissingKey,
+    /// The request's key is on the layer's deny list
+    /// ([`AccessLists`](crate::AccessLists)); the layer answers
+    /// `403 Forbidden`.
+    Denied,
 }
 
 impl RejectReason {
@@ -61,6 +65,7 @@ impl RejectReason {
         match self {
             RejectReason::StoreFailed => "the rate limiter is unavailable; retry later",
             RejectReason::MissingKey => "the request carries no rate-limit key",
+            RejectReason::Denied => "this client is not allowed to make requests",
         }
     }
 }

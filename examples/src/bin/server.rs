@@ -33,6 +33,8 @@
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
 //! --max-connections N      default: the open-file limit less 64; at N, the connection waiting longest for a request head is closed for a new one
 //! --quota KEY=QUOTA        repeatable: a key's own quota (e.g. free=5/min, pro=100/min;5000/h, vip=unlimited) instead of the --limit flags
+//! --allow KEY              repeatable: a key (as for --quota) that passes every limit uncounted
+//! --deny KEY               repeatable: a key refused with 403 whatever its budget (problem+json of type urn:tollgate:problem:key-denied)
 //! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing; a malformed file is reported and the last good one kept
 //! ```
 //!
@@ -198,10 +200,10 @@ use tollgate::quotas::{KeyQuotas, QuotaAnswer};
 use tollgate::store::cas::CasStore;
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Split, Timeout};
 use tollgate::{
-    ChargeWhen, GlobalKey, HeaderKey, HeaderStyle, KeyExtractor, MemoryStore, NamedLimit,
-    OnStoreError, RateLimitLayer,
+    AccessLists, ChargeWhen, DefaultRejector, GlobalKey, HeaderKey, HeaderStyle, Key, KeyExtractor,
+    MemoryStore, NamedLimit, OnStoreError, RateLimitLayer, RejectReason, Rejection, Rejector,
 };
-use tollgate_axum::ClientIp;
+use tollgate_axum::{ClientIp, ProblemJson};
 use tollgate_examples::plans;
 use tollgate_examples::serving::{ServeLimits, serve};
 use tollgate_postgres::PostgresBackend;
@@ -335,6 +337,17 @@ struct Args {
     /// several. KEY is the --key's text: the header's value, the address.
     #[arg(long = "quota", value_name = "KEY=QUOTA", value_parser = plans::parse_plan)]
     quotas: Vec<(String, QuotaAnswer)>,
+
+    /// A key that passes every limit uncounted (KEY as for --quota: the
+    /// address for --key ip, the header's value for --key header:NAME);
+    /// repeat for several.
+    #[arg(long = "allow", value_name = "KEY")]
+    allow: Vec<String>,
+
+    /// A key refused with 403 whatever its budget (KEY as for --allow);
+    /// repeat for several. A key both allowed and denied is denied.
+    #[arg(long = "deny", value_name = "KEY")]
+    deny: Vec<String>,
 
     /// A file of KEY=QUOTA lines (`#` starts a comment line), over the
     /// --quota flags; read again within a second of changing (a key whose
@@ -646,6 +659,54 @@ fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
     }
 }
 
+/// The lists of `--allow` and `--deny`, each KEY read as the `--key`
+/// extractor gives it (an address for `--key ip`: anything else there is a
+/// usage error).
+fn access_lists(args: &Args) -> Result<AccessLists, Failure> {
+    let key_of = |text: &String| match &args.key {
+        KeyKind::Ip => text
+            .parse::<std::net::IpAddr>()
+            .map(Key::from)
+            .map_err(|_| {
+                Failure::Usage(format!(
+                    "{text:?} is not an IP address, which --key ip makes of each request"
+                ))
+            }),
+        KeyKind::Global | KeyKind::Header(_) => Ok(Key::from(text.as_str())),
+    };
+    let allowed = args
+        .allow
+        .iter()
+        .map(key_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    let denied = args
+        .deny
+        .iter()
+        .map(key_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(AccessLists::new().with_allowed(allowed).with_denied(denied))
+}
+
+/// The playground's rejector: limited requests as tollgate's default
+/// (status and fields, an empty body), a denied key as tollgate-axum's
+/// problem+json of its own type.
+#[derive(Clone, Copy, Debug, Default)]
+struct Rejections;
+
+impl Rejector<axum::body::Body> for Rejections {
+    fn reject(&self, rejection: Rejection<'_>) -> http::Response<axum::body::Body> {
+        DefaultRejector.reject(rejection)
+    }
+
+    fn reject_without_decision(
+        &self,
+        status: StatusCode,
+        reason: RejectReason,
+    ) -> http::Response<axum::body::Body> {
+        ProblemJson.reject_without_decision(status, reason)
+    }
+}
+
 /// Why the server could not start: a usage error (exit 2) or a failure of
 /// the environment (exit 1), with its message.
 enum Failure {
@@ -815,6 +876,7 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .cloned()
         .chain(shadow_limits)
         .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
+        .rejector(Rejections)
         .shadow(args.shadow)
         .algorithm(args.algorithm)
         .key(key_extractor(&args.key, &args.trust_proxy))
@@ -824,6 +886,9 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .headers(header_style(args.headers));
     if let Some(charge_when) = &args.charge_when {
         builder = builder.charge_when(charge_when.clone());
+    }
+    if !args.allow.is_empty() || !args.deny.is_empty() {
+        builder = builder.access(access_lists(args)?);
     }
     if let Some(quotas) = key_quotas(args)? {
         builder = builder.quota_source(quotas);
