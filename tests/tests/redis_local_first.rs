@@ -711,3 +711,54 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
         assert_eq!(passed, 0, "{algorithm}: a key in debt admitted again");
     }
 }
+
+/// Issue 48: exact mode admits what the algorithm allows at a steady
+/// pace, from one instance or several. 4 requests a second for 20 s on
+/// 100/min: 80 requests, all inside the burst, so every one passes, as the
+/// plain Redis store admits them; spread over four instances (each its own
+/// connection, one request a second each) and all on one. Every supported
+/// algorithm at once, each on its own key. Units reserved ahead and not
+/// spent (an instance idle until its next request, a second later) would
+/// be charged and lost to every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exact_mode_admits_every_request_at_a_steady_pace() {
+    use tollgate::{Key, NamedLimit, Policy};
+    let server = RedisServer::start();
+    let quota: Quota = "100/min".parse().unwrap();
+    let mut handles = Vec::new();
+    for instances in [4, 1] {
+        for algorithm in SUPPORTED {
+            let url = server.url();
+            handles.push(tokio::spawn(async move {
+                let prefix = format!("steady-{instances}-{algorithm}");
+                let mut stores = Vec::new();
+                for _ in 0..instances {
+                    stores.push(local_store(&url, &prefix, LocalMode::Exact).await);
+                }
+                let policy = Arc::new(Policy::new(vec![
+                    NamedLimit::new("api", quota).with_algorithm(algorithm),
+                ]));
+                let mut ticks = tokio::time::interval(Duration::from_millis(250));
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut admitted = 0;
+                for i in 0..80 {
+                    ticks.tick().await;
+                    let store = &stores[i % instances];
+                    if tollgate_tests::checks::admits(store, &policy, &Key::GLOBAL, 1).await {
+                        admitted += 1;
+                    }
+                }
+                (instances, algorithm, admitted)
+            }));
+        }
+    }
+    let mut failures = Vec::new();
+    for handle in handles {
+        let (instances, algorithm, admitted) = handle.await.unwrap();
+        println!("steady exact, {instances} instance(s), {algorithm}: admitted {admitted} of 80");
+        if admitted != 80 {
+            failures.push(format!("{instances} × {algorithm}: {admitted} of 80"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}

@@ -71,6 +71,9 @@ pub(crate) struct Holdings {
     rate_since: u64,
     /// The size of the last grant.
     last_grant: u64,
+    /// The least the last grant had to be (the cost of the request that
+    /// waited for it; 0 ahead of need).
+    last_need: u64,
     /// The units the budget was last opened with.
     opened: u64,
     /// When (local ns) a charge of this key was last given back in Redis:
@@ -320,6 +323,15 @@ impl Holdings {
         if self.reserving || self.refusal.as_ref().is_some_and(|r| now < r.until) {
             return None;
         }
+        // The last grant was no more than the request that waited for it:
+        // the key is spent too slowly here for units reserved now to be
+        // spent before they lapse, or it is near its limit (a fan-out
+        // share is below the request's cost). Units held unspent would be
+        // charged and lost to every instance: the next request reserves
+        // for itself instead.
+        if self.last_grant <= self.last_need {
+            return None;
+        }
         self.refusal = None;
         // Ahead of need: none is needed, and near the limit (a fan-out
         // share below one unit) none is held back from the other instances.
@@ -422,6 +434,7 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
                     }
                     state.refusal = None;
                     state.last_grant = granted;
+                    state.last_need = u64::from(need);
                     state.spent = 0;
                     state.rate_since = now;
                     inner.stats.reserved(granted);

@@ -53,7 +53,14 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// that finds too few units here waits for the reservation in flight (one
 /// round trip shared by every waiting request), or is refused when Redis
 /// refused; it is never admitted on credit. When the held units fall to a
-/// quarter of the last grant, the next reservation starts ahead of need.
+/// quarter of the last grant, the next reservation starts ahead of need,
+/// unless that grant was no more than the request that waited for it (the
+/// key is spent here more slowly than one unit per `reserve_ahead`, or
+/// it is near its limit): units reserved ahead and not spent before they
+/// lapse would be charged and lost to every instance, so at such a pace
+/// each request reserves its own cost, one round trip, and a steady pace
+/// within the limit is admitted whole (four instances at one request a
+/// second each on 100/min: every request).
 ///
 /// *Held units and the buckets*: a bucket refills what a grant took. A
 /// unit held past its own refill would be spent on top of the refilled
