@@ -138,23 +138,29 @@ impl ExactSlot {
         Locked::new(&self.state, &self.budget)
     }
 
+    /// The units this instance was granted of the key and no request
+    /// spent at `now` (charged in Redis already, used by no request), and
+    /// the number of the last reservation sent, which recorded them in
+    /// Redis's held counts. A window's grant after its window ended is not
+    /// counted (its units are not the window Redis counts now); a grant
+    /// past its hold is (the hold only keeps the instance from spending
+    /// it: Redis may still count its units, unused). What a carry gives
+    /// back before it reads Redis.
+    pub(crate) fn unspent(&self, now: u64) -> (u64, u64) {
+        let state = self.lock();
+        let units = state
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at > now)
+            .map(|g| g.units)
+            .sum();
+        (units, state.report)
+    }
+
     /// Spends up to `cost` of the units held (not lapsed at `now`) for a
     /// cost learned after the request (pay after), as an admission here
     /// would; says how many. Redis already counts them charged; the rest
     /// of the cost is Redis's to charge.
-    /// The units this instance holds of the key at `now`, unspent: charged
-    /// in Redis already, used by no request.
-    pub(crate) fn held(&self, now: u64) -> u64 {
-        let state = self.lock();
-        let held_until = state.held_until;
-        state
-            .grants
-            .iter()
-            .filter(|g| g.lapse_at.min(held_until) > now)
-            .map(|g| g.units)
-            .sum()
-    }
-
     pub(crate) fn spend_held(&self, now: u64, cost: u32) -> u32 {
         let mut state = self.lock();
         let held_until = state.held_until;

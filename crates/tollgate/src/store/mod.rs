@@ -300,7 +300,8 @@ pub(crate) fn carry_by_parts<St: Store>(
             Ok(decision) => decision
                 .each()
                 .iter()
-                .map(|limit| limit.limit().saturating_sub(limit.remaining()))
+                .zip(from.limiters())
+                .map(|(limit, limiter)| tollgate_core::used_of(limiter, limit))
                 .collect(),
             Err(error) => return Err(AdminError::store(error)),
         };
