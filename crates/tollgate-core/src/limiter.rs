@@ -171,16 +171,18 @@ pub fn used(from: &Limiter, state: &State, now: u64) -> u64 {
 pub fn used_of(from: &Limiter, decision: &Decision) -> u64 {
     let within = decision.limit().saturating_sub(decision.remaining());
     let ahead = match from.algorithm() {
-        // Only a key with nothing left can be past its limit. A time
-        // rounded up to the nanosecond is not a unit more: 1 ns less.
+        // Only a key with nothing left can be past its limit. The units
+        // of the Redis scripts' schedules are their interval rounded up to
+        // the microsecond: read in those, a store's reading is never a
+        // unit more than it charged (the memory store's, exact to the
+        // nanosecond, a unit less at worst once a debt reaches `T` ÷ 1 µs
+        // units).
         Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
             if decision.remaining() == 0 =>
         {
-            let quota = from.quota();
-            let period = u128::from(quota.period_nanos().max(1));
-            let reset = u128::from(decision.reset_after_nanos().saturating_sub(1));
-            let units = (reset * u128::from(quota.limit())).div_ceil(period);
-            u64::try_from(units).unwrap_or(u64::MAX)
+            let interval = from.quota().emission_interval_nanos().max(1);
+            let unit = interval.div_ceil(1_000).saturating_mul(1_000);
+            decision.reset_after_nanos().div_ceil(unit)
         }
         _ => 0,
     };
