@@ -713,24 +713,40 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
 }
 
 /// Issue 48: exact mode admits what the algorithm allows at a steady
-/// pace, from one instance or several. 4 requests a second for 20 s on
-/// 100/min: 80 requests, all inside the burst, so every one passes, as the
-/// plain Redis store admits them; spread over four instances (each its own
-/// connection, one request a second each) and all on one. Every supported
-/// algorithm at once, each on its own key. Units reserved ahead and not
-/// spent (an instance idle until its next request, a second later) would
-/// be charged and lost to every instance.
+/// pace, from one instance or several, as the plain Redis store does. On
+/// 100/min (burst 100), each pace stays inside what every algorithm
+/// allows, so every request passes:
+///
+/// - 4 a second for 20 s (80 requests) over four instances, one request a
+///   second each, and all on one instance;
+/// - 4 a second for 30 s (120: 100 of burst and 50 refilled) over four
+///   instances, for the buckets (a window of a minute takes 100 of them);
+/// - 80 requests at 20 a second over four instances (5 each), and at 100
+///   a second over two (where each reserves ahead of need).
+///
+/// Every supported algorithm at once, each case on its own key. Units
+/// reserved ahead and not spent (an instance idle until its next
+/// request, a second later) would be charged and lost to every instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_mode_admits_every_request_at_a_steady_pace() {
     use tollgate::{Key, NamedLimit, Policy};
     let server = RedisServer::start();
     let quota: Quota = "100/min".parse().unwrap();
+    // (instances, ms between two requests, requests, algorithms)
+    let buckets = [Algorithm::Gcra, Algorithm::TokenBucket];
+    let cases: [(usize, u64, usize, &[Algorithm]); 5] = [
+        (4, 250, 80, &SUPPORTED),
+        (1, 250, 80, &SUPPORTED),
+        (4, 250, 120, &buckets),
+        (4, 50, 80, &SUPPORTED),
+        (2, 10, 80, &SUPPORTED),
+    ];
     let mut handles = Vec::new();
-    for instances in [4, 1] {
-        for algorithm in SUPPORTED {
+    for (case, (instances, pause, requests, algorithms)) in cases.into_iter().enumerate() {
+        for &algorithm in algorithms {
             let url = server.url();
             handles.push(tokio::spawn(async move {
-                let prefix = format!("steady-{instances}-{algorithm}");
+                let prefix = format!("steady-{case}-{algorithm}");
                 let mut stores = Vec::new();
                 for _ in 0..instances {
                     stores.push(local_store(&url, &prefix, LocalMode::Exact).await);
@@ -738,27 +754,28 @@ async fn exact_mode_admits_every_request_at_a_steady_pace() {
                 let policy = Arc::new(Policy::new(vec![
                     NamedLimit::new("api", quota).with_algorithm(algorithm),
                 ]));
-                let mut ticks = tokio::time::interval(Duration::from_millis(250));
+                let mut ticks = tokio::time::interval(Duration::from_millis(pause));
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut admitted = 0;
-                for i in 0..80 {
+                for i in 0..requests {
                     ticks.tick().await;
                     let store = &stores[i % instances];
                     if tollgate_tests::checks::admits(store, &policy, &Key::GLOBAL, 1).await {
                         admitted += 1;
                     }
                 }
-                (instances, algorithm, admitted)
+                let what = format!("{instances} instance(s), a request every {pause} ms");
+                (what, algorithm, admitted, requests)
             }));
         }
     }
     let mut failures = Vec::new();
     for handle in handles {
-        let (instances, algorithm, admitted) = handle.await.unwrap();
-        println!("steady exact, {instances} instance(s), {algorithm}: admitted {admitted} of 80");
-        if admitted != 80 {
-            failures.push(format!("{instances} × {algorithm}: {admitted} of 80"));
+        let (what, algorithm, admitted, requests) = handle.await.unwrap();
+        println!("steady exact, {what}, {algorithm}: admitted {admitted} of {requests}");
+        if admitted != requests {
+            failures.push(format!("{what}, {algorithm}: {admitted} of {requests}"));
         }
     }
-    assert!(failures.is_empty(), "{failures:?}");
+    assert!(failures.is_empty(), "{failures:#?}");
 }
