@@ -779,3 +779,65 @@ async fn exact_mode_admits_every_request_at_a_steady_pace() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// A reservation ahead of need is sent from a spawned task, which on a
+/// busy machine may run after the units the instance holds passed their
+/// hold. Those units are not in the count that reservation records in
+/// Redis (it reports only what is still spendable when it is sent), so
+/// the hold it brings back must not cover them: spent after it, they
+/// would be spent on top of their own refill. Driven on a test clock
+/// (Redis's time too), GCRA at 100/s: the instance spends down to the
+/// quarter of its grant that starts a reservation ahead, the clock moves
+/// 2 s (past the hold, the bucket full again) before that reservation
+/// runs; then a flood at one instant gets the burst, 100, and no more.
+#[tokio::test]
+async fn exact_mode_never_spends_units_past_their_hold_after_a_late_reservation() {
+    let server = RedisServer::start();
+    let clock = tollgate_core::ManualClock::new(1_700_000_000 * 1_000_000_000);
+    let redis = RedisStore::builder(server.url())
+        .prefix("late-ahead")
+        .test_clock(clock.clone())
+        .connect()
+        .await
+        .unwrap();
+    let store = LocalFirst::builder(redis, LocalMode::Exact).build();
+    let policy = Arc::new(tollgate::Policy::new(vec![
+        tollgate::NamedLimit::new("api", Quota::per_second(100)).with_algorithm(Algorithm::Gcra),
+    ]));
+    // Two requests wait for their reservations: 1 unit, then an eighth of
+    // the 99 left (12: sized by the rate of the first, at one instant,
+    // more than it needs); eight more spend the grant down to 3, a
+    // quarter of it, which starts a reservation ahead of need (on this
+    // one-thread runtime it runs once the test waits).
+    for _ in 0..10 {
+        assert!(decided(&store, &policy, 1).await.merged().allowed());
+    }
+    assert_eq!(
+        store.stats().redis_calls,
+        2,
+        "the reservation ahead already ran"
+    );
+    let reserved = store.stats().reserved_units;
+    clock.advance(Duration::from_secs(2));
+    for _ in 0..5_000 {
+        if store.stats().reserved_units > reserved {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(
+        store.stats().reserved_units > reserved,
+        "the reservation ahead granted nothing"
+    );
+    let mut flood = 0;
+    for _ in 0..150 {
+        if decided(&store, &policy, 1).await.merged().allowed() {
+            flood += 1;
+        }
+    }
+    assert!(
+        flood <= 100,
+        "{flood} admitted at one instant: more than the burst"
+    );
+    assert!(flood >= 90, "{flood}");
+}

@@ -383,13 +383,24 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
             inner.settings.max_reservation,
         );
         // What is still spendable at `sent`; spent further while the call
-        // is away, so Redis's count stays at or above it.
-        let held = state
+        // is away, so Redis's count stays at or above it. What lapsed by
+        // then is dropped now: this reservation's count in Redis leaves it
+        // out, so the hold it brings back must not cover it (a grant past
+        // its hold, spent after it, would be spent on top of its own
+        // refill). A reservation ahead of need is sent from a spawned
+        // task, on a busy machine long after the spend that started it.
+        let held_until = state.held_until;
+        let lapsed: u64 = state
             .grants
             .iter()
-            .filter(|g| g.lapse_at.min(state.held_until) > sent)
+            .filter(|g| g.lapse_at.min(held_until) <= sent)
             .map(|g| g.units)
             .sum();
+        if lapsed > 0 {
+            state.grants.retain(|g| g.lapse_at.min(held_until) > sent);
+            inner.stats.lapsed(lapsed);
+        }
+        let held = state.grants.iter().map(|g| g.units).sum();
         (want, held, state.report)
     };
     let op = ShareOp::Reserve {
