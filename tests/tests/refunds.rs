@@ -418,9 +418,11 @@ async fn exact_mode_refunds_on_one_instance_are_the_others_at_once() {
 }
 
 /// The interleaving behind the flaky test above, driven on a test clock:
-/// A admits a unit (the last it holds, so a reservation ahead of need
-/// starts), that reservation runs in Redis 100 ms later and, reporting the
-/// unit spent, charges it; only then does A's refund of it land. The
+/// A admits a unit, A's next reservation runs in Redis 100 ms later (for
+/// a second request: after a grant no larger than the request that waited
+/// for it, none starts ahead of need) and, reporting the unit spent,
+/// charges it; only then does A's refund of it land (and of the second
+/// request, whose count is live). The
 /// refund names the reservation before, whose count of held units the
 /// later one replaced: the unit must still come back whole, not less the
 /// 100 ms between the admission and the reservation that charged it
@@ -450,9 +452,7 @@ async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back(
             LocalFirst::builder(redis, LocalMode::Exact).build()
         };
         let (a, b) = (store().await, store().await);
-        // A's only reservation so far, for this request; its unit spent,
-        // the next starts ahead of need (on this one-thread runtime, it
-        // runs once the test waits).
+        // A's only reservation so far, for this request.
         let decision = decide(&a, &policy, 1).await;
         assert!(decision.merged().allowed(), "{name}");
         clock.advance(Duration::from_millis(100));
@@ -477,17 +477,14 @@ async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back(
             })
         };
         assert_eq!(recorded().as_deref(), Some("1"), "{name}: not yet replaced");
-        // Until A's second reservation, ahead of need, ran in Redis: it
-        // replaced the count of held units the first recorded (A holds
-        // none now: the count is gone).
-        for _ in 0..5_000 {
-            if recorded().is_none() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert_eq!(recorded(), None, "{name}: replaced, holding nothing");
+        // A's second reservation, for a second request, replaced the count
+        // of held units the first recorded.
+        let second = decide(&a, &policy, 1).await;
+        assert!(second.merged().allowed(), "{name}");
+        assert_eq!(recorded().as_deref(), Some("2"), "{name}: replaced");
         let refund = Refund::of(&decision, 1, Duration::from_millis(100));
+        a.refund(&policy, &Key::GLOBAL, refund).landed().await;
+        let refund = Refund::of(&second, 1, Duration::ZERO);
         a.refund(&policy, &Key::GLOBAL, refund).landed().await;
         // A moment later, as on a real clock: a refusal to a reservation
         // sent at the very time a refund landed is not remembered (it may

@@ -124,7 +124,9 @@ pub use atomic::{PackedState, check_atomic, debit_atomic, refund_atomic};
 pub use clock::TokioClock;
 pub use clock::{Clock, ClockSource, ManualClock, MonotonicClock, WallClock};
 pub use decision::{Decision, DecisionFields};
-pub use limiter::{Algorithm, Charge, Limiter, State, UnknownAlgorithm, carried, check_all, used};
+pub use limiter::{
+    Algorithm, Charge, Limiter, State, UnknownAlgorithm, carried, check_all, used, used_of,
+};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MAX_TOLERANCE_NANOS, Quota, QuotaError};
 pub use refund::Refund;
 pub use state_bytes::{STATE_BYTES_VERSION, StateBytesError, decode_states, encode_states};

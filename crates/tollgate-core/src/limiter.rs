@@ -140,12 +140,53 @@ fn uncharged_view(
     merged.unwrap_or_default()
 }
 
-/// The units `state` has used under `from` at `now`: its limit less what
-/// remains (a decision for a cost of 0). What a key carries to another
+/// The units `state` has used under `from` at `now`, as [`used_of`] reads
+/// them from a decision for a cost of 0. What a key carries to another
 /// quota when its plan changes ([`carried`]).
 pub fn used(from: &Limiter, state: &State, now: u64) -> u64 {
     let (decision, _) = from.evaluate(state, now, 0);
-    decision.limit().saturating_sub(decision.remaining())
+    used_of(from, &decision)
+}
+
+/// The units a key has used under `from`, read from its decision for a
+/// cost of 0 (a peek), as every store reads it when it carries a key to
+/// another plan: its limit less what remains, and, for the algorithms
+/// that keep a schedule (GCRA, the continuous token bucket, the leaky
+/// bucket), a debt beyond the limit too (a key debited past its limit, or
+/// moved to a smaller plan than it had used): the units its schedule is
+/// ahead of now, `reset_after` at the quota's rate, rounded up. A window
+/// algorithm's decision does not say how far past its limit a count is:
+/// it carries at most its limit.
+///
+/// ```
+/// use tollgate_core::{used_of, Algorithm, Limiter, Quota};
+///
+/// let small = Limiter::new(Algorithm::Gcra, Quota::per_hour(100));
+/// let mut state = small.new_state();
+/// small.debit(&mut state, 0, 110);
+/// let (peek, _) = small.evaluate(&state, 0, 0);
+/// assert_eq!(peek.remaining(), 0);
+/// assert_eq!(used_of(&small, &peek), 110);
+/// ```
+pub fn used_of(from: &Limiter, decision: &Decision) -> u64 {
+    let within = decision.limit().saturating_sub(decision.remaining());
+    let ahead = match from.algorithm() {
+        // Only a key with nothing left can be past its limit. The units
+        // of the Redis scripts' schedules are their interval rounded up to
+        // the microsecond: read in those, a store's reading is never a
+        // unit more than it charged (the memory store's, exact to the
+        // nanosecond, a unit less at worst once a debt reaches `T` ÷ 1 µs
+        // units).
+        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
+            if decision.remaining() == 0 =>
+        {
+            let interval = from.quota().emission_interval_nanos().max(1);
+            let unit = interval.div_ceil(1_000).saturating_mul(1_000);
+            decision.reset_after_nanos().div_ceil(unit)
+        }
+        _ => 0,
+    };
+    within.max(ahead)
 }
 
 /// A key's state under `to` after its plan changed at `now` from `from`,

@@ -71,6 +71,9 @@ pub(crate) struct Holdings {
     rate_since: u64,
     /// The size of the last grant.
     last_grant: u64,
+    /// The least the last grant had to be (the cost of the request that
+    /// waited for it; 0 ahead of need).
+    last_need: u64,
     /// The units the budget was last opened with.
     opened: u64,
     /// When (local ns) a charge of this key was last given back in Redis:
@@ -135,23 +138,29 @@ impl ExactSlot {
         Locked::new(&self.state, &self.budget)
     }
 
+    /// The units this instance was granted of the key and no request
+    /// spent at `now` (charged in Redis already, used by no request), and
+    /// the number of the last reservation sent, which recorded them in
+    /// Redis's held counts. A window's grant after its window ended is not
+    /// counted (its units are not the window Redis counts now); a grant
+    /// past its hold is (the hold only keeps the instance from spending
+    /// it: Redis may still count its units, unused). What a carry gives
+    /// back before it reads Redis.
+    pub(crate) fn unspent(&self, now: u64) -> (u64, u64) {
+        let state = self.lock();
+        let units = state
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at > now)
+            .map(|g| g.units)
+            .sum();
+        (units, state.report)
+    }
+
     /// Spends up to `cost` of the units held (not lapsed at `now`) for a
     /// cost learned after the request (pay after), as an admission here
     /// would; says how many. Redis already counts them charged; the rest
     /// of the cost is Redis's to charge.
-    /// The units this instance holds of the key at `now`, unspent: charged
-    /// in Redis already, used by no request.
-    pub(crate) fn held(&self, now: u64) -> u64 {
-        let state = self.lock();
-        let held_until = state.held_until;
-        state
-            .grants
-            .iter()
-            .filter(|g| g.lapse_at.min(held_until) > now)
-            .map(|g| g.units)
-            .sum()
-    }
-
     pub(crate) fn spend_held(&self, now: u64, cost: u32) -> u32 {
         let mut state = self.lock();
         let held_until = state.held_until;
@@ -320,6 +329,15 @@ impl Holdings {
         if self.reserving || self.refusal.as_ref().is_some_and(|r| now < r.until) {
             return None;
         }
+        // The last grant was no more than the request that waited for it:
+        // the key is spent too slowly here for units reserved now to be
+        // spent before they lapse, or it is near its limit (a fan-out
+        // share is below the request's cost). Units held unspent would be
+        // charged and lost to every instance: the next request reserves
+        // for itself instead.
+        if self.last_grant <= self.last_need {
+            return None;
+        }
         self.refusal = None;
         // Ahead of need: none is needed, and near the limit (a fan-out
         // share below one unit) none is held back from the other instances.
@@ -365,13 +383,24 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
             inner.settings.max_reservation,
         );
         // What is still spendable at `sent`; spent further while the call
-        // is away, so Redis's count stays at or above it.
-        let held = state
+        // is away, so Redis's count stays at or above it. What lapsed by
+        // then is dropped now: this reservation's count in Redis leaves it
+        // out, so the hold it brings back must not cover it (a grant past
+        // its hold, spent after it, would be spent on top of its own
+        // refill). A reservation ahead of need is sent from a spawned
+        // task, on a busy machine long after the spend that started it.
+        let held_until = state.held_until;
+        let lapsed: u64 = state
             .grants
             .iter()
-            .filter(|g| g.lapse_at.min(state.held_until) > sent)
+            .filter(|g| g.lapse_at.min(held_until) <= sent)
             .map(|g| g.units)
             .sum();
+        if lapsed > 0 {
+            state.grants.retain(|g| g.lapse_at.min(held_until) > sent);
+            inner.stats.lapsed(lapsed);
+        }
+        let held = state.grants.iter().map(|g| g.units).sum();
         (want, held, state.report)
     };
     let op = ShareOp::Reserve {
@@ -422,6 +451,7 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
                     }
                     state.refusal = None;
                     state.last_grant = granted;
+                    state.last_need = u64::from(need);
                     state.spent = 0;
                     state.rate_since = now;
                     inner.stats.reserved(granted);

@@ -53,7 +53,14 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// that finds too few units here waits for the reservation in flight (one
 /// round trip shared by every waiting request), or is refused when Redis
 /// refused; it is never admitted on credit. When the held units fall to a
-/// quarter of the last grant, the next reservation starts ahead of need.
+/// quarter of the last grant, the next reservation starts ahead of need,
+/// unless that grant was no more than the request that waited for it (the
+/// key is spent here more slowly than one unit per `reserve_ahead`, or
+/// it is near its limit): units reserved ahead and not spent before they
+/// lapse would be charged and lost to every instance, so at such a pace
+/// each request reserves its own cost, one round trip, and a steady pace
+/// within the limit is admitted whole (four instances at one request a
+/// second each on 100/min: every request).
 ///
 /// *Held units and the buckets*: a bucket refills what a grant took. A
 /// unit held past its own refill would be spent on top of the refilled
@@ -406,28 +413,42 @@ impl Inner {
         }
     }
 
-    /// Takes the key's slot out of this instance's table; then waits
-    /// (at most [`CALL_BOUND`]) for the call the slot had in flight, if
-    /// any, to end: a reservation that lands after a reset would leave its
-    /// grant charged in Redis, and a sync its report.
-    /// Takes the key's slot out of this instance's table and waits for its
-    /// call in flight: what it has admitted and Redis has not counted
-    /// (periodic mode: its unreported units, as a positive count), or what
-    /// Redis counts and no request used (exact mode: its held units, as a
-    /// negative one).
-    async fn take_slot(&self, policy: &Policy, key: &Key) -> i64 {
+    /// Takes the key's slot out of this instance's table and waits (at
+    /// most [`CALL_BOUND`]) for its call in flight, if any, to end: a
+    /// reservation that lands after a reset would leave its grant charged
+    /// in Redis, and a sync its report. Then returns what it holds to
+    /// Redis's count: periodic mode, what it admitted and did not report
+    /// yet (a positive count, for the caller to add); exact mode, the
+    /// units it was granted and no request spent, given back in Redis
+    /// (`share.lua`'s refund, naming its last reservation, as far as
+    /// Redis still counts them: a held count past its hold, or a bucket
+    /// that refilled since, gives back less), so that Redis's reading
+    /// afterwards counts only what requests used.
+    async fn take_slot(&self, policy: &Arc<Policy>, key: &Key) -> Result<i64, RedisStoreError> {
         match &self.slots {
             Slots::Exact(table) => {
                 let slot = table.remove(policy.id(), key);
                 call_ended(slot.clone()).await;
-                slot.map_or(0, |slot| {
-                    -(slot.held(self.now()).min(i64::MAX as u64) as i64)
-                })
+                let Some(slot) = slot else {
+                    return Ok(0);
+                };
+                let (unspent, report) = slot.unspent(self.now());
+                if unspent > 0 && report > 0 && !policy.limits().is_empty() {
+                    let op = ShareOp::Refund {
+                        cost: u32::try_from(unspent).unwrap_or(u32::MAX),
+                        holder: holder(self.instance, policy.id()),
+                        report,
+                        ago_micros: 0,
+                        resets: smallvec::SmallVec::new(),
+                    };
+                    self.redis.share(policy, key, op).await?;
+                }
+                Ok(0)
             }
             Slots::Periodic(table) => {
                 let slot = table.remove(policy.id(), key);
                 call_ended(slot.clone()).await;
-                slot.map_or(0, |slot| slot.unreported().min(i64::MAX as u64) as i64)
+                Ok(slot.map_or(0, |slot| slot.unreported().min(i64::MAX as u64) as i64))
             }
         }
     }
@@ -696,9 +717,12 @@ impl Store for LocalFirst {
     /// defines it, counting this instance's own part exactly: its slot for
     /// `from` is taken out and its call in flight waited for (a report on
     /// its way would otherwise be counted twice), its unreported units
-    /// (periodic) added to what Redis counts and its unspent held units
-    /// (exact) taken off; then `from` is reset in Redis and each limit of
-    /// `to` charged there. Other instances' unreported units of `from` are
+    /// (periodic) added to what Redis counts, and the units it was granted
+    /// and did not spend (exact) given back in Redis before the reading (a
+    /// reservation is not usage: carried as spent it would be charged
+    /// again under `to`, and a downgrade would refuse for longer than its
+    /// usage allows); then `from` is reset in Redis and each limit of `to`
+    /// charged there, a debt included (see [`tollgate_core::used_of`]). Other instances' unreported units of `from` are
     /// not carried (they land in `from`'s reset state at their next sync).
     fn carry(
         &self,
@@ -709,22 +733,25 @@ impl Store for LocalFirst {
         let inner = self.inner.clone();
         let (from, to, key) = (from.clone(), to.clone(), key.clone());
         tollgate::store::AdminFuture::new(async move {
-            let local = inner.take_slot(&from, &key).await;
+            let local = inner
+                .take_slot(&from, &key)
+                .await
+                .map_err(tollgate::store::AdminError::store)?;
             let redis = &inner.redis;
             let read = redis.peek(&from, &key).resolve().await;
             let decision = read.map_err(tollgate::store::AdminError::store)?;
             let used: Vec<u64> = decision
                 .each()
                 .iter()
-                .map(|limit| {
-                    let used = limit.limit().saturating_sub(limit.remaining());
+                .zip(from.limiters())
+                .map(|(limit, limiter)| {
+                    let used = tollgate_core::used_of(limiter, limit);
                     u64::try_from(
                         i64::try_from(used)
                             .unwrap_or(i64::MAX)
                             .saturating_add(local),
                     )
                     .unwrap_or(0)
-                    .min(limit.limit())
                 })
                 .collect();
             redis.reset(&from, &key).await?;

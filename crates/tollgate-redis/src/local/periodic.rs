@@ -17,6 +17,7 @@ use super::budget::{Budget, Budgeted, Locked, Signature};
 use super::shared::{Shared, Step, holder};
 use super::table::Evictable;
 use crate::script::ShareOp;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tollgate::{Key, Policy, PolicyDecision};
@@ -330,7 +331,11 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
         match counts.unconfirmed {
             Some(report) => (report.1, report.0, need, left),
             None if counts.pending > 0 => {
-                counts.sequence += 1;
+                // Numbered across the instance's slots, as reservations
+                // are: a slot made again for the key (its plan changed
+                // away and back) never reuses a number Redis recorded,
+                // which would drop its report as sent already.
+                counts.sequence = inner.reports.fetch_add(1, Ordering::Relaxed) + 1;
                 let report = (counts.sequence, counts.pending);
                 counts.unconfirmed = Some(report);
                 counts.pending = 0;

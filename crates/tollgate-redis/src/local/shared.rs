@@ -16,8 +16,9 @@ pub(crate) struct Shared {
     /// Tells this instance's sync reports from other instances'.
     pub(super) instance: u64,
     pub(super) stats: Stats,
-    /// Exact mode: reservations sent so far, by every slot (each is
-    /// numbered, see `exact::receipt`).
+    /// Reservations (exact mode) or reports (periodic mode) numbered so
+    /// far, by every slot (see `exact::receipt`, and a sync's sequence
+    /// number): a slot made again for a key never reuses a number.
     pub(super) reports: AtomicU64,
 }
 

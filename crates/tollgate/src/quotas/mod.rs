@@ -75,8 +75,12 @@
 //! `Retry-After`). The same for every algorithm and store (tested for GCRA,
 //! the fixed window and the sliding window on the memory store, the Redis
 //! store and the local-first store in both modes; a plan of several quotas
-//! limit by limit, each carrying the usage of the limit in its place). Not
-//! carried: a debt beyond an old limit; a key dropped from the cache (past
+//! limit by limit, each carrying the usage of the limit in its place). A
+//! debt beyond an old limit is carried by the algorithms that keep a
+//! schedule (GCRA, the continuous token bucket, the leaky bucket: 110 used
+//! of 200 an hour, moved to 100 an hour and back, still 110 used), not by
+//! the window algorithms (at most the old limit). Not carried: a key
+//! dropped from the cache (past
 //! `max_keys`) before its plan changed; requests charged under the old
 //! plan while the move runs (a round trip). Two instances that both see the change carry it once:
 //! the second finds the old plan's state gone.

@@ -261,8 +261,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// from 5 used of 5 a minute to 100 a minute leaves 95; a downgrade
     /// below what was used refuses until the usage has come back at the new
     /// quota's pace, with the `retry_after` the new quota gives. A limit of
-    /// `to` with none in its place in `from` starts whole; a debt beyond an
-    /// old limit is not carried.
+    /// `to` with none in its place in `from` starts whole. A debt beyond an
+    /// old limit (a downgrade below what was used, a debit) is carried for
+    /// the algorithms that keep a schedule (GCRA, the continuous token
+    /// bucket, the leaky bucket), whose peek tells how far ahead it is: a
+    /// downgrade then an upgrade keeps it; a window algorithm carries at
+    /// most its limit ([`tollgate_core::used_of`]).
     ///
     /// Carried once: a second move finds `from` reset and carries nothing,
     /// so instances that each see the change may each ask. A store whose
@@ -300,7 +304,8 @@ pub(crate) fn carry_by_parts<St: Store>(
             Ok(decision) => decision
                 .each()
                 .iter()
-                .map(|limit| limit.limit().saturating_sub(limit.remaining()))
+                .zip(from.limiters())
+                .map(|(limit, limiter)| tollgate_core::used_of(limiter, limit))
                 .collect(),
             Err(error) => return Err(AdminError::store(error)),
         };

@@ -271,7 +271,8 @@ impl<B: CasBackend> Store for CasStore<B> {
                 Ok(decision) => decision
                     .each()
                     .iter()
-                    .map(|limit| limit.limit().saturating_sub(limit.remaining()))
+                    .zip(from.limiters())
+                    .map(|(limit, limiter)| tollgate_core::used_of(limiter, limit))
                     .collect(),
                 Err(error) => return Err(AdminError::store(error)),
             };

@@ -430,7 +430,8 @@ impl<C: Clock> MemoryStore<C> {
             .peek_now(from, key)
             .each()
             .iter()
-            .map(|limit| limit.limit().saturating_sub(limit.remaining()))
+            .zip(from.limiters())
+            .map(|(limit, limiter)| tollgate_core::used_of(limiter, limit))
             .collect();
         self.reset_now(from, key);
         if used.iter().all(|units| *units == 0) {
