@@ -178,6 +178,8 @@ struct Config {
     routes: Vec<(RouteMatch, Vec<NamedLimit>)>,
     #[cfg(feature = "quotas")]
     quotas: Option<crate::quotas::KeyQuotas>,
+    #[cfg(feature = "quotas")]
+    live: Option<crate::quotas::LiveLimits>,
     policy_seed: Option<u64>,
     settings: Settings,
 }
@@ -227,6 +229,18 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     #[cfg(feature = "quotas")]
     pub fn quota_source(mut self, source: crate::quotas::KeyQuotas) -> Self {
         self.config.quotas = Some(source);
+        self.config.live = None;
+        self
+    }
+
+    /// Limits changed while the layer runs, through `limits` (keep a clone):
+    /// see [`LiveLimits`](crate::quotas::LiveLimits). The handle starts with
+    /// this builder's limits. In place of a
+    /// [`quota_source`](Self::quota_source) (the last one set applies).
+    #[cfg(feature = "quotas")]
+    pub fn live_limits(mut self, limits: crate::quotas::LiveLimits) -> Self {
+        self.config.live = Some(limits);
+        self.config.quotas = None;
         self
     }
 
@@ -495,7 +509,16 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         };
         let routes = Routes::new(default, routes);
         #[cfg(feature = "quotas")]
-        let quotas = config.quotas.map(|quotas| {
+        let quotas = match config.live {
+            Some(live) => {
+                let store = self.store.clone();
+                let supports = Arc::new(move |policy: &Policy| store.supports(policy));
+                Some(live.attach(limits.applied(), supports))
+            }
+            None => config.quotas,
+        };
+        #[cfg(feature = "quotas")]
+        let quotas = quotas.map(|quotas| {
             let default = &routes.default_entry().policy;
             let base_name = default.limits().first().map_or("quota", NamedLimit::name);
             let store = self.store.clone();

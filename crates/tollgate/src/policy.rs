@@ -168,7 +168,7 @@ pub struct Policy {
 /// std's hasher, whose algorithm may change): instances sharing a store
 /// name a plan's state the same way.
 #[cfg_attr(not(feature = "quotas"), allow(dead_code))]
-fn plan_fingerprint(limits: &[NamedLimit]) -> u64 {
+pub(crate) fn plan_fingerprint(limits: &[NamedLimit]) -> u64 {
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {

@@ -38,8 +38,18 @@ pub struct KeyQuotas {
     /// Set once the source was asked to follow its changes.
     following: Arc<AtomicBool>,
     /// What a "default" answer charges instead of the layer's own limits,
-    /// when set ([`set_default_quotas`](KeyQuotas::set_default_quotas)).
-    default_quotas: Arc<std::sync::RwLock<Option<Vec<Quota>>>>,
+    /// when set ([`set_default_quotas`](KeyQuotas::set_default_quotas),
+    /// [`set_default_limits`](KeyQuotas::set_default_limits)).
+    default_quotas: Arc<std::sync::RwLock<Option<Defaults>>>,
+}
+
+/// The limits a "default" answer stands for, replaced at run time.
+#[derive(Clone)]
+enum Defaults {
+    /// Quotas, named and shaped as a key's own quotas are.
+    Quotas(Vec<Quota>),
+    /// Named limits as they are, with their algorithms.
+    Limits(Arc<Entry>),
 }
 
 #[derive(Debug, Default)]
@@ -185,16 +195,33 @@ impl KeyQuotas {
     /// # let _ = layer;
     /// ```
     pub fn set_default_quotas(&self, quotas: Vec<Quota>) {
+        self.set_defaults((!quotas.is_empty()).then_some(Defaults::Quotas(quotas)));
+    }
+
+    /// [`set_default_quotas`](Self::set_default_quotas) with named limits
+    /// as they are (their names, algorithms and quotas), for a layer whose
+    /// limits change while it runs ([`LiveLimits`](super::LiveLimits)):
+    /// each key's next request is charged `limits`, its usage carried
+    /// limit by limit (by position), as for any plan change. An empty list
+    /// goes back to the layer's own limits.
+    pub fn set_default_limits(&self, limits: Vec<NamedLimit>) {
+        let defaults = (!limits.is_empty()).then(|| {
+            let seed = crate::policy::plan_fingerprint(&limits);
+            Defaults::Limits(Arc::new(Entry::new(Policy::for_plan(seed, limits))))
+        });
+        self.set_defaults(defaults);
+    }
+
+    fn set_defaults(&self, defaults: Option<Defaults>) {
         *self
             .default_quotas
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
-            (!quotas.is_empty()).then_some(quotas);
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = defaults;
         self.invalidate_all();
     }
 
-    /// The quotas a "default" answer stands for now, if replaced.
-    fn default_quotas(&self) -> Option<Vec<Quota>> {
+    /// What a "default" answer stands for now, if replaced.
+    fn default_quotas(&self) -> Option<Defaults> {
         self.default_quotas
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -618,7 +645,10 @@ impl Resolver {
             QuotaAnswer::Unlimited => false,
         };
         let answer = match self.config.default_quotas() {
-            Some(quotas) if default(&answer) => QuotaAnswer::Quotas(quotas),
+            Some(Defaults::Quotas(quotas)) if default(&answer) => QuotaAnswer::Quotas(quotas),
+            Some(Defaults::Limits(entry)) if default(&answer) => {
+                return Ok(Resolution::Limits(entry));
+            }
             _ => answer,
         };
         Ok(match answer {

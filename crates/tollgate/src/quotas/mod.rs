@@ -87,11 +87,13 @@
 
 mod cache;
 mod changes;
+mod live;
 mod source;
 
 pub use cache::KeyQuotas;
 pub(crate) use cache::{Plans, QuotaWait, Resolution, Resolver};
 pub use changes::ChangedQuotas;
+pub use live::LiveLimits;
 pub use source::{
     AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError, StaticQuotas, quota_fn,
     quota_fn_async,
