@@ -10,5 +10,6 @@
 #![warn(missing_docs)]
 
 pub mod custom_store;
+pub mod limits;
 pub mod plans;
 pub mod serving;

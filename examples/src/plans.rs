@@ -136,32 +136,39 @@ pub fn merged(fixed: &Plans, file: Plans) -> Plans {
 /// file that does not parse (or cannot be read) is reported once per
 /// change, and the last good one kept.
 pub async fn watch(path: PathBuf, fixed: Plans, book: PlanBook, quotas: KeyQuotas) {
+    on_change(path.clone(), || match read_file(&path) {
+        Ok(plans) => {
+            let changed = book.replace(merged(&fixed, plans));
+            for key in &changed {
+                quotas.invalidate(&Key::from(key.as_str()));
+            }
+            tracing::info!(
+                file = %path.display(),
+                changed = changed.len(),
+                "quota file read again"
+            );
+        }
+        Err(error) => tracing::warn!(
+            %error,
+            "the quota file does not parse; keeping the plans read last"
+        ),
+    })
+    .await;
+}
+
+/// Calls `changed` whenever the contents of the file at `path` change
+/// (looked at every [`WATCH_EVERY`]; ends with the runtime). A file that
+/// cannot be read counts as a change too, so that it is reported.
+pub async fn on_change(path: PathBuf, mut changed: impl FnMut()) {
     let mut last = std::fs::read(&path).ok();
     let mut ticks = tokio::time::interval(WATCH_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let now = std::fs::read(&path).ok();
-        if now == last {
-            continue;
-        }
-        last = now;
-        match read_file(&path) {
-            Ok(plans) => {
-                let changed = book.replace(merged(&fixed, plans));
-                for key in &changed {
-                    quotas.invalidate(&Key::from(key.as_str()));
-                }
-                tracing::info!(
-                    file = %path.display(),
-                    changed = changed.len(),
-                    "quota file read again"
-                );
-            }
-            Err(error) => tracing::warn!(
-                %error,
-                "the quota file does not parse; keeping the plans read last"
-            ),
+        if now != last {
+            last = now;
+            changed();
         }
     }
 }

@@ -33,6 +33,7 @@
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
 //! --max-connections N      default: the open-file limit less 64; at N, the connection waiting longest for a request head is closed for a new one
 //! --quota KEY=QUOTA        repeatable: a key's own quota (e.g. free=5/min, pro=100/min;5000/h, vip=unlimited) instead of the --limit flags
+//! --limits-file PATH       NAME=QUOTA lines (# comments) in place of --limit; read again within a second of changing, each key keeping its usage; a malformed file is reported and the last good one kept (at start: exit code 2)
 //! --allow KEY              repeatable: a key (as for --quota) that passes every limit uncounted
 //! --deny KEY               repeatable: a key refused with 403 whatever its budget (problem+json of type urn:tollgate:problem:key-denied)
 //! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing; a malformed file is reported and the last good one kept
@@ -194,9 +195,9 @@ use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
-use tollgate::core::{Algorithm, Quota};
+use tollgate::core::Algorithm;
 use tollgate::in_flight::InFlightLayer;
-use tollgate::quotas::{KeyQuotas, QuotaAnswer};
+use tollgate::quotas::{KeyQuotas, LiveLimits, QuotaAnswer};
 use tollgate::store::cas::CasStore;
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Split, Timeout};
 use tollgate::{
@@ -204,8 +205,8 @@ use tollgate::{
     MemoryStore, NamedLimit, OnStoreError, RateLimitLayer, RejectReason, Rejection, Rejector,
 };
 use tollgate_axum::{ClientIp, ProblemJson};
-use tollgate_examples::plans;
 use tollgate_examples::serving::{ServeLimits, serve};
+use tollgate_examples::{limits, plans};
 use tollgate_postgres::PostgresBackend;
 use tollgate_redis::{LocalFirst, LocalMode, RedisSlots, RedisStore};
 
@@ -221,7 +222,7 @@ struct Args {
     listen: SocketAddr,
 
     /// A limit, e.g. api=10/s or hourly=500/h; repeat for several.
-    #[arg(long = "limit", value_name = "NAME=QUOTA", default_value = "api=10/s", value_parser = parse_limit)]
+    #[arg(long = "limit", value_name = "NAME=QUOTA", default_value = "api=10/s", value_parser = limits::parse_limit)]
     limits: Vec<NamedLimit>,
 
     /// Every --limit in shadow: decided and counted exactly as if
@@ -232,7 +233,7 @@ struct Args {
     /// A limit in shadow beside the --limit flags, e.g. next=5/min:
     /// checked for the requests they admit, counted and logged, never
     /// refusing; repeat for several.
-    #[arg(long = "shadow-limit", value_name = "NAME=QUOTA", value_parser = parse_limit)]
+    #[arg(long = "shadow-limit", value_name = "NAME=QUOTA", value_parser = limits::parse_limit)]
     shadow_limits: Vec<NamedLimit>,
 
     #[arg(long, value_name = "ALG", default_value = "gcra", help = algorithm_help())]
@@ -337,6 +338,13 @@ struct Args {
     /// several. KEY is the --key's text: the header's value, the address.
     #[arg(long = "quota", value_name = "KEY=QUOTA", value_parser = plans::parse_plan)]
     quotas: Vec<(String, QuotaAnswer)>,
+
+    /// A file of NAME=QUOTA lines (`#` starts a comment line) in place of
+    /// the --limit flags, read again within a second of changing: each
+    /// key keeps its usage under the new limits; a malformed file is
+    /// reported and the last good one kept (at start: exit code 2).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["limits", "quotas", "quota_file"])]
+    limits_file: Option<std::path::PathBuf>,
 
     /// A key that passes every limit uncounted (KEY as for --quota: the
     /// address for --key ip, the header's value for --key header:NAME);
@@ -502,15 +510,6 @@ enum Headers {
 fn algorithm_help() -> String {
     let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
     format!("{}.", names.join(" | "))
-}
-
-fn parse_limit(text: &str) -> Result<NamedLimit, String> {
-    let (name, quota) = text
-        .split_once('=')
-        .ok_or_else(|| format!("expected NAME=QUOTA, such as api=10/s, not {text:?}"))?;
-    let quota: Quota = quota.parse().map_err(|e| format!("{e}"))?;
-    // The name is written into header fields: the crate checks it.
-    NamedLimit::try_new(name, quota).map_err(|e| e.to_string())
 }
 
 /// Parses `ip`, `global` or `header:NAME`.
@@ -869,11 +868,42 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     } else {
         store_timeout
     };
-    let shadow_limits = args.shadow_limits.iter().cloned().map(NamedLimit::shadow);
-    let mut builder = args
-        .limits
+    let shadow_limits: Vec<NamedLimit> = args
+        .shadow_limits
         .iter()
         .cloned()
+        .map(NamedLimit::shadow)
+        .collect();
+    let live = match &args.limits_file {
+        Some(path) => {
+            let limits = limits::read_file(path).map_err(Failure::Usage)?;
+            if let Some(both) = limits
+                .iter()
+                .find(|limit| shadow_limits.iter().any(|s| s.name() == limit.name()))
+            {
+                return Err(Failure::Usage(format!(
+                    "two limits are called {:?}; give each its own name",
+                    both.name()
+                )));
+            }
+            let live = LiveLimits::new();
+            let extra = shadow_limits.clone();
+            tokio::spawn(limits::watch(
+                path.clone(),
+                args.algorithm,
+                extra,
+                live.clone(),
+            ));
+            Some((live, limits))
+        }
+        None => None,
+    };
+    let enforced = match &live {
+        Some((_, from_file)) => from_file.clone(),
+        None => args.limits.clone(),
+    };
+    let mut builder = enforced
+        .into_iter()
         .chain(shadow_limits)
         .fold(RateLimitLayer::builder(), |b, limit| b.limit(limit))
         .rejector(Rejections)
@@ -892,6 +922,9 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     }
     if let Some(quotas) = key_quotas(args)? {
         builder = builder.quota_source(quotas);
+    }
+    if let Some((live, _)) = live {
+        builder = builder.live_limits(live);
     }
     let layer = builder
         .try_build()

@@ -1,0 +1,124 @@
+//! The playground's `--limits-file PATH` over real HTTP: limits read again
+//! within a second of the file changing, each key keeping its usage (10/min
+//! to 5/min after 8 requests refuses the next; then 20/min shows r=11 and
+//! the new policy), a malformed file reported and the last good one kept,
+//! and at start a usage error. On the memory store, Redis and local-first
+//! exact.
+
+mod playground;
+
+use playground::{Response, Server, request, run_to_exit};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tollgate_tests::redis::RedisServer;
+
+/// A file of its own under the system's temporary directory.
+fn limits_file(text: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "tollgate-limits-{}-{}.txt",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn as_key(server: &Server, key: &str) -> Response {
+    request(&server.addr, "/", &[("x-api-key", key)])
+}
+
+/// Waits until a key never seen before is told `policy`: the server read
+/// the file again (a fresh key each time, so the waiting charges nobody
+/// who matters). Bounded: a server that never reads it fails the test.
+fn wait_for_policy(server: &Server, policy: &str) {
+    static PROBE: AtomicUsize = AtomicUsize::new(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = format!("probe-{}", PROBE.fetch_add(1, Ordering::Relaxed));
+        if as_key(server, &probe).header("ratelimit-policy") == Some(policy) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never saw {policy}: {:#?}",
+            server.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn rewrite(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn a_changed_limits_file_applies_with_each_keys_usage_kept() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let stores = [
+        vec![],
+        vec!["--store", &url],
+        vec!["--store", &url, "--local", "exact"],
+    ];
+    for (n, store) in stores.iter().enumerate() {
+        let path = limits_file("# the limits\napi=10/min\n");
+        let path_text = path.to_str().unwrap();
+        let mut args = vec!["--limits-file", path_text, "--key", "header:x-api-key"];
+        args.extend(store);
+        let server = Server::start(&args);
+        let key = format!("user-{n}");
+        for _ in 0..8 {
+            let response = as_key(&server, &key);
+            assert_eq!(response.status, 200, "{store:?}");
+            assert_eq!(
+                response.header("ratelimit-policy"),
+                Some("\"api\";q=10;w=60")
+            );
+        }
+        rewrite(&path, "api=5/min\n");
+        wait_for_policy(&server, "\"api\";q=5;w=60");
+        let refused = as_key(&server, &key);
+        assert_eq!(refused.status, 429, "{store:?}: 8 used of 5");
+        rewrite(&path, "api=20/min\n");
+        wait_for_policy(&server, "\"api\";q=20;w=60");
+        let admitted = as_key(&server, &key);
+        assert_eq!(admitted.status, 200, "{store:?}");
+        assert_eq!(
+            admitted.header("ratelimit-policy"),
+            Some("\"api\";q=20;w=60")
+        );
+        let fields = admitted.header("ratelimit").unwrap_or_default();
+        assert!(fields.starts_with("\"api\";r=11;"), "{store:?}: {fields}");
+        // A malformed file is reported and the limits read last kept.
+        rewrite(&path, "api=lots\n");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !server
+            .logs()
+            .iter()
+            .any(|line| line.contains("does not parse"))
+        {
+            assert!(Instant::now() < deadline, "{:#?}", server.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        wait_for_policy(&server, "\"api\";q=20;w=60");
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+#[test]
+fn a_malformed_limits_file_at_start_is_a_usage_error() {
+    let path = limits_file("api=10/min\nhourly=often\n");
+    let (status, stderr) = run_to_exit(&["--limits-file", path.to_str().unwrap()]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 2"), "{stderr}");
+    let (status, stderr) = run_to_exit(&["--limits-file", "/nonexistent/limits.txt"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot read"), "{stderr}");
+    // In place of --limit, not beside it.
+    let (status, stderr) =
+        run_to_exit(&["--limits-file", path.to_str().unwrap(), "--limit", "a=1/s"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let _ = std::fs::remove_file(&path);
+}
