@@ -9,16 +9,17 @@
 //! at most once per [`SHADOW_LOG_INTERVAL`] per limit.
 
 use crate::key::Key;
+use crate::observe::Quiet;
 use crate::policy::Policy;
 use crate::store::{PolicyDecision, Store, StoreReply, Watched};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// How often, at most, a limit in shadow logs the requests it would have
 /// refused: one INFO line per limit per interval, with the number refused
 /// since the last line.
-pub const SHADOW_LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub const SHADOW_LOG_INTERVAL: Duration = Quiet::EVERY;
 
 /// The most shadow checks whose store answers later (Redis, a database)
 /// awaited at once per process; past it a shadow check is skipped (and
@@ -30,65 +31,41 @@ static PENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// A policy's limits' log gates: each limit's would-be refusals are
 /// logged at most once per [`SHADOW_LOG_INTERVAL`].
-#[derive(Debug)]
 pub(crate) struct ShadowLog {
-    gates: Box<[Gate]>,
+    gates: Box<[Quiet]>,
 }
 
-/// One limit's gate: when it may log next, and what it held back since.
-#[derive(Debug, Default)]
-struct Gate {
-    /// Nanoseconds since [`epoch`] before which the limit logs no more.
-    next: AtomicU64,
-    /// Would-be refusals since its last line.
-    held: AtomicU64,
-}
-
-/// The moment the gates count from.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+impl std::fmt::Debug for ShadowLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShadowLog").finish_non_exhaustive()
+    }
 }
 
 impl ShadowLog {
     /// Gates for a policy of `limits` limits.
     pub(crate) fn new(limits: usize) -> Self {
         ShadowLog {
-            gates: (0..limits).map(|_| Gate::default()).collect(),
+            gates: (0..limits).map(|_| Quiet::new()).collect(),
         }
     }
 
     /// Counts and logs a request that `verdict` on `policy` would have
     /// refused, and let through: each limit that refused it counts once
-    /// (`decision="shadow_limited"`) and logs if its interval has passed.
+    /// (`outcome="shadow_limited"`) and logs if its interval has passed.
     pub(crate) fn refused(&self, policy: &Policy, verdict: &PolicyDecision) {
         crate::observe::shadow_limited(policy.metrics(), verdict.each());
-        let now = epoch().elapsed().as_nanos() as u64;
         let limits = policy.limits().iter().zip(verdict.each());
         for ((limit, decision), gate) in limits.zip(self.gates.iter()) {
             if decision.allowed() {
                 continue;
             }
-            gate.held.fetch_add(1, Ordering::Relaxed);
-            let next = gate.next.load(Ordering::Relaxed);
-            let due = now >= next
-                && gate
-                    .next
-                    .compare_exchange(
-                        next,
-                        now + SHADOW_LOG_INTERVAL.as_nanos() as u64,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok();
-            if due {
-                // This one and those held back since the last line.
-                let refused = gate.held.swap(0, Ordering::Relaxed);
+            if let Some(held_back) = gate.pass() {
                 tracing::info!(
                     limit = limit.name(),
-                    refused,
+                    refused = held_back + 1,
                     retry_after_ms = decision.retry_after_nanos() / 1_000_000,
-                    "shadow: requests this limit would have refused were let through"
+                    "shadow: requests this limit would have refused were let through \
+                     (refused counts them since the last such line)"
                 );
             }
         }
