@@ -785,3 +785,17 @@ fn settings_that_cannot_work_are_refused_when_built() {
         .unwrap_err();
     assert!(reject.to_string().contains("OnMissingKey"), "{reject}");
 }
+
+#[test]
+fn one_message_limit_in_shadow_is_refused_at_build_with_the_fix() {
+    let error = tollgate_tonic::MessageLimitLayer::builder()
+        .limit(tollgate::NamedLimit::new("uploads", tollgate::core::Quota::per_second(5)).shadow())
+        .try_build()
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("\"uploads\" is in shadow"), "{error}");
+    assert!(
+        error.contains("MessageLimitBuilder::shadow(true)"),
+        "{error}"
+    );
+}

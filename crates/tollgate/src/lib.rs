@@ -127,6 +127,14 @@ pub use rejection::{
 pub use service::RateLimit;
 pub use settings::OnStoreError;
 pub use shadow::SHADOW_LOG_INTERVAL;
+
+/// What the crates beside this one (tollgate-tonic, tollgate-redis) share
+/// with it and users do not need: not part of the API, and may change in
+/// any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::shadow::ShadowLog;
+}
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;
 pub use tollgate_core as core;

@@ -30,8 +30,9 @@ const MAX_PENDING_SHADOW_CHECKS: usize = 4096;
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// A policy's limits' log gates: each limit's would-be refusals are
-/// logged at most once per [`SHADOW_LOG_INTERVAL`].
-pub(crate) struct ShadowLog {
+/// logged at most once per [`SHADOW_LOG_INTERVAL`]. For the crates beside
+/// this one (tonic's message limits), through `tollgate::__private`.
+pub struct ShadowLog {
     gates: Box<[Quiet]>,
 }
 
@@ -43,7 +44,7 @@ impl std::fmt::Debug for ShadowLog {
 
 impl ShadowLog {
     /// Gates for a policy of `limits` limits.
-    pub(crate) fn new(limits: usize) -> Self {
+    pub fn new(limits: usize) -> Self {
         ShadowLog {
             gates: (0..limits).map(|_| Quiet::new()).collect(),
         }
@@ -52,7 +53,7 @@ impl ShadowLog {
     /// Counts and logs a request that `verdict` on `policy` would have
     /// refused, and let through: each limit that refused it counts once
     /// (`outcome="shadow_limited"`) and logs if its interval has passed.
-    pub(crate) fn refused(&self, policy: &Policy, verdict: &PolicyDecision) {
+    pub fn refused(&self, policy: &Policy, verdict: &PolicyDecision) {
         crate::observe::shadow_limited(policy.metrics(), verdict.each());
         let limits = policy.limits().iter().zip(verdict.each());
         for ((limit, decision), gate) in limits.zip(self.gates.iter()) {

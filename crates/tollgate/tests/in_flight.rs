@@ -575,3 +575,46 @@ fn settings_that_cannot_work_are_refused_when_built() {
         .unwrap_err();
     assert!(timeout.to_string().contains("store_timeout"), "{timeout}");
 }
+
+/// In shadow, a full key's request runs anyway, without a slot (so not
+/// counted), even when the layer would queue it; no response carries the
+/// limit's fields.
+#[tokio::test]
+async fn in_shadow_a_full_keys_request_runs_without_a_slot_and_no_fields() {
+    let layer = InFlightLayer::builder()
+        .max_in_flight(1)
+        .key(GlobalKey)
+        .max_delay(Duration::from_secs(60))
+        .shadow(true)
+        .build();
+    let (limit, slots) = (layer.limit().clone(), layer.slots().clone());
+    let mut service = layer.layer(service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(String::from("ok")))
+    }));
+    let first: Reply2 = service
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .await
+        .unwrap();
+    assert!(first.body().holds_slot());
+    assert!(
+        first.headers().get("ratelimit").is_none(),
+        "{:?}",
+        first.headers()
+    );
+    let second: Reply2 = service
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert!(!second.body().holds_slot());
+    assert!(second.headers().get("ratelimit").is_none());
+    assert_eq!(slots.in_flight(&limit, &Key::GLOBAL), 1);
+    drop((first, second));
+    assert_eq!(slots.in_flight(&limit, &Key::GLOBAL), 0);
+}

@@ -281,6 +281,11 @@ mod tests {
 
     /// A tally of `limit` messages per minute on a clock that never moves.
     fn tally(limit: u32) -> Tally<MemoryStore<ManualClock>> {
+        tally_in(limit, false)
+    }
+
+    /// [`tally`], its limit in shadow when `shadow`.
+    fn tally_in(limit: u32, shadow: bool) -> Tally<MemoryStore<ManualClock>> {
         let store = MemoryStore::builder().clock(ManualClock::new(0)).build();
         let policy = Policy::new(vec![NamedLimit::new(
             "messages",
@@ -293,9 +298,20 @@ mod tests {
                 store_timeout: Duration::from_millis(100),
                 on_store_error: OnStoreError::Open,
                 headers: HeaderStyle::DRAFT,
+                shadow: shadow.then(|| tollgate::__private::ShadowLog::new(1)),
             }),
             Key::GLOBAL,
         )
+    }
+
+    #[test]
+    fn in_shadow_every_message_passes() {
+        let all = messages(8, |i| i * 3);
+        let body: Vec<u8> = all.concat();
+        let response = ResponseBody::new(cut(&body, &[]), Some(tally_in(5, true)));
+        let (data, ends) = drain(response);
+        assert_eq!(data, body, "the 3 over the limit pass too");
+        assert!(ends.is_empty(), "no status ends the stream");
     }
 
     /// Polls `body` to its end (it never waits: the memory store answers

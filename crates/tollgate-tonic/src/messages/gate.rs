@@ -24,6 +24,9 @@ pub(crate) struct Limits<St> {
     pub store_timeout: Duration,
     pub on_store_error: OnStoreError,
     pub headers: HeaderStyle,
+    /// In shadow: the log of the messages the limits would have refused
+    /// (they pass); `None` when the limits are enforced.
+    pub shadow: Option<tollgate::__private::ShadowLog>,
 }
 
 /// One call's account in one direction: the limits, and the key its
@@ -86,9 +89,16 @@ impl<St: Store> Tally<St> {
         let limits = &*self.limits;
         match answer {
             Ok(verdict) if verdict.merged().allowed() => match verdict.merged().wait() {
-                wait if wait.is_zero() => Verdict::Pass,
+                // In shadow nothing is held either.
+                wait if wait.is_zero() || limits.shadow.is_some() => Verdict::Pass,
                 wait => Verdict::Hold(wait),
             },
+            Ok(verdict) if limits.shadow.is_some() => {
+                if let Some(log) = &limits.shadow {
+                    log.refused(&limits.policy, &verdict);
+                }
+                Verdict::Pass
+            }
             Ok(verdict) => {
                 let metadata = MetadataMap::from_headers(tollgate::headers::fields_for(
                     limits.headers,

@@ -6,6 +6,7 @@ use super::shared::{Direction, Shared};
 use crate::GrpcPeerIp;
 use std::fmt;
 use std::sync::Arc;
+use tollgate::__private::ShadowLog;
 use tollgate::core::Quota;
 use tollgate::settings::{CommonSettings, LimitSettings};
 use tollgate::{ConfigError, KeyExtractor, MemoryStore, OnMissingKey, Policy, Store};
@@ -119,6 +120,7 @@ pub struct MessageLimitBuilder<K = GrpcPeerIp, St = MemoryStore> {
     direction: Direction,
     methods: Vec<Box<str>>,
     common: CommonSettings,
+    shadow: bool,
 }
 
 impl MessageLimitBuilder {
@@ -131,6 +133,7 @@ impl MessageLimitBuilder {
             direction: Direction::Both,
             methods: Vec::new(),
             common: CommonSettings::default(),
+            shadow: false,
         }
     }
 }
@@ -156,6 +159,7 @@ impl<K, St> MessageLimitBuilder<K, St> {
             direction: self.direction,
             methods: self.methods,
             common: self.common,
+            shadow: self.shadow,
         }
     }
 
@@ -172,6 +176,7 @@ impl<K, St> MessageLimitBuilder<K, St> {
             direction: self.direction,
             methods: self.methods,
             common: self.common,
+            shadow: self.shadow,
         }
     }
 
@@ -192,6 +197,18 @@ impl<K, St> MessageLimitBuilder<K, St> {
     }
 
     tollgate::common_setters!(common);
+
+    /// Shadow mode: every message is decided and counted as if the limits
+    /// were enforced, but none is held or refused. A message they would
+    /// have refused passes uncharged (as a refused one would be), logged
+    /// at INFO at most once per [`SHADOW_LOG_INTERVAL`](tollgate::SHADOW_LOG_INTERVAL)
+    /// per limit. (One limit in shadow beside enforced ones,
+    /// `NamedLimit::shadow`, is for the call's rate-limit layer; here it is
+    /// refused in `try_build`.)
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
 }
 
 impl<K: KeyExtractor, St: Store> MessageLimitBuilder<K, St> {
@@ -226,7 +243,16 @@ impl<K: KeyExtractor, St: Store> MessageLimitBuilder<K, St> {
             ));
         }
         let policy = self.limits.policy();
+        if let Some(limit) = policy.limits().iter().find(|limit| limit.is_shadow()) {
+            return Err(ConfigError::new(format!(
+                "the message limit {:?} is in shadow (NamedLimit::shadow), which message \
+                 limits do not take one by one: put the whole layer in shadow with \
+                 MessageLimitBuilder::shadow(true), or give it a layer of its own",
+                limit.name()
+            )));
+        }
         self.store.supports(&policy)?;
+        let policy_len = policy.limits().len();
         Ok(MessageLimitLayer {
             shared: Arc::new(Shared {
                 key: self.key,
@@ -236,6 +262,7 @@ impl<K: KeyExtractor, St: Store> MessageLimitBuilder<K, St> {
                     store_timeout: self.common.store_timeout,
                     on_store_error: self.common.on_store_error,
                     headers: self.common.headers,
+                    shadow: self.shadow.then(|| ShadowLog::new(policy_len)),
                 }),
                 direction: self.direction,
                 methods: self.methods.into_boxed_slice(),

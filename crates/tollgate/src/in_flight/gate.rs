@@ -20,6 +20,9 @@ pub(crate) struct Settings {
     /// How long a refused request may wait for a slot; `None`: refused at
     /// once.
     pub(crate) wait: Option<Duration>,
+    /// Whether the limit only counts: a request of a full key runs without
+    /// a slot (logged), and responses carry no fields.
+    pub(crate) shadow: bool,
 }
 
 /// What every service of one layer shares: the limit, the key, the store,
@@ -31,6 +34,8 @@ pub(crate) struct Gate<K, Sl, R> {
     pub(crate) rejector: R,
     pub(crate) fields: Fields,
     pub(crate) settings: Settings,
+    /// In shadow: how often a request it would have refused is logged.
+    pub(crate) shadow_log: crate::observe::Quiet,
 }
 
 /// What becomes of a request once its store has answered.
@@ -68,11 +73,31 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
                     FieldValues::default()
                 },
             },
+            Ok(Acquired::Full { in_flight }) if self.settings.shadow => self.let_through(in_flight),
             Ok(Acquired::Full { in_flight }) if may_queue && self.settings.wait.is_some() => {
                 Settled::Queue { in_flight }
             }
             Ok(Acquired::Full { in_flight }) => Settled::Reject(self.reject(key, in_flight)),
             Err(error) => self.store_failed(&error),
+        }
+    }
+
+    /// A request the limit would have refused, in shadow: it runs without
+    /// a slot (so it is not counted, as a refused one is not), logged at
+    /// most once per [`SHADOW_LOG_INTERVAL`](crate::SHADOW_LOG_INTERVAL).
+    fn let_through<B>(&self, in_flight: u32) -> Settled<Sl::Permit, B> {
+        if let Some(held_back) = self.shadow_log.pass() {
+            tracing::info!(
+                limit = self.limit.name(),
+                in_flight,
+                refused = held_back + 1,
+                "shadow: requests this in-flight limit would have refused were let through \
+                 (refused counts them since the last such line)"
+            );
+        }
+        Settled::Run {
+            permit: None,
+            fields: FieldValues::default(),
         }
     }
 

@@ -125,6 +125,7 @@ impl Default for Config {
                 common: CommonSettings::default(),
                 status: StatusCode::TOO_MANY_REQUESTS,
                 wait: None,
+                shadow: false,
             },
         }
     }
@@ -203,6 +204,17 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
         self
     }
 
+    /// Shadow mode: the limit is decided and counted as if enforced, but
+    /// no request is refused or queued. A request whose key has every slot
+    /// taken runs without one (not counted, as a refused request is not),
+    /// and is logged at INFO at most once per
+    /// [`SHADOW_LOG_INTERVAL`](crate::SHADOW_LOG_INTERVAL); responses carry
+    /// no in-flight fields.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config.settings.shadow = shadow;
+        self
+    }
+
     /// The layer.
     ///
     /// # Panics
@@ -221,7 +233,15 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
         self.config.settings.common.check()?;
         Ok(InFlightLayer {
             gate: Arc::new(Gate {
-                fields: Fields::new(self.config.settings.common.headers, &limit),
+                // In shadow, responses are left as they are.
+                fields: Fields::new(
+                    match self.config.settings.shadow {
+                        true => crate::HeaderStyle::NONE,
+                        false => self.config.settings.common.headers,
+                    },
+                    &limit,
+                ),
+                shadow_log: crate::observe::Quiet::new(),
                 limit,
                 key: self.key,
                 slots: self.slots,
