@@ -87,6 +87,9 @@ pub mod guide {
     #[doc = include_str!("../../docs/guide/redis.md")]
     pub struct Redis;
 
+    #[doc = include_str!("../../docs/guide/rollout.md")]
+    pub struct Rollout;
+
     #[doc = include_str!("../../docs/guide/slow-clients.md")]
     pub struct SlowClients;
 
