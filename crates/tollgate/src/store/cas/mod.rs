@@ -66,6 +66,7 @@ mod error;
 mod future;
 mod memory;
 mod name;
+mod presence;
 mod retry;
 mod shared;
 mod step;
