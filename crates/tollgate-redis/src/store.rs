@@ -150,7 +150,10 @@ impl RedisStore {
     ///   `redis://:secret@host:port/2`, or a user, `redis://app:secret@…`)
     ///   for one server;
     /// - `redis+cluster://host:port,host:port` for a Cluster (a few nodes
-    ///   suffice: the client learns the others);
+    ///   suffice: the client learns the others); a password on each node
+    ///   (`redis+cluster://:secret@h1:7000,:secret@h2:7000`), or on the
+    ///   first only (`redis+cluster://:secret@h1:7000,h2:7000`: a node
+    ///   without one takes the first's), the same for every node;
     /// - `redis+sentinel://host:port,host:port/service_name[/db]` for the
     ///   master of `service_name` (the name in `sentinel monitor`), found
     ///   through the sentinels listed and found again after a failover. A
