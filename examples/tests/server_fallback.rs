@@ -40,10 +40,11 @@ fn bulk_strings(reply: &str) -> Vec<String> {
     let mut lines = reply.split("\r\n");
     let mut out = Vec::new();
     while let Some(line) = lines.next() {
-        if line.starts_with('$') && line != "$-1" {
-            if let Some(value) = lines.next() {
-                out.push(value.to_owned());
-            }
+        if line.starts_with('$')
+            && line != "$-1"
+            && let Some(value) = lines.next()
+        {
+            out.push(value.to_owned());
         }
     }
     out
