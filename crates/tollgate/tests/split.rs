@@ -239,3 +239,46 @@ async fn a_fallback_starts_from_the_primarys_last_answer() {
     primary.set_down(true);
     assert_eq!(admitted(&store, &policy, &key).await, 20);
 }
+
+/// What refilled since the primary's last answer counts too: 20 a second
+/// spent whole, then at least half a second before the outage: the
+/// secondary starts with at least the 10 that came back (none, without
+/// the refill), at most the whole 20.
+#[tokio::test]
+async fn a_fallback_counts_what_refilled_since_the_last_answer() {
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_second(20),
+    )]));
+    let key = Key::from("k");
+    let primary = Outage::default();
+    let store = Fallback::new(primary.clone(), MemoryStore::new());
+    for _ in 0..20 {
+        store.check(&policy, &key, 1).resolve().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    primary.set_down(true);
+    let admitted = admitted(&store, &policy, &key).await;
+    assert!((10..=20).contains(&admitted), "{admitted}");
+}
+
+/// The memory is bounded: remembering one key, the second key answered
+/// takes its place, and the first starts from the secondary's own state.
+#[tokio::test]
+async fn a_fallback_remembers_at_most_its_bound() {
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_hour(20),
+    )]));
+    let (first, second) = (Key::from("first"), Key::from("second"));
+    let primary = Outage::default();
+    let store = Fallback::new(primary.clone(), MemoryStore::new()).remembering(1);
+    for key in [&first, &second] {
+        for _ in 0..18 {
+            store.check(&policy, key, 1).resolve().await.unwrap();
+        }
+    }
+    primary.set_down(true);
+    assert_eq!(admitted(&store, &policy, &second).await, 2);
+    assert_eq!(admitted(&store, &policy, &first).await, 20);
+}
