@@ -282,3 +282,22 @@ async fn a_fallback_remembers_at_most_its_bound() {
     assert_eq!(admitted(&store, &policy, &second).await, 2);
     assert_eq!(admitted(&store, &policy, &first).await, 20);
 }
+
+/// A reset forgets what the primary last said: a key spent, reset, then
+/// the primary down: the secondary starts whole.
+#[tokio::test]
+async fn a_reset_forgets_the_primarys_last_answer() {
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_hour(20),
+    )]));
+    let key = Key::from("k");
+    let primary = Outage::default();
+    let store = Fallback::new(primary.clone(), MemoryStore::new());
+    for _ in 0..20 {
+        store.check(&policy, &key, 1).resolve().await.unwrap();
+    }
+    store.reset(&policy, &key).await.unwrap();
+    primary.set_down(true);
+    assert_eq!(admitted(&store, &policy, &key).await, 20);
+}

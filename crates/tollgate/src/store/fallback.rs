@@ -235,9 +235,12 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
     // a check does.
 
     /// Resets the key in both stores: the secondary may hold counts from
-    /// an outage of the primary, which would outlive the reset. Both are
+    /// an outage of the primary, which would outlive the reset; what the
+    /// primary last said of the key is forgotten. Both are
     /// asked even if the primary fails; the first error is returned.
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
+        // What the primary last said of the key is no longer so.
+        self.known.forget(policy, key);
         let primary = self.primary.reset(policy, key);
         primary.and(self.secondary.reset(policy, key))
     }
@@ -367,6 +370,14 @@ impl Known {
             *entry = last;
         } else if shard.make_room(now, Eviction::IdleThenSample) {
             shard.insert(fingerprint, last);
+        }
+    }
+
+    /// Forgets what the primary last said of `key`.
+    fn forget(&self, policy: &Policy, key: &Key) {
+        if let Some(entries) = &self.entries {
+            let fingerprint = entries.fingerprint(policy.id(), key);
+            entries.write(fingerprint).remove(&fingerprint);
         }
     }
 
