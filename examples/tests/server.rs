@@ -257,9 +257,10 @@ fn the_other_settings_are_accepted() {
 
 #[test]
 fn bad_flags_exit_with_a_usage_error() {
-    let cases: [(&[&str], &str); 19] = [
+    let cases: [(&[&str], &str); 20] = [
         (&["--bogus"], "--bogus"),
         (&["--store-timeout-ms", "0"], "--store-timeout-ms"),
+        (&["--instances", "0"], "--instances"),
         (&["--max-keys", "0"], "at least 1"),
         (&["--header-timeout-ms", "0"], "--header-timeout-ms"),
         (&["--idle-timeout-ms", "0"], "--idle-timeout-ms"),

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::{BlockList, ChangeReply, ChargeChange, Debit, Refund};
+use tollgate::store::{BlockList, ChangeReply, ChargeChange, Debit, Presence, Refund};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -55,8 +55,9 @@ struct Shared {
     /// Script calls made, for [`RedisStore::calls`].
     calls: AtomicU64,
     /// How many instances said lately that they share this store's
-    /// limits, this one included (see [`RedisStore::instances`]).
-    instances: std::sync::atomic::AtomicU32,
+    /// limits, this one included, and this one's rank among them (see
+    /// [`RedisStore::presence`]).
+    presence: Presence,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
 }
@@ -70,51 +71,67 @@ const PRESENCE_HOLD: Duration = Duration::from_secs(5);
 /// The longest an operator's reset waits for Redis.
 const RESET_BOUND: Duration = Duration::from_secs(5);
 
-/// Says, every [`PRESENCE_EVERY`] while the store lives, that this
-/// instance shares its limits, and keeps the count Redis answers: one
-/// atomic pipeline (`MULTI`) on a sorted set of instances scored by when
-/// their word ends, in this host's wall-clock ms (clocks a few seconds
-/// apart shift when a stopped instance stops counting, no more). Not a
-/// script, so that script counts (`INFO commandstats`) stay the
+/// Says, every [`PRESENCE_EVERY`] while the store lives (the first time
+/// at once, or as soon as the store connects), that this instance shares
+/// its limits, and records in its [`Presence`] the count Redis answers
+/// and this instance's rank: one pipeline on a sorted
+/// set of instances scored by when their word ends, in this host's
+/// wall-clock ms (clocks a few seconds apart shift when a stopped
+/// instance stops counting, no more), that drops the words that ended,
+/// adds this one and reads the members; the rank is the number of member
+/// ids below this one's. A beat whose `ZADD` added this instance anew
+/// (its first, or the set was lost: Redis restarted or was emptied)
+/// counts no fewer than before until the next ([`Presence::beat`]). Not
+/// a script, so that script counts (`INFO commandstats`) stay the
 /// decisions'. A failed call keeps the last count (an outage is when it
 /// is read).
 async fn announce(shared: std::sync::Weak<Shared>, id: String) {
     loop {
-        tokio::time::sleep(PRESENCE_EVERY).await;
-        let Some(shared) = shared.upgrade() else {
+        let Some(store) = shared.upgrade() else {
             return;
         };
-        if let Ok(generation) = shared.topology.current() {
-            let mut connection = generation.connection.clone();
-            let key = format!("{}:instances", shared.prefix);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            let hold = PRESENCE_HOLD.as_millis() as u64;
-            let mut pipeline = redis::pipe();
-            pipeline
-                .cmd("ZREMRANGEBYSCORE")
-                .arg(&key)
-                .arg("-inf")
-                .arg(now)
-                .ignore()
-                .cmd("ZADD")
-                .arg(&key)
-                .arg(now + hold)
-                .arg(&id)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&key)
-                .arg(hold * 2)
-                .ignore()
-                .cmd("ZCARD")
-                .arg(&key);
-            let beat = pipeline.query_async::<(u32,)>(&mut connection);
-            let counted = tokio::time::timeout(PRESENCE_EVERY, beat).await;
-            if let Ok(Ok((count,))) = counted {
-                shared.instances.store(count.max(1), Ordering::Relaxed);
-            }
+        // Not connected yet (a lazy start): ask again soon, so that the
+        // first beat follows the connection closely.
+        let Ok(generation) = store.topology.current() else {
+            drop(store);
+            tokio::time::sleep(PRESENCE_EVERY / 10).await;
+            continue;
+        };
+        let mut connection = generation.connection.clone();
+        let key = format!("{}:instances", store.prefix);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let hold = PRESENCE_HOLD.as_millis() as u64;
+        let mut pipeline = redis::pipe();
+        pipeline
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now)
+            .ignore()
+            .cmd("ZADD")
+            .arg(&key)
+            .arg(now + hold)
+            .arg(&id)
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(hold * 2)
+            .ignore()
+            .cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1);
+        let beat = pipeline.query_async::<(u32, Vec<String>)>(&mut connection);
+        let counted = tokio::time::timeout(PRESENCE_EVERY, beat).await;
+        if let Ok(Ok((added, members))) = counted {
+            let instances = u32::try_from(members.len()).unwrap_or(u32::MAX);
+            let rank = members.iter().filter(|member| **member < id).count();
+            let rank = u32::try_from(rank).unwrap_or(u32::MAX);
+            store.presence.beat(instances.max(1), rank, added > 0);
         }
+        drop((store, generation));
+        tokio::time::sleep(PRESENCE_EVERY).await;
     }
 }
 
@@ -133,7 +150,10 @@ impl RedisStore {
     ///   `redis://:secret@host:port/2`, or a user, `redis://app:secret@…`)
     ///   for one server;
     /// - `redis+cluster://host:port,host:port` for a Cluster (a few nodes
-    ///   suffice: the client learns the others);
+    ///   suffice: the client learns the others); a password on each node
+    ///   (`redis+cluster://:secret@h1:7000,:secret@h2:7000`), or on the
+    ///   first only (`redis+cluster://:secret@h1:7000,h2:7000`: a node
+    ///   without one takes the first's), the same for every node;
     /// - `redis+sentinel://host:port,host:port/service_name[/db]` for the
     ///   master of `service_name` (the name in `sentinel monitor`), found
     ///   through the sentinels listed and found again after a failover. A
@@ -152,6 +172,7 @@ impl RedisStore {
             prefix: "tollgate".into(),
             options: ConnectOptions::default(),
             block_cache: true,
+            instances: 1,
             #[cfg(feature = "test-clock")]
             clock: None,
         }
@@ -169,12 +190,23 @@ impl RedisStore {
     }
 
     /// How many instances said, within the last 5 s, that they share this
-    /// store's limits (this one included; 1 before the first answer). Each
-    /// store says so every second while it lives and Redis answers; a
-    /// count read during an outage is the last one Redis gave. What a
-    /// [`Split`](tollgate::store::Split) fallback divides the limits by.
+    /// store's limits (this one included; before the first answer, the
+    /// operator's count, [`RedisStoreBuilder::instances`], 1 by default).
+    /// Each store says so at once and then every second while it lives
+    /// and Redis answers; a count read during an outage is the last one
+    /// Redis gave. What a [`Split`](tollgate::store::Split) fallback
+    /// divides the limits by.
     pub fn instances(&self) -> u32 {
-        self.shared.instances.load(Ordering::Relaxed)
+        self.shared.presence.instances()
+    }
+
+    /// The count of [`instances`](Self::instances) with this instance's
+    /// rank among them, shared with the store: what
+    /// [`Split::present`](tollgate::store::Split::present) splits the
+    /// limits by, giving the remainder to the lowest ranks so that the
+    /// instances together admit the limit.
+    pub fn presence(&self) -> Presence {
+        self.shared.presence.clone()
     }
 
     /// The prefix of every key this store writes.
@@ -699,6 +731,7 @@ pub struct RedisStoreBuilder {
     prefix: String,
     options: ConnectOptions,
     block_cache: bool,
+    instances: u32,
     #[cfg(feature = "test-clock")]
     clock: Option<tollgate_core::ManualClock>,
 }
@@ -766,6 +799,18 @@ impl RedisStoreBuilder {
     /// "While the store fails" in its docs).
     pub fn block_cache(mut self, on: bool) -> Self {
         self.block_cache = on;
+        self
+    }
+
+    /// How many instances share the store, as an operator knows it: the
+    /// count of [`RedisStore::instances`] (and of its
+    /// [`presence`](RedisStore::presence)) until Redis has answered a
+    /// presence beat (default 1; at least 1). It matters to a
+    /// [`Split`](tollgate::store::Split) fallback when Redis is away from
+    /// the start (a lazy connection): each instance then decides at
+    /// `1/instances` of each limit.
+    pub fn instances(mut self, instances: u32) -> Self {
+        self.instances = instances.max(1);
         self
     }
 
@@ -916,7 +961,7 @@ impl RedisStoreBuilder {
             server_clock,
             blocked: self.block_cache.then(BlockList::new),
             calls: AtomicU64::new(0),
-            instances: std::sync::atomic::AtomicU32::new(1),
+            presence: Presence::expecting(self.instances),
             #[cfg(feature = "test-clock")]
             clock: self.clock,
         });

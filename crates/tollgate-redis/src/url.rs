@@ -67,7 +67,7 @@ pub(crate) fn parse(url: &str) -> Result<Target, RedisStoreError> {
         ))
     };
     let target = if let Some((nodes, scheme)) = strip_any(url, &CLUSTER_SCHEMES) {
-        let nodes = node_urls(nodes, scheme);
+        let nodes = with_shared_credentials(node_urls(nodes, scheme));
         if nodes.is_empty() {
             return Err(not_a_url(&"a cluster URL names at least one node"));
         }
@@ -123,6 +123,31 @@ fn node_urls(list: &str, scheme: &str) -> Vec<String> {
         .map(str::trim)
         .filter(|node| !node.is_empty())
         .map(|node| format!("{scheme}{node}"))
+        .collect()
+}
+
+/// A Cluster's node URLs, the user-info of the first node that has one
+/// given to every node that has none: `redis+cluster://:PW@a:1,b:2` is
+/// `:PW@` for both nodes (the client refuses nodes of different
+/// passwords), as a Sentinel URL's user-info is for every server.
+fn with_shared_credentials(nodes: Vec<String>) -> Vec<String> {
+    let userinfo = |node: &str| -> Option<(usize, usize)> {
+        let start = node.find("://")? + 3;
+        let at = node[start..].rfind('@')? + start;
+        Some((start, at + 1))
+    };
+    let Some(shared) = nodes.iter().find_map(|node| {
+        let (start, end) = userinfo(node)?;
+        Some(node[start..end].to_owned())
+    }) else {
+        return nodes;
+    };
+    nodes
+        .into_iter()
+        .map(|node| match (userinfo(&node), node.find("://")) {
+            (None, Some(start)) => format!("{}{shared}{}", &node[..start + 3], &node[start + 3..]),
+            _ => node,
+        })
         .collect()
 }
 
@@ -237,6 +262,15 @@ mod tests {
         assert_eq!(
             parse("redis+cluster://a:1, b:2,").unwrap(),
             Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+        // A password on the first node is every node's.
+        assert_eq!(
+            parse("redis+cluster://:pw@a:1,b:2,app:pw2@c:3").unwrap(),
+            Target::Cluster(vec![
+                "redis://:pw@a:1".into(),
+                "redis://:pw@b:2".into(),
+                "redis://app:pw2@c:3".into()
+            ])
         );
         assert!(parse("redis+cluster://").unwrap_err().is_config());
         assert!(parse("redis+cluster://a:1,b:port").unwrap_err().is_config());

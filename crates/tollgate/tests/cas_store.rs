@@ -645,3 +645,39 @@ async fn a_backend_failure_is_the_stores_error() {
             .allowed()
     );
 }
+
+/// Three stores on one backend (three instances), each asked for its
+/// presence: the beats count three and rank them 0, 1 and 2, in one value
+/// of the backend beside the limits; a store dropped stops beating, and
+/// its word ends within 5 s of its last.
+#[tokio::test]
+async fn presence_beats_count_and_rank_the_instances() {
+    use tollgate::store::Share;
+    let backend = MemoryBackend::new();
+    let mut stores: Vec<_> = (0..3)
+        .map(|_| CasStore::builder(backend.clone()).instances(5).build())
+        .collect();
+    let presences: Vec<_> = stores.iter().map(CasStore::presence).collect();
+    let mut ranks = Vec::new();
+    for _ in 0..200 {
+        ranks = presences.iter().map(|p| p.share()).collect();
+        if ranks
+            .iter()
+            .all(|share| share.instances() == 3 && share.rank().is_some())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut seen: Vec<u32> = ranks.iter().filter_map(Share::rank).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2], "{ranks:?}");
+    drop(stores.remove(0));
+    for _ in 0..400 {
+        if presences[1].instances() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(presences[1].instances(), 2);
+}

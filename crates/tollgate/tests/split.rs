@@ -1,10 +1,13 @@
 //! `store::Split`: a store that decides each limit at `1/N` of its quota,
 //! the fallback of a store shared by `N` instances.
 
+mod common;
+
+use common::Outage;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-use tollgate::store::{Refund, Split};
+use tollgate::store::{Fallback, Presence, Refund, Share, Split};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, Store};
 use tollgate_core::{Algorithm, Quota};
 
@@ -145,4 +148,156 @@ async fn a_plan_change_carries_the_usage_under_the_split() {
     assert_eq!(left, [(50, 47), (100, 97)]);
     let before = store.peek(&from, &key).resolve().await.unwrap().merged();
     assert_eq!(before.remaining(), 5);
+}
+
+/// 3 a minute over two instances ranked 0 and 1: 2 and 1, the limit
+/// together; without ranks each rounds down (1 and 1); 2 over 4 ranked:
+/// 1, 1 and the floor of 1 for the two without a unit (at least 1 each).
+#[tokio::test]
+async fn ranked_shares_add_up_to_the_limit() {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let policy = Arc::new(Policy::new(vec![
+            NamedLimit::new("api", Quota::per_minute(3)).with_algorithm(algorithm),
+        ]));
+        let key = Key::from("k");
+        let mut together = 0;
+        for rank in 0..2 {
+            let store = Split::shared(MemoryStore::new(), move || Share::ranked(2, rank));
+            together += admitted(&store, &policy, &key).await;
+        }
+        assert_eq!(together, 3, "{algorithm}: ranked");
+        let unranked = Split::fixed(MemoryStore::new(), 2);
+        assert_eq!(admitted(&unranked, &policy, &key).await, 1, "{algorithm}");
+    }
+    let parts: Vec<u64> = (0..4).map(|rank| Share::ranked(4, rank).part(2)).collect();
+    assert_eq!(parts, [1, 1, 0, 0]);
+    assert_eq!(
+        Share::ranked(3, 0).part(10) + 2 * Share::ranked(3, 2).part(10),
+        10
+    );
+}
+
+/// A presence: the operator's count until the store has counted; a
+/// fresh beat (the instance's first, or after the store lost the words)
+/// never lowers the count and ranks nobody; the next beat is exact.
+#[test]
+fn a_presence_counts_from_the_operator_then_from_the_beats() {
+    let presence = Presence::expecting(2);
+    assert!(!presence.counted());
+    assert_eq!(presence.share(), Share::of(2));
+    // First beat: alone in the store so far.
+    presence.beat(1, 0, true);
+    assert_eq!(presence.share(), Share::of(2));
+    presence.beat(3, 1, false);
+    assert_eq!(presence.share(), Share::ranked(3, 1));
+    // The store restarted: this instance's word alone again.
+    presence.beat(1, 0, true);
+    assert_eq!(presence.share(), Share::of(3));
+    presence.beat(2, 0, false);
+    assert_eq!(presence.share(), Share::ranked(2, 0));
+    // A Split reads it at each call.
+    let split = Split::present(MemoryStore::new(), presence.clone());
+    assert_eq!(split.share(), Share::ranked(2, 0));
+    presence.count(4, 3);
+    assert_eq!(split.instances(), 4);
+}
+
+/// A fallback starts from what the primary last said of the key, at the
+/// secondary's share of it: 18 of 20 used in the primary, then the
+/// primary down: a split secondary (half of 20) admits half of the 2
+/// left, not 10; a plain secondary admits the 2. A key the primary never
+/// saw starts whole.
+#[tokio::test]
+async fn a_fallback_starts_from_the_primarys_last_answer() {
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_hour(20),
+    )]));
+    let key = Key::from("k");
+    for (split, left) in [(2, 1), (1, 2)] {
+        let primary = Outage::default();
+        let store = Fallback::new(primary.clone(), Split::fixed(MemoryStore::new(), split));
+        for _ in 0..18 {
+            let decision = store.check(&policy, &key, 1).resolve().await.unwrap();
+            assert!(decision.merged().allowed());
+        }
+        primary.set_down(true);
+        assert_eq!(admitted(&store, &policy, &key).await, left, "split {split}");
+        let fresh = Key::from("never seen");
+        assert_eq!(admitted(&store, &policy, &fresh).await, 20 / split as usize);
+    }
+    // Remembering nothing: the secondary starts from what it holds.
+    let primary = Outage::default();
+    let store = Fallback::new(primary.clone(), MemoryStore::new()).remembering(0);
+    for _ in 0..18 {
+        store.check(&policy, &key, 1).resolve().await.unwrap();
+    }
+    primary.set_down(true);
+    assert_eq!(admitted(&store, &policy, &key).await, 20);
+}
+
+/// What refilled since the primary's last answer counts too: 20 a second
+/// spent whole, then at least half a second before the outage: the
+/// secondary starts with at least the 10 that came back (none, without
+/// the refill), at most the whole 20.
+#[tokio::test]
+async fn a_fallback_counts_what_refilled_since_the_last_answer() {
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_second(20),
+    )]));
+    let key = Key::from("k");
+    let primary = Outage::default();
+    let store = Fallback::new(primary.clone(), MemoryStore::new());
+    for _ in 0..20 {
+        store.check(&policy, &key, 1).resolve().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    primary.set_down(true);
+    let admitted = admitted(&store, &policy, &key).await;
+    assert!((10..=20).contains(&admitted), "{admitted}");
+}
+
+/// The memory is bounded: remembering one key, the second key answered
+/// takes its place, and the first starts from the secondary's own state.
+#[tokio::test]
+async fn a_fallback_remembers_at_most_its_bound() {
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_hour(20),
+    )]));
+    let (first, second) = (Key::from("first"), Key::from("second"));
+    let primary = Outage::default();
+    let store = Fallback::new(primary.clone(), MemoryStore::new()).remembering(1);
+    for key in [&first, &second] {
+        for _ in 0..18 {
+            store.check(&policy, key, 1).resolve().await.unwrap();
+        }
+    }
+    primary.set_down(true);
+    assert_eq!(admitted(&store, &policy, &second).await, 2);
+    assert_eq!(admitted(&store, &policy, &first).await, 20);
+}
+
+/// A reset forgets what the primary last said: a key spent, reset, then
+/// the primary down: the secondary starts whole.
+#[tokio::test]
+async fn a_reset_forgets_the_primarys_last_answer() {
+    let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+        "api",
+        Quota::per_hour(20),
+    )]));
+    let key = Key::from("k");
+    let primary = Outage::default();
+    let store = Fallback::new(primary.clone(), MemoryStore::new());
+    for _ in 0..20 {
+        store.check(&policy, &key, 1).resolve().await.unwrap();
+    }
+    store.reset(&policy, &key).await.unwrap();
+    primary.set_down(true);
+    assert_eq!(admitted(&store, &policy, &key).await, 20);
 }

@@ -21,6 +21,7 @@
 //! --on-store-error MODE    open | closed | fallback (default open)
 //! --store-timeout-ms N     default 100
 //! --connect MODE           Redis stores only: eager (default: exit if Redis is absent) | lazy (start anyway, connect in the background)
+//! --instances N            with --on-store-error fallback: how many servers share the store, until the store has counted them (default 1)
 //! --block-cache MODE       on | off (default on): a Redis or PostgreSQL store refuses a key it refused until its retry time, with no call, also while the store fails
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
@@ -84,12 +85,24 @@
 //! - `--on-store-error fallback`: while the store fails or takes longer
 //!   than `--store-timeout-ms`, requests are decided in this process's
 //!   memory with the same limits split between the servers that shared the
-//!   Redis store (`Fallback::new(Timeout::new(store, T), Split::new(MemoryStore,
-//!   instances))`): each server says every second, through Redis, that it
-//!   shares it, and counts for 5 s; in an outage each decides alone at
-//!   `1/N` of each quota (at least 1), `N` being how many servers Redis
-//!   last counted, so that together they admit about the limit, not `N`
-//!   times it. The layer then
+//!   Redis or PostgreSQL store (`Fallback::new(Timeout::new(store, T),
+//!   Split::present(MemoryStore, store.presence()))`): each server says at
+//!   start and then every second, through the store, that it shares it
+//!   (Redis: a sorted set `tollgate:instances`; PostgreSQL: one row,
+//!   `tollgate:instances`, of the limits table), and counts for 5 s; in an
+//!   outage each decides alone at its share of each quota, `N` being how
+//!   many servers the store last counted: `⌊L/N⌋`, and one more for the
+//!   servers whose id ranks below `L mod N` among the servers counted, so
+//!   that together they admit the limit (3/min over two: 2 and 1), not `N`
+//!   times it. Until the store has counted (Redis absent from a
+//!   `--connect lazy` start), `N` is `--instances` (default 1), with no
+//!   remainder. A beat that finds the servers' words gone (the store
+//!   restarted) counts no fewer than before until the next. The first
+//!   time the fallback decides a key it starts from what the store last
+//!   answered for it (what was left, and what refilled since at the
+//!   limit's rate, this server's share of it), not from a fresh limit:
+//!   a key nearly spent when the store went away stays nearly spent.
+//!   The layer then
 //!   waits up to twice `--store-timeout-ms` for an answer (the memory store
 //!   answers at once). With the memory `--store` it changes nothing, and
 //!   the in-flight slots (`--in-flight`) fail open.
@@ -199,7 +212,7 @@ use tollgate::core::Algorithm;
 use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, LiveLimits, QuotaAnswer};
 use tollgate::store::cas::CasStore;
-use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Split, Timeout};
+use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Presence, Split, Timeout};
 use tollgate::{
     AccessLists, ChargeWhen, DefaultRejector, GlobalKey, HeaderKey, HeaderStyle, Key, KeyExtractor,
     MemoryStore, NamedLimit, OnStoreError, RateLimitLayer, RejectReason, Rejection, Rejector,
@@ -280,6 +293,12 @@ struct Args {
     /// the limits as soon as Redis answers; meanwhile --on-store-error).
     #[arg(long, value_name = "MODE", value_enum, default_value_t = Connect::Eager)]
     connect: Connect,
+
+    /// With --on-store-error fallback: how many servers share the store,
+    /// until the store has counted them (at least 1; default 1); each
+    /// then decides at its share of the limits while the store is away.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    instances: u32,
 
     /// How long a store may take to answer, in milliseconds (at least 1).
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
@@ -716,9 +735,10 @@ enum Failure {
 /// The store `--store`, `--max-keys`, `--block-cache` and `--local` ask
 /// for; fails if Redis or PostgreSQL is absent (or is not what the URL
 /// says).
-/// With a Redis store, the Redis store itself too: how many instances
-/// share it is what the fallback divides the limits by.
-async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisStore>), Failure> {
+/// With a shared store and `--on-store-error fallback`, its presence too:
+/// how many instances share it is what the fallback divides the limits
+/// by.
+async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<Presence>), Failure> {
     let (max_keys, block_cache) = (args.max_keys, args.block_cache);
     match url {
         StoreUrl::Memory if args.local.is_some() => Err(Failure::Usage(
@@ -756,13 +776,17 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisSto
                         Failure::Startup(message)
                     }
                 })?;
+            let cas = CasStore::builder(backend).instances(args.instances).build();
+            // Counted only for a fallback that splits: a write a second.
+            let presence =
+                matches!(args.on_store_error, FailMode::Fallback).then(|| cas.presence());
             // Given up on after the store timeout, behind a breaker, as a
             // Redis store is; the block cache goes around them (`app`).
             let store = BoxStore::new(Breaker::new(Timeout::new(
-                CasStore::new(backend),
+                cas,
                 Duration::from_millis(args.store_timeout_ms),
             )));
-            Ok((store, None))
+            Ok((store, presence))
         }
         StoreUrl::Redis(url) => {
             // The local-first store keeps the Redis store's own block
@@ -770,7 +794,8 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisSto
             // (`app`), and the store's own is off.
             let local = matches!(args.local, Some(Local::On(_)));
             let builder = RedisStore::builder(url.as_str())
-                .block_cache(local && block_cache != Some(Switch::Off));
+                .block_cache(local && block_cache != Some(Switch::Off))
+                .instances(args.instances);
             let redis = match args.connect {
                 Connect::Eager => builder.connect().await,
                 Connect::Lazy => builder.connect_lazy(),
@@ -789,7 +814,7 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<RedisSto
                             Duration::from_millis(args.store_timeout_ms),
                         ))),
                     };
-                    (store, Some(redis))
+                    (store, Some(redis.presence()))
                 })
                 .map_err(|e| {
                     let message = format!(
@@ -832,13 +857,13 @@ fn header_style(headers: Headers) -> HeaderStyle {
 async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     let on_store_error = on_store_error(args.on_store_error);
     let store_timeout = Duration::from_millis(args.store_timeout_ms);
-    let (store, redis) = store(store_url, args).await?;
-    let store = match (args.on_store_error, redis) {
+    let (store, presence) = store(store_url, args).await?;
+    let store = match (args.on_store_error, presence) {
         // In memory, each instance at its share of the limits: as many
-        // instances as said, through Redis, that they share it.
-        (FailMode::Fallback, Some(redis)) => BoxStore::new(Fallback::new(
+        // instances as said, through the store, that they share it.
+        (FailMode::Fallback, Some(presence)) => BoxStore::new(Fallback::new(
             Timeout::new(store, store_timeout),
-            Split::new(MemoryStore::new(), move || redis.instances()),
+            Split::present(MemoryStore::new(), presence),
         )),
         (FailMode::Fallback, None) => BoxStore::new(Fallback::new(
             Timeout::new(store, store_timeout),

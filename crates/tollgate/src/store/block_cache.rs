@@ -908,7 +908,9 @@ mod tests {
     async fn inside_a_fallback_the_first_failure_falls_back_and_the_block_then_refuses() {
         let (clock, flaky, cache) = flaky_setup();
         let local = MemoryStore::builder().clock(clock.clone()).build();
-        let store = crate::store::Fallback::new(cache, local);
+        // A fallback that remembers no answer: its secondary starts from
+        // a fresh limit.
+        let store = crate::store::Fallback::new(cache, local).remembering(0);
         let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
         let key = Key::from("victim");
         for _ in 0..3 {
@@ -918,6 +920,28 @@ mod tests {
         // Left with nothing by the store: its first failure is the
         // fallback's to decide (admitted there), then the block refuses.
         assert_eq!(came(&store, &policy, &key, 1).await, Came::Admitted);
+        assert_eq!(
+            came(&store, &policy, &key, 1).await,
+            Came::Refused(Duration::from_secs(60))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fallback_that_knew_the_key_spent_refuses_it_from_the_first_failure() {
+        let (clock, flaky, cache) = flaky_setup();
+        let local = MemoryStore::builder().clock(clock.clone()).build();
+        let store = crate::store::Fallback::new(cache, local);
+        let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
+        let key = Key::from("victim");
+        for _ in 0..3 {
+            assert_eq!(came(&store, &policy, &key, 1).await, Came::Admitted);
+        }
+        flaky.down.store(true, Ordering::Relaxed);
+        // The fallback starts from the store's last answer (nothing left):
+        // refused there, until a unit comes back (20 s at 3/min); then
+        // the block refuses, as after a fallback's admission.
+        let first = came(&store, &policy, &key, 1).await;
+        assert_eq!(first, Came::Refused(Duration::from_secs(20)));
         assert_eq!(
             came(&store, &policy, &key, 1).await,
             Came::Refused(Duration::from_secs(60))

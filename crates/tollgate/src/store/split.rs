@@ -2,64 +2,83 @@
 //! instances that shared it elsewhere: the local fallback of a shared
 //! store.
 
-use super::{AdminFuture, ChangeReply, Debit, Refund, Store, StoreReply, StoreWrapper};
+use super::{
+    AdminFuture, ChangeReply, Debit, Presence, Refund, Share, Store, StoreReply, StoreWrapper,
+};
 use crate::{ConfigError, Key, NamedLimit, Policy};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tollgate_core::Quota;
 
-/// A store in front of `S` that decides every limit at `1/N` of its quota,
-/// `N` being how many instances share the limits (from `instances`, asked
-/// at each call): the secondary of a [`Fallback`](super::Fallback) whose
-/// primary is shared, so that while the shared store is away the
-/// instances split the limit rather than each admitting all of it.
+/// A store in front of `S` that decides every limit at this instance's
+/// share of it, `N` instances sharing the limits (asked at each call): the
+/// secondary of a [`Fallback`](super::Fallback) whose primary is shared,
+/// so that while the shared store is away the instances split the limit
+/// rather than each admitting all of it.
 ///
-/// Each limit's quota `L` per period (and burst `B`) becomes
-/// `max(1, ⌊L / N⌋)` (and `max(1, ⌊B / N⌋)`): over an outage, `N`
-/// instances together admit at most `N × max(1, ⌊L / N⌋)` per period, at
-/// most `L` when `L ≥ N` — as far as `N` is right. `N` is the number of
-/// instances the shared store last saw (the Redis store's
-/// [`instances`](https://docs.rs/tollgate-redis): each instance says every
-/// second that it shares the store, and is counted for 5 s after), so an
-/// instance that started during the outage, or one that stopped just
-/// before it, makes the split a little off; [`Split::fixed`] overrides it
-/// with a number you know. Each limit keeps its algorithm; settings beyond
-/// the algorithm and the quota (a sliding log's entry bound) take their
+/// Each limit's quota `L` per period (and burst `B`) becomes this
+/// instance's [part](Share::part) of it, at least 1: `⌊L / N⌋`, plus one
+/// for the instances of rank below `L mod N` when the store counted the
+/// instances and ranked them ([`Presence`]), so that `N` instances
+/// together admit `L` per period over an outage (3 over 2: 2 and 1), and
+/// at most `N × max(1, ⌊L / N⌋)` without ranks — as far as `N` is right.
+/// `N` is the number of instances the shared store last counted (the
+/// Redis store's [`presence`](https://docs.rs/tollgate-redis), the
+/// compare-and-swap store's `CasStore::presence` with the `cas` feature:
+/// each instance says every second that it shares the store, and is
+/// counted for 5 s after), or the operator's count
+/// ([`Presence::expecting`]) until the store has counted; an instance
+/// that started during the outage, or one that stopped just before it,
+/// makes the split a little off; [`Split::fixed`] overrides it with a
+/// number you know. Each limit keeps its algorithm; settings beyond the
+/// algorithm and the quota (a sliding log's entry bound) take their
 /// defaults. The headers report the split quota.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::MemoryStore;
-/// use tollgate::store::{Fallback, Split, Timeout};
+/// use tollgate::store::{Fallback, Presence, Split, Timeout};
 ///
 /// # let redis = MemoryStore::new(); // a RedisStore in practice
-/// # let instances = || 2; // `move || redis.instances()` in practice
+/// # let presence = Presence::expecting(2); // `redis.presence()` in practice
 /// let store = Fallback::new(
 ///     Timeout::new(redis, Duration::from_millis(50)),
-///     Split::new(MemoryStore::new(), instances),
+///     Split::present(MemoryStore::new(), presence),
 /// );
 /// # let _ = store;
 /// ```
 #[derive(Clone)]
 pub struct Split<S> {
     inner: S,
-    instances: Arc<dyn Fn() -> u32 + Send + Sync>,
+    share: Arc<dyn Fn() -> Share + Send + Sync>,
 }
 
 impl<S> std::fmt::Debug for Split<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Split")
-            .field("instances", &(self.instances)())
+            .field("share", &(self.share)())
             .finish_non_exhaustive()
     }
 }
 
 impl<S> Split<S> {
-    /// `inner`, deciding each limit at `1 / instances()` of its quota.
+    /// `inner`, deciding each limit at `1 / instances()` of its quota
+    /// (no rank: the remainder goes to nobody).
     pub fn new(inner: S, instances: impl Fn() -> u32 + Send + Sync + 'static) -> Self {
+        Split::shared(inner, move || Share::of(instances()))
+    }
+
+    /// `inner`, deciding each limit at this instance's share of it as
+    /// `presence` counts the instances and ranks this one.
+    pub fn present(inner: S, presence: Presence) -> Self {
+        Split::shared(inner, move || presence.share())
+    }
+
+    /// `inner`, deciding each limit at the [`Share`] `share()` gives.
+    pub fn shared(inner: S, share: impl Fn() -> Share + Send + Sync + 'static) -> Self {
         Split {
             inner,
-            instances: Arc::new(instances),
+            share: Arc::new(share),
         }
     }
 
@@ -70,14 +89,20 @@ impl<S> Split<S> {
 
     /// How many instances the limits are split between now (at least 1).
     pub fn instances(&self) -> u32 {
-        (self.instances)().max(1)
+        self.share().instances()
     }
 
-    /// `policy` with its limits split `n` ways: the policy itself for one
-    /// instance; otherwise a policy made once per `n` and kept with it.
+    /// This instance's share now.
+    pub fn share(&self) -> Share {
+        (self.share)()
+    }
+
+    /// `policy` with its limits split at this instance's share: the
+    /// policy itself for one instance; otherwise a policy made once per
+    /// share and kept with it.
     fn split(&self, policy: &Arc<Policy>) -> Arc<Policy> {
-        let n = self.instances();
-        if n == 1 {
+        let n = self.share();
+        if n.instances() == 1 {
             return policy.clone();
         }
         let kept = policy.prepared(|_| SplitPolicies::default()).into_arc();
@@ -110,16 +135,16 @@ impl<S> Split<S> {
     }
 }
 
-/// The splits of one policy, by `n`: a few at most (the number of
+/// The splits of one policy, by share: a few at most (the number of
 /// instances changes rarely).
 #[derive(Default)]
-struct SplitPolicies(Mutex<Vec<(u32, Arc<Policy>)>>);
+struct SplitPolicies(Mutex<Vec<(Share, Arc<Policy>)>>);
 
-/// `limit` at `1 / n` of its quota and burst (at least 1 each), same name
-/// and algorithm.
-fn share(limit: &NamedLimit, n: u32) -> NamedLimit {
+/// `limit` at `n`'s part of its quota and burst (at least 1 each), same
+/// name and algorithm.
+fn share(limit: &NamedLimit, n: Share) -> NamedLimit {
     let quota = limit.quota();
-    let part = |units: u64| (units / u64::from(n)).max(1);
+    let part = |units: u64| n.part(units).max(1);
     let split = Quota::new(
         part(quota.limit()),
         Duration::from_nanos(quota.period_nanos()),

@@ -43,6 +43,12 @@
 //!   user's key, escaped so that no two (policy, key) pairs share one
 //!   (see [`CasStore::key_name`]). Two layers whose policies name their
 //!   limits alike share counts, as with the Redis store.
+//! - **Presence.** [`CasStore::presence`] starts a beat that says, every
+//!   second, in one value of the backend (`{prefix}:instances`, read and
+//!   written as a check is), that this instance shares it, and counts the
+//!   instances whose word has not ended and this one's rank: what a
+//!   [`Split`](crate::store::Split) fallback divides the limits by. Any
+//!   backend has it; it asks nothing more of one.
 //!
 //! # Writing a backend
 //!
@@ -66,6 +72,7 @@ mod error;
 mod future;
 mod memory;
 mod name;
+mod presence;
 mod retry;
 mod shared;
 mod step;

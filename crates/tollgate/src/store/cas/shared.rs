@@ -28,10 +28,14 @@ pub(super) struct Shared<B> {
     turns: Box<[Arc<Semaphore>]>,
     conflicts: AtomicU64,
     contended: AtomicU64,
+    /// The instances counted by the presence beat, once asked for.
+    pub(super) presence: std::sync::OnceLock<crate::store::Presence>,
+    /// The operator's count until the beat has counted.
+    pub(super) expected: u32,
 }
 
 impl<B> Shared<B> {
-    pub(super) fn new(backend: B, prefix: Box<str>, retry: Retry) -> Self {
+    pub(super) fn new(backend: B, prefix: Box<str>, retry: Retry, expected: u32) -> Self {
         Shared {
             backend,
             prefix,
@@ -40,6 +44,8 @@ impl<B> Shared<B> {
             turns: (0..TURNS).map(|_| Arc::new(Semaphore::new(1))).collect(),
             conflicts: AtomicU64::new(0),
             contended: AtomicU64::new(0),
+            presence: std::sync::OnceLock::new(),
+            expected,
         }
     }
 
@@ -50,6 +56,11 @@ impl<B> Shared<B> {
             true => version.wrapping_add(1),
             false => version,
         }
+    }
+
+    /// A random id.
+    pub(super) fn random_id(&self) -> u64 {
+        self.random.next()
     }
 
     /// The turn the calls on the value `name` take.

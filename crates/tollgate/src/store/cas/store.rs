@@ -84,6 +84,7 @@ impl<B: CasBackend> CasStore<B> {
             backend,
             prefix: String::from("tollgate"),
             retry: Retry::default(),
+            expected: 1,
         }
     }
 
@@ -98,6 +99,35 @@ impl<B: CasBackend> CasStore<B> {
     pub fn key_name(&self, policy: &Policy, key: &Key) -> String {
         let part = policy.prepared(PolicyPart::of);
         key_name(&self.shared.prefix, &part, key)
+    }
+
+    /// How many instances share this store's backend, and this one's rank
+    /// among them, as its presence beat counts them: what a
+    /// [`Split`](crate::store::Split) fallback divides the limits by
+    /// ([`Split::present`](crate::store::Split::present)). The first call
+    /// starts the beat (on the current tokio runtime; outside one, the
+    /// count stays the operator's, [`CasStoreBuilder::instances`]): every
+    /// second, and at once, the store writes in one value of the backend,
+    /// `{prefix}:instances`, that this instance shares it for the next
+    /// 5 s, as a check writes a key (read, then write if unchanged), and
+    /// counts the instances whose word has not ended, on the backend's
+    /// clock. A beat that finds the word gone (the value was lost) counts
+    /// no fewer than before until the next. Clones share one beat.
+    pub fn presence(&self) -> crate::store::Presence {
+        self.shared
+            .presence
+            .get_or_init(|| {
+                let presence = crate::store::Presence::expecting(self.shared.expected);
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    tokio::spawn(super::presence::beat(
+                        Arc::downgrade(&self.shared),
+                        presence.clone(),
+                        self.shared.random_id(),
+                    ));
+                }
+                presence
+            })
+            .clone()
     }
 
     /// How many writes lost their race to another writer so far (each was
@@ -147,6 +177,7 @@ pub struct CasStoreBuilder<B> {
     backend: B,
     prefix: String,
     retry: Retry,
+    expected: u32,
 }
 
 impl<B: CasBackend> CasStoreBuilder<B> {
@@ -175,6 +206,14 @@ impl<B: CasBackend> CasStoreBuilder<B> {
         self
     }
 
+    /// How many instances share the backend, as an operator knows it:
+    /// the count of [`CasStore::presence`] until its beat has counted
+    /// (default 1; at least 1).
+    pub fn instances(mut self, instances: u32) -> Self {
+        self.expected = instances.max(1);
+        self
+    }
+
     /// The store.
     pub fn build(self) -> CasStore<B> {
         CasStore {
@@ -182,6 +221,7 @@ impl<B: CasBackend> CasStoreBuilder<B> {
                 self.backend,
                 self.prefix.into_boxed_str(),
                 self.retry,
+                self.expected,
             )),
         }
     }
