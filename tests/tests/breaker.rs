@@ -154,6 +154,18 @@ impl StoreWrapper for HangingWhileDown {
         &self.0.store
     }
 
+    fn relay(
+        &self,
+        _: &std::sync::Arc<tollgate::Policy>,
+        _: &tollgate::Key,
+        reply: tollgate::store::StoreReply<
+            <Self::Inner as tollgate::Store>::Future,
+            <Self::Inner as tollgate::Store>::Error,
+        >,
+    ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+        reply.map(|ready| Box::pin(ready) as Self::Future, |never| never)
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

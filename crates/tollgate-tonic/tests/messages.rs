@@ -654,6 +654,18 @@ impl tollgate::store::StoreWrapper for SlowStore {
         &self.inner
     }
 
+    fn relay(
+        &self,
+        _: &std::sync::Arc<tollgate::Policy>,
+        _: &tollgate::Key,
+        reply: tollgate::store::StoreReply<
+            <Self::Inner as tollgate::Store>::Future,
+            <Self::Inner as tollgate::Store>::Error,
+        >,
+    ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+        reply.map(|ready| Box::pin(ready) as BoxFuture<_>, |never| never)
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

@@ -116,6 +116,18 @@ async fn the_kit_catches_a_store_that_loses_refunds() {
         fn inner(&self) -> &Self::Inner {
             &self.0
         }
+
+        fn relay(
+            &self,
+            _: &std::sync::Arc<tollgate::Policy>,
+            _: &tollgate::Key,
+            reply: tollgate::store::StoreReply<
+                <Self::Inner as tollgate::Store>::Future,
+                <Self::Inner as tollgate::Store>::Error,
+            >,
+        ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+            reply
+        }
         fn check_within(
             &self,
             policy: &std::sync::Arc<tollgate::Policy>,

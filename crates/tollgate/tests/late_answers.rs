@@ -81,6 +81,18 @@ impl StoreWrapper for Slow {
         &self.memory
     }
 
+    fn relay(
+        &self,
+        _: &std::sync::Arc<tollgate::Policy>,
+        _: &tollgate::Key,
+        reply: tollgate::store::StoreReply<
+            <Self::Inner as tollgate::Store>::Future,
+            <Self::Inner as tollgate::Store>::Error,
+        >,
+    ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+        reply.map(|ready| Box::pin(ready) as Answer, |never| never)
+    }
+
     /// Charged now, answered after the delay.
     fn check_within(
         &self,

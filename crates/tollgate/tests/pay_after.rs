@@ -358,6 +358,18 @@ impl StoreWrapper for SlowDebits {
         &self.store
     }
 
+    fn relay(
+        &self,
+        _: &std::sync::Arc<tollgate::Policy>,
+        _: &tollgate::Key,
+        reply: tollgate::store::StoreReply<
+            <Self::Inner as tollgate::Store>::Future,
+            <Self::Inner as tollgate::Store>::Error,
+        >,
+    ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+        reply
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

@@ -160,6 +160,18 @@ async fn a_timeout_bounds_a_plan_change() {
         fn inner(&self) -> &MemoryStore {
             &self.0
         }
+
+        fn relay(
+            &self,
+            _: &std::sync::Arc<tollgate::Policy>,
+            _: &tollgate::Key,
+            reply: tollgate::store::StoreReply<
+                <Self::Inner as tollgate::Store>::Future,
+                <Self::Inner as tollgate::Store>::Error,
+            >,
+        ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+            reply
+        }
         fn check_within(
             &self,
             policy: &Arc<Policy>,
@@ -188,4 +200,77 @@ async fn a_timeout_bounds_a_plan_change() {
         .expect("given up on at the store's timeout, not held");
     assert!(answer.is_err());
     assert_eq!(started.elapsed(), Duration::from_millis(50));
+}
+
+/// A store that counts which of its operations were called: checks and
+/// peeks, apart.
+#[derive(Clone, Default)]
+struct Tally {
+    memory: MemoryStore,
+    checks: Arc<AtomicUsize>,
+    peeks: Arc<AtomicUsize>,
+}
+
+impl Store for Tally {
+    type Error = Infallible;
+    type Future = <MemoryStore as Store>::Future;
+
+    fn check(
+        &self,
+        policy: &Arc<tollgate::Policy>,
+        key: &tollgate::Key,
+        cost: u32,
+    ) -> tollgate::StoreReply<Self::Future, Infallible> {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        self.memory.check(policy, key, cost)
+    }
+
+    fn peek(
+        &self,
+        policy: &Arc<tollgate::Policy>,
+        key: &tollgate::Key,
+    ) -> tollgate::StoreReply<Self::Future, Infallible> {
+        self.peeks.fetch_add(1, Ordering::Relaxed);
+        self.memory.peek(policy, key)
+    }
+}
+
+/// A wrapper that overrides nothing but its check (`Counting`) forwards a
+/// peek to the store behind's peek, never to a check: neither its own nor
+/// the store's. (The default once went through the wrapper's check, so a
+/// counting wrapper counted peeks, and a memory store took a place in its
+/// map for every key peeked.) The same through `Split`, which asks about
+/// another policy, and through the in-tree wrappers.
+#[tokio::test]
+async fn a_wrappers_peek_is_the_store_behinds_peek_never_a_check() {
+    use tollgate::store::{Breaker, PenaltyBox, Split};
+    let policy = Arc::new(tollgate::Policy::new(vec![tollgate::NamedLimit::new(
+        "api",
+        Quota::per_minute(4),
+    )]));
+    let key = tollgate::Key::from("k");
+    let tally = Tally::default();
+    let counting = Counting(tally.clone(), Arc::default());
+    let peeked = counting.peek(&policy, &key).resolve().await.unwrap();
+    assert_eq!(peeked.merged().remaining(), 4);
+    assert_eq!(counting.calls(), 0, "the peek was counted as a check");
+    assert_eq!(tally.checks.load(Ordering::Relaxed), 0);
+    assert_eq!(tally.peeks.load(Ordering::Relaxed), 1);
+    // Split: the store behind is asked about the split policy.
+    let split = Split::fixed(tally.clone(), 2);
+    let peeked = split.peek(&policy, &key).resolve().await.unwrap();
+    assert_eq!(peeked.merged().limit(), 2, "the split's policy");
+    // Every in-tree wrapper, nested.
+    let penalty =
+        tollgate::store::Penalty::new(3, Duration::from_secs(60), Duration::from_secs(60));
+    let nested = BlockCache::new(PenaltyBox::new(
+        Breaker::new(Timeout::new(
+            Counting(split, Arc::default()),
+            Duration::from_secs(1),
+        )),
+        penalty,
+    ));
+    nested.peek(&policy, &key).resolve().await.unwrap();
+    assert_eq!(tally.checks.load(Ordering::Relaxed), 0);
+    assert_eq!(tally.peeks.load(Ordering::Relaxed), 3);
 }

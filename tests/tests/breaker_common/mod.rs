@@ -52,6 +52,21 @@ impl StoreWrapper for Flaky {
         &self.store
     }
 
+    fn relay(
+        &self,
+        _: &std::sync::Arc<tollgate::Policy>,
+        _: &tollgate::Key,
+        reply: tollgate::store::StoreReply<
+            <Self::Inner as tollgate::Store>::Future,
+            <Self::Inner as tollgate::Store>::Error,
+        >,
+    ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+        reply.map(
+            |ready| std::future::ready(ready.into_inner().map_err(|never| match never {})),
+            |never| match never {},
+        )
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

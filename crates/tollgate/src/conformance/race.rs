@@ -938,6 +938,18 @@ impl<St: Store> crate::store::StoreWrapper for Counting<St> {
         &self.inner
     }
 
+    fn relay(
+        &self,
+        _: &std::sync::Arc<crate::Policy>,
+        _: &crate::Key,
+        reply: crate::store::StoreReply<
+            <Self::Inner as crate::Store>::Future,
+            <Self::Inner as crate::Store>::Error,
+        >,
+    ) -> crate::store::StoreReply<Self::Future, Self::Error> {
+        reply
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,

@@ -401,15 +401,19 @@ where
         self.forgetting(reply, policy, key)
     }
 
-    /// The store behind's peek: a cost of 0 is never answered by a cached
-    /// refusal (it might pass), and a peek teaches the cache nothing.
-    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
-        match self.inner.peek(policy, key) {
-            StoreReply::Ready(answer) => StoreReply::Ready(answer),
-            StoreReply::Pending(inner) => {
-                StoreReply::Pending(BlockCacheFuture { inner, learn: None })
-            }
-        }
+    /// A forwarded operation's answer teaches the cache nothing (a peek,
+    /// of cost 0, is never answered by a cached refusal either: it might
+    /// pass).
+    fn relay(
+        &self,
+        _: &Arc<Policy>,
+        _: &Key,
+        reply: StoreReply<S::Future, S::Error>,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        reply.map(
+            |inner| BlockCacheFuture { inner, learn: None },
+            |error| error,
+        )
     }
 
     /// Resets the key in the store behind and forgets its remembered

@@ -447,6 +447,19 @@ where
         self.guard(|| self.inner.check_within(policy, key, cost, within))
     }
 
+    /// An answer the breaker did not guard counts for nothing.
+    fn relay(
+        &self,
+        _: &Arc<Policy>,
+        _: &Key,
+        reply: StoreReply<S::Future, S::Error>,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        reply.map(
+            |inner| BreakerFuture { inner, watch: None },
+            BreakerError::Inner,
+        )
+    }
+
     /// As a check: a peek is a call to the store.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
         self.guard(|| self.inner.peek(policy, key))

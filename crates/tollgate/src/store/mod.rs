@@ -85,6 +85,22 @@ pub enum StoreReply<F, E> {
     Pending(F),
 }
 
+impl<F, E> StoreReply<F, E> {
+    /// This reply in other types: a pending future through `future`, an
+    /// error at once through `error` (what a wrapper's
+    /// [`relay`](StoreWrapper::relay) does with the store behind's reply).
+    pub fn map<F2, E2>(
+        self,
+        future: impl FnOnce(F) -> F2,
+        error: impl FnOnce(E) -> E2,
+    ) -> StoreReply<F2, E2> {
+        match self {
+            StoreReply::Ready(answer) => StoreReply::Ready(answer.map_err(error)),
+            StoreReply::Pending(pending) => StoreReply::Pending(future(pending)),
+        }
+    }
+}
+
 impl<F, E> StoreReply<F, E>
 where
     F: Future<Output = Result<PolicyDecision, E>>,

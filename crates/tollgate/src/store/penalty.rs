@@ -526,15 +526,22 @@ where
     // `refund` and `debit`: forwarded. A block stands after a refund: it
     // punishes the refusals, which a refund of an admission does not undo.
 
+    /// A forwarded operation's answer counts no offence.
+    fn relay(
+        &self,
+        _: &Arc<Policy>,
+        _: &Key,
+        reply: StoreReply<S::Future, S::Error>,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        reply.map(|inner| PenaltyFuture { inner, count: None }, |error| error)
+    }
+
     /// The block, for a blocked key; else the store behind's peek.
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
         if let Some(answer) = self.book.blocked(policy, key, self.clock.now()) {
             return StoreReply::Ready(Ok(answer));
         }
-        match self.inner.peek(policy, key) {
-            StoreReply::Ready(answer) => StoreReply::Ready(answer),
-            StoreReply::Pending(inner) => StoreReply::Pending(PenaltyFuture { inner, count: None }),
-        }
+        self.relay(policy, key, self.inner.peek(policy, key))
     }
 
     /// Lifts the key's block and forgets its offences, then resets it in

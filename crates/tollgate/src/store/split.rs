@@ -2,10 +2,9 @@
 //! instances that shared it elsewhere: the local fallback of a shared
 //! store.
 
-use super::{
-    AdminFuture, ChangeReply, Debit, Presence, Refund, Share, Store, StoreReply, StoreWrapper,
-};
-use crate::{ConfigError, Key, NamedLimit, Policy};
+use super::{AdminFuture, Presence, Share, Store, StoreReply, StoreWrapper};
+use crate::{Key, NamedLimit, Policy};
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tollgate_core::Quota;
@@ -167,6 +166,23 @@ impl<S: Store> StoreWrapper for Split<S> {
         &self.inner
     }
 
+    fn relay(
+        &self,
+        _: &Arc<Policy>,
+        _: &Key,
+        reply: StoreReply<S::Future, S::Error>,
+    ) -> StoreReply<S::Future, S::Error> {
+        reply
+    }
+
+    /// The policy split as it is now: what every operation asks the store
+    /// behind about (a refund under the number of instances as it is
+    /// now: one that changed in between gives back to another split's
+    /// counts, a little short; a carry as checks are decided).
+    fn inner_policy<'a>(&self, policy: &'a Arc<Policy>) -> Cow<'a, Arc<Policy>> {
+        Cow::Owned(self.split(policy))
+    }
+
     fn check_within(
         &self,
         policy: &Arc<Policy>,
@@ -175,36 +191,12 @@ impl<S: Store> StoreWrapper for Split<S> {
         within: Duration,
     ) -> StoreReply<S::Future, S::Error> {
         self.inner
-            .check_within(&self.split(policy), key, cost, within)
-    }
-
-    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<S::Future, S::Error> {
-        self.inner.peek(&self.split(policy), key)
-    }
-
-    fn supports(&self, policy: &Policy) -> Result<(), ConfigError> {
-        self.inner.supports(policy)
-    }
-
-    /// Given back under the split the admission was charged under (the
-    /// number of instances as it is now: one that changed in between
-    /// gives back to another split's counts, a little short).
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
-        self.inner.refund(&self.split(policy), key, refund)
-    }
-
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
-        self.inner.debit(&self.split(policy), key, debit)
+            .check_within(&self.inner_policy(policy), key, cost, within)
     }
 
     /// Resets the key under every split made so far.
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
         Self::on_every_split(policy, |split| self.inner.reset(split, key))
-    }
-
-    /// Carried under the split as it is now, as checks are decided.
-    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
-        self.inner.carry(&self.split(from), &self.split(to), key)
     }
 
     /// Unblocks the key under every split made so far.

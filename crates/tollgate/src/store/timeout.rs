@@ -144,9 +144,15 @@ impl<St: Store> StoreWrapper for Timeout<St> {
         self.bound(reply, policy, key, cost, after)
     }
 
-    /// The store behind's peek, given up on after the timeout.
-    fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
-        self.bound(self.inner.peek(policy, key), policy, key, 0, self.timeout)
+    /// A forwarded operation's answer (a peek), given up on after the
+    /// timeout.
+    fn relay(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        reply: StoreReply<St::Future, St::Error>,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.bound(reply, policy, key, 0, self.timeout)
     }
 
     // `refund` and `debit`: forwarded, unbounded here; the layer waits for

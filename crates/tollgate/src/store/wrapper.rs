@@ -6,15 +6,23 @@ use super::{
     AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store, StoreReply,
 };
 use crate::{ConfigError, Key, Policy};
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// A store in front of another, as a tower middleware is in front of a
-/// service: it says which store it wraps ([`inner`](Self::inner)) and
-/// how it decides a check ([`check_within`](Self::check_within)); every
-/// other operation goes to the inner store unless the wrapper overrides
-/// it. Every `StoreWrapper` is a [`Store`].
+/// service: it says which store it wraps ([`inner`](Self::inner)), how it
+/// decides a check ([`check_within`](Self::check_within)) and how the
+/// store behind's answer becomes its own ([`relay`](Self::relay)); every
+/// other operation goes to the same operation of the inner store (a peek
+/// to its peek, a refund to its refund) unless the wrapper overrides it.
+/// Every `StoreWrapper` is a [`Store`].
+///
+/// A wrapper that asks the store behind about another policy or key than
+/// the one it was given (as [`Split`](super::Split) does) says so once, in
+/// [`inner_policy`](Self::inner_policy) or [`inner_key`](Self::inner_key):
+/// every forwarded operation asks about those.
 ///
 /// So a wrapper cannot drop a capability by forgetting a method: a
 /// wrapper over a store that gives charges back gives them back too,
@@ -57,6 +65,14 @@ use std::time::Duration;
 ///         &self.inner
 ///     }
 ///
+///     // The store behind's futures are this wrapper's: its answers pass as
+///     // they are.
+///     fn relay(&self, _: &Arc<Policy>, _: &Key, reply: StoreReply<St::Future, St::Error>)
+///         -> StoreReply<St::Future, St::Error>
+///     {
+///         reply
+///     }
+///
 ///     fn check_within(
 ///         &self,
 ///         policy: &Arc<Policy>,
@@ -84,6 +100,33 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
     /// The store behind.
     fn inner(&self) -> &Self::Inner;
 
+    /// The store behind's reply to an operation this wrapper forwarded
+    /// (a [`peek`](Self::peek)), about `policy` and `key`, as this
+    /// wrapper's own reply. A wrapper whose future and error are the store
+    /// behind's returns `reply` as it is; one with a future of its own
+    /// wraps it (without whatever it does on a check: a peek charges
+    /// nothing, so there is nothing to learn or count).
+    fn relay(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        reply: StoreReply<<Self::Inner as Store>::Future, <Self::Inner as Store>::Error>,
+    ) -> StoreReply<Self::Future, Self::Error>;
+
+    /// The policy the store behind is asked about for `policy`, by every
+    /// operation this trait forwards: `policy` itself unless the wrapper
+    /// changes it (as [`Split`](super::Split) does).
+    fn inner_policy<'a>(&self, policy: &'a Arc<Policy>) -> Cow<'a, Arc<Policy>> {
+        Cow::Borrowed(policy)
+    }
+
+    /// The key the store behind is asked about for `key`, by every
+    /// operation this trait forwards: `key` itself unless the wrapper
+    /// changes it.
+    fn inner_key<'a>(&self, key: &'a Key) -> Cow<'a, Key> {
+        Cow::Borrowed(key)
+    }
+
     /// Checks a request (see [`Store::check_within`]; a plain
     /// [`Store::check`] comes here with `within` = [`Duration::MAX`]).
     fn check_within(
@@ -94,10 +137,13 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
         within: Duration,
     ) -> StoreReply<Self::Future, Self::Error>;
 
-    /// See [`Store::peek`]. The default is a check of cost 0 through
-    /// this wrapper, which charges nothing.
+    /// See [`Store::peek`]. Forwarded by default (to the store behind's
+    /// own peek, never to a check), its reply [relayed](Self::relay).
     fn peek(&self, policy: &Arc<Policy>, key: &Key) -> StoreReply<Self::Future, Self::Error> {
-        self.check_within(policy, key, 0, Duration::MAX)
+        let reply = self
+            .inner()
+            .peek(&self.inner_policy(policy), &self.inner_key(key));
+        self.relay(policy, key, reply)
     }
 
     /// See [`Store::supports`]. Forwarded by default.
@@ -112,28 +158,33 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
 
     /// See [`Store::refund`]. Forwarded by default.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
-        self.inner().refund(policy, key, refund)
+        self.inner()
+            .refund(&self.inner_policy(policy), &self.inner_key(key), refund)
     }
 
     /// See [`Store::debit`]. Forwarded by default.
     fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
-        self.inner().debit(policy, key, debit)
+        self.inner()
+            .debit(&self.inner_policy(policy), &self.inner_key(key), debit)
     }
 
     /// See [`Store::reset`]. Forwarded by default.
     fn reset(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
-        self.inner().reset(policy, key)
+        self.inner()
+            .reset(&self.inner_policy(policy), &self.inner_key(key))
     }
 
     /// See [`Store::carry`]. Forwarded by default: the store behind keeps
     /// the counts, and knows how it names them.
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
-        self.inner().carry(from, to, key)
+        let (from, to) = (self.inner_policy(from), self.inner_policy(to));
+        self.inner().carry(&from, &to, &self.inner_key(key))
     }
 
     /// See [`Store::unblock`]. Forwarded by default.
     fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> AdminFuture {
-        self.inner().unblock(policy, key)
+        self.inner()
+            .unblock(&self.inner_policy(policy), &self.inner_key(key))
     }
 }
 
