@@ -168,7 +168,17 @@ impl<K, St, R> Engine<K, St, R> {
     {
         let decision = &verdict.merged();
         let policy = &self.routes.get(entry).policy;
-        crate::observe::decided(policy.metrics(), verdict.merged().allowed(), verdict.each());
+        let shadow = if self.settings.shadow {
+            crate::observe::Shadow::All
+        } else {
+            crate::observe::Shadow::None
+        };
+        crate::observe::decided(
+            policy.metrics(),
+            verdict.merged().allowed(),
+            verdict.each(),
+            shadow,
+        );
         if decision.allowed() || self.settings.shadow {
             if !decision.allowed() {
                 tracing::info!(
@@ -367,6 +377,7 @@ where
                     policy.metrics(),
                     verdict.merged().allowed(),
                     verdict.each(),
+                    crate::observe::Shadow::None,
                 );
                 Start::Pass
             }

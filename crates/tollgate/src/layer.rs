@@ -452,6 +452,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             needs(&self.store, "pay_after", Capability::Refund)?;
             needs(&self.store, "pay_after", Capability::Debit)?;
         }
+        #[cfg(feature = "metrics")]
+        crate::observe::describe_metrics();
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;

@@ -105,6 +105,8 @@ pub mod store;
 pub mod throttle;
 
 pub use direct::{DirectLimiter, KeyedLimiter};
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, PartitionKey};

@@ -1,36 +1,100 @@
-//! Counters through the `metrics` facade (with the `metrics` feature):
-//! `tollgate_requests_total{limit, outcome="allowed"|"limited"}` per named
-//! limit — "allowed" counts the requests a limit admitted and was charged
-//! for, "limited" those it refused; a limit that would have admitted a
-//! request another limit refused was not charged and counts nothing — and
-//! `tollgate_store_errors_total{policy}` where `policy` is the
-//! policy's [`label`](crate::Policy::label) (its limits' names),
-//! `tollgate_block_cache_hits_total{policy}` for the requests a block
-//! cache refused without asking its store (`store::BlockCache`, and the
-//! Redis store's own; each is also counted as "limited" above when a layer
-//! judges it),
-//! `tollgate_quota_errors_total` for failed per-key quota lookups, and a
-//! circuit breaker's `tollgate_breaker_state{store}` (0 closed, 1
-//! half-open, 2 open) and `tollgate_breaker_opened_total{store}`, and a
-//! compare-and-swap store's (feature `cas`) lost races,
-//! `tollgate_store_cas_conflicts_total{policy}`, and the calls it gave up
-//! after losing every attempt, `tollgate_store_cas_contended_total{policy}`,
-//! and how checks heard out after their caller stopped waiting ended,
-//! `tollgate_late_checks_total{outcome="given_back"|"not_charged"|"kept"|"abandoned"}`
-//! (see `store::late`).
+//! Counters through the `metrics` facade (with the `metrics` feature). A
+//! dashboard's series, and the labels to filter them by (`limit` is a
+//! limit's name; `policy` is a policy's [`label`](crate::Policy::label),
+//! its limits' names joined by commas; `store` is a store's type name):
+//!
+//! - `tollgate_decisions_total{limit, decision}` per named limit, where
+//!   `decision` is `allowed` (the limit admitted the request and was
+//!   charged for it), `limited` (it refused the request), or
+//!   `shadow_limited` (it would have refused the request, but is in shadow
+//!   mode: the request went on, uncharged). A limit that would have
+//!   admitted a request another limit refused was not charged and counts
+//!   nothing. (This was `tollgate_requests_total{limit, outcome}`, where a
+//!   shadow refusal counted as `limited`.)
+//! - `tollgate_near_limit_total{limit}`: admissions that left the limit
+//!   with a fifth of its quota or less (`remaining ≤ 0.2 × limit`), the
+//!   early warning before refusals start;
+//! - `tollgate_store_errors_total{policy}`: store failures and timeouts the
+//!   layer answered by its `on_store_error`;
+//! - `tollgate_fallback_decisions_total{policy}`: requests a
+//!   [`Fallback`](crate::store::Fallback)'s secondary decided because its
+//!   primary failed;
+//! - `tollgate_block_cache_hits_total{policy}` for the requests a block
+//!   cache refused without asking its store (`store::BlockCache`, and the
+//!   Redis store's own; each is also counted as "limited" above when a
+//!   layer judges it);
+//! - `tollgate_quota_errors_total` for failed per-key quota lookups;
+//! - a circuit breaker's `tollgate_breaker_state{store}` (0 closed, 1
+//!   half-open, 2 open) and `tollgate_breaker_opened_total{store}`;
+//! - a compare-and-swap store's (feature `cas`) lost races,
+//!   `tollgate_store_cas_conflicts_total{policy}`, and the calls it gave up
+//!   after losing every attempt, `tollgate_store_cas_contended_total{policy}`;
+//! - how checks heard out after their caller stopped waiting ended,
+//!   `tollgate_late_checks_total{outcome="given_back"|"not_charged"|"kept"|"abandoned"}`
+//!   (see `store::late`).
+//!
+//! [`describe_metrics`] gives each its help text (a layer being built does
+//! too, for the recorder installed at that moment).
 
 use std::sync::Arc;
 use tollgate_core::Decision;
 
+/// Which of a policy's limits are in shadow: a refusal of one of them is
+/// counted as `shadow_limited` rather than `limited`. The whole layer's
+/// shadow mode is [`Shadow::All`]; limits in shadow one by one give their
+/// flags, one per limit in the policy's order.
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code)] // `Limits` waits for shadow limits of their own
+pub(crate) enum Shadow<'a> {
+    /// No limit is in shadow.
+    None,
+    /// Every limit is (the layer's shadow mode).
+    All,
+    /// The limits whose flag is set are.
+    Limits(&'a [bool]),
+}
+
+impl Shadow<'_> {
+    /// Whether the `index`th limit of the policy is in shadow.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    #[inline]
+    pub(crate) fn covers(self, index: usize) -> bool {
+        match self {
+            Shadow::None => false,
+            Shadow::All => true,
+            Shadow::Limits(flags) => flags.get(index).copied().unwrap_or(false),
+        }
+    }
+}
+
+/// Whether an admission leaves `decision`'s limit near its end: a fifth of
+/// its quota or less remaining (`remaining ≤ 0.2 × limit`).
+#[cfg(feature = "metrics")]
+#[inline]
+pub(crate) fn near_limit(decision: &Decision) -> bool {
+    decision.remaining().saturating_mul(5) <= decision.limit()
+}
+
+/// One limit's counter keys.
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct LimitKeys {
+    allowed: metrics::Key,
+    limited: metrics::Key,
+    shadow_limited: metrics::Key,
+    near_limit: metrics::Key,
+}
+
 /// A policy's counter keys, built with the policy so that counting a
-/// decision allocates nothing: per limit, its "allowed" and "limited" keys,
-/// and the policy's store-error key.
+/// decision allocates nothing: per limit, its decisions' and near-limit
+/// keys, and the policy's store-error, block-cache and fallback keys.
 #[cfg(feature = "metrics")]
 #[derive(Debug)]
 pub(crate) struct PolicyMetrics {
-    per_limit: Vec<(metrics::Key, metrics::Key)>,
+    per_limit: Vec<LimitKeys>,
     store_errors: metrics::Key,
     block_cache_hits: metrics::Key,
+    fallback_decisions: metrics::Key,
 }
 
 #[cfg(feature = "metrics")]
@@ -38,28 +102,37 @@ impl PolicyMetrics {
     /// The keys of a policy of limits called `limit_names`, labelled
     /// `label`.
     pub(crate) fn new<'a>(limit_names: impl Iterator<Item = &'a Arc<str>>, label: &str) -> Self {
-        let key = |name: &Arc<str>, outcome: &'static str| {
-            let name = metrics::SharedString::from(Arc::clone(name));
+        let shared = |name: &Arc<str>| metrics::SharedString::from(Arc::clone(name));
+        let decision = |name: &Arc<str>, decision: &'static str| {
             metrics::Key::from_parts(
-                "tollgate_requests_total",
+                DECISIONS,
                 vec![
-                    metrics::Label::new("limit", name),
-                    metrics::Label::new("outcome", outcome),
+                    metrics::Label::new("limit", shared(name)),
+                    metrics::Label::new("decision", decision),
                 ],
+            )
+        };
+        let of_policy = |metric: &'static str| {
+            metrics::Key::from_parts(
+                metric,
+                vec![metrics::Label::new("policy", label.to_owned())],
             )
         };
         PolicyMetrics {
             per_limit: limit_names
-                .map(|name| (key(name, "allowed"), key(name, "limited")))
+                .map(|name| LimitKeys {
+                    allowed: decision(name, "allowed"),
+                    limited: decision(name, "limited"),
+                    shadow_limited: decision(name, "shadow_limited"),
+                    near_limit: metrics::Key::from_parts(
+                        NEAR_LIMIT,
+                        vec![metrics::Label::new("limit", shared(name))],
+                    ),
+                })
                 .collect(),
-            store_errors: metrics::Key::from_parts(
-                "tollgate_store_errors_total",
-                vec![metrics::Label::new("policy", label.to_owned())],
-            ),
-            block_cache_hits: metrics::Key::from_parts(
-                "tollgate_block_cache_hits_total",
-                vec![metrics::Label::new("policy", label.to_owned())],
-            ),
+            store_errors: of_policy(STORE_ERRORS),
+            block_cache_hits: of_policy(BLOCK_CACHE_HITS),
+            fallback_decisions: of_policy(FALLBACK_DECISIONS),
         }
     }
 }
@@ -77,19 +150,128 @@ impl PolicyMetrics {
 }
 
 #[cfg(feature = "metrics")]
+const DECISIONS: &str = "tollgate_decisions_total";
+#[cfg(feature = "metrics")]
+const NEAR_LIMIT: &str = "tollgate_near_limit_total";
+#[cfg(feature = "metrics")]
+const STORE_ERRORS: &str = "tollgate_store_errors_total";
+#[cfg(feature = "metrics")]
+const BLOCK_CACHE_HITS: &str = "tollgate_block_cache_hits_total";
+#[cfg(feature = "metrics")]
+const FALLBACK_DECISIONS: &str = "tollgate_fallback_decisions_total";
+
+/// Every metric this crate writes, its kind and its help text.
+#[cfg(feature = "metrics")]
+const DESCRIPTIONS: &[(&str, bool, &str)] = &[
+    (
+        DECISIONS,
+        true,
+        "Requests each named limit decided: allowed (admitted and charged), limited \
+         (refused), shadow_limited (would have been refused; in shadow, let through)",
+    ),
+    (
+        NEAR_LIMIT,
+        true,
+        "Admissions that left a limit with 20% of its quota or less",
+    ),
+    (
+        STORE_ERRORS,
+        true,
+        "Store failures and timeouts, answered by the layer's on_store_error",
+    ),
+    (
+        FALLBACK_DECISIONS,
+        true,
+        "Requests a Fallback's secondary store decided because its primary failed",
+    ),
+    (
+        BLOCK_CACHE_HITS,
+        true,
+        "Requests a block cache refused without asking its store",
+    ),
+    (
+        "tollgate_quota_errors_total",
+        true,
+        "Failed per-key quota lookups",
+    ),
+    (
+        "tollgate_breaker_state",
+        false,
+        "A circuit breaker's state: 0 closed, 1 half-open, 2 open",
+    ),
+    (
+        "tollgate_breaker_opened_total",
+        true,
+        "Times a circuit breaker opened",
+    ),
+    (
+        "tollgate_store_cas_conflicts_total",
+        true,
+        "Compare-and-swap writes that lost their race",
+    ),
+    (
+        "tollgate_store_cas_contended_total",
+        true,
+        "Compare-and-swap calls given up after losing every attempt",
+    ),
+    (
+        "tollgate_late_checks_total",
+        true,
+        "Checks heard out after their caller stopped waiting, by how they ended",
+    ),
+];
+
+/// Gives every metric this crate writes its help text (Prometheus's
+/// `# HELP` lines), on the recorder installed now: call it once after
+/// installing a recorder. Building a layer does it too, for the recorder
+/// installed at that moment. The metrics and their labels: the guide's
+/// page on metrics (`docs/guide/metrics.md`).
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    metrics::with_recorder(|recorder| {
+        for (name, counter, help) in DESCRIPTIONS {
+            let name = metrics::KeyName::from_const_str(name);
+            let help = metrics::SharedString::const_str(help);
+            if *counter {
+                recorder.describe_counter(name, None, help);
+            } else {
+                recorder.describe_gauge(name, None, help);
+            }
+        }
+    });
+}
+
+#[cfg(feature = "metrics")]
 static METADATA: metrics::Metadata<'static> =
     metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
+/// Counts a verdict on a policy's limits, `each` in the policy's order:
+/// `admitted` says whether the request was let through and charged (every
+/// limit not in `shadow` allowed it); a limit that refused counts as
+/// `shadow_limited` if `shadow` covers it, else as `limited`; one that
+/// allowed a request that was admitted counts as `allowed` (and as near
+/// its limit if so), and one that allowed a request not admitted counts
+/// nothing (it was not charged).
 #[cfg(feature = "metrics")]
-pub(crate) fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision]) {
+pub(crate) fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision], shadow: Shadow) {
     let keys = &metrics.per_limit;
     metrics::with_recorder(|recorder| {
-        for ((allowed, limited), decision) in keys.iter().zip(each) {
-            let key = match (admitted, decision.allowed()) {
-                (true, _) => allowed,
-                (false, false) => limited,
-                // Refused by another limit: this one was not charged.
-                (false, true) => continue,
+        for (index, (keys, decision)) in keys.iter().zip(each).enumerate() {
+            let key = if decision.allowed() {
+                if !admitted {
+                    // Refused by another limit: this one was not charged.
+                    continue;
+                }
+                if near_limit(decision) {
+                    recorder
+                        .register_counter(&keys.near_limit, &METADATA)
+                        .increment(1);
+                }
+                &keys.allowed
+            } else if shadow.covers(index) {
+                &keys.shadow_limited
+            } else {
+                &keys.limited
             };
             recorder.register_counter(key, &METADATA).increment(1);
         }
@@ -98,7 +280,22 @@ pub(crate) fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision]
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn decided(_: &PolicyMetrics, _: bool, _: &[Decision]) {}
+pub(crate) fn decided(_: &PolicyMetrics, _: bool, _: &[Decision], _: Shadow) {}
+
+/// A [`Fallback`](crate::store::Fallback)'s secondary decided a request of
+/// `metrics`' policy: `tollgate_fallback_decisions_total{policy}`.
+#[cfg(feature = "metrics")]
+pub(crate) fn fallback_decided(metrics: &PolicyMetrics) {
+    metrics::with_recorder(|recorder| {
+        recorder
+            .register_counter(&metrics.fallback_decisions, &METADATA)
+            .increment(1);
+    });
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn fallback_decided(_: &PolicyMetrics) {}
 
 #[cfg(feature = "metrics")]
 pub(crate) fn store_failed(metrics: &PolicyMetrics) {
