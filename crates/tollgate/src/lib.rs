@@ -105,8 +105,6 @@ pub mod store;
 pub mod throttle;
 
 pub use direct::{DirectLimiter, KeyedLimiter};
-#[cfg(feature = "metrics")]
-pub use observe::describe_metrics;
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, PartitionKey};
@@ -117,6 +115,8 @@ pub use key::{
     RequestInfo, key_fn,
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
 pub use outcome::ChargeWhen;
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use prepared::Prepared;

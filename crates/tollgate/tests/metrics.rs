@@ -372,8 +372,11 @@ fn five_per_minute(n: usize, shadow: bool) -> Counts {
 }
 
 fn decisions(counts: &Counts, limit: &str) -> [u64; 3] {
-    ["allowed", "limited", "shadow_limited"]
-        .map(|d| counts.get(&format!("tollgate_decisions_total{{limit={limit},decision={d}}}")))
+    ["allowed", "limited", "shadow_limited"].map(|d| {
+        counts.get(&format!(
+            "tollgate_decisions_total{{limit={limit},decision={d}}}"
+        ))
+    })
 }
 
 #[test]
@@ -446,7 +449,10 @@ fn requests_the_fallbacks_secondary_decided_are_counted() {
             .service_fn(ok);
         send(&mut service, Request::new(())).await;
     });
-    assert_eq!(counts.get("tollgate_fallback_decisions_total{policy=api}"), 3);
+    assert_eq!(
+        counts.get("tollgate_fallback_decisions_total{policy=api}"),
+        3
+    );
     // The secondaries' decisions are the layers': the first admits 2, the
     // second 1.
     assert_eq!(decisions(&counts, "api"), [3, 0, 0]);

@@ -32,6 +32,8 @@
 //! --max-connections N      default: the open-file limit less 64; at N, the connection waiting longest for a request head is closed for a new one
 //! --quota KEY=QUOTA        repeatable: a key's own quota (e.g. free=5/min, pro=100/min;5000/h, vip=unlimited) instead of the --limit flags
 //! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing; a malformed file is reported and the last good one kept
+//! --metrics-listen ADDR    serve the metrics as Prometheus text at http://ADDR/metrics; prints "metrics on http://ADDR/metrics" once it accepts connections
+//! --shadow                 shadow mode: the limits decide and are counted, but never refuse
 //! ```
 //!
 //! Details a script may need:
@@ -140,8 +142,7 @@
 //!   no round trip to save): given with the memory store, default or
 //!   named, it is a usage error. On, a flood on a refused key costs Redis
 //!   one call per retry period instead of one per request; its hits count
-//!   as `tollgate_block_cache_hits_total` where a metrics recorder is
-//!   installed (this program installs none). Off, every request reaches
+//!   as `tollgate_block_cache_hits_total` (see `--metrics-listen`). Off, every request reaches
 //!   Redis. It stands outermost (`BlockCache<Breaker<Timeout<store>>>`,
 //!   around the fallback with `--on-store-error fallback`), so that it
 //!   answers whatever the store does: while the store fails or is slow
@@ -165,6 +166,18 @@
 //!   one that has waited longest for a request head is closed, so a
 //!   flood of connections that never finish a head cannot lock out a
 //!   client with a real request.
+//! - `--metrics-listen ADDR` (port 0 picks a free one) serves the
+//!   library's metrics (`tollgate::describe_metrics` lists them; the
+//!   guide's metrics page says what each counts) in Prometheus's text
+//!   format at `http://ADDR/metrics`, on a listener of its own, apart from
+//!   the limited routes. The line `metrics on http://ADDR/metrics`, with
+//!   the bound address, comes right after the `listening on` line, both
+//!   printed once both sockets are bound. Without the flag no recorder is
+//!   installed and nothing is counted.
+//! - `--shadow` puts the limits in shadow mode: every request is decided
+//!   and counted (`tollgate_decisions_total{decision="shadow_limited"}`
+//!   for those a limit would have refused, uncharged) and forwarded; the
+//!   responses carry no refusal.
 //! - The library's log events (a store that failed, a circuit breaker
 //!   that opened or closed, a refund that could not land) go to stderr,
 //!   one line each: warnings and errors by default, what `RUST_LOG` says
@@ -322,6 +335,15 @@ struct Args {
     /// reported and the last good one kept (at start: exit code 2).
     #[arg(long, value_name = "PATH")]
     quota_file: Option<std::path::PathBuf>,
+
+    /// Serve the metrics as Prometheus text at http://ADDR/metrics, on a
+    /// listener of its own; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+
+    /// Shadow mode: the limits decide and are counted, but never refuse.
+    #[arg(long)]
+    shadow: bool,
 }
 
 /// Parses `--charge-when`.
@@ -798,7 +820,8 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .store(store)
         .on_store_error(on_store_error)
         .store_timeout(store_timeout)
-        .headers(header_style(args.headers));
+        .headers(header_style(args.headers))
+        .shadow(args.shadow);
     if let Some(charge_when) = &args.charge_when {
         builder = builder.charge_when(charge_when.clone());
     }
@@ -912,6 +935,12 @@ async fn in_flight(
 
 /// Binds, announces the address, and serves until killed.
 async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
+    // The recorder first: the layer and the stores register with the
+    // recorder installed when they are built.
+    let metrics = match args.metrics_listen {
+        Some(addr) => Some(metrics_listener(addr).await?),
+        None => None,
+    };
     let app = app(&args, &store_url).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -921,6 +950,15 @@ async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
         .map_err(|e| Failure::Startup(format!("cannot read the bound address: {e}")))?;
     // Bound before printed: a client that reads this line can connect.
     println!("listening on http://{addr}");
+    if let Some((metrics_addr, metrics)) = metrics {
+        tokio::spawn(metrics);
+        // After the first line, which scripts read for the address; a
+        // reader that stopped reading must not stop the server.
+        let _ = writeln!(
+            std::io::stdout(),
+            "metrics on http://{metrics_addr}/metrics"
+        );
+    }
     // Scripts read this through a pipe; make sure it is not held back.
     let _ = std::io::stdout().flush();
     let limits = ServeLimits {
@@ -933,6 +971,53 @@ async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
     serve(listener, app, limits)
         .await
         .map_err(|e| Failure::Startup(format!("serving failed: {e}")))
+}
+
+/// Installs a Prometheus recorder as the process's `metrics` recorder and
+/// binds `addr` for its text: the bound address, and the server to spawn
+/// (`GET /metrics`; any other path 404). Bound here, so that a taken port
+/// is a startup failure before anything is printed.
+async fn metrics_listener(
+    addr: SocketAddr,
+) -> Result<
+    (
+        SocketAddr,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ),
+    Failure,
+> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::Startup(format!("cannot listen on {addr} for metrics: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::Startup(format!("cannot read the metrics address: {e}")))?;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| Failure::Startup(format!("cannot install the metrics recorder: {e}")))?;
+    tollgate::describe_metrics();
+    let router = Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let text = handle.render();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    text,
+                )
+            }
+        }),
+    );
+    let serve = async move {
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::error!(%error, "the metrics listener stopped");
+        }
+    };
+    Ok((bound, serve))
 }
 
 /// Writes the library's `tracing` events to stderr (stdout carries the

@@ -241,7 +241,9 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
             StoreReply::Ready(Err(error)) => {
                 log_failure(policy, &error);
                 match self.secondary.check_within(policy, key, cost, within) {
-                    StoreReply::Ready(answer) => StoreReply::Ready(secondary_decided(answer, policy)),
+                    StoreReply::Ready(answer) => {
+                        StoreReply::Ready(secondary_decided(answer, policy))
+                    }
                     StoreReply::Pending(check) => StoreReply::Pending(FallbackFuture {
                         state: State::Secondary {
                             check,
