@@ -22,7 +22,7 @@ pub struct Server {
     stderr: Arc<Mutex<Vec<String>>>,
     /// Its stdout's lines after the first, as they come (read on a thread
     /// to the end, so the server never writes into a closed pipe).
-    stdout: Option<mpsc::Receiver<String>>,
+    stdout: Mutex<Option<mpsc::Receiver<String>>>,
 }
 
 impl Server {
@@ -65,7 +65,7 @@ impl Server {
             child,
             addr: String::new(),
             stderr: Arc::default(),
-            stdout: None,
+            stdout: Mutex::new(None),
         };
         let lines = server.stderr.clone();
         std::thread::spawn(move || {
@@ -92,7 +92,7 @@ impl Server {
             .expect("the first line announces the address")
             .trim()
             .to_owned();
-        server.stdout = Some(rx);
+        server.stdout = Mutex::new(Some(rx));
         server
     }
 
@@ -100,6 +100,8 @@ impl Server {
     /// [`STEP`].
     pub fn next_line(&self) -> String {
         self.stdout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .expect("stdout is read")
             .recv_timeout(STEP)
