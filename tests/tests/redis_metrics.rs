@@ -165,7 +165,7 @@ fn decisions_and_near_limit_admissions_are_counted_per_limit_over_redis() {
     for (n, block_cache) in [(4, true), (9, true), (9, false)] {
         let counts = counted(async {
             let store = RedisStore::builder(server.url())
-                .prefix(&format!("metrics-decisions-{n}-{block_cache}"))
+                .prefix(format!("metrics-decisions-{n}-{block_cache}"))
                 .block_cache(block_cache)
                 .connect()
                 .await
