@@ -428,3 +428,93 @@ impl Quiet {
         None
     }
 }
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+    use crate::{MemoryStore, NamedLimit, Policy};
+    use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder};
+    use metrics::{SharedString, Unit};
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Every counter's sum, by `name{label=value,...}`.
+    #[derive(Default)]
+    struct Counts(Mutex<BTreeMap<String, Arc<AtomicU64>>>);
+
+    struct Cell(Arc<AtomicU64>);
+
+    impl CounterFn for Cell {
+        fn increment(&self, value: u64) {
+            self.0.fetch_add(value, Ordering::Relaxed);
+        }
+        fn absolute(&self, value: u64) {
+            self.0.store(value, Ordering::Relaxed);
+        }
+    }
+
+    impl Recorder for Counts {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = format!("{}{{{}}}", key.name(), labels.join(","));
+            let cell = self.0.lock().unwrap().entry(name).or_default().clone();
+            Counter::from_arc(Arc::new(Cell(cell)))
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    impl Counts {
+        fn get(&self, limit: &str, decision: &str) -> u64 {
+            let name = format!("tollgate_decisions_total{{limit={limit},decision={decision}}}");
+            let map = self.0.lock().unwrap();
+            map.get(&name).map_or(0, |c| c.load(Ordering::Relaxed))
+        }
+    }
+
+    /// Limits in shadow one by one (what shadow limits of their own will
+    /// feed): a request the others admitted is `allowed` by them and
+    /// `shadow_limited` by the one in shadow that refused it.
+    #[test]
+    fn a_limit_in_shadow_of_its_own_counts_its_refusals_as_shadow_limited() {
+        let policy = Policy::new(vec![
+            NamedLimit::new("burst", "1/min".parse().unwrap()),
+            NamedLimit::new("daily", "100/day".parse().unwrap()),
+        ]);
+        let store = MemoryStore::new();
+        store.check_now(&policy, &crate::Key::GLOBAL, 1);
+        // "burst" refuses, "daily" admits.
+        let verdict = store.check_now(&policy, &crate::Key::GLOBAL, 1);
+        let each = verdict.each();
+        assert!(!each[0].allowed() && each[1].allowed());
+        let counts = Counts::default();
+        metrics::with_local_recorder(&counts, || {
+            // "burst" in shadow: the request was admitted (by "daily").
+            decided(policy.metrics(), true, each, Shadow::Limits(&[true, false]));
+            // Neither in shadow: refused, "daily" not charged.
+            decided(
+                policy.metrics(),
+                false,
+                each,
+                Shadow::Limits(&[false, false]),
+            );
+            // The whole layer in shadow: refused as far as the limits go.
+            decided(policy.metrics(), false, each, Shadow::All);
+        });
+        assert_eq!(counts.get("burst", "shadow_limited"), 2);
+        assert_eq!(counts.get("burst", "limited"), 1);
+        assert_eq!(counts.get("daily", "allowed"), 1);
+        assert_eq!(counts.get("burst", "allowed"), 0);
+    }
+}
