@@ -411,6 +411,44 @@ fn over_redis_the_scrape_says_the_same() {
     passes_a_real_parser(&scrape.text);
 }
 
+#[test]
+fn an_in_flight_limit_is_counted_under_its_name() {
+    let (server, metrics) = five_per_minute(&["--in-flight", "1"]);
+    let addr = server.addr.clone();
+    // One request held (for longer than the test: the server is killed
+    // first), taking the key's only slot.
+    let held =
+        std::thread::spawn(move || playground::try_request(&addr, "/", &[("x-hold-ms", "60000")]));
+    let inflight = |scrape: &Scrape, decision: &str| {
+        scrape.value(
+            "tollgate_decisions_total",
+            &[("limit", "inflight"), ("decision", decision)],
+        )
+    };
+    let mut admitted = false;
+    for _ in 0..3000 {
+        if inflight(&Scrape::of(&metrics), "allowed") == 1.0 {
+            admitted = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(admitted, "the held request got its slot");
+    assert_eq!(request(&server.addr, "/", &[]).status, 429);
+    let scrape = Scrape::of(&metrics);
+    assert_eq!(inflight(&scrape, "limited"), 1.0);
+    // Its admission left 0 of 1 slot free: near the limit.
+    assert_eq!(
+        scrape.value("tollgate_near_limit_total", &[("limit", "inflight")]),
+        1.0
+    );
+    // The refused request never reached the rate limit.
+    assert_eq!(scrape.decisions("api"), [1.0, 0.0, 0.0]);
+    passes_a_real_parser(&scrape.text);
+    drop(server);
+    let _ = held.join();
+}
+
 /// Every query of the dashboard (`expr`, and the template variables'
 /// queries): its `tollgate_…` selectors, as (metric, equality matchers).
 fn dashboard_selectors() -> Vec<(String, Vec<(String, String)>)> {

@@ -9,11 +9,15 @@
 //!   `shadow_limited` (it would have refused the request, but is in shadow
 //!   mode: the request went on, uncharged). A limit that would have
 //!   admitted a request another limit refused was not charged and counts
-//!   nothing. (This was `tollgate_requests_total{limit, outcome}`, where a
-//!   shadow refusal counted as `limited`.)
+//!   nothing. An in-flight limit ([`InFlightLayer`](crate::InFlightLayer))
+//!   counts here too, under its name (`inflight` by default): `allowed`
+//!   for a request that got a slot, `limited` for one refused. (This was
+//!   `tollgate_requests_total{limit, outcome}`, where a shadow refusal
+//!   counted as `limited`.)
 //! - `tollgate_near_limit_total{limit}`: admissions that left the limit
-//!   with a fifth of its quota or less (`remaining ≤ 0.2 × limit`), the
-//!   early warning before refusals start;
+//!   with a fifth of its quota or less (`remaining ≤ 0.2 × limit`; for an
+//!   in-flight limit, free slots), the early warning before refusals
+//!   start;
 //! - `tollgate_store_errors_total{policy}`: store failures and timeouts the
 //!   layer answered by its `on_store_error`;
 //! - `tollgate_fallback_decisions_total{policy}`: requests a
@@ -85,6 +89,84 @@ struct LimitKeys {
     near_limit: metrics::Key,
 }
 
+#[cfg(feature = "metrics")]
+impl LimitKeys {
+    /// The keys of the limit called `name`.
+    fn new(name: &Arc<str>) -> Self {
+        let limit = || metrics::Label::new("limit", metrics::SharedString::from(Arc::clone(name)));
+        let decision = |decision: &'static str| {
+            metrics::Key::from_parts(
+                DECISIONS,
+                vec![limit(), metrics::Label::new("decision", decision)],
+            )
+        };
+        LimitKeys {
+            allowed: decision("allowed"),
+            limited: decision("limited"),
+            shadow_limited: decision("shadow_limited"),
+            near_limit: metrics::Key::from_parts(NEAR_LIMIT, vec![limit()]),
+        }
+    }
+}
+
+/// The counter keys of one limit outside a policy (an in-flight limit),
+/// built with its layer.
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+pub(crate) struct LimitMetrics(LimitKeys);
+
+#[cfg(feature = "metrics")]
+impl LimitMetrics {
+    pub(crate) fn new(name: &Arc<str>) -> Self {
+        LimitMetrics(LimitKeys::new(name))
+    }
+}
+
+/// Without the `metrics` feature: nothing to count with.
+#[cfg(not(feature = "metrics"))]
+#[derive(Debug)]
+pub(crate) struct LimitMetrics;
+
+#[cfg(not(feature = "metrics"))]
+impl LimitMetrics {
+    pub(crate) fn new(_: &Arc<str>) -> Self {
+        LimitMetrics
+    }
+}
+
+/// An in-flight limit admitted a request (leaving `remaining` of its
+/// `limit` slots free), or refused one: `tollgate_decisions_total` and
+/// `tollgate_near_limit_total` under its name, as a rate limit's.
+#[cfg(feature = "metrics")]
+pub(crate) fn in_flight_decided(
+    metrics: &LimitMetrics,
+    admitted: bool,
+    remaining: u64,
+    limit: u64,
+) {
+    let keys = &metrics.0;
+    metrics::with_recorder(|recorder| {
+        if !admitted {
+            recorder
+                .register_counter(&keys.limited, &METADATA)
+                .increment(1);
+            return;
+        }
+        if remaining.saturating_mul(5) <= limit {
+            recorder
+                .register_counter(&keys.near_limit, &METADATA)
+                .increment(1);
+        }
+        recorder
+            .register_counter(&keys.allowed, &METADATA)
+            .increment(1);
+    });
+}
+
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn in_flight_decided(_: &LimitMetrics, _: bool, _: u64, _: u64) {}
+
 /// A policy's counter keys, built with the policy so that counting a
 /// decision allocates nothing: per limit, its decisions' and near-limit
 /// keys, and the policy's store-error, block-cache and fallback keys.
@@ -102,16 +184,6 @@ impl PolicyMetrics {
     /// The keys of a policy of limits called `limit_names`, labelled
     /// `label`.
     pub(crate) fn new<'a>(limit_names: impl Iterator<Item = &'a Arc<str>>, label: &str) -> Self {
-        let shared = |name: &Arc<str>| metrics::SharedString::from(Arc::clone(name));
-        let decision = |name: &Arc<str>, decision: &'static str| {
-            metrics::Key::from_parts(
-                DECISIONS,
-                vec![
-                    metrics::Label::new("limit", shared(name)),
-                    metrics::Label::new("decision", decision),
-                ],
-            )
-        };
         let of_policy = |metric: &'static str| {
             metrics::Key::from_parts(
                 metric,
@@ -119,17 +191,7 @@ impl PolicyMetrics {
             )
         };
         PolicyMetrics {
-            per_limit: limit_names
-                .map(|name| LimitKeys {
-                    allowed: decision(name, "allowed"),
-                    limited: decision(name, "limited"),
-                    shadow_limited: decision(name, "shadow_limited"),
-                    near_limit: metrics::Key::from_parts(
-                        NEAR_LIMIT,
-                        vec![metrics::Label::new("limit", shared(name))],
-                    ),
-                })
-                .collect(),
+            per_limit: limit_names.map(LimitKeys::new).collect(),
             store_errors: of_policy(STORE_ERRORS),
             block_cache_hits: of_policy(BLOCK_CACHE_HITS),
             fallback_decisions: of_policy(FALLBACK_DECISIONS),

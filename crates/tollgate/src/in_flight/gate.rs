@@ -31,6 +31,8 @@ pub(crate) struct Gate<K, Sl, R> {
     pub(crate) rejector: R,
     pub(crate) fields: Fields,
     pub(crate) settings: Settings,
+    /// Its decisions' counter keys, made once.
+    pub(crate) metrics: crate::observe::LimitMetrics,
 }
 
 /// What becomes of a request once its store has answered.
@@ -60,14 +62,23 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
         R: Rejector<B>,
     {
         match answer {
-            Ok(Acquired::Taken { permit, in_flight }) => Settled::Run {
-                permit: Some(permit),
-                fields: if self.fields.on_allowed() {
-                    self.fields.values(in_flight, key)
-                } else {
-                    FieldValues::default()
-                },
-            },
+            Ok(Acquired::Taken { permit, in_flight }) => {
+                let max = self.limit.max();
+                crate::observe::in_flight_decided(
+                    &self.metrics,
+                    true,
+                    u64::from(max.saturating_sub(in_flight)),
+                    u64::from(max),
+                );
+                Settled::Run {
+                    permit: Some(permit),
+                    fields: if self.fields.on_allowed() {
+                        self.fields.values(in_flight, key)
+                    } else {
+                        FieldValues::default()
+                    },
+                }
+            }
             Ok(Acquired::Full { in_flight }) if may_queue && self.settings.wait.is_some() => {
                 Settled::Queue { in_flight }
             }
@@ -81,6 +92,7 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
     where
         R: Rejector<B>,
     {
+        crate::observe::in_flight_decided(&self.metrics, false, 0, u64::from(self.limit.max()));
         let mut headers = HeaderMap::new();
         self.fields
             .values(in_flight.max(self.limit.max()), key)

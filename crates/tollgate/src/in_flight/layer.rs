@@ -222,6 +222,7 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
         Ok(InFlightLayer {
             gate: Arc::new(Gate {
                 fields: Fields::new(self.config.settings.common.headers, &limit),
+                metrics: crate::observe::LimitMetrics::new(limit.shared_name()),
                 limit,
                 key: self.key,
                 slots: self.slots,
