@@ -402,6 +402,10 @@ fn over_redis_the_scrape_says_the_same() {
         (n - 6) as f64
     );
     assert_eq!(
+        scrape.value("tollgate_redis_calls_total", &[("call", "check")]),
+        6.0
+    );
+    assert_eq!(
         scrape.value(
             "tollgate_breaker_state",
             &[("store", "Timeout<RedisStore>")]

@@ -167,8 +167,9 @@
 //!   flood of connections that never finish a head cannot lock out a
 //!   client with a real request.
 //! - `--metrics-listen ADDR` (port 0 picks a free one) serves the
-//!   library's metrics (`tollgate::describe_metrics` lists them; the
-//!   guide's metrics page says what each counts) in Prometheus's text
+//!   library's metrics (`tollgate::describe_metrics` and
+//!   `tollgate_redis::describe_metrics` list them; the guide's metrics
+//!   page says what each counts) in Prometheus's text
 //!   format at `http://ADDR/metrics`, on a listener of its own, apart from
 //!   the limited routes. The line `metrics on http://ADDR/metrics`, with
 //!   the bound address, comes right after the `listening on` line, both
@@ -996,7 +997,8 @@ async fn metrics_listener(
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)
         .map_err(|e| Failure::Startup(format!("cannot install the metrics recorder: {e}")))?;
-    tollgate::describe_metrics();
+    // tollgate's and the Redis store's.
+    tollgate_redis::describe_metrics();
     let router = Router::new().route(
         "/metrics",
         axum::routing::get(move || {
