@@ -458,6 +458,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;
         }
+        #[cfg(feature = "metrics")]
+        for entry in layer.shared.routes.entries() {
+            entry.policy.metrics().register();
+        }
         Ok(layer)
     }
 

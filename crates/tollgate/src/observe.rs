@@ -37,8 +37,9 @@
 //!   `tollgate_late_checks_total{outcome="given_back"|"not_charged"|"kept"|"abandoned"}`
 //!   (see `store::late`).
 //!
-//! [`describe_metrics`] gives each its help text (a layer being built does
-//! too, for the recorder installed at that moment).
+//! [`describe_metrics`] gives each its help text. A layer being built does
+//! too, and registers its limits' and policies' series at 0, with the
+//! recorder installed at that moment.
 
 use std::sync::Arc;
 use tollgate_core::Decision;
@@ -196,6 +197,33 @@ impl PolicyMetrics {
             block_cache_hits: of_policy(BLOCK_CACHE_HITS),
             fallback_decisions: of_policy(FALLBACK_DECISIONS),
         }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl PolicyMetrics {
+    /// Registers every series of the policy with the recorder installed
+    /// now, at 0: a dashboard shows a limit before its first decision, and
+    /// a rate over its first increment is not lost.
+    pub(crate) fn register(&self) {
+        metrics::with_recorder(|recorder| {
+            let keys = self.per_limit.iter().flat_map(|limit| {
+                [
+                    &limit.allowed,
+                    &limit.limited,
+                    &limit.shadow_limited,
+                    &limit.near_limit,
+                ]
+            });
+            let policy = [
+                &self.store_errors,
+                &self.block_cache_hits,
+                &self.fallback_decisions,
+            ];
+            for key in keys.chain(policy) {
+                let _ = recorder.register_counter(key, &METADATA);
+            }
+        });
     }
 }
 
