@@ -5,7 +5,8 @@
 #   1. everything `cargo test` runs for the whole workspace, with every
 #      feature, the Redis tests against Redis, the PostgreSQL tests
 #      (tests/tests/postgres_*.rs, the playground's, the feature table)
-#      against PostgreSQL;
+#      against PostgreSQL, the playground's metrics through a Prometheus
+#      text parser (promtool, or the Python client's: prometheus-client);
 #   2. the Redis suite again (every tests/tests/redis_*.rs: every algorithm,
 #      one server and Cluster) against Valkey;
 #   3. the docs, with rustdoc's warnings as errors;
@@ -154,10 +155,36 @@ install_valkey() {
     chmod +x "$valkey-server" "$valkey-cli"
 }
 
+# The playground's metrics tests (examples/tests/server_metrics.rs) run
+# every scrape through a real parser of Prometheus's text format:
+# `promtool check metrics` where Prometheus is installed, else the official
+# Python client's parser, which is small (pure Python, one wheel), so it is
+# what gets installed.
+install_exposition_parser() {
+    if command -v promtool >/dev/null \
+        || python3 -c "import prometheus_client.parser" >/dev/null 2>&1; then
+        return
+    fi
+    echo "installing prometheus-client (the metrics tests parse the exposition with it)"
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        if command -v apt-get >/dev/null; then
+            apt_install python3-pip
+        else
+            echo "python3 -m pip is missing: install pip, then run again" >&2
+            return 1
+        fi
+    fi
+    python3 -m pip install --quiet --disable-pip-version-check prometheus-client \
+        || python3 -m pip install --quiet --disable-pip-version-check \
+            --break-system-packages prometheus-client || return 1
+    python3 -c "import prometheus_client.parser"
+}
+
 # 1. Every test, the Redis ones against Redis.
 redis_tests() {
     install_redis || return 1
     install_postgres || return 1
+    install_exposition_parser || return 1
     redis-server --version
     local postgres
     postgres=$(compgen -G "/usr/lib/postgresql/*/bin/postgres" | sort -V | tail -1)

@@ -66,6 +66,9 @@ pub mod guide {
     #[doc = include_str!("../../docs/guide/local-first.md")]
     pub struct LocalFirst;
 
+    #[doc = include_str!("../../docs/guide/metrics.md")]
+    pub struct Metrics;
+
     #[doc = include_str!("../../docs/guide/outbound.md")]
     pub struct Outbound;
 

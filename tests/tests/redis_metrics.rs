@@ -148,3 +148,97 @@ fn periodic_mode_counts_its_syncs_and_their_lag() {
         .expect("the lag was set at a tick");
     assert!((0.0..1.0).contains(&lag), "{lag}");
 }
+
+/// `tollgate_decisions_total` of the limit "api": allowed, limited,
+/// shadow_limited.
+fn decisions(counts: &Counts) -> [u64; 3] {
+    ["allowed", "limited", "shadow_limited"].map(|d| {
+        counts.get(&format!(
+            "tollgate_decisions_total{{limit=api,decision={d}}}"
+        ))
+    })
+}
+
+#[test]
+fn decisions_and_near_limit_admissions_are_counted_per_limit_over_redis() {
+    let server = RedisServer::start();
+    for (n, block_cache) in [(4, true), (9, true), (9, false)] {
+        let counts = counted(async {
+            let store = RedisStore::builder(server.url())
+                .prefix(format!("metrics-decisions-{n}-{block_cache}"))
+                .block_cache(block_cache)
+                .connect()
+                .await
+                .unwrap();
+            let app = app(Quota::per_minute(5), store);
+            assert_eq!(send(&app, n).await, n.min(5));
+        });
+        let allowed = n.min(5) as u64;
+        // A refusal by the block cache is a refusal of the limit.
+        assert_eq!(
+            decisions(&counts),
+            [allowed, n as u64 - allowed, 0],
+            "{n} requests, block cache {block_cache}"
+        );
+        // Admissions leaving 1 or 0 of 5 (20 % or less): the 4th and 5th.
+        assert_eq!(
+            counts.get("tollgate_near_limit_total{limit=api}"),
+            allowed.saturating_sub(3)
+        );
+    }
+}
+
+#[test]
+fn in_shadow_mode_over_redis_the_would_be_refusals_are_shadow_limited() {
+    let server = RedisServer::start();
+    let counts = counted(async {
+        let store = RedisStore::builder(server.url())
+            .prefix("metrics-shadow")
+            .connect()
+            .await
+            .unwrap();
+        let app = behind(
+            RateLimitLayer::builder()
+                .quota("api", Quota::per_minute(5))
+                .key(GlobalKey)
+                .store(store)
+                .shadow(true)
+                .build(),
+        );
+        assert_eq!(send(&app, 8).await, 8);
+    });
+    assert_eq!(decisions(&counts), [5, 0, 3]);
+    assert_eq!(counts.get("tollgate_near_limit_total{limit=api}"), 2);
+}
+
+#[test]
+fn with_redis_away_the_fallback_decides_and_is_counted() {
+    use tollgate::MemoryStore;
+    use tollgate::store::{Fallback, Timeout};
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let counts = counted(async move {
+        let redis = RedisStore::builder(url)
+            .prefix("metrics-fallback")
+            .block_cache(false)
+            .connect()
+            .await
+            .unwrap();
+        let store = Fallback::new(
+            Timeout::new(redis, Duration::from_secs(5)),
+            MemoryStore::new(),
+        );
+        let app = app(Quota::per_minute(5), store);
+        // Two through Redis, then Redis goes away: the memory store
+        // decides (its own 5/min, from nothing).
+        assert_eq!(send(&app, 2).await, 2);
+        server.kill();
+        assert_eq!(send(&app, 6).await, 5);
+    });
+    assert_eq!(
+        counts.get("tollgate_fallback_decisions_total{policy=api}"),
+        6
+    );
+    assert_eq!(decisions(&counts), [7, 1, 0]);
+    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 0);
+}

@@ -98,7 +98,7 @@ async fn settled(counted: impl Fn() -> bool) {
 
 fn decisions(counts: &Counts, limit: &str, outcome: &str) -> u64 {
     counts.get(&format!(
-        "tollgate_requests_total{{limit={limit},outcome={outcome}}}"
+        "tollgate_decisions_total{{limit={limit},decision={outcome}}}"
     ))
 }
 

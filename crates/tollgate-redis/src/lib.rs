@@ -251,6 +251,8 @@ mod url;
 pub use error::RedisStoreError;
 pub use keys::MAX_KEY_LEN;
 pub use local::{LocalFirst, LocalFirstBuilder, LocalMode, LocalStats};
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
 pub use slots::{RedisFreed, RedisPermit, RedisSlots, RedisSlotsBuilder, RedisSlotsFuture};

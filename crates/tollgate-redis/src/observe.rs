@@ -17,6 +17,8 @@
 //!   the oldest reading among the keys synchronised at the last tick.
 //!
 //! Without the feature every function here is empty.
+//!
+//! [`describe_metrics`] gives each its help text.
 
 #[cfg(feature = "metrics")]
 mod on {
@@ -59,3 +61,47 @@ mod on {
 }
 
 pub(crate) use on::*;
+
+/// Gives every metric this crate writes its help text (Prometheus's
+/// `# HELP` lines), on the recorder installed now, and tollgate's own
+/// ([`tollgate::describe_metrics`]): call it once after installing a
+/// recorder. The metrics: the guide's page on Redis
+/// (`docs/guide/redis.md`) and on metrics (`docs/guide/metrics.md`).
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge};
+    tollgate::describe_metrics();
+    describe_counter!(
+        "tollgate_redis_calls_total",
+        "Redis script calls, by call: check (the plain store's decisions), reserve or sync \
+         (the local-first store's)"
+    );
+    describe_counter!(
+        "tollgate_local_decisions_total",
+        "Requests the local-first store decided in memory without waiting, by mode"
+    );
+    describe_counter!(
+        "tollgate_local_waits_total",
+        "Requests that waited for a reservation or a first reading, by mode"
+    );
+    describe_counter!(
+        "tollgate_local_blocked_total",
+        "Requests refused from a refusal Redis gave earlier, until its retry time, by mode"
+    );
+    describe_counter!(
+        "tollgate_local_reserved_units_total",
+        "Units Redis granted to this instance"
+    );
+    describe_counter!(
+        "tollgate_local_lapsed_units_total",
+        "Units granted to this instance that lapsed unspent"
+    );
+    describe_counter!(
+        "tollgate_local_overflow_total",
+        "Requests decided by Redis directly because the local table of keys was full"
+    );
+    describe_gauge!(
+        "tollgate_local_sync_lag_seconds",
+        "Periodic mode: the age of the oldest reading among the keys synchronised at the last tick"
+    );
+}

@@ -31,7 +31,12 @@ use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
 ///   `google.rpc.QuotaFailure` (one violation per limit that refused: the
 ///   subject, the limit's name as `quota_id`, its quota as `quota_value`);
 /// - the rate-limit fields (`ratelimit-policy`, `ratelimit`, `retry-after`,
-///   and the legacy ones if enabled) as metadata.
+///   and the legacy ones if enabled) as metadata;
+/// - `violated-policies` metadata: the names of the limits that refused
+///   the call, joined by commas (`burst`, `burst,daily`), as the
+///   `violated-policies` member of the HTTP problem details and the
+///   `limit` label of `tollgate_decisions_total` name them, readable by
+///   any client without decoding the details.
 ///
 /// The subject is `ip:ADDRESS` for IP keys, `global` for the global key,
 /// and `key` for any other: such a key may be a secret (an API key, a
@@ -133,7 +138,8 @@ impl<B: Default> Rejector<B> for GrpcRejector {
              of yours has ended",
             rejection.name, rejection.limit
         );
-        let metadata = MetadataMap::from_headers(rejection.headers);
+        let mut metadata = MetadataMap::from_headers(rejection.headers);
+        insert_violated(&mut metadata, rejection.name);
         let status = Status::with_error_details_and_metadata(
             self.code_for(rejection.status),
             message,
@@ -157,7 +163,7 @@ pub(crate) fn limited_status(
     policy: &Policy,
     key: &Key,
     verdict: &PolicyDecision,
-    metadata: MetadataMap,
+    mut metadata: MetadataMap,
 ) -> Status {
     let merged = &verdict.merged();
     let retry_after = merged.can_ever_pass().then(|| merged.retry_after());
@@ -172,11 +178,14 @@ pub(crate) fn limited_status(
         .zip(verdict.each())
         .filter(|(_, decision)| !decision.allowed());
     let mut names = String::new();
+    let mut violated = String::new();
     let mut violations = Vec::new();
     for (limit, decision) in refused {
         if !names.is_empty() {
             names.push_str(", ");
+            violated.push(',');
         }
+        violated.push_str(limit.name());
         let _ = write!(names, "\"{}\" ({})", limit.name(), limit.quota());
         let mut violation = QuotaViolation::new(
             subject.clone(),
@@ -187,8 +196,21 @@ pub(crate) fn limited_status(
         violations.push(violation);
     }
     details.set_quota_failure(violations);
+    insert_violated(&mut metadata, &violated);
     let message = message(what, &names, retry_after);
     Status::with_error_details_and_metadata(code, message, details, metadata)
+}
+
+/// The metadata key that names the limits that refused a call.
+const VIOLATED_POLICIES: &str = "violated-policies";
+
+/// Adds `violated-policies: NAMES` to `metadata` (a limit's name is a
+/// token, always a valid value; one that were not would be left out,
+/// never a panic).
+fn insert_violated(metadata: &mut MetadataMap, names: &str) {
+    if let Ok(value) = names.parse() {
+        metadata.insert(VIOLATED_POLICIES, value);
+    }
 }
 
 /// The `grpc-message` text.
@@ -355,6 +377,31 @@ mod tests {
         assert_eq!(violations[0].quota_value, 2);
         assert_eq!(violations[0].subject, "global");
         assert!(!status.message().contains("daily"), "{}", status.message());
+        assert_eq!(status.metadata().get("violated-policies").unwrap(), "burst");
+    }
+
+    #[test]
+    fn every_limit_that_refused_is_named_in_the_metadata() {
+        let policy = Policy::new(vec![
+            NamedLimit::new("burst", Quota::per_minute(2)),
+            NamedLimit::new("hourly", Quota::per_hour(50)),
+            NamedLimit::new("daily", Quota::per_day(3)),
+        ]);
+        let store = MemoryStore::new();
+        store.check_now(&policy, &Key::GLOBAL, 2);
+        let verdict = store.check_now(&policy, &Key::GLOBAL, 2);
+        let response: Response<()> = GrpcRejector::new().reject(Rejection::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            HeaderMap::new(),
+            &policy,
+            &Key::GLOBAL,
+            &verdict,
+        ));
+        let status = status_of(&response);
+        assert_eq!(
+            status.metadata().get("violated-policies").unwrap(),
+            "burst,daily"
+        );
     }
 
     #[test]
@@ -381,6 +428,10 @@ mod tests {
         assert_eq!(
             status.metadata().get("ratelimit").unwrap(),
             "\"inflight\";r=0"
+        );
+        assert_eq!(
+            status.metadata().get("violated-policies").unwrap(),
+            "inflight"
         );
         let details = status.get_error_details();
         assert!(details.retry_info().is_none());

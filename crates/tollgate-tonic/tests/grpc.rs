@@ -136,8 +136,10 @@ async fn a_limited_call_is_resource_exhausted_with_retry_info_and_quota_failure(
     assert_eq!(violation.quota_id, "calls");
     assert_eq!(violation.quota_value, 3);
 
-    // The rate-limit fields travel as metadata.
+    // The rate-limit fields travel as metadata, with the name of the limit
+    // that refused.
     let metadata = status.metadata();
+    assert_eq!(metadata.get("violated-policies").unwrap(), "calls");
     assert_eq!(
         metadata.get("ratelimit-policy").unwrap(),
         "\"calls\";q=3;w=2"

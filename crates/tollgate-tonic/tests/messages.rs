@@ -380,6 +380,7 @@ async fn a_server_stream_past_its_budget_ends_with_resource_exhausted_and_retry_
     let metadata = status.metadata();
     assert_eq!(metadata.get("retry-after").unwrap(), "12");
     assert_eq!(metadata.get("ratelimit").unwrap(), "\"messages\";r=0;t=12");
+    assert_eq!(metadata.get("violated-policies").unwrap(), "messages");
     assert_eq!(
         metadata.get("ratelimit-policy").unwrap(),
         "\"messages\";q=5;w=60"

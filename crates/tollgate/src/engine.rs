@@ -10,6 +10,7 @@ use crate::access::{Access, AccessLists};
 use crate::headers::{FieldValues, write_retry_after};
 use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
+use crate::observe::Shadow;
 use crate::outcome::Ticket;
 use crate::pay_after::Meter;
 use crate::rejection::{RejectReason, Rejection, Rejector};
@@ -175,12 +176,12 @@ impl<K, St, R> Engine<K, St, R> {
         let routed = self.routes.get(entry);
         let policy = &routed.policy;
         if decision.allowed() {
-            crate::observe::decided(policy.metrics(), true, verdict.each());
+            crate::observe::decided(policy.metrics(), true, verdict.each(), Shadow::None);
             self.check_shadow(routed, key, charge.cost);
         } else if self.settings.shadow {
             routed.shadow_log.refused(policy, verdict);
         } else {
-            crate::observe::decided(policy.metrics(), false, verdict.each());
+            crate::observe::decided(policy.metrics(), false, verdict.each(), Shadow::None);
         }
         if decision.allowed() || self.settings.shadow {
             let fields = if self.fields_on_allowed {
@@ -399,7 +400,7 @@ where
         {
             // The hot path: admitted at once, nothing to add.
             StoreReply::Ready(Ok(verdict)) if self.passes_bare(&verdict) => {
-                crate::observe::decided(policy.metrics(), true, verdict.each());
+                crate::observe::decided(policy.metrics(), true, verdict.each(), Shadow::None);
                 self.check_shadow(routed, &key, cost);
                 Start::Pass
             }

@@ -411,7 +411,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// Shadow mode, for the whole layer: every limit decided and counted
     /// exactly as if enforced, but no request refused. A request the limits
     /// would have refused passes uncharged (as a refused request is), and
-    /// is counted (`outcome="shadow_limited"` with the `metrics` feature)
+    /// is counted (`decision="shadow_limited"` with the `metrics` feature)
     /// and logged at most once per [`SHADOW_LOG_INTERVAL`](crate::SHADOW_LOG_INTERVAL)
     /// per limit. Responses are left as they are: no rate-limit field, no
     /// `Retry-After`. For one limit in shadow beside enforced ones, see
@@ -481,6 +481,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             needs(&self.store, "pay_after", Capability::Refund)?;
             needs(&self.store, "pay_after", Capability::Debit)?;
         }
+        #[cfg(feature = "metrics")]
+        crate::observe::describe_metrics();
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;
@@ -488,6 +490,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 layer.shared.store.supports(shadow.policy())?;
                 shadow_composes(&layer.shared.settings)?;
             }
+        }
+        #[cfg(feature = "metrics")]
+        for entry in layer.shared.routes.entries() {
+            entry.policy.metrics().register();
         }
         Ok(layer)
     }

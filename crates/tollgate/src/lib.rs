@@ -118,6 +118,8 @@ pub use key::{
     RequestInfo, key_fn,
 };
 pub use layer::{RateLimitBuilder, RateLimitLayer};
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
 pub use outcome::ChargeWhen;
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use prepared::Prepared;

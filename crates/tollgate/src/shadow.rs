@@ -9,7 +9,7 @@
 //! at most once per [`SHADOW_LOG_INTERVAL`] per limit.
 
 use crate::key::Key;
-use crate::observe::Quiet;
+use crate::observe::{Quiet, Shadow};
 use crate::policy::Policy;
 use crate::store::{PolicyDecision, Store, StoreReply, Watched};
 use std::sync::Arc;
@@ -52,9 +52,9 @@ impl ShadowLog {
 
     /// Counts and logs a request that `verdict` on `policy` would have
     /// refused, and let through: each limit that refused it counts once
-    /// (`outcome="shadow_limited"`) and logs if its interval has passed.
+    /// (`decision="shadow_limited"`) and logs if its interval has passed.
     pub fn refused(&self, policy: &Policy, verdict: &PolicyDecision) {
-        crate::observe::shadow_limited(policy.metrics(), verdict.each());
+        crate::observe::decided(policy.metrics(), false, verdict.each(), Shadow::All);
         let limits = policy.limits().iter().zip(verdict.each());
         for ((limit, decision), gate) in limits.zip(self.gates.iter()) {
             if decision.allowed() {
@@ -146,7 +146,7 @@ impl ShadowLimits {
     /// Counts what the shadow limits said.
     fn observe(&self, verdict: &PolicyDecision) {
         if verdict.merged().allowed() {
-            crate::observe::decided(self.policy.metrics(), true, verdict.each());
+            crate::observe::decided(self.policy.metrics(), true, verdict.each(), Shadow::None);
         } else {
             self.log.refused(&self.policy, verdict);
         }

@@ -99,11 +99,11 @@ fn decisions_and_store_failures_are_counted_per_limit() {
         send(&mut service, Request::new(())).await;
     });
     assert_eq!(
-        counts.get("tollgate_requests_total{limit=api,outcome=allowed}"),
+        counts.get("tollgate_decisions_total{limit=api,decision=allowed}"),
         2
     );
     assert_eq!(
-        counts.get("tollgate_requests_total{limit=api,outcome=limited}"),
+        counts.get("tollgate_decisions_total{limit=api,decision=limited}"),
         3
     );
     assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 1);
@@ -125,7 +125,7 @@ fn a_limit_that_another_refused_counts_nothing() {
     // "burst" admits 2 and refuses 3; "daily" was charged for the 2 only.
     let get = |limit: &str, outcome: &str| {
         counts.get(&format!(
-            "tollgate_requests_total{{limit={limit},outcome={outcome}}}"
+            "tollgate_decisions_total{{limit={limit},decision={outcome}}}"
         ))
     };
     assert_eq!((get("burst", "allowed"), get("burst", "limited")), (2, 3));
@@ -146,7 +146,7 @@ fn refusals_a_block_cache_answers_are_counted_as_its_hits() {
     // 2 admitted, 4 refused: the store refused the first, the cache the
     // other 3; all 4 are limited as the layer counts.
     assert_eq!(
-        counts.get("tollgate_requests_total{limit=api,outcome=limited}"),
+        counts.get("tollgate_decisions_total{limit=api,decision=limited}"),
         4
     );
     assert_eq!(counts.get("tollgate_block_cache_hits_total{policy=api}"), 3);
@@ -353,4 +353,109 @@ fn late_checks_are_counted_by_how_they_ended() {
     assert_eq!(get("not_charged"), 1);
     assert_eq!(get("kept"), 1);
     assert_eq!(get("abandoned"), 1);
+}
+
+/// `n` requests through a layer of one limit, "api", 5 per minute, on one
+/// global key; `shadow`: the layer in shadow mode.
+fn five_per_minute(n: usize, shadow: bool) -> Counts {
+    counted(async move {
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(5))
+            .key(GlobalKey)
+            .shadow(shadow)
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        for _ in 0..n {
+            send(&mut service, Request::new(())).await;
+        }
+    })
+}
+
+fn decisions(counts: &Counts, limit: &str) -> [u64; 3] {
+    ["allowed", "limited", "shadow_limited"].map(|d| {
+        counts.get(&format!(
+            "tollgate_decisions_total{{limit={limit},decision={d}}}"
+        ))
+    })
+}
+
+#[test]
+fn n_requests_on_five_per_minute_are_five_allowed_and_the_rest_limited() {
+    for n in [1, 5, 8, 13] {
+        let counts = five_per_minute(n, false);
+        let allowed = n.min(5) as u64;
+        assert_eq!(
+            decisions(&counts, "api"),
+            [allowed, n as u64 - allowed, 0],
+            "{n} requests"
+        );
+        // Admissions leaving 20 % of 5 or less (remaining 1 or 0): the
+        // 4th and the 5th.
+        assert_eq!(
+            counts.get("tollgate_near_limit_total{limit=api}"),
+            allowed.saturating_sub(3),
+            "{n} requests"
+        );
+    }
+}
+
+#[test]
+fn near_limit_counts_admissions_that_leave_a_fifth_or_less() {
+    // 10 per minute: remaining after each admission 9, 8, …, 0; a fifth of
+    // 10 is 2, so the admissions leaving 2, 1 and 0 are near the limit.
+    let counts = counted(async {
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(10))
+            .key(GlobalKey)
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+        for _ in 0..10 {
+            send(&mut service, Request::new(())).await;
+        }
+    });
+    assert_eq!(counts.get("tollgate_near_limit_total{limit=api}"), 3);
+    assert_eq!(decisions(&counts, "api"), [10, 0, 0]);
+}
+
+#[test]
+fn shadow_mode_counts_its_would_be_refusals_as_shadow_limited() {
+    let counts = five_per_minute(8, true);
+    // Every request passed; the 3 the limit would have refused are
+    // shadow_limited (uncharged), none limited.
+    assert_eq!(decisions(&counts, "api"), [5, 0, 3]);
+    assert_eq!(counts.get("tollgate_near_limit_total{limit=api}"), 2);
+}
+
+#[test]
+fn requests_the_fallbacks_secondary_decided_are_counted() {
+    use tollgate::store::Fallback;
+    let counts = counted(async {
+        // A secondary that answers at once, and one that answers through a
+        // future (as a networked store would).
+        let mut service = ServiceBuilder::new()
+            .layer(api_layer(Fallback::new(
+                BrokenStore::Failing,
+                MemoryStore::new(),
+            )))
+            .service_fn(ok);
+        for _ in 0..2 {
+            send(&mut service, Request::new(())).await;
+        }
+        let mut service = ServiceBuilder::new()
+            .layer(api_layer(Fallback::new(
+                BrokenStore::Failing,
+                common::Later(MemoryStore::new()),
+            )))
+            .service_fn(ok);
+        send(&mut service, Request::new(())).await;
+    });
+    assert_eq!(
+        counts.get("tollgate_fallback_decisions_total{policy=api}"),
+        3
+    );
+    // The secondaries' decisions are the layers': the first admits 2, the
+    // second 1.
+    assert_eq!(decisions(&counts, "api"), [3, 0, 0]);
+    // The layer saw no failure: the fallback answered.
+    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 0);
 }

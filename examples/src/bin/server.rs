@@ -38,6 +38,7 @@
 //! --allow KEY              repeatable: a key (as for --quota) that passes every limit uncounted
 //! --deny KEY               repeatable: a key refused with 403 whatever its budget (problem+json of type urn:tollgate:problem:key-denied)
 //! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing; a malformed file is reported and the last good one kept
+//! --metrics-listen ADDR    serve the metrics as Prometheus text at http://ADDR/metrics; prints "metrics on http://ADDR/metrics" once it accepts connections
 //! ```
 //!
 //! Details a script may need:
@@ -61,8 +62,10 @@
 //! - `--max-keys` applies to the memory store only; Redis expires its keys.
 //! - `--shadow` puts the whole layer in shadow: every request passes with
 //!   the response the route gives (no rate-limit field, no `Retry-After`);
-//!   a request the limits would have refused is not charged, and is logged
-//!   (INFO, at most once per 10 s per limit; `RUST_LOG=info` shows it).
+//!   a request the limits would have refused is not charged, and is
+//!   counted (`tollgate_decisions_total{decision="shadow_limited"}`, see
+//!   `--metrics-listen`) and logged (INFO, at most once per 10 s per limit;
+//!   `RUST_LOG=info` shows it).
 //!   `--shadow-limit NAME=QUOTA` adds a limit that only counts: checked for
 //!   the requests the `--limit` flags admit, never refusing, in no field.
 //!   With `--charge-when` a shadow limit is a usage error (exit 2).
@@ -165,8 +168,7 @@
 //!   no round trip to save): given with the memory store, default or
 //!   named, it is a usage error. On, a flood on a refused key costs Redis
 //!   one call per retry period instead of one per request; its hits count
-//!   as `tollgate_block_cache_hits_total` where a metrics recorder is
-//!   installed (this program installs none). Off, every request reaches
+//!   as `tollgate_block_cache_hits_total` (see `--metrics-listen`). Off, every request reaches
 //!   Redis. It stands outermost (`BlockCache<Breaker<Timeout<store>>>`,
 //!   around the fallback with `--on-store-error fallback`), so that it
 //!   answers whatever the store does: while the store fails or is slow
@@ -190,6 +192,15 @@
 //!   one that has waited longest for a request head is closed, so a
 //!   flood of connections that never finish a head cannot lock out a
 //!   client with a real request.
+//! - `--metrics-listen ADDR` (port 0 picks a free one) serves the
+//!   library's metrics (`tollgate::describe_metrics` and
+//!   `tollgate_redis::describe_metrics` list them; the guide's metrics
+//!   page says what each counts) in Prometheus's text
+//!   format at `http://ADDR/metrics`, on a listener of its own, apart from
+//!   the limited routes. The line `metrics on http://ADDR/metrics`, with
+//!   the bound address, comes right after the `listening on` line, both
+//!   printed once both sockets are bound. Without the flag no recorder is
+//!   installed and nothing is counted.
 //! - The library's log events (a store that failed, a circuit breaker
 //!   that opened or closed, a refund that could not land) go to stderr,
 //!   one line each: warnings and errors by default, what `RUST_LOG` says
@@ -382,6 +393,11 @@ struct Args {
     /// reported and the last good one kept (at start: exit code 2).
     #[arg(long, value_name = "PATH")]
     quota_file: Option<std::path::PathBuf>,
+
+    /// Serve the metrics as Prometheus text at http://ADDR/metrics, on a
+    /// listener of its own; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// Parses `--charge-when`.
@@ -1058,6 +1074,12 @@ async fn in_flight(
 
 /// Binds, announces the address, and serves until killed.
 async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
+    // The recorder first: the layer and the stores register with the
+    // recorder installed when they are built.
+    let metrics = match args.metrics_listen {
+        Some(addr) => Some(metrics_listener(addr).await?),
+        None => None,
+    };
     let app = app(&args, &store_url).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -1067,6 +1089,15 @@ async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
         .map_err(|e| Failure::Startup(format!("cannot read the bound address: {e}")))?;
     // Bound before printed: a client that reads this line can connect.
     println!("listening on http://{addr}");
+    if let Some((metrics_addr, metrics)) = metrics {
+        tokio::spawn(metrics);
+        // After the first line, which scripts read for the address; a
+        // reader that stopped reading must not stop the server.
+        let _ = writeln!(
+            std::io::stdout(),
+            "metrics on http://{metrics_addr}/metrics"
+        );
+    }
     // Scripts read this through a pipe; make sure it is not held back.
     let _ = std::io::stdout().flush();
     let limits = ServeLimits {
@@ -1079,6 +1110,54 @@ async fn run(args: Args, store_url: StoreUrl) -> Result<(), Failure> {
     serve(listener, app, limits)
         .await
         .map_err(|e| Failure::Startup(format!("serving failed: {e}")))
+}
+
+/// Installs a Prometheus recorder as the process's `metrics` recorder and
+/// binds `addr` for its text: the bound address, and the server to spawn
+/// (`GET /metrics`; any other path 404). Bound here, so that a taken port
+/// is a startup failure before anything is printed.
+async fn metrics_listener(
+    addr: SocketAddr,
+) -> Result<
+    (
+        SocketAddr,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ),
+    Failure,
+> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::Startup(format!("cannot listen on {addr} for metrics: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::Startup(format!("cannot read the metrics address: {e}")))?;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| Failure::Startup(format!("cannot install the metrics recorder: {e}")))?;
+    // tollgate's and the Redis store's.
+    tollgate_redis::describe_metrics();
+    let router = Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let text = handle.render();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    text,
+                )
+            }
+        }),
+    );
+    let serve = async move {
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::error!(%error, "the metrics listener stopped");
+        }
+    };
+    Ok((bound, serve))
 }
 
 /// Writes the library's `tracing` events to stderr (stdout carries the

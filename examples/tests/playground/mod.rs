@@ -20,6 +20,9 @@ pub struct Server {
     pub addr: String,
     /// What it wrote to stderr (its logs), line by line.
     stderr: Arc<Mutex<Vec<String>>>,
+    /// Its stdout's lines after the first, as they come (read on a thread
+    /// to the end, so the server never writes into a closed pipe).
+    stdout: Mutex<Option<mpsc::Receiver<String>>>,
 }
 
 impl Server {
@@ -62,6 +65,7 @@ impl Server {
             child,
             addr: String::new(),
             stderr: Arc::default(),
+            stdout: Mutex::new(None),
         };
         let lines = server.stderr.clone();
         std::thread::spawn(move || {
@@ -72,12 +76,47 @@ impl Server {
                     .push(line);
             }
         });
-        server.addr = first_line_within(stdout, STEP)
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = rx
+            .recv_timeout(STEP)
+            .expect("the server prints its address in time");
+        server.addr = first
             .strip_prefix("listening on http://")
             .expect("the first line announces the address")
             .trim()
             .to_owned();
+        server.stdout = Mutex::new(Some(rx));
         server
+    }
+
+    /// The next line it writes to stdout after `listening on`, within
+    /// [`STEP`].
+    pub fn next_line(&self) -> String {
+        self.stdout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .expect("stdout is read")
+            .recv_timeout(STEP)
+            .expect("the server prints another line in time")
+    }
+
+    /// The address of its metrics (started with `--metrics-listen`): read
+    /// from the line `metrics on http://ADDR/metrics` that follows
+    /// `listening on`.
+    pub fn metrics_addr(&self) -> String {
+        let line = self.next_line();
+        line.strip_prefix("metrics on http://")
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("expected \"metrics on http://ADDR/metrics\", got {line:?}"))
+            .to_owned()
     }
 
     /// The lines it has written to stderr so far (its logs).

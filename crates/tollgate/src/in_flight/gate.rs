@@ -36,6 +36,8 @@ pub(crate) struct Gate<K, Sl, R> {
     pub(crate) settings: Settings,
     /// In shadow: how often a request it would have refused is logged.
     pub(crate) shadow_log: crate::observe::Quiet,
+    /// Its decisions' counter keys, made once.
+    pub(crate) metrics: crate::observe::LimitMetrics,
 }
 
 /// What becomes of a request once its store has answered.
@@ -65,14 +67,23 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
         R: Rejector<B>,
     {
         match answer {
-            Ok(Acquired::Taken { permit, in_flight }) => Settled::Run {
-                permit: Some(permit),
-                fields: if self.fields.on_allowed() {
-                    self.fields.values(in_flight, key)
-                } else {
-                    FieldValues::default()
-                },
-            },
+            Ok(Acquired::Taken { permit, in_flight }) => {
+                let max = self.limit.max();
+                crate::observe::in_flight_decided(
+                    &self.metrics,
+                    true,
+                    u64::from(max.saturating_sub(in_flight)),
+                    u64::from(max),
+                );
+                Settled::Run {
+                    permit: Some(permit),
+                    fields: if self.fields.on_allowed() {
+                        self.fields.values(in_flight, key)
+                    } else {
+                        FieldValues::default()
+                    },
+                }
+            }
             Ok(Acquired::Full { in_flight }) if self.settings.shadow => self.let_through(in_flight),
             Ok(Acquired::Full { in_flight }) if may_queue && self.settings.wait.is_some() => {
                 Settled::Queue { in_flight }
@@ -86,6 +97,7 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
     /// a slot (so it is not counted, as a refused one is not), logged at
     /// most once per [`SHADOW_LOG_INTERVAL`](crate::SHADOW_LOG_INTERVAL).
     fn let_through<B>(&self, in_flight: u32) -> Settled<Sl::Permit, B> {
+        crate::observe::in_flight_shadow_limited(&self.metrics);
         if let Some(held_back) = self.shadow_log.pass() {
             tracing::info!(
                 limit = self.limit.name(),
@@ -106,6 +118,7 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
     where
         R: Rejector<B>,
     {
+        crate::observe::in_flight_decided(&self.metrics, false, 0, u64::from(self.limit.max()));
         let mut headers = HeaderMap::new();
         self.fields
             .values(in_flight.max(self.limit.max()), key)

@@ -242,6 +242,7 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
                     &limit,
                 ),
                 shadow_log: crate::observe::Quiet::new(),
+                metrics: crate::observe::LimitMetrics::new(limit.shared_name()),
                 limit,
                 key: self.key,
                 slots: self.slots,

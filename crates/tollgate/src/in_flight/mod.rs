@@ -145,6 +145,11 @@ impl InFlightLimit {
         &self.name
     }
 
+    /// The name, shared: a metrics label without a copy.
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
     /// How many requests of one key may run at once.
     pub fn max(&self) -> u32 {
         self.max

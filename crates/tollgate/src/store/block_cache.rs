@@ -155,7 +155,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// With the `metrics` feature, each request answered from the cache counts
 /// `tollgate_block_cache_hits_total{policy}` (the policy's
 /// [`label`](crate::Policy::label)). The layer counts the refusal itself
-/// as it counts any other (`tollgate_requests_total{outcome="limited"}`).
+/// as it counts any other (`tollgate_decisions_total{decision="limited"}`).
 ///
 /// The Redis store has one built in (on by default, see
 /// `RedisStoreBuilder::block_cache`); put this one in front of any other

@@ -115,7 +115,10 @@ impl<S> Breaker<S> {
     /// `inner` behind a breaker with the defaults: 5 consecutive failures
     /// open it for 1 s, doubled while probes fail, at most 30 s.
     pub fn new(inner: S) -> Self {
-        let store = Arc::from(super::short_type_name::<S>());
+        let store: Arc<str> = Arc::from(super::short_type_name::<S>());
+        // Closed from the start, so that a dashboard shows the breaker
+        // before it ever opens.
+        crate::observe::breaker_state(&store, CLOSED);
         Breaker {
             inner,
             circuit: Arc::new(Circuit {

@@ -128,6 +128,7 @@ pin_project! {
         Secondary {
             #[pin]
             check: S::Future,
+            policy: Arc<Policy>,
         },
     }
 }
@@ -139,9 +140,9 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
         let mut state = self.project().state;
         loop {
             let next = match state.as_mut().project() {
-                StateProj::Secondary { check } => {
+                StateProj::Secondary { check, policy } => {
                     let answer = ready!(check.poll(cx));
-                    return Poll::Ready(answer.map(|v| v.took(Branch::Secondary)));
+                    return Poll::Ready(secondary_decided(answer, policy));
                 }
                 StateProj::Primary {
                     check,
@@ -163,15 +164,30 @@ impl<P: Store, S: Store> Future for FallbackFuture<P, S> {
                     known.seed(secondary, policy, key);
                     match secondary.check_within(policy, key, *cost, *within) {
                         StoreReply::Ready(answer) => {
-                            return Poll::Ready(answer.map(|v| v.took(Branch::Secondary)));
+                            return Poll::Ready(secondary_decided(answer, policy));
                         }
-                        StoreReply::Pending(check) => State::Secondary { check },
+                        StoreReply::Pending(check) => State::Secondary {
+                            check,
+                            policy: Arc::clone(policy),
+                        },
                     }
                 }
             };
             state.set(next);
         }
     }
+}
+
+/// The secondary's answer, marked as its own and counted
+/// (`tollgate_fallback_decisions_total`) when it is a decision.
+fn secondary_decided<E>(
+    answer: Result<PolicyDecision, E>,
+    policy: &Policy,
+) -> Result<PolicyDecision, E> {
+    if answer.is_ok() {
+        crate::observe::fallback_decided(policy.metrics());
+    }
+    answer.map(|v| v.took(Branch::Secondary))
 }
 
 fn log_failure(policy: &Policy, error: &dyn std::fmt::Display) {
@@ -276,10 +292,13 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
                 self.known.seed(&self.secondary, policy, key);
                 match self.secondary.check_within(policy, key, cost, within) {
                     StoreReply::Ready(answer) => {
-                        StoreReply::Ready(answer.map(|v| v.took(Branch::Secondary)))
+                        StoreReply::Ready(secondary_decided(answer, policy))
                     }
                     StoreReply::Pending(check) => StoreReply::Pending(FallbackFuture {
-                        state: State::Secondary { check },
+                        state: State::Secondary {
+                            check,
+                            policy: policy.clone(),
+                        },
                     }),
                 }
             }

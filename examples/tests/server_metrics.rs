@@ -1,0 +1,592 @@
+//! The playground's `--metrics-listen`: the library's metrics as
+//! Prometheus text over real HTTP, after real traffic; each figure checked
+//! against what the traffic must have caused, the exposition run through
+//! a real parser (`promtool check metrics`, or the Python client's), and
+//! every query of the Grafana dashboard (`docs/grafana/tollgate.json`)
+//! resolved against real scrapes.
+
+mod playground;
+
+use playground::{Server, request};
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+/// One sample of a scrape: its metric name, labels and value.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A scrape of `/metrics`: the text, and its samples.
+struct Scrape {
+    text: String,
+    samples: Vec<Sample>,
+}
+
+impl Scrape {
+    /// `GET http://ADDR/metrics`.
+    fn of(addr: &str) -> Scrape {
+        let response = request(addr, "/metrics", &[]);
+        assert_eq!(response.status, 200, "{}", response.body);
+        assert!(
+            response
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+            "{:?}",
+            response.headers
+        );
+        let samples = samples(&response.body);
+        Scrape {
+            text: response.body,
+            samples,
+        }
+    }
+
+    /// The value of the sample `name` with these labels (and maybe more),
+    /// 0 when there is none (a counter never incremented is not written).
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let found: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| s.name == name && has_labels(s, labels))
+            .collect();
+        assert!(found.len() <= 1, "several samples match: {found:?}");
+        found.first().map_or(0.0, |s| s.value)
+    }
+
+    /// `tollgate_decisions_total` of limit `limit`: allowed, limited,
+    /// shadow_limited.
+    fn decisions(&self, limit: &str) -> [f64; 3] {
+        ["allowed", "limited", "shadow_limited"].map(|decision| {
+            self.value(
+                "tollgate_decisions_total",
+                &[("limit", limit), ("decision", decision)],
+            )
+        })
+    }
+}
+
+fn has_labels(sample: &Sample, labels: &[(&str, &str)]) -> bool {
+    labels
+        .iter()
+        .all(|(k, v)| sample.labels.get(*k).is_some_and(|value| value == v))
+}
+
+/// The samples of an exposition in Prometheus's text format, for this
+/// test's lookups (its validity is the real parser's job: see
+/// [`passes_a_real_parser`]).
+fn samples(text: &str) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+        let value: f64 = value.parse().expect("a number");
+        let (name, labels) = match series.split_once('{') {
+            None => (series, BTreeMap::new()),
+            Some((name, rest)) => (name, labels(rest.trim_end_matches('}'))),
+        };
+        samples.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
+    }
+    samples
+}
+
+/// `a="x",b="y"` (values with `\"`, `\\` and `\n` escapes).
+fn labels(text: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    while let Some((name, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => {}
+                },
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.insert(name.trim_start_matches(',').trim().to_owned(), value);
+        rest = &after[end..];
+    }
+    labels
+}
+
+/// Runs `text` through a real parser of the exposition format: Prometheus's
+/// `promtool check metrics` (parse and lint: help text, counter names) when
+/// it is installed, else the official Python client's parser
+/// (`prometheus_client`, installed with pip if missing), with the same
+/// checks of help text and types. `false` (the test then skips this
+/// check, saying so) only when neither can be had.
+fn passes_a_real_parser(text: &str) -> bool {
+    if let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return true;
+    }
+    if !python_parser_available() {
+        eprintln!(
+            "SKIPPED the exposition's check by a real parser: neither promtool nor the \
+             Python prometheus_client could be had (install either: apt-get install \
+             prometheus, or pip install prometheus-client)"
+        );
+        return false;
+    }
+    let mut child = Command::new("python3")
+        .args(["-c", PYTHON_CHECK])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "prometheus_client's parser: {}{}\n{text}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    true
+}
+
+/// Parses stdin with `prometheus_client`'s text parser (it raises on a
+/// malformed line), then asks of every family what promtool's lint asks:
+/// help text, and a counter's samples named `…_total`.
+const PYTHON_CHECK: &str = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+families = list(text_string_to_metric_families(sys.stdin.read()))
+assert families, "no metric families"
+for family in families:
+    assert family.documentation, f"{family.name}: no help text"
+    assert family.type in ("counter", "gauge"), f"{family.name}: type {family.type}"
+    for sample in family.samples:
+        if family.type == "counter" and not sample.name.endswith("_created"):
+            assert sample.name.endswith("_total"), f"{sample.name}: a counter not named _total"
+print(len(families), "families parsed")
+"#;
+
+/// Whether `python3` can import `prometheus_client`, installing it with
+/// pip (quietly, for this user) if it cannot yet.
+fn python_parser_available() -> bool {
+    let imports = || {
+        Command::new("python3")
+            .args(["-c", "import prometheus_client.parser"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if imports() {
+        return true;
+    }
+    let _ = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "prometheus-client",
+        ])
+        .stdout(Stdio::null())
+        .status();
+    imports()
+}
+
+/// `n` requests to `server`; how many got each status.
+fn send(server: &Server, n: usize) -> BTreeMap<u16, usize> {
+    let mut statuses = BTreeMap::new();
+    for _ in 0..n {
+        *statuses
+            .entry(request(&server.addr, "/", &[]).status)
+            .or_default() += 1;
+    }
+    statuses
+}
+
+/// A port nothing listens on (bound, then let go).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// `server --limit api=5/min --key global --metrics-listen 127.0.0.1:0
+/// EXTRA...` and its metrics address.
+fn five_per_minute(extra: &[&str]) -> (Server, String) {
+    let mut args = vec![
+        "--limit",
+        "api=5/min",
+        "--key",
+        "global",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let server = Server::start(&args);
+    let metrics = server.metrics_addr();
+    (server, metrics)
+}
+
+/// After `n` requests on a 5/min limit: 5 allowed, `n - 5` limited, and
+/// near-limit the admissions that left 1 or 0 of 5 (20 % or less): the
+/// 4th and the 5th.
+fn assert_five_per_minute_figures(scrape: &Scrape, n: usize) {
+    assert_eq!(scrape.decisions("api"), [5.0, (n - 5) as f64, 0.0]);
+    assert_eq!(
+        scrape.value("tollgate_near_limit_total", &[("limit", "api")]),
+        2.0
+    );
+}
+
+#[test]
+fn after_n_requests_on_five_per_minute_the_scrape_says_five_allowed_and_the_rest_limited() {
+    let (server, metrics) = five_per_minute(&[]);
+    // Before any traffic the limit's series are there, at 0: a dashboard
+    // shows the limit, and a rate does not lose the first increment.
+    let before = Scrape::of(&metrics);
+    for decision in ["allowed", "limited", "shadow_limited"] {
+        assert!(
+            before
+                .samples
+                .iter()
+                .any(|s| s.name == "tollgate_decisions_total"
+                    && has_labels(s, &[("limit", "api"), ("decision", decision)])
+                    && s.value == 0.0),
+            "{decision}: {}",
+            before.text
+        );
+    }
+    assert_eq!(before.decisions("api"), [0.0; 3]);
+    let n = 12;
+    let statuses = send(&server, n);
+    assert_eq!(statuses, BTreeMap::from([(200, 5), (429, n - 5)]));
+    let scrape = Scrape::of(&metrics);
+    assert_five_per_minute_figures(&scrape, n);
+    passes_a_real_parser(&scrape.text);
+}
+
+#[test]
+fn the_metrics_line_names_the_bound_address_and_only_metrics_is_served() {
+    let (server, metrics) = five_per_minute(&[]);
+    assert!(
+        !metrics.ends_with(":0"),
+        "the real port, not the one asked for: {metrics}"
+    );
+    assert_ne!(metrics, server.addr, "a listener of its own");
+    assert_eq!(request(&metrics, "/other", &[]).status, 404);
+    // The metrics listener is not rate limited, and scraping it counts no
+    // decision.
+    for _ in 0..3 {
+        Scrape::of(&metrics);
+    }
+    assert_eq!(Scrape::of(&metrics).decisions("api"), [0.0; 3]);
+}
+
+#[test]
+fn in_shadow_mode_the_would_be_refusals_are_shadow_limited() {
+    let (server, metrics) = five_per_minute(&["--shadow"]);
+    let n = 8;
+    assert_eq!(send(&server, n), BTreeMap::from([(200, n)]));
+    let scrape = Scrape::of(&metrics);
+    assert_eq!(scrape.decisions("api"), [5.0, 0.0, (n - 5) as f64]);
+    assert_eq!(
+        scrape.value("tollgate_near_limit_total", &[("limit", "api")]),
+        2.0
+    );
+    passes_a_real_parser(&scrape.text);
+}
+
+#[test]
+fn store_errors_and_the_breaker_are_counted_while_redis_is_away() {
+    // Redis absent from the start (`--connect lazy`): every request is a
+    // store error, let through (`--on-store-error open`); 5 in a row open
+    // the breaker.
+    let url = format!("redis://127.0.0.1:{}", closed_port());
+    let (server, metrics) = five_per_minute(&["--store", &url, "--connect", "lazy"]);
+    // The breaker is there, closed, before any request.
+    let before = Scrape::of(&metrics);
+    let breaker = [("store", "Timeout<RedisStore>")];
+    assert_eq!(before.value("tollgate_breaker_state", &breaker), 0.0);
+    let n = 8;
+    assert_eq!(send(&server, n), BTreeMap::from([(200, n)]));
+    let scrape = Scrape::of(&metrics);
+    assert_eq!(
+        scrape.value("tollgate_store_errors_total", &[("policy", "api")]),
+        n as f64
+    );
+    // Open (2), or half-open (1) if a cool-down (1 s, doubling) ended
+    // meanwhile on a slow machine; it opened once, or again after a
+    // probe that failed.
+    let state = scrape.value("tollgate_breaker_state", &breaker);
+    assert!(state == 2.0 || state == 1.0, "{state}");
+    let opened = scrape.value("tollgate_breaker_opened_total", &breaker);
+    assert!((1.0..=n as f64).contains(&opened), "{opened}");
+    // No limit decided anything.
+    assert_eq!(scrape.decisions("api"), [0.0; 3]);
+    passes_a_real_parser(&scrape.text);
+}
+
+#[test]
+fn requests_decided_by_the_fallback_are_counted() {
+    let url = format!("redis://127.0.0.1:{}", closed_port());
+    let (server, metrics) = five_per_minute(&[
+        "--store",
+        &url,
+        "--connect",
+        "lazy",
+        "--on-store-error",
+        "fallback",
+    ]);
+    let n = 8;
+    let statuses = send(&server, n);
+    let scrape = Scrape::of(&metrics);
+    let fallback = scrape.value("tollgate_fallback_decisions_total", &[("policy", "api")]);
+    // Each admission was the fallback's (the block cache answers only
+    // after a refusal); the refusals were the fallback's or the block
+    // cache's.
+    let admitted = statuses.get(&200).copied().unwrap_or(0) as f64;
+    assert!(admitted >= 1.0, "{statuses:?}");
+    assert!(
+        fallback >= admitted && fallback <= n as f64,
+        "{fallback} fallback decisions, {statuses:?}"
+    );
+    let [allowed, limited, _] = scrape.decisions("api");
+    assert_eq!(allowed, admitted);
+    assert_eq!(allowed + limited, n as f64);
+    assert_eq!(
+        scrape.value("tollgate_store_errors_total", &[("policy", "api")]),
+        0.0,
+        "the fallback answered: the layer saw no error"
+    );
+    passes_a_real_parser(&scrape.text);
+}
+
+#[test]
+fn over_redis_the_scrape_says_the_same() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let (server, metrics) = five_per_minute(&["--store", &redis.url()]);
+    let n = 9;
+    assert_eq!(send(&server, n), BTreeMap::from([(200, 5), (429, n - 5)]));
+    let scrape = Scrape::of(&metrics);
+    assert_five_per_minute_figures(&scrape, n);
+    // The first refusal reached Redis; the block cache answered the rest.
+    assert_eq!(
+        scrape.value("tollgate_block_cache_hits_total", &[("policy", "api")]),
+        (n - 6) as f64
+    );
+    assert_eq!(
+        scrape.value("tollgate_redis_calls_total", &[("call", "check")]),
+        6.0
+    );
+    assert_eq!(
+        scrape.value(
+            "tollgate_breaker_state",
+            &[("store", "Timeout<RedisStore>")]
+        ),
+        0.0
+    );
+    passes_a_real_parser(&scrape.text);
+}
+
+#[test]
+fn an_in_flight_limit_is_counted_under_its_name() {
+    let (server, metrics) = five_per_minute(&["--in-flight", "1"]);
+    let addr = server.addr.clone();
+    // One request held (for longer than the test: the server is killed
+    // first), taking the key's only slot.
+    let held =
+        std::thread::spawn(move || playground::try_request(&addr, "/", &[("x-hold-ms", "60000")]));
+    let inflight = |scrape: &Scrape, decision: &str| {
+        scrape.value(
+            "tollgate_decisions_total",
+            &[("limit", "inflight"), ("decision", decision)],
+        )
+    };
+    let mut admitted = false;
+    for _ in 0..3000 {
+        if inflight(&Scrape::of(&metrics), "allowed") == 1.0 {
+            admitted = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(admitted, "the held request got its slot");
+    assert_eq!(request(&server.addr, "/", &[]).status, 429);
+    let scrape = Scrape::of(&metrics);
+    assert_eq!(inflight(&scrape, "limited"), 1.0);
+    // Its admission left 0 of 1 slot free: near the limit.
+    assert_eq!(
+        scrape.value("tollgate_near_limit_total", &[("limit", "inflight")]),
+        1.0
+    );
+    // The refused request never reached the rate limit.
+    assert_eq!(scrape.decisions("api"), [1.0, 0.0, 0.0]);
+    passes_a_real_parser(&scrape.text);
+    drop(server);
+    let _ = held.join();
+}
+
+/// Every query of the dashboard (`expr`, and the template variables'
+/// queries): its `tollgate_…` selectors, as (metric, equality matchers).
+fn dashboard_selectors() -> Vec<(String, Vec<(String, String)>)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grafana/tollgate.json");
+    let text = std::fs::read_to_string(path).expect("the dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let mut queries = Vec::new();
+    collect_queries(&dashboard, &mut queries);
+    assert!(queries.len() >= 8, "{queries:?}");
+    let mut selectors = Vec::new();
+    for query in &queries {
+        let before = selectors.len();
+        let mut rest = query.as_str();
+        while let Some(at) = rest.find("tollgate_") {
+            let after = &rest[at..];
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            let name = after[..end].to_owned();
+            let mut matchers = Vec::new();
+            rest = &after[end..];
+            if let Some(inside) = rest.strip_prefix('{') {
+                let close = inside.find('}').expect("a closed selector");
+                for matcher in inside[..close].split(',') {
+                    // Equality matchers only: a regex (`=~"$limit"`) or a
+                    // negation names no one series.
+                    if let Some((label, value)) = matcher.split_once("=\"")
+                        && !label.ends_with(['!', '~'])
+                        && !matcher.contains("=~")
+                    {
+                        matchers.push((
+                            label.trim().to_owned(),
+                            value.trim_end_matches('"').to_owned(),
+                        ));
+                    }
+                }
+                rest = &inside[close..];
+            }
+            selectors.push((name, matchers));
+        }
+        assert!(
+            selectors.len() > before,
+            "a query of no tollgate metric: {query}"
+        );
+    }
+    selectors
+}
+
+/// The strings under every `expr`, `query` and `definition` key.
+fn collect_queries(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("expr" | "query" | "definition", serde_json::Value::String(text))
+                        if text.contains("tollgate_") =>
+                    {
+                        out.push(text.clone())
+                    }
+                    _ => collect_queries(value, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_queries(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_dashboard_query_names_series_a_real_scrape_contains() {
+    // Real servers after real traffic: refusals, shadow refusals, store
+    // errors with a breaker that opened, fallback decisions, and a block
+    // cache's hits (Redis).
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let away = format!("redis://127.0.0.1:{}", closed_port());
+    let setups: [&[&str]; 4] = [
+        &["--store", &redis.url()],
+        &["--shadow"],
+        &["--store", &away, "--connect", "lazy"],
+        &[
+            "--store",
+            &away,
+            "--connect",
+            "lazy",
+            "--on-store-error",
+            "fallback",
+        ],
+    ];
+    let mut scrapes = Vec::new();
+    for extra in setups {
+        let (server, metrics) = five_per_minute(extra);
+        send(&server, 8);
+        let scrape = Scrape::of(&metrics);
+        passes_a_real_parser(&scrape.text);
+        scrapes.push(scrape);
+    }
+    let selectors = dashboard_selectors();
+    for (name, matchers) in &selectors {
+        // A counter's series must have counted something in the traffic
+        // (series are registered at 0 when a layer is built, so being
+        // there is not enough); a gauge's, be there.
+        let found = scrapes.iter().flat_map(|s| &s.samples).any(|sample| {
+            sample.name == *name
+                && matchers
+                    .iter()
+                    .all(|(k, v)| sample.labels.get(k).is_some_and(|value| value == v))
+                && (sample.value > 0.0 || !name.ends_with("_total"))
+        });
+        assert!(
+            found,
+            "the dashboard asks for {name}{matchers:?}, which no scrape after traffic has \
+             counted"
+        );
+    }
+    // Each panel's grouping labels are the series' own.
+    for label in ["limit", "policy", "store", "decision"] {
+        assert!(
+            scrapes
+                .iter()
+                .flat_map(|s| &s.samples)
+                .any(|s| s.labels.contains_key(label)),
+            "{label}"
+        );
+    }
+}
