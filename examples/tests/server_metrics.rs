@@ -324,7 +324,7 @@ fn the_metrics_line_names_the_bound_address_and_only_metrics_is_served() {
 #[test]
 fn in_shadow_mode_the_would_be_refusals_are_shadow_limited() {
     let (server, metrics) = five_per_minute(&["--shadow"]);
-    let n = 8;
+    let n = 20;
     assert_eq!(send(&server, n), BTreeMap::from([(200, n)]));
     let scrape = Scrape::of(&metrics);
     assert_eq!(scrape.decisions("api"), [5.0, 0.0, (n - 5) as f64]);
@@ -332,6 +332,29 @@ fn in_shadow_mode_the_would_be_refusals_are_shadow_limited() {
         scrape.value("tollgate_near_limit_total", &[("limit", "api")]),
         2.0
     );
+    passes_a_real_parser(&scrape.text);
+}
+
+/// A shadow limit beside an enforced one (`--shadow-limit`): the enforced
+/// one refuses, the shadow one only counts, over the requests the enforced
+/// one admitted.
+#[test]
+fn a_shadow_limit_counts_beside_the_enforced_one() {
+    let server = Server::start(&[
+        "--limit",
+        "api=10/min",
+        "--shadow-limit",
+        "next=3/min",
+        "--key",
+        "global",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let metrics = server.metrics_addr();
+    assert_eq!(send(&server, 12), BTreeMap::from([(200, 10), (429, 2)]));
+    let scrape = Scrape::of(&metrics);
+    assert_eq!(scrape.decisions("api"), [10.0, 2.0, 0.0]);
+    assert_eq!(scrape.decisions("next"), [3.0, 0.0, 7.0]);
     passes_a_real_parser(&scrape.text);
 }
 
