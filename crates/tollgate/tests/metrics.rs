@@ -212,7 +212,16 @@ fn a_compare_and_swap_stores_lost_races_are_counted() {
                 std::time::Duration::from_micros(100),
             )
             .build();
-        let mut service = ServiceBuilder::new().layer(api_layer(store)).service_fn(ok);
+        // A store timeout no loaded machine reaches: given up on, the
+        // check's last attempts would be heard out on a task that the
+        // runtime may drop before they are counted.
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(2))
+            .key(GlobalKey)
+            .store(store)
+            .store_timeout(std::time::Duration::from_secs(60))
+            .build();
+        let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
         send(&mut service, Request::new(())).await;
     });
     assert_eq!(

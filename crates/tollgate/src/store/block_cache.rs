@@ -7,13 +7,14 @@
 //! why it is right, and what it costs.
 
 use super::block_list::BlockList;
+use super::observed::{Observed, Observer};
 use super::{ChangeReply, PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -236,8 +237,7 @@ pin_project! {
     /// its answer, learnt from when it comes.
     pub struct BlockCacheFuture<F, C = MonotonicClock> {
         #[pin]
-        inner: F,
-        learn: Option<Learn<C>>,
+        observed: Observed<F, Learn<C>>,
     }
 }
 
@@ -251,6 +251,35 @@ struct Learn<C> {
     sent: u64,
 }
 
+impl<C: Clock, E> Observer<E> for Learn<C> {
+    type Error = E;
+
+    /// A refusal is remembered until its retry time; a failure answers
+    /// from what the block list knew of the key, if anything.
+    fn observe(self, answer: Result<PolicyDecision, E>) -> Result<PolicyDecision, E> {
+        let answered = self.clock.now();
+        let Learn {
+            blocked,
+            policy,
+            key,
+            cost,
+            sent,
+            ..
+        } = self;
+        match answer {
+            Ok(verdict) => {
+                blocked.learn(&policy, &key, cost, sent, answered, &verdict);
+                Ok(verdict)
+            }
+            Err(error) => blocked.failed(&policy, &key, cost, answered).ok_or(error),
+        }
+    }
+
+    fn pass(error: E) -> E {
+        error
+    }
+}
+
 impl<F, C, E> Future for BlockCacheFuture<F, C>
 where
     F: Future<Output = Result<PolicyDecision, E>>,
@@ -259,27 +288,7 @@ where
     type Output = Result<PolicyDecision, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let answer = ready!(this.inner.poll(cx));
-        let Some(learn) = this.learn.take() else {
-            return Poll::Ready(answer);
-        };
-        let answered = learn.clock.now();
-        let Learn {
-            blocked,
-            policy,
-            key,
-            cost,
-            sent,
-            ..
-        } = learn;
-        Poll::Ready(match answer {
-            Ok(verdict) => {
-                blocked.learn(&policy, &key, cost, sent, answered, &verdict);
-                Ok(verdict)
-            }
-            Err(error) => blocked.failed(&policy, &key, cost, answered).ok_or(error),
-        })
+        self.project().observed.poll(cx)
     }
 }
 
@@ -321,17 +330,19 @@ where
                     .failed(policy, key, cost, self.clock.now())
                     .ok_or(error),
             ),
-            StoreReply::Pending(inner) => StoreReply::Pending(BlockCacheFuture {
-                inner,
-                learn: Some(Learn {
+            StoreReply::Pending(inner) => {
+                let learn = Learn {
                     blocked: self.blocked.clone(),
                     clock: self.clock.clone(),
                     policy: policy.clone(),
                     key: key.clone(),
                     cost,
                     sent,
-                }),
-            }),
+                };
+                StoreReply::Pending(BlockCacheFuture {
+                    observed: Observed::new(inner, learn),
+                })
+            }
         }
     }
 }
@@ -411,7 +422,9 @@ where
         reply: StoreReply<S::Future, S::Error>,
     ) -> StoreReply<Self::Future, Self::Error> {
         reply.map(
-            |inner| BlockCacheFuture { inner, learn: None },
+            |inner| BlockCacheFuture {
+                observed: Observed::unobserved(inner),
+            },
             |error| error,
         )
     }

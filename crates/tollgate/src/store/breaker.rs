@@ -1,6 +1,7 @@
 //! [`Breaker`]: a circuit breaker in front of a store that fails, so that
 //! an outage costs each request nothing rather than a timeout.
 
+use super::observed::{Observed, Observer};
 use super::{PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
@@ -9,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -378,32 +379,43 @@ pin_project! {
         C: Clock,
     {
         #[pin]
-        inner: F,
-        watch: Option<Watch<C>>,
-    }
-
-    impl<F, C> PinnedDrop for BreakerFuture<F, C>
-    where
-        C: Clock,
-    {
-        // A probe dropped before it came back (the layer gave up on it,
-        // the client went away) says nothing about the store: the next
-        // call probes again, rather than the breaker staying half-open.
-        fn drop(this: Pin<&mut Self>) {
-            if let Some(watch) = this.project().watch.take()
-                && watch.pass == Pass::Probe
-            {
-                watch.circuit.reopen(watch.clock.now(), false);
-            }
-        }
+        observed: Observed<F, Watch<C>>,
     }
 }
 
 /// What a pending call's outcome is counted with.
-struct Watch<C> {
+struct Watch<C: Clock> {
     circuit: Arc<Circuit>,
     pass: Pass,
     clock: C,
+    /// Whether the outcome was counted.
+    settled: bool,
+}
+
+impl<C: Clock, E> Observer<E> for Watch<C> {
+    type Error = BreakerError<E>;
+
+    fn observe(mut self, answer: Result<PolicyDecision, E>) -> Result<PolicyDecision, Self::Error> {
+        self.circuit
+            .settle(self.pass, answer.is_ok(), self.clock.now());
+        self.settled = true;
+        answer.map_err(BreakerError::Inner)
+    }
+
+    fn pass(error: E) -> Self::Error {
+        BreakerError::Inner(error)
+    }
+}
+
+impl<C: Clock> Drop for Watch<C> {
+    // A probe dropped before it came back (the layer gave up on it, the
+    // client went away) says nothing about the store: the next call
+    // probes again, rather than the breaker staying half-open.
+    fn drop(&mut self) {
+        if !self.settled && self.pass == Pass::Probe {
+            self.circuit.reopen(self.clock.now(), false);
+        }
+    }
 }
 
 impl<F, E, C> Future for BreakerFuture<F, C>
@@ -414,14 +426,7 @@ where
     type Output = Result<PolicyDecision, BreakerError<E>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let answer = ready!(this.inner.poll(cx));
-        if let Some(watch) = this.watch.take() {
-            watch
-                .circuit
-                .settle(watch.pass, answer.is_ok(), watch.clock.now());
-        }
-        Poll::Ready(answer.map_err(BreakerError::Inner))
+        self.project().observed.poll(cx)
     }
 }
 
@@ -458,7 +463,9 @@ where
         reply: StoreReply<S::Future, S::Error>,
     ) -> StoreReply<Self::Future, Self::Error> {
         reply.map(
-            |inner| BreakerFuture { inner, watch: None },
+            |inner| BreakerFuture {
+                observed: Observed::unobserved(inner),
+            },
             BreakerError::Inner,
         )
     }
@@ -490,14 +497,17 @@ where
                 circuit.settle(pass, answer.is_ok(), self.clock.now());
                 StoreReply::Ready(answer.map_err(BreakerError::Inner))
             }
-            StoreReply::Pending(inner) => StoreReply::Pending(BreakerFuture {
-                inner,
-                watch: Some(Watch {
+            StoreReply::Pending(inner) => {
+                let watch = Watch {
                     circuit: circuit.clone(),
                     pass,
                     clock: self.clock.clone(),
-                }),
-            }),
+                    settled: false,
+                };
+                StoreReply::Pending(BreakerFuture {
+                    observed: Observed::new(inner, watch),
+                })
+            }
         }
     }
 }

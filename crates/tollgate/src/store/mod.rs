@@ -42,6 +42,7 @@ mod fallback;
 mod fingerprint;
 pub mod late;
 mod memory;
+mod observed;
 mod penalty;
 mod presence;
 mod route;

@@ -3,13 +3,14 @@
 
 use super::bounded::{BoundedMap, Eviction, Idle, default_shards};
 use super::fingerprint::ByFingerprint;
+use super::observed::{Observed, Observer};
 use super::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tollgate_core::{Clock, Decision, DecisionFields, MonotonicClock};
 
@@ -424,8 +425,7 @@ pin_project! {
     /// its answer, a refusal counted when it comes.
     pub struct PenaltyFuture<F, C = MonotonicClock> {
         #[pin]
-        inner: F,
-        count: Option<Count<C>>,
+        observed: Observed<F, Count<C>>,
     }
 }
 
@@ -437,6 +437,25 @@ struct Count<C> {
     key: Key,
 }
 
+impl<C: Clock, E> Observer<E> for Count<C> {
+    type Error = E;
+
+    /// A refusal is an offence of the key.
+    fn observe(self, answer: Result<PolicyDecision, E>) -> Result<PolicyDecision, E> {
+        if let Ok(verdict) = &answer
+            && !verdict.merged().allowed()
+        {
+            let now = self.clock.now();
+            self.book.offend(&self.policy, &self.key, now, verdict);
+        }
+        answer
+    }
+
+    fn pass(error: E) -> E {
+        error
+    }
+}
+
 impl<F, C, E> Future for PenaltyFuture<F, C>
 where
     F: Future<Output = Result<PolicyDecision, E>>,
@@ -445,15 +464,7 @@ where
     type Output = Result<PolicyDecision, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let answer = ready!(this.inner.poll(cx));
-        if let (Ok(verdict), Some(count)) = (&answer, this.count.take())
-            && !verdict.merged().allowed()
-        {
-            let now = count.clock.now();
-            count.book.offend(&count.policy, &count.key, now, verdict);
-        }
-        Poll::Ready(answer)
+        self.project().observed.poll(cx)
     }
 }
 
@@ -483,15 +494,21 @@ where
                 }
                 StoreReply::Ready(answer)
             }
-            StoreReply::Pending(inner) => StoreReply::Pending(PenaltyFuture {
-                inner,
-                count: (cost > 0).then(|| Count {
-                    book: self.book.clone(),
-                    clock: self.clock.clone(),
-                    policy: policy.clone(),
-                    key: key.clone(),
-                }),
-            }),
+            StoreReply::Pending(inner) => {
+                let observed = match cost {
+                    0 => Observed::unobserved(inner),
+                    _ => Observed::new(
+                        inner,
+                        Count {
+                            book: self.book.clone(),
+                            clock: self.clock.clone(),
+                            policy: policy.clone(),
+                            key: key.clone(),
+                        },
+                    ),
+                };
+                StoreReply::Pending(PenaltyFuture { observed })
+            }
         }
     }
 }
@@ -533,7 +550,12 @@ where
         _: &Key,
         reply: StoreReply<S::Future, S::Error>,
     ) -> StoreReply<Self::Future, Self::Error> {
-        reply.map(|inner| PenaltyFuture { inner, count: None }, |error| error)
+        reply.map(
+            |inner| PenaltyFuture {
+                observed: Observed::unobserved(inner),
+            },
+            |error| error,
+        )
     }
 
     /// The block, for a blocked key; else the store behind's peek.
