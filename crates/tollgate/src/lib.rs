@@ -81,26 +81,20 @@ mod access;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 pub mod direct;
-mod engine;
 mod error;
-mod future;
 pub mod headers;
 pub mod in_flight;
-mod info;
 mod key;
-mod layer;
 mod observe;
-mod outcome;
 pub mod pay_after;
 mod policy;
 mod prepared;
 #[cfg(feature = "quotas")]
-pub mod quotas;
+pub use rate_limit::quotas;
+mod rate_limit;
 mod rejection;
-mod routes;
 #[cfg(feature = "rules")]
 pub mod rules;
-mod service;
 pub mod settings;
 mod shadow;
 pub mod store;
@@ -109,24 +103,24 @@ pub mod throttle;
 pub use access::AccessLists;
 pub use direct::{DirectLimiter, KeyedLimiter};
 pub use error::ConfigError;
-pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, PartitionKey};
 pub use in_flight::InFlightLayer;
-pub use info::RateLimitInfo;
 pub use key::{
     FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, KeyView, OnMissingKey, PeerAddr, PeerIp,
     RequestInfo, key_fn,
 };
-pub use layer::{RateLimitBuilder, RateLimitLayer};
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
-pub use outcome::ChargeWhen;
 pub use policy::{InvalidLimitName, NamedLimit, Policy};
 pub use prepared::Prepared;
+pub use rate_limit::future::ResponseFuture;
+pub use rate_limit::info::RateLimitInfo;
+pub use rate_limit::layer::{RateLimitBuilder, RateLimitLayer};
+pub use rate_limit::outcome::ChargeWhen;
+pub use rate_limit::service::RateLimit;
 pub use rejection::{
     DefaultRejector, FnRejector, InFlightRejection, RejectReason, Rejection, Rejector,
 };
-pub use service::RateLimit;
 pub use settings::OnStoreError;
 pub use shadow::SHADOW_LOG_INTERVAL;
 

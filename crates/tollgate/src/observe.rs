@@ -527,7 +527,8 @@ impl Quiet {
     }
 }
 
-#[cfg(all(test, feature = "metrics"))]
+#[cfg(test)]
+#[cfg(feature = "metrics")]
 mod tests {
     use super::*;
     use crate::{MemoryStore, NamedLimit, Policy};

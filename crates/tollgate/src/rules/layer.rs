@@ -3,7 +3,7 @@
 use super::file::{Behaviour, RuleSpec, RulesError, parse};
 use super::service::Rules;
 use super::set::{BuiltRule, RuleSet};
-use crate::layer::{RateLimitBuilder, RateLimitLayer, Template};
+use crate::rate_limit::layer::{RateLimitBuilder, RateLimitLayer, Template};
 use crate::rejection::DefaultRejector;
 use crate::store::{MemoryStore, Store};
 use arc_swap::ArcSwap;

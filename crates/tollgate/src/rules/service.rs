@@ -2,8 +2,8 @@
 //! yours.
 
 use super::set::RuleSet;
-use crate::future::ResponseFuture;
 use crate::key::{KeyExtractor, RequestInfo};
+use crate::rate_limit::future::ResponseFuture;
 use crate::rejection::{DefaultRejector, Rejector};
 use crate::store::Store;
 use arc_swap::ArcSwap;
@@ -65,6 +65,6 @@ where
         let Some(rule) = rules.iter().find(|rule| rule.matcher.matches(&info)) else {
             return ResponseFuture::passed(self.inner.call(request));
         };
-        crate::service::limit(&mut self.inner, &rule.shared, request)
+        crate::rate_limit::service::limit(&mut self.inner, &rule.shared, request)
     }
 }

@@ -2,8 +2,8 @@
 //! read, each request.
 
 use super::matcher::Matcher;
-use crate::engine::Engine;
 use crate::key::KeyExtractor;
+use crate::rate_limit::engine::Engine;
 use std::sync::Arc;
 
 /// One rule, ready to apply: its predicate and its limiter.

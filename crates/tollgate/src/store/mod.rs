@@ -26,11 +26,7 @@
 //! stores pass all three on.
 
 mod admin;
-mod block_cache;
-mod block_list;
 pub mod bounded;
-mod boxed;
-mod breaker;
 mod capability;
 #[cfg(feature = "cas")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cas")))]
@@ -38,36 +34,31 @@ pub mod cas;
 mod charge;
 mod decision;
 mod failure;
-mod fallback;
 mod fingerprint;
 pub mod late;
 mod memory;
-mod observed;
-mod penalty;
-mod presence;
 mod route;
-mod split;
-mod timeout;
 mod wrapper;
+mod wrappers;
 
 pub use admin::{AdminError, AdminFuture};
-pub use block_cache::{BlockCache, BlockCacheFuture};
-pub use block_list::{BlockList, DEFAULT_MAX_ENTRIES};
-pub use boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
-pub use breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
 pub use capability::{Capability, Missing, short_type_name};
 pub use charge::{ChangeReply, ChargeChange, Debit, Refund, spawn_change};
 pub use decision::PolicyDecision;
-pub use fallback::{DEFAULT_MAX_KNOWN, Fallback, FallbackFuture};
 pub use late::Watched;
 pub(crate) use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
-pub use penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
-pub use presence::{Presence, Share};
 pub use route::{Branch, Route};
-pub use split::Split;
-pub use timeout::{Timeout, TimeoutError, TimeoutFuture};
 pub use wrapper::StoreWrapper;
+pub use wrappers::block_cache::{BlockCache, BlockCacheFuture};
+pub use wrappers::block_list::{BlockList, DEFAULT_MAX_ENTRIES};
+pub use wrappers::boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
+pub use wrappers::breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
+pub use wrappers::fallback::{DEFAULT_MAX_KNOWN, Fallback, FallbackFuture};
+pub use wrappers::penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
+pub use wrappers::presence::{Presence, Share};
+pub use wrappers::split::Split;
+pub use wrappers::timeout::{Timeout, TimeoutError, TimeoutFuture};
 
 pub use failure::report_failure;
 

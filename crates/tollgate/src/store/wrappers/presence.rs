@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Where one instance stands among the `instances` that share a store:
-/// what a [`Split`](super::Split) divides each limit by, and who gets the
+/// what a [`Split`](crate::store::Split) divides each limit by, and who gets the
 /// remainder.
 ///
 /// `units` split `instances` ways is `⌊units / instances⌋` each, and one

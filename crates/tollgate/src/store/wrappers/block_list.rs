@@ -1,11 +1,11 @@
 //! [`BlockList`]: the refusals a store made, remembered until their retry
-//! time: the data of a [`BlockCache`](super::BlockCache), shared with
+//! time: the data of a [`BlockCache`](crate::store::BlockCache), shared with
 //! stores that consult it themselves before a round trip (the Redis store
 //! does, by default).
 
-use super::PolicyDecision;
-use super::bounded::{BoundedMap, Eviction, Idle, default_shards};
-use super::fingerprint::ByFingerprint;
+use crate::store::PolicyDecision;
+use crate::store::bounded::{BoundedMap, Eviction, Idle, default_shards};
+use crate::store::fingerprint::ByFingerprint;
 use crate::{Key, Policy};
 use std::fmt;
 use std::sync::Arc;
@@ -16,9 +16,9 @@ use tollgate_core::{Decision, DecisionFields};
 pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 
 /// The refusals a store made, remembered until their retry time: the data
-/// of a block cache, for [`BlockCache`](super::BlockCache) and for stores that consult one
+/// of a block cache, for [`BlockCache`](crate::store::BlockCache) and for stores that consult one
 /// themselves before a round trip (the Redis store). Clones share the
-/// entries. See [`BlockCache`](super::BlockCache) for what it answers and why that is right.
+/// entries. See [`BlockCache`](crate::store::BlockCache) for what it answers and why that is right.
 ///
 /// Times are nanoseconds of one clock chosen by the caller, the same for
 /// [`lookup`](Self::lookup) and [`learn`](Self::learn): a monotonic one

@@ -1,10 +1,10 @@
 //! [`PenaltyBox`]: a store in front of another that blocks, for a while,
 //! the keys that keep being refused; [`Penalty`]: when, and for how long.
 
-use super::bounded::{BoundedMap, Eviction, Idle, default_shards};
-use super::fingerprint::ByFingerprint;
 use super::observed::{Observed, Observer};
-use super::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
+use crate::store::bounded::{BoundedMap, Eviction, Idle, default_shards};
+use crate::store::fingerprint::ByFingerprint;
+use crate::store::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;

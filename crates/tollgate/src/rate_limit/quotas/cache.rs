@@ -4,7 +4,7 @@ use super::changes::{Caches, ChangedQuotas, Forget, forget_in};
 use super::{QuotaAnswer, QuotaSource, QuotaSourceError};
 use crate::Key;
 use crate::policy::{NamedLimit, Policy};
-use crate::routes::Entry;
+use crate::rate_limit::routes::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -762,7 +762,7 @@ impl Drop for LookupGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quotas::StaticQuotas;
+    use crate::rate_limit::quotas::StaticQuotas;
 
     /// A flood of distinct keys keeps at most `max_keys` answers cached.
     #[tokio::test]
@@ -793,7 +793,7 @@ mod tests {
     /// `max_lookups` lookups at once; a key turned away is looked up later.
     #[tokio::test(start_paused = true)]
     async fn lookups_at_once_are_bounded() {
-        let source = crate::quotas::quota_fn_async(|_| async {
+        let source = crate::rate_limit::quotas::quota_fn_async(|_| async {
             tokio::time::sleep(Duration::from_secs(1)).await;
             Ok(QuotaAnswer::Unlimited)
         });
@@ -830,7 +830,7 @@ mod tests {
     async fn first_requests_wait_for_one_lookup() {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = calls.clone();
-        let source = crate::quotas::quota_fn_async(move |_| {
+        let source = crate::rate_limit::quotas::quota_fn_async(move |_| {
             let call = counted.fetch_add(1, Ordering::Relaxed);
             async move {
                 tokio::time::sleep(Duration::from_millis(100)).await;

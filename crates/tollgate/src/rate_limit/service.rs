@@ -1,8 +1,8 @@
 //! [`RateLimit`], the service the layer wraps around yours.
 
-use crate::engine::Engine;
-use crate::future::ResponseFuture;
 use crate::key::KeyExtractor;
+use crate::rate_limit::engine::Engine;
+use crate::rate_limit::future::ResponseFuture;
 use crate::rejection::Rejector;
 use crate::store::Store;
 use http::{Request, Response};

@@ -1,10 +1,10 @@
 //! [`ResponseFuture`], the future of a rate-limited call.
 
-use crate::engine::{Action, Charge, Engine, PendingCheck, Settlement, Start};
 use crate::headers::FieldValues;
 use crate::key::Key;
+use crate::rate_limit::engine::{Action, Charge, Engine, PendingCheck, Settlement, Start};
+use crate::rate_limit::routes::EntryRef;
 use crate::rejection::{Rejector, status_response};
-use crate::routes::EntryRef;
 use crate::store::{ChangeReply, Store, Watched};
 use http::Response;
 use pin_project_lite::pin_project;

@@ -1,12 +1,12 @@
 //! [`RateLimitLayer`] and its builder.
 
-use crate::engine::{Engine, Settings};
 use crate::error::ConfigError;
 use crate::key::{KeyExtractor, PeerIp, RequestInfo};
 use crate::policy::{NamedLimit, Policy};
+use crate::rate_limit::engine::{Engine, Settings};
+use crate::rate_limit::routes::{RouteMatch, Routes, path_is};
+use crate::rate_limit::service::RateLimit;
 use crate::rejection::{DefaultRejector, FnRejector, Rejection};
-use crate::routes::{RouteMatch, Routes, path_is};
-use crate::service::RateLimit;
 use crate::settings::LimitSettings;
 use crate::store::{Capability, MemoryStore, Store, short_type_name};
 use http::StatusCode;
@@ -177,9 +177,9 @@ struct Config {
     limits: LimitSettings,
     routes: Vec<(RouteMatch, Vec<NamedLimit>)>,
     #[cfg(feature = "quotas")]
-    quotas: Option<crate::quotas::KeyQuotas>,
+    quotas: Option<crate::rate_limit::quotas::KeyQuotas>,
     #[cfg(feature = "quotas")]
-    live: Option<crate::quotas::LiveLimits>,
+    live: Option<crate::rate_limit::quotas::LiveLimits>,
     policy_seed: Option<u64>,
     settings: Settings,
 }
@@ -227,7 +227,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// cache) instead of the layer's own, which remain the default for keys
     /// the source does not name. See [`quotas`](crate::quotas).
     #[cfg(feature = "quotas")]
-    pub fn quota_source(mut self, source: crate::quotas::KeyQuotas) -> Self {
+    pub fn quota_source(mut self, source: crate::rate_limit::quotas::KeyQuotas) -> Self {
         self.config.quotas = Some(source);
         self.config.live = None;
         self
@@ -238,7 +238,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// this builder's limits. In place of a
     /// [`quota_source`](Self::quota_source) (the last one set applies).
     #[cfg(feature = "quotas")]
-    pub fn live_limits(mut self, limits: crate::quotas::LiveLimits) -> Self {
+    pub fn live_limits(mut self, limits: crate::rate_limit::quotas::LiveLimits) -> Self {
         self.config.live = Some(limits);
         self.config.quotas = None;
         self
@@ -528,11 +528,11 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             let default = &routes.default_entry().policy;
             let base_name = default.limits().first().map_or("quota", NamedLimit::name);
             let store = self.store.clone();
-            let plans = crate::quotas::Plans {
+            let plans = crate::rate_limit::quotas::Plans {
                 default: (!default.limits().is_empty()).then(|| default.clone()),
                 carrier: Some(Arc::new(move |from, to, key| store.carry(from, to, key))),
             };
-            crate::quotas::Resolver::with_plans(
+            crate::rate_limit::quotas::Resolver::with_plans(
                 quotas,
                 base_name,
                 limits.algorithm,
@@ -568,7 +568,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 /// Whether limits in shadow compose with the layer's `settings`: not with
 /// `charge_when` or `pay_after`, which would give back (or charge) the
 /// enforced limits' part of a request but not the shadow limits'.
-fn shadow_composes(settings: &crate::engine::Settings) -> Result<(), ConfigError> {
+fn shadow_composes(settings: &crate::rate_limit::engine::Settings) -> Result<(), ConfigError> {
     let feature = if settings.charge_when.is_some() {
         "charge_when"
     } else if settings.pay_after {

@@ -8,7 +8,7 @@
 
 use super::block_list::BlockList;
 use super::observed::{Observed, Observer};
-use super::{ChangeReply, PolicyDecision, Store, StoreReply, StoreWrapper};
+use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -77,8 +77,8 @@ use tollgate_core::{Clock, MonotonicClock};
 ///
 /// # While the store fails
 ///
-/// A store error (any: an error of the store, a [`Timeout`](super::Timeout)'s
-/// `Elapsed`, an open [`Breaker`](super::Breaker)) teaches the cache
+/// A store error (any: an error of the store, a [`Timeout`](crate::store::Timeout)'s
+/// `Elapsed`, an open [`Breaker`](crate::store::Breaker)) teaches the cache
 /// nothing, and a refusal it holds is answered as ever. Past a refusal's
 /// retry time, though, the key goes to the store, and a store that fails
 /// then would leave it to the layer's store-error behaviour: under
@@ -102,7 +102,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// For this, and for refusals to stand at all while a breaker is open,
 /// the cache must be asked before anything that fails in its place: put
 /// it **outermost**, `BlockCache<Breaker<Timeout<S>>>`, around a
-/// [`Fallback`](super::Fallback) too. A breaker that is open answers at
+/// [`Fallback`](crate::store::Fallback) too. A breaker that is open answers at
 /// once without asking what is inside it, so
 /// `Breaker<Timeout<BlockCache<S>>>` fails open for every key during the
 /// outage; the Redis store's own block cache sits inside the store, and
@@ -114,7 +114,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// This reasoning holds while the store's state only grows between
 /// decisions. It does not cover state changed behind the store's back: a
 /// Redis `FLUSHALL` or a deleted key, or a fallback store (see
-/// [`Fallback`](super::Fallback)) whose refusal is remembered as any other
+/// [`Fallback`](crate::store::Fallback)) whose refusal is remembered as any other
 /// and outlives the primary's return. Such a key stays refused until the
 /// remembered retry time, no longer; [`BlockList::clear`] forgets
 /// everything at once.
@@ -186,7 +186,7 @@ pub struct BlockCache<S, C = MonotonicClock> {
 }
 
 impl<S> BlockCache<S> {
-    /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`](super::DEFAULT_MAX_ENTRIES) entries on
+    /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`](crate::store::DEFAULT_MAX_ENTRIES) entries on
     /// the monotonic clock.
     pub fn new(inner: S) -> Self {
         BlockCache {
@@ -373,10 +373,10 @@ where
 
     /// Forgets the key's refusal once the store behind has reset it: a
     /// refusal of a request sent before then is not learned afterwards.
-    fn forget_after(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn forget_after(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
         let (policy, key) = (policy.clone(), key.clone());
-        super::AdminFuture::new(async move {
+        crate::store::AdminFuture::new(async move {
             blocked.forget(&policy, &key, clock.now());
             Ok(())
         })
@@ -400,14 +400,14 @@ where
     /// forgotten: it stays true (a debit only makes the key stricter), but
     /// its retry time is too early now. The next refusal is learned with
     /// the debt's.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::store::Debit) -> ChangeReply {
         let reply = self.inner.debit(policy, key, debit);
         self.forgetting(reply, policy, key)
     }
 
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: crate::store::Refund) -> ChangeReply {
         let reply = self.inner.refund(policy, key, refund);
         self.forgetting(reply, policy, key)
     }
@@ -431,14 +431,14 @@ where
 
     /// Resets the key in the store behind and forgets its remembered
     /// refusal, which no longer holds.
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         let reset = self.inner.reset(policy, key);
         let forget = self.forget_after(policy, key);
         reset.and(forget)
     }
 
     /// Forgets the key's remembered refusal, and passes the call on.
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         self.blocked.forget(policy, key, self.clock.now());
         self.inner.unblock(policy, key)
     }

@@ -2,7 +2,7 @@
 //! instances that shared it elsewhere: the local fallback of a shared
 //! store.
 
-use super::{AdminFuture, Presence, Share, Store, StoreReply, StoreWrapper};
+use crate::store::{AdminFuture, Presence, Share, Store, StoreReply, StoreWrapper};
 use crate::{Key, NamedLimit, Policy};
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,7 +11,7 @@ use tollgate_core::Quota;
 
 /// A store in front of `S` that decides every limit at this instance's
 /// share of it, `N` instances sharing the limits (asked at each call): the
-/// secondary of a [`Fallback`](super::Fallback) whose primary is shared,
+/// secondary of a [`Fallback`](crate::store::Fallback) whose primary is shared,
 /// so that while the shared store is away the instances split the limit
 /// rather than each admitting all of it.
 ///

@@ -1,6 +1,6 @@
 //! [`BoxStore`]: any store behind one type, chosen at run time.
 
-use super::{ChangeReply, PolicyDecision, Store, StoreReply};
+use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply};
 use crate::{Key, Policy};
 use std::fmt;
 use std::future::Future;
@@ -66,11 +66,22 @@ trait ErasedStore: Send + Sync {
 
     fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError>;
 
-    fn can_erased(&self, capability: super::Capability) -> Result<(), super::Missing>;
+    fn can_erased(&self, capability: crate::store::Capability)
+    -> Result<(), crate::store::Missing>;
 
-    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply;
+    fn refund_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        refund: crate::store::Refund,
+    ) -> ChangeReply;
 
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply;
+    fn debit_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        debit: crate::store::Debit,
+    ) -> ChangeReply;
 
     fn peek_erased(
         &self,
@@ -78,11 +89,16 @@ trait ErasedStore: Send + Sync {
         key: &Key,
     ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
 
-    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture;
+    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture;
 
-    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture;
+    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture;
 
-    fn carry_erased(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture;
+    fn carry_erased(
+        &self,
+        from: &Arc<Policy>,
+        to: &Arc<Policy>,
+        key: &Key,
+    ) -> crate::store::AdminFuture;
 }
 
 impl<St: Store> ErasedStore for St {
@@ -108,15 +124,20 @@ impl<St: Store> ErasedStore for St {
         erase(self.peek(policy, key))
     }
 
-    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         self.reset(policy, key)
     }
 
-    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         self.unblock(policy, key)
     }
 
-    fn carry_erased(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn carry_erased(
+        &self,
+        from: &Arc<Policy>,
+        to: &Arc<Policy>,
+        key: &Key,
+    ) -> crate::store::AdminFuture {
         self.carry(from, to, key)
     }
 
@@ -124,15 +145,28 @@ impl<St: Store> ErasedStore for St {
         self.supports(policy)
     }
 
-    fn can_erased(&self, capability: super::Capability) -> Result<(), super::Missing> {
+    fn can_erased(
+        &self,
+        capability: crate::store::Capability,
+    ) -> Result<(), crate::store::Missing> {
         self.can(capability)
     }
 
-    fn refund_erased(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
+    fn refund_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        refund: crate::store::Refund,
+    ) -> ChangeReply {
         self.refund(policy, key, refund)
     }
 
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
+    fn debit_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        debit: crate::store::Debit,
+    ) -> ChangeReply {
         self.debit(policy, key, debit)
     }
 }
@@ -180,15 +214,15 @@ impl Store for BoxStore {
         self.0.supports_erased(policy)
     }
 
-    fn can(&self, capability: super::Capability) -> Result<(), super::Missing> {
+    fn can(&self, capability: crate::store::Capability) -> Result<(), crate::store::Missing> {
         self.0.can_erased(capability)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: crate::store::Refund) -> ChangeReply {
         self.0.refund_erased(policy, key, refund)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::store::Debit) -> ChangeReply {
         self.0.debit_erased(policy, key, debit)
     }
 
@@ -196,15 +230,15 @@ impl Store for BoxStore {
         self.0.peek_erased(policy, key)
     }
 
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         self.0.reset_erased(policy, key)
     }
 
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         self.0.unblock_erased(policy, key)
     }
 
-    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         self.0.carry_erased(from, to, key)
     }
 }

@@ -8,13 +8,13 @@
 
 use crate::access::{Access, AccessLists};
 use crate::headers::{FieldValues, write_retry_after};
-use crate::info::RateLimitInfo;
 use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
 use crate::observe::Shadow;
-use crate::outcome::Ticket;
 use crate::pay_after::Meter;
+use crate::rate_limit::info::RateLimitInfo;
+use crate::rate_limit::outcome::Ticket;
+use crate::rate_limit::routes::{Entry, EntryRef, Routes};
 use crate::rejection::{RejectReason, Rejection, Rejector};
-use crate::routes::{Entry, EntryRef, Routes};
 use crate::settings::{CommonSettings, OnStoreError};
 use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, Watched};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -40,7 +40,7 @@ pub(crate) struct Engine<K, St, R> {
     pub rejector: R,
     pub routes: Routes,
     #[cfg(feature = "quotas")]
-    pub quotas: Option<Arc<crate::quotas::Resolver>>,
+    pub quotas: Option<Arc<crate::rate_limit::quotas::Resolver>>,
     pub key: K,
     pub store: St,
     pub settings: Settings,
@@ -66,7 +66,7 @@ pub(crate) struct Settings {
     pub shadow: bool,
     pub request_info: bool,
     /// Which responses count; `None`: every admission counts.
-    pub charge_when: Option<crate::outcome::ChargeWhen>,
+    pub charge_when: Option<crate::rate_limit::outcome::ChargeWhen>,
     /// Whether a request's cost is settled once it is over (a `Meter`).
     pub pay_after: bool,
 }
@@ -141,7 +141,7 @@ impl<K, St, R> Engine<K, St, R> {
     fn limits_for_key(&self, entry: EntryRef, key: &Key, waits: u8) -> KeyLimits {
         #[cfg(feature = "quotas")]
         if let (Some(quotas), EntryRef::Table(0)) = (&self.quotas, &entry) {
-            use crate::quotas::Resolution;
+            use crate::rate_limit::quotas::Resolution;
             let resolution = match waits {
                 0 => quotas.resolve(key),
                 waits if waits < MAX_QUOTA_WAITS => quotas.resolve_again(key),
@@ -291,7 +291,7 @@ pub(crate) enum Start<F, B> {
     /// The key's quota is looked up for the first time: wait for it, then
     /// start again ([`Engine::start`] with one wait more).
     #[cfg(feature = "quotas")]
-    Lookup(crate::quotas::QuotaWait),
+    Lookup(crate::rate_limit::quotas::QuotaWait),
 }
 
 /// The limits a request's key is charged.
@@ -302,7 +302,7 @@ enum KeyLimits {
     Unlimited,
     /// Its quota is being looked up for the first time.
     #[cfg(feature = "quotas")]
-    Wait(crate::quotas::QuotaWait),
+    Wait(crate::rate_limit::quotas::QuotaWait),
 }
 
 /// A store check under way, and what [`Engine::finish`] needs to judge its

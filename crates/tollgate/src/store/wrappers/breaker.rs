@@ -2,7 +2,7 @@
 //! an outage costs each request nothing rather than a timeout.
 
 use super::observed::{Observed, Observer};
-use super::{PolicyDecision, Store, StoreReply, StoreWrapper};
+use crate::store::{PolicyDecision, Store, StoreReply, StoreWrapper};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -18,10 +18,10 @@ use tollgate_core::{Clock, MonotonicClock};
 ///
 /// *Closed* (the usual state): every call goes to `S`. After
 /// [`failures`](Self::failures) consecutive failures (errors, or timeouts
-/// of a [`Timeout`](super::Timeout) inside the breaker), it *opens*: for a
+/// of a [`Timeout`](crate::store::Timeout) inside the breaker), it *opens*: for a
 /// cool-down every call fails at once with [`BreakerError::Open`], which
 /// the layer answers by its store-error behaviour (`OnStoreError`), or a
-/// [`Fallback`](super::Fallback) around the breaker by its secondary. When
+/// [`Fallback`](crate::store::Fallback) around the breaker by its secondary. When
 /// the cool-down ends, one call is let through as a probe (*half-open*;
 /// the others still fail at once): if it succeeds the breaker closes, if
 /// it fails the breaker opens again for twice as long, up to
@@ -53,14 +53,14 @@ use tollgate_core::{Clock, MonotonicClock};
 /// # let _ = store;
 /// ```
 ///
-/// While open it asks nothing inside it: a [`BlockCache`](super::BlockCache),
-/// a [`PenaltyBox`](super::PenaltyBox) or a store's own block list
+/// While open it asks nothing inside it: a [`BlockCache`](crate::store::BlockCache),
+/// a [`PenaltyBox`](crate::store::PenaltyBox) or a store's own block list
 /// (the Redis store's) *inside* the breaker goes unasked for the whole
 /// outage, and every request of a key they would refuse gets the
 /// store-error behaviour (fail-open lets it through). Put them in front
 /// of the breaker, where they answer whatever the store does, and the
 /// block cache then also bounds what fail-open lets through for a key it
-/// knew at its limit ([`BlockList::failed`](super::BlockList::failed)):
+/// knew at its limit ([`BlockList::failed`](crate::store::BlockList::failed)):
 ///
 /// ```
 /// use std::time::Duration;
@@ -116,7 +116,7 @@ impl<S> Breaker<S> {
     /// `inner` behind a breaker with the defaults: 5 consecutive failures
     /// open it for 1 s, doubled while probes fail, at most 30 s.
     pub fn new(inner: S) -> Self {
-        let store: Arc<str> = Arc::from(super::short_type_name::<S>());
+        let store: Arc<str> = Arc::from(crate::store::short_type_name::<S>());
         // Closed from the start, so that a dashboard shows the breaker
         // before it ever opens.
         crate::observe::breaker_state(&store, CLOSED);

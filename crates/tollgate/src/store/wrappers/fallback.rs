@@ -1,8 +1,8 @@
 //! [`Fallback`]: a store that decides with a second store when the first
 //! fails.
 
-use super::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, default_shards};
-use super::{
+use crate::store::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, default_shards};
+use crate::store::{
     AdminFuture, Branch, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store,
     StoreReply,
 };
@@ -16,7 +16,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 /// A store that asks `primary` and, when it fails (an error, or a
-/// [`Timeout`](super::Timeout) that elapsed), decides with `secondary`
+/// [`Timeout`](crate::store::Timeout) that elapsed), decides with `secondary`
 /// instead, logging the primary's error with `tracing`. The usual pairing
 /// is a shared store in front of a local one: each instance then still
 /// enforces the limit on its own while the shared store is away.
@@ -37,7 +37,7 @@ use std::time::Duration;
 /// it came. The first time the secondary decides a key after the primary
 /// failed, that answer is taken out and the secondary is charged (one
 /// [`Store::debit`], for a secondary that answers its peek at once: the
-/// memory store, a [`Split`](super::Split) of it) so that what the
+/// memory store, a [`Split`](crate::store::Split) of it) so that what the
 /// secondary has left of the key is this instance's part of what the
 /// primary had left, plus what refilled since at the limit's rate: for
 /// each limit, `left × limit' / limit`, `limit'` being the secondary's own

@@ -1,6 +1,6 @@
 //! [`Timeout`]: a store whose answers are awaited for a bounded time.
 
-use super::{PolicyDecision, Store, StoreReply, StoreWrapper, Watched};
+use crate::store::{PolicyDecision, Store, StoreReply, StoreWrapper, Watched};
 use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -15,8 +15,8 @@ use tokio::time::Sleep;
 /// with [`TimeoutError::Elapsed`], and asks `St` to charge nothing for a
 /// decision it makes later ([`Store::check_within`]). A check it gave up
 /// on is heard out, and an admission that comes late is given back
-/// through `St` ([`Watched`](super::Watched); see [`late`](super::late)). Put it under a
-/// [`Fallback`](super::Fallback) to decide locally when the shared store
+/// through `St` ([`Watched`](crate::store::Watched); see [`late`](crate::store::late)). Put it under a
+/// [`Fallback`](crate::store::Fallback) to decide locally when the shared store
 /// is slow; the layer's own `store_timeout` still bounds every check.
 ///
 /// Answers that `St` gives at once pass through untouched. A store that
@@ -160,19 +160,19 @@ impl<St: Store> StoreWrapper for Timeout<St> {
 
     /// The store behind's reset, given up on after the timeout (it may
     /// still complete: a reset that reached Redis is not undone).
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         bounded(self.inner.reset(policy, key), self.timeout)
     }
 
     /// The store behind's unblock, given up on after the timeout.
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         bounded(self.inner.unblock(policy, key), self.timeout)
     }
 
     /// The store behind's plan change, given up on after the timeout (a
     /// store that is away does not hold it, or the plan's next lookup,
     /// forever; what reached the store before is not undone).
-    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> super::AdminFuture {
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
         bounded(self.inner.carry(from, to, key), self.timeout)
     }
 }
@@ -201,13 +201,15 @@ impl<St: Store> Timeout<St> {
 
 /// `call`, failed with [`TimeoutError::Elapsed`] if it is not done after
 /// `after`.
-fn bounded(call: super::AdminFuture, after: Duration) -> super::AdminFuture {
-    super::AdminFuture::new(async move {
+fn bounded(call: crate::store::AdminFuture, after: Duration) -> crate::store::AdminFuture {
+    crate::store::AdminFuture::new(async move {
         match tokio::time::timeout(after, call).await {
             Ok(done) => done,
-            Err(_) => Err(super::AdminError::store(TimeoutError::<
+            Err(_) => Err(crate::store::AdminError::store(TimeoutError::<
                 std::convert::Infallible,
-            >::Elapsed(after))),
+            >::Elapsed(
+                after
+            ))),
         }
     })
 }
