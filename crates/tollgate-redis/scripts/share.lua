@@ -37,7 +37,9 @@
 --          as its until the share given now replaces it.
 -- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
 -- ARGV[10]: reserve: this reservation's number, increasing per instance
---          (recorded beside the units held: a refund names it).
+--          (recorded beside the units held: a refund names it); sync:
+--          what the instance wants to spend until its next sync (its
+--          recent rate; 0: it was idle and gives its share back).
 -- ARGV[11 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
 -- Refund, then: ARGV[11 + 5 × #limits + (i−1)]: limit i's reset_after in
 --          the admission, in µs; "" when unknown.
@@ -58,7 +60,9 @@
 --            the others may still spend of theirs), then how many instances
 --            hold a live share (this one included); the decisions read for
 --            a cost of 0 (what remains now), each with, in its retry field,
---            its retry for a cost of 1 if that would be refused;
+--            its retry for a cost of 1 if that would be refused, and, in
+--            its replenish field when it reads 0 (whole), its replenish
+--            for a cost of 1;
 --   refund:  the units taken off the holder's held count (of the first
 --            limit that counts them; 0 if none), 0, 0; the decisions read
 --            for a cost of 0 after the refund.
@@ -83,7 +87,7 @@ do
   elseif op == 'sync' then
     numbers = { [3] = 'the units spent', [5] = 'the sequence number',
       [6] = 'the share\'s life in µs', [7] = 'the instances', [8] = 'the least share',
-      [9] = 'the share left' }
+      [9] = 'the share left', [10] = 'the share wanted' }
   else
     numbers = { [3] = 'the cost', [5] = 'the reservation number', [6] = 'the µs since the check' }
   end
@@ -174,20 +178,29 @@ end
 -- other instance may still spend what it was given at its last sync (its
 -- report of it comes with its next): that is taken off what remains first,
 -- so that all shares together never exceed it (but for rounding up, less
--- than a unit per instance); the rest is split evenly, or at least covers
--- the request that waits if it can. Recorded in `shares` until it lapses.
+-- than a unit per instance). Of the rest (`free`), the instance gets what
+-- it wants (its recent rate over two intervals, ARGV[10]) when that leaves
+-- the others room for what they want beyond what they hold; else its even
+-- part, rounded up (never more than it wants); and at least the request
+-- that waits if that much is free. Recorded in `shares` (units, expiry,
+-- want) until it lapses; an instance that wants nothing and holds nothing
+-- (it was idle: it gave up its last share before this call) is taken out,
+-- so that its share returns to the others at once.
 local function give_share(shares, instance)
   local life, fixed, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-  local left = tonumber(ARGV[9])
-  local others, sharing, latest = 0, 1, now + life
+  local left, want = tonumber(ARGV[9]), tonumber(ARGV[10])
+  local others, sharing, wanted, latest = 0, 1, 0, now + life
   local entries = redis.call('HGETALL', shares)
   for i = 1, #entries, 2 do
     if entries[i] ~= instance then
-      local units, expiry = string.match(entries[i + 1], '^(%d+) (%d+)$')
-      units, expiry = tonumber(units), tonumber(expiry)
+      -- An entry without a want (written by an older version) wants what
+      -- it holds.
+      local units, expiry, theirs = string.match(entries[i + 1], '^(%d+) (%d+) ?(%d*)$')
+      units, expiry, theirs = tonumber(units), tonumber(expiry), tonumber(theirs)
       if units and expiry and expiry > now then
         others = others + units
         sharing = sharing + 1
+        wanted = wanted + max((theirs or units) - units, 0)
         latest = max(latest, expiry)
       else
         redis.call('HDEL', shares, entries[i])
@@ -202,14 +215,26 @@ local function give_share(shares, instance)
     end
   end
   local free = max((remaining or 0) - others, 0)
-  local share = div_ceil(free, (fixed > 0) and fixed or sharing)
+  local share
+  if want + wanted <= free then
+    share = want
+  else
+    share = min(want, div_ceil(free, (fixed > 0) and fixed or sharing))
+  end
   if need > share and need <= free then
     share = need
   end
   -- What the instance may have outstanding until its next sync: the share,
   -- and anything it spent of its last one while this call was on its way
   -- (not reported yet, and at most what it had left then).
-  redis.call('HSET', shares, instance, int(max(share, left)) .. ' ' .. int(now + life))
+  local outstanding = max(share, left)
+  if outstanding == 0 and want == 0 and need == 0 then
+    redis.call('HDEL', shares, instance)
+    sharing = sharing - 1
+  else
+    redis.call('HSET', shares, instance,
+      int(outstanding) .. ' ' .. int(now + life) .. ' ' .. int(max(want, need)))
+  end
   -- Kept while a share in it lives.
   redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
   return share, sharing
@@ -309,11 +334,18 @@ if op == 'sync' then
   -- for a cost of 1, in the retry field), which its figures at cost 0 do
   -- not tell for a key in debt (a window's estimate falling by one unit is
   -- not yet a unit free).
+  --
+  -- A limit that reads whole (nothing to come back: replenish 0) says
+  -- instead, in its replenish field, when a unit spent now would be back
+  -- (its replenish for a cost of 1): the instance spends from the reading
+  -- and answers that as its `t`, never "whole" for a limit it spent.
   evaluate_all(0)
   for _, limit in ipairs(limits) do
     local one = limit.algorithm.evaluate(limit.state, now, 1, limit.p)
     if one[1] == 0 then
       limit.decision[5] = one[5]
+    elseif limit.decision[7] == 0 then
+      limit.decision[7] = one[7]
     end
   end
   local share, sharing = give_share(KEYS[#KEYS], instance)

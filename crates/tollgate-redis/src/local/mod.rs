@@ -1032,7 +1032,7 @@ async fn tick(inner: Weak<Inner>, interval: Duration) {
         let mut lag = 0;
         for slot in table.all() {
             let mut counts = slot.lock();
-            if counts.due() {
+            if counts.due(now) {
                 lag = lag.max(counts.age(now));
                 drop(counts);
                 tokio::spawn(periodic::sync(inner.shared.clone(), slot));

@@ -75,6 +75,12 @@ pub(crate) struct Counts {
     wanted: u32,
     /// How many instances held a live share at the last reading.
     pub(crate) sharing: u64,
+    /// The units asked for here since the last sync was sent: admitted,
+    /// or refused only by this instance's share (refunds do not take them
+    /// off): the rate the next sync sizes the share by.
+    demand: u64,
+    /// When the last sync was sent (local ns; 0: never).
+    sent: u64,
 }
 
 impl Evictable for PeriodicSlot {
@@ -187,7 +193,9 @@ impl PeriodicSlot {
 
 impl Budgeted for Counts {
     fn reconcile(&mut self, left: u64) {
-        self.pending += self.opened.saturating_sub(left);
+        let spent = self.opened.saturating_sub(left);
+        self.pending += spent;
+        self.demand = self.demand.saturating_add(spent);
         self.opened = left;
     }
 
@@ -231,6 +239,7 @@ impl Counts {
                 self.left(r).saturating_sub(units)
             });
             self.pending += units;
+            self.demand = self.demand.saturating_add(units);
             return (Step::Answer(answer), false);
         }
         if let Some(failure) = &self.failure {
@@ -260,7 +269,9 @@ impl Counts {
         let answer = answers::spent(&last.decision, elapsed, units, |r| self.left(r).min(share));
         if limits_allow {
             // What the other instances were given refuses it: the next
-            // reading may find some of it back.
+            // reading may find some of it back, and asks for it (what
+            // this instance wants counts this request).
+            self.demand = self.demand.saturating_add(units);
             return (
                 Step::Answer(answers::held_elsewhere(answer, interval)),
                 false,
@@ -302,22 +313,68 @@ impl Counts {
             .map_or(0, |last| now.saturating_sub(last.at))
     }
 
-    /// Whether the periodic tick should sync this key; marks it syncing.
-    pub(crate) fn due(&mut self) -> bool {
-        let due = !self.syncing && (self.pending > 0 || self.unconfirmed.is_some() || self.touched);
+    /// Whether the periodic tick should sync this key at `now`; marks it
+    /// syncing. A key with requests since the last sync is due; so is one
+    /// without any that still holds some of a live share: its sync gives
+    /// that back (see [`sync`]).
+    pub(crate) fn due(&mut self, now: u64) -> bool {
+        let holding = self
+            .last
+            .as_ref()
+            .is_some_and(|last| now < last.until && self.spendable(last) > 0);
+        let due = !self.syncing
+            && (self.pending > 0 || self.unconfirmed.is_some() || self.touched || holding);
         self.syncing |= due;
         due
+    }
+
+    /// What this instance wants to spend until its next sync, `now`, for a
+    /// sync every `interval` (ns): twice what it was asked for since its
+    /// last sync, at that rate over an interval (a sync sooner than a
+    /// tenth of an interval counts as that long: a share runs out in a
+    /// burst, and the next asks twenty times as much, not without bound).
+    /// 0 when nothing was asked.
+    fn want(&self, now: u64, interval: u64) -> u64 {
+        if self.demand == 0 {
+            return 0;
+        }
+        let since = now.saturating_sub(self.sent).max(interval / 10).max(1);
+        let want = u128::from(self.demand) * 2 * u128::from(interval.max(1));
+        u64::try_from(want.div_ceil(u128::from(since))).unwrap_or(u64::MAX)
     }
 }
 
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
+///
+/// The share it asks for is sized by what was asked here since the last
+/// sync (see `Counts::want`). An instance asked for nothing (no request
+/// since, none waiting) first stops spending its share here, then asks
+/// for none: Redis takes it out of the shares, so what it held returns to
+/// the other instances at once, not when it lapses. Its next request
+/// waits for a reading.
 pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
     let now = inner.now();
-    let (spent, sequence, need, left) = {
+    let interval = match inner.settings.mode {
+        super::LocalMode::Periodic { sync_interval } => {
+            u64::try_from(sync_interval.as_nanos()).unwrap_or(u64::MAX)
+        }
+        super::LocalMode::Exact => 0,
+    };
+    let (spent, sequence, need, left, want) = {
         let mut counts = slot.lock();
         counts.touched = false;
         let need = std::mem::take(&mut counts.wanted);
+        let want = counts.want(now, interval);
+        counts.demand = 0;
+        counts.sent = now;
+        if want == 0 && need == 0 {
+            // Idle: its share is given back; none of it is spent here
+            // from now on (so none is left while the call is on its way).
+            if let Some(last) = counts.last.as_mut() {
+                last.until = last.until.min(now);
+            }
+        }
         // What it may spend while the call is on its way: Redis counts it
         // as this instance's until the new share replaces it.
         let left = counts
@@ -328,15 +385,15 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
         // Read after every refund that landed so far.
         counts.refunded = false;
         match counts.unconfirmed {
-            Some(report) => (report.1, report.0, need, left),
+            Some(report) => (report.1, report.0, need, left, want),
             None if counts.pending > 0 => {
                 counts.sequence += 1;
                 let report = (counts.sequence, counts.pending);
                 counts.unconfirmed = Some(report);
                 counts.pending = 0;
-                (report.1, report.0, need, left)
+                (report.1, report.0, need, left, want)
             }
-            None => (0, 0, need, left),
+            None => (0, 0, need, left, want),
         }
     };
     let life = inner.settings.share_life_nanos;
@@ -348,6 +405,7 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
         instances: inner.settings.instances,
         need,
         left,
+        want,
     };
     inner.stats.call();
     // Redis counts the share from when the script runs, after this.
@@ -425,6 +483,7 @@ mod tests {
                 instances: 0,
                 need: 0,
                 left: 0,
+                want: 0,
             };
             let key = Key::from("k");
             let first = redis.share(&policy, &key, report(10, 1)).await.unwrap();
@@ -447,6 +506,7 @@ mod tests {
                 instances: 0,
                 need: 0,
                 left: 0,
+                want: 0,
             };
             let other = redis.share(&policy, &key, other).await.unwrap();
             assert_eq!(other.decision.merged().remaining(), 80, "{algorithm}");
@@ -471,6 +531,7 @@ mod tests {
             instances,
             need,
             left: 0,
+            want: u64::MAX,
         };
         let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
         let minute = 60_000_000;
@@ -528,6 +589,7 @@ mod tests {
             instances: 4,
             need: 0,
             left: 30,
+            want: u64::MAX,
         };
         let b = redis.share(&policy, &key, with_left).await.unwrap();
         assert_eq!(share(b), (20, 2), "90 − 13 = 77 free, in four");
@@ -536,5 +598,102 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(share(a), (15, 2), "90 − 30 (not 20) = 60, in four");
+    }
+
+    /// Shares follow demand: far from the limit each instance gets what it
+    /// wants and the rest stays free for the others; an idle instance's
+    /// sync (wanting nothing, holding nothing) takes its share out at
+    /// once; near the limit, wants that do not fit are split evenly (what
+    /// another instance wants beyond what it holds counts); never more
+    /// than is free.
+    #[tokio::test]
+    async fn shares_follow_demand_and_an_idle_sync_gives_its_share_back() {
+        let server = RedisServer::start();
+        let redis = RedisStore::connect(server.url()).await.unwrap();
+        let quota: Quota = "100/day".parse().unwrap();
+        let policy = Policy::new(vec![NamedLimit::new("day", quota)]);
+        let key = Key::from("k");
+        let minute = 60_000_000;
+        let sync = |instance, spent, sequence, want| ShareOp::Sync {
+            spent,
+            instance: super::holder(instance, policy.id()),
+            sequence,
+            life_micros: minute,
+            instances: 0,
+            need: 0,
+            left: 0,
+            want,
+        };
+        let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
+        let a = redis.share(&policy, &key, sync(7, 0, 0, 10)).await.unwrap();
+        assert_eq!(share(a), (10, 1), "alone, what it wants: the rest free");
+        let b = redis.share(&policy, &key, sync(8, 0, 0, 30)).await.unwrap();
+        assert_eq!(share(b), (30, 2), "90 free: what it wants");
+        let a = redis.share(&policy, &key, sync(7, 0, 0, 0)).await.unwrap();
+        assert_eq!(share(a), (0, 1), "idle: its share is taken out");
+        let b = redis
+            .share(&policy, &key, sync(8, 0, 0, 100))
+            .await
+            .unwrap();
+        assert_eq!(share(b), (100, 1), "all 100 free again: all it wants");
+        // Near the limit: B holds 100; C wants 40 and finds nothing free,
+        // but its want is recorded; B's next sync, wanting 100 again, gets
+        // half (the wants do not fit), and C's then finds its half of the
+        // rest; the shares never exceed what remains.
+        let c = redis.share(&policy, &key, sync(9, 0, 0, 40)).await.unwrap();
+        assert_eq!(share(c), (0, 2));
+        let b = redis
+            .share(&policy, &key, sync(8, 0, 0, 100))
+            .await
+            .unwrap();
+        assert_eq!(share(b), (50, 2), "100 free, wanted 140: even");
+        let c = redis.share(&policy, &key, sync(9, 0, 0, 40)).await.unwrap();
+        assert_eq!(share(c), (25, 2), "50 free, B wants 50 more: even");
+        let b = redis
+            .share(&policy, &key, sync(8, 0, 0, 100))
+            .await
+            .unwrap();
+        assert_eq!(share(b), (38, 2), "75 free: even, rounded up");
+        let c = redis.share(&policy, &key, sync(9, 0, 0, 10)).await.unwrap();
+        assert_eq!(share(c), (10, 2), "62 free, B wants 62 more: 10 fits");
+    }
+
+    /// A sync's reading of a whole limit carries, as its replenish time,
+    /// when a unit spent now would be back: a local admission from it
+    /// never answers `t` = 0 for a limit it spent.
+    #[tokio::test]
+    async fn a_whole_reading_says_when_a_unit_spent_would_be_back() {
+        let server = RedisServer::start();
+        let redis = RedisStore::connect(server.url()).await.unwrap();
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingWindowBuckets,
+        ] {
+            let quota: Quota = "100/min".parse().unwrap();
+            let policy = Policy::new(vec![
+                NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm),
+            ]);
+            let op = ShareOp::Sync {
+                spent: 0,
+                instance: super::holder(7, policy.id()),
+                sequence: 0,
+                life_micros: 1_000_000,
+                instances: 0,
+                need: 0,
+                left: 0,
+                want: 10,
+            };
+            let reply = redis.share(&policy, &Key::from("k"), op).await.unwrap();
+            let limit = reply.decision.merged();
+            assert_eq!(limit.remaining(), 100, "{algorithm}");
+            let replenish = limit.replenish_after_nanos();
+            assert!(replenish > 0, "{algorithm}: {limit:?}");
+            // At most two periods (a bucketed window's unit leaves with its
+            // bucket, a little past one period).
+            assert!(replenish <= 120_000_000_000, "{algorithm}: {limit:?}");
+        }
     }
 }
