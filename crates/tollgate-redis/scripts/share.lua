@@ -34,12 +34,14 @@
 --          0 when none does).
 -- ARGV[9]: sync: what the instance may still spend of its last share
 --          while this call is on its way (it decides meanwhile): counted
---          as its until the share given now replaces it.
+--          as its until the share given now replaces it; an idle sync's:
+--          what it holds and spends none of meanwhile, offered back.
 -- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
 -- ARGV[10]: reserve: this reservation's number, increasing per instance
 --          (recorded beside the units held: a refund names it); sync:
 --          what the instance wants to spend until its next sync (its
---          recent rate; 0: it was idle and gives its share back).
+--          recent rate; 0 with no request waiting, ARGV[8] 0: it was idle,
+--          and ARGV[9] is what it offers back, see `give_share`).
 -- ARGV[11 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
 -- Refund, then: ARGV[11 + 5 × #limits + (i−1)]: limit i's reset_after in
 --          the admission, in µs; "" when unknown.
@@ -181,30 +183,39 @@ end
 -- than a unit per instance). Of the rest (`free`), the instance gets what
 -- it wants (its recent rate over two intervals, ARGV[10]) when that leaves
 -- the others room for what they want beyond what they hold; else its even
--- part, rounded up (never more than it wants); and at least the request
--- that waits if that much is free. Recorded in `shares` (units, expiry,
--- want) until it lapses; an instance that wants nothing and holds nothing
--- (it was idle: it gave up its last share before this call) is taken out,
--- so that its share returns to the others at once.
+-- part, rounded up, or all the others do not want if that is more (never
+-- more than it wants); and at least the request that waits if that much
+-- is free. Recorded in `shares` (units, expiry,
+-- want) until it lapses.
+--
+-- An idle instance (it wants nothing and no request waits) offers back
+-- what it holds (ARGV[9]: it spends none of it while the call is on its
+-- way): it keeps it, until it lapses as given, unless the others want more
+-- than would then be free; else, or when it holds nothing, it is taken out
+-- of the shares, so that what it held returns to the others at once.
 local function give_share(shares, instance)
   local life, fixed, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   local left, want = tonumber(ARGV[9]), tonumber(ARGV[10])
   local others, sharing, wanted, latest = 0, 1, 0, now + life
+  local own = nil
   local entries = redis.call('HGETALL', shares)
   for i = 1, #entries, 2 do
-    if entries[i] ~= instance then
-      -- An entry without a want (written by an older version) wants what
-      -- it holds.
-      local units, expiry, theirs = string.match(entries[i + 1], '^(%d+) (%d+) ?(%d*)$')
-      units, expiry, theirs = tonumber(units), tonumber(expiry), tonumber(theirs)
-      if units and expiry and expiry > now then
-        others = others + units
-        sharing = sharing + 1
-        wanted = wanted + max((theirs or units) - units, 0)
-        latest = max(latest, expiry)
-      else
-        redis.call('HDEL', shares, entries[i])
+    -- An entry without a want (written by an older version) wants what
+    -- it holds.
+    local units, expiry, theirs = string.match(entries[i + 1], '^(%d+) (%d+) ?(%d*)$')
+    units, expiry, theirs = tonumber(units), tonumber(expiry), tonumber(theirs)
+    local live = units and expiry and expiry > now
+    if entries[i] == instance then
+      if live then
+        own = expiry
       end
+    elseif live then
+      others = others + units
+      sharing = sharing + 1
+      wanted = wanted + max((theirs or units) - units, 0)
+      latest = max(latest, expiry)
+    else
+      redis.call('HDEL', shares, entries[i])
     end
   end
   local remaining = nil
@@ -215,11 +226,22 @@ local function give_share(shares, instance)
     end
   end
   local free = max((remaining or 0) - others, 0)
+  if want == 0 and need == 0 then
+    local kept = min(left, free)
+    if own and kept > 0 and wanted <= free - kept then
+      redis.call('HSET', shares, instance, int(kept) .. ' ' .. int(own) .. ' 0')
+      redis.call('PEXPIRE', shares, ttl(floor((max(latest, own) - now) / 1000) + 1))
+      return kept, sharing
+    end
+    redis.call('HDEL', shares, instance)
+    return 0, sharing - 1
+  end
   local share
   if want + wanted <= free then
     share = want
   else
-    share = min(want, div_ceil(free, (fixed > 0) and fixed or sharing))
+    local even = div_ceil(free, (fixed > 0) and fixed or sharing)
+    share = min(want, max(even, free - wanted))
   end
   if need > share and need <= free then
     share = need
@@ -227,14 +249,8 @@ local function give_share(shares, instance)
   -- What the instance may have outstanding until its next sync: the share,
   -- and anything it spent of its last one while this call was on its way
   -- (not reported yet, and at most what it had left then).
-  local outstanding = max(share, left)
-  if outstanding == 0 and want == 0 and need == 0 then
-    redis.call('HDEL', shares, instance)
-    sharing = sharing - 1
-  else
-    redis.call('HSET', shares, instance,
-      int(outstanding) .. ' ' .. int(now + life) .. ' ' .. int(max(want, need)))
-  end
+  redis.call('HSET', shares, instance,
+    int(max(share, left)) .. ' ' .. int(now + life) .. ' ' .. int(max(want, need)))
   -- Kept while a share in it lives.
   redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
   return share, sharing

@@ -261,7 +261,11 @@ impl Counts {
             short && due > 0 && elapsed >= due
         });
         let limits_allow = self.left(last.decision.merged().remaining()) >= units;
-        let share_short = limits_allow && (!live || last.asked < cost);
+        // And when only the share refuses and the reading is half an
+        // interval old: the others' syncs since may have left some free
+        // (an idle one gives its share back when this one wants it), so a
+        // refusal of that kind lasts about an interval, not two.
+        let share_short = limits_allow && (!live || last.asked < cost || elapsed >= interval / 2);
         if unreported || out_of_date || self.refunded || share_short {
             return self.wait(cost);
         }
@@ -349,10 +353,11 @@ impl Counts {
 ///
 /// The share it asks for is sized by what was asked here since the last
 /// sync (see `Counts::want`). An instance asked for nothing (no request
-/// since, none waiting) first stops spending its share here, then asks
-/// for none: Redis takes it out of the shares, so what it held returns to
-/// the other instances at once, not when it lapses. Its next request
-/// waits for a reading.
+/// since, none waiting) stops spending its share here while the call is
+/// on its way and offers it back: it keeps it (until it lapses as given)
+/// unless the other instances want more than is free, and then it
+/// returns to them at once, not when it lapses (its next request here
+/// waits for a reading).
 pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
     let now = inner.now();
     let interval = match inner.settings.mode {
@@ -361,20 +366,13 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
         }
         super::LocalMode::Exact => 0,
     };
-    let (spent, sequence, need, left, want) = {
+    let (spent, sequence, need, left, want, idle) = {
         let mut counts = slot.lock();
         counts.touched = false;
         let need = std::mem::take(&mut counts.wanted);
         let want = counts.want(now, interval);
         counts.demand = 0;
         counts.sent = now;
-        if want == 0 && need == 0 {
-            // Idle: its share is given back; none of it is spent here
-            // from now on (so none is left while the call is on its way).
-            if let Some(last) = counts.last.as_mut() {
-                last.until = last.until.min(now);
-            }
-        }
         // What it may spend while the call is on its way: Redis counts it
         // as this instance's until the new share replaces it.
         let left = counts
@@ -382,18 +380,26 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
             .as_ref()
             .filter(|last| now < last.until)
             .map_or(0, |last| counts.spendable(last));
+        let idle = (want == 0 && need == 0).then(|| {
+            // Offered back: none of it is spent here until Redis says
+            // whether this instance keeps it, and until when.
+            let last = counts.last.as_mut()?;
+            let until = last.until;
+            last.until = last.until.min(now);
+            Some(until)
+        });
         // Read after every refund that landed so far.
         counts.refunded = false;
         match counts.unconfirmed {
-            Some(report) => (report.1, report.0, need, left, want),
+            Some(report) => (report.1, report.0, need, left, want, idle),
             None if counts.pending > 0 => {
                 counts.sequence += 1;
                 let report = (counts.sequence, counts.pending);
                 counts.unconfirmed = Some(report);
                 counts.pending = 0;
-                (report.1, report.0, need, left, want)
+                (report.1, report.0, need, left, want, idle)
             }
-            None => (0, 0, need, left, want),
+            None => (0, 0, need, left, want, idle),
         }
     };
     let life = inner.settings.share_life_nanos;
@@ -420,12 +426,18 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
             Ok(reply) => {
                 counts.unconfirmed = None;
                 counts.sharing = u64::try_from(reply.third).unwrap_or(1);
+                let share = u64::try_from(reply.second).unwrap_or(0);
+                let until = match idle {
+                    // Kept: until it lapses as it was given.
+                    Some(Some(until)) if share > 0 => until,
+                    _ => sent.saturating_add(life / 1_000 * 1_000),
+                };
                 counts.last = Some(LastReading {
                     decision: reply.decision,
                     at: now,
-                    share: u64::try_from(reply.second).unwrap_or(0),
+                    share,
                     asked: need,
-                    until: sent.saturating_add(life / 1_000 * 1_000),
+                    until,
                 });
                 if counts.failure.take().is_some() {
                     tracing::info!(
@@ -435,6 +447,11 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
                 }
             }
             Err(error) => {
+                // An idle instance that offered its share back and heard
+                // nothing keeps it (Redis away: it spends what it holds).
+                if let (Some(Some(until)), Some(last)) = (idle, counts.last.as_mut()) {
+                    last.until = last.until.max(until);
+                }
                 if counts.failure.is_none() {
                     tracing::warn!(
                         policy = slot.policy.label(),
@@ -638,24 +655,51 @@ mod tests {
         assert_eq!(share(b), (100, 1), "all 100 free again: all it wants");
         // Near the limit: B holds 100; C wants 40 and finds nothing free,
         // but its want is recorded; B's next sync, wanting 100 again, gets
-        // half (the wants do not fit), and C's then finds its half of the
-        // rest; the shares never exceed what remains.
+        // what C does not want, C's then its even part of the rest; the
+        // shares never exceed what remains.
         let c = redis.share(&policy, &key, sync(9, 0, 0, 40)).await.unwrap();
         assert_eq!(share(c), (0, 2));
         let b = redis
             .share(&policy, &key, sync(8, 0, 0, 100))
             .await
             .unwrap();
-        assert_eq!(share(b), (50, 2), "100 free, wanted 140: even");
+        assert_eq!(
+            share(b),
+            (60, 2),
+            "100 free, C wants 40: the 60 it does not"
+        );
         let c = redis.share(&policy, &key, sync(9, 0, 0, 40)).await.unwrap();
-        assert_eq!(share(c), (25, 2), "50 free, B wants 50 more: even");
+        assert_eq!(share(c), (20, 2), "40 free, B wants 40 more: even");
         let b = redis
             .share(&policy, &key, sync(8, 0, 0, 100))
             .await
             .unwrap();
-        assert_eq!(share(b), (38, 2), "75 free: even, rounded up");
+        assert_eq!(share(b), (60, 2), "80 free, C wants 20 more: 60");
         let c = redis.share(&policy, &key, sync(9, 0, 0, 10)).await.unwrap();
-        assert_eq!(share(c), (10, 2), "62 free, B wants 62 more: 10 fits");
+        assert_eq!(share(c), (10, 2), "40 free, B wants 40 more: 10 of 20");
+        // Idle, C offers back the 10 it holds: B wants 40 more than its
+        // 60, more than the 30 then free: given back at once.
+        let idle = |instance, left| ShareOp::Sync {
+            spent: 0,
+            instance: super::holder(instance, policy.id()),
+            sequence: 0,
+            life_micros: minute,
+            instances: 0,
+            need: 0,
+            left,
+            want: 0,
+        };
+        let c = redis.share(&policy, &key, idle(9, 10)).await.unwrap();
+        assert_eq!(share(c), (0, 1), "given back to B, who wants it");
+        // B idle, offering back the 60 of its share while nobody wants more:
+        // kept (and counted, until it lapses as given).
+        let b = redis.share(&policy, &key, idle(8, 60)).await.unwrap();
+        assert_eq!(share(b), (60, 1), "kept: nobody wants it");
+        let a = redis
+            .share(&policy, &key, sync(7, 0, 0, 100))
+            .await
+            .unwrap();
+        assert_eq!(share(a), (40, 2), "100 less B's 60");
     }
 
     /// A sync's reading of a whole limit carries, as its replenish time,
