@@ -711,3 +711,130 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
         assert_eq!(passed, 0, "{algorithm}: a key in debt admitted again");
     }
 }
+
+/// Issue 48: periodic shares move to where the traffic is (demand-sized
+/// shares; an idle instance gives its share back when another wants it),
+/// and the documented bound still holds: four instances, 16 clients
+/// each, every client sending bursts of 20 then idling for 0 to 3
+/// intervals (so shares are taken, left idle, given back and taken
+/// elsewhere all through), on one key of 1,000 a day: all together admit
+/// at most the limit plus one unit per instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn periodic_shares_that_move_keep_the_bound() {
+    if !clear_of_midnight() {
+        return;
+    }
+    let server = RedisServer::start();
+    let interval = Duration::from_millis(20);
+    let mode = LocalMode::Periodic {
+        sync_interval: interval,
+    };
+    for algorithm in SUPPORTED {
+        let apps = apps(
+            &server.url(),
+            &format!("periodic-moving-{algorithm}"),
+            algorithm,
+            mode,
+        )
+        .await;
+        let seen = Arc::new(Seen::default());
+        let mut tasks = Vec::new();
+        for (a, app) in apps.iter().enumerate() {
+            for c in 0..16usize {
+                let (mut app, seen) = (app.clone(), seen.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut refusals = 0;
+                    // Bounded: at most 100 bursts of 20.
+                    for round in 0..100usize {
+                        for _ in 0..20 {
+                            match status(&mut app, Request::new(())).await {
+                                StatusCode::OK => {
+                                    refusals = 0;
+                                    seen.admitted.fetch_add(1, Ordering::Relaxed);
+                                }
+                                StatusCode::TOO_MANY_REQUESTS => {
+                                    refusals += 1;
+                                    seen.limited.fetch_add(1, Ordering::Relaxed);
+                                }
+                                _ => {
+                                    refusals += 1;
+                                    seen.failed.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        if refusals >= 20 {
+                            return;
+                        }
+                        // 0 to 3 intervals idle, differing by instance,
+                        // client and round.
+                        let idle = (a * 7 + c * 3 + round) % 4;
+                        tokio::time::sleep(interval * idle as u32).await;
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let admitted = seen.admitted.load(Ordering::Relaxed);
+        println!(
+            "periodic moving {algorithm}: admitted {admitted} of 1000, limited {}",
+            seen.limited.load(Ordering::Relaxed)
+        );
+        assert!(admitted <= 1000 + 4, "{algorithm}: {admitted}");
+        // Not vacuous: the key was spent.
+        assert!(admitted >= 900, "{algorithm}: {admitted}");
+        assert_eq!(seen.failed.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// Issue 48, item 5: every periodic admission that leaves a limit short
+/// of whole says when its next unit is back (`replenish_after > 0`, the
+/// headers' `t` at least 1), never `t=0` (a whole limit) with `r < q`:
+/// two instances on one key, for every algorithm, admissions on both
+/// (each instance's first reading of a whole key included), until refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_admissions_short_of_whole_say_t_above_0() {
+    let server = RedisServer::start();
+    for algorithm in SUPPORTED {
+        let prefix = format!("periodic-t-{algorithm}");
+        let (a, policy) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            "40/min".parse().unwrap(),
+            algorithm,
+        )
+        .await;
+        let (b, _) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            "40/min".parse().unwrap(),
+            algorithm,
+        )
+        .await;
+        let mut admitted = 0;
+        // Bounded: 40 a minute, 200 tries, a little spread in time so that
+        // syncs come between them.
+        for i in 0..200 {
+            let store = if i % 3 == 0 { &b } else { &a };
+            let decision = decided(store, &policy, 1).await;
+            if decision.merged().allowed() {
+                admitted += 1;
+                for limit in decision.each() {
+                    if limit.remaining() < limit.limit() {
+                        assert!(
+                            limit.replenish_after_nanos() > 0,
+                            "{algorithm}, admission {admitted}: t=0 with r < q: {limit:?}"
+                        );
+                    }
+                }
+            }
+            if i % 10 == 0 {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+        assert!(admitted >= 20, "{algorithm}: {admitted} admitted");
+    }
+}
