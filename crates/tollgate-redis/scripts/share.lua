@@ -34,14 +34,14 @@
 --          0 when none does).
 -- ARGV[9]: sync: what the instance may still spend of its last share
 --          while this call is on its way (it decides meanwhile): counted
---          as its until the share given now replaces it; an idle sync's:
---          what it holds and spends none of meanwhile, offered back.
+--          as its until the share given now replaces it; an idle sync's
+--          (see ARGV[10]): what it holds, offered back.
 -- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
 -- ARGV[10]: reserve: this reservation's number, increasing per instance
 --          (recorded beside the units held: a refund names it); sync:
 --          what the instance wants to spend until its next sync (its
---          recent rate; 0 with no request waiting, ARGV[8] 0: it was idle,
---          and ARGV[9] is what it offers back, see `give_share`).
+--          recent rate; 0 with ARGV[8] 0: it was idle, and offers its
+--          share back, see `give_share`).
 -- ARGV[11 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
 -- Refund, then: ARGV[11 + 5 × #limits + (i−1)]: limit i's reset_after in
 --          the admission, in µs; "" when unknown.
@@ -180,19 +180,19 @@ end
 -- other instance may still spend what it was given at its last sync (its
 -- report of it comes with its next): that is taken off what remains first,
 -- so that all shares together never exceed it (but for rounding up, less
--- than a unit per instance). Of the rest (`free`), the instance gets what
--- it wants (its recent rate over two intervals, ARGV[10]) when that leaves
--- the others room for what they want beyond what they hold; else its even
--- part, rounded up, or all the others do not want if that is more (never
--- more than it wants); and at least the request that waits if that much
--- is free. Recorded in `shares` (units, expiry,
--- want) until it lapses.
---
+-- than a unit per instance). Of the rest (`free`), when that leaves the
+-- others room for what they want beyond what they hold, the instance gets
+-- what it wants (its recent rate over two intervals, ARGV[10]), or its
+-- part of `free` with room for one more instance if that is more (so that
+-- an instance new to the key finds some); when it does not, its even part,
+-- rounded up, or all the others do not want if that is more, never more
+-- than it wants; and at least the request that waits if that much is
+-- free. Recorded in `shares` (units, expiry, want) until it lapses.
 -- An idle instance (it wants nothing and no request waits) offers back
--- what it holds (ARGV[9]: it spends none of it while the call is on its
--- way): it keeps it, until it lapses as given, unless the others want more
--- than would then be free; else, or when it holds nothing, it is taken out
--- of the shares, so that what it held returns to the others at once.
+-- what it holds (ARGV[9]; it spends none of it while the call is on its
+-- way): it keeps at most half of what the others leave free, until its
+-- share lapses as it was given, and the rest returns to the others at
+-- once; holding nothing, it is taken out of the shares.
 local function give_share(shares, instance)
   local life, fixed, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   local left, want = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -204,18 +204,17 @@ local function give_share(shares, instance)
     -- it holds.
     local units, expiry, theirs = string.match(entries[i + 1], '^(%d+) (%d+) ?(%d*)$')
     units, expiry, theirs = tonumber(units), tonumber(expiry), tonumber(theirs)
-    local live = units and expiry and expiry > now
     if entries[i] == instance then
-      if live then
-        own = expiry
-      end
-    elseif live then
-      others = others + units
-      sharing = sharing + 1
-      wanted = wanted + max((theirs or units) - units, 0)
-      latest = max(latest, expiry)
+      own = expiry
     else
-      redis.call('HDEL', shares, entries[i])
+      if units and expiry and expiry > now then
+        others = others + units
+        sharing = sharing + 1
+        wanted = wanted + max((theirs or units) - units, 0)
+        latest = max(latest, expiry)
+      else
+        redis.call('HDEL', shares, entries[i])
+      end
     end
   end
   local remaining = nil
@@ -226,9 +225,11 @@ local function give_share(shares, instance)
     end
   end
   local free = max((remaining or 0) - others, 0)
-  if want == 0 and need == 0 then
-    local kept = min(left, free)
-    if own and kept > 0 and wanted <= free - kept then
+  if want == 0 and need == 0 and left > 0 then
+    -- Idle: it keeps at most half of what the others leave free, until
+    -- its share lapses as it was given.
+    local kept = min(left, floor(free / 2))
+    if kept > 0 and own and own > now then
       redis.call('HSET', shares, instance, int(kept) .. ' ' .. int(own) .. ' 0')
       redis.call('PEXPIRE', shares, ttl(floor((max(latest, own) - now) / 1000) + 1))
       return kept, sharing
@@ -236,10 +237,14 @@ local function give_share(shares, instance)
     redis.call('HDEL', shares, instance)
     return 0, sharing - 1
   end
-  local share
-  if want + wanted <= free then
-    share = want
-  else
+  local share = 0
+  if want + wanted <= free and (want > 0 or need > 0) then
+    -- Room for every want: its own, and at least its part of what is
+    -- free with room for one more instance (or among the instances set),
+    -- as far as the others' wants leave it.
+    local part = div_ceil(free, (fixed > 0) and fixed or sharing + 1)
+    share = max(want, min(part, free - wanted))
+  elseif want > 0 then
     local even = div_ceil(free, (fixed > 0) and fixed or sharing)
     share = min(want, max(even, free - wanted))
   end
@@ -248,9 +253,15 @@ local function give_share(shares, instance)
   end
   -- What the instance may have outstanding until its next sync: the share,
   -- and anything it spent of its last one while this call was on its way
-  -- (not reported yet, and at most what it had left then).
+  -- (not reported yet, and at most what it had left then). An idle
+  -- instance that holds nothing is taken out: what it held is free.
+  local outstanding = max(share, left)
+  if outstanding == 0 and want == 0 and need == 0 then
+    redis.call('HDEL', shares, instance)
+    return 0, sharing - 1
+  end
   redis.call('HSET', shares, instance,
-    int(max(share, left)) .. ' ' .. int(now + life) .. ' ' .. int(max(want, need)))
+    int(outstanding) .. ' ' .. int(now + life) .. ' ' .. int(max(want, need)))
   -- Kept while a share in it lives.
   redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
   return share, sharing

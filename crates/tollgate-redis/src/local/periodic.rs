@@ -272,9 +272,8 @@ impl Counts {
         let share = self.spendable(last);
         let answer = answers::spent(&last.decision, elapsed, units, |r| self.left(r).min(share));
         if limits_allow {
-            // What the other instances were given refuses it: the next
-            // reading may find some of it back, and asks for it (what
-            // this instance wants counts this request).
+            // The next reading may find some of it back, and asks for it
+            // (what this instance wants counts this request).
             self.demand = self.demand.saturating_add(units);
             return (
                 Step::Answer(answers::held_elsewhere(answer, interval)),
@@ -334,15 +333,15 @@ impl Counts {
 
     /// What this instance wants to spend until its next sync, `now`, for a
     /// sync every `interval` (ns): twice what it was asked for since its
-    /// last sync, at that rate over an interval (a sync sooner than a
-    /// tenth of an interval counts as that long: a share runs out in a
-    /// burst, and the next asks twenty times as much, not without bound).
-    /// 0 when nothing was asked.
+    /// last sync, at that rate over an interval (a sync sooner than half
+    /// an interval counts as that long: a share spent in a burst is
+    /// followed by one four times as large, not without bound). 0 when
+    /// nothing was asked.
     fn want(&self, now: u64, interval: u64) -> u64 {
         if self.demand == 0 {
             return 0;
         }
-        let since = now.saturating_sub(self.sent).max(interval / 10).max(1);
+        let since = now.saturating_sub(self.sent).max(interval / 2).max(1);
         let want = u128::from(self.demand) * 2 * u128::from(interval.max(1));
         u64::try_from(want.div_ceil(u128::from(since))).unwrap_or(u64::MAX)
     }
@@ -353,11 +352,12 @@ impl Counts {
 ///
 /// The share it asks for is sized by what was asked here since the last
 /// sync (see `Counts::want`). An instance asked for nothing (no request
-/// since, none waiting) stops spending its share here while the call is
-/// on its way and offers it back: it keeps it (until it lapses as given)
-/// unless the other instances want more than is free, and then it
-/// returns to them at once, not when it lapses (its next request here
-/// waits for a reading).
+/// since, none waiting) that holds some of its share offers it back,
+/// spending none of it while the call is on its way: it keeps at most
+/// half of what the others leave free (until it lapses as it was given),
+/// and the rest returns to the other instances at once, not when it
+/// lapses. So an instance new to the key finds at least half of what is
+/// free, and an idle one still has some to spend if Redis goes away.
 pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
     let now = inner.now();
     let interval = match inner.settings.mode {
@@ -380,14 +380,15 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
             .as_ref()
             .filter(|last| now < last.until)
             .map_or(0, |last| counts.spendable(last));
-        let idle = (want == 0 && need == 0).then(|| {
-            // Offered back: none of it is spent here until Redis says
-            // whether this instance keeps it, and until when.
-            let last = counts.last.as_mut()?;
-            let until = last.until;
-            last.until = last.until.min(now);
-            Some(until)
-        });
+        // Idle, holding some: it offers it back (Redis says what it
+        // keeps), and spends none of it while the call is on its way.
+        let mut idle = None;
+        if want == 0 && need == 0 && left > 0 {
+            if let Some(last) = counts.last.as_mut() {
+                idle = Some(last.until);
+                last.until = last.until.min(now);
+            }
+        }
         // Read after every refund that landed so far.
         counts.refunded = false;
         match counts.unconfirmed {
@@ -428,9 +429,9 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
                 counts.sharing = u64::try_from(reply.third).unwrap_or(1);
                 let share = u64::try_from(reply.second).unwrap_or(0);
                 let until = match idle {
-                    // Kept: until it lapses as it was given.
-                    Some(Some(until)) if share > 0 => until,
-                    _ => sent.saturating_add(life / 1_000 * 1_000),
+                    // What it kept, idle, lapses as it was given.
+                    Some(until) => until,
+                    None => sent.saturating_add(life / 1_000 * 1_000),
                 };
                 counts.last = Some(LastReading {
                     decision: reply.decision,
@@ -447,9 +448,9 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
                 }
             }
             Err(error) => {
-                // An idle instance that offered its share back and heard
-                // nothing keeps it (Redis away: it spends what it holds).
-                if let (Some(Some(until)), Some(last)) = (idle, counts.last.as_mut()) {
+                // An idle instance whose give-back was not answered keeps
+                // its share (Redis away: it spends what it holds).
+                if let (Some(until), Some(last)) = (idle, counts.last.as_mut()) {
                     last.until = last.until.max(until);
                 }
                 if counts.failure.is_none() {
@@ -618,11 +619,13 @@ mod tests {
     }
 
     /// Shares follow demand: far from the limit each instance gets what it
-    /// wants and the rest stays free for the others; an idle instance's
-    /// sync (wanting nothing, holding nothing) takes its share out at
-    /// once; near the limit, wants that do not fit are split evenly (what
-    /// another instance wants beyond what it holds counts); never more
-    /// than is free.
+    /// wants, or its part of what is free with room for one more instance
+    /// (a newcomer finds some); an idle instance's sync keeps at most half
+    /// of what the others leave free and gives the rest back at once (all
+    /// of it when it holds nothing); near the limit, wants
+    /// that do not fit are split evenly, each getting at least what the
+    /// others do not want (what another instance wants beyond what it
+    /// holds counts); never more than is free.
     #[tokio::test]
     async fn shares_follow_demand_and_an_idle_sync_gives_its_share_back() {
         let server = RedisServer::start();
@@ -631,55 +634,8 @@ mod tests {
         let policy = Policy::new(vec![NamedLimit::new("day", quota)]);
         let key = Key::from("k");
         let minute = 60_000_000;
-        let sync = |instance, spent, sequence, want| ShareOp::Sync {
-            spent,
-            instance: super::holder(instance, policy.id()),
-            sequence,
-            life_micros: minute,
-            instances: 0,
-            need: 0,
-            left: 0,
-            want,
-        };
-        let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
-        let a = redis.share(&policy, &key, sync(7, 0, 0, 10)).await.unwrap();
-        assert_eq!(share(a), (10, 1), "alone, what it wants: the rest free");
-        let b = redis.share(&policy, &key, sync(8, 0, 0, 30)).await.unwrap();
-        assert_eq!(share(b), (30, 2), "90 free: what it wants");
-        let a = redis.share(&policy, &key, sync(7, 0, 0, 0)).await.unwrap();
-        assert_eq!(share(a), (0, 1), "idle: its share is taken out");
-        let b = redis
-            .share(&policy, &key, sync(8, 0, 0, 100))
-            .await
-            .unwrap();
-        assert_eq!(share(b), (100, 1), "all 100 free again: all it wants");
-        // Near the limit: B holds 100; C wants 40 and finds nothing free,
-        // but its want is recorded; B's next sync, wanting 100 again, gets
-        // what C does not want, C's then its even part of the rest; the
-        // shares never exceed what remains.
-        let c = redis.share(&policy, &key, sync(9, 0, 0, 40)).await.unwrap();
-        assert_eq!(share(c), (0, 2));
-        let b = redis
-            .share(&policy, &key, sync(8, 0, 0, 100))
-            .await
-            .unwrap();
-        assert_eq!(
-            share(b),
-            (60, 2),
-            "100 free, C wants 40: the 60 it does not"
-        );
-        let c = redis.share(&policy, &key, sync(9, 0, 0, 40)).await.unwrap();
-        assert_eq!(share(c), (20, 2), "40 free, B wants 40 more: even");
-        let b = redis
-            .share(&policy, &key, sync(8, 0, 0, 100))
-            .await
-            .unwrap();
-        assert_eq!(share(b), (60, 2), "80 free, C wants 20 more: 60");
-        let c = redis.share(&policy, &key, sync(9, 0, 0, 10)).await.unwrap();
-        assert_eq!(share(c), (10, 2), "40 free, B wants 40 more: 10 of 20");
-        // Idle, C offers back the 10 it holds: B wants 40 more than its
-        // 60, more than the 30 then free: given back at once.
-        let idle = |instance, left| ShareOp::Sync {
+        // `left`: what an idle sync (want 0) offers back.
+        let sync = |instance, want, left| ShareOp::Sync {
             spent: 0,
             instance: super::holder(instance, policy.id()),
             sequence: 0,
@@ -687,19 +643,45 @@ mod tests {
             instances: 0,
             need: 0,
             left,
-            want: 0,
+            want,
         };
-        let c = redis.share(&policy, &key, idle(9, 10)).await.unwrap();
-        assert_eq!(share(c), (0, 1), "given back to B, who wants it");
-        // B idle, offering back the 60 of its share while nobody wants more:
-        // kept (and counted, until it lapses as given).
-        let b = redis.share(&policy, &key, idle(8, 60)).await.unwrap();
-        assert_eq!(share(b), (60, 1), "kept: nobody wants it");
-        let a = redis
-            .share(&policy, &key, sync(7, 0, 0, 100))
-            .await
-            .unwrap();
-        assert_eq!(share(a), (40, 2), "100 less B's 60");
+        let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
+        let mut steps = Vec::new();
+        for (instance, want, left, expected, why) in [
+            (7, 10, 0, (50, 1), "alone: half, room for one more"),
+            (8, 30, 0, (30, 2), "50 free: what it wants"),
+            (7, 0, 0, (0, 1), "idle, holding nothing: taken out"),
+            (8, 100, 0, (100, 1), "all 100 free: all it wants"),
+            (9, 40, 0, (0, 2), "nothing free: its want recorded"),
+            (
+                8,
+                100,
+                0,
+                (60, 2),
+                "wanted 140 of 100: what C does not want",
+            ),
+            (9, 40, 0, (20, 2), "wanted 80 of 40: even"),
+            (8, 100, 0, (60, 2), "80 free, C wants 20 more: 60"),
+            (9, 10, 0, (10, 2), "40 free, B wants 40 more: 10 of 20"),
+            (
+                9,
+                0,
+                10,
+                (10, 2),
+                "idle, 40 free: keeps its 10 (at most 20)",
+            ),
+            (8, 0, 60, (45, 2), "idle, 90 free: keeps half, 45"),
+            (7, 100, 0, (45, 3), "45 free, nobody wants more: all 45"),
+            (8, 0, 45, (22, 3), "idle, 45 free without it: keeps 22"),
+            (7, 0, 45, (34, 3), "idle, 68 free without it: keeps 34"),
+        ] {
+            let op = sync(instance, want, left);
+            let reply = redis.share(&policy, &key, op).await.unwrap();
+            steps.push((instance, want, share(reply), expected, why));
+        }
+        for (instance, want, got, expected, why) in steps {
+            assert_eq!(got, expected, "{instance} wanting {want}: {why}");
+        }
     }
 
     /// A sync's reading of a whole limit carries, as its replenish time,
