@@ -185,14 +185,16 @@ end
 -- what it wants (its recent rate over two intervals, ARGV[10]), or its
 -- part of `free` with room for one more instance if that is more (so that
 -- an instance new to the key finds some); when it does not, its even part,
--- rounded up, or all the others do not want if that is more, never more
--- than it wants; and at least the request that waits if that much is
--- free. Recorded in `shares` (units, expiry, want) until it lapses.
+-- rounded up, never more than it wants; and at least the request that
+-- waits if that much is free. Recorded in `shares` (units, expiry, and what it wants beyond
+-- the share given: the others leave that free when they can) until it
+-- lapses.
 -- An idle instance (it wants nothing and no request waits) offers back
 -- what it holds (ARGV[9]; it spends none of it while the call is on its
--- way): it keeps at most half of what the others leave free, until its
--- share lapses as it was given, and the rest returns to the others at
--- once; holding nothing, it is taken out of the shares.
+-- way): it keeps at most half of what the others leave free, and none
+-- that they want beyond what they hold, until its share lapses as it was
+-- given; the rest returns to the others at once; holding nothing, it is
+-- taken out of the shares.
 local function give_share(shares, instance)
   local life, fixed, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   local left, want = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -200,17 +202,17 @@ local function give_share(shares, instance)
   local own = nil
   local entries = redis.call('HGETALL', shares)
   for i = 1, #entries, 2 do
-    -- An entry without a want (written by an older version) wants what
-    -- it holds.
-    local units, expiry, theirs = string.match(entries[i + 1], '^(%d+) (%d+) ?(%d*)$')
-    units, expiry, theirs = tonumber(units), tonumber(expiry), tonumber(theirs)
+    -- Units, expiry, and what it wants beyond the share it was given
+    -- (none in an entry written by an older version).
+    local units, expiry, short = string.match(entries[i + 1], '^(%d+) (%d+) ?(%d*)$')
+    units, expiry, short = tonumber(units), tonumber(expiry), tonumber(short)
     if entries[i] == instance then
       own = expiry
     else
       if units and expiry and expiry > now then
         others = others + units
         sharing = sharing + 1
-        wanted = wanted + max((theirs or units) - units, 0)
+        wanted = wanted + (short or 0)
         latest = max(latest, expiry)
       else
         redis.call('HDEL', shares, entries[i])
@@ -226,9 +228,10 @@ local function give_share(shares, instance)
   end
   local free = max((remaining or 0) - others, 0)
   if want == 0 and need == 0 and left > 0 then
-    -- Idle: it keeps at most half of what the others leave free, until
-    -- its share lapses as it was given.
-    local kept = min(left, floor(free / 2))
+    -- Idle: it keeps at most half of what the others leave free, and
+    -- none the others want (beyond what they hold), until its share
+    -- lapses as it was given.
+    local kept = min(left, floor(free / 2), max(free - wanted, 0))
     if kept > 0 and own and own > now then
       redis.call('HSET', shares, instance, int(kept) .. ' ' .. int(own) .. ' 0')
       redis.call('PEXPIRE', shares, ttl(floor((max(latest, own) - now) / 1000) + 1))
@@ -245,8 +248,7 @@ local function give_share(shares, instance)
     local part = div_ceil(free, (fixed > 0) and fixed or sharing + 1)
     share = max(want, min(part, free - wanted))
   elseif want > 0 then
-    local even = div_ceil(free, (fixed > 0) and fixed or sharing)
-    share = min(want, max(even, free - wanted))
+    share = min(want, div_ceil(free, (fixed > 0) and fixed or sharing))
   end
   if need > share and need <= free then
     share = need
@@ -261,7 +263,7 @@ local function give_share(shares, instance)
     return 0, sharing - 1
   end
   redis.call('HSET', shares, instance,
-    int(outstanding) .. ' ' .. int(now + life) .. ' ' .. int(max(want, need)))
+    int(outstanding) .. ' ' .. int(now + life) .. ' ' .. int(max(max(want, need) - share, 0)))
   -- Kept while a share in it lives.
   redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
   return share, sharing

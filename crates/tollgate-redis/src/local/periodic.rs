@@ -354,9 +354,9 @@ impl Counts {
 /// sync (see `Counts::want`). An instance asked for nothing (no request
 /// since, none waiting) that holds some of its share offers it back,
 /// spending none of it while the call is on its way: it keeps at most
-/// half of what the others leave free (until it lapses as it was given),
-/// and the rest returns to the other instances at once, not when it
-/// lapses. So an instance new to the key finds at least half of what is
+/// half of what the others leave free, and none that they want (until it
+/// lapses as it was given), and the rest returns to the other instances
+/// at once, not when it lapses. So an instance new to the key finds at least half of what is
 /// free, and an idle one still has some to spend if Redis goes away.
 pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
     let now = inner.now();
@@ -622,10 +622,9 @@ mod tests {
     /// wants, or its part of what is free with room for one more instance
     /// (a newcomer finds some); an idle instance's sync keeps at most half
     /// of what the others leave free and gives the rest back at once (all
-    /// of it when it holds nothing); near the limit, wants
-    /// that do not fit are split evenly, each getting at least what the
-    /// others do not want (what another instance wants beyond what it
-    /// holds counts); never more than is free.
+    /// of it when it holds nothing, none another wants beyond its share);
+    /// near the limit, wants that do not fit are split evenly; never more
+    /// than is free.
     #[tokio::test]
     async fn shares_follow_demand_and_an_idle_sync_gives_its_share_back() {
         let server = RedisServer::start();
@@ -653,27 +652,21 @@ mod tests {
             (7, 0, 0, (0, 1), "idle, holding nothing: taken out"),
             (8, 100, 0, (100, 1), "all 100 free: all it wants"),
             (9, 40, 0, (0, 2), "nothing free: its want recorded"),
+            (8, 100, 0, (50, 2), "wanted 140 of 100: even"),
+            (9, 40, 0, (25, 2), "wanted 90 of 50: even"),
+            (8, 100, 0, (38, 2), "wanted 115 of 75: even"),
+            (9, 10, 0, (10, 2), "wanted 72 of 62: 10 of 31"),
+            (9, 0, 10, (0, 1), "idle, B wants 62 more: gives it all back"),
             (
                 8,
-                100,
                 0,
-                (60, 2),
-                "wanted 140 of 100: what C does not want",
+                38,
+                (38, 1),
+                "idle, 100 free: keeps its 38 (at most 50)",
             ),
-            (9, 40, 0, (20, 2), "wanted 80 of 40: even"),
-            (8, 100, 0, (60, 2), "80 free, C wants 20 more: 60"),
-            (9, 10, 0, (10, 2), "40 free, B wants 40 more: 10 of 20"),
-            (
-                9,
-                0,
-                10,
-                (10, 2),
-                "idle, 40 free: keeps its 10 (at most 20)",
-            ),
-            (8, 0, 60, (45, 2), "idle, 90 free: keeps half, 45"),
-            (7, 100, 0, (45, 3), "45 free, nobody wants more: all 45"),
-            (8, 0, 45, (22, 3), "idle, 45 free without it: keeps 22"),
-            (7, 0, 45, (34, 3), "idle, 68 free without it: keeps 34"),
+            (7, 100, 0, (31, 2), "wanted 100 of 62: even"),
+            (8, 0, 38, (0, 1), "idle, A wants 69 more: gives it all back"),
+            (7, 0, 31, (31, 1), "idle, 100 free: keeps its 31"),
         ] {
             let op = sync(instance, want, left);
             let reply = redis.share(&policy, &key, op).await.unwrap();
