@@ -838,3 +838,69 @@ async fn periodic_admissions_short_of_whole_say_t_above_0() {
         assert!(admitted >= 20, "{algorithm}: {admitted} admitted");
     }
 }
+
+/// Issue 48: a busy instance does not keep a key well inside its limit
+/// from another. Instance A is hammered (8 tasks) on one key of a million
+/// a day; meanwhile instance B, new to the key, gets a request every 5 ms:
+/// neither refuses one (B's first reading finds A's share sized by A's
+/// rate, or half of what was free, and the rest free for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_periodic_instance_leaves_a_key_inside_its_limit_to_another() {
+    let server = RedisServer::start();
+    for algorithm in SUPPORTED {
+        let prefix = format!("periodic-busy-{algorithm}");
+        let quota: Quota = "1000000/day".parse().unwrap();
+        let (a, policy) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            quota,
+            algorithm,
+        )
+        .await;
+        let (b, _) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            quota,
+            algorithm,
+        )
+        .await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refused_on_a = Arc::new(AtomicUsize::new(0));
+        let mut busy = Vec::new();
+        for _ in 0..8 {
+            let (a, policy) = (a.clone(), policy.clone());
+            let (stop, refused) = (stop.clone(), refused_on_a.clone());
+            busy.push(tokio::spawn(async move {
+                // Bounded: 5,000 requests each at most.
+                for _ in 0..5_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if !decided(&a, &policy, 1).await.merged().allowed() {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        // A holds a share before B comes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut refused_on_b = 0;
+        for _ in 0..40 {
+            if !decided(&b, &policy, 1).await.merged().allowed() {
+                refused_on_b += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for task in busy {
+            task.await.unwrap();
+        }
+        let refused_on_a = refused_on_a.load(Ordering::Relaxed);
+        println!("busy {algorithm}: refused on A {refused_on_a}, on B {refused_on_b} of 40");
+        assert_eq!(refused_on_b, 0, "{algorithm}: B refused");
+        assert_eq!(refused_on_a, 0, "{algorithm}: A refused");
+    }
+}
