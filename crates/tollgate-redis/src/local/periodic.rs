@@ -383,11 +383,13 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
         // Idle, holding some: it offers it back (Redis says what it
         // keeps), and spends none of it while the call is on its way.
         let mut idle = None;
-        if want == 0 && need == 0 && left > 0 {
-            if let Some(last) = counts.last.as_mut() {
-                idle = Some(last.until);
-                last.until = last.until.min(now);
-            }
+        if want == 0
+            && need == 0
+            && left > 0
+            && let Some(last) = counts.last.as_mut()
+        {
+            idle = Some(last.until);
+            last.until = last.until.min(now);
         }
         // Read after every refund that landed so far.
         counts.refunded = false;
