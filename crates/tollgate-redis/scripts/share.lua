@@ -58,8 +58,9 @@
 --            does);
 --   sync:    1 if the report was applied, 0 if it had been already (a
 --            retried call), then the share given (what the instance may
---            admit until its next sync: its part of what remains less what
---            the others may still spend of theirs), then how many instances
+--            admit until its next sync, out of what remains less what the
+--            others may still spend of theirs: see `give_share`; an idle
+--            sync's, what it keeps), then how many instances
 --            hold a live share (this one included); the decisions read for
 --            a cost of 0 (what remains now), each with, in its retry field,
 --            its retry for a cost of 1 if that would be refused, and, in

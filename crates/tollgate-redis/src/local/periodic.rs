@@ -356,8 +356,9 @@ impl Counts {
 /// spending none of it while the call is on its way: it keeps at most
 /// half of what the others leave free, and none that they want (until it
 /// lapses as it was given), and the rest returns to the other instances
-/// at once, not when it lapses. So an instance new to the key finds at least half of what is
-/// free, and an idle one still has some to spend if Redis goes away.
+/// at once, not when it lapses. So an instance new to the key finds at
+/// least half of what is free, and an idle one still has some to spend
+/// if Redis goes away.
 pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
     let now = inner.now();
     let interval = match inner.settings.mode {
