@@ -187,9 +187,10 @@ end
 -- part of `free` with room for one more instance if that is more (so that
 -- an instance new to the key finds some); when it does not, its even part,
 -- rounded up, never more than it wants; and at least the request that
--- waits if that much is free. Recorded in `shares` (units, expiry, and what it wants beyond
--- the share given: the others leave that free when they can) until it
--- lapses.
+-- waits if that much is free. Recorded in `shares` until it lapses, with,
+-- apart, what it wants beyond the share given (the others leave that free
+-- when they can).
+--
 -- An idle instance (it wants nothing and no request waits) offers back
 -- what it holds (ARGV[9]; it spends none of it while the call is on its
 -- way): it keeps at most half of what the others leave free, and none
@@ -201,23 +202,37 @@ local function give_share(shares, instance)
   local left, want = tonumber(ARGV[9]), tonumber(ARGV[10])
   local others, sharing, wanted, latest = 0, 1, 0, now + life
   local own = nil
+  -- Each instance's field holds its units and expiry (as older versions
+  -- wrote and read them); beside it, `<instance>~short`, what it wants
+  -- beyond the share it was given (an older version drops that field as
+  -- unreadable, and reads the rest as before).
+  local shorts, live = {}, {}
   local entries = redis.call('HGETALL', shares)
   for i = 1, #entries, 2 do
-    -- Units, expiry, and what it wants beyond the share it was given
-    -- (none in an entry written by an older version).
-    local units, expiry, short = string.match(entries[i + 1], '^(%d+) (%d+) ?(%d*)$')
-    units, expiry, short = tonumber(units), tonumber(expiry), tonumber(short)
-    if entries[i] == instance then
-      own = expiry
+    local field = entries[i]
+    local holder = string.match(field, '^(.*)~short$')
+    if holder then
+      shorts[holder] = tonumber(entries[i + 1])
     else
-      if units and expiry and expiry > now then
+      local units, expiry = string.match(entries[i + 1], '^(%d+) (%d+)$')
+      units, expiry = tonumber(units), tonumber(expiry)
+      if field == instance then
+        own = expiry
+      elseif units and expiry and expiry > now then
         others = others + units
         sharing = sharing + 1
-        wanted = wanted + (short or 0)
+        live[field] = true
         latest = max(latest, expiry)
       else
-        redis.call('HDEL', shares, entries[i])
+        redis.call('HDEL', shares, field, field .. '~short')
       end
+    end
+  end
+  for holder, short in pairs(shorts) do
+    if live[holder] then
+      wanted = wanted + (short or 0)
+    elseif holder ~= instance then
+      redis.call('HDEL', shares, holder .. '~short')
     end
   end
   local remaining = nil
@@ -233,8 +248,9 @@ local function give_share(shares, instance)
     -- none the others want (beyond what they hold), until its share
     -- lapses as it was given.
     local kept = min(left, floor(free / 2), max(free - wanted, 0))
+    redis.call('HDEL', shares, instance .. '~short')
     if kept > 0 and own and own > now then
-      redis.call('HSET', shares, instance, int(kept) .. ' ' .. int(own) .. ' 0')
+      redis.call('HSET', shares, instance, int(kept) .. ' ' .. int(own))
       redis.call('PEXPIRE', shares, ttl(floor((max(latest, own) - now) / 1000) + 1))
       return kept, sharing
     end
@@ -260,11 +276,16 @@ local function give_share(shares, instance)
   -- instance that holds nothing is taken out: what it held is free.
   local outstanding = max(share, left)
   if outstanding == 0 and want == 0 and need == 0 then
-    redis.call('HDEL', shares, instance)
+    redis.call('HDEL', shares, instance, instance .. '~short')
     return 0, sharing - 1
   end
-  redis.call('HSET', shares, instance,
-    int(outstanding) .. ' ' .. int(now + life) .. ' ' .. int(max(max(want, need) - share, 0)))
+  redis.call('HSET', shares, instance, int(outstanding) .. ' ' .. int(now + life))
+  local short = max(want, need) - share
+  if short > 0 then
+    redis.call('HSET', shares, instance .. '~short', int(short))
+  else
+    redis.call('HDEL', shares, instance .. '~short')
+  end
   -- Kept while a share in it lives.
   redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
   return share, sharing
