@@ -841,3 +841,200 @@ async fn exact_mode_never_spends_units_past_their_hold_after_a_late_reservation(
     );
     assert!(flood >= 90, "{flood}");
 }
+
+/// Issue 48: periodic shares move to where the traffic is (demand-sized
+/// shares; an idle instance offers its share back at its next tick), and
+/// the documented bound still holds: four instances on one key of 1,000 a
+/// day, in turns of four intervals, two at a time busy (4 clients each,
+/// a request a millisecond) and two idle, so that shares are taken, left
+/// idle, offered back and taken elsewhere all through: all together admit
+/// at most the limit plus one unit per instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn periodic_shares_that_move_keep_the_bound() {
+    if !clear_of_midnight() {
+        return;
+    }
+    let server = RedisServer::start();
+    let interval = Duration::from_millis(20);
+    let mode = LocalMode::Periodic {
+        sync_interval: interval,
+    };
+    for algorithm in SUPPORTED {
+        let apps = apps(
+            &server.url(),
+            &format!("periodic-moving-{algorithm}"),
+            algorithm,
+            mode,
+        )
+        .await;
+        let seen = Arc::new(Seen::default());
+        let started = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for (a, app) in apps.iter().enumerate() {
+            for _ in 0..4 {
+                let (mut app, seen) = (app.clone(), seen.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut refusals = 0;
+                    // Bounded: 3,000 steps at most.
+                    for _ in 0..3_000 {
+                        let turn = started.elapsed().as_millis() / (4 * interval.as_millis());
+                        if (turn as usize + a) % 2 == 1 {
+                            // This instance's idle turn.
+                            tokio::time::sleep(interval).await;
+                            continue;
+                        }
+                        match status(&mut app, Request::new(())).await {
+                            StatusCode::OK => {
+                                refusals = 0;
+                                seen.admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            StatusCode::TOO_MANY_REQUESTS => {
+                                refusals += 1;
+                                seen.limited.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {
+                                refusals += 1;
+                                seen.failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // The key spent: refused for longer than the
+                        // shares live.
+                        if refusals >= 100 {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let admitted = seen.admitted.load(Ordering::Relaxed);
+        println!(
+            "periodic moving {algorithm}: admitted {admitted} of 1000, limited {}",
+            seen.limited.load(Ordering::Relaxed)
+        );
+        assert!(admitted <= 1000 + 4, "{algorithm}: {admitted}");
+        // Not vacuous: the key was spent.
+        assert!(admitted >= 900, "{algorithm}: {admitted}");
+        assert_eq!(seen.failed.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// Issue 48, item 5: every periodic admission that leaves a limit short
+/// of whole says when its next unit is back (`replenish_after > 0`, the
+/// headers' `t` at least 1), never `t=0` (a whole limit) with `r < q`:
+/// two instances on one key, for every algorithm, admissions on both
+/// (each instance's first reading of a whole key included), until refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_admissions_short_of_whole_say_t_above_0() {
+    let server = RedisServer::start();
+    for algorithm in SUPPORTED {
+        let prefix = format!("periodic-t-{algorithm}");
+        let (a, policy) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            "40/min".parse().unwrap(),
+            algorithm,
+        )
+        .await;
+        let (b, _) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            "40/min".parse().unwrap(),
+            algorithm,
+        )
+        .await;
+        let mut admitted = 0;
+        // Bounded: 40 a minute, 200 tries, a little spread in time so that
+        // syncs come between them.
+        for i in 0..200 {
+            let store = if i % 3 == 0 { &b } else { &a };
+            let decision = decided(store, &policy, 1).await;
+            if decision.merged().allowed() {
+                admitted += 1;
+                for limit in decision.each() {
+                    if limit.remaining() < limit.limit() {
+                        assert!(
+                            limit.replenish_after_nanos() > 0,
+                            "{algorithm}, admission {admitted}: t=0 with r < q: {limit:?}"
+                        );
+                    }
+                }
+            }
+            if i % 10 == 0 {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+        assert!(admitted >= 20, "{algorithm}: {admitted} admitted");
+    }
+}
+
+/// Issue 48: a busy instance does not keep a key well inside its limit
+/// from another. Instance A is hammered (8 tasks) on one key of a million
+/// a day; meanwhile instance B, new to the key, gets a request every 5 ms:
+/// neither refuses one (B's first reading finds A's share sized by A's
+/// rate, or half of what was free, and the rest free for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_periodic_instance_leaves_a_key_inside_its_limit_to_another() {
+    let server = RedisServer::start();
+    for algorithm in SUPPORTED {
+        let prefix = format!("periodic-busy-{algorithm}");
+        let quota: Quota = "1000000/day".parse().unwrap();
+        let (a, policy) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            quota,
+            algorithm,
+        )
+        .await;
+        let (b, _) = periodic_key(
+            &server,
+            &prefix,
+            Duration::from_millis(50),
+            quota,
+            algorithm,
+        )
+        .await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refused_on_a = Arc::new(AtomicUsize::new(0));
+        let mut busy = Vec::new();
+        for _ in 0..8 {
+            let (a, policy) = (a.clone(), policy.clone());
+            let (stop, refused) = (stop.clone(), refused_on_a.clone());
+            busy.push(tokio::spawn(async move {
+                // Bounded: 5,000 requests each at most.
+                for _ in 0..5_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if !decided(&a, &policy, 1).await.merged().allowed() {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        // A holds a share before B comes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut refused_on_b = 0;
+        for _ in 0..40 {
+            if !decided(&b, &policy, 1).await.merged().allowed() {
+                refused_on_b += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for task in busy {
+            task.await.unwrap();
+        }
+        let refused_on_a = refused_on_a.load(Ordering::Relaxed);
+        println!("busy {algorithm}: refused on A {refused_on_a}, on B {refused_on_b} of 40");
+        assert_eq!(refused_on_b, 0, "{algorithm}: B refused");
+        assert_eq!(refused_on_a, 0, "{algorithm}: A refused");
+    }
+}

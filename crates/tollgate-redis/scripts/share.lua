@@ -34,10 +34,14 @@
 --          0 when none does).
 -- ARGV[9]: sync: what the instance may still spend of its last share
 --          while this call is on its way (it decides meanwhile): counted
---          as its until the share given now replaces it.
+--          as its until the share given now replaces it; an idle sync's
+--          (see ARGV[10]): what it holds, offered back.
 -- ARGV[9]: reserve: the µs `want` was sized for (its rate × this long).
 -- ARGV[10]: reserve: this reservation's number, increasing per instance
---          (recorded beside the units held: a refund names it).
+--          (recorded beside the units held: a refund names it); sync:
+--          what the instance wants to spend until its next sync (its
+--          recent rate; 0 with ARGV[8] 0: it was idle, and offers its
+--          share back, see `give_share`).
 -- ARGV[11 + 5(i−1) ...]: limit i's algorithm code, then four parameters.
 -- Refund, then: ARGV[11 + 5 × #limits + (i−1)]: limit i's reset_after in
 --          the admission, in µs; "" when unknown.
@@ -54,11 +58,14 @@
 --            does);
 --   sync:    1 if the report was applied, 0 if it had been already (a
 --            retried call), then the share given (what the instance may
---            admit until its next sync: its part of what remains less what
---            the others may still spend of theirs), then how many instances
+--            admit until its next sync, out of what remains less what the
+--            others may still spend of theirs: see `give_share`; an idle
+--            sync's, what it keeps), then how many instances
 --            hold a live share (this one included); the decisions read for
 --            a cost of 0 (what remains now), each with, in its retry field,
---            its retry for a cost of 1 if that would be refused;
+--            its retry for a cost of 1 if that would be refused, and, in
+--            its replenish field when it reads 0 (whole), its replenish
+--            for a cost of 1;
 --   refund:  the units taken off the holder's held count (of the first
 --            limit that counts them; 0 if none), 0, 0; the decisions read
 --            for a cost of 0 after the refund.
@@ -83,7 +90,7 @@ do
   elseif op == 'sync' then
     numbers = { [3] = 'the units spent', [5] = 'the sequence number',
       [6] = 'the share\'s life in µs', [7] = 'the instances', [8] = 'the least share',
-      [9] = 'the share left' }
+      [9] = 'the share left', [10] = 'the share wanted' }
   else
     numbers = { [3] = 'the cost', [5] = 'the reservation number', [6] = 'the µs since the check' }
   end
@@ -174,24 +181,58 @@ end
 -- other instance may still spend what it was given at its last sync (its
 -- report of it comes with its next): that is taken off what remains first,
 -- so that all shares together never exceed it (but for rounding up, less
--- than a unit per instance); the rest is split evenly, or at least covers
--- the request that waits if it can. Recorded in `shares` until it lapses.
+-- than a unit per instance). Of the rest (`free`), when that leaves the
+-- others room for what they want beyond what they hold, the instance gets
+-- what it wants (its recent rate over two intervals, ARGV[10]), or its
+-- part of `free` with room for one more instance if that is more (so that
+-- an instance new to the key finds some); when it does not, its even part,
+-- rounded up, never more than it wants; and at least the request that
+-- waits if that much is free. Recorded in `shares` until it lapses, with,
+-- apart, what it wants beyond the share given (the others leave that free
+-- when they can).
+--
+-- An idle instance (it wants nothing and no request waits) offers back
+-- what it holds (ARGV[9]; it spends none of it while the call is on its
+-- way): it keeps at most half of what the others leave free, and none
+-- that they want beyond what they hold, until its share lapses as it was
+-- given; the rest returns to the others at once; holding nothing, it is
+-- taken out of the shares.
 local function give_share(shares, instance)
   local life, fixed, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-  local left = tonumber(ARGV[9])
-  local others, sharing, latest = 0, 1, now + life
+  local left, want = tonumber(ARGV[9]), tonumber(ARGV[10])
+  local others, sharing, wanted, latest = 0, 1, 0, now + life
+  local own = nil
+  -- Each instance's field holds its units and expiry (as older versions
+  -- wrote and read them); beside it, `<instance>~short`, what it wants
+  -- beyond the share it was given (an older version drops that field as
+  -- unreadable, and reads the rest as before).
+  local shorts, live = {}, {}
   local entries = redis.call('HGETALL', shares)
   for i = 1, #entries, 2 do
-    if entries[i] ~= instance then
+    local field = entries[i]
+    local holder = string.match(field, '^(.*)~short$')
+    if holder then
+      shorts[holder] = tonumber(entries[i + 1])
+    else
       local units, expiry = string.match(entries[i + 1], '^(%d+) (%d+)$')
       units, expiry = tonumber(units), tonumber(expiry)
-      if units and expiry and expiry > now then
+      if field == instance then
+        own = expiry
+      elseif units and expiry and expiry > now then
         others = others + units
         sharing = sharing + 1
+        live[field] = true
         latest = max(latest, expiry)
       else
-        redis.call('HDEL', shares, entries[i])
+        redis.call('HDEL', shares, field, field .. '~short')
       end
+    end
+  end
+  for holder, short in pairs(shorts) do
+    if live[holder] then
+      wanted = wanted + (short or 0)
+    elseif holder ~= instance then
+      redis.call('HDEL', shares, holder .. '~short')
     end
   end
   local remaining = nil
@@ -202,14 +243,49 @@ local function give_share(shares, instance)
     end
   end
   local free = max((remaining or 0) - others, 0)
-  local share = div_ceil(free, (fixed > 0) and fixed or sharing)
+  if want == 0 and need == 0 and left > 0 then
+    -- Idle: it keeps at most half of what the others leave free, and
+    -- none the others want (beyond what they hold), until its share
+    -- lapses as it was given.
+    local kept = min(left, floor(free / 2), max(free - wanted, 0))
+    redis.call('HDEL', shares, instance .. '~short')
+    if kept > 0 and own and own > now then
+      redis.call('HSET', shares, instance, int(kept) .. ' ' .. int(own))
+      redis.call('PEXPIRE', shares, ttl(floor((max(latest, own) - now) / 1000) + 1))
+      return kept, sharing
+    end
+    redis.call('HDEL', shares, instance)
+    return 0, sharing - 1
+  end
+  local share = 0
+  if want + wanted <= free and (want > 0 or need > 0) then
+    -- Room for every want: its own, and at least its part of what is
+    -- free with room for one more instance (or among the instances set),
+    -- as far as the others' wants leave it.
+    local part = div_ceil(free, (fixed > 0) and fixed or sharing + 1)
+    share = max(want, min(part, free - wanted))
+  elseif want > 0 then
+    share = min(want, div_ceil(free, (fixed > 0) and fixed or sharing))
+  end
   if need > share and need <= free then
     share = need
   end
   -- What the instance may have outstanding until its next sync: the share,
   -- and anything it spent of its last one while this call was on its way
-  -- (not reported yet, and at most what it had left then).
-  redis.call('HSET', shares, instance, int(max(share, left)) .. ' ' .. int(now + life))
+  -- (not reported yet, and at most what it had left then). An idle
+  -- instance that holds nothing is taken out: what it held is free.
+  local outstanding = max(share, left)
+  if outstanding == 0 and want == 0 and need == 0 then
+    redis.call('HDEL', shares, instance, instance .. '~short')
+    return 0, sharing - 1
+  end
+  redis.call('HSET', shares, instance, int(outstanding) .. ' ' .. int(now + life))
+  local short = max(want, need) - share
+  if short > 0 then
+    redis.call('HSET', shares, instance .. '~short', int(short))
+  else
+    redis.call('HDEL', shares, instance .. '~short')
+  end
   -- Kept while a share in it lives.
   redis.call('PEXPIRE', shares, ttl(floor((latest - now) / 1000) + 1))
   return share, sharing
@@ -309,11 +385,18 @@ if op == 'sync' then
   -- for a cost of 1, in the retry field), which its figures at cost 0 do
   -- not tell for a key in debt (a window's estimate falling by one unit is
   -- not yet a unit free).
+  --
+  -- A limit that reads whole (nothing to come back: replenish 0) says
+  -- instead, in its replenish field, when a unit spent now would be back
+  -- (its replenish for a cost of 1): the instance spends from the reading
+  -- and answers that as its `t`, never "whole" for a limit it spent.
   evaluate_all(0)
   for _, limit in ipairs(limits) do
     local one = limit.algorithm.evaluate(limit.state, now, 1, limit.p)
     if one[1] == 0 then
       limit.decision[5] = one[5]
+    elseif limit.decision[7] == 0 then
+      limit.decision[7] = one[7]
     end
   end
   local share, sharing = give_share(KEYS[#KEYS], instance)

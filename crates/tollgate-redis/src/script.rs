@@ -397,6 +397,7 @@ impl PreparedPolicy {
                 instances,
                 need,
                 left,
+                want,
             } => (
                 "sync",
                 [
@@ -407,7 +408,7 @@ impl PreparedPolicy {
                     u64::from(instances),
                     u64::from(need),
                     left,
-                    0,
+                    want,
                 ],
             ),
             ShareOp::Refund {
@@ -575,7 +576,8 @@ pub(crate) enum ShareOp {
     /// (at least `need` if that much is free), to spend for `life_micros`;
     /// shared among `instances` (0: among those holding a live share).
     /// `left`: what it may still spend of its last share while the call is
-    /// on its way.
+    /// on its way. `want`: what it expects to spend until its next sync
+    /// (its recent rate; 0 when idle: the share it held is given back).
     Sync {
         spent: u64,
         instance: u64,
@@ -584,6 +586,7 @@ pub(crate) enum ShareOp {
         instances: u32,
         need: u32,
         left: u64,
+        want: u64,
     },
 }
 

@@ -9,13 +9,10 @@ use tollgate_core::{Decision, DecisionFields};
 /// `remaining` as given.
 ///
 /// A time that was running never ages below 1 ns while the figures it
-/// belongs to still stand: Redis read them `elapsed` ago, and a limit short
-/// of whole (`remaining < limit`) whose next unit was due within `elapsed`
-/// is answered with that unit due now (1 ns: the headers' `t` is at least
-/// 1), not with `replenish_after` 0, which says the limit is whole; a
-/// refusal's `retry_after` likewise. Both age alike, so a refusal keeps
-/// `replenish_after ≤ retry_after`. (The unit may be back already: the
-/// answer then shows less than remains, never more.)
+/// belongs to still stand: a refusal's `retry_after` whose time came within
+/// `elapsed` is answered as due now (1 ns), and `replenish_after` is as
+/// [`replenish`] says (0 only when `remaining` is the whole limit). Both
+/// age alike, so a refusal keeps `replenish_after ≤ retry_after`.
 fn aged(decision: &Decision, elapsed: u64, allowed: bool, remaining: u64) -> Decision {
     let f = decision.fields();
     let later = |nanos: u64| nanos.saturating_sub(elapsed);
@@ -23,11 +20,13 @@ fn aged(decision: &Decision, elapsed: u64, allowed: bool, remaining: u64) -> Dec
         0 => 0,
         nanos => later(nanos).max(1),
     };
-    let replenish_after_nanos = if remaining < f.limit {
-        running(f.replenish_after_nanos)
-    } else {
-        later(f.replenish_after_nanos)
-    };
+    let replenish_after_nanos = replenish(
+        f.limit,
+        f.remaining,
+        f.replenish_after_nanos,
+        elapsed,
+        remaining,
+    );
     DecisionFields {
         allowed,
         limit: f.limit,
@@ -44,6 +43,31 @@ fn aged(decision: &Decision, elapsed: u64, allowed: bool, remaining: u64) -> Dec
         wait_nanos: 0,
     }
     .into()
+}
+
+/// A limit's `replenish_after` (the headers' `t`), answered `elapsed`
+/// after Redis read `read` of `limit` remaining with `nanos` to its next
+/// unit, when `remaining` is left here.
+///
+/// - Whole here (`remaining ≥ limit`): 0, nothing to come back.
+/// - Short of whole in the reading: its next unit, aged, and never below
+///   1 ns while short (the unit may be back already: the answer then shows
+///   less than remains, never more; a limit short of whole always has a
+///   unit to come back, so not 0 either).
+/// - Whole in the reading and spent here since: `nanos` is then what the
+///   reading says a unit spent at once would take to come back (periodic
+///   mode's sync sends a cost of 1's replenish for a limit that reads
+///   whole), not aged: a unit spent since comes back no sooner than that
+///   after it was spent, so `t` is never early (at most `elapsed` late,
+///   for a window's units, whose end comes closer); at least 1 ns.
+fn replenish(limit: u64, read: u64, nanos: u64, elapsed: u64, remaining: u64) -> u64 {
+    if remaining >= limit {
+        0
+    } else if read >= limit {
+        nanos.max(1)
+    } else {
+        nanos.saturating_sub(elapsed).max(1)
+    }
 }
 
 /// An admission decided locally: Redis's last answer, `elapsed` later,
@@ -78,12 +102,13 @@ pub(crate) fn admitted_from(
             limit: l.limit,
             remaining: remaining(l.remaining),
             reset_after_nanos: later(l.reset_after_nanos),
-            // As `aged`: a unit due is due now, not whole.
-            replenish_after_nanos: match l.replenish_after_nanos {
-                0 => 0,
-                nanos if remaining(l.remaining) < l.limit => later(nanos).max(1),
-                nanos => later(nanos),
-            },
+            replenish_after_nanos: replenish(
+                l.limit,
+                l.remaining,
+                l.replenish_after_nanos,
+                elapsed,
+                remaining(l.remaining),
+            ),
             retry_after_nanos: 0,
             wait_nanos: 0,
         })

@@ -99,48 +99,76 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// after it.
 ///
 /// **Periodic** ([`LocalMode::Periodic`], synchronised counts): every
-/// `sync_interval` each instance reports what it admitted (charged in
-/// Redis whatever the state), reads the key again and takes a *share* of
-/// what remains; between two readings it admits while its share, less what
-/// it admitted since, covers the cost. Redis gives the share in the same
-/// script call: what remains, less what the other instances' live shares
-/// may still spend, split among the instances that hold one (or the
-/// [`instances`](LocalFirstBuilder::instances) set on the builder), rounded
-/// up, and at least the cost of the request that waits for the reading if
-/// that much is free. A share lapses two intervals and 250 ms after its
-/// sync was sent: the instance spends none of it later, and the others
-/// stop counting it then (an instance that leaves keeps its last share from
-/// the others that long). A request it cannot admit waits for a fresh
-/// reading (one call for all that wait) when it admitted since the last
-/// one, a limit was due to give quota back since, or its share lapsed or
-/// was asked for a smaller cost; otherwise it is refused from the reading,
-/// which counts all it admitted. A refusal's figures are that reading's:
+/// `sync_interval` each instance reports what it admitted (charged in Redis
+/// whatever the state), reads the key again and takes a *share* of what
+/// remains; between two readings it admits while its share, less what it
+/// admitted since, covers the cost. Redis gives the share in the same
+/// script call, out of what is *free*: what remains, less what the other
+/// instances' live shares may still spend. Shares go where the traffic is:
+/// each sync says what the instance *wants* (twice what it was asked for
+/// since its last sync, at that rate over an interval), and Redis records
+/// it beside the share. When every want fits in what is free, the instance
+/// gets what it wants, or its part of what is free with room for one more
+/// instance (among the [`instances`](LocalFirstBuilder::instances) set on
+/// the builder, if set) if that is more, as far as the others' wants leave
+/// it; when they do not fit, its even part among the instances that hold a
+/// share (or the instances set), rounded up, never more than it wants; and
+/// at least the cost of the request that waits for the reading if that much
+/// is free. An instance that had no request since its last sync and holds
+/// some of its share *offers it back* at its next tick (it spends none of
+/// it while that call is on its way): it keeps at most half of what the
+/// others leave free, and none that another wants beyond its own share; the
+/// rest is free for the others at once. Charges given back
+/// ([`refund`](Store::refund), as `charge_when` makes them) return to the
+/// share at once when they are not reported yet; reported, they return to
+/// what remains in Redis, and a request this instance would refuse after
+/// one landed waits for a reading that counts them. A share lapses two
+/// intervals and 250 ms after its sync was sent (a share kept when idle, as
+/// it was given): the instance spends none of it later, and the others stop
+/// counting it then (an instance that leaves keeps its last share from the
+/// others that long). A request it cannot admit waits for a fresh reading
+/// (one call for all that wait) when it admitted since the last one, a
+/// limit was due to give quota back since, its share lapsed or was asked
+/// for a smaller cost, or only the others' shares refuse it and the reading
+/// is half an interval old; otherwise it is refused from the reading, which
+/// counts all it admitted. A refusal's figures are that reading's:
 /// `remaining` at most the limit and at most the share left,
 /// `0 < replenish_after ≤ retry_after ≤ reset_after`, and a retry after
 /// `retry_after` passes if no other instance spent the key or holds a share
 /// of it meanwhile; when the limits would take the request and only the
 /// others' shares refuse it, `retry_after` is one interval (the next
-/// reading). Reports carry a per-instance sequence number, so a report
-/// sent again after a lost reply is not counted twice.
+/// reading). An admission's `replenish_after` (the headers' `t`) is 0 only
+/// when the limit is whole: where the reading found it whole and this
+/// instance spent it since, it is when a unit spent at once would be back,
+/// as the Redis store says it (never early; up to the time since the
+/// reading late for a window, whose end comes closer). Reports carry a
+/// per-instance sequence number, so a report sent again after a lost reply
+/// is not counted twice.
 ///
 /// *Over-admission*: at every sync the shares together are at most what
-/// remains (each instance's unreported admissions are within its share,
-/// and the others' shares are taken off before a new one is given), but
-/// for the rounding up: at any moment, all instances together have
-/// admitted at most the limit allows plus one unit per instance, for every
-/// algorithm, however the load is spread and however long the interval.
-/// The exceptions: a pay-after charge is counted when it comes, whatever
-/// the share; a [`reset`](Store::reset) forgets the shares given before it
-/// while their holders may still spend them (until they lapse); and with
-/// Redis away, an instance spends what is left of its share, then the
-/// layer's store-error behaviour decides. The cost of shares is capacity
-/// that sits unused: units in another instance's share are refused here
-/// until it reports or its share lapses, so an instance new to a busy key
-/// may be refused for up to an interval while the limit has units left. A
-/// reading never shows a bucket more than its burst `B`, and the refill
-/// between readings is not spent until the next one, so an interval longer
-/// than `B ÷ r` (at rate `r`) admits *less* than the limit under sustained
-/// load. BENCHMARKS.md has the measured curve against `I`.
+/// remains (each instance's unreported admissions are within its share, the
+/// others' shares are taken off before a new one is given, a share given is
+/// never more than what is free, and one kept when idle never more than
+/// half of it), but for the rounding up: at any moment, all instances
+/// together have admitted at most the limit allows plus one unit per
+/// instance, for every algorithm, however the load is spread and however
+/// long the interval. The exceptions: a pay-after charge is counted when it
+/// comes, whatever the share; a [`reset`](Store::reset) forgets the shares
+/// given before it while their holders may still spend them (until they
+/// lapse); with Redis away, an instance spends what is left of its share,
+/// then the layer's store-error behaviour decides; and an idle instance
+/// whose offer was answered but whose answer was lost keeps spending the
+/// share it offered (until it lapses). The cost of shares is capacity that
+/// sits unused: units in another instance's share are refused here until it
+/// reports, offers them back or its share lapses. A key well inside its
+/// limit always leaves some free for an instance new to it (the part with
+/// room for one more); near the limit an instance may be refused while
+/// others hold the rest, for about an interval: the holders' next syncs (a
+/// busy one's, every interval; an idle one's, at its next tick) leave it
+/// its part. A reading never shows a bucket more than its burst `B`, and
+/// the refill between readings is not spent until the next one, so an
+/// interval longer than `B ÷ r` (at rate `r`) admits *less* than the limit
+/// under sustained load. BENCHMARKS.md has the measured curve against `I`.
 ///
 /// # Algorithms
 ///
@@ -156,8 +184,9 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// # Faults
 ///
 /// With Redis slow or away, an instance keeps deciding with what it holds
-/// (exact: its grants; periodic: its last share, less what it admitted
-/// since, until the share lapses); once that is spent, requests get the
+/// (exact: its grants; periodic: its last share, or what it kept of it
+/// when idle, less what it admitted since, until the share lapses); once
+/// that is spent, requests get the
 /// layer's store-error behaviour. It catches up when Redis is back: a periodic instance reports
 /// everything it admitted meanwhile, once.
 ///
@@ -295,9 +324,10 @@ impl LocalFirstBuilder {
     /// its part of what remains between two readings. By default (or 0)
     /// Redis counts them at every sync: the instances whose last share of
     /// the key has not lapsed (two sync intervals and 250 ms after it was
-    /// given), this one included. Set it when the count is known (a fixed
+    /// given), this one included, and one more when every instance's want
+    /// fits (room for a newcomer). Set it when the count is known (a fixed
     /// number of replicas): an instance new to a key then gets no more than
-    /// its part at once. Exact mode ignores it (its
+    /// its part at once, or what it wants if that fits. Exact mode ignores it (its
     /// [`fanout`](Self::fanout) plays that part).
     pub fn instances(mut self, instances: u32) -> Self {
         self.settings.instances = instances;
@@ -1059,7 +1089,7 @@ async fn tick(inner: Weak<Inner>, interval: Duration) {
         let mut lag = 0;
         for slot in table.all() {
             let mut counts = slot.lock();
-            if counts.due() {
+            if counts.due(now) {
                 lag = lag.max(counts.age(now));
                 drop(counts);
                 tokio::spawn(periodic::sync(inner.shared.clone(), slot));

@@ -76,6 +76,12 @@ pub(crate) struct Counts {
     wanted: u32,
     /// How many instances held a live share at the last reading.
     pub(crate) sharing: u64,
+    /// The units asked for here since the last sync was sent: admitted,
+    /// or refused only by this instance's share (refunds do not take them
+    /// off): the rate the next sync sizes the share by.
+    demand: u64,
+    /// When the last sync was sent (local ns; 0: never).
+    sent: u64,
 }
 
 impl Evictable for PeriodicSlot {
@@ -188,7 +194,9 @@ impl PeriodicSlot {
 
 impl Budgeted for Counts {
     fn reconcile(&mut self, left: u64) {
-        self.pending += self.opened.saturating_sub(left);
+        let spent = self.opened.saturating_sub(left);
+        self.pending += spent;
+        self.demand = self.demand.saturating_add(spent);
         self.opened = left;
     }
 
@@ -232,6 +240,7 @@ impl Counts {
                 self.left(r).saturating_sub(units)
             });
             self.pending += units;
+            self.demand = self.demand.saturating_add(units);
             return (Step::Answer(answer), false);
         }
         if let Some(failure) = &self.failure {
@@ -253,15 +262,20 @@ impl Counts {
             short && due > 0 && elapsed >= due
         });
         let limits_allow = self.left(last.decision.merged().remaining()) >= units;
-        let share_short = limits_allow && (!live || last.asked < cost);
+        // And when only the share refuses and the reading is half an
+        // interval old: the others' syncs since may have left some free
+        // (an idle one gives its share back when this one wants it), so a
+        // refusal of that kind lasts about an interval, not two.
+        let share_short = limits_allow && (!live || last.asked < cost || elapsed >= interval / 2);
         if unreported || out_of_date || self.refunded || share_short {
             return self.wait(cost);
         }
         let share = self.spendable(last);
         let answer = answers::spent(&last.decision, elapsed, units, |r| self.left(r).min(share));
         if limits_allow {
-            // What the other instances were given refuses it: the next
-            // reading may find some of it back.
+            // The next reading may find some of it back, and asks for it
+            // (what this instance wants counts this request).
+            self.demand = self.demand.saturating_add(units);
             return (
                 Step::Answer(answers::held_elsewhere(answer, interval)),
                 false,
@@ -303,22 +317,64 @@ impl Counts {
             .map_or(0, |last| now.saturating_sub(last.at))
     }
 
-    /// Whether the periodic tick should sync this key; marks it syncing.
-    pub(crate) fn due(&mut self) -> bool {
-        let due = !self.syncing && (self.pending > 0 || self.unconfirmed.is_some() || self.touched);
+    /// Whether the periodic tick should sync this key at `now`; marks it
+    /// syncing. A key with requests since the last sync is due; so is one
+    /// without any that still holds some of a live share: its sync gives
+    /// that back (see [`sync`]).
+    pub(crate) fn due(&mut self, now: u64) -> bool {
+        let holding = self
+            .last
+            .as_ref()
+            .is_some_and(|last| now < last.until && self.spendable(last) > 0);
+        let due = !self.syncing
+            && (self.pending > 0 || self.unconfirmed.is_some() || self.touched || holding);
         self.syncing |= due;
         due
+    }
+
+    /// What this instance wants to spend until its next sync, `now`, for a
+    /// sync every `interval` (ns): twice what it was asked for since its
+    /// last sync, at that rate over an interval (a sync sooner than half
+    /// an interval counts as that long: a share spent in a burst is
+    /// followed by one four times as large, not without bound). 0 when
+    /// nothing was asked.
+    fn want(&self, now: u64, interval: u64) -> u64 {
+        if self.demand == 0 {
+            return 0;
+        }
+        let since = now.saturating_sub(self.sent).max(interval / 2).max(1);
+        let want = u128::from(self.demand) * 2 * u128::from(interval.max(1));
+        u64::try_from(want.div_ceil(u128::from(since))).unwrap_or(u64::MAX)
     }
 }
 
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
+///
+/// The share it asks for is sized by what was asked here since the last
+/// sync (see `Counts::want`). An instance asked for nothing (no request
+/// since, none waiting) that holds some of its share offers it back,
+/// spending none of it while the call is on its way: it keeps at most
+/// half of what the others leave free, and none that they want (until it
+/// lapses as it was given), and the rest returns to the other instances
+/// at once, not when it lapses. So an instance new to the key finds at
+/// least half of what is free, and an idle one still has some to spend
+/// if Redis goes away.
 pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
     let now = inner.now();
-    let (spent, sequence, need, left) = {
+    let interval = match inner.settings.mode {
+        super::LocalMode::Periodic { sync_interval } => {
+            u64::try_from(sync_interval.as_nanos()).unwrap_or(u64::MAX)
+        }
+        super::LocalMode::Exact => 0,
+    };
+    let (spent, sequence, need, left, want, idle) = {
         let mut counts = slot.lock();
         counts.touched = false;
         let need = std::mem::take(&mut counts.wanted);
+        let want = counts.want(now, interval);
+        counts.demand = 0;
+        counts.sent = now;
         // What it may spend while the call is on its way: Redis counts it
         // as this instance's until the new share replaces it.
         let left = counts
@@ -326,10 +382,21 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
             .as_ref()
             .filter(|last| now < last.until)
             .map_or(0, |last| counts.spendable(last));
+        // Idle, holding some: it offers it back (Redis says what it
+        // keeps), and spends none of it while the call is on its way.
+        let mut idle = None;
+        if want == 0
+            && need == 0
+            && left > 0
+            && let Some(last) = counts.last.as_mut()
+        {
+            idle = Some(last.until);
+            last.until = last.until.min(now);
+        }
         // Read after every refund that landed so far.
         counts.refunded = false;
         match counts.unconfirmed {
-            Some(report) => (report.1, report.0, need, left),
+            Some(report) => (report.1, report.0, need, left, want, idle),
             None if counts.pending > 0 => {
                 // Numbered across the instance's slots, as reservations
                 // are: a slot made again for the key (its plan changed
@@ -339,9 +406,9 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
                 let report = (counts.sequence, counts.pending);
                 counts.unconfirmed = Some(report);
                 counts.pending = 0;
-                (report.1, report.0, need, left)
+                (report.1, report.0, need, left, want, idle)
             }
-            None => (0, 0, need, left),
+            None => (0, 0, need, left, want, idle),
         }
     };
     let life = inner.settings.share_life_nanos;
@@ -353,6 +420,7 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
         instances: inner.settings.instances,
         need,
         left,
+        want,
     };
     inner.stats.call();
     // Redis counts the share from when the script runs, after this.
@@ -367,12 +435,18 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
             Ok(reply) => {
                 counts.unconfirmed = None;
                 counts.sharing = u64::try_from(reply.third).unwrap_or(1);
+                let share = u64::try_from(reply.second).unwrap_or(0);
+                let until = match idle {
+                    // What it kept, idle, lapses as it was given.
+                    Some(until) => until,
+                    None => sent.saturating_add(life / 1_000 * 1_000),
+                };
                 counts.last = Some(LastReading {
                     decision: reply.decision,
                     at: now,
-                    share: u64::try_from(reply.second).unwrap_or(0),
+                    share,
                     asked: need,
-                    until: sent.saturating_add(life / 1_000 * 1_000),
+                    until,
                 });
                 if counts.failure.take().is_some() {
                     tracing::info!(
@@ -382,6 +456,11 @@ pub(crate) async fn sync(inner: Arc<Shared>, slot: Arc<PeriodicSlot>) {
                 }
             }
             Err(error) => {
+                // An idle instance whose give-back was not answered keeps
+                // its share (Redis away: it spends what it holds).
+                if let (Some(until), Some(last)) = (idle, counts.last.as_mut()) {
+                    last.until = last.until.max(until);
+                }
                 if counts.failure.is_none() {
                     tracing::warn!(
                         policy = slot.policy.label(),
@@ -430,6 +509,7 @@ mod tests {
                 instances: 0,
                 need: 0,
                 left: 0,
+                want: 0,
             };
             let key = Key::from("k");
             let first = redis.share(&policy, &key, report(10, 1)).await.unwrap();
@@ -452,6 +532,7 @@ mod tests {
                 instances: 0,
                 need: 0,
                 left: 0,
+                want: 0,
             };
             let other = redis.share(&policy, &key, other).await.unwrap();
             assert_eq!(other.decision.merged().remaining(), 80, "{algorithm}");
@@ -476,6 +557,7 @@ mod tests {
             instances,
             need,
             left: 0,
+            want: u64::MAX,
         };
         let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
         let minute = 60_000_000;
@@ -533,6 +615,7 @@ mod tests {
             instances: 4,
             need: 0,
             left: 30,
+            want: u64::MAX,
         };
         let b = redis.share(&policy, &key, with_left).await.unwrap();
         assert_eq!(share(b), (20, 2), "90 − 13 = 77 free, in four");
@@ -541,5 +624,103 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(share(a), (15, 2), "90 − 30 (not 20) = 60, in four");
+    }
+
+    /// Shares follow demand: far from the limit each instance gets what it
+    /// wants, or its part of what is free with room for one more instance
+    /// (a newcomer finds some); an idle instance's sync keeps at most half
+    /// of what the others leave free and gives the rest back at once (all
+    /// of it when it holds nothing, none another wants beyond its share);
+    /// near the limit, wants that do not fit are split evenly; never more
+    /// than is free.
+    #[tokio::test]
+    async fn shares_follow_demand_and_an_idle_sync_gives_its_share_back() {
+        let server = RedisServer::start();
+        let redis = RedisStore::connect(server.url()).await.unwrap();
+        let quota: Quota = "100/day".parse().unwrap();
+        let policy = Policy::new(vec![NamedLimit::new("day", quota)]);
+        let key = Key::from("k");
+        let minute = 60_000_000;
+        // `left`: what an idle sync (want 0) offers back.
+        let sync = |instance, want, left| ShareOp::Sync {
+            spent: 0,
+            instance: super::holder(instance, policy.id()),
+            sequence: 0,
+            life_micros: minute,
+            instances: 0,
+            need: 0,
+            left,
+            want,
+        };
+        let share = |reply: crate::script::ShareReply| (reply.second, reply.third);
+        let mut steps = Vec::new();
+        for (instance, want, left, expected, why) in [
+            (7, 10, 0, (50, 1), "alone: half, room for one more"),
+            (8, 30, 0, (30, 2), "50 free: what it wants"),
+            (7, 0, 0, (0, 1), "idle, holding nothing: taken out"),
+            (8, 100, 0, (100, 1), "all 100 free: all it wants"),
+            (9, 40, 0, (0, 2), "nothing free: its want recorded"),
+            (8, 100, 0, (50, 2), "wanted 140 of 100: even"),
+            (9, 40, 0, (25, 2), "wanted 90 of 50: even"),
+            (8, 100, 0, (38, 2), "wanted 115 of 75: even"),
+            (9, 10, 0, (10, 2), "wanted 72 of 62: 10 of 31"),
+            (9, 0, 10, (0, 1), "idle, B wants 62 more: gives it all back"),
+            (
+                8,
+                0,
+                38,
+                (38, 1),
+                "idle, 100 free: keeps its 38 (at most 50)",
+            ),
+            (7, 100, 0, (31, 2), "wanted 100 of 62: even"),
+            (8, 0, 38, (0, 1), "idle, A wants 69 more: gives it all back"),
+            (7, 0, 31, (31, 1), "idle, 100 free: keeps its 31"),
+        ] {
+            let op = sync(instance, want, left);
+            let reply = redis.share(&policy, &key, op).await.unwrap();
+            steps.push((instance, want, share(reply), expected, why));
+        }
+        for (instance, want, got, expected, why) in steps {
+            assert_eq!(got, expected, "{instance} wanting {want}: {why}");
+        }
+    }
+
+    /// A sync's reading of a whole limit carries, as its replenish time,
+    /// when a unit spent now would be back: a local admission from it
+    /// never answers `t` = 0 for a limit it spent.
+    #[tokio::test]
+    async fn a_whole_reading_says_when_a_unit_spent_would_be_back() {
+        let server = RedisServer::start();
+        let redis = RedisStore::connect(server.url()).await.unwrap();
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingWindowBuckets,
+        ] {
+            let quota: Quota = "100/min".parse().unwrap();
+            let policy = Policy::new(vec![
+                NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm),
+            ]);
+            let op = ShareOp::Sync {
+                spent: 0,
+                instance: super::holder(7, policy.id()),
+                sequence: 0,
+                life_micros: 1_000_000,
+                instances: 0,
+                need: 0,
+                left: 0,
+                want: 10,
+            };
+            let reply = redis.share(&policy, &Key::from("k"), op).await.unwrap();
+            let limit = reply.decision.merged();
+            assert_eq!(limit.remaining(), 100, "{algorithm}");
+            let replenish = limit.replenish_after_nanos();
+            assert!(replenish > 0, "{algorithm}: {limit:?}");
+            // At most two periods (a bucketed window's unit leaves with its
+            // bucket, a little past one period).
+            assert!(replenish <= 120_000_000_000, "{algorithm}: {limit:?}");
+        }
     }
 }
