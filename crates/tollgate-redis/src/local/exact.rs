@@ -257,9 +257,11 @@ impl Budgeted for Holdings {
             .min()
             .unwrap_or(u64::MAX)
             .min(self.held_until);
-        // Low: time to reserve ahead, unless one is on its way or Redis has
-        // just said there is none.
-        let low = (!self.reserving && self.refusal.is_none()).then_some(self.last_grant / 4);
+        // Low: time to reserve ahead, unless one is on its way, Redis has
+        // just said there is none, or none starts ahead of need (see
+        // `ahead`): then no spend here needs the lock to ask.
+        let ahead = !self.reserving && self.refusal.is_none() && self.last_grant > self.last_need;
+        let low = ahead.then_some(self.last_grant / 4);
         let signature = Signature {
             at: *at,
             until,
