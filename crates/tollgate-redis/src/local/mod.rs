@@ -79,7 +79,10 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// ≤ what remained ÷ `fanout` when it was granted) plus what is left of
 /// earlier ones. A window's units unspent at its end are lost (a grant is
 /// sized for what the instance spends before the window ends, at its
-/// recent rate, so that little is). A bucket's units spent since the last
+/// recent rate, so that little is; for sliding window buckets the window
+/// is a sub-window, and its lost units count until the window has slid
+/// past it: under a flood whose requests a busy machine delays, that can
+/// be much of the limit). A bucket's units spent since the last
 /// reservation still count as held until the next one (Redis cannot know
 /// when they were spent), so their refill starts late: exact mode then
 /// admits a little less than the limit, never more. Units held by an
