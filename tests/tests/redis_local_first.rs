@@ -841,3 +841,69 @@ async fn exact_mode_never_spends_units_past_their_hold_after_a_late_reservation(
     );
     assert!(flood >= 90, "{flood}");
 }
+
+/// Issue 48: a plan change on the local-first store in exact mode carries
+/// what requests used, not what the instance reserved. Driven on a test
+/// clock: GCRA at 100/h, five requests at one instant (the second's grant
+/// is an eighth of what remains, 12: eight of its units unspent), then
+/// the key moves to 200/h — at once, within the hold, and 2 s later, past
+/// it (Redis still counts the units, the instance may no longer spend
+/// them) — and its next request there leaves 194, as on the memory store;
+/// moved down to 100/h, 93. A key in debt (110 of 200/h, debited) moved
+/// to 100/h and back keeps its 110.
+#[tokio::test]
+async fn exact_mode_plan_changes_carry_what_requests_used() {
+    use tollgate::store::Debit;
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    let server = RedisServer::start();
+    let plan = |quota: &str| {
+        Arc::new(Policy::new(vec![
+            NamedLimit::new("api", quota.parse().unwrap()).with_algorithm(Algorithm::Gcra),
+        ]))
+    };
+    let (small, large) = (plan("100/h"), plan("200/h"));
+    for (case, pause) in [("past the hold", 2), ("within the hold", 0)] {
+        let clock = tollgate_core::ManualClock::new(1_700_000_000 * 1_000_000_000);
+        let redis = RedisStore::builder(server.url())
+            .prefix(format!("carry-{pause}"))
+            .test_clock(clock.clone())
+            .connect()
+            .await
+            .unwrap();
+        let store = LocalFirst::builder(redis, LocalMode::Exact).build();
+        for _ in 0..5 {
+            assert!(
+                decided(&store, &small, 1).await.merged().allowed(),
+                "{case}"
+            );
+        }
+        clock.advance(Duration::from_secs(pause));
+        store.carry(&small, &large, &Key::GLOBAL).await.unwrap();
+        let up = decided(&store, &large, 1).await;
+        assert_eq!(up.merged().remaining(), 194, "{case}: 6 used of 200");
+        store.carry(&large, &small, &Key::GLOBAL).await.unwrap();
+        let down = decided(&store, &small, 1).await;
+        assert_eq!(down.merged().remaining(), 93, "{case}: 7 used of 100");
+
+        // In debt: 110 of 200/h; down to 100/h (refused), back up (89
+        // left after the next request).
+        let debt = Key::from("debt");
+        store.debit(&large, &debt, Debit::new(110)).landed().await;
+        store.carry(&large, &small, &debt).await.unwrap();
+        let refused = match store.check(&small, &debt, 1) {
+            tollgate::StoreReply::Ready(decision) => decision,
+            tollgate::StoreReply::Pending(future) => future.await,
+        }
+        .expect("decided");
+        assert!(!refused.merged().allowed(), "{case}: in debt");
+        // GCRA at 100/h gives a unit back every 36 s: 11 units of debt.
+        assert_eq!(refused.merged().retry_after().as_secs(), 11 * 36, "{case}");
+        store.carry(&small, &large, &debt).await.unwrap();
+        let after = match store.check(&large, &debt, 1) {
+            tollgate::StoreReply::Ready(decision) => decision,
+            tollgate::StoreReply::Pending(future) => future.await,
+        }
+        .expect("decided");
+        assert_eq!(after.merged().remaining(), 89, "{case}: the debt kept");
+    }
+}
