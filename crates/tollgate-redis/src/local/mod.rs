@@ -58,9 +58,9 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// key is spent here more slowly than one unit per `reserve_ahead`, or
 /// it is near its limit): units reserved ahead and not spent before they
 /// lapse would be charged and lost to every instance, so at such a pace
-/// each request reserves its own cost, one round trip, and a steady pace
-/// within the limit is admitted whole (four instances at one request a
-/// second each on 100/min: every request).
+/// each request reserves its own cost, one round trip, and such a pace is
+/// admitted as the algorithm allows it (four instances at one request a
+/// second each on 100/min, 80 requests in 20 s: every one).
 ///
 /// *Held units and the buckets*: a bucket refills what a grant took. A
 /// unit held past its own refill would be spent on top of the refilled
