@@ -907,3 +907,44 @@ async fn exact_mode_plan_changes_carry_what_requests_used() {
         assert_eq!(after.merged().remaining(), 89, "{case}: the debt kept");
     }
 }
+
+/// Units an instance reserved ahead and then did not spend before their
+/// hold ended (it went idle) are given back in Redis, not left charged
+/// until they refill. Driven on a test clock: GCRA at 100/h (a unit every
+/// 36 s), two requests at one instant (the second's grant is 12: 11
+/// unspent), then 2 s later (past the 1 s hold) a third: 3 used, and
+/// Redis says 97 remain (86 if the 11 stayed charged). A plain Redis
+/// store reads it (it does not read the held counts).
+#[tokio::test]
+async fn exact_mode_gives_back_units_unspent_past_their_hold() {
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    let server = RedisServer::start();
+    let clock = tollgate_core::ManualClock::new(1_700_000_000 * 1_000_000_000);
+    let redis = || {
+        RedisStore::builder(server.url())
+            .prefix("unheld")
+            .test_clock(clock.clone())
+            .connect()
+    };
+    let store = LocalFirst::builder(redis().await.unwrap(), LocalMode::Exact).build();
+    let plain = redis().await.unwrap();
+    let policy = Arc::new(Policy::new(vec![
+        NamedLimit::new("api", "100/h".parse().unwrap()).with_algorithm(Algorithm::Gcra),
+    ]));
+    for _ in 0..2 {
+        assert!(decided(&store, &policy, 1).await.merged().allowed());
+    }
+    assert_eq!(store.stats().reserved_units, 13, "a grant of 1, then of 12");
+    clock.advance(Duration::from_secs(2));
+    assert!(decided(&store, &policy, 1).await.merged().allowed());
+    let mut remaining = 0;
+    for _ in 0..5_000 {
+        let peek = plain.peek(&policy, &Key::GLOBAL).resolve().await.unwrap();
+        remaining = peek.merged().remaining();
+        if remaining >= 97 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(remaining, 97, "the 11 unspent units stayed charged");
+}

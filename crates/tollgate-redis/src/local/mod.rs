@@ -87,7 +87,12 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// when they were spent), so their refill starts late: exact mode then
 /// admits a little less than the limit, never more. Units held by an
 /// instance that stops are out of reach for `hold`; units of a slot dropped
-/// to make room are lost. Unspent held units are not given back; near the
+/// to make room are lost. Units an instance held past their hold, unspent
+/// (it reserved ahead, then went idle), are given back in Redis, as far
+/// as Redis still counts them (one call, from a spawned task), when the
+/// instance next decides or reserves for the key, for GCRA and the
+/// continuous token bucket in a policy without a window limit (a window's
+/// units are its own); until then they stay charged. Near the
 /// limit, where a [`fanout`](LocalFirstBuilder::fanout)th of what remains
 /// is less than one unit, an instance reserves only for a request that
 /// waits, never ahead of need, so that nothing it holds is out of the
@@ -458,7 +463,13 @@ impl Inner {
 
     async fn forget_slot(&self, policy: &Policy, key: &Key) {
         match &self.slots {
-            Slots::Exact(table) => call_ended(table.remove(policy.id(), key)).await,
+            Slots::Exact(table) => {
+                let slot = table.remove(policy.id(), key);
+                call_ended(slot.clone()).await;
+                if let Some(slot) = slot {
+                    slot.retire();
+                }
+            }
             Slots::Periodic(table) => call_ended(table.remove(policy.id(), key)).await,
         }
     }
@@ -897,6 +908,9 @@ impl Slot for ExactSlot {
         let now = inner.now();
         let mut holdings = self.lock();
         let (step, start) = holdings.decide(inner, now, cost);
+        if let Some(returned) = holdings.returned.take() {
+            exact::give_back(&inner.shared, self, returned, now);
+        }
         Turn::new(step, start, holdings.round, seen, holdings.failure.as_ref())
     }
 
