@@ -948,3 +948,36 @@ async fn exact_mode_gives_back_units_unspent_past_their_hold() {
     }
     assert_eq!(remaining, 97, "the 11 unspent units stayed charged");
 }
+
+/// An instance that reserved ahead and then went idle gives the units it
+/// did not spend back once their hold has passed, without a request of
+/// its own. GCRA at 100/h, a hold of 200 ms: two requests (the second's
+/// grant is 12: 11 unspent), then nothing; Redis soon says 98 remain (87
+/// while the 11 are held or charged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_mode_an_idle_instance_gives_back_what_it_held() {
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    let server = RedisServer::start();
+    let redis = || RedisStore::builder(server.url()).prefix("idle").connect();
+    let store = LocalFirst::builder(redis().await.unwrap(), LocalMode::Exact)
+        .hold(Duration::from_millis(200))
+        .build();
+    let plain = redis().await.unwrap();
+    let policy = Arc::new(Policy::new(vec![
+        NamedLimit::new("api", "100/h".parse().unwrap()).with_algorithm(Algorithm::Gcra),
+    ]));
+    for _ in 0..2 {
+        assert!(decided(&store, &policy, 1).await.merged().allowed());
+    }
+    assert_eq!(store.stats().reserved_units, 13, "a grant of 1, then of 12");
+    let mut remaining = 0;
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let peek = plain.peek(&policy, &Key::GLOBAL).resolve().await.unwrap();
+        remaining = peek.merged().remaining();
+        if remaining >= 98 {
+            break;
+        }
+    }
+    assert_eq!(remaining, 98, "the 11 units held were not given back");
+}

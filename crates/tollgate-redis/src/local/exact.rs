@@ -93,6 +93,8 @@ pub(crate) struct Holdings {
     /// Units dropped past their hold, unspent, to give back in Redis
     /// (see [`give_back`]), for the lock's holder to send.
     pub(crate) returned: Option<Returned>,
+    /// A task watches the hold (see [`watch_hold`]).
+    watching: bool,
     /// The units the budget was last opened with.
     opened: u64,
     /// When (local ns) a charge of this key was last given back in Redis:
@@ -508,6 +510,11 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
                     // Redis now counts all this slot holds, old grants
                     // too, as held until then.
                     state.held_until = after(reply.third);
+                    if state.held_until != u64::MAX
+                        && state.grants.iter().all(|g| g.lapse_at == u64::MAX)
+                    {
+                        watch_hold(&inner, &slot, &mut state);
+                    }
                     state.grants.sort_by_key(|g| g.lapse_at);
                     if reply.server_micros >= state.last_server {
                         state.last = Some((reply.decision, now));
@@ -579,6 +586,46 @@ pub(crate) fn give_back(inner: &Arc<Shared>, slot: &ExactSlot, returned: Returne
                 %error,
                 "local-first store: units past their hold were not given back; they stay charged"
             );
+        }
+    });
+}
+
+/// Watches the hold of what `slot` holds, one task per slot at most:
+/// once the hold has passed with units unspent, gives them back (see
+/// [`give_back`]), so that an instance that went idle does not keep the
+/// units it reserved ahead from the others until they refill. A hold a
+/// later reservation renewed is watched on; a reservation in flight ends
+/// the watch (its landing starts another if it grants).
+fn watch_hold(inner: &Arc<Shared>, slot: &Arc<ExactSlot>, state: &mut Holdings) {
+    if state.watching {
+        return;
+    }
+    state.watching = true;
+    let (inner, slot) = (inner.clone(), slot.clone());
+    tokio::spawn(async move {
+        loop {
+            let wait = {
+                let mut state = slot.lock();
+                let now = inner.now();
+                let until = state.held_until;
+                if until == u64::MAX || state.reserving || state.grants.is_empty() {
+                    state.watching = false;
+                    return;
+                }
+                if now >= until {
+                    state.drop_lapsed(&inner, now, true);
+                    if let Some(returned) = state.returned.take() {
+                        give_back(&inner, &slot, returned, now);
+                    }
+                    state.watching = false;
+                    return;
+                }
+                until - now
+            };
+            tokio::time::sleep(
+                std::time::Duration::from_nanos(wait) + std::time::Duration::from_millis(1),
+            )
+            .await;
         }
     });
 }

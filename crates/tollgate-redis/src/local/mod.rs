@@ -88,12 +88,11 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// admits a little less than the limit, never more. Units held by an
 /// instance that stops are out of reach for `hold`; units of a slot dropped
 /// to make room are lost. Units an instance held past their hold, unspent
-/// (it reserved ahead, then went idle), are given back in Redis, as far
-/// as Redis still counts them (one call, from a spawned task), when the
-/// instance next decides or reserves for the key, for GCRA and the
-/// continuous token bucket in a policy without a window limit (a window's
-/// units are its own); until then they stay charged. Near the
-/// limit, where a [`fanout`](LocalFirstBuilder::fanout)th of what remains
+/// (it reserved ahead, then went idle), are given back in Redis as the
+/// hold ends (one call, from a task that watches the slot's hold), as far
+/// as Redis still counts them, for GCRA and the continuous token bucket
+/// in a policy without a window limit (a window's units are its own).
+/// Near the limit, where a [`fanout`](LocalFirstBuilder::fanout)th of what remains
 /// is less than one unit, an instance reserves only for a request that
 /// waits, never ahead of need, so that nothing it holds is out of the
 /// others' reach. A plain `RedisStore` does not read the held units: do
