@@ -51,6 +51,24 @@ pub(crate) struct Returned {
     since: u64,
 }
 
+impl Returned {
+    /// `share.lua`'s refund that gives them back at `now`, for the holder
+    /// of `policy` in `inner`.
+    pub(crate) fn op(&self, inner: &Shared, policy: u64, now: u64) -> ShareOp {
+        ShareOp::Refund {
+            cost: u32::try_from(self.units).unwrap_or(u32::MAX),
+            holder: holder(inner.instance, policy),
+            report: self.recorded,
+            // Charged no earlier than granted: where Redis no longer has
+            // the count nor its record of what was spent, it gives back
+            // only what of a charge at that time is still ahead, never
+            // someone else's.
+            ago_micros: now.saturating_sub(self.since) / 1_000,
+            resets: SmallVec::new(),
+        }
+    }
+}
+
 /// Redis refused `cost`: so is any request of at least that cost until
 /// `until` (local ns).
 #[derive(Debug)]
@@ -159,24 +177,31 @@ impl ExactSlot {
         Locked::new(&self.state, &self.budget)
     }
 
-    /// The units this instance was granted of the key and no request
-    /// spent at `now` (charged in Redis already, used by no request), and
-    /// the number of the last reservation sent, which recorded them in
-    /// Redis's held counts. A window's grant after its window ended is not
-    /// counted (its units are not the window Redis counts now); a grant
-    /// past its hold is (the hold only keeps the instance from spending
-    /// it: Redis may still count its units, unused). What a carry gives
-    /// back before it reads Redis.
-    pub(crate) fn unspent(&self, now: u64) -> (u64, u64) {
+    /// Takes what this instance was granted of the key and no request
+    /// spent at `now` (charged in Redis already, used by no request), to
+    /// give back (see [`give_back`]): none when Redis recorded no count of
+    /// them. A window's grant after its window ended is not counted (its
+    /// units are not the window Redis counts now); a grant past its hold
+    /// is (the hold only keeps the instance from spending it: Redis may
+    /// still count its units, unused). What a carry gives back before it
+    /// reads Redis; the slot keeps nothing after it.
+    pub(crate) fn unspent(&self, now: u64) -> Option<Returned> {
         let mut state = self.lock();
-        let units = state
-            .grants
-            .iter()
-            .filter(|g| g.lapse_at > now)
-            .map(|g| g.units)
-            .sum();
+        let unspent = state.grants.iter().filter(|g| g.lapse_at > now);
+        // A window's units are given back in the window counted now, theirs
+        // (they lapse at its end, `now` is before it); a bucket's bounded
+        // by when they were granted.
+        let since = match unspent.clone().any(|g| g.lapse_at != u64::MAX) {
+            true => now,
+            false => unspent.clone().map(|g| g.sent).min().unwrap_or(now),
+        };
+        let units: u64 = unspent.map(|g| g.units).sum();
         state.retire();
-        (units, state.report)
+        (units > 0 && state.recorded > 0).then_some(Returned {
+            units,
+            recorded: state.recorded,
+            since,
+        })
     }
 
     /// The slot is out of its table (a carry, a reset): nothing it holds
@@ -567,16 +592,7 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
 /// every instance. Lost in a failure: they stay charged (never more
 /// admitted).
 pub(crate) fn give_back(inner: &Arc<Shared>, slot: &ExactSlot, returned: Returned, now: u64) {
-    let op = ShareOp::Refund {
-        cost: u32::try_from(returned.units).unwrap_or(u32::MAX),
-        holder: holder(inner.instance, slot.policy.id()),
-        report: returned.recorded,
-        // Charged no earlier than granted: where Redis no longer has the
-        // count nor its record of what was spent, it gives back only what
-        // of a charge at that time is still ahead, never someone else's.
-        ago_micros: now.saturating_sub(returned.since) / 1_000,
-        resets: SmallVec::new(),
-    };
+    let op = returned.op(inner, slot.policy.id(), now);
     let (inner, policy, key) = (inner.clone(), slot.policy.clone(), slot.key.clone());
     inner.stats.call();
     tokio::spawn(async move {

@@ -427,7 +427,7 @@ impl Inner {
     /// Redis's count: periodic mode, what it admitted and did not report
     /// yet (a positive count, for the caller to add); exact mode, the
     /// units it was granted and no request spent, given back in Redis
-    /// (`share.lua`'s refund, naming its last reservation, as far as
+    /// (`share.lua`'s refund, naming its last recorded reservation, as far as
     /// Redis still counts them: a held count past its hold, or a bucket
     /// that refilled since, gives back less), so that Redis's reading
     /// afterwards counts only what requests used.
@@ -439,15 +439,11 @@ impl Inner {
                 let Some(slot) = slot else {
                     return Ok(0);
                 };
-                let (unspent, report) = slot.unspent(self.now());
-                if unspent > 0 && report > 0 && !policy.limits().is_empty() {
-                    let op = ShareOp::Refund {
-                        cost: u32::try_from(unspent).unwrap_or(u32::MAX),
-                        holder: holder(self.instance, policy.id()),
-                        report,
-                        ago_micros: 0,
-                        resets: smallvec::SmallVec::new(),
-                    };
+                let now = self.now();
+                if let Some(unspent) = slot.unspent(now)
+                    && !policy.limits().is_empty()
+                {
+                    let op = unspent.op(&self.shared, policy.id(), now);
                     self.redis.share(policy, key, op).await?;
                 }
                 Ok(0)
