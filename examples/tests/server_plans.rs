@@ -36,12 +36,22 @@ fn remaining(response: &Response) -> u64 {
         .unwrap_or_else(|| panic!("no r in {field:?}"))
 }
 
-/// Writes `plans` to `file`, then waits for the server to follow it (it
-/// reads the file every 250 ms; a changed plan applies to the key's next
-/// request).
-fn plans(file: &Path, plans: &str) {
-    std::fs::write(file, plans).unwrap();
-    std::thread::sleep(Duration::from_millis(1_000));
+/// Writes `plans` to `file` with key `probe` at `probe`/h, then waits for
+/// the server to follow it (it reads the file every 250 ms; a changed plan
+/// applies to the key's next request): until `probe`'s responses show its
+/// new quota (the file is read whole, so the other keys' plans are new
+/// too), at most 200 tries 50 ms apart; then the figures judge.
+fn plans(server: &Server, file: &Path, plans: &str, probe: u64) {
+    std::fs::write(file, format!("{plans}probe={probe}/h\n")).unwrap();
+    let expected = format!("q={probe};");
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(50));
+        let response = get(server, "probe");
+        let policy = response.header("ratelimit-policy").unwrap_or_default();
+        if policy.contains(&expected) {
+            return;
+        }
+    }
 }
 
 /// The sequence, on a server started with `args`: key `flip` used 5 of
@@ -78,7 +88,13 @@ fn sequence(name: &str, args: &[&str]) -> Seen {
         } else {
             ("100/h", "200/h")
         };
-        plans(&file, &format!("flip={flip}\ndebt={debt}\n"));
+        let probe = 1_000 + i;
+        plans(
+            &server,
+            &file,
+            &format!("flip={flip}\ndebt={debt}\n"),
+            probe,
+        );
         let response = get(&server, "flip");
         assert_eq!(response.status, 200, "{name}");
         flips.push(remaining(&response));

@@ -1038,3 +1038,143 @@ async fn a_busy_periodic_instance_leaves_a_key_inside_its_limit_to_another() {
         assert_eq!(refused_on_a, 0, "{algorithm}: A refused");
     }
 }
+
+/// Issue 48: a plan change on the local-first store in exact mode carries
+/// what requests used, not what the instance reserved. Driven on a test
+/// clock: GCRA at 100/h, five requests at one instant (the second's grant
+/// is an eighth of what remains, 12: eight of its units unspent), then
+/// the key moves to 200/h — at once, within the hold, and 2 s later, past
+/// it (Redis still counts the units, the instance may no longer spend
+/// them) — and its next request there leaves 194, as on the memory store;
+/// moved down to 100/h, 93. A key in debt (110 of 200/h, debited) moved
+/// to 100/h and back keeps its 110.
+#[tokio::test]
+async fn exact_mode_plan_changes_carry_what_requests_used() {
+    use tollgate::store::Debit;
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    let server = RedisServer::start();
+    let plan = |quota: &str| {
+        Arc::new(Policy::new(vec![
+            NamedLimit::new("api", quota.parse().unwrap()).with_algorithm(Algorithm::Gcra),
+        ]))
+    };
+    let (small, large) = (plan("100/h"), plan("200/h"));
+    for (case, pause) in [("past the hold", 2), ("within the hold", 0)] {
+        let clock = tollgate_core::ManualClock::new(1_700_000_000 * 1_000_000_000);
+        let redis = RedisStore::builder(server.url())
+            .prefix(format!("carry-{pause}"))
+            .test_clock(clock.clone())
+            .connect()
+            .await
+            .unwrap();
+        let store = LocalFirst::builder(redis, LocalMode::Exact).build();
+        for _ in 0..5 {
+            assert!(
+                decided(&store, &small, 1).await.merged().allowed(),
+                "{case}"
+            );
+        }
+        clock.advance(Duration::from_secs(pause));
+        store.carry(&small, &large, &Key::GLOBAL).await.unwrap();
+        let up = decided(&store, &large, 1).await;
+        assert_eq!(up.merged().remaining(), 194, "{case}: 6 used of 200");
+        store.carry(&large, &small, &Key::GLOBAL).await.unwrap();
+        let down = decided(&store, &small, 1).await;
+        assert_eq!(down.merged().remaining(), 93, "{case}: 7 used of 100");
+
+        // In debt: 110 of 200/h; down to 100/h (refused), back up (89
+        // left after the next request).
+        let debt = Key::from("debt");
+        store.debit(&large, &debt, Debit::new(110)).landed().await;
+        store.carry(&large, &small, &debt).await.unwrap();
+        let refused = match store.check(&small, &debt, 1) {
+            tollgate::StoreReply::Ready(decision) => decision,
+            tollgate::StoreReply::Pending(future) => future.await,
+        }
+        .expect("decided");
+        assert!(!refused.merged().allowed(), "{case}: in debt");
+        // GCRA at 100/h gives a unit back every 36 s: 11 units of debt.
+        assert_eq!(refused.merged().retry_after().as_secs(), 11 * 36, "{case}");
+        store.carry(&small, &large, &debt).await.unwrap();
+        let after = match store.check(&large, &debt, 1) {
+            tollgate::StoreReply::Ready(decision) => decision,
+            tollgate::StoreReply::Pending(future) => future.await,
+        }
+        .expect("decided");
+        assert_eq!(after.merged().remaining(), 89, "{case}: the debt kept");
+    }
+}
+
+/// Units an instance reserved ahead and then did not spend before their
+/// hold ended (it went idle) are given back in Redis, not left charged
+/// until they refill. Driven on a test clock: GCRA at 100/h (a unit every
+/// 36 s), two requests at one instant (the second's grant is 12: 11
+/// unspent), then 2 s later (past the 1 s hold) a third: 3 used, and
+/// Redis says 97 remain (86 if the 11 stayed charged). A plain Redis
+/// store reads it (it does not read the held counts).
+#[tokio::test]
+async fn exact_mode_gives_back_units_unspent_past_their_hold() {
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    let server = RedisServer::start();
+    let clock = tollgate_core::ManualClock::new(1_700_000_000 * 1_000_000_000);
+    let redis = || {
+        RedisStore::builder(server.url())
+            .prefix("unheld")
+            .test_clock(clock.clone())
+            .connect()
+    };
+    let store = LocalFirst::builder(redis().await.unwrap(), LocalMode::Exact).build();
+    let plain = redis().await.unwrap();
+    let policy = Arc::new(Policy::new(vec![
+        NamedLimit::new("api", "100/h".parse().unwrap()).with_algorithm(Algorithm::Gcra),
+    ]));
+    for _ in 0..2 {
+        assert!(decided(&store, &policy, 1).await.merged().allowed());
+    }
+    assert_eq!(store.stats().reserved_units, 13, "a grant of 1, then of 12");
+    clock.advance(Duration::from_secs(2));
+    assert!(decided(&store, &policy, 1).await.merged().allowed());
+    let mut remaining = 0;
+    for _ in 0..5_000 {
+        let peek = plain.peek(&policy, &Key::GLOBAL).resolve().await.unwrap();
+        remaining = peek.merged().remaining();
+        if remaining >= 97 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(remaining, 97, "the 11 unspent units stayed charged");
+}
+
+/// An instance that reserved ahead and then went idle gives the units it
+/// did not spend back once their hold has passed, without a request of
+/// its own. GCRA at 100/h, a hold of 200 ms: two requests (the second's
+/// grant is 12: 11 unspent), then nothing; Redis soon says 98 remain (87
+/// while the 11 are held or charged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_mode_an_idle_instance_gives_back_what_it_held() {
+    use tollgate::{Key, NamedLimit, Policy, Store};
+    let server = RedisServer::start();
+    let redis = || RedisStore::builder(server.url()).prefix("idle").connect();
+    let store = LocalFirst::builder(redis().await.unwrap(), LocalMode::Exact)
+        .hold(Duration::from_millis(200))
+        .build();
+    let plain = redis().await.unwrap();
+    let policy = Arc::new(Policy::new(vec![
+        NamedLimit::new("api", "100/h".parse().unwrap()).with_algorithm(Algorithm::Gcra),
+    ]));
+    for _ in 0..2 {
+        assert!(decided(&store, &policy, 1).await.merged().allowed());
+    }
+    assert_eq!(store.stats().reserved_units, 13, "a grant of 1, then of 12");
+    let mut remaining = 0;
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let peek = plain.peek(&policy, &Key::GLOBAL).resolve().await.unwrap();
+        remaining = peek.merged().remaining();
+        if remaining >= 98 {
+            break;
+        }
+    }
+    assert_eq!(remaining, 98, "the 11 units held were not given back");
+}

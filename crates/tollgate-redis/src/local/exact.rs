@@ -36,6 +36,37 @@ pub(crate) struct ExactSlot {
 struct Grant {
     units: u64,
     lapse_at: u64,
+    /// When (local ns) the reservation that granted them was sent: they
+    /// were charged in Redis no earlier.
+    sent: u64,
+}
+
+/// Units dropped past their hold, unspent, to give back in Redis.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Returned {
+    units: u64,
+    /// The reservation whose count of held units holds them.
+    recorded: u64,
+    /// When (local ns) the earliest of them was granted.
+    since: u64,
+}
+
+impl Returned {
+    /// `share.lua`'s refund that gives them back at `now`, for the holder
+    /// of `policy` in `inner`.
+    pub(crate) fn op(&self, inner: &Shared, policy: u64, now: u64) -> ShareOp {
+        ShareOp::Refund {
+            cost: u32::try_from(self.units).unwrap_or(u32::MAX),
+            holder: holder(inner.instance, policy),
+            report: self.recorded,
+            // Charged no earlier than granted: where Redis no longer has
+            // the count nor its record of what was spent, it gives back
+            // only what of a charge at that time is still ahead, never
+            // someone else's.
+            ago_micros: now.saturating_sub(self.since) / 1_000,
+            resets: SmallVec::new(),
+        }
+    }
 }
 
 /// Redis refused `cost`: so is any request of at least that cost until
@@ -74,6 +105,14 @@ pub(crate) struct Holdings {
     /// The least the last grant had to be (the cost of the request that
     /// waited for it; 0 ahead of need).
     last_need: u64,
+    /// The number of the last reservation whose count of held units Redis
+    /// recorded (it answered, and did not refuse); 0 before the first.
+    recorded: u64,
+    /// Units dropped past their hold, unspent, to give back in Redis
+    /// (see [`give_back`]), for the lock's holder to send.
+    pub(crate) returned: Option<Returned>,
+    /// A task watches the hold (see [`watch_hold`]).
+    watching: bool,
     /// The units the budget was last opened with.
     opened: u64,
     /// When (local ns) a charge of this key was last given back in Redis:
@@ -138,23 +177,38 @@ impl ExactSlot {
         Locked::new(&self.state, &self.budget)
     }
 
-    /// The units this instance was granted of the key and no request
-    /// spent at `now` (charged in Redis already, used by no request), and
-    /// the number of the last reservation sent, which recorded them in
-    /// Redis's held counts. A window's grant after its window ended is not
-    /// counted (its units are not the window Redis counts now); a grant
-    /// past its hold is (the hold only keeps the instance from spending
-    /// it: Redis may still count its units, unused). What a carry gives
-    /// back before it reads Redis.
-    pub(crate) fn unspent(&self, now: u64) -> (u64, u64) {
-        let state = self.lock();
-        let units = state
-            .grants
-            .iter()
-            .filter(|g| g.lapse_at > now)
-            .map(|g| g.units)
-            .sum();
-        (units, state.report)
+    /// Takes what this instance was granted of the key and no request
+    /// spent at `now` (charged in Redis already, used by no request), to
+    /// give back (see [`give_back`]): none when Redis recorded no count of
+    /// them. A window's grant after its window ended is not counted (its
+    /// units are not the window Redis counts now); a grant past its hold
+    /// is (the hold only keeps the instance from spending it: Redis may
+    /// still count its units, unused). What a carry gives back before it
+    /// reads Redis; the slot keeps nothing after it.
+    pub(crate) fn unspent(&self, now: u64) -> Option<Returned> {
+        let mut state = self.lock();
+        let unspent = state.grants.iter().filter(|g| g.lapse_at > now);
+        // A window's units are given back in the window counted now, theirs
+        // (they lapse at its end, `now` is before it); a bucket's bounded
+        // by when they were granted.
+        let since = match unspent.clone().any(|g| g.lapse_at != u64::MAX) {
+            true => now,
+            false => unspent.clone().map(|g| g.sent).min().unwrap_or(now),
+        };
+        let units: u64 = unspent.map(|g| g.units).sum();
+        state.retire();
+        (units > 0 && state.recorded > 0).then_some(Returned {
+            units,
+            recorded: state.recorded,
+            since,
+        })
+    }
+
+    /// The slot is out of its table (a carry, a reset): nothing it holds
+    /// is spent or given back later (a request still at it reserves
+    /// again).
+    pub(crate) fn retire(&self) {
+        self.lock().retire();
     }
 
     /// Spends up to `cost` of the units held (not lapsed at `now`) for a
@@ -257,9 +311,11 @@ impl Budgeted for Holdings {
             .min()
             .unwrap_or(u64::MAX)
             .min(self.held_until);
-        // Low: time to reserve ahead, unless one is on its way or Redis has
-        // just said there is none.
-        let low = (!self.reserving && self.refusal.is_none()).then_some(self.last_grant / 4);
+        // Low: time to reserve ahead, unless one is on its way, Redis has
+        // just said there is none, or none starts ahead of need (see
+        // `ahead`): then no spend here needs the lock to ask.
+        let ahead = !self.reserving && self.refusal.is_none() && self.last_grant > self.last_need;
+        let low = ahead.then_some(self.last_grant / 4);
         let signature = Signature {
             at: *at,
             until,
@@ -277,17 +333,9 @@ impl Holdings {
     /// says whether a reservation should start: for this request (it then
     /// waits) or ahead of need.
     pub(crate) fn decide(&mut self, inner: &Shared, now: u64, cost: u32) -> (Step, Option<u32>) {
-        let lapsed: u64 = self
-            .grants
-            .iter()
-            .filter(|g| g.lapse_at.min(self.held_until) <= now)
-            .map(|g| g.units)
-            .sum();
-        if lapsed > 0 {
-            let held_until = self.held_until;
-            self.grants.retain(|g| g.lapse_at.min(held_until) > now);
-            inner.stats.lapsed(lapsed);
-        }
+        // A reservation in flight may count the units in Redis again
+        // (they were spendable when it was sent): then none is given back.
+        self.drop_lapsed(inner, now, !self.reserving);
         let held: u64 = self.grants.iter().map(|g| g.units).sum();
         if let Some((last, at)) = &self.last
             && held >= u64::from(cost)
@@ -316,6 +364,48 @@ impl Holdings {
         }
         let start = (!self.reserving).then(|| self.start(cost));
         (Step::Wait, start)
+    }
+
+    /// Forgets every grant, and units to give back.
+    fn retire(&mut self) {
+        self.grants.clear();
+        self.returned = None;
+    }
+
+    /// Drops the grants lapsed at `now` (their window ended, or their
+    /// hold). With `returning`, the units dropped past their hold are
+    /// marked to be given back in Redis (see [`give_back`]) when no limit
+    /// of the policy has a window (a window's units belong to it: given
+    /// back after it ended they would land in the next one), and Redis
+    /// recorded a count that holds them.
+    fn drop_lapsed(&mut self, inner: &Shared, now: u64, returning: bool) {
+        let held_until = self.held_until;
+        let lapsed: u64 = self
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at.min(held_until) <= now)
+            .map(|g| g.units)
+            .sum();
+        if lapsed == 0 {
+            return;
+        }
+        let unheld = self
+            .grants
+            .iter()
+            .filter(|g| g.lapse_at == u64::MAX && held_until <= now);
+        let since = unheld.clone().map(|g| g.sent).min().unwrap_or(now);
+        let unheld: u64 = unheld.map(|g| g.units).sum();
+        self.grants.retain(|g| g.lapse_at.min(held_until) > now);
+        inner.stats.lapsed(lapsed);
+        if returning && unheld > 0 && self.recorded > 0 {
+            let returned = self.returned.get_or_insert(Returned {
+                units: 0,
+                recorded: self.recorded,
+                since,
+            });
+            returned.units = returned.units.saturating_add(unheld);
+            returned.since = returned.since.min(since);
+        }
     }
 
     fn start(&mut self, need: u32) -> u32 {
@@ -389,16 +479,13 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
         // its hold, spent after it, would be spent on top of its own
         // refill). A reservation ahead of need is sent from a spawned
         // task, on a busy machine long after the spend that started it.
-        let held_until = state.held_until;
-        let lapsed: u64 = state
-            .grants
-            .iter()
-            .filter(|g| g.lapse_at.min(held_until) <= sent)
-            .map(|g| g.units)
-            .sum();
-        if lapsed > 0 {
-            state.grants.retain(|g| g.lapse_at.min(held_until) > sent);
-            inner.stats.lapsed(lapsed);
+        // Given back whichever of the two calls Redis runs first: before
+        // it, they come off the count that holds them; after it, off what
+        // it recorded spent when it replaced that count (its `held`
+        // leaves them out).
+        state.drop_lapsed(&inner, sent, true);
+        if let Some(returned) = state.returned.take() {
+            give_back(&inner, &slot, returned, sent);
         }
         let held = state.grants.iter().map(|g| g.units).sum();
         (want, held, state.report)
@@ -422,6 +509,9 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
         state.round += 1;
         match result {
             Ok(reply) => {
+                if reply.first > 0 || reply.decision.merged().allowed() {
+                    state.recorded = report;
+                }
                 if state.failure.take().is_some() {
                     tracing::info!(
                         policy = slot.policy.label(),
@@ -439,11 +529,17 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
                     };
                     state.grants.push(Grant {
                         units: granted,
+                        sent,
                         lapse_at: after(reply.second),
                     });
                     // Redis now counts all this slot holds, old grants
                     // too, as held until then.
                     state.held_until = after(reply.third);
+                    if state.held_until != u64::MAX
+                        && state.grants.iter().all(|g| g.lapse_at == u64::MAX)
+                    {
+                        watch_hold(&inner, &slot, &mut state);
+                    }
                     state.grants.sort_by_key(|g| g.lapse_at);
                     if reply.server_micros >= state.last_server {
                         state.last = Some((reply.decision, now));
@@ -482,4 +578,70 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
         }
     }
     slot.done.notify_waiters();
+}
+
+/// Gives back in Redis the units of `slot`'s key that this instance was
+/// granted and will never spend (dropped past their hold, unspent, at
+/// `now`), from a spawned task: `share.lua`'s refund, naming the
+/// reservation
+/// whose count of held units holds them (or, once a later reservation
+/// replaced that count, its record of what was spent), as far as Redis
+/// still counts them (a bucket that refilled since gives back less). A
+/// reservation's units otherwise stay charged until they refill: an
+/// instance that reserved ahead and then went idle would keep them from
+/// every instance. Lost in a failure: they stay charged (never more
+/// admitted).
+pub(crate) fn give_back(inner: &Arc<Shared>, slot: &ExactSlot, returned: Returned, now: u64) {
+    let op = returned.op(inner, slot.policy.id(), now);
+    let (inner, policy, key) = (inner.clone(), slot.policy.clone(), slot.key.clone());
+    inner.stats.call();
+    tokio::spawn(async move {
+        if let Err(error) = inner.redis.share(&policy, &key, op).await {
+            tracing::debug!(
+                policy = policy.label(),
+                %error,
+                "local-first store: units past their hold were not given back; they stay charged"
+            );
+        }
+    });
+}
+
+/// Watches the hold of what `slot` holds, one task per slot at most:
+/// once the hold has passed with units unspent, gives them back (see
+/// [`give_back`]), so that an instance that went idle does not keep the
+/// units it reserved ahead from the others until they refill. A hold a
+/// later reservation renewed is watched on; a reservation in flight ends
+/// the watch (its landing starts another if it grants).
+fn watch_hold(inner: &Arc<Shared>, slot: &Arc<ExactSlot>, state: &mut Holdings) {
+    if state.watching {
+        return;
+    }
+    state.watching = true;
+    let (inner, slot) = (inner.clone(), slot.clone());
+    tokio::spawn(async move {
+        loop {
+            let wait = {
+                let mut state = slot.lock();
+                let now = inner.now();
+                let until = state.held_until;
+                if until == u64::MAX || state.reserving || state.grants.is_empty() {
+                    state.watching = false;
+                    return;
+                }
+                if now >= until {
+                    state.drop_lapsed(&inner, now, true);
+                    if let Some(returned) = state.returned.take() {
+                        give_back(&inner, &slot, returned, now);
+                    }
+                    state.watching = false;
+                    return;
+                }
+                until - now
+            };
+            tokio::time::sleep(
+                std::time::Duration::from_nanos(wait) + std::time::Duration::from_millis(1),
+            )
+            .await;
+        }
+    });
 }

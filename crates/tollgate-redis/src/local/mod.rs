@@ -58,9 +58,9 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// key is spent here more slowly than one unit per `reserve_ahead`, or
 /// it is near its limit): units reserved ahead and not spent before they
 /// lapse would be charged and lost to every instance, so at such a pace
-/// each request reserves its own cost, one round trip, and a steady pace
-/// within the limit is admitted whole (four instances at one request a
-/// second each on 100/min: every request).
+/// each request reserves its own cost, one round trip, and such a pace is
+/// admitted as the algorithm allows it (four instances at one request a
+/// second each on 100/min, 80 requests in 20 s: every one).
 ///
 /// *Held units and the buckets*: a bucket refills what a grant took. A
 /// unit held past its own refill would be spent on top of the refilled
@@ -79,13 +79,20 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// ≤ what remained ÷ `fanout` when it was granted) plus what is left of
 /// earlier ones. A window's units unspent at its end are lost (a grant is
 /// sized for what the instance spends before the window ends, at its
-/// recent rate, so that little is). A bucket's units spent since the last
+/// recent rate, so that little is; for sliding window buckets the window
+/// is a sub-window, and its lost units count until the window has slid
+/// past it: under a flood whose requests a busy machine delays, that can
+/// be much of the limit). A bucket's units spent since the last
 /// reservation still count as held until the next one (Redis cannot know
 /// when they were spent), so their refill starts late: exact mode then
 /// admits a little less than the limit, never more. Units held by an
 /// instance that stops are out of reach for `hold`; units of a slot dropped
-/// to make room are lost. Unspent held units are not given back; near the
-/// limit, where a [`fanout`](LocalFirstBuilder::fanout)th of what remains
+/// to make room are lost. Units an instance held past their hold, unspent
+/// (it reserved ahead, then went idle), are given back in Redis as the
+/// hold ends (one call, from a task that watches the slot's hold), as far
+/// as Redis still counts them, for GCRA and the continuous token bucket
+/// in a policy without a window limit (a window's units are its own).
+/// Near the limit, where a [`fanout`](LocalFirstBuilder::fanout)th of what remains
 /// is less than one unit, an instance reserves only for a request that
 /// waits, never ahead of need, so that nothing it holds is out of the
 /// others' reach. A plain `RedisStore` does not read the held units: do
@@ -450,7 +457,7 @@ impl Inner {
     /// Redis's count: periodic mode, what it admitted and did not report
     /// yet (a positive count, for the caller to add); exact mode, the
     /// units it was granted and no request spent, given back in Redis
-    /// (`share.lua`'s refund, naming its last reservation, as far as
+    /// (`share.lua`'s refund, naming its last recorded reservation, as far as
     /// Redis still counts them: a held count past its hold, or a bucket
     /// that refilled since, gives back less), so that Redis's reading
     /// afterwards counts only what requests used.
@@ -462,15 +469,11 @@ impl Inner {
                 let Some(slot) = slot else {
                     return Ok(0);
                 };
-                let (unspent, report) = slot.unspent(self.now());
-                if unspent > 0 && report > 0 && !policy.limits().is_empty() {
-                    let op = ShareOp::Refund {
-                        cost: u32::try_from(unspent).unwrap_or(u32::MAX),
-                        holder: holder(self.instance, policy.id()),
-                        report,
-                        ago_micros: 0,
-                        resets: smallvec::SmallVec::new(),
-                    };
+                let now = self.now();
+                if let Some(unspent) = slot.unspent(now)
+                    && !policy.limits().is_empty()
+                {
+                    let op = unspent.op(&self.shared, policy.id(), now);
                     self.redis.share(policy, key, op).await?;
                 }
                 Ok(0)
@@ -485,7 +488,13 @@ impl Inner {
 
     async fn forget_slot(&self, policy: &Policy, key: &Key) {
         match &self.slots {
-            Slots::Exact(table) => call_ended(table.remove(policy.id(), key)).await,
+            Slots::Exact(table) => {
+                let slot = table.remove(policy.id(), key);
+                call_ended(slot.clone()).await;
+                if let Some(slot) = slot {
+                    slot.retire();
+                }
+            }
             Slots::Periodic(table) => call_ended(table.remove(policy.id(), key)).await,
         }
     }
@@ -924,6 +933,9 @@ impl Slot for ExactSlot {
         let now = inner.now();
         let mut holdings = self.lock();
         let (step, start) = holdings.decide(inner, now, cost);
+        if let Some(returned) = holdings.returned.take() {
+            exact::give_back(&inner.shared, self, returned, now);
+        }
         Turn::new(step, start, holdings.round, seen, holdings.failure.as_ref())
     }
 
