@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod custom_store;
 pub mod limits;
 pub mod plans;

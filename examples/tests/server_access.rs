@@ -75,3 +75,54 @@ fn with_key_ip_the_peer_address_is_the_key() {
         .collect();
     assert_eq!(statuses, [200, 200, 200]);
 }
+
+/// `--access-file PATH`: `allow KEY` / `deny KEY` lines over the flags,
+/// followed while the server runs (the next request after the file is
+/// read again sees the new lists); a malformed file is reported and the
+/// lists read last kept; at start, a usage error.
+#[test]
+fn an_access_file_is_followed_while_the_server_runs() {
+    use std::time::{Duration, Instant};
+    let path = std::env::temp_dir().join(format!("tollgate-access-{}.txt", std::process::id()));
+    std::fs::write(&path, "# lists\nallow friend\n").unwrap();
+    let server = Server::start(&[
+        "--limit",
+        "api=1/min",
+        "--key",
+        "header:x-api-key",
+        "--deny",
+        "foe",
+        "--access-file",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(statuses(&server, "friend", 3), [200; 3]);
+    assert_eq!(statuses(&server, "foe", 1), [403]);
+    assert_eq!(statuses(&server, "late", 2), [200, 429]);
+    // Deny a key while it runs: within a second or so the server reads
+    // the file again (waited for boundedly, with a key of its own that
+    // gets 403 once the file is in force).
+    std::fs::write(&path, "allow friend\ndeny probe\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while statuses(&server, "probe", 1) != [403] {
+        assert!(Instant::now() < deadline, "{:#?}", server.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The flags' list stays: "foe" is still denied.
+    assert_eq!(statuses(&server, "foe", 1), [403]);
+    // A malformed file: reported, the lists read last kept.
+    std::fs::write(&path, "block everyone\n").unwrap();
+    while !server
+        .logs()
+        .iter()
+        .any(|line| line.contains("does not parse"))
+    {
+        assert!(Instant::now() < deadline, "{:#?}", server.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(statuses(&server, "probe", 1), [403]);
+    assert_eq!(statuses(&server, "friend", 2), [200; 2]);
+    let (status, stderr) = run_to_exit(&["--access-file", path.to_str().unwrap()]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 1"), "{stderr}");
+    let _ = std::fs::remove_file(&path);
+}

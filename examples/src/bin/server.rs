@@ -37,6 +37,7 @@
 //! --limits-file PATH       NAME=QUOTA lines (# comments) in place of --limit; read again within a second of changing, each key keeping its usage; a malformed file is reported and the last good one kept (at start: exit code 2)
 //! --allow KEY              repeatable: a key (as for --quota) that passes every limit uncounted
 //! --deny KEY               repeatable: a key refused with 403 whatever its budget (problem+json of type urn:tollgate:problem:key-denied)
+//! --access-file PATH       `allow KEY` / `deny KEY` lines (# comments) over --allow and --deny; read again within a second of changing; a malformed file is reported and the last good one kept (at start: exit code 2)
 //! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing; a malformed file is reported and the last good one kept
 //! --metrics-listen ADDR    serve the metrics as Prometheus text at http://ADDR/metrics; prints "metrics on http://ADDR/metrics" once it accepts connections
 //! ```
@@ -230,7 +231,7 @@ use tollgate::{
 };
 use tollgate_axum::{ClientIp, ProblemJson};
 use tollgate_examples::serving::{ServeLimits, serve};
-use tollgate_examples::{limits, plans};
+use tollgate_examples::{access, limits, plans};
 use tollgate_postgres::PostgresBackend;
 use tollgate_redis::{LocalFirst, LocalMode, RedisSlots, RedisStore};
 
@@ -386,6 +387,13 @@ struct Args {
     /// repeat for several. A key both allowed and denied is denied.
     #[arg(long = "deny", value_name = "KEY")]
     deny: Vec<String>,
+
+    /// A file of `allow KEY` and `deny KEY` lines (`#` starts a comment
+    /// line), over the --allow and --deny flags, read again within a
+    /// second of changing; a malformed file is reported and the last good
+    /// one kept (at start: exit code 2).
+    #[arg(long, value_name = "PATH")]
+    access_file: Option<std::path::PathBuf>,
 
     /// A file of KEY=QUOTA lines (`#` starts a comment line), over the
     /// --quota flags; read again within a second of changing (a key whose
@@ -693,32 +701,49 @@ fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
     }
 }
 
-/// The lists of `--allow` and `--deny`, each KEY read as the `--key`
-/// extractor gives it (an address for `--key ip`: anything else there is a
-/// usage error).
-fn access_lists(args: &Args) -> Result<AccessLists, Failure> {
-    let key_of = |text: &String| match &args.key {
+/// The lists of `--allow`, `--deny` and `--access-file` (followed from
+/// now on), each KEY read as the `--key` extractor gives it (an address
+/// for `--key ip`: anything else there is a usage error).
+fn access_lists(args: &Args) -> Result<Option<AccessLists>, Failure> {
+    let fixed = access::Lists {
+        allowed: args.allow.clone(),
+        denied: args.deny.clone(),
+    };
+    let from_file = match &args.access_file {
+        Some(path) => access::read_file(path).map_err(Failure::Usage)?,
+        None if fixed == access::Lists::default() => return Ok(None),
+        None => access::Lists::default(),
+    };
+    let kind = args.key.clone();
+    let key_of = move |text: &str| key_of(&kind, text);
+    let both = fixed.clone().and(from_file);
+    let keys = |texts: &[String]| {
+        texts
+            .iter()
+            .map(|text| key_of(text).map_err(Failure::Usage))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let lists = AccessLists::new()
+        .with_allowed(keys(&both.allowed)?)
+        .with_denied(keys(&both.denied)?);
+    if let Some(path) = &args.access_file {
+        tokio::spawn(access::watch(path.clone(), fixed, lists.clone(), key_of));
+    }
+    Ok(Some(lists))
+}
+
+/// A key of an allow or deny list, as the `--key` extractor `kind` makes
+/// them of requests.
+fn key_of(kind: &KeyKind, text: &str) -> Result<Key, String> {
+    match kind {
         KeyKind::Ip => text
             .parse::<std::net::IpAddr>()
             .map(Key::from)
             .map_err(|_| {
-                Failure::Usage(format!(
-                    "{text:?} is not an IP address, which --key ip makes of each request"
-                ))
+                format!("{text:?} is not an IP address, which --key ip makes of each request")
             }),
-        KeyKind::Global | KeyKind::Header(_) => Ok(Key::from(text.as_str())),
-    };
-    let allowed = args
-        .allow
-        .iter()
-        .map(key_of)
-        .collect::<Result<Vec<_>, _>>()?;
-    let denied = args
-        .deny
-        .iter()
-        .map(key_of)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(AccessLists::new().with_allowed(allowed).with_denied(denied))
+        KeyKind::Global | KeyKind::Header(_) => Ok(Key::from(text)),
+    }
 }
 
 /// The playground's rejector: limited requests as tollgate's default
@@ -958,8 +983,8 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     if let Some(charge_when) = &args.charge_when {
         builder = builder.charge_when(charge_when.clone());
     }
-    if !args.allow.is_empty() || !args.deny.is_empty() {
-        builder = builder.access(access_lists(args)?);
+    if let Some(lists) = access_lists(args)? {
+        builder = builder.access(lists);
     }
     if let Some(quotas) = key_quotas(args)? {
         builder = builder.quota_source(quotas);
