@@ -87,6 +87,25 @@ async fn requests_at_the_swaps_instant_are_not_over_admitted() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_built_layer_hands_out_its_handle() {
+    let layer = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(10))
+        .key(GlobalKey)
+        .store(MemoryStore::builder().clock(TokioClock::new()).build())
+        .live_limits(LiveLimits::new())
+        .build();
+    let handle = layer.live_limits().expect("built with live limits").clone();
+    let mut service = ServiceBuilder::new().layer(layer).service_fn(ok);
+    handle.set_quota("api", Quota::per_minute(3)).unwrap();
+    let response = send(&mut service, Request::new(())).await;
+    assert_eq!(field(&response, "ratelimit-policy"), "\"api\";q=3;w=60");
+    let plain = RateLimitLayer::builder()
+        .quota("api", Quota::per_minute(10))
+        .build();
+    assert!(plain.live_limits().is_none());
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_algorithm_changes_and_a_bad_change_changes_nothing() {
     let limits = LiveLimits::new();
     let mut service = service(&limits);

@@ -41,6 +41,9 @@ pub(crate) struct Engine<K, St, R> {
     pub routes: Routes,
     #[cfg(feature = "quotas")]
     pub quotas: Option<Arc<crate::rate_limit::quotas::Resolver>>,
+    /// The handle to the limits, when they change while the layer runs.
+    #[cfg(feature = "quotas")]
+    pub live: Option<crate::rate_limit::quotas::LiveLimits>,
     pub key: K,
     pub store: St,
     pub settings: Settings,

@@ -95,6 +95,14 @@ impl<K, St, R> RateLimitLayer<K, St, R> {
     pub fn store(&self) -> &St {
         &self.shared.store
     }
+
+    /// The handle that changes this layer's limits while it runs, when it
+    /// was built with [`live_limits`](RateLimitBuilder::live_limits) (a
+    /// clone of the one given: both change the same limits).
+    #[cfg(feature = "quotas")]
+    pub fn live_limits(&self) -> Option<&crate::quotas::LiveLimits> {
+        self.shared.live.as_ref()
+    }
 }
 
 /// What a rules layer takes from the builder it is made with, for every
@@ -515,6 +523,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         };
         let routes = Routes::new(default, routes);
         #[cfg(feature = "quotas")]
+        let live = config.live.clone();
+        #[cfg(feature = "quotas")]
         let quotas = match config.live {
             Some(live) => {
                 let store = self.store.clone();
@@ -555,6 +565,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 routes,
                 #[cfg(feature = "quotas")]
                 quotas,
+                #[cfg(feature = "quotas")]
+                live,
                 key: self.key,
                 store: self.store,
                 settings,
