@@ -102,7 +102,9 @@
 //! limits in one value with [`encode_states`] and [`decode_states`]
 //! (compact, versioned; garbage is an error, never a panic: see
 //! [`state_bytes`]).
-#![warn(missing_docs)]
+// tower's lint set: every public item documented and printable, and no
+// `pub` where nothing outside the crate can reach it.
+#![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
 // a feature then carry a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]

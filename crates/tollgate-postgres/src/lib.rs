@@ -167,7 +167,9 @@
 //! microsecond: decisions are made in whole microseconds.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(missing_docs)]
+// tower's lint set: every public item documented and printable, and no
+// `pub` where nothing outside the crate can reach it.
+#![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]

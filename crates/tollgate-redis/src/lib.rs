@@ -221,7 +221,9 @@
 //! back with the refund script (`tollgate::store::late`; tested behind a
 //! proxy that holds replies 0 or 30–40 ms at random).
 
-#![warn(missing_docs)]
+// tower's lint set: every public item documented and printable, and no
+// `pub` where nothing outside the crate can reach it.
+#![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
 // a feature then carry a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]

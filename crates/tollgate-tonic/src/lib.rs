@@ -59,7 +59,9 @@
 //! The layer also wraps one generated service, keeping its name, so
 //! `add_service(layer.layer(GreeterServer::new(...)))` limits that service
 //! alone.
-#![warn(missing_docs)]
+// tower's lint set: every public item documented and printable, and no
+// `pub` where nothing outside the crate can reach it.
+#![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly (see Cargo.toml): items behind
 // a feature then carry a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]

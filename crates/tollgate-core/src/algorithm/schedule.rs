@@ -49,7 +49,7 @@ pub(crate) struct Schedule<T> {
 impl<T: Ticks> Schedule<T> {
     /// How far ahead the state is after this request: `ahead_after` if it
     /// was admitted, `ahead_before` if not.
-    pub fn ahead(&self) -> T {
+    pub(super) fn ahead(&self) -> T {
         if self.allowed {
             self.ahead_after
         } else {
@@ -59,7 +59,7 @@ impl<T: Ticks> Schedule<T> {
 
     /// How long until the same request would pass: 0 when allowed, `None`
     /// when it never can (`increment > tolerance`).
-    pub fn retry(&self) -> Option<T> {
+    pub(super) fn retry(&self) -> Option<T> {
         if self.allowed {
             Some(T::default())
         } else if !self.fits {

@@ -147,6 +147,12 @@ pub struct Kit<St> {
     carry: bool,
 }
 
+impl<St> std::fmt::Debug for Kit<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kit").finish_non_exhaustive()
+    }
+}
+
 /// What a run of the kit checked.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]

@@ -109,6 +109,12 @@ pub struct InFlightBuilder<K = PeerIp, Sl = MemorySlots, R = DefaultRejector> {
     config: Config,
 }
 
+impl<K, Sl, R> std::fmt::Debug for InFlightBuilder<K, Sl, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlightBuilder").finish_non_exhaustive()
+    }
+}
+
 /// The builder's settings that do not change its type.
 struct Config {
     name: String,

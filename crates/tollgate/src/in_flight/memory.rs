@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// below it).
 const SHARDS: usize = 64;
 
-/// The default bound on keys with requests running.
+/// The default bound on keys with requests running ([`MemorySlots::new`]).
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// In-flight counts in this process's memory: a sharded map from (limit,

@@ -96,7 +96,7 @@ pub mod wakeups;
 pub use body::InFlightBody;
 pub use future::InFlightFuture;
 pub use layer::{InFlightBuilder, InFlightLayer};
-pub use memory::{MemoryPermit, MemorySlots, MemorySlotsFuture, SlotsFull};
+pub use memory::{DEFAULT_MAX_KEYS, MemoryPermit, MemorySlots, MemorySlotsFuture, SlotsFull};
 pub use service::InFlight;
 
 use crate::Key;

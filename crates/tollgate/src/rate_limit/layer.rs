@@ -179,6 +179,12 @@ pub struct RateLimitBuilder<K = PeerIp, St = MemoryStore, R = DefaultRejector> {
     config: Config,
 }
 
+impl<K, St, R> std::fmt::Debug for RateLimitBuilder<K, St, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitBuilder").finish_non_exhaustive()
+    }
+}
+
 /// The builder's settings that do not change its type.
 #[derive(Default)]
 struct Config {

@@ -162,6 +162,12 @@ pub struct RulesHandle<St, R = DefaultRejector> {
     file: Option<Arc<Path>>,
 }
 
+impl<St, R> std::fmt::Debug for RulesHandle<St, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesHandle").finish_non_exhaustive()
+    }
+}
+
 impl<St: Clone, R: Clone> Clone for RulesHandle<St, R> {
     fn clone(&self) -> Self {
         RulesHandle {

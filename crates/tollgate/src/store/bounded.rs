@@ -308,6 +308,12 @@ pub struct Write<'a, C: Contents> {
     len: &'a AtomicUsize,
 }
 
+impl<C: Contents> std::fmt::Debug for Write<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Write").finish_non_exhaustive()
+    }
+}
+
 impl<C: Contents> Write<'_, C> {
     /// Makes room for one more entry (see [`Room::make_room`]): whether
     /// there is room now. In a map with a total bound, the room is
