@@ -531,7 +531,8 @@ impl Quiet {
 #[cfg(feature = "metrics")]
 mod tests {
     use super::*;
-    use crate::{MemoryStore, NamedLimit, Policy};
+    use crate::policy::{NamedLimit, Policy};
+    use crate::store::MemoryStore;
     use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder};
     use metrics::{SharedString, Unit};
     use std::collections::BTreeMap;
@@ -593,9 +594,9 @@ mod tests {
             NamedLimit::new("daily", "100/day".parse().unwrap()),
         ]);
         let store = MemoryStore::new();
-        store.check_now(&policy, &crate::Key::GLOBAL, 1);
+        store.check_now(&policy, &crate::key::Key::GLOBAL, 1);
         // "burst" refuses, "daily" admits.
-        let verdict = store.check_now(&policy, &crate::Key::GLOBAL, 1);
+        let verdict = store.check_now(&policy, &crate::key::Key::GLOBAL, 1);
         let each = verdict.each();
         assert!(!each[0].allowed() && each[1].allowed());
         let counts = Counts::default();

@@ -1,8 +1,8 @@
 //! How a limited request is answered.
 
-use crate::PolicyDecision;
 use crate::key::Key;
 use crate::policy::Policy;
+use crate::store::PolicyDecision;
 use http::{HeaderMap, Response, StatusCode};
 
 /// Everything known about a limited request, for building its response.

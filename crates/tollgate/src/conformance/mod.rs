@@ -123,8 +123,9 @@ pub use faults::Faults;
 pub use ledger::{FaultError, KeyLedger, Ledger};
 pub use race::{Race, RaceReport};
 
+use crate::key::Key;
+use crate::policy::{NamedLimit, Policy};
 use crate::store::{Capability, Debit, MemoryStore, PolicyDecision, Refund, Store, StoreReply};
-use crate::{Key, NamedLimit, Policy};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -8,11 +8,12 @@ use super::checker::{Count, Judged, Seen, Tally};
 use super::ledger::Ledger;
 use super::trace::Rng;
 use super::{Failure, REAL_TIME_BASE, clear_of_a_day_boundary};
+use crate::key::Key;
+use crate::policy::{NamedLimit, Policy};
 use crate::store::late::late_checks_in_progress;
 use crate::store::{
     AdminError, Capability, ChangeReply, MemoryStore, Refund, Store, StoreReply, Watched,
 };
-use crate::{Key, NamedLimit, Policy};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -940,8 +941,8 @@ impl<St: Store> crate::store::StoreWrapper for Counting<St> {
 
     fn relay(
         &self,
-        _: &std::sync::Arc<crate::Policy>,
-        _: &crate::Key,
+        _: &std::sync::Arc<crate::policy::Policy>,
+        _: &crate::key::Key,
         reply: crate::store::StoreReply<
             <Self::Inner as crate::Store>::Future,
             <Self::Inner as crate::Store>::Error,

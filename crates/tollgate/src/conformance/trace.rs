@@ -1,7 +1,7 @@
 //! The random traces the kit plays: a seeded generator (so that a failure
 //! names a seed that plays the same trace again) and the steps of a trace.
 
-use crate::NamedLimit;
+use crate::policy::NamedLimit;
 use std::time::Duration;
 use tollgate_core::{Algorithm, Quota};
 

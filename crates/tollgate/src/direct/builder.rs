@@ -1,8 +1,10 @@
 //! [`LimiterBuilder`]: the limits and the store of a direct or keyed limiter.
 
 use super::{DirectLimiter, KeyedLimiter};
+use crate::error::ConfigError;
+use crate::key::Key;
 use crate::settings::LimitSettings;
-use crate::{ConfigError, Key, MemoryStore, Store};
+use crate::store::{MemoryStore, Store};
 use std::sync::Arc;
 
 /// Builds a [`DirectLimiter`] or a [`KeyedLimiter`]: its limits (at least

@@ -1,8 +1,9 @@
 //! [`DirectLimiter`]: one limit, checked directly.
 
 use super::{Check, KeyedLimiter, UntilReady};
+use crate::key::Key;
+use crate::store::{MemoryStore, Store};
 use crate::store::{PinnedKey, Watched};
-use crate::{Key, MemoryStore, Store};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 use tollgate_core::{Clock, Decision, Quota};

@@ -4,11 +4,11 @@
 //! figure means and why there is no `t` nor `Retry-After`).
 
 use super::InFlightLimit;
-use crate::Key;
 use crate::headers::{
     HeaderStyle, PartitionKey, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT,
     X_RATELIMIT_REMAINING,
 };
+use crate::key::Key;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 

@@ -4,7 +4,7 @@ use super::body::InFlightBody;
 use super::fields::FieldValues;
 use super::gate::{Gate, Late, Settled};
 use super::{Acquired, SlotReply, Slots};
-use crate::Key;
+use crate::key::Key;
 use crate::rejection::{Rejector, status_response};
 use http::Response;
 use pin_project_lite::pin_project;

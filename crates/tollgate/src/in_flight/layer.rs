@@ -5,7 +5,7 @@ use super::gate::{Gate, Settings};
 use super::memory::MemorySlots;
 use super::service::InFlight;
 use super::{InFlightLimit, Slots};
-use crate::ConfigError;
+use crate::error::ConfigError;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::rejection::DefaultRejector;
 use crate::settings::CommonSettings;
@@ -242,7 +242,7 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
                 // In shadow, responses are left as they are.
                 fields: Fields::new(
                     match self.config.settings.shadow {
-                        true => crate::HeaderStyle::NONE,
+                        true => crate::headers::HeaderStyle::NONE,
                         false => self.config.settings.common.headers,
                     },
                     &limit,

@@ -2,7 +2,7 @@
 
 use super::wakeups::{Waiter, Wakeups};
 use super::{Acquired, InFlightLimit, SlotReply, Slots};
-use crate::Key;
+use crate::key::Key;
 use crate::store::bounded::ByFingerprint;
 use crate::store::bounded::{BoundedMap, Eviction, Idle};
 use std::fmt;

@@ -99,7 +99,7 @@ pub use layer::{InFlightBuilder, InFlightLayer};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryPermit, MemorySlots, MemorySlotsFuture, SlotsFull};
 pub use service::InFlight;
 
-use crate::Key;
+use crate::key::Key;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -121,15 +121,15 @@ impl InFlightLimit {
     /// A limit called `name` of `max` requests at once, or why not: the
     /// name must be a short token (1 to 64 letters, digits, `-`, `_`, `.`),
     /// as it is written into header fields, and `max` at least 1.
-    pub fn new(name: &str, max: u32) -> Result<Self, crate::ConfigError> {
+    pub fn new(name: &str, max: u32) -> Result<Self, crate::error::ConfigError> {
         if !crate::policy::is_token(name) {
-            return Err(crate::ConfigError::new(format!(
+            return Err(crate::error::ConfigError::new(format!(
                 "the in-flight limit's name {name:?} is not a short token (1 to 64 letters, \
                  digits, `-`, `_`, `.`): it is written into response headers"
             )));
         }
         if max == 0 {
-            return Err(crate::ConfigError::new(
+            return Err(crate::error::ConfigError::new(
                 "an in-flight limit of 0 would refuse every request; give it at least 1",
             ));
         }

@@ -1,6 +1,7 @@
 //! What the limiter decided about a request, for its handler.
 
-use crate::{Policy, PolicyDecision};
+use crate::policy::Policy;
+use crate::store::PolicyDecision;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::Duration;

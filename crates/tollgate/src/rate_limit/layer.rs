@@ -369,7 +369,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// store that cannot.
     ///
     /// [`ChargeWhen`]: crate::ChargeWhen
-    pub fn charge_when(mut self, when: crate::ChargeWhen) -> Self {
+    pub fn charge_when(mut self, when: crate::rate_limit::outcome::ChargeWhen) -> Self {
         self.config.settings.charge_when = Some(when);
         self
     }
@@ -417,7 +417,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// whatever their budget; keep a clone of `lists` to change them while
     /// the layer runs (see [`AccessLists`](crate::AccessLists)). Checked
     /// after the key is extracted, before any limit or quota lookup.
-    pub fn access(mut self, lists: crate::AccessLists) -> Self {
+    pub fn access(mut self, lists: crate::access::AccessLists) -> Self {
         self.config.settings.access = Some(lists);
         self
     }

@@ -1,7 +1,7 @@
 //! Limits that count only some outcomes: [`ChargeWhen`], and what the
 //! layer keeps of an admission until its response says whether it counts.
 
-use crate::ConfigError;
+use crate::error::ConfigError;
 use crate::key::Key;
 use crate::policy::Policy;
 use crate::store::{Debit, PolicyDecision, Refund};

@@ -211,7 +211,7 @@ impl<C: Contents> BoundedMap<C> {
     /// The fingerprint of `key` under the policy (or limit) `id`: a seeded
     /// 64-bit hash, random per map.
     #[inline]
-    pub fn fingerprint(&self, id: u64, key: &crate::Key) -> u64 {
+    pub fn fingerprint(&self, id: u64, key: &crate::key::Key) -> u64 {
         self.hasher.hash_one((id, key))
     }
 
@@ -393,7 +393,7 @@ fn adjust(len: &AtomicUsize, before: usize, after: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Key;
+    use crate::key::Key;
 
     /// An entry idle from `.0` on.
     struct At(u64);

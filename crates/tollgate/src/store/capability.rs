@@ -99,7 +99,7 @@ fn last_segment(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryStore;
+    use crate::store::MemoryStore;
     use crate::store::{Fallback, Timeout};
 
     #[test]

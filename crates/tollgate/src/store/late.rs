@@ -31,7 +31,8 @@
 //! `kept` and `abandoned` are also logged (one WARN every 10 s at most).
 
 use super::{Capability, PolicyDecision, Refund, Store, StoreReply};
-use crate::{Key, Policy};
+use crate::key::Key;
+use crate::policy::Policy;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -62,7 +62,9 @@ pub use wrappers::timeout::{Timeout, TimeoutError, TimeoutFuture};
 
 pub use failure::report_failure;
 
-use crate::{ConfigError, Key, Policy};
+use crate::error::ConfigError;
+use crate::key::Key;
+use crate::policy::Policy;
 use std::future::Future;
 use std::sync::Arc;
 

@@ -5,7 +5,9 @@
 use super::{
     AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store, StoreReply,
 };
-use crate::{ConfigError, Key, Policy};
+use crate::error::ConfigError;
+use crate::key::Key;
+use crate::policy::Policy;
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! [`ThrottleFuture`].
 
 use super::BoxError;
-use crate::Store;
 use crate::direct::UntilReady;
+use crate::store::Store;
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;

@@ -1,7 +1,8 @@
 //! [`ThrottleLayer`].
 
 use super::Throttle;
-use crate::{DirectLimiter, MemoryStore};
+use crate::direct::DirectLimiter;
+use crate::store::MemoryStore;
 use tower_layer::Layer;
 
 /// Makes every call through the wrapped service wait until `limiter`

@@ -1,7 +1,8 @@
 //! [`Throttle`].
 
 use super::{BoxError, ThrottleFuture};
-use crate::{DirectLimiter, MemoryStore, Store};
+use crate::direct::DirectLimiter;
+use crate::store::{MemoryStore, Store};
 use std::task::{Context, Poll};
 use tower_service::Service;
 

@@ -2,7 +2,7 @@
 
 use super::changes::{Caches, ChangedQuotas, Forget, forget_in};
 use super::{QuotaAnswer, QuotaSource, QuotaSourceError};
-use crate::Key;
+use crate::key::Key;
 use crate::policy::{NamedLimit, Policy};
 use crate::rate_limit::routes::Entry;
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! Kept apart from the cache and the source so that each can lean on it
 //! without leaning on the other.
 
-use crate::Key;
+use crate::key::Key;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// A cache that drops a key's answer (every key's with `None`).

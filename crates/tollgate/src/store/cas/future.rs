@@ -6,7 +6,7 @@ use super::backend::{CasBackend, Swap};
 use super::error::CasError;
 use super::shared::Shared;
 use super::step::{self, Op, Step};
-use crate::Policy;
+use crate::policy::Policy;
 use crate::store::PolicyDecision;
 use pin_project_lite::pin_project;
 use std::future::Future;

@@ -13,7 +13,8 @@
 //! two (policy, key) pairs have the same name only if they have the same
 //! limit names, plan and key.
 
-use crate::{Key, KeyView, Policy};
+use crate::key::{Key, KeyView};
+use crate::policy::Policy;
 use std::fmt::Write;
 
 /// User keys whose escaped form is longer than this many bytes are written
@@ -82,7 +83,7 @@ fn plain(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NamedLimit;
+    use crate::policy::NamedLimit;
     use std::net::IpAddr;
     use tollgate_core::Quota;
 

@@ -4,7 +4,7 @@
 
 use super::backend::Snapshot;
 use super::error::CasError;
-use crate::Policy;
+use crate::policy::Policy;
 use crate::store::{PolicyDecision, Refund};
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -183,7 +183,7 @@ pub(super) fn nothing() -> PolicyDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NamedLimit;
+    use crate::policy::NamedLimit;
     use crate::store::cas::Stored;
     use std::convert::Infallible;
     use tollgate_core::{Algorithm, Quota};

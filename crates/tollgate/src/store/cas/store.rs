@@ -7,11 +7,12 @@ use super::name::{PolicyPart, key_name};
 use super::retry::Retry;
 use super::shared::Shared;
 use super::step::{Op, nothing};
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::{
     AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, Refund, Store,
     StoreReply, spawn_change,
 };
-use crate::{Key, Policy};
 use smallvec::SmallVec;
 use std::future::Future;
 use std::sync::Arc;

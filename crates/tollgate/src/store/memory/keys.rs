@@ -3,7 +3,7 @@
 
 use super::super::bounded::{Contents, Idle, soonest_idle};
 use super::super::fingerprint::ByFingerprint;
-use crate::Policy;
+use crate::policy::Policy;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{Decision, Limiter, State};

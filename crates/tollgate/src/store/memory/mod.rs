@@ -7,8 +7,9 @@ pub(crate) use pinned::PinnedKey;
 
 use super::bounded::{BoundedMap, Eviction};
 use super::{ChangeReply, PolicyDecision, Store, StoreReply};
+use crate::key::Key;
 use crate::policy::PackedLimiter;
-use crate::{Key, Policy};
+use crate::policy::Policy;
 use keys::{Keys, Slot};
 use pinned::{Pinned, PinnedKeys, PinnedState, Release};
 use smallvec::SmallVec;
@@ -149,9 +150,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// assert!(MemoryStore::builder().max_keys(0).try_build().is_err());
     /// assert_eq!(MemoryStore::builder().max_keys(5).shards(4).try_build().unwrap().capacity(), 8);
     /// ```
-    pub fn try_build(self) -> Result<MemoryStore<C>, crate::ConfigError> {
+    pub fn try_build(self) -> Result<MemoryStore<C>, crate::error::ConfigError> {
         if self.max_keys == 0 {
-            return Err(crate::ConfigError::new(
+            return Err(crate::error::ConfigError::new(
                 "max_keys is zero: a memory store must hold at least one key; the default \
                  is 1,000,000 (about 36 bytes each for one GCRA limit)",
             ));
@@ -602,7 +603,7 @@ impl<C: Clock> Store for MemoryStore<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NamedLimit;
+    use crate::policy::NamedLimit;
     use std::time::Duration;
     use tollgate_core::{Algorithm, ManualClock, Quota};
 

@@ -8,8 +8,9 @@
 
 use super::block_list::BlockList;
 use super::observed::{Observed, Observer};
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, StoreWrapper};
-use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -461,7 +462,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MemoryStore, NamedLimit};
+    use crate::policy::NamedLimit;
+    use crate::store::MemoryStore;
     use std::convert::Infallible;
     use std::fmt;
     use std::sync::Mutex;

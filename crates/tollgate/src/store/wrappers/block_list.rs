@@ -3,10 +3,11 @@
 //! stores that consult it themselves before a round trip (the Redis store
 //! does, by default).
 
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::PolicyDecision;
 use crate::store::bounded::{BoundedMap, Eviction, Idle, default_shards};
 use crate::store::fingerprint::ByFingerprint;
-use crate::{Key, Policy};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,8 @@
 //! [`BoxStore`]: any store behind one type, chosen at run time.
 
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply};
-use crate::{Key, Policy};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -64,7 +65,7 @@ trait ErasedStore: Send + Sync {
         within: Option<Duration>,
     ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
 
-    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError>;
+    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::error::ConfigError>;
 
     fn can_erased(&self, capability: crate::store::Capability)
     -> Result<(), crate::store::Missing>;
@@ -141,7 +142,7 @@ impl<St: Store> ErasedStore for St {
         self.carry(from, to, key)
     }
 
-    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::error::ConfigError> {
         self.supports(policy)
     }
 
@@ -210,7 +211,7 @@ impl Store for BoxStore {
         self.0.check_erased(policy, key, cost, Some(within))
     }
 
-    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+    fn supports(&self, policy: &Policy) -> Result<(), crate::error::ConfigError> {
         self.0.supports_erased(policy)
     }
 

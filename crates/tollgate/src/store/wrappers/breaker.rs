@@ -2,8 +2,9 @@
 //! an outage costs each request nothing rather than a timeout.
 
 use super::observed::{Observed, Observer};
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::{PolicyDecision, Store, StoreReply, StoreWrapper};
-use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;

@@ -1,12 +1,13 @@
 //! [`Fallback`]: a store that decides with a second store when the first
 //! fails.
 
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, default_shards};
 use crate::store::{
     AdminFuture, Branch, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store,
     StoreReply,
 };
-use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
 use std::future::Future;
@@ -216,7 +217,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         self.check_within(policy, key, cost, Duration::MAX)
     }
 
-    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
+    fn supports(&self, policy: &Policy) -> Result<(), crate::error::ConfigError> {
         self.primary.supports(policy)?;
         self.secondary.supports(policy)
     }

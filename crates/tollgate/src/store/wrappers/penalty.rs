@@ -2,10 +2,11 @@
 //! the keys that keep being refused; [`Penalty`]: when, and for how long.
 
 use super::observed::{Observed, Observer};
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::bounded::{BoundedMap, Eviction, Idle, default_shards};
 use crate::store::fingerprint::ByFingerprint;
 use crate::store::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
-use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;

@@ -2,8 +2,9 @@
 //! instances that shared it elsewhere: the local fallback of a shared
 //! store.
 
+use crate::key::Key;
+use crate::policy::{NamedLimit, Policy};
 use crate::store::{AdminFuture, Presence, Share, Store, StoreReply, StoreWrapper};
-use crate::{Key, NamedLimit, Policy};
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! [`Timeout`]: a store whose answers are awaited for a bounded time.
 
+use crate::key::Key;
+use crate::policy::Policy;
 use crate::store::{PolicyDecision, Store, StoreReply, StoreWrapper, Watched};
-use crate::{Key, Policy};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
