@@ -193,13 +193,13 @@ impl RateAlgorithm for SlidingWindowBuckets {
         let wanted = in_window.saturating_add(u64::from(cost));
         let allowed = wanted <= limit;
         // The counts once the charge is made (if allowed).
+        // Saturating: a count decoded from a store may be anything.
         let after = |i: u64| {
-            count(i)
-                + if allowed && i == index {
-                    u64::from(cost)
-                } else {
-                    0
-                }
+            count(i).saturating_add(if allowed && i == index {
+                u64::from(cost)
+            } else {
+                0
+            })
         };
         let oldest = (first..=index).find(|&i| after(i) > 0);
         let newest = (first..=index).rev().find(|&i| after(i) > 0);
@@ -213,7 +213,7 @@ impl RateAlgorithm for SlidingWindowBuckets {
             let mut retry = 0;
             for i in first..=index {
                 left -= count(i).min(left);
-                if left + u64::from(cost) <= limit {
+                if left.saturating_add(u64::from(cost)) <= limit {
                     retry = self.leaves_after(i, now);
                     break;
                 }
