@@ -164,13 +164,7 @@ async fn a_change_that_cannot_reach_redis_is_logged() {
     )]));
     let key = tollgate::Key::from_bytes(b"k");
     server.kill();
-    let refund = Refund {
-        cost: 1,
-        ago: Duration::ZERO,
-        resets: Default::default(),
-        charged_at: None,
-        charged_by: Default::default(),
-    };
+    let refund = Refund::new(1, Duration::ZERO);
     let bound = Duration::from_secs(20);
     let refunded = store.refund(&policy, &key, refund).landed();
     tokio::time::timeout(bound, refunded)

@@ -282,7 +282,7 @@ impl PreparedPolicy {
         let micros = |nanos: u64| nanos / 1_000;
         let ago = u64::try_from(refund.ago.as_micros()).unwrap_or(u64::MAX);
         command.arg(refund.cost);
-        for value in [now, refund.charged_at.map(micros), Some(ago)] {
+        for value in [now, refund.charged_at().map(micros), Some(ago)] {
             optional_arg(&mut command, value);
         }
         for index in 0..count {

@@ -430,9 +430,10 @@ impl RedisStore {
     /// Gives `refund` back in Redis (one call of `refund.lua`) and, once
     /// it is, forgets the key's remembered refusal: what [`Store::refund`]
     /// spawns, for a caller that wants to wait for it (a test, an admin
-    /// tool). `refund.charged_at`, when set, is the server's time of the
-    /// charge in ns ([`PolicyDecision::charged_at`] of this store's
-    /// decision): then the refund is exact.
+    /// tool). The refund's receipt, when it is a time
+    /// ([`Refund::charged_at`](tollgate::store::Refund::charged_at)), is
+    /// the server's time of the charge in ns (this store's decisions carry
+    /// one): then the refund is exact.
     ///
     /// # Errors
     ///

@@ -303,13 +303,7 @@ async fn a_value_that_is_not_states_is_an_error_until_reset() {
         assert!(store.peek(&limits, &key).resolve().await.is_err());
         // A refund or a debit of such a key fails, logged, and changes
         // nothing.
-        let refund = Refund {
-            cost: 1,
-            ago: Duration::ZERO,
-            resets: Default::default(),
-            charged_at: None,
-            charged_by: Default::default(),
-        };
+        let refund = Refund::new(1, Duration::ZERO);
         store.refund(&limits, &key, refund).landed().await;
         store.debit(&limits, &key, Debit::new(1)).landed().await;
         assert_eq!(

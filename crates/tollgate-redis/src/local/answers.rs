@@ -3,6 +3,7 @@
 
 use super::budget::Reading;
 use tollgate::PolicyDecision;
+use tollgate::store::Receipt;
 use tollgate_core::{Decision, DecisionFields};
 
 /// `decision`'s times, `elapsed` nanoseconds later, with `allowed` and
@@ -74,7 +75,7 @@ fn replenish(limit: u64, read: u64, nanos: u64, elapsed: u64, remaining: u64) ->
 /// each limit's remaining count made by `remaining` from Redis's (exact
 /// mode adds the units this instance holds, which are part of what the key
 /// has left; periodic mode takes off what it admitted since). It carries
-/// `receipt` as its `charged_at` (see `LocalFirst::refund`).
+/// the receipt `receipt` stands for (see [`receipt_word`]).
 pub(crate) fn admitted(
     last: &PolicyDecision,
     elapsed: u64,
@@ -201,22 +202,59 @@ pub(crate) fn counted(decision: &PolicyDecision, left: impl Fn(u64) -> u64) -> P
     })
 }
 
-/// The answer of limits that decided `each` here, not in a script: no
-/// charge time on Redis's clock. Exact mode's admissions carry a receipt
-/// instead (`receipt`, never 0), which `LocalFirst::refund` reads;
-/// periodic mode's carry none (0), read there as "undo it here".
+/// A budget's word for the receipt its admissions carry (the budget keeps
+/// it in an atomic): exact mode's admissions name the last reservation
+/// sent, number `report`, whose count of held units in Redis has the units
+/// they spent unless a later reservation replaced it (see
+/// `LocalFirst::refund`); the word is that number plus one, 0 for none
+/// (periodic mode: decisions made here carry no receipt; those Redis made
+/// carry the script's charge time, and were charged there, not in a
+/// report).
+pub(crate) fn receipt_word(report: u64) -> u64 {
+    report.saturating_add(1)
+}
+
+/// The receipt a budget's word stands for (see [`receipt_word`]).
+fn receipt_of(word: u64) -> Option<Receipt> {
+    word.checked_sub(1).map(Receipt::token)
+}
+
+/// The answer of limits that decided `each` here, not in a script (no
+/// charge time on Redis's clock), with the receipt `receipt` stands for.
 fn merge(each: impl IntoIterator<Item = Decision>, receipt: u64) -> PolicyDecision {
     let verdict = PolicyDecision::new(each);
-    if receipt == 0 {
-        verdict
-    } else {
-        verdict.charged(receipt)
+    match receipt_of(receipt) {
+        Some(receipt) => verdict.with_receipt(receipt),
+        None => verdict,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receipt_word_stands_for_its_reservation_and_0_for_none() {
+        assert_eq!(receipt_of(0), None);
+        for report in [0, 1, 41, u64::MAX - 1] {
+            assert_eq!(
+                receipt_of(receipt_word(report)),
+                Some(Receipt::token(report))
+            );
+        }
+        // An admission answered from such a word carries the token, never
+        // a time.
+        let each = [Decision::from(DecisionFields {
+            allowed: true,
+            limit: 5,
+            remaining: 4,
+            ..DecisionFields::default()
+        })];
+        let verdict = merge(each, receipt_word(0));
+        assert_eq!(verdict.receipt(), Some(Receipt::token(0)));
+        assert_eq!(verdict.charged_at(), None);
+        assert_eq!(merge(each, 0).receipt(), None);
+    }
 
     fn limit(allowed: bool, remaining: u64, retry: u64) -> Decision {
         DecisionFields {

@@ -42,9 +42,9 @@ pub(crate) struct Reading {
     /// A request that leaves this many units or fewer also tells the slot
     /// (exact mode: time to reserve ahead); `None`: never.
     pub(crate) low: Option<u64>,
-    /// What an admission answered from this reading carries as its
-    /// `charged_at` (exact mode: the receipt naming the last reservation
-    /// sent, see `exact::receipt`; 0: none).
+    /// The word of the receipt an admission answered from this reading
+    /// carries (exact mode: naming the last reservation sent; 0: none; see
+    /// `answers::receipt_word`).
     pub(crate) receipt: u64,
     /// Periodic mode: the units the slot may spend from this reading (its
     /// share), which the budget's count falls from as requests spend

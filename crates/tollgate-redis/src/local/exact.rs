@@ -119,29 +119,12 @@ pub(crate) struct Holdings {
     /// a refusal to a reservation sent before it may be untrue, and is
     /// not remembered.
     refunded_at: u64,
-    /// The number of the last reservation sent (see [`receipt`]); 0
-    /// before the first.
+    /// The number of the last reservation sent (see
+    /// [`answers::receipt_word`]); 0 before the first.
     report: u64,
     /// When the script of the newest answer applied to `last` ran (the
     /// server's µs): an older answer arriving later is not applied.
     last_server: u64,
-}
-
-/// Marks a receipt (a local admission's `charged_at`), which no time on
-/// Redis's clock carries (ns since 1970 reach 2^63 in 2262).
-const RECEIPT: u64 = 1 << 63;
-
-/// The receipt of an admission decided here after reservation number
-/// `report` was sent: its `charged_at`. The units it spent are in the
-/// count of held units that reservation recorded in Redis, unless a later
-/// one has replaced it (see `LocalFirst::refund`).
-pub(crate) fn receipt(report: u64) -> u64 {
-    RECEIPT | report
-}
-
-/// The reservation number a `charged_at` names, if it is a receipt.
-pub(crate) fn report_of(charged_at: u64) -> Option<u64> {
-    (charged_at & RECEIPT != 0).then_some(charged_at & !RECEIPT)
 }
 
 impl Evictable for ExactSlot {
@@ -320,7 +303,7 @@ impl Budgeted for Holdings {
             at: *at,
             until,
             low,
-            receipt: receipt(self.report),
+            receipt: answers::receipt_word(self.report),
             base: 0,
         };
         self.opened = held;
@@ -343,10 +326,12 @@ impl Holdings {
             take(&mut self.grants, u64::from(cost));
             self.spent = self.spent.saturating_add(u64::from(cost));
             let left = held - u64::from(cost);
-            let answer =
-                answers::admitted(last, now.saturating_sub(*at), receipt(self.report), |r| {
-                    r.saturating_add(left)
-                });
+            let answer = answers::admitted(
+                last,
+                now.saturating_sub(*at),
+                answers::receipt_word(self.report),
+                |r| r.saturating_add(left),
+            );
             let ahead = if left.saturating_mul(4) <= self.last_grant {
                 self.ahead(now)
             } else {

@@ -33,7 +33,7 @@ use std::time::Duration;
 use support::supports;
 use table::Table;
 use tokio::sync::Notify;
-use tollgate::store::{ChangeReply, Debit, Refund};
+use tollgate::store::{ChangeReply, Debit, Receipt, Refund};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 
 /// A store that decides in process memory and shares through Redis.
@@ -595,9 +595,10 @@ impl Store for LocalFirst {
     /// [`LocalFirst`]), and a unit spent since the instance's last
     /// reservation is still in that count: the same call takes it off the
     /// count, when the count is the one recorded by the reservation the
-    /// admission's receipt names (its `charged_at`: this store's local
-    /// admissions carry the number of the last reservation sent before
-    /// them there, not a time), and gives the unit back whole. If the
+    /// admission's [`Receipt`](tollgate::store::Receipt) names (this
+    /// store's local admissions carry a token, the number of the last
+    /// reservation sent before them there, not a time), and gives the unit
+    /// back whole. If the
     /// count left meanwhile (the instance's next reservation replaced it,
     /// reporting the unit spent, or it expired), the unit was charged from
     /// then on and recorded spent beside the counts: the refund takes it
@@ -623,7 +624,7 @@ impl Store for LocalFirst {
         let redis = self.inner.redis.clone();
         match &self.inner.slots {
             Slots::Exact(table) => {
-                if let Some(report) = refund.charged_at.and_then(exact::report_of) {
+                if let Some(report) = refund.receipt.and_then(Receipt::as_token) {
                     let slot = table.find(policy.id(), key);
                     let op = ShareOp::Refund {
                         cost: refund.cost,
@@ -666,16 +667,14 @@ impl Store for LocalFirst {
                 })
             }
             Slots::Periodic(table) => {
-                // Decisions made here carry no charge time (`charged_at`
-                // 0); those Redis made carry the script's, and were charged
-                // there, not in a report.
+                // Decisions made here carry no receipt; those Redis made
+                // carry the script's charge time, and were charged there,
+                // not in a report.
                 let (refund, slot, wait) = match table.find(policy.id(), key) {
-                    Some(slot) if refund.charged_at.is_none() => {
-                        match slot.give_back(refund.cost) {
-                            (0, _) => return ChangeReply::Done,
-                            (reported, wait) => (refund.part(reported), Some(slot), wait),
-                        }
-                    }
+                    Some(slot) if refund.receipt.is_none() => match slot.give_back(refund.cost) {
+                        (0, _) => return ChangeReply::Done,
+                        (reported, wait) => (refund.part(reported), Some(slot), wait),
+                    },
                     slot => (refund, slot, None),
                 };
                 let (policy, key) = (policy.clone(), key.clone());

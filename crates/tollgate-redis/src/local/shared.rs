@@ -17,7 +17,7 @@ pub(crate) struct Shared {
     pub(super) instance: u64,
     pub(super) stats: Stats,
     /// Reservations (exact mode) or reports (periodic mode) numbered so
-    /// far, by every slot (see `exact::receipt`, and a sync's sequence
+    /// far, by every slot (see `answers::receipt_word`, and a sync's sequence
     /// number): a slot made again for a key never reuses a number.
     pub(super) reports: AtomicU64,
 }

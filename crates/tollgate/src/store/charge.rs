@@ -3,6 +3,7 @@
 //! [`Route`] of its admission, so that both reach the store that charged.
 
 use super::decision::PolicyDecision;
+use super::receipt::Receipt;
 use super::route::Route;
 use std::fmt::Display;
 use std::future::Future;
@@ -49,7 +50,11 @@ impl std::fmt::Debug for ChangeReply {
 /// clocks (a Redis server's and this process's). Each limit's
 /// `reset_after` tells the algorithms that keep a schedule where the
 /// charge left it.
+///
+/// Made from the admission ([`Refund::of`]), or, for a store's own tests,
+/// from a cost and an `ago` alone ([`Refund::new`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Refund {
     /// What the check charged.
     pub cost: u32,
@@ -59,10 +64,11 @@ pub struct Refund {
     /// order (empty: unknown; the refund then gives back less once time
     /// has passed).
     pub resets: smallvec::SmallVec<[u64; 2]>,
-    /// When the store charged it, on its own clock, as its decision said
-    /// ([`PolicyDecision::charged_at`]): then `ago` is not needed, and the
-    /// refund is exact.
-    pub charged_at: Option<u64>,
+    /// What the store handed out with the admission
+    /// ([`PolicyDecision::receipt`]): when it charged, on its own clock
+    /// (then `ago` is not needed, and the refund is exact), or a number of
+    /// its own.
+    pub receipt: Option<Receipt>,
     /// Which store of a composition charged it
     /// ([`PolicyDecision::charged_by`]).
     pub charged_by: Route,
@@ -80,9 +86,28 @@ impl Refund {
                 .iter()
                 .map(|d| d.reset_after_nanos())
                 .collect(),
-            charged_at: decision.charged_at(),
+            receipt: decision.receipt(),
             charged_by: decision.charged_by(),
         }
+    }
+
+    /// A refund of `cost` units charged `ago` before now, knowing nothing
+    /// else of the admission (no receipt, no `reset_after`, the default
+    /// route): it gives back less once time has passed.
+    pub fn new(cost: u32, ago: Duration) -> Self {
+        Refund {
+            cost,
+            ago,
+            resets: smallvec::SmallVec::new(),
+            receipt: None,
+            charged_by: Route::default(),
+        }
+    }
+
+    /// When the charge was made, on the charging store's clock, if its
+    /// receipt says.
+    pub fn charged_at(&self) -> Option<u64> {
+        self.receipt.and_then(Receipt::as_time)
     }
 
     /// The same refund for `cost` units of the charge (a part of it).
@@ -97,7 +122,7 @@ impl Refund {
     pub fn for_limit(&self, index: usize, now: u64) -> tollgate_core::Refund {
         let ago = u64::try_from(self.ago.as_nanos()).unwrap_or(u64::MAX);
         tollgate_core::Refund {
-            at: self.charged_at.unwrap_or(now.saturating_sub(ago)),
+            at: self.charged_at().unwrap_or(now.saturating_sub(ago)),
             cost: self.cost,
             reset_after: self.resets.get(index).copied(),
         }
@@ -212,4 +237,48 @@ pub fn spawn_change<E: Display>(
     ChangeReply::Pending(Box::pin(async move {
         let _ = task.await;
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::{Decision, DecisionFields};
+
+    fn admission() -> PolicyDecision {
+        PolicyDecision::single(Decision::from(DecisionFields {
+            allowed: true,
+            limit: 10,
+            remaining: 9,
+            reset_after_nanos: 500,
+            ..DecisionFields::default()
+        }))
+    }
+
+    #[test]
+    fn a_refund_gives_back_at_the_time_its_receipt_says() {
+        let refund = Refund::of(&admission().charged(1_000), 1, Duration::from_nanos(300));
+        assert_eq!(refund.charged_at(), Some(1_000));
+        let core = refund.for_limit(0, 5_000);
+        assert_eq!(
+            (core.at, core.cost, core.reset_after),
+            (1_000, 1, Some(500))
+        );
+    }
+
+    #[test]
+    fn a_token_is_never_read_as_a_time() {
+        // A store's own number, however large, says nothing of when: the
+        // refund goes by how long ago the check was.
+        let token = Receipt::token(u64::MAX - 3);
+        let refund = Refund::of(
+            &admission().with_receipt(token),
+            2,
+            Duration::from_nanos(300),
+        );
+        assert_eq!((refund.receipt, refund.charged_at()), (Some(token), None));
+        assert_eq!(refund.for_limit(0, 5_000).at, 4_700);
+        // Nor is a refund that knows nothing.
+        let bare = Refund::new(2, Duration::from_nanos(300));
+        assert_eq!((bare.receipt, bare.for_limit(0, 5_000).at), (None, 4_700));
+    }
 }

@@ -1,5 +1,6 @@
 //! What a store answers for one request: a [`PolicyDecision`].
 
+use super::receipt::Receipt;
 use super::route::{Branch, Route};
 use smallvec::SmallVec;
 use tollgate_core::{Decision, DecisionFields};
@@ -9,7 +10,9 @@ use tollgate_core::{Decision, DecisionFields};
 /// Built from each limit's decision ([`new`](Self::new),
 /// [`single`](Self::single)), so that the folded decision
 /// ([`merged`](Self::merged)) is always the merge of them; an admission
-/// adds when the store charged it ([`charged`](Self::charged)).
+/// adds what its store needs to give the charge back, its
+/// [`Receipt`] ([`charged`](Self::charged): when it charged).
+
 ///
 /// ```
 /// use tollgate::PolicyDecision;
@@ -29,9 +32,9 @@ pub struct PolicyDecision {
     /// the layer reads it several times per request.
     merged: Decision,
     each: SmallVec<[Decision; 2]>,
-    /// On the store's clock (ns). Beside the decisions rather than in
-    /// them: only an admission has one.
-    charged_at: Option<u64>,
+    /// Beside the decisions rather than in them: only an admission has
+    /// one.
+    receipt: Option<Receipt>,
     charged_by: Route,
 }
 
@@ -74,7 +77,7 @@ impl PolicyDecision {
         PolicyDecision {
             merged,
             each,
-            charged_at: None,
+            receipt: None,
             charged_by: Route::default(),
         }
     }
@@ -87,7 +90,7 @@ impl PolicyDecision {
         PolicyDecision {
             merged,
             each,
-            charged_at: merged.allowed().then_some(now),
+            receipt: merged.allowed().then_some(Receipt::at(now)),
             charged_by: Route::default(),
         }
     }
@@ -95,11 +98,21 @@ impl PolicyDecision {
     /// This decision, charged by the store at `at` (ns on the store's own
     /// clock): what a [`Refund`](super::Refund) of it gives back exactly.
     /// A store that does not record when it charged leaves it out, and a
-    /// refund then goes by how long ago the admission was.
+    /// refund then goes by how long ago the admission was. The same as
+    /// [`with_receipt`](Self::with_receipt)`(Receipt::at(at))`.
     #[must_use]
     #[inline]
-    pub fn charged(mut self, at: u64) -> Self {
-        self.charged_at = Some(at);
+    pub fn charged(self, at: u64) -> Self {
+        self.with_receipt(Receipt::at(at))
+    }
+
+    /// This decision, with what its store needs to give the charge back
+    /// (see [`Receipt`]); the [`Refund`](super::Refund) of it carries the
+    /// receipt back to the store.
+    #[must_use]
+    #[inline]
+    pub fn with_receipt(mut self, receipt: Receipt) -> Self {
+        self.receipt = Some(receipt);
         self
     }
 
@@ -108,7 +121,7 @@ impl PolicyDecision {
     #[must_use]
     pub fn map_each(&self, change: impl FnMut(&Decision) -> Decision) -> Self {
         PolicyDecision {
-            charged_at: self.charged_at,
+            receipt: self.receipt,
             charged_by: self.charged_by,
             ..Self::from_each(self.each.iter().map(change).collect())
         }
@@ -135,11 +148,19 @@ impl PolicyDecision {
         &self.each
     }
 
+    /// For an admission, what its store handed out to give the charge
+    /// back; `None` for a refusal, or when the store keeps nothing.
+    #[inline]
+    pub fn receipt(&self) -> Option<Receipt> {
+        self.receipt
+    }
+
     /// For an admission, when the store charged it, on the store's own
-    /// clock (ns); `None` for a refusal, or when the store does not say.
+    /// clock (ns), if its [`receipt`](Self::receipt) says; `None` for a
+    /// refusal, or when the store does not say.
     #[inline]
     pub fn charged_at(&self) -> Option<u64> {
-        self.charged_at
+        self.receipt.and_then(Receipt::as_time)
     }
 
     /// Which store of a composition decided (see [`Route`]): the
