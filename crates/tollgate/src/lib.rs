@@ -132,6 +132,7 @@ pub use shadow::SHADOW_LOG_INTERVAL;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::shadow::ShadowLog;
+    pub use crate::store::carry::{carried_units, carry_by_parts};
 }
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;

@@ -775,39 +775,7 @@ impl Store for LocalFirst {
                 .take_slot(&from, &key)
                 .await
                 .map_err(tollgate::store::AdminError::store)?;
-            let redis = &inner.redis;
-            let read = redis.peek(&from, &key).resolve().await;
-            let decision = read.map_err(tollgate::store::AdminError::store)?;
-            let used: Vec<u64> = decision
-                .each()
-                .iter()
-                .zip(from.limiters())
-                .map(|(limit, limiter)| {
-                    let used = tollgate_core::used_of(limiter, limit);
-                    u64::try_from(
-                        i64::try_from(used)
-                            .unwrap_or(i64::MAX)
-                            .saturating_add(local),
-                    )
-                    .unwrap_or(0)
-                })
-                .collect();
-            redis.reset(&from, &key).await?;
-            for (index, units) in used.iter().enumerate().take(to.limits().len()) {
-                if *units == 0 {
-                    continue;
-                }
-                let debit = Debit::new(u32::try_from(*units).unwrap_or(u32::MAX));
-                let part = match to.limits().len() {
-                    1 => to.clone(),
-                    _ => match to.limit_alone(index) {
-                        Some(part) => Arc::new(part),
-                        None => continue,
-                    },
-                };
-                redis.debit(&part, &key, debit).landed().await;
-            }
-            Ok(())
+            tollgate::__private::carry_by_parts(&inner.redis, &from, &to, &key, local).await
         })
     }
 

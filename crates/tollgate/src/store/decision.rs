@@ -12,7 +12,6 @@ use tollgate_core::{Decision, DecisionFields};
 /// ([`merged`](Self::merged)) is always the merge of them; an admission
 /// adds what its store needs to give the charge back, its
 /// [`Receipt`] ([`charged`](Self::charged): when it charged).
-
 ///
 /// ```
 /// use tollgate::PolicyDecision;

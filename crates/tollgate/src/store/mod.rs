@@ -28,6 +28,7 @@
 mod admin;
 pub mod bounded;
 mod capability;
+pub(crate) mod carry;
 #[cfg(feature = "cas")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cas")))]
 pub mod cas;
@@ -299,46 +300,6 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// [`AdminError::Unsupported`] (nothing is carried, `from`'s state
     /// stays where it was).
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
-        carry_by_parts(self, from, to, key)
+        carry::carry_by_parts(self, from, to, key, 0)
     }
-}
-
-/// [`Store::carry`]'s default: `peek`, `reset`, then `debit` each limit of
-/// `to` what the limit in its place in `from` used (the whole of `to` when
-/// it has one limit).
-pub(crate) fn carry_by_parts<St: Store>(
-    store: &St,
-    from: &Arc<Policy>,
-    to: &Arc<Policy>,
-    key: &Key,
-) -> AdminFuture {
-    let (store, from, to, key) = (store.clone(), from.clone(), to.clone(), key.clone());
-    AdminFuture::new(async move {
-        let used: smallvec::SmallVec<[u64; 2]> = match store.peek(&from, &key).resolve().await {
-            Ok(decision) => decision
-                .each()
-                .iter()
-                .zip(from.limiters())
-                .map(|(limit, limiter)| tollgate_core::used_of(limiter, limit))
-                .collect(),
-            Err(error) => return Err(AdminError::store(error)),
-        };
-        store.reset(&from, &key).await?;
-        for (index, used) in used.iter().enumerate().take(to.limits().len()) {
-            if *used == 0 {
-                continue;
-            }
-            let debit = Debit::new(u32::try_from(*used).unwrap_or(u32::MAX));
-            match to.limits().len() {
-                1 => store.debit(&to, &key, debit).landed().await,
-                _ => {
-                    let Some(part) = to.limit_alone(index) else {
-                        continue;
-                    };
-                    store.debit(&Arc::new(part), &key, debit).landed().await;
-                }
-            }
-        }
-        Ok(())
-    })
 }

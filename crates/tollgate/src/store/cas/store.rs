@@ -9,6 +9,7 @@ use super::shared::Shared;
 use super::step::{Op, nothing};
 use crate::key::Key;
 use crate::policy::Policy;
+use crate::store::carry::carried_units;
 use crate::store::{
     AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, Refund, Store,
     StoreReply, spawn_change,
@@ -302,31 +303,22 @@ impl<B: CasBackend> Store for CasStore<B> {
     }
 
     /// As the memory store carries: each limit of `to` is charged what the
-    /// limit in its place in `from` used (one value for all of them),
-    /// after `from`'s value is reset.
+    /// limit in its place in `from` used ([`carried_units`]; one value for
+    /// all of them), after `from`'s value is reset.
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
         let store = self.clone();
         let (from, to, key) = (from.clone(), to.clone(), key.clone());
         AdminFuture::new(async move {
-            let used: SmallVec<[u64; 2]> = match store.peek(&from, &key).resolve().await {
-                Ok(decision) => decision
-                    .each()
-                    .iter()
-                    .zip(from.limiters())
-                    .map(|(limit, limiter)| tollgate_core::used_of(limiter, limit))
-                    .collect(),
-                Err(error) => return Err(AdminError::store(error)),
-            };
+            let peek = store
+                .peek(&from, &key)
+                .resolve()
+                .await
+                .map_err(AdminError::store)?;
+            let carried = carried_units(&from, &peek, &to, 0);
             store.reset(&from, &key).await?;
-            if to.limits().is_empty() || used.iter().all(|units| *units == 0) {
+            let Some(units) = carried else {
                 return Ok(());
-            }
-            let units = (0..to.limits().len())
-                .map(|index| {
-                    let units = used.get(index).copied().unwrap_or(0);
-                    u32::try_from(units).unwrap_or(u32::MAX)
-                })
-                .collect();
+            };
             store
                 .start(&to, &key, Op::Force(units), None)
                 .await

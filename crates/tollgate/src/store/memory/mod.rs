@@ -6,13 +6,13 @@ mod pinned;
 pub(crate) use pinned::PinnedKey;
 
 use super::bounded::{BoundedMap, Eviction};
+use super::carry::carried_units;
 use super::{ChangeReply, PolicyDecision, Store, StoreReply};
 use crate::key::Key;
 use crate::policy::PackedLimiter;
 use crate::policy::Policy;
 use keys::{Keys, Slot};
 use pinned::{Pinned, PinnedKeys, PinnedState, Release};
-use smallvec::SmallVec;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -424,24 +424,15 @@ impl<C: Clock> MemoryStore<C> {
 impl<C: Clock> MemoryStore<C> {
     /// Moves `key`'s usage from `from` to `to` at once: what
     /// [`Store::carry`] does. Each limit of `to` is charged what the limit
-    /// in its place in `from` used (`tollgate_core::used`); `from`'s state
+    /// in its place in `from` used ([`carried_units`]); `from`'s state
     /// is forgotten.
     pub fn carry_now(&self, from: &Policy, to: &Policy, key: &Key) {
-        let used: SmallVec<[u64; 2]> = self
-            .peek_now(from, key)
-            .each()
-            .iter()
-            .zip(from.limiters())
-            .map(|(limit, limiter)| tollgate_core::used_of(limiter, limit))
-            .collect();
+        let carried = carried_units(from, &self.peek_now(from, key), to, 0);
         self.reset_now(from, key);
-        if used.iter().all(|units| *units == 0) {
+        let Some(carried) = carried else {
             return;
-        }
-        let units = |index: usize| {
-            let units = used.get(index).copied().unwrap_or(0);
-            u32::try_from(units).unwrap_or(u32::MAX)
         };
+        let units = |index: usize| carried.get(index).copied().unwrap_or(0);
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
         let fingerprint = inner.fingerprint(to, key);
