@@ -36,6 +36,16 @@ pub enum Reply {
     Failed(String),
 }
 
+impl Reply {
+    /// A failure that is the layer's answer to a store that did not
+    /// answer in time: HTTP 503 (the demo fails closed). On a busy machine
+    /// that is the right answer, not a fault: the request was not
+    /// admitted.
+    pub fn unavailable(&self) -> bool {
+        matches!(self, Reply::Failed(message) if message.contains(" 503 "))
+    }
+}
+
 /// What a client saw of one response: the status and the rate-limit
 /// fields that were present.
 #[derive(Clone, Debug, PartialEq, Eq)]

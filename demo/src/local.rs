@@ -101,6 +101,8 @@ pub struct SharingResult {
     pub offered: usize,
     /// Requests that failed (503: Redis did not answer within a second).
     pub failed: usize,
+    /// Of those, the 503s ([`Reply::unavailable`]).
+    pub unavailable: usize,
     /// Script calls the two made to Redis during the trace.
     pub redis_calls: u64,
     /// Every request's latency as its client saw it, sorted.
@@ -276,6 +278,7 @@ impl SharingResult {
             failed: all()
                 .filter(|t| matches!(t.reply, Reply::Failed(_)))
                 .count(),
+            unavailable: all().filter(|t| t.reply.unavailable()).count(),
             redis_calls,
             latencies,
             ideal_as_sent: Vec::new(),

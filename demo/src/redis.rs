@@ -28,6 +28,9 @@ pub struct Counts {
     /// Anything else: Redis failing (503, the demo fails closed), a broken
     /// connection.
     pub failed: usize,
+    /// Of the failures, the 503s: Redis did not answer within a second
+    /// ([`Reply::unavailable`]).
+    pub unavailable: usize,
 }
 
 impl Counts {
@@ -37,6 +40,9 @@ impl Counts {
             Reply::Admitted(_) => self.admitted += 1,
             Reply::Rejected(_) => self.rejected += 1,
             Reply::Failed(_) => self.failed += 1,
+        }
+        if reply.unavailable() {
+            self.unavailable += 1;
         }
     }
 
@@ -83,6 +89,13 @@ impl RedisResult {
         self.one.failed
             + self.shared.iter().map(|c| c.failed).sum::<usize>()
             + self.separate.iter().map(|c| c.failed).sum::<usize>()
+    }
+
+    /// Of [`failed`](Self::failed), the 503s ([`Reply::unavailable`]).
+    pub fn unavailable(&self) -> usize {
+        self.one.unavailable
+            + self.shared.iter().map(|c| c.unavailable).sum::<usize>()
+            + self.separate.iter().map(|c| c.unavailable).sum::<usize>()
     }
 }
 

@@ -154,6 +154,10 @@ fn a_request_the_in_flight_limit_refuses_is_not_charged_by_the_rate_limit() {
         assert_eq!(response.header("ratelimit"), Some(r#""inflight";r=0"#));
     }
     assert_eq!(holder.join().unwrap().expect("a response").status, 200);
+    // The holder's slot goes back from a task once its body has ended
+    // (`RedisPermit`'s drop): on a busy machine the next request can come
+    // first, and would be refused by the in-flight limit, not the rate.
+    wait_for_slots(&redis, "alice", false);
     // The three refusals cost nothing: one of the two a minute is left.
     assert_eq!(server.get(&[("x-key", "alice")]).status, 200);
     assert_eq!(server.get(&[("x-key", "alice")]).status, 429);
@@ -259,10 +263,19 @@ fn in_redis_a_killed_servers_slots_come_back_after_the_lease_and_not_before() {
 /// Waits until a slot of `key` is held in `redis` (the default prefix and
 /// limit name); fails after `STEP`.
 fn wait_for_slot(redis: &tollgate_tests::redis::RedisServer, key: &str) {
+    wait_for_slots(redis, key, true);
+}
+
+/// Waits until `key` has a slot taken in Redis (`taken`), or none.
+fn wait_for_slots(redis: &tollgate_tests::redis::RedisServer, key: &str, taken: bool) {
     let slots = format!("tollgate:{{{key}}}:inflight:inflight");
     let started = Instant::now();
-    while !redis.command(&["EXISTS", &slots]).starts_with(":1") {
-        assert!(started.elapsed() < STEP, "no slot of {key} was taken");
+    while redis.command(&["EXISTS", &slots]).starts_with(":1") != taken {
+        assert!(
+            started.elapsed() < STEP,
+            "{key}'s slots: still {}",
+            if taken { "none" } else { "taken" }
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
