@@ -3,7 +3,7 @@
 //! algorithms from `tollgate_core`, and the clock injected. It keeps counts,
 //! so it implements [`Store`] (a store in front of another would implement
 //! `StoreWrapper` instead); `tests/custom_store.rs` proves it with
-//! `tollgate::conformance`, as a user would prove theirs.
+//! `tollgate-conformance`, as a user would prove theirs.
 //!
 //! `cargo run -p tollgate-examples --example custom_store` puts it under a
 //! layer.

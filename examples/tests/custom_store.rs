@@ -3,7 +3,7 @@
 //! random traces of checks, refunds, debits, peeks and late checks decided
 //! as the memory store decides them, the header promises kept, and reset.
 
-use tollgate::conformance::Kit;
+use tollgate_conformance::Kit;
 use tollgate_core::ManualClock;
 use tollgate_examples::custom_store::HashMapStore;
 

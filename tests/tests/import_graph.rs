@@ -594,13 +594,14 @@ fn describe_loops(src: &Path) -> Vec<String> {
         .collect()
 }
 
-const LIBRARY_CRATES: [&str; 6] = [
+const LIBRARY_CRATES: [&str; 7] = [
     "tollgate-core",
     "tollgate",
     "tollgate-redis",
     "tollgate-postgres",
     "tollgate-axum",
     "tollgate-tonic",
+    "tollgate-conformance",
 ];
 
 fn crate_src(name: &str) -> PathBuf {

@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::conformance::{Kit, Race};
 use tollgate::store::cas::{CasError, CasStore};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, Store};
+use tollgate_conformance::{Kit, Race};
 use tollgate_core::{Algorithm, Quota};
 use tollgate_postgres::{PostgresBackend, PostgresError, PostgresStore};
 use tollgate_tests::checks::admits;

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 use tollgate::MemoryStore;
-use tollgate::conformance::{Kit, Race, RaceReport, Report};
 use tollgate::store::{BlockCache, BoxStore, Fallback, Penalty, PenaltyBox, Store, Timeout};
+use tollgate_conformance::{Kit, Race, RaceReport, Report};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
 use tollgate_tests::redis::RedisServer;
 

@@ -79,9 +79,6 @@
 #![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
 
 mod access;
-#[cfg(feature = "conformance")]
-#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
-pub mod conformance;
 pub mod direct;
 mod error;
 pub mod headers;
@@ -132,7 +129,8 @@ pub use shadow::SHADOW_LOG_INTERVAL;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::shadow::ShadowLog;
-    pub use crate::store::carry::{carried_units, carry_by_parts};
+    pub use crate::store::carry::carried_units;
+    pub use crate::store::carry_by_parts;
 }
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;

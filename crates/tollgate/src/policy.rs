@@ -282,9 +282,11 @@ impl Policy {
     }
 
     /// A per-key quota's policy (see [`Policy::plan`]): identity derived
-    /// from `seed`, and the plan's stable fingerprint of its limits.
-    #[cfg_attr(not(feature = "quotas"), allow(dead_code))]
-    pub(crate) fn for_plan(seed: u64, limits: Vec<NamedLimit>) -> Self {
+    /// from `seed`, and the plan's stable fingerprint of its limits. What
+    /// the layer's quota cache builds for a key's own quotas; a store's
+    /// tests (the conformance kit) build one to move a key between plans
+    /// as the layer does.
+    pub fn for_plan(seed: u64, limits: Vec<NamedLimit>) -> Self {
         let plan = plan_fingerprint(&limits);
         Policy {
             plan: Some(plan),

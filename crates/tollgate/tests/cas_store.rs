@@ -5,7 +5,7 @@
 //! that are not states, retries that run out, late checks, expiries and a
 //! plan's carried usage.
 
-#![cfg(all(feature = "cas", feature = "conformance"))]
+#![cfg(feature = "cas")]
 
 use bytes::Bytes;
 use std::future::Future;
@@ -13,10 +13,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tollgate::conformance::Kit;
 use tollgate::store::cas::{CasBackend, CasError, CasStore, MemoryBackend, Snapshot, Swap};
 use tollgate::store::{Debit, Refund};
 use tollgate::{Key, NamedLimit, Policy, Store};
+use tollgate_conformance::Kit;
 use tollgate_core::{Algorithm, Clock, ManualClock, Quota};
 
 const SECOND: u64 = 1_000_000_000;

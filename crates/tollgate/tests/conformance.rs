@@ -4,17 +4,15 @@
 //! whose primary is up or down (see `tests/tests/redis_kit.rs` for the
 //! Redis stores and the compositions over them).
 
-#![cfg(feature = "conformance")]
-
 mod common;
 
 use common::{Later, Outage};
 use std::time::Duration;
 use tollgate::MemoryStore;
-use tollgate::conformance::{Kit, Report};
 use tollgate::store::{
     BlockCache, BoxStore, Breaker, Fallback, Penalty, PenaltyBox, Store, Timeout,
 };
+use tollgate_conformance::{Kit, Report};
 use tollgate_core::{Algorithm, ManualClock};
 
 /// A clock for one run, and a memory store on it.
@@ -158,7 +156,7 @@ async fn the_kit_catches_a_store_that_loses_refunds() {
 // several instances, callers that stop waiting, and (over a
 // compare-and-swap backend) injected faults.
 
-use tollgate::conformance::{Race, RaceReport};
+use tollgate_conformance::{Race, RaceReport};
 
 /// Asserts a race played every algorithm and the kinds of call it can.
 fn raced(report: &RaceReport, skipped: &[&str]) {
@@ -219,8 +217,8 @@ async fn wrappers_over_the_memory_store_race() {
 mod cas {
     use super::*;
     use std::future::{Ready, ready};
-    use tollgate::conformance::Faults;
     use tollgate::store::cas::{CasBackend, CasStore, MemoryBackend, Snapshot, Swap};
+    use tollgate_conformance::Faults;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn the_cas_store_races_through_faults() {

@@ -1,15 +1,9 @@
-//! A key's usage moved from one plan to another ([`Store::carry`]): what
-//! is carried, read once here for every store, and the carry of the
-//! stores that have no way of their own.
+//! What a key's usage moved from one plan to another carries
+//! ([`Store::carry`](super::Store::carry)), read once here for every store.
 
-use super::Store;
-use super::admin::{AdminError, AdminFuture};
-use super::charge::Debit;
 use super::decision::PolicyDecision;
-use crate::key::Key;
 use crate::policy::Policy;
 use smallvec::SmallVec;
-use std::sync::Arc;
 
 /// The units each limit of `to` is charged when a key moves to it from
 /// `from`, whose peek answered `peek`: what the limit in its place in
@@ -36,45 +30,6 @@ pub fn carried_units(
     };
     let units: SmallVec<[u32; 2]> = (0..to.limits().len()).map(used).collect();
     units.iter().any(|units| *units > 0).then_some(units)
-}
-
-/// [`Store::carry`] from a store's `peek`, `reset` and `debit`: `from`'s
-/// usage read (see [`carried_units`], with `unseen` added), `from` reset,
-/// then each limit of `to` debited what it carries, limit by limit
-/// ([`Policy::limit_alone`]) for a plan of several limits.
-pub fn carry_by_parts<St: Store>(
-    store: &St,
-    from: &Arc<Policy>,
-    to: &Arc<Policy>,
-    key: &Key,
-    unseen: i64,
-) -> AdminFuture {
-    let (store, from, to, key) = (store.clone(), from.clone(), to.clone(), key.clone());
-    AdminFuture::new(async move {
-        let peek = store
-            .peek(&from, &key)
-            .resolve()
-            .await
-            .map_err(AdminError::store)?;
-        let units = carried_units(&from, &peek, &to, unseen);
-        store.reset(&from, &key).await?;
-        for (index, units) in units.iter().flatten().enumerate() {
-            if *units == 0 {
-                continue;
-            }
-            let debit = Debit::new(*units);
-            match to.limits().len() {
-                1 => store.debit(&to, &key, debit).landed().await,
-                _ => {
-                    let Some(part) = to.limit_alone(index) else {
-                        continue;
-                    };
-                    store.debit(&Arc::new(part), &key, debit).landed().await;
-                }
-            }
-        }
-        Ok(())
-    })
 }
 
 #[cfg(test)]

@@ -300,6 +300,48 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// [`AdminError::Unsupported`] (nothing is carried, `from`'s state
     /// stays where it was).
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
-        carry::carry_by_parts(self, from, to, key, 0)
+        carry_by_parts(self, from, to, key, 0)
     }
+}
+
+/// [`Store::carry`] from a store's `peek`, `reset` and `debit`: `from`'s
+/// usage read (see [`carried_units`](carry::carried_units), with `unseen` added), `from` reset,
+/// then each limit of `to` debited what it carries, limit by limit
+/// ([`Policy::limit_alone`]) for a plan of several limits. For the
+/// crates beside this one (local-first adds its unreported units), through
+/// `tollgate::__private`.
+#[doc(hidden)]
+pub fn carry_by_parts<St: Store>(
+    store: &St,
+    from: &Arc<Policy>,
+    to: &Arc<Policy>,
+    key: &Key,
+    unseen: i64,
+) -> AdminFuture {
+    let (store, from, to, key) = (store.clone(), from.clone(), to.clone(), key.clone());
+    AdminFuture::new(async move {
+        let peek = store
+            .peek(&from, &key)
+            .resolve()
+            .await
+            .map_err(AdminError::store)?;
+        let units = carry::carried_units(&from, &peek, &to, unseen);
+        store.reset(&from, &key).await?;
+        for (index, units) in units.iter().flatten().enumerate() {
+            if *units == 0 {
+                continue;
+            }
+            let debit = Debit::new(*units);
+            match to.limits().len() {
+                1 => store.debit(&to, &key, debit).landed().await,
+                _ => {
+                    let Some(part) = to.limit_alone(index) else {
+                        continue;
+                    };
+                    store.debit(&Arc::new(part), &key, debit).landed().await;
+                }
+            }
+        }
+        Ok(())
+    })
 }

@@ -57,8 +57,8 @@
 //! the in-memory backend the tests use, and `docs/ARCHITECTURE.md`
 //! ("Writing a compare-and-swap backend") for the steps. Then run the
 //! conformance kit over `CasStore<YourBackend>`, and race it through
-//! injected faults: `tollgate::conformance::Race::cas(your_backend)`
-//! (features `conformance` and `cas`).
+//! injected faults: `tollgate_conformance::Race::cas(your_backend)`
+//! (the `tollgate-conformance` crate, its feature `cas`).
 //!
 //! A backend whose `read` and `write` disagree about what a key holds
 //! (most often: a read that returns a value past its expiry, which the

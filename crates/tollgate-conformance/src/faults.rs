@@ -6,13 +6,13 @@
 
 use super::ledger::{FaultError, Ledger, Shared};
 use super::trace::Rng;
-use crate::store::cas::{CasBackend, Snapshot, Swap};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tollgate::store::cas::{CasBackend, Snapshot, Swap};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -54,14 +54,14 @@ type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 ///
 /// What it does not inject: a reply lost after the write was made (an
 /// error for a write that landed). No store can tell what such a write
-/// did without asking again; a [`CasStore`](crate::store::cas::CasStore)
+/// did without asking again; a [`CasStore`](tollgate::store::cas::CasStore)
 /// answers it with a store error and the charge stands.
 ///
 /// Its futures sleep on tokio's timer and its writes run on spawned tasks:
 /// use it in a Tokio runtime with time enabled.
 ///
 /// ```
-/// use tollgate::conformance::Faults;
+/// use tollgate_conformance::Faults;
 /// use tollgate::store::cas::{CasStore, MemoryBackend};
 /// use std::time::Duration;
 ///

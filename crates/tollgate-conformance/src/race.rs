@@ -8,22 +8,22 @@ use super::checker::{Count, Judged, Seen, Tally};
 use super::ledger::Ledger;
 use super::trace::Rng;
 use super::{Failure, REAL_TIME_BASE, clear_of_a_day_boundary};
-use crate::key::Key;
-use crate::policy::{NamedLimit, Policy};
-use crate::store::late::late_checks_in_progress;
-use crate::store::{
-    AdminError, Capability, ChangeReply, MemoryStore, Refund, Store, StoreReply, Watched,
-};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tollgate::Key;
+use tollgate::store::late::late_checks_in_progress;
+use tollgate::store::{
+    AdminError, Capability, ChangeReply, MemoryStore, Refund, Store, StoreReply, Watched,
+};
+use tollgate::{NamedLimit, Policy};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 #[cfg(feature = "cas")]
 use {
     super::faults::Faults,
     super::ledger::FaultError,
-    crate::store::cas::{CasBackend, CasError, CasStore},
+    tollgate::store::cas::{CasBackend, CasError, CasStore},
 };
 
 /// The instances of one run: those the clients race through, one more
@@ -99,7 +99,7 @@ type Explain<E> = Arc<dyn Fn(&E, Option<Duration>) -> bool + Send + Sync>;
 ///   caller gave up on stays charged;
 /// - a refusal came only once `C` charges could stand;
 /// - over [`Faults`]: no write held until its deadline had passed was
-///   made (the backend keeps [`Swap::deadline`](crate::store::cas::Swap::deadline));
+///   made (the backend keeps [`Swap::deadline`](tollgate::store::cas::Swap::deadline));
 /// - no call failed, but for what the run explains (a restart refused it,
 ///   or it was answered after its caller's deadline).
 ///
@@ -131,7 +131,7 @@ type Explain<E> = Arc<dyn Fn(&E, Option<Duration>) -> bool + Send + Sync>;
 /// [`late_checks_in_progress`] is 0 in the whole process.
 ///
 /// ```
-/// use tollgate::conformance::Race;
+/// use tollgate_conformance::Race;
 /// use tollgate::store::cas::MemoryBackend;
 ///
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
@@ -144,7 +144,7 @@ type Explain<E> = Arc<dyn Fn(&E, Option<Duration>) -> bool + Send + Sync>;
 /// A store of any kind, through instances sharing its counters:
 ///
 /// ```
-/// use tollgate::conformance::Race;
+/// use tollgate_conformance::Race;
 /// use tollgate::MemoryStore;
 ///
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
@@ -930,7 +930,7 @@ impl<St: Clone> Clone for Counting<St> {
 
 // A wrapper by construction: every operation but the refund it counts
 // (the check with its deadline included) reaches the store behind as it is.
-impl<St: Store> crate::store::StoreWrapper for Counting<St> {
+impl<St: Store> tollgate::store::StoreWrapper for Counting<St> {
     type Inner = St;
     type Error = St::Error;
     type Future = St::Future;
@@ -941,13 +941,13 @@ impl<St: Store> crate::store::StoreWrapper for Counting<St> {
 
     fn relay(
         &self,
-        _: &std::sync::Arc<crate::policy::Policy>,
-        _: &crate::key::Key,
-        reply: crate::store::StoreReply<
-            <Self::Inner as crate::Store>::Future,
-            <Self::Inner as crate::Store>::Error,
+        _: &std::sync::Arc<tollgate::Policy>,
+        _: &tollgate::Key,
+        reply: tollgate::store::StoreReply<
+            <Self::Inner as tollgate::Store>::Future,
+            <Self::Inner as tollgate::Store>::Error,
         >,
-    ) -> crate::store::StoreReply<Self::Future, Self::Error> {
+    ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
         reply
     }
 

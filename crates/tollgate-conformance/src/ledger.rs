@@ -104,7 +104,7 @@ impl<E: fmt::Display> fmt::Display for FaultError<E> {
         match self {
             FaultError::Restarting => f.write_str(
                 "connection refused: the backend is restarting (a fault injected by \
-                 tollgate::conformance::Faults)",
+                 tollgate_conformance::Faults)",
             ),
             FaultError::Backend(error) => write!(f, "{error}"),
         }

@@ -32,7 +32,7 @@
 //! debt; the [`Report`] says what was left out.
 //!
 //! ```
-//! use tollgate::conformance::Kit;
+//! use tollgate_conformance::Kit;
 //! use tollgate::MemoryStore;
 //! use tollgate_core::ManualClock;
 //!
@@ -59,7 +59,7 @@
 //! [`Race`] can: several clients (tokio tasks) send checks for a few
 //! shared keys through several instances of the store at once, some
 //! stopping waiting after a short deadline (heard out as the layer does,
-//! through [`Watched`](crate::store::Watched), or dropped unheard), and a
+//! through [`Watched`](tollgate::store::Watched), or dropped unheard), and a
 //! checker asks of each key whether *some* order of the calls, decided by
 //! the reference algorithm, explains the admissions the callers kept, the
 //! refusals, and the key's count once every late check has been heard
@@ -74,7 +74,7 @@
 //!
 //! ```
 //! # #[cfg(feature = "cas")] {
-//! use tollgate::conformance::{Kit, Race};
+//! use tollgate_conformance::{Kit, Race};
 //! use tollgate::store::cas::{CasStore, MemoryBackend};
 //!
 //! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
@@ -123,12 +123,12 @@ pub use faults::Faults;
 pub use ledger::{FaultError, KeyLedger, Ledger};
 pub use race::{Race, RaceReport};
 
-use crate::key::Key;
-use crate::policy::{NamedLimit, Policy};
-use crate::store::{Capability, Debit, MemoryStore, PolicyDecision, Refund, Store, StoreReply};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tollgate::Key;
+use tollgate::store::{Capability, Debit, MemoryStore, PolicyDecision, Refund, Store, StoreReply};
+use tollgate::{NamedLimit, Policy};
 use tollgate_core::{Algorithm, Clock, ManualClock};
 use trace::{Rng, Step, Timing};
 
@@ -248,7 +248,7 @@ impl<St: Store> Kit<St> {
         self
     }
 
-    /// Leaves out the late checks. For a [`Fallback`](crate::store::Fallback):
+    /// Leaves out the late checks. For a [`Fallback`](tollgate::store::Fallback):
     /// a check its primary answers too late is decided by its secondary,
     /// which keeps counts of its own, so the trace's counts would be split
     /// between two stores (run its primary, and its secondary alone, with
@@ -755,7 +755,7 @@ impl<'k, St: Store> Play<'k, St> {
         self.context.push_str(", after a reset");
         match self.kit.store.reset(&self.policy, &self.key).await {
             Ok(()) => {}
-            Err(crate::store::AdminError::Unsupported { .. }) => {
+            Err(tollgate::store::AdminError::Unsupported { .. }) => {
                 if !report.skipped.contains(&"reset") {
                     report.skipped.push("reset");
                 }

@@ -1,8 +1,8 @@
 //! The random traces the kit plays: a seeded generator (so that a failure
 //! names a seed that plays the same trace again) and the steps of a trace.
 
-use crate::policy::NamedLimit;
 use std::time::Duration;
+use tollgate::NamedLimit;
 use tollgate_core::{Algorithm, Quota};
 
 /// A small seeded generator (SplitMix64): the same seed gives the same
