@@ -594,13 +594,14 @@ fn describe_loops(src: &Path) -> Vec<String> {
         .collect()
 }
 
-const LIBRARY_CRATES: [&str; 7] = [
+const LIBRARY_CRATES: [&str; 8] = [
     "tollgate-core",
     "tollgate",
     "tollgate-redis",
     "tollgate-postgres",
     "tollgate-axum",
     "tollgate-tonic",
+    "tollgate-cas",
     "tollgate-conformance",
 ];
 

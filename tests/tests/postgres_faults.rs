@@ -7,8 +7,8 @@
 
 use http::{Request, StatusCode};
 use std::time::{Duration, Instant};
-use tollgate::store::cas::CasStore;
 use tollgate::{HeaderKey, OnStoreError, RateLimitLayer};
+use tollgate_cas::CasStore;
 use tollgate_core::Quota;
 use tollgate_postgres::PostgresBackend;
 use tollgate_tests::app::{App, behind};

@@ -9,7 +9,7 @@ mod common;
 
 use common::{login_app, successes_never_stay_charged};
 use std::time::Duration;
-use tollgate::store::cas::CasStore;
+use tollgate_cas::CasStore;
 use tollgate_postgres::PostgresBackend;
 use tollgate_tests::postgres::{PASSWORD, PostgresServer};
 use tollgate_tests::proxy::{Jitter, JitterProxy};

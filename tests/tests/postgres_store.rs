@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::store::cas::{CasError, CasStore};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, Store};
+use tollgate_cas::{CasError, CasStore};
 use tollgate_conformance::{Kit, Race};
 use tollgate_core::{Algorithm, Quota};
 use tollgate_postgres::{PostgresBackend, PostgresError, PostgresStore};

@@ -5,8 +5,8 @@
 //! its roots did not sign; and `sslmode=disable` stays plain.
 
 use std::sync::Arc;
-use tollgate::store::cas::CasStore;
 use tollgate::{Key, NamedLimit, Policy, Store};
+use tollgate_cas::CasStore;
 use tollgate_core::Quota;
 use tollgate_postgres::PostgresBackend;
 use tollgate_tests::checks::admits;

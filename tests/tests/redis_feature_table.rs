@@ -11,11 +11,11 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, QuotaAnswer, StaticQuotas};
-use tollgate::store::cas::{CasStore, MemoryBackend};
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Penalty, PenaltyBox, Timeout};
 use tollgate::{
     ChargeWhen, HeaderKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store,
 };
+use tollgate_cas::{CasStore, MemoryBackend};
 use tollgate_core::Quota;
 use tollgate_postgres::PostgresBackend;
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};

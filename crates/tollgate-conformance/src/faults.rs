@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tollgate::store::cas::{CasBackend, Snapshot, Swap};
+use tollgate_cas::{CasBackend, Snapshot, Swap};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -54,7 +54,7 @@ type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 ///
 /// What it does not inject: a reply lost after the write was made (an
 /// error for a write that landed). No store can tell what such a write
-/// did without asking again; a [`CasStore`](tollgate::store::cas::CasStore)
+/// did without asking again; a [`CasStore`](tollgate_cas::CasStore)
 /// answers it with a store error and the charge stands.
 ///
 /// Its futures sleep on tokio's timer and its writes run on spawned tasks:
@@ -62,7 +62,7 @@ type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 ///
 /// ```
 /// use tollgate_conformance::Faults;
-/// use tollgate::store::cas::{CasStore, MemoryBackend};
+/// use tollgate_cas::{CasStore, MemoryBackend};
 /// use std::time::Duration;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {

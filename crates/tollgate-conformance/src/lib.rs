@@ -75,7 +75,7 @@
 //! ```
 //! # #[cfg(feature = "cas")] {
 //! use tollgate_conformance::{Kit, Race};
-//! use tollgate::store::cas::{CasStore, MemoryBackend};
+//! use tollgate_cas::{CasStore, MemoryBackend};
 //!
 //! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
 //! let backend = MemoryBackend::new(); // yours: MyBackend::connect(..).await
@@ -109,6 +109,17 @@
 //! - an interleaving the scheduler does not make: a seed replays the
 //!   plan of a race, not its interleaving, so a bug that needs a rare
 //!   one may need more runs ([`Race::runs`]) to show.
+
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature
+// then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// tower's lint set, as in tollgate.
+#![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
+
+// The README's examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod checker;
 #[cfg(feature = "cas")]

@@ -23,7 +23,7 @@ use tollgate_core::{Algorithm, ManualClock, Quota};
 use {
     super::faults::Faults,
     super::ledger::FaultError,
-    tollgate::store::cas::{CasBackend, CasError, CasStore},
+    tollgate_cas::{CasBackend, CasError, CasStore},
 };
 
 /// The instances of one run: those the clients race through, one more
@@ -99,7 +99,7 @@ type Explain<E> = Arc<dyn Fn(&E, Option<Duration>) -> bool + Send + Sync>;
 ///   caller gave up on stays charged;
 /// - a refusal came only once `C` charges could stand;
 /// - over [`Faults`]: no write held until its deadline had passed was
-///   made (the backend keeps [`Swap::deadline`](tollgate::store::cas::Swap::deadline));
+///   made (the backend keeps [`Swap::deadline`](tollgate_cas::Swap::deadline));
 /// - no call failed, but for what the run explains (a restart refused it,
 ///   or it was answered after its caller's deadline).
 ///
@@ -132,7 +132,7 @@ type Explain<E> = Arc<dyn Fn(&E, Option<Duration>) -> bool + Send + Sync>;
 ///
 /// ```
 /// use tollgate_conformance::Race;
-/// use tollgate::store::cas::MemoryBackend;
+/// use tollgate_cas::MemoryBackend;
 ///
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
 /// // Your backend here: `Race::cas(MyBackend::connect().await)`.

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-use tollgate::store::cas::{CasBackend, Snapshot, Stored, Swap};
+use tollgate_cas::{CasBackend, Snapshot, Stored, Swap};
 
 /// A boxed future of the backend: one allocation a call, beside a round
 /// trip.
@@ -25,7 +25,7 @@ type Call<T> = Pin<Box<dyn Future<Output = Result<T, PostgresError>> + Send>>;
 /// last clone is dropped.
 ///
 /// Build it with [`PostgresBackend::builder`], then put a
-/// [`CasStore`](tollgate::store::cas::CasStore) over it: see the [crate
+/// [`CasStore`](tollgate_cas::CasStore) over it: see the [crate
 /// docs](crate) for the table, the statements and the promises.
 #[derive(Clone)]
 pub struct PostgresBackend {

@@ -4,7 +4,7 @@
 //! ```no_run
 //! # async fn run() -> Result<(), tollgate_postgres::PostgresError> {
 //! use tollgate::RateLimitLayer;
-//! use tollgate::store::cas::CasStore;
+//! use tollgate_cas::CasStore;
 //! use tollgate_postgres::PostgresBackend;
 //!
 //! let backend = PostgresBackend::builder("postgres://app:secret@db.internal:5432/app")
@@ -19,8 +19,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`PostgresBackend`] fills in [`CasBackend`](tollgate::store::cas::CasBackend);
-//! [`CasStore`](tollgate::store::cas::CasStore) over it runs the
+//! [`PostgresBackend`] fills in [`CasBackend`](tollgate_cas::CasBackend);
+//! [`CasStore`](tollgate_cas::CasStore) over it runs the
 //! algorithms: every algorithm of `tollgate-core`, decided as the memory
 //! store decides (the conformance kit checks it against a real server),
 //! several limits of a request in one value charged all-or-nothing,
@@ -52,7 +52,7 @@
 //! database. A table that is missing is named by [`connect`](PostgresBackendBuilder::connect)'s
 //! error, with the fix. Keys are the store's names
 //! (`{prefix}:{limit names}:{plan}:{user key}`, the user key escaped or
-//! hashed when long: see [`CasStore::key_name`](tollgate::store::cas::CasStore::key_name)),
+//! hashed when long: see [`CasStore::key_name`](tollgate_cas::CasStore::key_name)),
 //! and, like every value, always bind parameters, never spliced into SQL.
 //!
 //! # The statements
@@ -190,4 +190,4 @@ pub use url::{check_url, redacted};
 
 /// The compare-and-swap store over PostgreSQL:
 /// `CasStore::new(PostgresBackend::connect(url).await?)`.
-pub type PostgresStore = tollgate::store::cas::CasStore<PostgresBackend>;
+pub type PostgresStore = tollgate_cas::CasStore<PostgresBackend>;

@@ -30,7 +30,7 @@
 //! - `tollgate_quota_errors_total` for failed per-key quota lookups;
 //! - a circuit breaker's `tollgate_breaker_state{store}` (0 closed, 1
 //!   half-open, 2 open) and `tollgate_breaker_opened_total{store}`;
-//! - a compare-and-swap store's (feature `cas`) lost races,
+//! - a compare-and-swap store's (`tollgate-cas`, its `metrics` feature) lost races,
 //!   `tollgate_store_cas_conflicts_total{policy}`, and the calls it gave up
 //!   after losing every attempt, `tollgate_store_cas_contended_total{policy}`;
 //! - how checks heard out after their caller stopped waiting ended,
@@ -460,30 +460,6 @@ pub(crate) fn late_check(outcome: &'static str) {
 #[cfg(not(feature = "metrics"))]
 #[inline]
 pub(crate) fn late_check(_: &'static str) {}
-
-/// A compare-and-swap store's write lost its race to another writer of
-/// the same key, under `policy`: `tollgate_store_cas_conflicts_total{policy}`.
-#[cfg(all(feature = "metrics", feature = "cas"))]
-pub(crate) fn cas_conflict(policy: &str) {
-    metrics::counter!("tollgate_store_cas_conflicts_total", "policy" => policy.to_owned())
-        .increment(1);
-}
-
-#[cfg(all(not(feature = "metrics"), feature = "cas"))]
-#[inline]
-pub(crate) fn cas_conflict(_: &str) {}
-
-/// A compare-and-swap store gave up on a call under `policy` after losing
-/// every attempt's race: `tollgate_store_cas_contended_total{policy}`.
-#[cfg(all(feature = "metrics", feature = "cas"))]
-pub(crate) fn cas_contended(policy: &str) {
-    metrics::counter!("tollgate_store_cas_contended_total", "policy" => policy.to_owned())
-        .increment(1);
-}
-
-#[cfg(all(not(feature = "metrics"), feature = "cas"))]
-#[inline]
-pub(crate) fn cas_contended(_: &str) {}
 
 /// A warning that repeats once per request while a store is away, let
 /// through once per [`Quiet::EVERY`] (per call site: a `static`), with the

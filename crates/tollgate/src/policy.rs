@@ -242,9 +242,12 @@ impl PackedLimiter {
 impl Policy {
     /// Checks a request of `cost` against `states`, one per limit of this
     /// policy, all or nothing: how every store that keeps the core's states
-    /// (the memory store, the compare-and-swap store) decides.
+    /// (the memory store, the compare-and-swap store) decides. Answers the
+    /// merged decision and each limit's, in the policy's order
+    /// ([`PolicyDecision::new`](crate::PolicyDecision::new) makes the
+    /// store's answer of them); `states` are charged only if all allow.
     #[inline]
-    pub(crate) fn check_states(
+    pub fn check_states(
         &self,
         states: &mut [State],
         now: u64,
@@ -369,8 +372,10 @@ impl Policy {
     }
 
     /// How long after a decision's `reset_after` a key of this policy may
-    /// still hold state that a fresh key would not ([`Limiter::rest_slack`]).
-    pub(crate) fn rest_slack_nanos(&self) -> u64 {
+    /// still hold state that a fresh key would not ([`Limiter::rest_slack`]):
+    /// a store that drops a key's states once they are at rest keeps them
+    /// this much longer.
+    pub fn rest_slack_nanos(&self) -> u64 {
         self.rest_slack_nanos
     }
 

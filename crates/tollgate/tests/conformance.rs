@@ -213,11 +213,10 @@ async fn wrappers_over_the_memory_store_race() {
     raced(&report, &skipped);
 }
 
-#[cfg(feature = "cas")]
 mod cas {
     use super::*;
     use std::future::{Ready, ready};
-    use tollgate::store::cas::{CasBackend, CasStore, MemoryBackend, Snapshot, Swap};
+    use tollgate_cas::{CasBackend, CasStore, MemoryBackend, Snapshot, Swap};
     use tollgate_conformance::Faults;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -331,20 +331,20 @@ async fn late_admissions_are_given_back_through_every_wrapper() {
 /// and answers after it.
 #[derive(Clone)]
 struct LateReplies {
-    memory: tollgate::store::cas::MemoryBackend,
+    memory: tollgate_cas::MemoryBackend,
     delay_ms: Arc<AtomicU64>,
 }
 
-impl tollgate::store::cas::CasBackend for LateReplies {
+impl tollgate_cas::CasBackend for LateReplies {
     type Error = Infallible;
-    type Read = <tollgate::store::cas::MemoryBackend as tollgate::store::cas::CasBackend>::Read;
+    type Read = <tollgate_cas::MemoryBackend as tollgate_cas::CasBackend>::Read;
     type Write = Pin<Box<dyn Future<Output = Result<bool, Infallible>> + Send>>;
 
     fn read(&self, key: &str) -> Self::Read {
         self.memory.read(key)
     }
 
-    fn write(&self, key: &str, swap: tollgate::store::cas::Swap) -> Self::Write {
+    fn write(&self, key: &str, swap: tollgate_cas::Swap) -> Self::Write {
         let written = self.memory.write(key, swap);
         let delay = Duration::from_millis(self.delay_ms.load(Ordering::Relaxed));
         Box::pin(async move {
@@ -357,7 +357,7 @@ impl tollgate::store::cas::CasBackend for LateReplies {
 
 #[tokio::test(start_paused = true)]
 async fn late_replies_from_a_compare_and_swap_backend_are_given_back() {
-    use tollgate::store::cas::{CasStore, MemoryBackend};
+    use tollgate_cas::{CasStore, MemoryBackend};
     let backend = LateReplies {
         memory: MemoryBackend::new(),
         delay_ms: Arc::new(AtomicU64::new(30)),

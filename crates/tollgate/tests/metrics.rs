@@ -182,10 +182,9 @@ fn failed_per_key_quota_lookups_are_counted() {
     assert_eq!(counts.get("tollgate_quota_errors_total{}"), 3);
 }
 
-#[cfg(feature = "cas")]
 #[test]
 fn a_compare_and_swap_stores_lost_races_are_counted() {
-    use tollgate::store::cas::{CasBackend, CasStore, MemoryBackend, Snapshot, Swap};
+    use tollgate_cas::{CasBackend, CasStore, MemoryBackend, Snapshot, Swap};
 
     /// Every write loses its race: another writer always got there first.
     struct AlwaysLoses(MemoryBackend);

@@ -223,13 +223,13 @@ use std::time::Duration;
 use tollgate::core::Algorithm;
 use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, LiveLimits, QuotaAnswer};
-use tollgate::store::cas::CasStore;
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Presence, Split, Timeout};
 use tollgate::{
     AccessLists, ChargeWhen, DefaultRejector, GlobalKey, HeaderKey, HeaderStyle, Key, KeyExtractor,
     MemoryStore, NamedLimit, OnStoreError, RateLimitLayer, RejectReason, Rejection, Rejector,
 };
 use tollgate_axum::{ClientIp, ProblemJson};
+use tollgate_cas::CasStore;
 use tollgate_examples::serving::{ServeLimits, serve};
 use tollgate_examples::{access, limits, plans};
 use tollgate_postgres::PostgresBackend;

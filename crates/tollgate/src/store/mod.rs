@@ -29,9 +29,6 @@ mod admin;
 pub mod bounded;
 mod capability;
 pub(crate) mod carry;
-#[cfg(feature = "cas")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cas")))]
-pub mod cas;
 mod charge;
 mod decision;
 mod failure;

@@ -24,7 +24,7 @@ use tollgate_core::Quota;
 /// at most `N × max(1, ⌊L / N⌋)` without ranks — as far as `N` is right.
 /// `N` is the number of instances the shared store last counted (the
 /// Redis store's [`presence`](https://docs.rs/tollgate-redis), the
-/// compare-and-swap store's `CasStore::presence` with the `cas` feature:
+/// compare-and-swap store's `CasStore::presence` (the `tollgate-cas` crate):
 /// each instance says every second that it shares the store, and is
 /// counted for 5 s after), or the operator's count
 /// ([`Presence::expecting`]) until the store has counted; an instance

@@ -11,10 +11,10 @@
 
 use super::backend::{CasBackend, Swap};
 use super::shared::Shared;
-use crate::store::Presence;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::sync::Weak;
 use std::time::Duration;
+use tollgate::store::Presence;
 
 /// How often an instance says it shares the store, and how long its word
 /// holds.

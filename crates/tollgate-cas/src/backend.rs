@@ -40,7 +40,7 @@ use std::future::Future;
 /// use std::convert::Infallible;
 /// use std::future::{Ready, ready};
 /// use std::sync::{Arc, Mutex};
-/// use tollgate::store::cas::{CasBackend, CasStore, Snapshot, Stored, Swap};
+/// use tollgate_cas::{CasBackend, CasStore, Snapshot, Stored, Swap};
 /// use tollgate_core::{Clock, WallClock};
 ///
 /// #[derive(Clone, Default)]

@@ -17,12 +17,12 @@ use tollgate_core::{Clock, MonotonicClock};
 /// expiry reads as absent and is dropped by [`sweep`](Self::sweep).
 ///
 /// A [`CasStore`](super::CasStore) over it decides as a
-/// [`MemoryStore`](crate::MemoryStore) does, one round trip of the
+/// [`MemoryStore`](tollgate::MemoryStore) does, one round trip of the
 /// contract at a time: for tests of the store and of backends, not for
 /// production (the memory store is faster, and bounded).
 ///
 /// ```
-/// use tollgate::store::cas::{CasStore, MemoryBackend};
+/// use tollgate_cas::{CasStore, MemoryBackend};
 /// use tollgate_core::ManualClock;
 ///
 /// let clock = ManualClock::new(0);

@@ -5,17 +5,15 @@
 //! that are not states, retries that run out, late checks, expiries and a
 //! plan's carried usage.
 
-#![cfg(feature = "cas")]
-
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tollgate::store::cas::{CasBackend, CasError, CasStore, MemoryBackend, Snapshot, Swap};
 use tollgate::store::{Debit, Refund};
 use tollgate::{Key, NamedLimit, Policy, Store};
+use tollgate_cas::{CasBackend, CasError, CasStore, MemoryBackend, Snapshot, Swap};
 use tollgate_conformance::Kit;
 use tollgate_core::{Algorithm, Clock, ManualClock, Quota};
 

@@ -7,18 +7,18 @@ use super::name::{PolicyPart, key_name};
 use super::retry::Retry;
 use super::shared::Shared;
 use super::step::{Op, nothing};
-use crate::key::Key;
-use crate::policy::Policy;
-use crate::store::carry::carried_units;
-use crate::store::{
-    AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, Refund, Store,
-    StoreReply, spawn_change,
-};
 use smallvec::SmallVec;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+use tollgate::__private::carried_units;
+use tollgate::Key;
+use tollgate::Policy;
+use tollgate::store::{
+    AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, Refund, Store,
+    StoreReply, spawn_change,
+};
 
 /// A [`Store`] over a key-value backend that can compare and swap: the
 /// algorithms of `tollgate-core` decided here, the states kept in the
@@ -28,17 +28,17 @@ use std::time::Duration;
 ///
 /// Every algorithm, delay mode, refunds and debits (`charge_when`,
 /// `pay_after`), peek, reset and a plan's carried usage: it decides
-/// exactly as the [`MemoryStore`](crate::MemoryStore) does (the
+/// exactly as the [`MemoryStore`](tollgate::MemoryStore) does (the
 /// conformance kit checks it). Every call is a round trip at least (a
 /// read, and a write unless it was refused or changed nothing): put a
-/// [`BlockCache`](crate::store::BlockCache) in front of it to answer
+/// [`BlockCache`](tollgate::store::BlockCache) in front of it to answer
 /// refused keys without one. Its futures pause on tokio's timer after a
 /// lost race, and its refunds and debits run on a spawned task: use it
 /// on a Tokio runtime with time enabled, as the layer does.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tollgate::store::cas::{CasStore, MemoryBackend};
+/// use tollgate_cas::{CasStore, MemoryBackend};
 /// use tollgate::{Key, NamedLimit, Policy, Store};
 /// use tollgate_core::Quota;
 ///
@@ -105,8 +105,8 @@ impl<B: CasBackend> CasStore<B> {
 
     /// How many instances share this store's backend, and this one's rank
     /// among them, as its presence beat counts them: what a
-    /// [`Split`](crate::store::Split) fallback divides the limits by
-    /// ([`Split::present`](crate::store::Split::present)). The first call
+    /// [`Split`](tollgate::store::Split) fallback divides the limits by
+    /// ([`Split::present`](tollgate::store::Split::present)). The first call
     /// starts the beat (on the current tokio runtime; outside one, the
     /// count stays the operator's, [`CasStoreBuilder::instances`]): every
     /// second, and at once, the store writes in one value of the backend,
@@ -115,11 +115,11 @@ impl<B: CasBackend> CasStore<B> {
     /// counts the instances whose word has not ended, on the backend's
     /// clock. A beat that finds the word gone (the value was lost) counts
     /// no fewer than before until the next. Clones share one beat.
-    pub fn presence(&self) -> crate::store::Presence {
+    pub fn presence(&self) -> tollgate::store::Presence {
         self.shared
             .presence
             .get_or_init(|| {
-                let presence = crate::store::Presence::expecting(self.shared.expected);
+                let presence = tollgate::store::Presence::expecting(self.shared.expected);
                 if tokio::runtime::Handle::try_current().is_ok() {
                     tokio::spawn(super::presence::beat(
                         Arc::downgrade(&self.shared),

@@ -6,8 +6,6 @@ use super::backend::{CasBackend, Swap};
 use super::error::CasError;
 use super::shared::Shared;
 use super::step::{self, Op, Step};
-use crate::policy::Policy;
-use crate::store::PolicyDecision;
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +14,8 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 use tokio::time::Sleep;
+use tollgate::Policy;
+use tollgate::store::PolicyDecision;
 
 /// Waiting for a key's turn, when another call of this process has it.
 type Queued = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;

@@ -4,11 +4,11 @@
 
 use super::backend::Snapshot;
 use super::error::CasError;
-use crate::policy::Policy;
-use crate::store::{PolicyDecision, Refund};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::sync::Arc;
+use tollgate::Policy;
+use tollgate::store::{PolicyDecision, Refund};
 use tollgate_core::{Decision, Limiter, State, decode_states, encode_states};
 
 /// A key's states, one per limit of its policy, in order.
@@ -82,9 +82,9 @@ pub(super) fn decide<E>(
             let (merged, each) = policy.check_states(&mut states, now, *cost);
             if !merged.allowed() {
                 // A refusal charges nothing: nothing to write.
-                return Ok(Step::Answer(PolicyDecision::from_parts(merged, each)));
+                return Ok(Step::Answer(PolicyDecision::new(each)));
             }
-            let answer = PolicyDecision::from_parts(merged, each).charged(now);
+            let answer = PolicyDecision::new(each).charged(now);
             Ok(write_if_changed(
                 &before,
                 &states,
@@ -93,8 +93,8 @@ pub(super) fn decide<E>(
             ))
         }
         Op::Peek => {
-            let (merged, each) = policy.check_states(&mut states, now, 0);
-            Ok(Step::Answer(PolicyDecision::from_parts(merged, each)))
+            let (_, each) = policy.check_states(&mut states, now, 0);
+            Ok(Step::Answer(PolicyDecision::new(each)))
         }
         Op::Refund(refund) => {
             // A key the backend no longer holds has nothing to give back.
@@ -183,9 +183,9 @@ pub(super) fn nothing() -> PolicyDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::NamedLimit;
-    use crate::store::cas::Stored;
+    use crate::Stored;
     use std::convert::Infallible;
+    use tollgate::NamedLimit;
     use tollgate_core::{Algorithm, Quota};
 
     const SECOND: u64 = 1_000_000_000;

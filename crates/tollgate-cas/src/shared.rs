@@ -29,7 +29,7 @@ pub(super) struct Shared<B> {
     conflicts: AtomicU64,
     contended: AtomicU64,
     /// The instances counted by the presence beat, once asked for.
-    pub(super) presence: std::sync::OnceLock<crate::store::Presence>,
+    pub(super) presence: std::sync::OnceLock<tollgate::store::Presence>,
     /// The operator's count until the beat has counted.
     pub(super) expected: u32,
 }
@@ -79,13 +79,13 @@ impl<B> Shared<B> {
     /// A write under `policy` (its label) lost its race.
     pub(super) fn lost_race(&self, policy: &str) {
         self.conflicts.fetch_add(1, Ordering::Relaxed);
-        crate::observe::cas_conflict(policy);
+        crate::observe::conflict(policy);
     }
 
     /// A call under `policy` gave up after losing every race.
     pub(super) fn gave_up(&self, policy: &str) {
         self.contended.fetch_add(1, Ordering::Relaxed);
-        crate::observe::cas_contended(policy);
+        crate::observe::contended(policy);
     }
 
     pub(super) fn conflicts(&self) -> u64 {

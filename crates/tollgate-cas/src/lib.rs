@@ -33,13 +33,13 @@
 //!   then on the backend may drop the value; reading it or finding nothing
 //!   decides the same.
 //! - **Late checks.** A check whose caller waits only `within`
-//!   ([`Store::check_within`](crate::Store::check_within)) writes with a
+//!   ([`Store::check_within`](tollgate::Store::check_within)) writes with a
 //!   deadline on the backend's clock ([`Swap::deadline`]), which the
 //!   backend enforces: a write that would land after the caller gave up
 //!   is not made, and the check fails with [`CasError::Late`], having
 //!   charged nothing.
 //! - **Names.** A value's key is the store's prefix, the policy's limit
-//!   names, its plan ([`Policy::plan`](crate::Policy::plan)) and the
+//!   names, its plan ([`Policy::plan`](tollgate::Policy::plan)) and the
 //!   user's key, escaped so that no two (policy, key) pairs share one
 //!   (see [`CasStore::key_name`]). Two layers whose policies name their
 //!   limits alike share counts, as with the Redis store.
@@ -47,7 +47,7 @@
 //!   second, in one value of the backend (`{prefix}:instances`, read and
 //!   written as a check is), that this instance shares it, and counts the
 //!   instances whose word has not ended and this one's rank: what a
-//!   [`Split`](crate::store::Split) fallback divides the limits by. Any
+//!   [`Split`](tollgate::store::Split) fallback divides the limits by. Any
 //!   backend has it; it asks nothing more of one.
 //!
 //! # Writing a backend
@@ -67,11 +67,23 @@
 //! again, and the call fails with [`CasError::Disagreeing`] at once,
 //! having charged nothing, rather than being retried as a lost race.
 
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature
+// then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// tower's lint set, as in tollgate.
+#![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
+
+// The README's examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod backend;
 mod error;
 mod future;
 mod memory;
 mod name;
+mod observe;
 mod presence;
 mod retry;
 mod shared;

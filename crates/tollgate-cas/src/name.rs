@@ -3,7 +3,7 @@
 //!
 //! The limit names are the policy's, joined with commas (tokens: no `:`
 //! or `,` in them); the plan is the policy's
-//! [`plan`](crate::Policy::plan) in 16 hexadecimal digits, or `-`; the
+//! [`plan`](tollgate::Policy::plan) in 16 hexadecimal digits, or `-`; the
 //! user key comes last, escaped so that no two keys share a name: `*` for
 //! the global key, `@` and the address for an IP, the bytes otherwise,
 //! each byte outside printable ASCII and each of `%*@#` written `%XX`,
@@ -13,9 +13,9 @@
 //! two (policy, key) pairs have the same name only if they have the same
 //! limit names, plan and key.
 
-use crate::key::{Key, KeyView};
-use crate::policy::Policy;
 use std::fmt::Write;
+use tollgate::Policy;
+use tollgate::{Key, KeyView};
 
 /// User keys whose escaped form is longer than this many bytes are written
 /// as `#` and the SHA-1 of their bytes.
@@ -83,8 +83,8 @@ fn plain(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::NamedLimit;
     use std::net::IpAddr;
+    use tollgate::NamedLimit;
     use tollgate_core::Quota;
 
     fn name(key: &Key) -> String {
