@@ -3,7 +3,7 @@
 use crate::connection::Topology;
 use crate::{RedisStore, RedisStoreError};
 use std::time::Duration;
-use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource, QuotaSourceError};
+use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource};
 use tollgate::{Key, KeyView};
 
 /// How often each instance reads the feed of changed quotas.
@@ -277,7 +277,7 @@ impl QuotaSource for RedisQuotas {
             let text: Option<String> = command.query_async(&mut connection).await?;
             let text = text.unwrap_or_default();
             text.parse::<QuotaAnswer>().map_err(|error| {
-                QuotaSourceError::from(format!("the quota {text:?} does not parse: {error}"))
+                tollgate::BoxError::from(format!("the quota {text:?} does not parse: {error}"))
             })
         })
     }

@@ -38,3 +38,9 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Any error, boxed: what a call fails with when its failure may come from
+/// several places (a throttled call: the inner service's error, or why the
+/// limiter could not admit it; a per-key quota lookup: whatever the plans'
+/// source failed with). tower's and tonic's `BoxError` are the same type.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -101,7 +101,7 @@ pub mod throttle;
 
 pub use access::AccessLists;
 pub use direct::{DirectLimiter, KeyedLimiter};
-pub use error::ConfigError;
+pub use error::{BoxError, ConfigError};
 pub use headers::{HeaderStyle, PartitionKey};
 pub use in_flight::InFlightLayer;
 pub use key::{
@@ -110,7 +110,7 @@ pub use key::{
 };
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
-pub use policy::{InvalidLimitName, NamedLimit, Policy};
+pub use policy::{NamedLimit, Policy};
 pub use prepared::Prepared;
 pub use rate_limit::future::ResponseFuture;
 pub use rate_limit::info::RateLimitInfo;

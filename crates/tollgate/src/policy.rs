@@ -1,5 +1,6 @@
 //! Named limits, and the policy: the limits one layer charges together.
 
+use crate::error::ConfigError;
 use crate::observe::PolicyMetrics;
 use crate::prepared::{Prepared, PreparedForms};
 use smallvec::SmallVec;
@@ -28,24 +29,6 @@ pub struct NamedLimit {
     shadow: bool,
 }
 
-/// A limit name that cannot be written into a header: see
-/// [`NamedLimit::try_new`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidLimitName(pub String);
-
-impl std::fmt::Display for InvalidLimitName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} is not a limit name: use 1 to 64 letters, digits, `-`, `_` or `.` \
-             (names are written into the RateLimit headers)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for InvalidLimitName {}
-
 impl NamedLimit {
     /// A GCRA limit called `name`.
     ///
@@ -62,12 +45,15 @@ impl NamedLimit {
         }
     }
 
-    /// A GCRA limit called `name`, or an error if the name is not a short
-    /// token (1 to 64 letters, digits, `-`, `_`, `.`).
-    pub fn try_new(name: impl Into<Arc<str>>, quota: Quota) -> Result<Self, InvalidLimitName> {
+    /// A GCRA limit called `name`, or an error naming it if the name is
+    /// not a short token (1 to 64 letters, digits, `-`, `_`, `.`).
+    pub fn try_new(name: impl Into<Arc<str>>, quota: Quota) -> Result<Self, ConfigError> {
         let name = name.into();
         if !is_token(&name) {
-            return Err(InvalidLimitName(name.to_string()));
+            return Err(ConfigError::new(format!(
+                "{name:?} is not a limit name: use 1 to 64 letters, digits, `-`, `_` or `.` \
+                 (names are written into the RateLimit headers)"
+            )));
         }
         Ok(NamedLimit {
             name,

@@ -156,10 +156,10 @@ fn refusals_a_block_cache_answers_are_counted_as_its_hits() {
 #[test]
 fn failed_per_key_quota_lookups_are_counted() {
     use tollgate::HeaderKey;
-    use tollgate::quotas::{KeyQuotas, QuotaAnswer, QuotaSourceError, quota_fn_async};
+    use tollgate::quotas::{KeyQuotas, QuotaAnswer, quota_fn_async};
     let counts = counted(async {
         let quotas = KeyQuotas::new(quota_fn_async(|_| async {
-            Err::<QuotaAnswer, _>(QuotaSourceError::from("plans db down"))
+            Err::<QuotaAnswer, _>(tollgate::BoxError::from("plans db down"))
         }));
         let layer = RateLimitLayer::builder()
             .quota("api", Quota::per_minute(2))

@@ -12,9 +12,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tollgate::quotas::{
-    KeyQuotas, QuotaAnswer, QuotaSourceError, StaticQuotas, quota_fn, quota_fn_async,
-};
+use tollgate::quotas::{KeyQuotas, QuotaAnswer, StaticQuotas, quota_fn, quota_fn_async};
 use tollgate::{HeaderKey, NamedLimit, RateLimitLayer};
 use tollgate_core::Quota;
 use tower::{Service, ServiceBuilder};
@@ -123,7 +121,7 @@ impl Plans {
             async move {
                 tokio::time::sleep(delay).await;
                 if *plans.failing.lock().unwrap() {
-                    return Err(QuotaSourceError::from("plans database is down"));
+                    return Err(tollgate::BoxError::from("plans database is down"));
                 }
                 let key = String::from_utf8(key.to_bytes())?;
                 let text = plans.answers.lock().unwrap().get(&key).cloned();

@@ -12,10 +12,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tollgate::Store;
 
-/// The error type of a [`RequestBody`]: the inner body's error, or the
-/// [`tonic::Status`] of a message out of budget (which tonic's
-/// `Streaming` hands to the handler as it is).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+// A `RequestBody` fails with a `BoxError`: the inner body's error, or the
+// `tonic::Status` of a message out of budget (which tonic's `Streaming`
+// hands to the handler as it is).
+use tollgate::BoxError;
 
 pin_project! {
     /// A request body whose messages are counted: each one is checked

@@ -90,7 +90,7 @@ mod layer;
 mod service;
 mod shared;
 
-pub use body::{BoxError, RequestBody, ResponseBody};
+pub use body::{RequestBody, ResponseBody};
 pub use future::MessageFuture;
 pub use layer::{
     DEFAULT_LIMIT_NAME, DEFAULT_STORE_TIMEOUT, MessageLimitBuilder, MessageLimitLayer,

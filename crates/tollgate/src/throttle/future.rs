@@ -1,7 +1,7 @@
 //! [`ThrottleFuture`].
 
-use super::BoxError;
 use crate::direct::UntilReady;
+use crate::error::BoxError;
 use crate::store::Store;
 use pin_project_lite::pin_project;
 use std::future::Future;

@@ -38,6 +38,3 @@ pub use future::ThrottleFuture;
 pub use layer::ThrottleLayer;
 pub use service::Throttle;
 
-/// The error of a throttled call: the inner service's, or why the
-/// limiter could not admit it ([`UntilReadyError`](crate::direct::UntilReadyError)).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,7 +1,8 @@
 //! [`Throttle`].
 
-use super::{BoxError, ThrottleFuture};
+use super::ThrottleFuture;
 use crate::direct::DirectLimiter;
+use crate::error::BoxError;
 use crate::store::{MemoryStore, Store};
 use std::task::{Context, Poll};
 use tower_service::Service;

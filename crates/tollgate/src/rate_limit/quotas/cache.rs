@@ -1,7 +1,8 @@
 //! The cache in front of a quota source, and how the layer reads it.
 
 use super::changes::{Caches, ChangedQuotas, Forget, forget_in};
-use super::{QuotaAnswer, QuotaSource, QuotaSourceError};
+use super::{QuotaAnswer, QuotaSource};
+use crate::error::BoxError;
 use crate::key::Key;
 use crate::policy::{NamedLimit, Policy};
 use crate::rate_limit::routes::Entry;
@@ -589,7 +590,7 @@ impl Resolver {
             };
             // Asked again if an invalidation came while it ran (a few times
             // at most: a source changing all the time keeps the last).
-            let mut result = Err(QuotaSourceError::from("not asked"));
+            let mut result = Err(BoxError::from("not asked"));
             for _ in 0..3 {
                 let seen = resolver.forgotten.load(Ordering::Acquire);
                 let lookup = resolver.config.source.lookup(&key);
@@ -637,7 +638,7 @@ impl Resolver {
     }
 
     /// The resolution for a source's answer.
-    fn resolution_of(&self, answer: QuotaAnswer) -> Result<Resolution, QuotaSourceError> {
+    fn resolution_of(&self, answer: QuotaAnswer) -> Result<Resolution, BoxError> {
         // The default, replaced at run time, stands for those quotas.
         let default = |answer: &QuotaAnswer| match answer {
             QuotaAnswer::Default => true,

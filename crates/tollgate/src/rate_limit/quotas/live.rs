@@ -133,9 +133,7 @@ impl LiveLimits {
     pub fn set_quota(&self, name: &str, quota: Quota) -> Result<(), ConfigError> {
         self.change(name, |limit| {
             let algorithm = limit.limiter().algorithm();
-            let changed = NamedLimit::try_new(limit.name(), quota)
-                .map_err(|error| ConfigError::new(error.to_string()))?
-                .with_algorithm(algorithm);
+            let changed = NamedLimit::try_new(limit.name(), quota)?.with_algorithm(algorithm);
             Ok(if limit.is_shadow() {
                 changed.shadow()
             } else {

@@ -95,8 +95,7 @@ pub(crate) use cache::{Plans, QuotaWait, Resolution, Resolver};
 pub use changes::ChangedQuotas;
 pub use live::LiveLimits;
 pub use source::{
-    AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, QuotaSourceError, StaticQuotas, quota_fn,
-    quota_fn_async,
+    AsyncFnQuotas, FnQuotas, QuotaLookup, QuotaSource, StaticQuotas, quota_fn, quota_fn_async,
 };
 
 use std::fmt;

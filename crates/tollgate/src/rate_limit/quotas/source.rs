@@ -2,17 +2,16 @@
 
 use super::QuotaAnswer;
 use super::changes::ChangedQuotas;
+use crate::error::BoxError;
 use crate::key::Key;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
-/// What can go wrong in a lookup: anything, boxed (lookups are off the
-/// request path, so the allocation costs nothing there).
-pub type QuotaSourceError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A lookup in progress.
-pub type QuotaLookup = Pin<Box<dyn Future<Output = Result<QuotaAnswer, QuotaSourceError>> + Send>>;
+/// A lookup in progress. What can go wrong in it: anything, a
+/// [`BoxError`] (lookups are off the request path, so the allocation costs
+/// nothing there).
+pub type QuotaLookup = Pin<Box<dyn Future<Output = Result<QuotaAnswer, BoxError>> + Send>>;
 
 /// Says what a key's quota is. Called only by [`KeyQuotas`](super::KeyQuotas)
 /// in the background, never on the request path, so it may be slow; it
@@ -104,20 +103,21 @@ pub struct AsyncFnQuotas<F>(F);
 /// a plans service.
 ///
 /// ```
-/// use tollgate::quotas::{QuotaAnswer, QuotaSourceError, quota_fn_async};
+/// use tollgate::BoxError;
+/// use tollgate::quotas::{QuotaAnswer, quota_fn_async};
 ///
 /// let source = quota_fn_async(|key| async move {
 ///     // e.g. SELECT quota FROM plans WHERE api_key = $1
 ///     let text = String::from_utf8(key.to_bytes())?;
 ///     let quota = if text.starts_with("paid") { "100/s" } else { "5/s" };
-///     Ok::<_, QuotaSourceError>(quota.parse::<QuotaAnswer>()?)
+///     Ok::<_, BoxError>(quota.parse::<QuotaAnswer>()?)
 /// });
 /// # let _ = source;
 /// ```
 pub fn quota_fn_async<F, Fut>(f: F) -> AsyncFnQuotas<F>
 where
     F: Fn(Key) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<QuotaAnswer, QuotaSourceError>> + Send + 'static,
+    Fut: Future<Output = Result<QuotaAnswer, BoxError>> + Send + 'static,
 {
     AsyncFnQuotas(f)
 }
@@ -125,7 +125,7 @@ where
 impl<F, Fut> QuotaSource for AsyncFnQuotas<F>
 where
     F: Fn(Key) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<QuotaAnswer, QuotaSourceError>> + Send + 'static,
+    Fut: Future<Output = Result<QuotaAnswer, BoxError>> + Send + 'static,
 {
     fn lookup(&self, key: &Key) -> QuotaLookup {
         Box::pin((self.0)(key.clone()))
