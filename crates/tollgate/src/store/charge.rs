@@ -1,10 +1,10 @@
 //! Charges after the decision: a [`Refund`] gives one back, a [`Debit`]
 //! adds to it, both answered with a [`ChangeReply`]; each carries the
-//! [`Route`] of its admission, so that both reach the store that charged.
+//! [`Branches`] of its admission, so that both reach the store that charged.
 
+use super::branches::Branches;
 use super::decision::PolicyDecision;
 use super::receipt::Receipt;
-use super::route::Route;
 use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
@@ -71,7 +71,7 @@ pub struct Refund {
     pub receipt: Option<Receipt>,
     /// Which store of a composition charged it
     /// ([`PolicyDecision::charged_by`]).
-    pub charged_by: Route,
+    pub charged_by: Branches,
 }
 
 impl Refund {
@@ -93,14 +93,14 @@ impl Refund {
 
     /// A refund of `cost` units charged `ago` before now, knowing nothing
     /// else of the admission (no receipt, no `reset_after`, the default
-    /// route): it gives back less once time has passed.
+    /// branches): it gives back less once time has passed.
     pub fn new(cost: u32, ago: Duration) -> Self {
         Refund {
             cost,
             ago,
             resets: smallvec::SmallVec::new(),
             receipt: None,
-            charged_by: Route::default(),
+            charged_by: Branches::default(),
         }
     }
 
@@ -139,7 +139,7 @@ pub struct Debit {
     pub cost: u32,
     /// Which store of a composition charged the admission
     /// ([`PolicyDecision::charged_by`]).
-    pub charged_by: Route,
+    pub charged_by: Branches,
 }
 
 impl Debit {
@@ -155,7 +155,7 @@ impl Debit {
     pub fn new(cost: u32) -> Self {
         Debit {
             cost,
-            charged_by: Route::default(),
+            charged_by: Branches::default(),
         }
     }
 }

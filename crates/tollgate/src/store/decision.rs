@@ -1,7 +1,7 @@
 //! What a store answers for one request: a [`PolicyDecision`].
 
+use super::branches::{Branch, Branches};
 use super::receipt::Receipt;
-use super::route::{Branch, Route};
 use smallvec::SmallVec;
 use tollgate_core::{Decision, DecisionFields};
 
@@ -34,7 +34,7 @@ pub struct PolicyDecision {
     /// Beside the decisions rather than in them: only an admission has
     /// one.
     receipt: Option<Receipt>,
-    charged_by: Route,
+    charged_by: Branches,
 }
 
 impl PolicyDecision {
@@ -77,7 +77,7 @@ impl PolicyDecision {
             merged,
             each,
             receipt: None,
-            charged_by: Route::default(),
+            charged_by: Branches::default(),
         }
     }
 
@@ -90,7 +90,7 @@ impl PolicyDecision {
             merged,
             each,
             receipt: merged.allowed().then_some(Receipt::at(now)),
-            charged_by: Route::default(),
+            charged_by: Branches::default(),
         }
     }
 
@@ -162,13 +162,13 @@ impl PolicyDecision {
         self.receipt.and_then(Receipt::as_time)
     }
 
-    /// Which store of a composition decided (see [`Route`]): the
+    /// Which store of a composition decided (see [`Branches`]): the
     /// [`Fallback`](super::Fallback)s it passed through mark the branch
     /// they took, so that a refund or a debit of this admission reaches
     /// the store that charged it. The default for a store that decides
     /// alone.
     #[inline]
-    pub fn charged_by(&self) -> Route {
+    pub fn charged_by(&self) -> Branches {
         self.charged_by
     }
 }

@@ -27,6 +27,7 @@
 
 mod admin;
 pub mod bounded;
+mod branches;
 mod capability;
 pub(crate) mod carry;
 mod charge;
@@ -36,11 +37,11 @@ mod fingerprint;
 pub mod late;
 mod memory;
 mod receipt;
-mod route;
 mod wrapper;
 mod wrappers;
 
 pub use admin::{AdminError, AdminFuture};
+pub use branches::{Branch, Branches};
 pub use capability::{Capability, Missing, short_type_name};
 pub use charge::{ChangeReply, ChargeChange, Debit, Refund, spawn_change};
 pub use decision::PolicyDecision;
@@ -48,7 +49,6 @@ pub use late::Watched;
 pub(crate) use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use receipt::Receipt;
-pub use route::{Branch, Route};
 pub use wrapper::StoreWrapper;
 pub use wrappers::block_cache::{BlockCache, BlockCacheFuture};
 pub use wrappers::block_list::{BlockList, DEFAULT_MAX_ENTRIES};

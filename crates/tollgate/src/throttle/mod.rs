@@ -37,4 +37,3 @@ mod service;
 pub use future::ThrottleFuture;
 pub use layer::ThrottleLayer;
 pub use service::Throttle;
-

@@ -1,4 +1,4 @@
-//! Which store of a composition charged an admission: the [`Route`] a
+//! Which store of a composition charged an admission: the [`Branches`] a
 //! decision carries through [`Fallback`](super::Fallback)s, so that its
 //! refund or debit reaches the store that charged it.
 
@@ -14,60 +14,60 @@ pub enum Branch {
 /// Which store of a composition charged an admission: the branch each
 /// [`Fallback`](super::Fallback) took, innermost first. A store that is
 /// not a fallback leaves it as it is; the default (no branch taken) is the
-/// route of a store that decides alone.
+/// branches of a store that decides alone.
 ///
-/// A refund or debit carries its admission's route back down the same
+/// A refund or debit carries its admission's branches back down the same
 /// composition, so that it reaches the store that charged, never the
 /// other: a `Fallback` whose secondary decided during an outage gives
 /// back to the secondary, not to the primary that never counted the
 /// request.
 ///
 /// ```
-/// use tollgate::store::{Branch, Route};
+/// use tollgate::store::{Branch, Branches};
 ///
 /// // An inner fallback decided with its secondary; the outer one got
 /// // that answer from its primary.
-/// let route = Route::default().took(Branch::Secondary).took(Branch::Primary);
-/// let (outer, rest) = route.pop();
+/// let branches = Branches::default().took(Branch::Secondary).took(Branch::Primary);
+/// let (outer, rest) = branches.pop();
 /// assert_eq!(outer, Branch::Primary);
 /// assert_eq!(rest.pop().0, Branch::Secondary);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Route {
+pub struct Branches {
     /// The branches as bits, the outermost lowest (1: the secondary),
-    /// above a marker bit: `1` alone is the empty route. One word, as a
+    /// above a marker bit: `1` alone is no branch. One word, as a
     /// decision is moved on the request's path.
     bits: u64,
 }
 
-impl Default for Route {
+impl Default for Branches {
     /// No branch taken: a store that decides alone.
     fn default() -> Self {
-        Route { bits: 1 }
+        Branches { bits: 1 }
     }
 }
 
-impl Route {
-    /// The most branches a route keeps. A composition nests fallbacks a
+impl Branches {
+    /// The most branches it keeps. A composition nests fallbacks a
     /// few deep; beyond this many, the outermost branches are not
     /// recorded, and a refund through them goes to the primary.
     pub const MAX_DEPTH: u8 = 63;
 
-    /// This route, then `branch` taken by the fallback around it.
+    /// These branches, then `branch` taken by the fallback around it.
     #[must_use]
-    pub fn took(self, branch: Branch) -> Route {
+    pub fn took(self, branch: Branch) -> Branches {
         if self.depth() >= Self::MAX_DEPTH {
             return self;
         }
-        Route {
+        Branches {
             bits: self.marked() << 1 | u64::from(branch == Branch::Secondary),
         }
     }
 
-    /// The branch the outermost fallback took, and the route below it.
-    /// An empty route answers [`Branch::Primary`]: a decision that passed
+    /// The branch the outermost fallback took, and the branches below it.
+    /// No branch at all answers [`Branch::Primary`]: a decision that passed
     /// through no fallback was made by the store asked first.
-    pub fn pop(self) -> (Branch, Route) {
+    pub fn pop(self) -> (Branch, Branches) {
         let bits = self.marked();
         if bits == 1 {
             return (Branch::Primary, self);
@@ -77,7 +77,7 @@ impl Route {
         } else {
             Branch::Primary
         };
-        (branch, Route { bits: bits >> 1 })
+        (branch, Branches { bits: bits >> 1 })
     }
 
     /// How many branches it holds.
@@ -86,7 +86,7 @@ impl Route {
         (63 - self.marked().leading_zeros()) as u8
     }
 
-    /// The bits with their marker (a zeroed route, which no constructor
+    /// The bits with their marker (zeroed bits, which no constructor
     /// makes, reads as empty).
     fn marked(self) -> u64 {
         self.bits.max(1)
@@ -98,35 +98,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_route_gives_back_its_branches_outermost_first() {
+    fn branches_give_back_its_branches_outermost_first() {
         let taken = [
             Branch::Secondary,
             Branch::Primary,
             Branch::Secondary,
             Branch::Secondary,
         ];
-        let route = taken.iter().fold(Route::default(), |r, b| r.took(*b));
-        let mut rest = route;
+        let branches = taken.iter().fold(Branches::default(), |r, b| r.took(*b));
+        let mut rest = branches;
         for expected in taken.iter().rev() {
             let (branch, below) = rest.pop();
             assert_eq!(branch, *expected);
             rest = below;
         }
-        assert_eq!(rest, Route::default());
-        assert_eq!(rest.pop(), (Branch::Primary, Route::default()));
+        assert_eq!(rest, Branches::default());
+        assert_eq!(rest.pop(), (Branch::Primary, Branches::default()));
     }
 
     #[test]
-    fn a_route_deeper_than_its_bound_keeps_the_innermost_branches() {
-        let mut route = Route::default().took(Branch::Secondary);
-        for _ in 1..Route::MAX_DEPTH {
-            route = route.took(Branch::Primary);
+    fn branches_deeper_than_their_bound_keep_the_innermost_branches() {
+        let mut branches = Branches::default().took(Branch::Secondary);
+        for _ in 1..Branches::MAX_DEPTH {
+            branches = branches.took(Branch::Primary);
         }
         // One more than it keeps: not recorded.
-        let full = route;
+        let full = branches;
         assert_eq!(full.took(Branch::Secondary), full);
         let mut rest = full;
-        for _ in 1..Route::MAX_DEPTH {
+        for _ in 1..Branches::MAX_DEPTH {
             let (branch, below) = rest.pop();
             assert_eq!(branch, Branch::Primary);
             rest = below;
