@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::store::{AdminFuture, Capability, ChangeReply, Debit, Missing, Refund};
+use tollgate::store::{AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyRefund};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, Decision, MonotonicClock, State, carried, check_all};
 
@@ -97,7 +97,7 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
         Ok(())
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         let now = self.clock.now();
         self.with_states(policy, key, |states| {
             for (i, (limiter, state)) in policy.limiters().iter().zip(states).enumerate() {

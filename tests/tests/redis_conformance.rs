@@ -12,7 +12,7 @@ mod common;
 use common::{decide, in_micros};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::store::Refund;
+use tollgate::store::PolicyRefund;
 use tollgate::{Key, NamedLimit, Policy};
 use tollgate_core::{
     Algorithm, Decision, Limiter, ManualClock, Quota, Refill, SlidingLog, TokenBucket, check_all,
@@ -156,7 +156,7 @@ async fn assert_conforms_with(url: &str, key: &Key, cache: Cache, refunds: Refun
                     limiter.refund(&mut states[k], refund, now);
                 }
                 let ago = Duration::from_nanos(now - admission.at);
-                let refund = Refund::of(&admission.redis, admission.cost, ago);
+                let refund = PolicyRefund::of(&admission.redis, admission.cost, ago);
                 store
                     .refund_now(&policy, key, &refund)
                     .await

@@ -668,7 +668,7 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
 /// itself and admitted them again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
-    use tollgate::store::{Debit, Refund};
+    use tollgate::store::{Debit, PolicyRefund};
     use tollgate::{Key, Store};
     if !clear_of_midnight() {
         return;
@@ -698,7 +698,7 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
         // Both reported.
         tokio::time::sleep(Duration::from_millis(200)).await;
         for (decision, asked) in &admitted {
-            let refund = Refund::of(decision, 1, asked.elapsed());
+            let refund = PolicyRefund::of(decision, 1, asked.elapsed());
             store.refund(&policy, &Key::GLOBAL, refund).landed().await;
         }
         // 20 of 10 spent: nothing passes.

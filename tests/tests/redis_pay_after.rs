@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tollgate::Store;
 use tollgate::pay_after::Meter;
-use tollgate::store::{Debit, Refund};
+use tollgate::store::{Debit, PolicyRefund};
 use tollgate::{GlobalKey, RateLimitLayer};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
@@ -164,7 +164,7 @@ async fn a_change_that_cannot_reach_redis_is_logged() {
     )]));
     let key = tollgate::Key::from_bytes(b"k");
     server.kill();
-    let refund = Refund::new(1, Duration::ZERO);
+    let refund = PolicyRefund::new(1, Duration::ZERO);
     let bound = Duration::from_secs(20);
     let refunded = store.refund(&policy, &key, refund).landed();
     tokio::time::timeout(bound, refunded)

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::store::{BlockCache, Capability, Fallback, Refund, Timeout};
+use tollgate::store::{BlockCache, Capability, Fallback, PolicyRefund, Timeout};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::{Algorithm, Limiter, Quota, Refill, TokenBucket};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
@@ -45,7 +45,7 @@ async fn request<St: Store>(
     if refunds {
         // The outcome arrives a moment later (a handler ran).
         tokio::task::yield_now().await;
-        let refund = Refund::of(&decision, 1, asked.elapsed());
+        let refund = PolicyRefund::of(&decision, 1, asked.elapsed());
         // As the layer does: the next request waits for the refund to land.
         store.refund(policy, &Key::GLOBAL, refund).landed().await;
         seen.refunded.fetch_add(1, Ordering::Relaxed);
@@ -263,7 +263,7 @@ async fn a_dropped_redis_refund_reply_still_gives_back() {
     drop(store.refund(
         &policy,
         &Key::GLOBAL,
-        Refund::of(&decision, 1, asked.elapsed()),
+        PolicyRefund::of(&decision, 1, asked.elapsed()),
     ));
     // Given back within a moment, with nobody waiting for it.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -332,7 +332,7 @@ async fn admit_and_give_back<St: Store>(store: &St, policy: &Arc<Policy>, n: usi
             decision.merged().allowed(),
             "{label}: admission {i} refused"
         );
-        let refund = Refund::of(&decision, 1, asked.elapsed());
+        let refund = PolicyRefund::of(&decision, 1, asked.elapsed());
         store.refund(policy, &Key::GLOBAL, refund).landed().await;
     }
 }
@@ -482,9 +482,9 @@ async fn exact_mode_refund_after_the_next_reservation_gives_the_whole_unit_back(
         let second = decide(&a, &policy, 1).await;
         assert!(second.merged().allowed(), "{name}");
         assert_eq!(recorded().as_deref(), Some("2"), "{name}: replaced");
-        let refund = Refund::of(&decision, 1, Duration::from_millis(100));
+        let refund = PolicyRefund::of(&decision, 1, Duration::from_millis(100));
         a.refund(&policy, &Key::GLOBAL, refund).landed().await;
-        let refund = Refund::of(&second, 1, Duration::ZERO);
+        let refund = PolicyRefund::of(&second, 1, Duration::ZERO);
         a.refund(&policy, &Key::GLOBAL, refund).landed().await;
         // A moment later, as on a real clock: a refusal to a reservation
         // sent at the very time a refund landed is not remembered (it may
@@ -568,7 +568,7 @@ impl<St: Store + Sync> Settles for St {
             let asked = Instant::now();
             let decision = decide(self, policy, 100).await;
             assert!(decision.merged().allowed());
-            let refund = Refund::of(&decision, 50, asked.elapsed());
+            let refund = PolicyRefund::of(&decision, 50, asked.elapsed());
             self.refund(policy, &Key::GLOBAL, refund).landed().await;
             let next = decide(self, policy, 1).await;
             assert!(next.merged().allowed());

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use tollgate::Policy;
-use tollgate::store::{PolicyDecision, Refund};
+use tollgate::store::{PolicyDecision, PolicyRefund};
 use tollgate_core::{Decision, Limiter, State, decode_states, encode_states};
 
 /// A key's states, one per limit of its policy, in order.
@@ -22,7 +22,7 @@ pub(super) enum Op {
     /// Each limit's state now, charging nothing.
     Peek,
     /// A charge given back.
-    Refund(Refund),
+    Refund(PolicyRefund),
     /// Units charged whatever the limits say, each limit its own (a debit:
     /// the same for each; a carried plan: what each used).
     Force(SmallVec<[u32; 2]>),
@@ -217,7 +217,7 @@ mod tests {
         }
         // Nothing to give back to a key that is not there, nothing to
         // forget either.
-        let refund = Refund::of(&nothing(), 1, std::time::Duration::ZERO);
+        let refund = PolicyRefund::of(&nothing(), 1, std::time::Duration::ZERO);
         let empty = snapshot(SECOND, None);
         assert!(matches!(
             run(&policy, Op::Refund(refund), &empty),

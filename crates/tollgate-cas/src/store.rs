@@ -16,8 +16,8 @@ use tollgate::__private::carried_units;
 use tollgate::Key;
 use tollgate::Policy;
 use tollgate::store::{
-    AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, Refund, Store,
-    StoreReply, spawn_change,
+    AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, PolicyRefund,
+    Store, StoreReply, spawn_change,
 };
 
 /// A [`Store`] over a key-value backend that can compare and swap: the
@@ -264,7 +264,7 @@ impl<B: CasBackend> Store for CasStore<B> {
     /// Gives the charge back as the memory store does (a key the backend
     /// no longer holds has nothing to give back), on a spawned task when
     /// the backend does not answer at once.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         if policy.limits().is_empty() || refund.cost == 0 {
             return ChangeReply::Done;
         }

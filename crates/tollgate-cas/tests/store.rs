@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tollgate::store::{Debit, Refund};
+use tollgate::store::{Debit, PolicyRefund};
 use tollgate::{Key, NamedLimit, Policy, Store};
 use tollgate_cas::{CasBackend, CasError, CasStore, MemoryBackend, Snapshot, Swap};
 use tollgate_conformance::Kit;
@@ -301,7 +301,7 @@ async fn a_value_that_is_not_states_is_an_error_until_reset() {
         assert!(store.peek(&limits, &key).resolve().await.is_err());
         // A refund or a debit of such a key fails, logged, and changes
         // nothing.
-        let refund = Refund::new(1, Duration::ZERO);
+        let refund = PolicyRefund::new(1, Duration::ZERO);
         store.refund(&limits, &key, refund).landed().await;
         store.debit(&limits, &key, Debit::new(1)).landed().await;
         assert_eq!(
@@ -512,7 +512,11 @@ async fn a_refund_and_a_debit_reach_the_backend() {
     assert_eq!(admitted.charged_at(), Some(SECOND));
     // Answered later: a spawned task, which the reply waits for.
     store
-        .refund(&limits, &key, Refund::of(&admitted, 2, Duration::ZERO))
+        .refund(
+            &limits,
+            &key,
+            PolicyRefund::of(&admitted, 2, Duration::ZERO),
+        )
         .landed()
         .await;
     let peek = store.peek(&limits, &key).resolve().await.unwrap();

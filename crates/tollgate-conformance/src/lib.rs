@@ -138,7 +138,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::Key;
-use tollgate::store::{Capability, Debit, MemoryStore, PolicyDecision, Refund, Store, StoreReply};
+use tollgate::store::{
+    Capability, Debit, MemoryStore, PolicyDecision, PolicyRefund, Store, StoreReply,
+};
 use tollgate::{NamedLimit, Policy};
 use tollgate_core::{Algorithm, Clock, ManualClock};
 use trace::{Rng, Step, Timing};
@@ -664,8 +666,8 @@ impl<'k, St: Store> Play<'k, St> {
             Timing::Manual => Duration::from_nanos(now - admission.at_nanos),
             Timing::Real => admission.at.elapsed(),
         };
-        let subject = Refund::of(&admission.subject, admission.cost, ago).part(cost);
-        let reference = Refund::of(&admission.reference, admission.cost, ago).part(cost);
+        let subject = PolicyRefund::of(&admission.subject, admission.cost, ago).part(cost);
+        let reference = PolicyRefund::of(&admission.reference, admission.cost, ago).part(cost);
         self.kit
             .store
             .refund(&self.policy, &self.key, subject)

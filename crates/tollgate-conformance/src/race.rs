@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tollgate::Key;
 use tollgate::store::late::late_checks_in_progress;
 use tollgate::store::{
-    AdminError, Capability, ChangeReply, MemoryStore, Refund, Store, StoreReply, Watched,
+    AdminError, Capability, ChangeReply, MemoryStore, PolicyRefund, Store, StoreReply, Watched,
 };
 use tollgate::{NamedLimit, Policy};
 use tollgate_core::{Algorithm, ManualClock, Quota};
@@ -961,7 +961,7 @@ impl<St: Store> tollgate::store::StoreWrapper for Counting<St> {
         self.inner.check_within(policy, key, cost, within)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         if let Some(count) = self.given_back.get(self.index) {
             count.fetch_add(1, Ordering::AcqRel);
         }

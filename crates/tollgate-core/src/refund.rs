@@ -8,7 +8,7 @@
 /// [`Limiter::charge`](crate::Limiter::charge); keep it with the request
 /// until its outcome is known.
 ///
-/// One limit's refund; `tollgate`'s `store::Refund` is a whole policy's,
+/// One limit's refund; `tollgate`'s `store::PolicyRefund` is a whole policy's,
 /// which a store turns into one of these per limit.
 ///
 /// ```

@@ -267,7 +267,7 @@ impl PreparedPolicy {
         &self,
         prefix: &str,
         key: &Key,
-        refund: &tollgate::store::Refund,
+        refund: &tollgate::store::PolicyRefund,
         now: Option<u64>,
     ) -> Cmd {
         let count = self.key_suffixes.len();

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::{BlockList, ChangeReply, ChargeChange, Debit, Presence, Refund};
+use tollgate::store::{BlockList, ChangeReply, ChargeChange, Debit, PolicyRefund, Presence};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -390,7 +390,7 @@ impl Store for RedisStore {
     /// Redis before it see the charge still there (stricter, never more
     /// lenient). Without a Tokio runtime, or when Redis cannot be reached,
     /// the charge stays (the request counts) and a warning is logged.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());
         spawn_change(ChargeChange::Refund, async move {
@@ -431,7 +431,7 @@ impl RedisStore {
     /// it is, forgets the key's remembered refusal: what [`Store::refund`]
     /// spawns, for a caller that wants to wait for it (a test, an admin
     /// tool). The refund's receipt, when it is a time
-    /// ([`Refund::charged_at`](tollgate::store::Refund::charged_at)), is
+    /// ([`PolicyRefund::charged_at`](tollgate::store::PolicyRefund::charged_at)), is
     /// the server's time of the charge in ns (this store's decisions carry
     /// one): then the refund is exact.
     ///
@@ -442,7 +442,7 @@ impl RedisStore {
         &self,
         policy: &Policy,
         key: &Key,
-        refund: &Refund,
+        refund: &PolicyRefund,
     ) -> Result<(), RedisStoreError> {
         if policy.limits().is_empty() || refund.cost == 0 {
             return Ok(());

@@ -15,7 +15,7 @@ use common::{Later, http_over_tcp, serve_on_loopback};
 use http::{Request, StatusCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::store::{ChangeReply, Fallback, Refund, StoreWrapper};
+use tollgate::store::{ChangeReply, Fallback, PolicyRefund, StoreWrapper};
 use tollgate::{
     ChargeWhen, GlobalKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store, StoreReply,
 };
@@ -296,7 +296,7 @@ impl StoreWrapper for SlowRefunds {
         self.store.check_within(policy, key, cost, within)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         let (store, delay) = (self.store.clone(), self.delay);
         let (policy, key) = (policy.clone(), key.clone());
         ChangeReply::Pending(Box::pin(async move {

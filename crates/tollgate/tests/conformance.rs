@@ -139,7 +139,7 @@ async fn the_kit_catches_a_store_that_loses_refunds() {
             &self,
             _: &std::sync::Arc<tollgate::Policy>,
             _: &tollgate::Key,
-            _: tollgate::store::Refund,
+            _: tollgate::store::PolicyRefund,
         ) -> tollgate::store::ChangeReply {
             tollgate::store::ChangeReply::Done
         }

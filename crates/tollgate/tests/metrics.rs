@@ -279,7 +279,7 @@ impl Store for Delayed {
         &self,
         policy: &Arc<tollgate::Policy>,
         key: &tollgate::Key,
-        refund: tollgate::store::Refund,
+        refund: tollgate::store::PolicyRefund,
     ) -> tollgate::store::ChangeReply {
         self.memory.refund(policy, key, refund)
     }

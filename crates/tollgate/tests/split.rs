@@ -7,7 +7,7 @@ use common::Outage;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-use tollgate::store::{Fallback, Presence, Refund, Share, Split};
+use tollgate::store::{Fallback, PolicyRefund, Presence, Share, Split};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, Store};
 use tollgate_core::{Algorithm, Quota};
 
@@ -80,7 +80,7 @@ async fn refunds_and_resets_reach_the_split_counts() {
             .merged()
             .allowed()
     );
-    let refund = Refund::of(last.as_ref().unwrap(), 1, Duration::ZERO);
+    let refund = PolicyRefund::of(last.as_ref().unwrap(), 1, Duration::ZERO);
     store.refund(&policy, &key, refund).landed().await;
     assert!(
         store

@@ -33,7 +33,7 @@ use std::time::Duration;
 use support::supports;
 use table::Table;
 use tokio::sync::Notify;
-use tollgate::store::{ChangeReply, Debit, Receipt, Refund};
+use tollgate::store::{ChangeReply, Debit, PolicyRefund, Receipt};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 
 /// A store that decides in process memory and shares through Redis.
@@ -620,7 +620,7 @@ impl Store for LocalFirst {
     /// An admission Redis decided (a key with no room in the table, a peek,
     /// a policy this store does not decide) is given back there, as
     /// [`RedisStore`]'s `refund` gives it.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         let redis = self.inner.redis.clone();
         match &self.inner.slots {
             Slots::Exact(table) => {

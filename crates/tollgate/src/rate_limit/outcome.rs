@@ -4,7 +4,7 @@
 use crate::error::ConfigError;
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{Debit, PolicyDecision, Refund};
+use crate::store::{Debit, PolicyDecision, PolicyRefund};
 use http::StatusCode;
 use http::response::Parts;
 use std::fmt;
@@ -157,7 +157,7 @@ pub(crate) struct Ticket {
     /// Read before the store was asked.
     pub(crate) asked: Instant,
     /// The refund of the whole charge, but for its age.
-    charge: Refund,
+    charge: PolicyRefund,
 }
 
 impl Ticket {
@@ -173,17 +173,17 @@ impl Ticket {
             key: key.clone(),
             cost,
             asked,
-            charge: Refund::of(verdict, cost, Duration::ZERO),
+            charge: PolicyRefund::of(verdict, cost, Duration::ZERO),
         }
     }
 
     /// The refund of this admission, now.
-    pub(crate) fn refund(&self) -> Refund {
+    pub(crate) fn refund(&self) -> PolicyRefund {
         self.refund_part(self.cost)
     }
 
     /// The refund of `cost` of this admission's charge, now.
-    pub(crate) fn refund_part(&self, cost: u32) -> Refund {
+    pub(crate) fn refund_part(&self, cost: u32) -> PolicyRefund {
         let mut refund = self.charge.clone().part(cost);
         refund.ago = self.asked.elapsed();
         refund

@@ -1,4 +1,4 @@
-//! Charges after the decision: a [`Refund`] gives one back, a [`Debit`]
+//! Charges after the decision: a [`PolicyRefund`] gives one back, a [`Debit`]
 //! adds to it, both answered with a [`ChangeReply`]; each carries the
 //! [`Branches`] of its admission, so that both reach the store that charged.
 
@@ -51,11 +51,11 @@ impl std::fmt::Debug for ChangeReply {
 /// `reset_after` tells the algorithms that keep a schedule where the
 /// charge left it.
 ///
-/// Made from the admission ([`Refund::of`]), or, for a store's own tests,
-/// from a cost and an `ago` alone ([`Refund::new`]).
+/// Made from the admission ([`PolicyRefund::of`]), or, for a store's own tests,
+/// from a cost and an `ago` alone ([`PolicyRefund::new`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Refund {
+pub struct PolicyRefund {
     /// What the check charged.
     pub cost: u32,
     /// How long before the refund the check was called.
@@ -74,11 +74,11 @@ pub struct Refund {
     pub charged_by: Branches,
 }
 
-impl Refund {
+impl PolicyRefund {
     /// The refund of `decision`, an admission of `cost` whose check was
     /// called `ago` before now.
     pub fn of(decision: &PolicyDecision, cost: u32, ago: Duration) -> Self {
-        Refund {
+        PolicyRefund {
             cost,
             ago,
             resets: decision
@@ -95,7 +95,7 @@ impl Refund {
     /// else of the admission (no receipt, no `reset_after`, the default
     /// branches): it gives back less once time has passed.
     pub fn new(cost: u32, ago: Duration) -> Self {
-        Refund {
+        PolicyRefund {
             cost,
             ago,
             resets: smallvec::SmallVec::new(),
@@ -165,7 +165,7 @@ impl Debit {
 /// failure means, for the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChargeChange {
-    /// A [`Refund`]: when it fails, the charge stands.
+    /// A [`PolicyRefund`]: when it fails, the charge stands.
     Refund,
     /// A [`Debit`]: when it fails, the cost goes uncharged.
     Debit,
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_refund_gives_back_at_the_time_its_receipt_says() {
-        let refund = Refund::of(&admission().charged(1_000), 1, Duration::from_nanos(300));
+        let refund = PolicyRefund::of(&admission().charged(1_000), 1, Duration::from_nanos(300));
         assert_eq!(refund.charged_at(), Some(1_000));
         let core = refund.for_limit(0, 5_000);
         assert_eq!(
@@ -270,7 +270,7 @@ mod tests {
         // A store's own number, however large, says nothing of when: the
         // refund goes by how long ago the check was.
         let token = Receipt::token(u64::MAX - 3);
-        let refund = Refund::of(
+        let refund = PolicyRefund::of(
             &admission().with_receipt(token),
             2,
             Duration::from_nanos(300),
@@ -278,7 +278,7 @@ mod tests {
         assert_eq!((refund.receipt, refund.charged_at()), (Some(token), None));
         assert_eq!(refund.for_limit(0, 5_000).at, 4_700);
         // Nor is a refund that knows nothing.
-        let bare = Refund::new(2, Duration::from_nanos(300));
+        let bare = PolicyRefund::new(2, Duration::from_nanos(300));
         assert_eq!((bare.receipt, bare.for_limit(0, 5_000).at), (None, 4_700));
     }
 }

@@ -95,7 +95,7 @@ impl PolicyDecision {
     }
 
     /// This decision, charged by the store at `at` (ns on the store's own
-    /// clock): what a [`Refund`](super::Refund) of it gives back exactly.
+    /// clock): what a [`PolicyRefund`](super::PolicyRefund) of it gives back exactly.
     /// A store that does not record when it charged leaves it out, and a
     /// refund then goes by how long ago the admission was. The same as
     /// [`with_receipt`](Self::with_receipt)`(Receipt::at(at))`.
@@ -106,7 +106,7 @@ impl PolicyDecision {
     }
 
     /// This decision, with what its store needs to give the charge back
-    /// (see [`Receipt`]); the [`Refund`](super::Refund) of it carries the
+    /// (see [`Receipt`]); the [`PolicyRefund`](super::PolicyRefund) of it carries the
     /// receipt back to the store.
     #[must_use]
     #[inline]

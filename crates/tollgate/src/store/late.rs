@@ -30,7 +30,7 @@
 //!
 //! `kept` and `abandoned` are also logged (one WARN every 10 s at most).
 
-use super::{Capability, PolicyDecision, Refund, Store, StoreReply};
+use super::{Capability, PolicyDecision, PolicyRefund, Store, StoreReply};
 use crate::key::Key;
 use crate::policy::Policy;
 use std::future::Future;
@@ -241,7 +241,7 @@ async fn give_back<St: Store>(asked: &Asked<St>, verdict: &PolicyDecision) -> La
     if asked.store.can(Capability::Refund).is_err() {
         return LateOutcome::Kept;
     }
-    let refund = Refund::of(verdict, asked.cost, asked.at.elapsed());
+    let refund = PolicyRefund::of(verdict, asked.cost, asked.at.elapsed());
     let landing = asked.store.refund(&asked.policy, &asked.key, refund);
     match tokio::time::timeout(LATE_CHECK_BOUND, landing.landed()).await {
         Ok(()) => LateOutcome::GivenBack,

@@ -43,7 +43,7 @@ mod wrappers;
 pub use admin::{AdminError, AdminFuture};
 pub use branches::{Branch, Branches};
 pub use capability::{Capability, Missing, short_type_name};
-pub use charge::{ChangeReply, ChargeChange, Debit, Refund, spawn_change};
+pub use charge::{ChangeReply, ChargeChange, Debit, PolicyRefund, spawn_change};
 pub use decision::PolicyDecision;
 pub use late::Watched;
 pub(crate) use memory::PinnedKey;
@@ -185,7 +185,7 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Gives back, as far as it still counts, a charge that
     /// [`check`](Self::check) made for `key` under `policy` (see
-    /// [`Refund`]): every limit of the policy then stands as if the request
+    /// [`PolicyRefund`]): every limit of the policy then stands as if the request
     /// had not been admitted, or, where its charge has partly or wholly
     /// stopped counting (a window moved on, a bucket refilled), never more
     /// lenient than that. Best effort: a store that cannot reach its
@@ -199,7 +199,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// `store_timeout`) before it hands the response on, so that the
     /// client's next request finds the charge given back. Dropping the
     /// reply does not cancel the refund.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         let _ = (policy, key, refund);
         ChangeReply::Done
     }

@@ -6,7 +6,7 @@
 ///
 /// A store hands one out with its admission
 /// ([`PolicyDecision::with_receipt`](super::PolicyDecision::with_receipt)),
-/// and gets it back, untouched, in the [`Refund`](super::Refund) of that
+/// and gets it back, untouched, in the [`PolicyRefund`](super::PolicyRefund) of that
 /// admission. Two kinds, so that no meaning hides in the other's bits:
 ///
 /// - [`Receipt::at`]: when the store charged, in ns on its own clock (the

@@ -3,7 +3,8 @@
 //! change.
 
 use super::{
-    AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store, StoreReply,
+    AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyDecision, PolicyRefund, Store,
+    StoreReply,
 };
 use crate::error::ConfigError;
 use crate::key::Key;
@@ -159,7 +160,7 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
     }
 
     /// See [`Store::refund`]. Forwarded by default.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         self.inner()
             .refund(&self.inner_policy(policy), &self.inner_key(key), refund)
     }
@@ -225,7 +226,7 @@ impl<W: StoreWrapper> Store for W {
         StoreWrapper::can(self, capability)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         StoreWrapper::refund(self, policy, key, refund)
     }
 

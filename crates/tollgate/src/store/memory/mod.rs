@@ -350,7 +350,7 @@ impl<C: Clock> MemoryStore<C> {
     /// Gives a charge back at once: what [`Store::refund`] does. A key the
     /// store no longer holds (dropped at rest, or to make room) has nothing
     /// to give back.
-    pub fn refund_now(&self, policy: &Policy, key: &Key, refund: super::Refund) {
+    pub fn refund_now(&self, policy: &Policy, key: &Key, refund: super::PolicyRefund) {
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
         let fingerprint = inner.fingerprint(policy, key);
@@ -563,7 +563,7 @@ impl<C: Clock> Store for MemoryStore<C> {
         Ok(())
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: super::PolicyRefund) -> ChangeReply {
         self.refund_now(policy, key, refund);
         ChangeReply::Done
     }

@@ -408,7 +408,12 @@ where
 
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: crate::store::Refund) -> ChangeReply {
+    fn refund(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        refund: crate::store::PolicyRefund,
+    ) -> ChangeReply {
         let reply = self.inner.refund(policy, key, refund);
         self.forgetting(reply, policy, key)
     }

@@ -74,7 +74,7 @@ trait ErasedStore: Send + Sync {
         &self,
         policy: &Arc<Policy>,
         key: &Key,
-        refund: crate::store::Refund,
+        refund: crate::store::PolicyRefund,
     ) -> ChangeReply;
 
     fn debit_erased(
@@ -157,7 +157,7 @@ impl<St: Store> ErasedStore for St {
         &self,
         policy: &Arc<Policy>,
         key: &Key,
-        refund: crate::store::Refund,
+        refund: crate::store::PolicyRefund,
     ) -> ChangeReply {
         self.refund(policy, key, refund)
     }
@@ -219,7 +219,12 @@ impl Store for BoxStore {
         self.0.can_erased(capability)
     }
 
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: crate::store::Refund) -> ChangeReply {
+    fn refund(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        refund: crate::store::PolicyRefund,
+    ) -> ChangeReply {
         self.0.refund_erased(policy, key, refund)
     }
 

@@ -5,8 +5,8 @@ use crate::key::Key;
 use crate::policy::Policy;
 use crate::store::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, default_shards};
 use crate::store::{
-    AdminFuture, Branch, Capability, ChangeReply, Debit, Missing, PolicyDecision, Refund, Store,
-    StoreReply,
+    AdminFuture, Branch, Capability, ChangeReply, Debit, Missing, PolicyDecision, PolicyRefund,
+    Store, StoreReply,
 };
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
@@ -229,7 +229,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
     }
 
     /// Gives the charge back to the store that charged it.
-    fn refund(&self, policy: &Arc<Policy>, key: &Key, mut refund: Refund) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, mut refund: PolicyRefund) -> ChangeReply {
         let (branch, rest) = refund.charged_by.pop();
         refund.charged_by = rest;
         match branch {
