@@ -533,7 +533,7 @@ async fn periodic_mode_reports_what_it_admitted_while_redis_was_away_once() {
 /// spends the key). Three rounds each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_mode_refusals_say_honestly_when_to_retry() {
-    use tollgate::headers::ceil_seconds;
+    use tollgate::__private::ceil_seconds;
     use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
     let server = RedisServer::start();
     for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow] {

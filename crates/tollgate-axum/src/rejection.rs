@@ -103,7 +103,7 @@ fn problem_body(rejection: &Rejection<'_>) -> String {
     let decision = &rejection.decision.merged();
     let detail = if decision.can_ever_pass() {
         // As `Retry-After` says: whole seconds, rounded up, never 0.
-        let seconds = tollgate::headers::ceil_seconds(decision.retry_after()).max(1);
+        let seconds = tollgate::__private::ceil_seconds(decision.retry_after()).max(1);
         format!("Too many requests: retry in {seconds} s.")
     } else {
         "This request costs more than the whole quota: it can never pass.".to_owned()

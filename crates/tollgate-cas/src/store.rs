@@ -12,12 +12,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tollgate::__private::carried_units;
+use tollgate::__private::{ChargeChange, carried_units, spawn_change};
 use tollgate::Key;
 use tollgate::Policy;
 use tollgate::store::{
-    AdminError, AdminFuture, Capability, ChangeReply, ChargeChange, Debit, Missing, PolicyRefund,
-    Store, StoreReply, spawn_change,
+    AdminError, AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyRefund, Store,
+    StoreReply,
 };
 
 /// A [`Store`] over a key-value backend that can compare and swap: the

@@ -14,8 +14,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio::time::Sleep;
+use tollgate::__private::{Waiter, Wakeups};
 use tollgate::Key;
-use tollgate::in_flight::wakeups::{Waiter, Wakeups};
 use tollgate::in_flight::{Acquired, InFlightLimit, SlotReply, Slots};
 
 const ACQUIRE: &str = include_str!("../scripts/in_flight_acquire.lua");

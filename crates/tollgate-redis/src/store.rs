@@ -15,7 +15,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::{BlockList, ChangeReply, ChargeChange, Debit, PolicyRefund, Presence};
+use tollgate::__private::ChargeChange;
+use tollgate::store::{BlockList, ChangeReply, Debit, PolicyRefund, Presence};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
 
@@ -418,12 +419,12 @@ impl Store for RedisStore {
 pub(crate) const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs a refund or a debit on a task of its own, logged as this crate's
-/// (see [`tollgate::store::spawn_change`]).
+/// (see [`tollgate::__private::spawn_change`]).
 pub(crate) fn spawn_change(
     change: ChargeChange,
     call: impl Future<Output = Result<(), RedisStoreError>> + Send + 'static,
 ) -> ChangeReply {
-    tollgate::store::spawn_change("tollgate-redis", change, CHANGE_TIMEOUT, call)
+    tollgate::__private::spawn_change("tollgate-redis", change, CHANGE_TIMEOUT, call)
 }
 
 impl RedisStore {

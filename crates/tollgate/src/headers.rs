@@ -218,6 +218,8 @@ impl HeaderStyle {
 }
 
 /// Whole seconds, rounded up: a client that waits this long is never early.
+/// For the crates beside this one (through `tollgate::__private`).
+#[doc(hidden)]
 pub fn ceil_seconds(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
@@ -454,6 +456,7 @@ pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
 /// assert_eq!(headers[&RATELIMIT], "\"api\";r=0;t=60");
 /// assert_eq!(headers[http::header::RETRY_AFTER], "60");
 /// ```
+#[doc(hidden)]
 pub fn fields_for(
     style: HeaderStyle,
     policy: &Policy,

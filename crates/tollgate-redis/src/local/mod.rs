@@ -636,7 +636,7 @@ impl Store for LocalFirst {
                     let (policy, key) = (policy.clone(), key.clone());
                     let inner = self.inner.clone();
                     return crate::store::spawn_change(
-                        tollgate::store::ChargeChange::Refund,
+                        tollgate::__private::ChargeChange::Refund,
                         async move {
                             if policy.limits().is_empty() || refund.cost == 0 {
                                 return Ok(());
@@ -658,7 +658,7 @@ impl Store for LocalFirst {
                 let slot = table.find(policy.id(), key);
                 let (policy, key) = (policy.clone(), key.clone());
                 let inner = self.inner.clone();
-                crate::store::spawn_change(tollgate::store::ChargeChange::Refund, async move {
+                crate::store::spawn_change(tollgate::__private::ChargeChange::Refund, async move {
                     redis.refund_now(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded(inner.now());
@@ -678,7 +678,7 @@ impl Store for LocalFirst {
                     slot => (refund, slot, None),
                 };
                 let (policy, key) = (policy.clone(), key.clone());
-                crate::store::spawn_change(tollgate::store::ChargeChange::Refund, async move {
+                crate::store::spawn_change(tollgate::__private::ChargeChange::Refund, async move {
                     // The report that may carry the units lands first
                     // (see `PeriodicSlot::give_back`); no other sync is
                     // waited for.

@@ -100,7 +100,7 @@ impl<St: Store> Tally<St> {
                 Verdict::Pass
             }
             Ok(verdict) => {
-                let metadata = MetadataMap::from_headers(tollgate::headers::fields_for(
+                let metadata = MetadataMap::from_headers(tollgate::__private::fields_for(
                     limits.headers,
                     &limits.policy,
                     &verdict,
@@ -117,7 +117,7 @@ impl<St: Store> Tally<St> {
             }
             Err(failure) => {
                 // As the layer logs it: once in a while, not per message.
-                tollgate::store::report_failure(&limits.policy, &failure);
+                tollgate::__private::report_failure(&limits.policy, &failure);
                 match limits.on_store_error {
                     OnStoreError::Open => Verdict::Pass,
                     OnStoreError::Closed => Verdict::Refuse(Box::new(Status::unavailable(

@@ -91,7 +91,7 @@ mod gate;
 mod layer;
 mod memory;
 mod service;
-pub mod wakeups;
+pub(crate) mod wakeups;
 
 pub use body::InFlightBody;
 pub use future::InFlightFuture;

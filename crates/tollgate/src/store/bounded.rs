@@ -154,7 +154,7 @@ impl<C: Contents> Room<C> {
 }
 
 /// A map from fingerprints of (policy, key) to entries, split into shards
-/// of at most a fixed number of entries each; see the [module docs](self).
+/// of at most a fixed number of entries each; see the module docs (`store/bounded.rs`).
 /// `C` is what a shard holds, a `ByFingerprint<V>` of [`Idle`] entries for
 /// most users.
 #[derive(Debug)]

@@ -5,15 +5,15 @@ use crate::policy::Policy;
 /// What a layer does when its store failed on a request of `policy`, or
 /// did not answer in time: one WARN at most every 10 s across the process
 /// (with how many failures were held back since the last), and the
-/// policy's `tollgate_store_errors_total` counter. For middleware of your
-/// own over a [`Store`](super::Store), so that an outage is logged as the
-/// layers log it: a few lines, not one per request.
+/// policy's `tollgate_store_errors_total` counter: an outage is logged as
+/// the layers log it, a few lines, not one per request. For the crates
+/// beside this one (tonic's message limits), through `tollgate::__private`.
 ///
 /// ```
 /// use tollgate::{NamedLimit, Policy};
 ///
 /// let policy = Policy::new(vec![NamedLimit::new("api", "10/s".parse().unwrap())]);
-/// tollgate::store::report_failure(&policy, &"connection refused");
+/// tollgate::__private::report_failure(&policy, &"connection refused");
 /// ```
 pub fn report_failure(policy: &Policy, error: &dyn std::fmt::Display) {
     static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();

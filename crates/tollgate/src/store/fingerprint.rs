@@ -11,7 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// can check it on every hit.
 ///
 /// ```
-/// use tollgate::store::bounded::ByFingerprint;
+/// use tollgate::__private::bounded::ByFingerprint;
 ///
 /// let mut map: ByFingerprint<&str> = ByFingerprint::default();
 /// map.insert(0x9E37_79B9_7F4A_7C15, "a key's state");

@@ -26,13 +26,13 @@
 //! stores pass all three on.
 
 mod admin;
-pub mod bounded;
+pub(crate) mod bounded;
 mod branches;
 mod capability;
 pub(crate) mod carry;
-mod charge;
+pub(crate) mod charge;
 mod decision;
-mod failure;
+pub(crate) mod failure;
 mod fingerprint;
 pub mod late;
 mod memory;
@@ -43,7 +43,7 @@ mod wrappers;
 pub use admin::{AdminError, AdminFuture};
 pub use branches::{Branch, Branches};
 pub use capability::{Capability, Missing, short_type_name};
-pub use charge::{ChangeReply, ChargeChange, Debit, PolicyRefund, spawn_change};
+pub use charge::{ChangeReply, Debit, PolicyRefund};
 pub use decision::PolicyDecision;
 pub use late::Watched;
 pub(crate) use memory::PinnedKey;
@@ -59,8 +59,6 @@ pub use wrappers::penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyF
 pub use wrappers::presence::{Presence, Share};
 pub use wrappers::split::Split;
 pub use wrappers::timeout::{Timeout, TimeoutError, TimeoutFuture};
-
-pub use failure::report_failure;
 
 use crate::error::ConfigError;
 use crate::key::Key;
