@@ -160,7 +160,38 @@ fn a_request_the_in_flight_limit_refuses_is_not_charged_by_the_rate_limit() {
     wait_for_slots(&redis, "alice", false);
     // The three refusals cost nothing: one of the two a minute is left.
     assert_eq!(server.get(&[("x-key", "alice")]).status, 200);
-    assert_eq!(server.get(&[("x-key", "alice")]).status, 429);
+    let refused = server.get(&[("x-key", "alice")]);
+    assert_eq!(refused.status, 429);
+    // Refused by the rate limit, not by a slot still taken.
+    assert!(
+        refused
+            .header("ratelimit")
+            .is_some_and(|v| v.contains(r#""api";r=0"#)),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_client_that_waits_for_each_answer_never_meets_its_own_slot_in_redis() {
+    // A Redis slot goes back with a `ZREM`, a round trip: the response's
+    // last frame waits for it, so the next request of a client that read
+    // the whole answer finds the slot free, however busy the machine.
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    let server = Server::start(&[
+        "--store",
+        url.as_str(),
+        "--in-flight",
+        "1",
+        "--key",
+        "header:x-key",
+        "--limit",
+        "api=1000/min",
+    ]);
+    for i in 0..40 {
+        let response = server.get(&[("x-key", "carol")]);
+        assert_eq!(response.status, 200, "request {i}: {response:?}");
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Sleep;
 use tollgate::__private::{Waiter, Wakeups};
 use tollgate::Key;
-use tollgate::in_flight::{Acquired, InFlightLimit, SlotReply, Slots};
+use tollgate::in_flight::{Acquired, InFlightLimit, SlotPermit, SlotReply, Slots};
 
 const ACQUIRE: &str = include_str!("../scripts/in_flight_acquire.lua");
 const RENEW: &str = include_str!("../scripts/in_flight_renew.lua");
@@ -48,7 +48,10 @@ const COUNT: &str = include_str!("../scripts/in_flight_count.lua");
 /// (`scripts/in_flight_acquire.lua`): drop the slots whose lease has ended,
 /// count the rest, add this one if there are fewer than the limit. Giving
 /// it back is one `ZREM`, sent from a spawned task when the request's
-/// permit is dropped (its response body ended, failed or was dropped).
+/// response body ends or fails (which holds its last frame until the
+/// `ZREM` has answered, 1 s at most: a client that reads the whole answer
+/// and asks again never finds its own slot still taken), or when the body
+/// is dropped.
 ///
 /// # Leases: a slot of an instance that died comes back
 ///
@@ -317,22 +320,28 @@ impl fmt::Debug for RedisPermit {
     }
 }
 
-impl Drop for RedisPermit {
-    fn drop(&mut self) {
+impl RedisPermit {
+    /// Starts giving the slot back (one `ZREM`, from a spawned task, so
+    /// that it goes on whoever waits for it), once: the task's handle, or
+    /// `None` if it was given back already or there is no Tokio runtime.
+    fn give_back(&mut self) -> Option<tokio::task::JoinHandle<()>> {
         self.renewal.abort();
+        if self.id.is_empty() {
+            return None;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
                 key = %self.redis_key,
                 "in-flight slot dropped outside a Tokio runtime: not given back; it comes \
                  back when its lease ends"
             );
-            return;
+            return None;
         };
         let shared = self.shared.clone();
         let redis_key = std::mem::take(&mut self.redis_key);
         let id = std::mem::take(&mut self.id);
         let hash = self.hash;
-        runtime.spawn(async move {
+        Some(runtime.spawn(async move {
             // Connected: the slot was taken through it.
             let Ok(mut connection) = shared.connection() else {
                 return;
@@ -350,7 +359,32 @@ impl Drop for RedisPermit {
                 );
             }
             shared.wakeups.wake(hash);
-        });
+        }))
+    }
+}
+
+/// How long a response body waits for its slot's `ZREM` before it ends
+/// anyway (the `ZREM` goes on): a Redis that stalls delays the end of a
+/// response by this much at most.
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+/// The `ZREM` is awaited (at most [`RELEASE_WAIT`]), so a response body
+/// holds its last frame until the slot is back in Redis.
+impl SlotPermit for RedisPermit {
+    fn release(mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let task = self.give_back();
+        Box::pin(async move {
+            if let Some(task) = task {
+                let _ = tokio::time::timeout(RELEASE_WAIT, task).await;
+            }
+        })
+    }
+}
+
+impl Drop for RedisPermit {
+    fn drop(&mut self) {
+        // The task goes on alone.
+        drop(self.give_back());
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate::in_flight::{
-    Acquired, InFlightBody, InFlightLayer, InFlightLimit, MemorySlots, SlotReply, Slots,
+    Acquired, InFlightBody, InFlightLayer, InFlightLimit, MemorySlots, SlotPermit, SlotReply, Slots,
 };
 use tollgate::{GlobalKey, HeaderKey, HeaderStyle, Key, OnMissingKey, OnStoreError};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -447,13 +447,18 @@ impl std::fmt::Display for Down {
 
 impl std::error::Error for Down {}
 
+/// A permit of a store that never gives one: given back by its drop.
+struct Unit;
+
+impl SlotPermit for Unit {}
+
 impl Slots for Broken {
-    type Permit = ();
+    type Permit = Unit;
     type Error = Down;
-    type Future = Pin<Box<dyn Future<Output = Result<Acquired<()>, Down>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Acquired<Unit>, Down>> + Send>>;
     type Freed = std::future::Pending<()>;
 
-    fn acquire(&self, _: &InFlightLimit, _: &Key) -> SlotReply<Self::Future, (), Down> {
+    fn acquire(&self, _: &InFlightLimit, _: &Key) -> SlotReply<Self::Future, Unit, Down> {
         match self {
             Broken::Failing => SlotReply::Ready(Err(Down)),
             Broken::Hanging => SlotReply::Pending(Box::pin(std::future::pending())),

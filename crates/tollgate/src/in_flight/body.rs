@@ -1,8 +1,10 @@
 //! [`InFlightBody`]: a response body that holds its request's slot.
 
+use super::SlotPermit;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -14,19 +16,37 @@ pin_project! {
     /// gRPC streaming call this is the stream, so the slot lasts as long as
     /// the stream.
     ///
+    /// The slot is given back when the body sees its end coming (the inner
+    /// body says `is_end_stream` after a frame, or ends, or fails), and
+    /// that frame (or the end) is held back until the slot is back
+    /// ([`SlotPermit::release`]): a client that reads the whole response
+    /// and sends its next request never finds its own slot still taken.
     /// It is the inner body in every other respect: same frames, same
-    /// `is_end_stream` and size hint.
-    pub struct InFlightBody<B, P> {
+    /// `is_end_stream` (false while a release is on its way) and size hint.
+    pub struct InFlightBody<B: Body, P> {
         #[pin]
         inner: B,
         permit: Option<P>,
+        // A release on its way, and the frame (or the end) it holds back.
+        releasing: Option<Releasing<B::Data, B::Error>>,
     }
 }
 
-impl<B, P> InFlightBody<B, P> {
+/// The last frame (or the end, or an error) of a body, held back until
+/// its slot is back.
+struct Releasing<D, E> {
+    released: Pin<Box<dyn Future<Output = ()> + Send>>,
+    held: Option<Result<Frame<D>, E>>,
+}
+
+impl<B: Body, P> InFlightBody<B, P> {
     /// `inner`, holding `permit` (if any) until it ends.
     pub fn new(inner: B, permit: Option<P>) -> Self {
-        InFlightBody { inner, permit }
+        InFlightBody {
+            inner,
+            permit,
+            releasing: None,
+        }
     }
 
     /// Whether the body still holds a slot.
@@ -40,7 +60,7 @@ impl<B, P> InFlightBody<B, P> {
     }
 }
 
-impl<B: Default, P> Default for InFlightBody<B, P> {
+impl<B: Body + Default, P> Default for InFlightBody<B, P> {
     /// An empty inner body, holding no slot: what a rejection made by an
     /// outer layer needs.
     fn default() -> Self {
@@ -48,16 +68,17 @@ impl<B: Default, P> Default for InFlightBody<B, P> {
     }
 }
 
-impl<B: fmt::Debug, P> fmt::Debug for InFlightBody<B, P> {
+impl<B: Body + fmt::Debug, P> fmt::Debug for InFlightBody<B, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InFlightBody")
             .field("inner", &self.inner)
             .field("holds_slot", &self.permit.is_some())
+            .field("releasing", &self.releasing.is_some())
             .finish()
     }
 }
 
-impl<B: Body, P> Body for InFlightBody<B, P> {
+impl<B: Body, P: SlotPermit> Body for InFlightBody<B, P> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -66,21 +87,35 @@ impl<B: Body, P> Body for InFlightBody<B, P> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
+        if let Some(releasing) = this.releasing.as_mut() {
+            ready!(releasing.released.as_mut().poll(cx));
+            let held = releasing.held.take();
+            *this.releasing = None;
+            return Poll::Ready(held);
+        }
         let frame = ready!(this.inner.as_mut().poll_frame(cx));
         let over = match &frame {
             None | Some(Err(_)) => true,
             Some(Ok(_)) => this.inner.is_end_stream(),
         };
-        if over {
-            // Given back now, not when the server gets round to dropping
-            // the body.
-            drop(this.permit.take());
+        let Some(permit) = this.permit.take_if(|_| over) else {
+            return Poll::Ready(frame);
+        };
+        // Given back now, not when the server gets round to dropping the
+        // body; the frame waits until the slot is back.
+        let mut released = permit.release();
+        if released.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(frame);
         }
-        Poll::Ready(frame)
+        *this.releasing = Some(Releasing {
+            released,
+            held: frame,
+        });
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.releasing.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -102,6 +137,8 @@ mod tests {
             self.0.store(true, Ordering::SeqCst);
         }
     }
+
+    impl SlotPermit for Flag {}
 
     fn flag() -> (Flag, Arc<AtomicBool>) {
         let dropped = Arc::new(AtomicBool::new(false));
@@ -172,6 +209,47 @@ mod tests {
         assert!(matches!(poll(&mut body), Poll::Ready(Some(Ok(_)))));
         assert!(dropped.load(Ordering::SeqCst));
         assert!(body.is_end_stream());
+    }
+
+    /// A permit whose slot is back only once `back` is sent (a store over
+    /// the network, whose release is a round trip).
+    struct Remote(tokio::sync::oneshot::Receiver<()>);
+
+    impl SlotPermit for Remote {
+        fn release(self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+            Box::pin(async move {
+                let _ = self.0.await;
+            })
+        }
+    }
+
+    #[test]
+    fn the_last_frame_waits_until_the_slot_is_back() {
+        let (back, slot) = tokio::sync::oneshot::channel();
+        let mut body = InFlightBody::new(http_body_full("done"), Some(Remote(slot)));
+        // The frame that ends the body is held while the release is on its
+        // way, and the body does not say it has ended.
+        assert!(poll(&mut body).is_pending());
+        assert!(!body.is_end_stream());
+        assert!(poll(&mut body).is_pending());
+        back.send(()).unwrap();
+        let frame = poll(&mut body);
+        assert!(
+            matches!(&frame, Poll::Ready(Some(Ok(f))) if f.data_ref().is_some_and(|d| d == "done")),
+            "{frame:?}"
+        );
+        assert!(body.is_end_stream());
+        assert!(matches!(poll(&mut body), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn the_end_of_a_body_that_did_not_know_it_waits_too() {
+        let (back, slot) = tokio::sync::oneshot::channel();
+        let mut body = InFlightBody::new(Frames(vec![Ok("a")]), Some(Remote(slot)));
+        assert!(matches!(poll(&mut body), Poll::Ready(Some(Ok(_)))));
+        assert!(poll(&mut body).is_pending(), "the end waits for the slot");
+        back.send(()).unwrap();
+        assert!(matches!(poll(&mut body), Poll::Ready(None)));
     }
 
     /// A body of one data frame that says when it has ended, as

@@ -163,7 +163,7 @@ impl<S, ReqBody, K, Sl, R, B> Future for InFlightFuture<S, http::Request<ReqBody
 where
     S: Service<http::Request<ReqBody>, Response = Response<B>>,
     Sl: Slots,
-    B: Default,
+    B: http_body::Body + Default,
     R: Rejector<B>,
 {
     type Output = Result<Response<InFlightBody<B, Sl::Permit>>, S::Error>;
@@ -228,7 +228,7 @@ fn poll_waiting<S, ReqBody, K, Sl, R, B>(
 where
     S: Service<http::Request<ReqBody>, Response = Response<B>>,
     Sl: Slots,
-    B: Default,
+    B: http_body::Body + Default,
     R: Rejector<B>,
 {
     let mut this = waiting.project();
@@ -295,7 +295,7 @@ fn on_answer<S, ReqBody, K, Sl, R, B>(
 where
     S: Service<http::Request<ReqBody>, Response = Response<B>>,
     Sl: Slots,
-    B: Default,
+    B: http_body::Body + Default,
     R: Rejector<B>,
 {
     let settled = match answer {

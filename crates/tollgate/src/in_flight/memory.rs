@@ -186,13 +186,16 @@ impl Table {
     }
 }
 
-/// A slot of a [`MemorySlots`]: given back when dropped.
+/// A slot of a [`MemorySlots`]: given back when dropped (so its
+/// [`release`](super::SlotPermit::release) is done at once).
 pub struct MemoryPermit {
     table: Arc<Table>,
     id: u64,
     key: Key,
     hash: u64,
 }
+
+impl super::SlotPermit for MemoryPermit {}
 
 impl fmt::Debug for MemoryPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

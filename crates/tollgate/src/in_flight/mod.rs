@@ -195,6 +195,32 @@ pub enum Acquired<P> {
     },
 }
 
+/// A taken slot ([`Slots::Permit`]): dropping it gives the slot back;
+/// [`release`](Self::release) gives it back and says when it is.
+///
+/// A response body ([`InFlightBody`]) releases its slot when it sees its
+/// end coming, and holds its last frame back until the slot is back: so a
+/// client that sends its next request once it has read the whole response
+/// never finds its own previous request's slot still taken, even with a
+/// store over the network that gives slots back from a task (one round
+/// trip added to the end of each response there).
+pub trait SlotPermit: Send + Sync + 'static {
+    /// Gives the slot back; the future completes once it is back (or the
+    /// store gave up on it, within a bound of its own: a body awaits it).
+    /// It must give the slot back even if the future is dropped unpolled.
+    ///
+    /// The default drops the permit and is done at once: right for a
+    /// store whose drop gives the slot back before it returns (the memory
+    /// store's).
+    fn release(self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
+    where
+        Self: Sized,
+    {
+        drop(self);
+        Box::pin(std::future::ready(()))
+    }
+}
+
 /// Where in-flight counts live: takes a slot for a key if the key has
 /// fewer than the limit taken, and gives it back when the permit is
 /// dropped.
@@ -204,8 +230,9 @@ pub enum Acquired<P> {
 /// dropped permit must give its slot back (a store over the network may
 /// do so later, or let a lease run out if it cannot reach its server).
 pub trait Slots: Clone + Send + Sync + 'static {
-    /// A taken slot; dropping it gives the slot back.
-    type Permit: Send + Sync + 'static;
+    /// A taken slot; dropping it gives the slot back, and so does
+    /// [`SlotPermit::release`], which also says when the slot is back.
+    type Permit: SlotPermit;
     /// What can go wrong.
     type Error: std::error::Error + Send + Sync + 'static;
     /// The future of an answer that has to wait.

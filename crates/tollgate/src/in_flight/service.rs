@@ -56,7 +56,7 @@ impl<S, K, Sl, R> InFlight<S, K, Sl, R> {
 impl<S, K, Sl, R, ReqBody, ResBody> Service<Request<ReqBody>> for InFlight<S, K, Sl, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
-    ResBody: Default,
+    ResBody: http_body::Body + Default,
     K: KeyExtractor,
     Sl: Slots,
     R: Rejector<ResBody>,
