@@ -207,7 +207,13 @@ pub async fn run(
                 .iter()
                 .zip(&replies)
                 .map(|(&algorithm, run)| {
-                    let mut times: Vec<u64> = run.iter().map(when).collect();
+                    // A request that failed (503) was decided by nobody:
+                    // it is no arrival of the limit's.
+                    let mut times: Vec<u64> = run
+                        .iter()
+                        .filter(|t| !matches!(t.reply, Reply::Failed(_)))
+                        .map(when)
+                        .collect();
                     times.sort_unstable();
                     trace::ideal_admissions_at(algorithm, quota, &times, start_ns).len()
                 })

@@ -303,7 +303,7 @@ impl<B: CasBackend> Store for CasStore<B> {
     }
 
     /// As the memory store carries: each limit of `to` is charged what the
-    /// limit in its place in `from` used ([`carried_units`]; one value for
+    /// limit in its place in `from` used (`carried_units`; one value for
     /// all of them), after `from`'s value is reset.
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
         let store = self.clone();

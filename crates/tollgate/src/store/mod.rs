@@ -287,8 +287,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// several limits charged limit by limit, through
     /// [`Policy::limit_alone`]), right for every store that has them and
     /// names a key's state by limit, as the Redis stores do; a store that
-    /// names it by policy (the memory store) overrides it for plans of
-    /// several limits (`tollgate_core::carried` moves each limit's state).
+    /// names it by policy (the memory store, the compare-and-swap store)
+    /// overrides it, debiting each limit's state in place; every store
+    /// reads what it carries the same way (`carried_units`).
     /// Stores in front of another ([`StoreWrapper`]) forward it. The
     /// conformance kit changes plans in its traces and holds the result
     /// to the memory store's. A store without `reset` fails with

@@ -424,7 +424,8 @@ impl<C: Clock> MemoryStore<C> {
 impl<C: Clock> MemoryStore<C> {
     /// Moves `key`'s usage from `from` to `to` at once: what
     /// [`Store::carry`] does. Each limit of `to` is charged what the limit
-    /// in its place in `from` used ([`carried_units`]); `from`'s state
+    /// in its place in `from` used (`carried_units`, as every store reads
+    /// it); `from`'s state
     /// is forgotten.
     pub fn carry_now(&self, from: &Policy, to: &Policy, key: &Key) {
         let carried = carried_units(from, &self.peek_now(from, key), to, 0);
