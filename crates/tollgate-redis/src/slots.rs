@@ -368,7 +368,7 @@ impl RedisPermit {
 /// response by this much at most.
 const RELEASE_WAIT: Duration = Duration::from_secs(1);
 
-/// The `ZREM` is awaited (at most [`RELEASE_WAIT`]), so a response body
+/// The `ZREM` is awaited (1 s at most), so a response body
 /// holds its last frame until the slot is back in Redis.
 impl SlotPermit for RedisPermit {
     fn release(mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
