@@ -475,7 +475,8 @@ fn debug_command_flag() -> &'static [&'static str] {
     })
 }
 
-/// Waits until the server on `port` answers `PING`; an error saying what
+/// Waits until the server on `port` answers `PING`, and is `child` (its
+/// `process_id`); an error saying what
 /// happened if `child` exits first or nothing answers within 10 s.
 pub(crate) fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -483,8 +484,14 @@ pub(crate) fn wait_until_ready(port: u16, child: &mut Child) -> Result<(), Strin
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("exited at start ({status})"));
         }
+        // The answer must come from `child`: two tests can be handed the
+        // same free port, and on a busy machine the one whose server lost
+        // the port may ask before that server has exited, and be answered
+        // by the other test's server (seen: a test found the other's keys).
         if TcpStream::connect(("127.0.0.1", port)).is_ok()
             && command(port, &["PING"]).contains("PONG")
+            && command(port, &["INFO", "server"])
+                .contains(&format!("process_id:{}\r\n", child.id()))
         {
             return Ok(());
         }
