@@ -594,7 +594,7 @@ fn describe_loops(src: &Path) -> Vec<String> {
         .collect()
 }
 
-const LIBRARY_CRATES: [&str; 8] = [
+const LIBRARY_CRATES: [&str; 9] = [
     "tollgate-core",
     "tollgate",
     "tollgate-redis",
@@ -603,6 +603,7 @@ const LIBRARY_CRATES: [&str; 8] = [
     "tollgate-tonic",
     "tollgate-cas",
     "tollgate-conformance",
+    "tollgate-local",
 ];
 
 fn crate_src(name: &str) -> PathBuf {

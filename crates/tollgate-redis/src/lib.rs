@@ -237,7 +237,6 @@ mod closed;
 mod connection;
 mod error;
 mod keys;
-mod local;
 mod observe;
 mod options;
 #[cfg(feature = "quotas")]
@@ -245,6 +244,7 @@ mod quotas;
 mod script;
 mod sentinel;
 mod server_clock;
+mod share;
 mod slots;
 mod store;
 mod tls;
@@ -252,11 +252,16 @@ mod url;
 
 pub use error::RedisStoreError;
 pub use keys::MAX_KEY_LEN;
-pub use local::{LocalFirst, LocalFirstBuilder, LocalMode, LocalStats};
+/// The local-first store over Redis: [`tollgate_local::LocalFirst`] with
+/// a [`RedisStore`] as its shared store.
+pub type LocalFirst = tollgate_local::LocalFirst<RedisStore>;
+/// Settings of a [`LocalFirst`] store over Redis.
+pub type LocalFirstBuilder = tollgate_local::LocalFirstBuilder<RedisStore>;
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
 pub use slots::{RedisFreed, RedisPermit, RedisSlots, RedisSlotsBuilder, RedisSlotsFuture};
 pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};
+pub use tollgate_local::{LocalMode, LocalStats};
 pub use url::{check_url, redacted};

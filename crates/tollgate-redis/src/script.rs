@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tollgate::{Key, Policy, PolicyDecision};
 use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
+use tollgate_local::{ShareOp, ShareReply};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
@@ -200,7 +201,7 @@ impl PreparedPolicy {
             share_script: script_for(files, Entry::Share),
             refund_script: script_for(files, Entry::Refund),
             debit_script: script_for(files, Entry::Debit),
-            local_first: crate::local::support::supports(policy).is_ok(),
+            local_first: tollgate_local::supports(policy).is_ok(),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
         }
@@ -537,79 +538,6 @@ pub(crate) fn held_key(state: &str) -> String {
     held.push_str(state);
     held.push_str(HELD_SUFFIX);
     held
-}
-
-/// What the local-first store asks of `share.lua`.
-#[derive(Clone, Debug)]
-pub(crate) enum ShareOp {
-    /// Reserve at least `need` and at most `want` units, a `fanout`th of
-    /// what remains, for `holder` (an instance's slot of one policy), which
-    /// holds `held` units unspent now and will spend what it then holds for
-    /// `hold_micros` (0: it spends the grant at once). `want` is what the
-    /// key was spent at over `ahead_micros`: the script asks for less when
-    /// a window ends sooner. `report` numbers the reservation (increasing
-    /// per instance; 0: none to name), recorded beside the units held.
-    Reserve {
-        need: u32,
-        want: u64,
-        fanout: u32,
-        holder: u64,
-        held: u64,
-        hold_micros: u64,
-        ahead_micros: u64,
-        report: u64,
-    },
-    /// Give back `cost` units that `holder` spent on its own, checked
-    /// `ago_micros` ago, after its reservation number `report` left: in
-    /// each limit's state (as `refund.lua`, `resets` the admission's
-    /// `reset_after`s in ns), and off the count of units it holds that
-    /// reservation recorded, if that count is still the holder's last.
-    Refund {
-        cost: u32,
-        holder: u64,
-        report: u64,
-        ago_micros: u64,
-        resets: SmallVec<[u64; 2]>,
-    },
-    /// Charge `spent` units this instance admitted (once per `sequence`),
-    /// read the state, and take this instance's share of what remains
-    /// (at least `need` if that much is free), to spend for `life_micros`;
-    /// shared among `instances` (0: among those holding a live share).
-    /// `left`: what it may still spend of its last share while the call is
-    /// on its way. `want`: what it expects to spend until its next sync
-    /// (its recent rate; 0 when idle: the share it held is given back).
-    Sync {
-        spent: u64,
-        instance: u64,
-        sequence: u64,
-        life_micros: u64,
-        instances: u32,
-        need: u32,
-        left: u64,
-        want: u64,
-    },
-}
-
-/// `share.lua`'s answer.
-#[derive(Clone, Debug)]
-pub(crate) struct ShareReply {
-    /// Reserve: the units granted. Sync: 1 if the report was applied now.
-    /// Refund: the units taken off the holder's held count.
-    pub(crate) first: i64,
-    /// Reserve: how long the grant may be spent, in µs (−1: no lapse).
-    /// Sync: the share this instance may admit until its next sync.
-    pub(crate) second: i64,
-    /// Reserve: how long everything the instance holds may be spent, in µs,
-    /// as the limits that count held units recorded it (−1: none does).
-    /// Sync: how many instances hold a live share, this one included.
-    pub(crate) third: i64,
-    /// The limits' decisions: after the grant, or for the least asked when
-    /// nothing was granted; sync and refund: for a cost of 0 after the
-    /// report or the refund.
-    pub(crate) decision: PolicyDecision,
-    /// When the script ran, in the server's µs (0 if unknown): orders
-    /// answers that may arrive out of order.
-    pub(crate) server_micros: u64,
 }
 
 /// How many integers the scripts send per limit (`decision` in prelude.lua).

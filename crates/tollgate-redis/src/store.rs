@@ -3,7 +3,7 @@
 use crate::RedisStoreError;
 use crate::connection::{Connection, Failure, Topology};
 use crate::options::ConnectOptions;
-use crate::script::{LuaScript, PreparedPolicy, ShareOp, ShareReply};
+use crate::script::{LuaScript, PreparedPolicy};
 use crate::server_clock::ServerClock;
 #[cfg(feature = "tls")]
 use crate::tls::Pem;
@@ -19,6 +19,7 @@ use tollgate::__private::ChargeChange;
 use tollgate::store::{BlockList, ChangeReply, Debit, PolicyRefund, Presence};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
+use tollgate_local::{ShareOp, ShareReply};
 
 /// The future of one check: one `EVALSHA` round trip.
 pub type RedisCheckFuture =
@@ -567,7 +568,7 @@ impl RedisStore {
 impl RedisStore {
     /// One call of the local-first store's script (`share.lua`): a
     /// reservation or a sync for `key` under `policy`.
-    pub(crate) async fn share(
+    pub(crate) async fn share_call(
         &self,
         policy: &Policy,
         key: &Key,

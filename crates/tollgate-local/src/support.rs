@@ -4,9 +4,12 @@ use std::time::Duration;
 use tollgate::{ConfigError, Policy};
 use tollgate_core::Algorithm;
 
-/// What [`LocalFirst::supports`](super::LocalFirst::supports) says, for any store: the Redis store's
-/// prepared form keeps it, so that a request reads one flag.
-pub(crate) fn supports(policy: &Policy) -> Result<(), ConfigError> {
+/// Whether a [`LocalFirst`](crate::LocalFirst) store can decide `policy`
+/// locally: every limit of an algorithm the modes support, none in delay
+/// mode. The error names the limit and the fix. A shared store may keep
+/// the answer in its prepared form of the policy (see
+/// [`SharedStore::shares`](crate::SharedStore::shares)).
+pub fn supports(policy: &Policy) -> Result<(), ConfigError> {
     for limit in policy.limits() {
         let limiter = limit.limiter();
         if !limiter.algorithm().local_first() {

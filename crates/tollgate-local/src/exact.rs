@@ -12,7 +12,7 @@ use super::answers;
 use super::budget::{Budget, Budgeted, Locked, Signature};
 use super::shared::{Shared, Step, holder};
 use super::table::Evictable;
-use crate::script::ShareOp;
+use crate::{ShareOp, SharedStore};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -54,7 +54,7 @@ pub(crate) struct Returned {
 impl Returned {
     /// `share.lua`'s refund that gives them back at `now`, for the holder
     /// of `policy` in `inner`.
-    pub(crate) fn op(&self, inner: &Shared, policy: u64, now: u64) -> ShareOp {
+    pub(crate) fn op<S: SharedStore>(&self, inner: &Shared<S>, policy: u64, now: u64) -> ShareOp {
         ShareOp::Refund {
             cost: u32::try_from(self.units).unwrap_or(u32::MAX),
             holder: holder(inner.instance, policy),
@@ -315,7 +315,12 @@ impl Holdings {
     /// Decides a request of `cost` at `now` from what the slot holds, and
     /// says whether a reservation should start: for this request (it then
     /// waits) or ahead of need.
-    pub(crate) fn decide(&mut self, inner: &Shared, now: u64, cost: u32) -> (Step, Option<u32>) {
+    pub(crate) fn decide<S: SharedStore>(
+        &mut self,
+        inner: &Shared<S>,
+        now: u64,
+        cost: u32,
+    ) -> (Step, Option<u32>) {
         // A reservation in flight may count the units in Redis again
         // (they were spendable when it was sent): then none is given back.
         self.drop_lapsed(inner, now, !self.reserving);
@@ -363,7 +368,7 @@ impl Holdings {
     /// of the policy has a window (a window's units belong to it: given
     /// back after it ended they would land in the next one), and Redis
     /// recorded a count that holds them.
-    fn drop_lapsed(&mut self, inner: &Shared, now: u64, returning: bool) {
+    fn drop_lapsed<S: SharedStore>(&mut self, inner: &Shared<S>, now: u64, returning: bool) {
         let held_until = self.held_until;
         let lapsed: u64 = self
             .grants
@@ -444,7 +449,11 @@ fn take(grants: &mut SmallVec<[Grant; 2]>, mut units: u64) {
 
 /// Reserves at least `need` units for `slot` from Redis, then wakes the
 /// requests that wait on it.
-pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32) {
+pub(crate) async fn reserve<S: SharedStore>(
+    inner: Arc<Shared<S>>,
+    slot: Arc<ExactSlot>,
+    need: u32,
+) {
     let sent = inner.now();
     let (want, held, report) = {
         let mut state = slot.lock();
@@ -486,7 +495,7 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
         report,
     };
     inner.stats.call();
-    let result = inner.redis.share(&slot.policy, &slot.key, op).await;
+    let result = inner.store.share(&slot.policy, &slot.key, op).await;
     let now = inner.now();
     {
         let mut state = slot.lock();
@@ -576,12 +585,17 @@ pub(crate) async fn reserve(inner: Arc<Shared>, slot: Arc<ExactSlot>, need: u32)
 /// instance that reserved ahead and then went idle would keep them from
 /// every instance. Lost in a failure: they stay charged (never more
 /// admitted).
-pub(crate) fn give_back(inner: &Arc<Shared>, slot: &ExactSlot, returned: Returned, now: u64) {
+pub(crate) fn give_back<S: SharedStore>(
+    inner: &Arc<Shared<S>>,
+    slot: &ExactSlot,
+    returned: Returned,
+    now: u64,
+) {
     let op = returned.op(inner, slot.policy.id(), now);
     let (inner, policy, key) = (inner.clone(), slot.policy.clone(), slot.key.clone());
     inner.stats.call();
     tokio::spawn(async move {
-        if let Err(error) = inner.redis.share(&policy, &key, op).await {
+        if let Err(error) = inner.store.share(&policy, &key, op).await {
             tracing::debug!(
                 policy = policy.label(),
                 %error,
@@ -597,7 +611,7 @@ pub(crate) fn give_back(inner: &Arc<Shared>, slot: &ExactSlot, returned: Returne
 /// units it reserved ahead from the others until they refill. A hold a
 /// later reservation renewed is watched on; a reservation in flight ends
 /// the watch (its landing starts another if it grants).
-fn watch_hold(inner: &Arc<Shared>, slot: &Arc<ExactSlot>, state: &mut Holdings) {
+fn watch_hold<S: SharedStore>(inner: &Arc<Shared<S>>, slot: &Arc<ExactSlot>, state: &mut Holdings) {
     if state.watching {
         return;
     }

@@ -1,25 +1,40 @@
-//! [`LocalFirst`]: a store in front of a [`RedisStore`] that decides every
-//! request in process memory and reaches Redis only in the background or
-//! once per many requests.
+//! [`LocalFirst`]: a store in front of a shared store (Redis, or any
+//! compare-and-swap backend through `tollgate-cas`) that decides every
+//! request in process memory and reaches the shared store only in the
+//! background or once per many requests.
+//!
+//! The shared store implements [`SharedStore`]: the three operations of
+//! [`ShareOp`] (reserve, sync, give back), each atomic on a key.
+//! `tollgate_redis::LocalFirst` is this store over `RedisStore`;
+//! `tollgate_cas::CasStore` implements the trait too.
 //!
 //! The modes, their bounds and their faults are documented on
 //! [`LocalFirst`], where users read them.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
 mod answers;
 mod budget;
 mod exact;
+mod future;
 mod mode;
+mod observe;
 mod periodic;
+mod share;
 mod shared;
 mod stats;
 mod striped;
-pub(crate) mod support;
+mod support;
 mod table;
 
-use crate::script::ShareOp;
-use crate::{RedisCheckFuture, RedisStore, RedisStoreError, observe};
+pub use future::LocalFuture;
 pub use mode::LocalMode;
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
+pub use share::{ShareOp, ShareReply, SharedStore};
 pub use stats::LocalStats;
+pub use support::supports;
 
 use exact::ExactSlot;
 use periodic::PeriodicSlot;
@@ -30,13 +45,14 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use support::supports;
 use table::Table;
 use tokio::sync::Notify;
 use tollgate::store::{ChangeReply, Debit, PolicyRefund, Receipt};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 
-/// A store that decides in process memory and shares through Redis.
+/// A store that decides in process memory and shares through a
+/// [`SharedStore`] (below, "Redis" stands for it: `share.lua`'s calls are
+/// one conditional write each on the compare-and-swap store).
 /// Clones share the same counts.
 ///
 /// # Two modes
@@ -197,42 +213,53 @@ use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
 /// layer's store-error behaviour. It catches up when Redis is back: a periodic instance reports
 /// everything it admitted meanwhile, once.
 ///
-/// ```no_run
-/// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
-/// use tollgate::RateLimitLayer;
-/// use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
+/// Any [`SharedStore`] goes under it: `tollgate_redis::RedisStore`
+/// (`tollgate_redis::LocalFirst` names this store over it) or
+/// `tollgate_cas::CasStore` over any compare-and-swap backend
+/// (PostgreSQL through `tollgate-postgres`).
 ///
-/// let redis = RedisStore::connect("redis://127.0.0.1:6379").await?;
-/// let store = LocalFirst::builder(redis, LocalMode::Exact).build();
-/// let layer = RateLimitLayer::builder()
-///     .quota("api", "1000/min".parse().unwrap())
-///     .store(store)
-///     .build();
-/// # let _ = layer;
-/// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct LocalFirst {
-    inner: Arc<Inner>,
+/// use tollgate::RateLimitLayer;
+/// use tollgate_local::{LocalFirst, LocalMode, SharedStore};
+///
+/// fn app_layer<S: SharedStore>(shared: S) {
+///     let store = LocalFirst::builder(shared, LocalMode::Exact).build();
+///     let layer = RateLimitLayer::builder()
+///         .quota("api", "1000/min".parse().unwrap())
+///         .store(store)
+///         .build();
+///     # let _ = layer;
+/// }
+/// ```
+pub struct LocalFirst<S: SharedStore> {
+    inner: Arc<Inner<S>>,
 }
 
-impl std::fmt::Debug for LocalFirst {
+impl<S: SharedStore> Clone for LocalFirst<S> {
+    fn clone(&self) -> Self {
+        LocalFirst {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: SharedStore> std::fmt::Debug for LocalFirst<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalFirst")
             .field("mode", &self.inner.settings.mode)
-            .field("redis", &self.inner.redis)
+            .field("store", &self.inner.store)
             .finish_non_exhaustive()
     }
 }
 
-pub(crate) struct Inner {
-    /// What the slots' calls to Redis share with the store.
-    shared: Arc<Shared>,
+struct Inner<S: SharedStore> {
+    /// What the slots' calls to the shared store share with the store.
+    shared: Arc<Shared<S>>,
     slots: Slots,
     /// When the periodic tick next runs (local ns).
     next_tick: AtomicU64,
     /// Itself, for the tick, which ends when the last clone is dropped.
-    me: Weak<Inner>,
+    me: Weak<Inner<S>>,
 }
 
 enum Slots {
@@ -243,17 +270,17 @@ enum Slots {
 /// Settings of a [`LocalFirst`] store.
 #[derive(Debug)]
 #[must_use = "call `build` to get the store"]
-pub struct LocalFirstBuilder {
-    redis: RedisStore,
+pub struct LocalFirstBuilder<S> {
+    store: S,
     settings: Settings,
     max_keys: usize,
 }
 
-impl LocalFirst {
-    /// A builder for a local-first store over `redis` in `mode`.
-    pub fn builder(redis: RedisStore, mode: LocalMode) -> LocalFirstBuilder {
+impl<S: SharedStore> LocalFirst<S> {
+    /// A builder for a local-first store over `store` in `mode`.
+    pub fn builder(store: S, mode: LocalMode) -> LocalFirstBuilder<S> {
         LocalFirstBuilder {
-            redis,
+            store,
             settings: Settings {
                 mode,
                 fanout: 8,
@@ -272,9 +299,9 @@ impl LocalFirst {
         self.inner.settings.mode
     }
 
-    /// The Redis store it shares through.
-    pub fn redis(&self) -> &RedisStore {
-        &self.inner.redis
+    /// The store it shares through.
+    pub fn store(&self) -> &S {
+        &self.inner.store
     }
 
     /// Counts of what the store has done so far (all clones together).
@@ -289,7 +316,7 @@ impl LocalFirst {
     }
 }
 
-impl LocalFirstBuilder {
+impl<S: SharedStore> LocalFirstBuilder<S> {
     /// Exact mode: the share of what remains that one reservation may take
     /// (default 8: an eighth). Larger leaves more for other instances and
     /// makes more calls near the limit.
@@ -351,7 +378,7 @@ impl LocalFirstBuilder {
 
     /// The store. In periodic mode its syncs run on the tokio runtime of
     /// the first request, until the last clone is dropped.
-    pub fn build(self) -> LocalFirst {
+    pub fn build(self) -> LocalFirst<S> {
         let slots = match self.settings.mode {
             LocalMode::Exact => Slots::Exact(Table::new(self.max_keys)),
             LocalMode::Periodic { .. } => Slots::Periodic(Table::new(self.max_keys)),
@@ -360,7 +387,7 @@ impl LocalFirstBuilder {
         LocalFirst {
             inner: Arc::new_cyclic(|me| Inner {
                 shared: Arc::new(Shared {
-                    redis: self.redis,
+                    store: self.store,
                     settings: self.settings,
                     instance,
                     stats: Stats::default(),
@@ -375,15 +402,15 @@ impl LocalFirstBuilder {
 }
 
 /// The store's calls read the shared part as their own.
-impl std::ops::Deref for Inner {
-    type Target = Shared;
+impl<S: SharedStore> std::ops::Deref for Inner<S> {
+    type Target = Shared<S>;
 
-    fn deref(&self) -> &Shared {
+    fn deref(&self) -> &Shared<S> {
         &self.shared
     }
 }
 
-impl Inner {
+impl<S: SharedStore> Inner<S> {
     /// The keys in memory now.
     fn keys(&self) -> u64 {
         match &self.slots {
@@ -397,15 +424,15 @@ impl Inner {
     /// that the units other instances hold count (the plain script does
     /// not read them); in periodic mode, which holds nothing, by the plain
     /// script.
-    fn decide_in_redis(
+    fn decide_in_store(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
         cost: u32,
         within: Duration,
-    ) -> Reply {
+    ) -> Reply<S> {
         if !matches!(self.settings.mode, LocalMode::Exact) {
-            return self.redis.check_within(policy, key, cost, within);
+            return forward::<S>(self.store.check_within(policy, key, cost, within));
         }
         let op = ShareOp::Reserve {
             need: cost,
@@ -417,9 +444,9 @@ impl Inner {
             ahead_micros: 0,
             report: 0,
         };
-        let (redis, policy, key) = (self.redis.clone(), policy.clone(), key.clone());
-        StoreReply::Pending(Box::pin(async move {
-            Ok(redis.share(&policy, &key, op).await?.decision)
+        let (store, policy, key) = (self.store.clone(), policy.clone(), key.clone());
+        StoreReply::Pending(LocalFuture::boxed(async move {
+            Ok(store.share(&policy, &key, op).await?.decision)
         }))
     }
 
@@ -430,21 +457,21 @@ impl Inner {
     /// (and what was given back after it was reported is added), so that
     /// a peek never shows more than this instance would admit, and its
     /// own admissions and debits show at once.
-    fn peek_within(&self, policy: &Arc<Policy>, key: &Key, within: Duration) -> Reply {
+    fn peek_within(&self, policy: &Arc<Policy>, key: &Key, within: Duration) -> Reply<S> {
         let slot = match &self.slots {
             Slots::Periodic(table) if !policy.limits().is_empty() => table.find(policy.id(), key),
             _ => None,
         };
         let before = slot.as_ref().map_or(0, |slot| slot.unreported());
-        let reply = self.redis.check_within(policy, key, 0, within);
+        let reply = self.store.check_within(policy, key, 0, within);
         let Some(slot) = slot else {
-            return reply;
+            return forward::<S>(reply);
         };
         match reply {
             StoreReply::Ready(answer) => {
                 StoreReply::Ready(answer.map(|d| slot.counted(&d, before)))
             }
-            StoreReply::Pending(future) => StoreReply::Pending(Box::pin(async move {
+            StoreReply::Pending(future) => StoreReply::Pending(LocalFuture::boxed(async move {
                 future.await.map(|d| slot.counted(&d, before))
             })),
         }
@@ -461,7 +488,7 @@ impl Inner {
     /// Redis still counts them: a held count past its hold, or a bucket
     /// that refilled since, gives back less), so that Redis's reading
     /// afterwards counts only what requests used.
-    async fn take_slot(&self, policy: &Arc<Policy>, key: &Key) -> Result<i64, RedisStoreError> {
+    async fn take_slot(&self, policy: &Arc<Policy>, key: &Key) -> Result<i64, S::Error> {
         match &self.slots {
             Slots::Exact(table) => {
                 let slot = table.remove(policy.id(), key);
@@ -474,7 +501,7 @@ impl Inner {
                     && !policy.limits().is_empty()
                 {
                     let op = unspent.op(&self.shared, policy.id(), now);
-                    self.redis.share(policy, key, op).await?;
+                    self.store.share(policy, key, op).await?;
                 }
                 Ok(0)
             }
@@ -500,9 +527,9 @@ impl Inner {
     }
 }
 
-impl Store for LocalFirst {
-    type Error = RedisStoreError;
-    type Future = RedisCheckFuture;
+impl<S: SharedStore> Store for LocalFirst<S> {
+    type Error = S::Error;
+    type Future = LocalFuture<S::Future, S::Error>;
 
     fn check(
         &self,
@@ -525,15 +552,15 @@ impl Store for LocalFirst {
         if cost == 0 {
             return self.inner.peek_within(policy, key, within);
         }
-        if policy.limits().is_empty() || !self.inner.redis.prepared_form(policy).local_first {
-            return self.inner.redis.check_within(policy, key, cost, within);
+        if policy.limits().is_empty() || !self.inner.store.shares(policy) {
+            return forward::<S>(self.inner.store.check_within(policy, key, cost, within));
         }
         let inner = &self.inner;
         // No runtime to run reservations or syncs on: decided by Redis. (A
         // request in a task is on one; asking for the runtime's handle
         // clones it, an atomic every thread would contend on.)
         if tokio::task::try_id().is_none() && tokio::runtime::Handle::try_current().is_err() {
-            return inner.decide_in_redis(policy, key, cost, within);
+            return inner.decide_in_store(policy, key, cost, within);
         }
         let reply = match &inner.slots {
             Slots::Exact(table) => table.with_slot(
@@ -553,7 +580,7 @@ impl Store for LocalFirst {
             Some(reply) => reply,
             None => {
                 inner.stats.overflowed();
-                inner.decide_in_redis(policy, key, cost, within)
+                inner.decide_in_store(policy, key, cost, within)
             }
         }
     }
@@ -621,7 +648,7 @@ impl Store for LocalFirst {
     /// a policy this store does not decide) is given back there, as
     /// [`RedisStore`]'s `refund` gives it.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
-        let redis = self.inner.redis.clone();
+        let store = self.inner.store.clone();
         match &self.inner.slots {
             Slots::Exact(table) => {
                 if let Some(report) = refund.receipt.and_then(Receipt::as_token) {
@@ -635,35 +662,32 @@ impl Store for LocalFirst {
                     };
                     let (policy, key) = (policy.clone(), key.clone());
                     let inner = self.inner.clone();
-                    return crate::store::spawn_change(
-                        tollgate::__private::ChargeChange::Refund,
-                        async move {
-                            if policy.limits().is_empty() || refund.cost == 0 {
-                                return Ok(());
+                    return spawn_change(tollgate::__private::ChargeChange::Refund, async move {
+                        if policy.limits().is_empty() || refund.cost == 0 {
+                            return Ok::<(), S::Error>(());
+                        }
+                        let reply = store.share(&policy, &key, op).await?;
+                        if let Some(slot) = slot {
+                            let at = inner.now();
+                            // A reservation in flight may be in the
+                            // reading, not yet in the slot: it lands first.
+                            if let Some(round) = slot.refunded(at) {
+                                round_ended(&*slot, round).await;
                             }
-                            let reply = redis.share(&policy, &key, op).await?;
-                            if let Some(slot) = slot {
-                                let at = inner.now();
-                                // A reservation in flight may be in the
-                                // reading, not yet in the slot: it lands first.
-                                if let Some(round) = slot.refunded(at) {
-                                    round_ended(&*slot, round).await;
-                                }
-                                slot.read_refund(at, (reply.decision, reply.server_micros));
-                            }
-                            Ok(())
-                        },
-                    );
+                            slot.read_refund(at, (reply.decision, reply.server_micros));
+                        }
+                        Ok(())
+                    });
                 }
                 let slot = table.find(policy.id(), key);
                 let (policy, key) = (policy.clone(), key.clone());
                 let inner = self.inner.clone();
-                crate::store::spawn_change(tollgate::__private::ChargeChange::Refund, async move {
-                    redis.refund_now(&policy, &key, &refund).await?;
+                spawn_change(tollgate::__private::ChargeChange::Refund, async move {
+                    store.refund_now(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded(inner.now());
                     }
-                    Ok(())
+                    Ok::<(), S::Error>(())
                 })
             }
             Slots::Periodic(table) => {
@@ -678,18 +702,18 @@ impl Store for LocalFirst {
                     slot => (refund, slot, None),
                 };
                 let (policy, key) = (policy.clone(), key.clone());
-                crate::store::spawn_change(tollgate::__private::ChargeChange::Refund, async move {
+                spawn_change(tollgate::__private::ChargeChange::Refund, async move {
                     // The report that may carry the units lands first
                     // (see `PeriodicSlot::give_back`); no other sync is
                     // waited for.
                     if let (Some(slot), Some(round)) = (&slot, wait) {
                         round_ended(&**slot, round).await;
                     }
-                    redis.refund_now(&policy, &key, &refund).await?;
+                    store.refund_now(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded();
                     }
-                    Ok(())
+                    Ok::<(), S::Error>(())
                 })
             }
         }
@@ -723,7 +747,7 @@ impl Store for LocalFirst {
         if rest == 0 {
             return ChangeReply::Done;
         }
-        self.inner.redis.debit(policy, key, Debit::new(rest))
+        self.inner.store.debit(policy, key, Debit::new(rest))
     }
 
     // `peek`: the default, a check of cost 0, which this store sends to
@@ -747,7 +771,7 @@ impl Store for LocalFirst {
         let (policy, key) = (policy.clone(), key.clone());
         tollgate::store::AdminFuture::new(async move {
             inner.forget_slot(&policy, &key).await;
-            inner.redis.reset(&policy, &key).await
+            inner.store.reset(&policy, &key).await
         })
     }
 
@@ -775,7 +799,7 @@ impl Store for LocalFirst {
                 .take_slot(&from, &key)
                 .await
                 .map_err(tollgate::store::AdminError::store)?;
-            tollgate::__private::carry_by_parts(&inner.redis, &from, &to, &key, local).await
+            tollgate::__private::carry_by_parts(&inner.store, &from, &to, &key, local).await
         })
     }
 
@@ -788,22 +812,49 @@ impl Store for LocalFirst {
         {
             slot.forget_refusal();
         }
-        self.inner.redis.unblock(policy, key)
+        self.inner.store.unblock(policy, key)
     }
 }
 
-type Reply = StoreReply<RedisCheckFuture, RedisStoreError>;
+type Reply<S> =
+    StoreReply<LocalFuture<<S as Store>::Future, <S as Store>::Error>, <S as Store>::Error>;
+
+/// The shared store's own reply, as this store's.
+fn forward<S: SharedStore>(reply: StoreReply<S::Future, S::Error>) -> Reply<S> {
+    match reply {
+        StoreReply::Ready(answer) => StoreReply::Ready(answer),
+        StoreReply::Pending(future) => StoreReply::Pending(LocalFuture::store(future)),
+    }
+}
+
+/// How long a refund sent from its own task may wait for the shared
+/// store: while it is away, every refunded request would otherwise leave a
+/// task waiting for as long as the outage lasts.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs a refund on a task of its own, logged as this crate's (see
+/// [`tollgate::__private::spawn_change`]).
+fn spawn_change<E: std::fmt::Display>(
+    change: tollgate::__private::ChargeChange,
+    call: impl Future<Output = Result<(), E>> + Send + 'static,
+) -> ChangeReply {
+    tollgate::__private::spawn_change("tollgate-local", change, CHANGE_TIMEOUT, call)
+}
 
 /// A key's local state in either mode.
 trait Slot: Send + Sync + Sized + 'static {
     /// Decides a request of `cost` under the slot's lock. A waiter passes
     /// the round it last saw: if a call ended since and failed, and the
     /// request still cannot be decided, its step is `Fail`.
-    fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn;
+    fn turn<S: SharedStore>(&self, inner: &Inner<S>, cost: u32, seen: Option<u64>) -> Turn;
 
     /// The call a turn asked for: a reservation of at least `need` units,
     /// or a sync.
-    fn call(inner: Arc<Inner>, slot: Arc<Self>, need: u32) -> impl Future<Output = ()> + Send;
+    fn call<S: SharedStore>(
+        inner: Arc<Inner<S>>,
+        slot: Arc<Self>,
+        need: u32,
+    ) -> impl Future<Output = ()> + Send;
 
     /// Wakes the requests waiting on the slot when a call ends.
     fn done(&self) -> &Notify;
@@ -848,17 +899,21 @@ impl Turn {
 
 /// A request at its key's slot: decided at once, or waiting for the call
 /// in flight, turn after turn, until the slot can decide it.
-fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
+fn check_slot<S: SharedStore, T: Slot>(
+    inner: &Arc<Inner<S>>,
+    slot: &Arc<T>,
+    cost: u32,
+) -> Reply<S> {
     if let Some((decision, start)) = slot.spend(inner.now(), cost) {
         if let Some(need) = start {
-            tokio::spawn(S::call(inner.clone(), slot.clone(), need));
+            tokio::spawn(T::call(inner.clone(), slot.clone(), need));
         }
         inner.stats.decided(inner.mode_name());
         return StoreReply::Ready(Ok(decision));
     }
     let turn = slot.turn(inner, cost, None);
     if let Some(need) = turn.start {
-        tokio::spawn(S::call(inner.clone(), slot.clone(), need));
+        tokio::spawn(T::call(inner.clone(), slot.clone(), need));
     }
     let mut seen = turn.round;
     match turn.step {
@@ -867,12 +922,12 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
             return StoreReply::Ready(Ok(decision));
         }
         Step::Fail(message) => {
-            return StoreReply::Ready(Err(RedisStoreError::local_spent(message)));
+            return StoreReply::Ready(Err(S::spent_error(message)));
         }
         Step::Wait => {}
     }
     let (inner, slot) = (inner.clone(), slot.clone());
-    StoreReply::Pending(Box::pin(async move {
+    StoreReply::Pending(LocalFuture::boxed(async move {
         loop {
             // Listening before looking: a call that ends in between still
             // wakes this request.
@@ -880,7 +935,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
             done.as_mut().enable();
             let turn = slot.turn(&inner, cost, Some(seen));
             if let Some(need) = turn.start {
-                tokio::spawn(S::call(inner.clone(), slot.clone(), need));
+                tokio::spawn(T::call(inner.clone(), slot.clone(), need));
             }
             seen = turn.round;
             match turn.step {
@@ -888,7 +943,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
                     inner.stats.waited(inner.mode_name());
                     return Ok(decision);
                 }
-                Step::Fail(message) => return Err(RedisStoreError::local_spent(message)),
+                Step::Fail(message) => return Err(S::spent_error(message)),
                 Step::Wait => done.await,
             }
         }
@@ -896,7 +951,7 @@ fn check_slot<S: Slot>(inner: &Arc<Inner>, slot: &Arc<S>, cost: u32) -> Reply {
 }
 
 impl Slot for ExactSlot {
-    fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn {
+    fn turn<S: SharedStore>(&self, inner: &Inner<S>, cost: u32, seen: Option<u64>) -> Turn {
         let now = inner.now();
         let mut holdings = self.lock();
         let (step, start) = holdings.decide(inner, now, cost);
@@ -906,7 +961,11 @@ impl Slot for ExactSlot {
         Turn::new(step, start, holdings.round, seen, holdings.failure.as_ref())
     }
 
-    fn call(inner: Arc<Inner>, slot: Arc<Self>, need: u32) -> impl Future<Output = ()> + Send {
+    fn call<S: SharedStore>(
+        inner: Arc<Inner<S>>,
+        slot: Arc<Self>,
+        need: u32,
+    ) -> impl Future<Output = ()> + Send {
         exact::reserve(inner.shared.clone(), slot, need)
     }
 
@@ -928,7 +987,7 @@ impl Slot for ExactSlot {
 }
 
 impl Slot for PeriodicSlot {
-    fn turn(&self, inner: &Inner, cost: u32, seen: Option<u64>) -> Turn {
+    fn turn<S: SharedStore>(&self, inner: &Inner<S>, cost: u32, seen: Option<u64>) -> Turn {
         ensure_ticking(inner);
         let now = inner.now();
         let mut counts = self.lock();
@@ -941,7 +1000,11 @@ impl Slot for PeriodicSlot {
         Turn::new(step, start, counts.round, seen, counts.failure.as_ref())
     }
 
-    fn call(inner: Arc<Inner>, slot: Arc<Self>, _: u32) -> impl Future<Output = ()> + Send {
+    fn call<S: SharedStore>(
+        inner: Arc<Inner<S>>,
+        slot: Arc<Self>,
+        _: u32,
+    ) -> impl Future<Output = ()> + Send {
         periodic::sync(inner.shared.clone(), slot)
     }
 
@@ -969,7 +1032,7 @@ const CALL_BOUND: Duration = Duration::from_secs(5);
 
 /// Waits until `slot` (taken out of its table) has no call in flight, at
 /// most [`CALL_BOUND`].
-async fn call_ended<S: Slot>(slot: Option<Arc<S>>) {
+async fn call_ended<T: Slot>(slot: Option<Arc<T>>) {
     let Some(slot) = slot else {
         return;
     };
@@ -992,7 +1055,7 @@ async fn call_ended<S: Slot>(slot: Option<Arc<S>>) {
 /// Waits until the call after round `round` of `slot` has ended (the
 /// slot's count of calls ended passed it), at most [`CALL_BOUND`]: a call
 /// in flight at `round`, or the next one to start.
-async fn round_ended<S: Slot>(slot: &S, round: u64) {
+async fn round_ended<T: Slot>(slot: &T, round: u64) {
     let ended = async {
         loop {
             let notified = slot.done().notified();
@@ -1031,7 +1094,7 @@ fn nanos(duration: Duration) -> u64 {
 }
 
 /// Starts the periodic tick on the current runtime, once per store.
-fn ensure_ticking(inner: &Inner) {
+fn ensure_ticking<S: SharedStore>(inner: &Inner<S>) {
     let LocalMode::Periodic { sync_interval } = inner.settings.mode else {
         return;
     };
@@ -1048,7 +1111,7 @@ fn ensure_ticking(inner: &Inner) {
 
 /// Every `interval`, syncs every key that admitted or was asked since its
 /// last sync, or whose report is unconfirmed; ends with the store.
-async fn tick(inner: Weak<Inner>, interval: Duration) {
+async fn tick<S: SharedStore>(inner: Weak<Inner<S>>, interval: Duration) {
     let interval = interval.max(Duration::from_millis(1));
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

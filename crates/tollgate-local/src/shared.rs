@@ -1,17 +1,17 @@
 //! What a [`LocalFirst`](super::LocalFirst) store's slots share with it
-//! when they call Redis: the Redis store, the settings, this instance's
-//! name, the counts, the clock.
+//! when they call the shared store: that store, the settings, this
+//! instance's name, the counts, the clock.
 
 use super::mode::LocalMode;
 use super::stats::Stats;
-use crate::RedisStore;
+use crate::SharedStore;
 use std::sync::atomic::AtomicU64;
 use tollgate::PolicyDecision;
 use tollgate_core::{Clock, MonotonicClock};
 
-/// The part of a store that its slots' calls to Redis need.
-pub(crate) struct Shared {
-    pub(super) redis: RedisStore,
+/// The part of a store that its slots' calls to the shared store need.
+pub(crate) struct Shared<S> {
+    pub(super) store: S,
     pub(super) settings: Settings,
     /// Tells this instance's sync reports from other instances'.
     pub(super) instance: u64,
@@ -22,7 +22,7 @@ pub(crate) struct Shared {
     pub(super) reports: AtomicU64,
 }
 
-impl Shared {
+impl<S: SharedStore> Shared<S> {
     /// The mode, as metrics label it.
     pub(super) fn mode_name(&self) -> &'static str {
         match self.settings.mode {
@@ -33,9 +33,8 @@ impl Shared {
 
     /// Local time in ns.
     pub(super) fn now(&self) -> u64 {
-        // A Redis store on a test clock: that clock, so a test moves both.
-        #[cfg(feature = "test-clock")]
-        if let Some(now) = self.redis.test_nanos() {
+        // A shared store on a test clock: that clock, so a test moves both.
+        if let Some(now) = self.store.test_nanos() {
             return now;
         }
         // The memory store's clock, read as the memory store reads it (see
