@@ -59,6 +59,12 @@ pub enum CasError<E> {
         /// The value's key in the backend.
         key: Arc<str>,
     },
+    /// A local-first store in front of this store could not decide: what
+    /// it held is spent and its last call here failed.
+    LocalSpent {
+        /// Why its last call failed.
+        message: String,
+    },
 }
 
 impl<E> CasError<E> {
@@ -106,6 +112,11 @@ impl<E: fmt::Display> fmt::Display for CasError<E> {
                 f,
                 "the check of {key:?} was not written before its caller stopped waiting; \
                  nothing was charged"
+            ),
+            CasError::LocalSpent { message } => write!(
+                f,
+                "the local-first store has spent what it held and its last call to the \
+                 compare-and-swap store failed ({message}); nothing was charged"
             ),
         }
     }

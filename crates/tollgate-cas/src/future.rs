@@ -5,7 +5,7 @@
 use super::backend::{CasBackend, Swap};
 use super::error::CasError;
 use super::shared::Shared;
-use super::step::{self, Op, Step};
+use super::step::{self, Op, Reply, Step};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +21,7 @@ use tollgate::store::PolicyDecision;
 type Queued = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
 pin_project! {
-    /// The future of a [`CasStore`](super::CasStore) call: waits for its
+    /// One call of a [`CasStore`](super::CasStore): waits for its
     /// key's turn while another call of the same store has it (calls of
     /// one process on one key go one after the other, so they never race
     /// one another), reads the key's value, decides, writes the new states
@@ -34,7 +34,7 @@ pin_project! {
     /// for the wait of a key whose turn is taken; it pauses on tokio's
     /// timer.
     #[must_use = "futures do nothing unless polled"]
-    pub struct CasFuture<B: CasBackend> {
+    pub(super) struct Call<B: CasBackend> {
         shared: Arc<Shared<B>>,
         policy: Arc<Policy>,
         name: Arc<str>,
@@ -68,13 +68,13 @@ pin_project! {
         Start,
         Queued { acquire: Queued },
         Reading { #[pin] read: R },
-        Writing { #[pin] write: W, answer: PolicyDecision },
+        Writing { #[pin] write: W, answer: Reply },
         Pausing { #[pin] pause: Sleep },
         Done,
     }
 }
 
-impl<B: CasBackend> CasFuture<B> {
+impl<B: CasBackend> Call<B> {
     /// `op` on the value `name` of a key of `policy`; a check whose caller
     /// waits only `within` writes nothing after that.
     pub(super) fn start(
@@ -84,7 +84,7 @@ impl<B: CasBackend> CasFuture<B> {
         op: Op,
         within: Option<Duration>,
     ) -> Self {
-        CasFuture {
+        Call {
             shared,
             policy,
             name,
@@ -104,8 +104,8 @@ impl<B: CasBackend> CasFuture<B> {
     }
 }
 
-impl<B: CasBackend> Future for CasFuture<B> {
-    type Output = Result<PolicyDecision, CasError<B::Error>>;
+impl<B: CasBackend> Future for Call<B> {
+    type Output = Result<Reply, CasError<B::Error>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -270,6 +270,35 @@ impl<B: CasBackend> Future for CasFuture<B> {
                 PhaseProj::Done => return Poll::Pending,
             }
         }
+    }
+}
+
+pin_project! {
+    /// The future of a [`CasStore`](super::CasStore)'s check: one call
+    /// (its key's turn in this process, a read, a decision, a conditional
+    /// write, again after a lost race; see the store's documentation),
+    /// answering the limits' decision.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct CasFuture<B: CasBackend> {
+        #[pin]
+        call: Call<B>,
+    }
+}
+
+impl<B: CasBackend> CasFuture<B> {
+    pub(super) fn new(call: Call<B>) -> Self {
+        CasFuture { call }
+    }
+}
+
+impl<B: CasBackend> Future for CasFuture<B> {
+    type Output = Result<PolicyDecision, CasError<B::Error>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project()
+            .call
+            .poll(cx)
+            .map(|reply| reply.map(|reply| reply.decision))
     }
 }
 

@@ -81,14 +81,17 @@ struct ReadmeDoctests;
 mod backend;
 mod error;
 mod future;
+mod local;
 mod memory;
 mod name;
 mod observe;
 mod presence;
 mod retry;
+mod share;
 mod shared;
 mod step;
 mod store;
+mod value;
 
 pub use backend::{CasBackend, Snapshot, Stored, Swap};
 pub use error::CasError;

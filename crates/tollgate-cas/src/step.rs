@@ -4,15 +4,15 @@
 
 use super::backend::Snapshot;
 use super::error::CasError;
+use super::share;
+use super::value::{self, Books, States};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use tollgate::Policy;
 use tollgate::store::{PolicyDecision, PolicyRefund};
-use tollgate_core::{Decision, Limiter, State, decode_states, encode_states};
-
-/// A key's states, one per limit of its policy, in order.
-type States = SmallVec<[State; 2]>;
+use tollgate_core::{Decision, Limiter};
+use tollgate_local::ShareOp;
 
 /// What a call does to a key's states.
 #[derive(Clone, Debug)]
@@ -28,19 +28,49 @@ pub(super) enum Op {
     Force(SmallVec<[u32; 2]>),
     /// The key forgotten.
     Reset,
+    /// A local-first store's reservation, sync or give-back.
+    Share(ShareOp),
+}
+
+/// What a call answers: the limits' decision, and for a local-first
+/// store's operation the three numbers before it (see
+/// [`tollgate_local::ShareReply`]); when the backend read its clock (ns).
+#[derive(Clone, Debug)]
+pub(super) struct Reply {
+    pub(super) decision: PolicyDecision,
+    pub(super) head: [i64; 3],
+    pub(super) now: u64,
 }
 
 /// What an attempt decided.
 #[derive(Debug)]
 pub(super) enum Step {
     /// The answer, with nothing to write.
-    Answer(PolicyDecision),
+    Answer(Reply),
     /// The answer, once `bytes` are written in place of what was read.
     Write {
         bytes: Bytes,
         expires_at: u64,
-        answer: PolicyDecision,
+        answer: Reply,
     },
+}
+
+impl Step {
+    /// The step with `head` before its decision.
+    fn with_head(self, head: [i64; 3]) -> Step {
+        match self {
+            Step::Answer(reply) => Step::Answer(Reply { head, ..reply }),
+            Step::Write {
+                bytes,
+                expires_at,
+                answer,
+            } => Step::Write {
+                bytes,
+                expires_at,
+                answer: Reply { head, ..answer },
+            },
+        }
+    }
 }
 
 /// Decides `op` for the value `snapshot` read under `name`, a key of
@@ -65,9 +95,9 @@ pub(super) fn decide<E>(
             Some(_) => Step::Write {
                 bytes: Bytes::new(),
                 expires_at: now,
-                answer: nothing(),
+                answer: reply(nothing(), now),
             },
-            None => Step::Answer(nothing()),
+            None => Step::Answer(reply(nothing(), now)),
         });
     }
     let read = match stored {
@@ -75,37 +105,38 @@ pub(super) fn decide<E>(
         None => None,
     };
     let known = read.is_some();
-    let before = read.unwrap_or_else(|| fresh(policy));
+    let (before, books) = read.unwrap_or_else(|| (fresh(policy), Books::default()));
+    let key = Key {
+        policy,
+        before: &before,
+        books: &books,
+        now,
+    };
     let mut states = before.clone();
     match op {
         Op::Check(cost) => {
             let (merged, each) = policy.check_states(&mut states, now, *cost);
             if !merged.allowed() {
                 // A refusal charges nothing: nothing to write.
-                return Ok(Step::Answer(PolicyDecision::new(each)));
+                return Ok(Step::Answer(reply(PolicyDecision::new(each), now)));
             }
             let answer = PolicyDecision::new(each).charged(now);
-            Ok(write_if_changed(
-                &before,
-                &states,
-                rest_at(policy, now, &merged),
-                answer,
-            ))
+            Ok(key.write_if_changed(&states, &books, rest_at(policy, now, &merged), answer))
         }
         Op::Peek => {
             let (_, each) = policy.check_states(&mut states, now, 0);
-            Ok(Step::Answer(PolicyDecision::new(each)))
+            Ok(Step::Answer(reply(PolicyDecision::new(each), now)))
         }
         Op::Refund(refund) => {
             // A key the backend no longer holds has nothing to give back.
             if !known {
-                return Ok(Step::Answer(nothing()));
+                return Ok(Step::Answer(reply(nothing(), now)));
             }
             let limits = policy.limiters().iter().zip(states.iter_mut());
             for (index, (limiter, state)) in limits.enumerate() {
                 limiter.refund(state, refund.for_limit(index, now), now);
             }
-            Ok(settled(policy, &before, states, now))
+            Ok(key.settled(states, &books, nothing()))
         }
         Op::Force(units) => {
             let limits = policy.limiters().iter().zip(states.iter_mut());
@@ -114,21 +145,78 @@ pub(super) fn decide<E>(
                     limiter.debit(state, now, *units);
                 }
             }
-            Ok(settled(policy, &before, states, now))
+            Ok(key.settled(states, &books, nothing()))
         }
-        Op::Reset => Ok(Step::Answer(nothing())),
+        Op::Share(op) => {
+            let mut new_books = books.clone();
+            let answer = share::run(policy, &mut states, &mut new_books, now, op);
+            Ok(key
+                .settled(states, &new_books, answer.decision)
+                .with_head(answer.head))
+        }
+        Op::Reset => Ok(Step::Answer(reply(nothing(), now))),
     }
 }
 
-/// `states` after a refund or a debit: written, kept until back at rest.
-fn settled(policy: &Policy, before: &States, states: States, now: u64) -> Step {
-    let (rest, _) = policy.check_states(&mut states.clone(), now, 0);
-    write_if_changed(before, &states, rest_at(policy, now, &rest), nothing())
+/// A plain answer: the decision alone.
+fn reply(decision: PolicyDecision, now: u64) -> Reply {
+    Reply {
+        decision,
+        head: [0; 3],
+        now,
+    }
 }
 
-/// The key's states as `bytes` hold them, one per limit of `policy`.
-fn states_of<E>(policy: &Policy, name: &Arc<str>, bytes: &[u8]) -> Result<States, CasError<E>> {
-    let states: States = decode_states(bytes).map_err(|error| CasError::Unreadable {
+/// What a call read of its key.
+struct Key<'a> {
+    policy: &'a Policy,
+    before: &'a States,
+    books: &'a Books,
+    now: u64,
+}
+
+impl Key<'_> {
+    /// `states` and `books` after a refund, a debit or a local-first
+    /// store's operation: written, kept until back at rest.
+    fn settled(&self, states: States, books: &Books, answer: PolicyDecision) -> Step {
+        let (rest, _) = self.policy.check_states(&mut states.clone(), self.now, 0);
+        let rest = rest_at(self.policy, self.now, &rest);
+        self.write_if_changed(&states, books, rest, answer)
+    }
+
+    /// A write of `states` and `books` if they differ from what was read
+    /// (or, for a key that held nothing, from a fresh key's); the answer
+    /// alone if not. Kept until the states are back at rest and the books
+    /// hold nothing that still matters.
+    fn write_if_changed(
+        &self,
+        states: &States,
+        books: &Books,
+        rest: u64,
+        answer: PolicyDecision,
+    ) -> Step {
+        let answer = reply(answer, self.now);
+        if states == self.before && books == self.books {
+            return Step::Answer(answer);
+        }
+        let mut bytes = Vec::with_capacity(8 + 12 * states.len());
+        value::encode(states, books, &mut bytes);
+        Step::Write {
+            bytes: Bytes::from(bytes),
+            expires_at: rest.max(share::books_rest(self.policy, books)),
+            answer,
+        }
+    }
+}
+
+/// The key's states as `bytes` hold them, one per limit of `policy`, and
+/// the books beside them.
+fn states_of<E>(
+    policy: &Policy,
+    name: &Arc<str>,
+    bytes: &[u8],
+) -> Result<(States, Books), CasError<E>> {
+    let (states, books) = value::decode(bytes).map_err(|error| CasError::Unreadable {
         key: name.clone(),
         error,
     })?;
@@ -139,32 +227,12 @@ fn states_of<E>(policy: &Policy, name: &Arc<str>, bytes: &[u8]) -> Result<States
             limits: policy.limiters().len(),
         });
     }
-    Ok(states)
+    Ok((states, books))
 }
 
 /// The states of a key never seen.
 fn fresh(policy: &Policy) -> States {
     policy.limiters().iter().map(Limiter::new_state).collect()
-}
-
-/// A write of `states` if they differ from what was read (or, for a key
-/// that held nothing, from a fresh key's); the answer alone if not.
-fn write_if_changed(
-    before: &States,
-    states: &States,
-    expires_at: u64,
-    answer: PolicyDecision,
-) -> Step {
-    if states == before {
-        return Step::Answer(answer);
-    }
-    let mut bytes = Vec::with_capacity(8 + 12 * states.len());
-    encode_states(states, &mut bytes);
-    Step::Write {
-        bytes: Bytes::from(bytes),
-        expires_at,
-        answer,
-    }
 }
 
 /// When a key decided `merged` at `now` is back at rest: whole again, and
@@ -186,7 +254,7 @@ mod tests {
     use crate::Stored;
     use std::convert::Infallible;
     use tollgate::NamedLimit;
-    use tollgate_core::{Algorithm, Quota};
+    use tollgate_core::{Algorithm, Quota, State, encode_states};
 
     const SECOND: u64 = 1_000_000_000;
 

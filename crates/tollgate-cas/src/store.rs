@@ -2,7 +2,7 @@
 
 use super::backend::CasBackend;
 use super::error::CasError;
-use super::future::CasFuture;
+use super::future::{Call, CasFuture};
 use super::name::{PolicyPart, key_name};
 use super::retry::Retry;
 use super::shared::Shared;
@@ -153,8 +153,50 @@ impl<B: CasBackend> CasStore<B> {
         op: Op,
         within: Option<Duration>,
     ) -> CasFuture<B> {
+        CasFuture::new(self.call(policy, key, op, within))
+    }
+
+    /// [`Store::carry`], with `unseen` more units counted than the store
+    /// holds (a local-first store's unreported admissions): `to`'s
+    /// states charged in one write, as the policy's value keeps them.
+    pub(super) fn carry_with(
+        &self,
+        from: &Arc<Policy>,
+        to: &Arc<Policy>,
+        key: &Key,
+        unseen: i64,
+    ) -> AdminFuture {
+        let store = self.clone();
+        let (from, to, key) = (from.clone(), to.clone(), key.clone());
+        AdminFuture::new(async move {
+            let peek = store
+                .peek(&from, &key)
+                .resolve()
+                .await
+                .map_err(AdminError::store)?;
+            let carried = carried_units(&from, &peek, &to, unseen);
+            store.reset(&from, &key).await?;
+            let Some(units) = carried else {
+                return Ok(());
+            };
+            store
+                .start(&to, &key, Op::Force(units), None)
+                .await
+                .map(drop)
+                .map_err(AdminError::store)
+        })
+    }
+
+    /// One call of `op` on `key`, answering the whole [`Reply`](super::step::Reply).
+    pub(super) fn call(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        op: Op,
+        within: Option<Duration>,
+    ) -> Call<B> {
         let name: Arc<str> = Arc::from(self.key_name(policy, key));
-        CasFuture::start(self.shared.clone(), policy.clone(), name, op, within)
+        Call::start(self.shared.clone(), policy.clone(), name, op, within)
     }
 
     /// A check or a peek: at once for a policy of no limits.
@@ -306,25 +348,7 @@ impl<B: CasBackend> Store for CasStore<B> {
     /// limit in its place in `from` used (`carried_units`; one value for
     /// all of them), after `from`'s value is reset.
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
-        let store = self.clone();
-        let (from, to, key) = (from.clone(), to.clone(), key.clone());
-        AdminFuture::new(async move {
-            let peek = store
-                .peek(&from, &key)
-                .resolve()
-                .await
-                .map_err(AdminError::store)?;
-            let carried = carried_units(&from, &peek, &to, 0);
-            store.reset(&from, &key).await?;
-            let Some(units) = carried else {
-                return Ok(());
-            };
-            store
-                .start(&to, &key, Op::Force(units), None)
-                .await
-                .map(drop)
-                .map_err(AdminError::store)
-        })
+        self.carry_with(from, to, key, 0)
     }
 
     // `unblock`: the default. The store remembers no refusal; a key

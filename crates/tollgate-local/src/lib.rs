@@ -799,7 +799,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
                 .take_slot(&from, &key)
                 .await
                 .map_err(tollgate::store::AdminError::store)?;
-            tollgate::__private::carry_by_parts(&inner.store, &from, &to, &key, local).await
+            inner.store.carry_counting(&from, &to, &key, local).await
         })
     }
 

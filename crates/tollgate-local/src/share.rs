@@ -4,7 +4,8 @@
 
 use smallvec::SmallVec;
 use std::future::Future;
-use tollgate::store::PolicyRefund;
+use std::sync::Arc;
+use tollgate::store::{AdminFuture, PolicyRefund};
 use tollgate::{Key, Policy, PolicyDecision, Store};
 
 /// A store that a [`LocalFirst`](crate::LocalFirst) store can stand in
@@ -23,7 +24,7 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Runs `op` on `key` under `policy`, atomically.
     fn share(
         &self,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         key: &Key,
         op: ShareOp,
     ) -> impl Future<Output = Result<ShareReply, Self::Error>> + Send;
@@ -32,7 +33,7 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// says when it has landed (or failed).
     fn refund_now(
         &self,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         key: &Key,
         refund: &PolicyRefund,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
@@ -43,6 +44,23 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// that a request reads one flag.
     fn shares(&self, policy: &Policy) -> bool {
         crate::supports(policy).is_ok()
+    }
+
+    /// Moves `key`'s usage from `from` to `to` as [`Store::carry`] defines
+    /// it, counting `unseen` more units that this instance admitted and
+    /// the store has not counted yet (a periodic report not sent). By
+    /// default through the store's peek, reset and debits, each limit of
+    /// `to` on its own (`tollgate::__private::carry_by_parts`: right for a
+    /// store that keeps each limit's state apart, as Redis does); a store
+    /// that keeps a policy's states together charges them in one write.
+    fn carry_counting(
+        &self,
+        from: &Arc<Policy>,
+        to: &Arc<Policy>,
+        key: &Key,
+        unseen: i64,
+    ) -> AdminFuture {
+        tollgate::__private::carry_by_parts(self, from, to, key, unseen)
     }
 
     /// The error a request gets when the shared store is away and what this

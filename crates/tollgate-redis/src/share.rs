@@ -2,6 +2,7 @@
 //! operations are `share.lua`'s calls.
 
 use crate::{RedisStore, RedisStoreError};
+use std::sync::Arc;
 use tollgate::store::PolicyRefund;
 use tollgate::{Key, Policy};
 use tollgate_local::{ShareOp, ShareReply, SharedStore};
@@ -9,7 +10,7 @@ use tollgate_local::{ShareOp, ShareReply, SharedStore};
 impl SharedStore for RedisStore {
     async fn share(
         &self,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         key: &Key,
         op: ShareOp,
     ) -> Result<ShareReply, RedisStoreError> {
@@ -18,7 +19,7 @@ impl SharedStore for RedisStore {
 
     async fn refund_now(
         &self,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         key: &Key,
         refund: &PolicyRefund,
     ) -> Result<(), RedisStoreError> {
@@ -68,9 +69,9 @@ mod tests {
             Algorithm::SlidingWindowBuckets,
         ] {
             let quota: Quota = "100/day".parse().unwrap();
-            let policy = Policy::new(vec![
+            let policy = std::sync::Arc::new(Policy::new(vec![
                 NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm),
-            ]);
+            ]));
             let instance = holder(7, policy.id());
             let report = |spent, sequence| ShareOp::Sync {
                 spent,
@@ -118,7 +119,7 @@ mod tests {
         let server = RedisServer::start();
         let redis = RedisStore::connect(server.url()).await.unwrap();
         let quota: Quota = "100/day".parse().unwrap();
-        let policy = Policy::new(vec![NamedLimit::new("day", quota)]);
+        let policy = std::sync::Arc::new(Policy::new(vec![NamedLimit::new("day", quota)]));
         let key = Key::from("k");
         let sync = |instance, spent, sequence, need, life_micros, instances| ShareOp::Sync {
             spent,
@@ -209,7 +210,7 @@ mod tests {
         let server = RedisServer::start();
         let redis = RedisStore::connect(server.url()).await.unwrap();
         let quota: Quota = "100/day".parse().unwrap();
-        let policy = Policy::new(vec![NamedLimit::new("day", quota)]);
+        let policy = std::sync::Arc::new(Policy::new(vec![NamedLimit::new("day", quota)]));
         let key = Key::from("k");
         let minute = 60_000_000;
         // `left`: what an idle sync (want 0) offers back.
@@ -271,9 +272,9 @@ mod tests {
             Algorithm::SlidingWindowBuckets,
         ] {
             let quota: Quota = "100/min".parse().unwrap();
-            let policy = Policy::new(vec![
+            let policy = std::sync::Arc::new(Policy::new(vec![
                 NamedLimit::new(algorithm.name(), quota).with_algorithm(algorithm),
-            ]);
+            ]));
             let op = ShareOp::Sync {
                 spent: 0,
                 instance: holder(7, policy.id()),

@@ -1,0 +1,67 @@
+//! The compare-and-swap store as the shared store of a local-first store
+//! (`tollgate_local::LocalFirst`): its three operations are one call each,
+//! read, decide in Rust ([`share`](super::share), as `share.lua` decides
+//! them in Redis), write on condition; a lost race is tried again, as a
+//! check is.
+
+use super::backend::CasBackend;
+use super::error::CasError;
+use super::step::Op;
+use super::store::CasStore;
+use std::sync::Arc;
+use tollgate::store::{AdminFuture, PolicyRefund};
+use tollgate::{Key, Policy, Store};
+use tollgate_local::{ShareOp, ShareReply, SharedStore};
+
+impl<B: CasBackend + std::fmt::Debug> SharedStore for CasStore<B> {
+    async fn share(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        op: ShareOp,
+    ) -> Result<ShareReply, CasError<B::Error>> {
+        let reply = self.call(policy, key, Op::Share(op), None).await?;
+        Ok(ShareReply {
+            first: reply.head[0],
+            second: reply.head[1],
+            third: reply.head[2],
+            decision: reply.decision,
+            server_micros: reply.now / 1_000,
+        })
+    }
+
+    async fn refund_now(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        refund: &PolicyRefund,
+    ) -> Result<(), CasError<B::Error>> {
+        if policy.limits().is_empty() || refund.cost == 0 {
+            return Ok(());
+        }
+        let op = Op::Refund(refund.clone());
+        self.call(policy, key, op, None).await.map(drop)
+    }
+
+    /// `to`'s states charged in one write: the store keeps a policy's
+    /// states together, under a name of their own.
+    fn carry_counting(
+        &self,
+        from: &Arc<Policy>,
+        to: &Arc<Policy>,
+        key: &Key,
+        unseen: i64,
+    ) -> AdminFuture {
+        self.carry_with(from, to, key, unseen)
+    }
+
+    fn spent_error(message: String) -> CasError<B::Error> {
+        CasError::LocalSpent { message }
+    }
+}
+
+// `Store` is what `SharedStore` builds on.
+const _: fn() = || {
+    fn is_store<S: Store>() {}
+    is_store::<CasStore<super::MemoryBackend>>();
+};

@@ -1,0 +1,282 @@
+//! The local-first store's three operations in Rust (`tollgate-cas`, for
+//! any compare-and-swap backend) decide as `share.lua` decides them in
+//! Redis: random traces of reservations, syncs and give-backs by three
+//! instances, on one key, at random gaps, run against a real redis-server
+//! (its test clock) and against the compare-and-swap store over the
+//! in-memory backend (a manual clock at the same time): the same grants,
+//! shares and counts, and the same decisions at the scripts' resolution
+//! (whole µs), step after step.
+
+mod common;
+
+use common::in_micros;
+use proptest::prelude::*;
+use smallvec::SmallVec;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tollgate::{Key, NamedLimit, Policy};
+use tollgate_cas::{CasStore, MemoryBackend};
+use tollgate_core::{Algorithm, Limiter, ManualClock, Quota, Refill, TokenBucket};
+use tollgate_local::{ShareOp, ShareReply, SharedStore};
+use tollgate_redis::RedisStore;
+use tollgate_tests::redis::RedisServer;
+
+/// One server for every case of the binary, stopped when it exits.
+fn server() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}
+
+/// The policies a trace runs under: every algorithm local-first decides,
+/// one limit and two; quotas whose intervals are whole µs (the scripts'
+/// unit), small enough that refills happen within a trace.
+fn policies() -> Vec<Vec<NamedLimit>> {
+    let quota = Quota::per_second(8).with_burst(4).unwrap();
+    let mut policies: Vec<Vec<NamedLimit>> = Algorithm::ALL
+        .into_iter()
+        .filter(|a| a.local_first())
+        .map(|a| vec![NamedLimit::new("api", quota).with_algorithm(a)])
+        .collect();
+    let interval = TokenBucket::new(quota).with_refill(Refill::Interval);
+    policies.push(vec![
+        NamedLimit::new("refill", quota).with_limiter(Limiter::TokenBucket(interval)),
+    ]);
+    let per_10s: Quota = "20/10s".parse().unwrap();
+    policies.push(vec![
+        NamedLimit::new("burst", quota),
+        NamedLimit::new("steady", per_10s).with_algorithm(Algorithm::SlidingWindow),
+    ]);
+    policies.push(vec![
+        NamedLimit::new("a", "5/s".parse().unwrap()),
+        NamedLimit::new("b", per_10s).with_algorithm(Algorithm::TokenBucket),
+    ]);
+    policies
+}
+
+/// One step of a trace: a gap in ms, then an operation (its numbering
+/// filled in as the trace runs).
+#[derive(Clone, Debug)]
+enum Step {
+    Reserve {
+        need: u32,
+        want: u64,
+        fanout: u32,
+        holder: u64,
+        held: u64,
+        hold_ms: u64,
+    },
+    Sync {
+        spent: u64,
+        instance: u64,
+        again: bool,
+        instances: u32,
+        need: u32,
+        left: u64,
+        want: u64,
+    },
+    Refund {
+        cost: u32,
+        holder: u64,
+        /// Name the holder's last reservation (else one before it).
+        last: bool,
+        ago_ms: u64,
+    },
+}
+
+fn step() -> impl Strategy<Value = (u64, Step)> {
+    let gap = prop_oneof![Just(0u64), 1u64..50, 50u64..400, 400u64..1_500];
+    let reserve = (0u32..4, 1u64..24, 1u32..9, 1u64..4, 0u64..6, 0usize..3).prop_map(
+        |(need, want, fanout, holder, held, hold)| Step::Reserve {
+            need,
+            want,
+            fanout,
+            holder,
+            held,
+            hold_ms: [0, 500, 1_000][hold],
+        },
+    );
+    let sync = (
+        0u64..6,
+        1u64..4,
+        prop::bool::weighted(0.15),
+        0u32..3,
+        0u32..3,
+        0u64..6,
+        0u64..12,
+    )
+        .prop_map(
+            |(spent, instance, again, instances, need, left, want)| Step::Sync {
+                spent,
+                instance,
+                again,
+                instances,
+                need,
+                left,
+                want,
+            },
+        );
+    let refund = (1u32..4, 1u64..4, prop::bool::weighted(0.8), 0u64..300).prop_map(
+        |(cost, holder, last, ago_ms)| Step::Refund {
+            cost,
+            holder,
+            last,
+            ago_ms,
+        },
+    );
+    (gap, prop_oneof![3 => reserve, 3 => sync, 2 => refund])
+}
+
+/// Numbers each operation as the local-first store would: reservations
+/// and reports increase per holder.
+#[derive(Default)]
+struct Numbers {
+    reports: [u64; 4],
+    sequences: [u64; 4],
+}
+
+impl Numbers {
+    fn op(&mut self, step: &Step) -> ShareOp {
+        match *step {
+            Step::Reserve {
+                need,
+                want,
+                fanout,
+                holder,
+                held,
+                hold_ms,
+            } => {
+                self.reports[holder as usize] += 1;
+                ShareOp::Reserve {
+                    need,
+                    want: want.max(u64::from(need)),
+                    fanout,
+                    holder,
+                    held,
+                    hold_micros: hold_ms * 1_000,
+                    ahead_micros: 250_000,
+                    report: self.reports[holder as usize],
+                }
+            }
+            Step::Sync {
+                spent,
+                instance,
+                again,
+                instances,
+                need,
+                left,
+                want,
+            } => {
+                if !again || self.sequences[instance as usize] == 0 {
+                    self.sequences[instance as usize] += 1;
+                }
+                ShareOp::Sync {
+                    spent,
+                    instance,
+                    sequence: self.sequences[instance as usize],
+                    life_micros: 1_250_000,
+                    instances,
+                    need,
+                    left,
+                    want,
+                }
+            }
+            Step::Refund {
+                cost,
+                holder,
+                last,
+                ago_ms,
+            } => {
+                let report = self.reports[holder as usize];
+                ShareOp::Refund {
+                    cost,
+                    holder,
+                    report: if last {
+                        report
+                    } else {
+                        report.saturating_sub(1)
+                    },
+                    ago_micros: ago_ms * 1_000,
+                    resets: SmallVec::new(),
+                }
+            }
+        }
+    }
+}
+
+/// Whether two replies say the same: the same three numbers, server time
+/// and counts; the same times at the scripts' resolution, whole µs, but
+/// for one µs either way (the Rust side computes in ns: a refund that
+/// raises a bucket's mark rounds its ns up where the script's µs are
+/// whole).
+fn same(rust: &ShareReply, lua: &ShareReply) -> bool {
+    let head = |r: &ShareReply| ([r.first, r.second, r.third], r.server_micros);
+    let near = |a: u64, b: u64| a.abs_diff(b) <= 1_000;
+    head(rust) == head(lua)
+        && rust.decision.each().len() == lua.decision.each().len()
+        && rust
+            .decision
+            .each()
+            .iter()
+            .zip(lua.decision.each())
+            .all(|(r, l)| {
+                let r = in_micros(*r);
+                r.allowed() == l.allowed()
+                    && r.limit() == l.limit()
+                    && r.remaining() == l.remaining()
+                    && near(r.reset_after_nanos(), l.reset_after_nanos())
+                    && near(r.retry_after_nanos(), l.retry_after_nanos())
+                    && near(r.wait_nanos(), l.wait_nanos())
+                    && near(r.replenish_after_nanos(), l.replenish_after_nanos())
+            })
+}
+
+/// Numbers the traces of the binary: each runs under a prefix of its own
+/// (a case proptest shrinks runs again, on a fresh key).
+static TRACES: AtomicU64 = AtomicU64::new(0);
+
+async fn run_trace(limits: Vec<NamedLimit>, steps: Vec<(u64, Step)>) {
+    let case = TRACES.fetch_add(1, Ordering::Relaxed);
+    // A whole second, a quarter in: windows and refills start mid-way.
+    let start = 1_700_000_000_250_000_000;
+    let redis_clock = ManualClock::new(start);
+    let cas_clock = ManualClock::new(start);
+    let redis = RedisStore::builder(server().url())
+        .prefix(format!("share-{case}"))
+        .test_clock(redis_clock.clone())
+        .connect()
+        .await
+        .expect("connect");
+    let cas = CasStore::new(MemoryBackend::with_clock(cas_clock.clone()));
+    let policy = Arc::new(Policy::new(limits));
+    let key = Key::from("k");
+    let mut numbers = Numbers::default();
+    for (index, (gap, step)) in steps.iter().enumerate() {
+        redis_clock.advance(Duration::from_millis(*gap));
+        cas_clock.advance(Duration::from_millis(*gap));
+        let op = numbers.op(step);
+        let lua = redis.share(&policy, &key, op.clone()).await.expect("redis");
+        let rust = cas.share(&policy, &key, op.clone()).await.expect("cas");
+        assert!(
+            same(&rust, &lua),
+            "case {case}, step {index}: {op:?}\n  rust {rust:?}\n  lua  {lua:?}\n  policy {:?}\n  the steps: {steps:?}",
+            policy.limits()
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_rust_operations_decide_as_share_lua(
+        policy in 0..policies().len(),
+        steps in prop::collection::vec(step(), 1..40),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(run_trace(policies()[policy].clone(), steps));
+    }
+}
