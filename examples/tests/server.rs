@@ -277,7 +277,10 @@ fn bad_flags_exit_with_a_usage_error() {
         (&["--trust-proxy", "10.0.0.0/99"], "network"),
         (&["--headers", "fancy"], "fancy"),
         (&["--local", "sometimes"], "periodic=MS"),
-        (&["--local", "exact"], "--local needs a Redis --store"),
+        (
+            &["--local", "exact"],
+            "--local needs a Redis or PostgreSQL --store",
+        ),
         // The block cache is a Redis store's: with the memory store, named
         // or by default, the flag is a mistake.
         (&["--block-cache", "on"], "--block-cache"),
@@ -1287,10 +1290,10 @@ fn a_postgres_store_is_refused_where_it_cannot_work_and_its_password_stays_hidde
             &[
                 "--store",
                 "postgres://app:s3cret-pw@127.0.0.1:1/db",
-                "--local",
-                "exact",
+                "--connect",
+                "lazy",
             ],
-            "--local needs a Redis --store",
+            "--connect lazy needs a Redis --store",
             2,
         ),
         (

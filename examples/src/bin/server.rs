@@ -25,7 +25,7 @@
 //! --block-cache MODE       on | off (default on): a Redis or PostgreSQL store refuses a key it refused until its retry time, with no call, also while the store fails
 //! --headers STYLE          draft | legacy | both | none (default draft)
 //! --max-keys N             bound for the memory store (at least 1)
-//! --local MODE             Redis stores only: off (default: one Redis call per decision) | exact | periodic=MS
+//! --local MODE             Redis or PostgreSQL stores: off (default: one store call per decision) | exact | periodic=MS
 //! --charge-when STATUSES   only responses of these statuses count, e.g. 4xx,5xx or 401,403 (default: every response)
 //! --in-flight N            at most N requests of one key (the --key) running at once (default: no such limit)
 //! --in-flight-wait-ms N    with --in-flight: a request may wait up to N ms for a slot (default 0: refused at once)
@@ -71,11 +71,12 @@
 //!   the requests the `--limit` flags admit, never refusing, in no field.
 //!   With `--charge-when` a shadow limit is a usage error (exit 2).
 //! - `--local exact` decides in this process with capacity reserved from
-//!   Redis (never over the limit); `--local periodic=MS` counts here and
-//!   synchronises with Redis every MS milliseconds (within a documented
-//!   bound of the limit); see `tollgate_redis::LocalFirst`. Only with a
-//!   Redis `--store`, and only for algorithms the local-first store supports
-//!   (not `sliding-log` or `leaky-bucket`): otherwise exit code 2.
+//!   the store (never over the limit); `--local periodic=MS` counts here
+//!   and synchronises with the store every MS milliseconds (within a
+//!   documented bound of the limit); see `tollgate_local::LocalFirst`. Only
+//!   with a Redis or PostgreSQL `--store`, and only for algorithms the
+//!   local-first store supports (not `sliding-log` or `leaky-bucket`):
+//!   otherwise exit code 2.
 //! - Every route answers the status in an `x-status` request header (`200`
 //!   when absent; an `x-status` that is not a final status code from 200
 //!   to 999 gets `400`: a 1xx is an interim response, which cannot end a
@@ -154,10 +155,12 @@
 //!   `sslmode` says (`require`, `verify-full`, …; the server's
 //!   certificate checked against the system's roots, or the CA file of
 //!   `sslrootcert=PATH`).
-//!   `--local`, `--connect lazy` and `--in-flight` need a Redis store
-//!   (usage error, exit 2): the local-first store and shared in-flight
-//!   slots exist for Redis only. A database that cannot be reached at
-//!   startup: exit code 1.
+//!   With `--local exact|periodic=MS` the local-first store stands in
+//!   front of it (as in front of Redis: no timeout, breaker or block cache
+//!   around it; it decides with what it holds while the database is slow
+//!   or away). `--connect lazy` and `--in-flight` need a Redis store
+//!   (usage error, exit 2): shared in-flight slots exist for Redis only.
+//!   A database that cannot be reached at startup: exit code 1.
 //! - `--connect lazy` (Redis stores): the server starts whether Redis is
 //!   up or not, prints `listening on`, and answers by `--on-store-error`
 //!   (`closed`: 503 at once) until Redis answers; it tries again after a
@@ -180,8 +183,9 @@
 //!   most its 3 and one more per minute from each server, however long
 //!   the outage. With `--block-cache off` (or a key never seen at its
 //!   limit) a failing store lets every request through under
-//!   `--on-store-error open`. With `--local`, the local-first store keeps
-//!   the Redis store's own block cache.
+//!   `--on-store-error open`. With `--local`, no block cache goes around
+//!   the local-first store: it remembers a refusal itself until its retry
+//!   time, and over Redis keeps the Redis store's own block cache.
 //! - `--header-timeout-ms`, `--idle-timeout-ms` and `--max-connections`
 //!   belong to the server, not to the rate limiter: a client that never
 //!   finishes its request head (slowloris) is never counted by a limiter,
@@ -232,8 +236,9 @@ use tollgate_axum::{ClientIp, ProblemJson};
 use tollgate_cas::CasStore;
 use tollgate_examples::serving::{ServeLimits, serve};
 use tollgate_examples::{access, limits, plans};
+use tollgate_local::{LocalFirst, LocalMode};
 use tollgate_postgres::PostgresBackend;
-use tollgate_redis::{LocalFirst, LocalMode, RedisSlots, RedisStore};
+use tollgate_redis::{RedisSlots, RedisStore};
 
 /// The command line (see the module docs for the contract).
 #[derive(Debug, Parser)]
@@ -324,8 +329,9 @@ struct Args {
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     max_keys: Option<usize>,
 
-    /// Redis stores only: off (one Redis call per decision, the default),
-    /// exact (reservations) or periodic=MS (synchronise every MS ms).
+    /// Redis or PostgreSQL stores: off (one store call per decision, the
+    /// default), exact (reservations) or periodic=MS (synchronise every MS
+    /// ms).
     #[arg(long, value_name = "MODE", value_parser = parse_local)]
     local: Option<Local>,
 
@@ -783,7 +789,7 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<Presence
     let (max_keys, block_cache) = (args.max_keys, args.block_cache);
     match url {
         StoreUrl::Memory if args.local.is_some() => Err(Failure::Usage(
-            "--local needs a Redis --store: the memory store is local already".into(),
+            "--local needs a Redis or PostgreSQL --store: the memory store is local already".into(),
         )),
         StoreUrl::Memory => {
             let builder = MemoryStore::builder();
@@ -793,11 +799,6 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<Presence
             };
             Ok((BoxStore::new(builder.build()), None))
         }
-        StoreUrl::Postgres(_) if args.local.is_some() => Err(Failure::Usage(
-            "--local needs a Redis --store: the local-first store is not built for \
-             PostgreSQL (docs/stores.md says what it would take)"
-                .into(),
-        )),
         StoreUrl::Postgres(_) if args.connect == Connect::Lazy => Err(Failure::Usage(
             "--connect lazy needs a Redis --store: a PostgreSQL store connects at startup".into(),
         )),
@@ -821,12 +822,17 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<Presence
             // Counted only for a fallback that splits: a write a second.
             let presence =
                 matches!(args.on_store_error, FailMode::Fallback).then(|| cas.presence());
-            // Given up on after the store timeout, behind a breaker, as a
-            // Redis store is; the block cache goes around them (`app`).
-            let store = BoxStore::new(Breaker::new(Timeout::new(
-                cas,
-                Duration::from_millis(args.store_timeout_ms),
-            )));
+            let store = match args.local {
+                // In front of the database as in front of Redis.
+                Some(Local::On(mode)) => BoxStore::new(LocalFirst::builder(cas, mode).build()),
+                // Given up on after the store timeout, behind a breaker,
+                // as a Redis store is; the block cache goes around them
+                // (`app`).
+                Some(Local::Off) | None => BoxStore::new(Breaker::new(Timeout::new(
+                    cas,
+                    Duration::from_millis(args.store_timeout_ms),
+                ))),
+            };
             Ok((store, presence))
         }
         StoreUrl::Redis(url) => {
@@ -878,8 +884,7 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<Presence
 fn block_cache_around(store_url: &StoreUrl, args: &Args) -> bool {
     let remote = match store_url {
         StoreUrl::Memory => false,
-        StoreUrl::Postgres(_) => true,
-        StoreUrl::Redis(_) => !matches!(args.local, Some(Local::On(_))),
+        StoreUrl::Postgres(_) | StoreUrl::Redis(_) => !matches!(args.local, Some(Local::On(_))),
     };
     remote && args.block_cache != Some(Switch::Off)
 }
@@ -926,8 +931,8 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
     // A Redis store (or the fallback) gives up after `--store-timeout-ms`
     // itself, so that its breaker counts the timeout: the layer's own
     // bound only has to outlast it.
-    let plain_redis = matches!(store_url, StoreUrl::Postgres(_))
-        || (matches!(store_url, StoreUrl::Redis(_)) && !matches!(args.local, Some(Local::On(_))));
+    let plain_redis = matches!(store_url, StoreUrl::Postgres(_) | StoreUrl::Redis(_))
+        && !matches!(args.local, Some(Local::On(_)));
     let gives_up_itself = plain_redis || matches!(args.on_store_error, FailMode::Fallback);
     let store_timeout = if gives_up_itself {
         store_timeout.saturating_mul(2)
