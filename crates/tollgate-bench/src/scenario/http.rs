@@ -80,6 +80,24 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 /// Starts a server for `variant` on `path`, loads it for `duration`,
 /// stops it; requests per second.
 fn serve_and_load(variant: Variant, path: Path, duration: Duration) -> f64 {
+    let expected = expected_status(variant, path).as_u16();
+    serve_app(
+        move || async move { router(variant, path) },
+        expected,
+        duration,
+    )
+}
+
+/// Starts a server for the router `make` builds on the server's own
+/// current-thread runtime (a store that connects to a database connects
+/// there, and its background tasks run there), loads it for `duration`
+/// (every timed response must have status `expected`), stops it;
+/// requests per second.
+pub fn serve_app<F, Fut>(make: F, expected: u16, duration: Duration) -> f64
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = axum::Router>,
+{
     let (address_tx, address_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
@@ -88,13 +106,15 @@ fn serve_and_load(variant: Variant, path: Path, duration: Duration) -> f64 {
             .build()
             .expect("a tokio runtime");
         runtime.block_on(async move {
+            let app = make()
+                .await
+                .into_make_service_with_connect_info::<SocketAddr>();
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind a loopback port");
             address_tx
                 .send(listener.local_addr().expect("a local address"))
                 .expect("the load generator waits");
-            let app = router(variant, path).into_make_service_with_connect_info::<SocketAddr>();
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     let _ = stop_rx.await;
@@ -104,7 +124,7 @@ fn serve_and_load(variant: Variant, path: Path, duration: Duration) -> f64 {
         });
     });
     let address = address_rx.recv().expect("the server starts");
-    let rate = load(address, duration, expected_status(variant, path).as_u16());
+    let rate = load(address, duration, expected);
     let _ = stop_tx.send(());
     server.join().expect("the server thread ends");
     rate

@@ -85,7 +85,7 @@ pub fn request() -> Request<Body> {
 }
 
 /// A hello-world router.
-fn app() -> Router {
+pub(crate) fn app() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
 }
 

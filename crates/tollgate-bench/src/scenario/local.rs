@@ -186,9 +186,7 @@ pub fn run(settings: Settings) -> Local {
 
     // Parts 1 and 4.
     let seconds = settings.pick(0.3, 0.2);
-    let hot = Arc::new(Policy::new(vec![
-        NamedLimit::new("api", Quota::per_second(HOT_RATE)).with_algorithm(Algorithm::Gcra),
-    ]));
+    let hot = hot_policy();
     // Each store's decisions, Redis calls and waits over part 1's rounds.
     let counts = std::cell::RefCell::new([(0u64, 0u64, 0u64); 4]);
     let side = |kind: Kind, timed: bool| {
@@ -327,6 +325,20 @@ pub fn run(settings: Settings) -> Local {
         steady,
         floods,
     }
+}
+
+/// Part 1's load on `store`, for another scenario's side by side (the
+/// PostgreSQL one's local-first rows): decisions per second of
+/// [`TASKS`] tasks on one hot key under [`hot_policy`].
+pub(crate) async fn hot_rate<S: Store>(store: S, seconds: f64) -> f64 {
+    load(store, &hot_policy(), seconds, false).await.rate
+}
+
+/// Part 1's limit: a GCRA far above any rate reached here.
+pub(crate) fn hot_policy() -> Arc<Policy> {
+    Arc::new(Policy::new(vec![
+        NamedLimit::new("api", Quota::per_second(HOT_RATE)).with_algorithm(Algorithm::Gcra),
+    ]))
 }
 
 /// One decision of cost 1 on `key`: the reply, awaited if pending.

@@ -33,8 +33,20 @@
 //! so that the figures measure the statements and not this machine's
 //! disk.
 //!
-//! Local-first in front of the compare-and-swap store is not built (see
-//! `docs/stores.md`), so it has no row.
+//! Local-first in front of it (`tollgate_local::LocalFirst` over the
+//! same store, exact mode), three more sides, each beside its anchor in
+//! the same alternating rounds:
+//!
+//! - **against the memory store**: one local-first store, 64 tasks, one
+//!   hot key, the local scenario's part 1 load and limit (a GCRA far
+//!   above the load; [`local::hot_rate`]), beside a `MemoryStore`;
+//! - **four processes on one hot key**: four local-first stores, each over
+//!   its own store and pool, 16 tasks each, the fixed window above, beside
+//!   the plain `RedisStore`'s hot-key figure;
+//! - **over HTTP**: the HTTP scenario's server and load generator (one
+//!   instance, 32 connections, every request one key), the layer over a
+//!   local-first store over PostgreSQL beside the same layer over a
+//!   `MemoryStore`.
 //!
 //! Needs the PostgreSQL binaries (Debian: `postgresql`), `redis-server`
 //! and `redis-benchmark`; without them the scenario is skipped with a
@@ -42,15 +54,17 @@
 
 use crate::measure::{Settings, alternate};
 use crate::report::{Better, Outcome, median};
+use crate::scenario::{http, local};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::{Key, NamedLimit, Policy, Store};
+use tollgate::{HeaderStyle, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store};
 use tollgate_cas::CasStore;
 use tollgate_core::{Algorithm, Quota};
+use tollgate_local::{LocalFirst, LocalMode};
 use tollgate_postgres::PostgresBackend;
 use tollgate_redis::RedisStore;
 use tollgate_tests::postgres::PostgresServer;
@@ -136,6 +150,26 @@ pub fn run(settings: Settings) -> PostgresRun {
         }
         stores
     });
+    // Local-first over PostgreSQL: one store (its own pool, a prefix of
+    // its own), and four, as four processes.
+    let local_one = LocalFirst::builder(
+        CasStore::builder(postgres.backend().clone())
+            .prefix("local")
+            .build(),
+        LocalMode::Exact,
+    )
+    .build();
+    let local_four: Vec<_> = four
+        .iter()
+        .map(|store| {
+            let store = CasStore::builder(store.backend().clone())
+                .prefix("local-four")
+                .build();
+            LocalFirst::builder(store, LocalMode::Exact).build()
+        })
+        .collect();
+    let http_seconds = Duration::from_secs_f64(settings.pick(2.0, 0.4));
+    let url = postgres_server.url();
     let random = policy();
     let hot = policy();
     // The hot key's lost races and failures, counted per round: one store,
@@ -197,6 +231,32 @@ pub fn run(settings: Settings) -> PostgresRun {
                 .push((round, lost(&four) - lost_before));
             round.rate
         };
+        let mut memory_hot = || runtime.block_on(local::hot_rate(MemoryStore::new(), seconds));
+        let mut local_hot = || runtime.block_on(local::hot_rate(local_one.clone(), seconds));
+        let mut local_hot_four = || {
+            runtime
+                .block_on(drive(&local_four, &hot, Keys::Hot, seconds))
+                .rate
+        };
+        let mut memory_http =
+            || http::serve_app(|| async { app(MemoryStore::new()) }, 200, http_seconds);
+        let mut local_http = || {
+            let url = url.clone();
+            http::serve_app(
+                move || async move {
+                    // Connected on the server's runtime: its pool's tasks
+                    // and the store's reservations run there.
+                    let backend = PostgresBackend::builder(url)
+                        .connect()
+                        .await
+                        .expect("connect to the postgres just started");
+                    let store = CasStore::builder(backend).prefix("local-http").build();
+                    app(LocalFirst::builder(store, LocalMode::Exact).build())
+                },
+                200,
+                http_seconds,
+            )
+        };
         alternate(
             rounds,
             &mut [
@@ -205,6 +265,11 @@ pub fn run(settings: Settings) -> PostgresRun {
                 &mut pg_hot,
                 &mut redis_hot,
                 &mut pg_hot_four,
+                &mut memory_hot,
+                &mut local_hot,
+                &mut local_hot_four,
+                &mut memory_http,
+                &mut local_http,
             ],
         )
     };
@@ -225,6 +290,33 @@ pub fn run(settings: Settings) -> PostgresRun {
             Better::Higher,
         )
         .against("RedisStore, same tasks and key, same run"),
+        Outcome::new(
+            "postgres local: exact vs memory store, 64 tasks, 1 key",
+            median(&figures[6]),
+            median(&figures[5]),
+            "decisions/s",
+            Better::Higher,
+        )
+        .target(0.5)
+        .against("MemoryStore, same tasks"),
+        Outcome::new(
+            "postgres local: exact, 4 processes, 1 hot key, vs RedisStore",
+            median(&figures[7]),
+            median(&figures[3]),
+            "decisions/s",
+            Better::Higher,
+        )
+        .target(1.0)
+        .against("RedisStore (1 call per request), 64 tasks, same run"),
+        Outcome::new(
+            "postgres local: exact over HTTP vs memory store, 1 key",
+            median(&figures[9]),
+            median(&figures[8]),
+            "requests/s",
+            Better::Higher,
+        )
+        .target(0.8)
+        .against("MemoryStore, same server and load"),
     ];
     // The untimed first round of each side is in the counts too: left out.
     let measured = |counts: RefCell<Vec<(Round, u64)>>| {
@@ -232,9 +324,26 @@ pub fn run(settings: Settings) -> PostgresRun {
         counts[counts.len().saturating_sub(rounds)..].to_vec()
     };
     let table = contention_table(&measured(hot_counts), &measured(four_counts), &figures);
-    drop((postgres, redis, four));
+    drop((postgres, redis, four, local_one, local_four));
     drop(runtime);
     PostgresRun { outcomes, table }
+}
+
+/// The HTTP scenario's hello-world app behind the layer over `store`: a
+/// limit never reached, one key per client address, the IETF fields.
+fn app<St>(store: St) -> axum::Router
+where
+    St: Store,
+{
+    let quota = Quota::per_second(1_000_000_000);
+    crate::scenario::layer::app().layer(
+        RateLimitLayer::builder()
+            .quota("api", quota)
+            .key(tollgate::PeerIp)
+            .headers(HeaderStyle::default())
+            .store(store)
+            .build(),
+    )
 }
 
 /// A fixed window of 1,000,000,000 an hour: never exhausted, each key's
