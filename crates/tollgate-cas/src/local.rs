@@ -6,6 +6,7 @@
 
 use super::backend::CasBackend;
 use super::error::CasError;
+use super::name::PolicyPart;
 use super::step::Op;
 use super::store::CasStore;
 use std::sync::Arc;
@@ -53,6 +54,11 @@ impl<B: CasBackend + std::fmt::Debug> SharedStore for CasStore<B> {
         unseen: i64,
     ) -> AdminFuture {
         self.carry_with(from, to, key, unseen)
+    }
+
+    /// Read from the policy's prepared form: one flag per request.
+    fn shares(&self, policy: &Policy) -> bool {
+        policy.prepared(PolicyPart::of).1
     }
 
     fn spent_error(message: String) -> CasError<B::Error> {

@@ -21,26 +21,33 @@ use tollgate::{Key, KeyView};
 /// as `#` and the SHA-1 of their bytes.
 pub(super) const MAX_KEY_LEN: usize = 128;
 
-/// What a policy puts in its keys' names, prepared once per policy:
-/// `{limit names}:{plan}:`.
+/// What the store prepares once per policy (its first prepared form, the
+/// fastest to find): the part the policy puts in its keys' names,
+/// `{limit names}:{plan}:`, and whether a local-first store in front can
+/// decide it (read on every request there).
 #[derive(Debug)]
-pub(super) struct PolicyPart(pub(super) String);
+pub(super) struct PolicyPart(pub(super) String, pub(super) bool);
 
 impl PolicyPart {
     pub(super) fn of(policy: &Policy) -> Self {
-        let mut part = String::with_capacity(policy.label().len() + 18);
-        part.push_str(policy.label());
-        part.push(':');
-        match policy.plan() {
-            Some(plan) => {
-                // Writing to a String cannot fail.
-                let _ = write!(part, "{plan:016x}");
-            }
-            None => part.push('-'),
-        }
-        part.push(':');
-        PolicyPart(part)
+        PolicyPart(name_part(policy), tollgate_local::supports(policy).is_ok())
     }
+}
+
+/// `{limit names}:{plan}:`.
+fn name_part(policy: &Policy) -> String {
+    let mut part = String::with_capacity(policy.label().len() + 18);
+    part.push_str(policy.label());
+    part.push(':');
+    match policy.plan() {
+        Some(plan) => {
+            // Writing to a String cannot fail.
+            let _ = write!(part, "{plan:016x}");
+        }
+        None => part.push('-'),
+    }
+    part.push(':');
+    part
 }
 
 /// The name of `key`'s value under the policy whose part is `policy`.

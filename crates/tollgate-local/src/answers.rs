@@ -1,7 +1,7 @@
 //! The decisions a local-first store answers with, made from what Redis
 //! said at its last call for the key, aged by the time since.
 
-use super::budget::Reading;
+use super::budget::{LimitReading, Reading};
 use tollgate::PolicyDecision;
 use tollgate::store::Receipt;
 use tollgate_core::{Decision, DecisionFields};
@@ -61,6 +61,7 @@ fn aged(decision: &Decision, elapsed: u64, allowed: bool, remaining: u64) -> Dec
 ///   whole), not aged: a unit spent since comes back no sooner than that
 ///   after it was spent, so `t` is never early (at most `elapsed` late,
 ///   for a window's units, whose end comes closer); at least 1 ns.
+#[inline]
 fn replenish(limit: u64, read: u64, nanos: u64, elapsed: u64, remaining: u64) -> u64 {
     if remaining >= limit {
         0
@@ -91,13 +92,14 @@ pub(crate) fn admitted(
 
 /// [`admitted`], from a budget's reading (see `budget.rs`) rather than
 /// the decision it was copied from; its receipt is the reading's.
+#[inline]
 pub(crate) fn admitted_from(
     reading: &Reading,
     elapsed: u64,
     remaining: impl Fn(u64) -> u64,
 ) -> PolicyDecision {
     let later = |nanos: u64| nanos.saturating_sub(elapsed);
-    let each = reading.limits().iter().map(|l| {
+    let each = |l: &LimitReading| {
         Decision::from(DecisionFields {
             allowed: true,
             limit: l.limit,
@@ -113,8 +115,17 @@ pub(crate) fn admitted_from(
             retry_after_nanos: 0,
             wait_nanos: 0,
         })
-    });
-    merge(each, reading.receipt)
+    };
+    // One limit, the common case: no merge to make (this runs for every
+    // request decided here).
+    let verdict = match reading.limits() {
+        [one] => PolicyDecision::single(each(one)),
+        limits => PolicyDecision::new(limits.iter().map(each)),
+    };
+    match receipt_of(reading.receipt) {
+        Some(receipt) => verdict.with_receipt(receipt),
+        None => verdict,
+    }
 }
 
 /// A refusal decided locally: Redis's refusal, `elapsed` later. Limits

@@ -103,12 +103,37 @@ struct Words {
 
 /// Units spendable without the slot's lock, and the reading to answer
 /// from.
+///
+/// The count and the reading sit on cache lines of their own: every
+/// request writes the count, and on a line it shared with the reading each
+/// request's copy of the reading missed the cache after another core's
+/// spend (measured: a quarter of a local decision's time, on 2 cores).
 #[derive(Default)]
 pub(crate) struct Budget {
-    word: AtomicU64,
+    word: Line<AtomicU64>,
+    seqlock: Line<Seqlock>,
+}
+
+/// The reading behind its sequence number.
+#[derive(Default)]
+struct Seqlock {
     /// Odd while the reading is being rewritten.
     sequence: AtomicU64,
     reading: Words,
+}
+
+/// `T` alone on its cache lines (128 bytes: two lines, as adjacent-line
+/// prefetchers pair them).
+#[derive(Default)]
+#[repr(align(128))]
+struct Line<T>(T);
+
+impl<T> Deref for Line<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 impl Reading {
@@ -124,6 +149,7 @@ impl Budget {
     /// spendable and enough, and answers with `answer` (given the reading
     /// and the units left), made where the reading was copied to rather
     /// than moved out.
+    #[inline]
     pub(crate) fn try_spend<R>(
         &self,
         now: u64,
@@ -153,12 +179,13 @@ impl Budget {
 
     /// A consistent copy of the reading; `None` when there is none, or it
     /// is being rewritten right now (the request then takes the lock).
+    #[inline]
     fn read(&self) -> Option<Reading> {
-        let before = self.sequence.load(Ordering::Acquire);
+        let before = self.seqlock.sequence.load(Ordering::Acquire);
         if before & 1 == 1 {
             return None;
         }
-        let words = &self.reading;
+        let words = &self.seqlock.reading;
         let count = (words.count.load(Ordering::Relaxed) as usize).min(MAX_LIMITS);
         let mut reading = Reading {
             at: words.at.load(Ordering::Relaxed),
@@ -179,7 +206,7 @@ impl Budget {
         }
         // The copy's loads complete before the sequence is read again.
         fence(Ordering::Acquire);
-        (count > 0 && self.sequence.load(Ordering::Relaxed) == before).then_some(reading)
+        (count > 0 && self.seqlock.sequence.load(Ordering::Relaxed) == before).then_some(reading)
     }
 
     /// Closes the budget; returns the units it held. Called under the
@@ -214,7 +241,7 @@ impl Budget {
                     }
                 }
             }
-            Some(_) if self.reading.count.load(Ordering::Relaxed) > 0 => units,
+            Some(_) if self.seqlock.reading.count.load(Ordering::Relaxed) > 0 => units,
             Some(_) => 0,
             None => {
                 if written.is_some() {
@@ -228,7 +255,7 @@ impl Budget {
 
     /// The signature of the reading written last (read by the writer).
     fn written(&self) -> Option<Signature> {
-        let words = &self.reading;
+        let words = &self.seqlock.reading;
         let at = words.at.load(Ordering::Relaxed);
         (words.count.load(Ordering::Relaxed) > 0 || at != 0).then(|| Signature {
             at,
@@ -240,7 +267,7 @@ impl Budget {
     }
 
     fn write(&self, signature: Signature, each: &[Decision]) {
-        let words = &self.reading;
+        let words = &self.seqlock.reading;
         self.begin_write();
         words.at.store(signature.at, Ordering::Relaxed);
         words.until.store(signature.until, Ordering::Relaxed);
@@ -261,21 +288,21 @@ impl Budget {
 
     fn write_none(&self) {
         self.begin_write();
-        self.reading.count.store(0, Ordering::Relaxed);
-        self.reading.at.store(0, Ordering::Relaxed);
+        self.seqlock.reading.count.store(0, Ordering::Relaxed);
+        self.seqlock.reading.at.store(0, Ordering::Relaxed);
         self.end_write();
     }
 
     fn begin_write(&self) {
-        let sequence = self.sequence.load(Ordering::Relaxed);
-        self.sequence.store(sequence + 1, Ordering::Relaxed);
+        let sequence = self.seqlock.sequence.load(Ordering::Relaxed);
+        self.seqlock.sequence.store(sequence + 1, Ordering::Relaxed);
         // The odd number is seen before any figure changes.
         fence(Ordering::Release);
     }
 
     fn end_write(&self) {
-        let sequence = self.sequence.load(Ordering::Relaxed);
-        self.sequence.store(sequence + 1, Ordering::Release);
+        let sequence = self.seqlock.sequence.load(Ordering::Relaxed);
+        self.seqlock.sequence.store(sequence + 1, Ordering::Release);
     }
 }
 

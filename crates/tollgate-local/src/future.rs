@@ -1,7 +1,6 @@
 //! [`LocalFuture`]: what a [`LocalFirst`](crate::LocalFirst) store's check
 //! returns when it cannot answer at once.
 
-use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,31 +11,31 @@ use tollgate::PolicyDecision;
 /// a call made for it.
 type Boxed<E> = Pin<Box<dyn Future<Output = Result<PolicyDecision, E>> + Send>>;
 
-pin_project! {
-    /// The answer of a [`LocalFirst`](crate::LocalFirst) store that is not
-    /// ready at once: the shared store's own check (a policy or a peek it
-    /// decides directly, without a second box), or a request waiting here
-    /// for the call in flight.
-    #[project = LocalFutureProj]
-    pub struct LocalFuture<F, E> {
-        #[pin]
-        kind: Kind<F, E>,
-    }
+/// The answer of a [`LocalFirst`](crate::LocalFirst) store that is not
+/// ready at once: the shared store's own check (a policy or a peek it
+/// decides directly), or a request waiting here for the call in flight.
+///
+/// Both are boxed, so that the store's reply stays two words and a tag
+/// whatever the shared store's future: a reply is moved on every request,
+/// and most are ready at once (a compare-and-swap store's future, a
+/// state machine over its backend's read and write, is hundreds of bytes:
+/// unboxed, every local decision copied it).
+pub struct LocalFuture<F, E> {
+    kind: Kind<F, E>,
 }
 
-pin_project! {
-    #[project = KindProj]
-    enum Kind<F, E> {
-        Store { #[pin] future: F },
-        Waiting { future: Boxed<E> },
-    }
+enum Kind<F, E> {
+    Store { future: Pin<Box<F>> },
+    Waiting { future: Boxed<E> },
 }
 
 impl<F, E> LocalFuture<F, E> {
     /// The shared store's own check.
     pub(crate) fn store(future: F) -> Self {
         LocalFuture {
-            kind: Kind::Store { future },
+            kind: Kind::Store {
+                future: Box::pin(future),
+            },
         }
     }
 
@@ -59,9 +58,10 @@ where
     type Output = Result<PolicyDecision, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Store { future } => future.poll(cx),
-            KindProj::Waiting { future } => future.as_mut().poll(cx),
+        // Both kinds are boxed: the future itself is `Unpin`.
+        match &mut self.get_mut().kind {
+            Kind::Store { future } => future.as_mut().poll(cx),
+            Kind::Waiting { future } => future.as_mut().poll(cx),
         }
     }
 }

@@ -45,7 +45,7 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use table::Table;
+use table::{Found, Table};
 use tokio::sync::Notify;
 use tollgate::store::{ChangeReply, Debit, PolicyRefund, Receipt};
 use tollgate::{ConfigError, Key, Policy, PolicyDecision, Store, StoreReply};
@@ -552,33 +552,42 @@ impl<S: SharedStore> Store for LocalFirst<S> {
         if cost == 0 {
             return self.inner.peek_within(policy, key, within);
         }
-        if policy.limits().is_empty() || !self.inner.store.shares(policy) {
-            return forward::<S>(self.inner.store.check_within(policy, key, cost, within));
-        }
         let inner = &self.inner;
-        // No runtime to run reservations or syncs on: decided by Redis. (A
-        // request in a task is on one; asking for the runtime's handle
-        // clones it, an atomic every thread would contend on.)
+        let plain = || forward::<S>(inner.store.check_within(policy, key, cost, within));
+        if policy.limits().is_empty() {
+            return plain();
+        }
+        // Whether the policy can be decided here is asked only when its
+        // key has no slot yet (slots are made for such policies only).
+        let shares = || inner.store.shares(policy);
+        // No runtime to run reservations or syncs on: decided by the
+        // shared store. (A request in a task is on one; asking for the
+        // runtime's handle clones it, an atomic every thread would contend
+        // on.)
         if tokio::task::try_id().is_none() && tokio::runtime::Handle::try_current().is_err() {
+            if !shares() {
+                return plain();
+            }
             return inner.decide_in_store(policy, key, cost, within);
         }
-        let reply = match &inner.slots {
+        let found = match &inner.slots {
             Slots::Exact(table) => table.with_slot(
                 policy.id(),
                 key,
-                || ExactSlot::new(policy.clone(), key.clone()),
+                || shares().then(|| ExactSlot::new(policy.clone(), key.clone())),
                 |slot| check_slot(inner, slot, cost),
             ),
             Slots::Periodic(table) => table.with_slot(
                 policy.id(),
                 key,
-                || PeriodicSlot::new(policy.clone(), key.clone()),
+                || shares().then(|| PeriodicSlot::new(policy.clone(), key.clone())),
                 |slot| check_slot(inner, slot, cost),
             ),
         };
-        match reply {
-            Some(reply) => reply,
-            None => {
+        match found {
+            Found::Decided(reply) => reply,
+            Found::Refused => plain(),
+            Found::Full => {
                 inner.stats.overflowed();
                 inner.decide_in_store(policy, key, cost, within)
             }

@@ -15,6 +15,16 @@ pub(crate) struct Table<S> {
     slots: BoundedMap<ByFingerprint<Held<S>>>,
 }
 
+/// What [`Table::with_slot`] did.
+pub(crate) enum Found<R> {
+    /// The key's slot decided: its answer.
+    Decided(R),
+    /// The key had no slot, and none was made for it.
+    Refused,
+    /// No room for the key's slot.
+    Full,
+}
+
 /// What a table asks of a slot.
 pub(crate) trait Evictable {
     /// Whether dropping the slot loses nothing the store still owes Redis
@@ -49,36 +59,48 @@ impl<S: Evictable> Table<S> {
 
     /// Calls `decide` with the slot of `key` under policy `policy` (made by
     /// `make` if it has none), under its shard's read lock, so that a
-    /// request decided at once touches no reference count. `None` when the
-    /// table is full of slots that cannot be dropped, or when another key
-    /// has the same fingerprint (one chance in 2⁶⁴ per pair): the caller
-    /// then asks Redis directly.
-    pub(crate) fn with_slot<R>(
+    /// request decided at once touches no reference count. `make` is asked
+    /// only for a key with no slot, and may refuse (a policy this store
+    /// does not decide): [`Found::Refused`]. [`Found::Full`] when the table
+    /// is full of slots that cannot be dropped, or when another key has the
+    /// same fingerprint (one chance in 2⁶⁴ per pair): the caller then asks
+    /// the shared store directly.
+    pub(crate) fn with_slot<R, D: FnOnce(&Arc<S>) -> R>(
         &self,
         policy: u64,
         key: &Key,
-        make: impl FnOnce() -> S,
-        decide: impl FnOnce(&Arc<S>) -> R,
-    ) -> Option<R> {
+        make: impl FnOnce() -> Option<S>,
+        decide: D,
+    ) -> Found<R> {
         let fingerprint = self.slots.fingerprint(policy, key);
+        let found = |slot: &Arc<S>, decide: D| {
+            if slot.is(policy, key) {
+                Found::Decided(decide(slot))
+            } else {
+                Found::Full
+            }
+        };
         {
             let slots = self.slots.read(fingerprint);
             if let Some(Held(slot)) = slots.get(&fingerprint) {
-                return slot.is(policy, key).then(|| decide(slot));
+                return found(slot, decide);
             }
         }
+        let Some(made) = make() else {
+            return Found::Refused;
+        };
         let mut slots = self.slots.write(fingerprint);
         if let Some(Held(slot)) = slots.get(&fingerprint) {
             // Added by another request in between.
-            return slot.is(policy, key).then(|| decide(slot));
+            return found(slot, decide);
         }
         if !slots.make_room(0, Eviction::IdleOnly) {
-            return None;
+            return Found::Full;
         }
         let Held(slot) = slots
             .entry(fingerprint)
-            .or_insert_with(|| Held(Arc::new(make())));
-        Some(decide(slot))
+            .or_insert_with(|| Held(Arc::new(made)));
+        found(slot, decide)
     }
 
     /// The slot of `key` under policy `policy`, if the table holds one.
@@ -143,10 +165,11 @@ mod tests {
         let mut kept = Vec::new();
         let mut refused = 0;
         for i in 0..1_000u64 {
-            let slot = || Slot(AtomicBool::new(false), i);
+            let slot = || Some(Slot(AtomicBool::new(false), i));
             match table.with_slot(1, &Key::from(i), slot, Arc::clone) {
-                Some(slot) => kept.push(slot),
-                None => refused += 1,
+                Found::Decided(slot) => kept.push(slot),
+                Found::Full => refused += 1,
+                Found::Refused => unreachable!("every slot is made"),
             }
         }
         assert!(table.len() <= SHARDS);
@@ -157,17 +180,37 @@ mod tests {
         }
         drop(kept);
         for i in 1_000..2_000u64 {
-            assert!(
-                table
-                    .with_slot(
-                        1,
-                        &Key::from(i),
-                        || Slot(AtomicBool::new(true), i),
-                        Arc::clone
-                    )
-                    .is_some()
-            );
+            assert!(matches!(
+                table.with_slot(
+                    1,
+                    &Key::from(i),
+                    || Some(Slot(AtomicBool::new(true), i)),
+                    Arc::clone
+                ),
+                Found::Decided(_)
+            ));
         }
         assert!(table.len() <= SHARDS);
+    }
+
+    #[test]
+    fn a_slot_refused_is_not_made_and_an_existing_one_is_not_asked_again() {
+        let table = Table::new(SHARDS);
+        let refused = table.with_slot(1, &Key::from(7u64), || None::<Slot>, Arc::clone);
+        assert!(matches!(refused, Found::Refused));
+        assert_eq!(table.len(), 0);
+        let made = || Some(Slot(AtomicBool::new(false), 7));
+        assert!(matches!(
+            table.with_slot(1, &Key::from(7u64), made, Arc::clone),
+            Found::Decided(_)
+        ));
+        // Found: `make` is not called.
+        let found = table.with_slot(
+            1,
+            &Key::from(7u64),
+            || -> Option<Slot> { panic!("asked to make a slot that exists") },
+            Arc::clone,
+        );
+        assert!(matches!(found, Found::Decided(_)));
     }
 }

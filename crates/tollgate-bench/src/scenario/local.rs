@@ -292,7 +292,8 @@ pub fn run(settings: Settings) -> Local {
 
     let [memory, exact, periodic, redis] = rates;
     let mut outcomes = Vec::new();
-    for (name, ours) in [("exact", exact), ("periodic 100 ms", periodic)] {
+    // Exact mode's mark is 0.6 (issue 51); periodic mode's stays 0.5.
+    for (name, ours, mark) in [("exact", exact, 0.6), ("periodic 100 ms", periodic, 0.5)] {
         outcomes.push(
             Outcome::new(
                 &format!("local: {name} vs memory store, 64 tasks, 1 key"),
@@ -301,7 +302,7 @@ pub fn run(settings: Settings) -> Local {
                 "decisions/s",
                 Better::Higher,
             )
-            .target(0.5)
+            .target(mark)
             .against("MemoryStore, same tasks"),
         );
         outcomes.push(
