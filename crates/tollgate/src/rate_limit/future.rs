@@ -155,6 +155,7 @@ where
     S: Service<Req, Response = Response<B>>,
     St: Store,
 {
+    #[inline]
     pub(crate) fn calling(future: S::Future, fields: FieldValues) -> Self {
         ResponseFuture {
             phase: Phase::Calling { future },
@@ -163,6 +164,7 @@ where
     }
 
     /// The inner service's future, with nothing to add to its response.
+    #[inline]
     pub(crate) fn passed(future: S::Future) -> Self {
         Self::calling(future, FieldValues::default())
     }
@@ -274,15 +276,15 @@ where
     /// waited `waits` times for its key's quota lookup: carries out at
     /// once what the engine decided (here, so that the request moves
     /// once), or builds the future that awaits the store or the lookup.
+    #[inline]
     pub(crate) fn start(
         inner: &mut S,
         engine: &Arc<Engine<K, St, R>>,
-        request: http::Request<ReqBody>,
+        mut request: http::Request<ReqBody>,
         waits: u8,
     ) -> Self {
         match engine.start(&request, waits) {
             Start::Pass => {
-                let mut request = request;
                 engine.add_idle_meter(request.extensions_mut());
                 Self::passed(inner.call(request))
             }
@@ -292,7 +294,6 @@ where
                 info,
                 ticket,
             }) => {
-                let mut request = request;
                 let extensions = request.extensions_mut();
                 if let Some(info) = info {
                     extensions.insert(*info);

@@ -75,6 +75,7 @@ where
 /// per request. The engine decides; [`ResponseFuture::start`] carries out
 /// what it decided, or builds the future that awaits the store or the
 /// key's first quota lookup.
+#[inline]
 pub(crate) fn limit<S, K, St, R, ReqBody, ResBody>(
     inner: &mut S,
     engine: &Arc<Engine<K, St, R>>,
