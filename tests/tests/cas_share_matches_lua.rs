@@ -11,7 +11,6 @@ mod common;
 
 use common::in_micros;
 use proptest::prelude::*;
-use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -81,6 +80,8 @@ enum Step {
         /// Name the holder's last reservation (else one before it).
         last: bool,
         ago_ms: u64,
+        /// The admission's `reset_after` per limit (ms), when known.
+        resets_ms: Option<[u64; 2]>,
     },
 }
 
@@ -116,14 +117,20 @@ fn step() -> impl Strategy<Value = (u64, Step)> {
                 want,
             },
         );
-    let refund = (1u32..4, 1u64..4, prop::bool::weighted(0.8), 0u64..300).prop_map(
-        |(cost, holder, last, ago_ms)| Step::Refund {
+    let refund = (
+        1u32..4,
+        1u64..4,
+        prop::bool::weighted(0.8),
+        0u64..300,
+        prop::option::of([0u64..2_000, 0u64..2_000]),
+    )
+        .prop_map(|(cost, holder, last, ago_ms, resets_ms)| Step::Refund {
             cost,
             holder,
             last,
             ago_ms,
-        },
-    );
+            resets_ms,
+        });
     (gap, prop_oneof![3 => reserve, 3 => sync, 2 => refund])
 }
 
@@ -186,6 +193,7 @@ impl Numbers {
                 holder,
                 last,
                 ago_ms,
+                resets_ms,
             } => {
                 let report = self.reports[holder as usize];
                 ShareOp::Refund {
@@ -197,7 +205,9 @@ impl Numbers {
                         report.saturating_sub(1)
                     },
                     ago_micros: ago_ms * 1_000,
-                    resets: SmallVec::new(),
+                    resets: resets_ms
+                        .map(|ms| ms.iter().map(|ms| ms * 1_000_000).collect())
+                        .unwrap_or_default(),
                 }
             }
         }

@@ -13,9 +13,16 @@ use tollgate_local::ShareOp;
 /// What the scripts send for "never" or "none".
 const NEVER: i64 = -1;
 
-/// How long an instance's last report number is kept after it was applied:
-/// a report sent again later than that is not expected.
+/// How long the instances' last report numbers are kept after a report
+/// was applied, at least (as the script keeps its hash: this, or as long
+/// as the counts the report charged, renewed by every applied report): a
+/// report sent again later than that is not expected.
 const SEQUENCE_LIFE: u64 = 60_000_000_000;
+
+/// The most `u32` steps a debit takes (2³⁶ units in all): more is a
+/// count no stored value holds but by corruption, and a debt no key
+/// outlives anyway; charging it step by step would stall the call.
+const MAX_DEBIT_STEPS: u32 = 16;
 
 /// How long a held count is kept past its expiry and a whole refill (the
 /// scripts' `PEXPIRE`: a second more).
@@ -139,9 +146,13 @@ fn floor(limiter: &Limiter, state: &mut State, at: u64, units: u64) {
     }
 }
 
-/// Charges `units` whatever the state, in `u32` steps.
+/// Charges `units` whatever the state, in `u32` steps (at most
+/// [`MAX_DEBIT_STEPS`]).
 fn debit(limiter: &Limiter, state: &mut State, now: u64, mut units: u64) {
-    while units > 0 {
+    for _ in 0..MAX_DEBIT_STEPS {
+        if units == 0 {
+            break;
+        }
         let step = u32::try_from(units).unwrap_or(u32::MAX);
         limiter.debit(state, now, step);
         units -= u64::from(step);
@@ -163,12 +174,16 @@ fn apply_held(limit: &mut Limit<'_>, books: &mut LimitBooks, now: u64) {
     };
     books.spent.retain(|s| ahead(s.units, s.at, interval, now));
     books.held.sort_by_key(|h| h.expiry);
-    let mut total: u64 = books.held.iter().map(|h| h.units).sum();
+    // Saturating: the counts are read from a stored value.
+    let mut total = books
+        .held
+        .iter()
+        .fold(0u64, |total, h| total.saturating_add(h.units));
     let mut live = Vec::with_capacity(books.held.len());
     for held in books.held.drain(..) {
         if held.expiry <= now {
             floor(limit.limiter, &mut limit.state, held.expiry, total);
-            total -= held.units;
+            total = total.saturating_sub(held.units);
             if held.report > 0 && ahead(held.units, held.expiry, interval, now) {
                 set_spent(
                     &mut books.spent,
@@ -316,7 +331,12 @@ fn reserve(
                 record_held(
                     new_books.limit(index),
                     holder,
-                    (held + granted, now.saturating_add(hold), report, held),
+                    (
+                        held.saturating_add(granted),
+                        now.saturating_add(hold),
+                        report,
+                        held,
+                    ),
                     now,
                 );
             }
@@ -366,7 +386,20 @@ fn give_back(
         let mut reset = resets.get(index).copied();
         if counts_held(limiter) && report > 0 {
             let interval = unit_nanos(limiter);
-            let limit = books.limit(index);
+            // No books for the limit: nothing held to take off (and
+            // nothing made, so that an unchanged key is not written).
+            let Some(limit) = books.limits.get_mut(index) else {
+                limiter.refund(
+                    state,
+                    Refund {
+                        at,
+                        cost,
+                        reset_after: reset,
+                    },
+                    now,
+                );
+                continue;
+            };
             // The token bucket reads a `reset_after` as rounded up to the
             // ns (its refund takes one ns off); the mark here is exact.
             let rounding = u64::from(matches!(limiter, Limiter::TokenBucket(_)));
@@ -439,9 +472,7 @@ fn sync(policy: &Policy, states: &mut States, books: &mut Books, now: u64, op: &
     else {
         unreachable!("sync runs syncs");
     };
-    books
-        .sequences
-        .retain(|s| s.at.saturating_add(SEQUENCE_LIFE) > now);
+    books.sequences.retain(|s| s.until > now);
     let last = books
         .sequences
         .iter()
@@ -449,15 +480,25 @@ fn sync(policy: &Policy, states: &mut States, books: &mut Books, now: u64, op: &
         .map_or(0, |s| s.sequence);
     let mut applied = 0;
     if spent > 0 && sequence > last {
+        let mut longest = 0;
         let limiters = policy.limiters().iter().zip(states.iter_mut());
         for (limiter, state) in limiters {
             debit(limiter, state, now, spent);
+            let (after, _) = limiter.evaluate(state, now, 0);
+            longest = longest.max(after.reset_after_nanos());
         }
+        // Every instance's number is kept as long as the counts this
+        // report charged, and at least a minute: the script renews its
+        // whole hash so at each applied report.
+        let until = now.saturating_add(longest.max(SEQUENCE_LIFE));
         books.sequences.retain(|s| s.instance != instance);
+        for kept in &mut books.sequences {
+            kept.until = kept.until.max(until);
+        }
         books.sequences.push(Sequence {
             instance,
             sequence,
-            at: now,
+            until,
         });
         applied = 1;
     }
@@ -512,8 +553,12 @@ fn give_share(shares: &mut Vec<Share>, remaining: u64, now: u64, op: &ShareOp) -
         .map(|s| s.expiry);
     shares.retain(|s| s.instance == instance || s.expiry > now);
     let others_shares = shares.iter().filter(|s| s.instance != instance);
-    let others: u64 = others_shares.clone().map(|s| s.units).sum();
-    let wanted: u64 = others_shares.clone().map(|s| s.short).sum();
+    let others = others_shares
+        .clone()
+        .fold(0u64, |sum, s| sum.saturating_add(s.units));
+    let wanted = others_shares
+        .clone()
+        .fold(0u64, |sum, s| sum.saturating_add(s.short));
     let sharing = 1 + others_shares.count() as u64;
     let free = remaining.saturating_sub(others);
     if want == 0 && need == 0 && left > 0 {
@@ -600,7 +645,7 @@ pub(super) fn books_rest(policy: &Policy, books: &Books) -> u64 {
         rest = rest.max(share.expiry);
     }
     for sequence in &books.sequences {
-        rest = rest.max(sequence.at.saturating_add(SEQUENCE_LIFE));
+        rest = rest.max(sequence.until);
     }
     rest
 }

@@ -89,16 +89,7 @@ pub(super) fn decide<E>(
         .map(|value| &value.bytes)
         .filter(|bytes| !bytes.is_empty());
     if let Op::Reset = op {
-        // Replaced by nothing, at rest at once; never decoded, so that a
-        // reset replaces a value that cannot be read.
-        return Ok(match stored {
-            Some(_) => Step::Write {
-                bytes: Bytes::new(),
-                expires_at: now,
-                answer: reply(nothing(), now),
-            },
-            None => Step::Answer(reply(nothing(), now)),
-        });
+        return Ok(reset(policy, stored, now));
     }
     let read = match stored {
         Some(bytes) => Some(states_of(policy, name, bytes)?),
@@ -155,6 +146,36 @@ pub(super) fn decide<E>(
                 .with_head(answer.head))
         }
         Op::Reset => Ok(Step::Answer(reply(nothing(), now))),
+    }
+}
+
+/// A reset: the key replaced by nothing, at rest at once, but for the
+/// instances' last report numbers (periodic local-first), which are kept
+/// as the Redis store keeps its `~sync` hash through a reset: a report
+/// sent before the reset and sent again after it is not counted twice. A
+/// value that cannot be read is replaced all the same.
+fn reset(policy: &Policy, stored: Option<&Bytes>, now: u64) -> Step {
+    let Some(bytes) = stored else {
+        return Step::Answer(reply(nothing(), now));
+    };
+    let sequences = value::decode(bytes)
+        .map(|(_, books)| books.sequences)
+        .unwrap_or_default();
+    let (bytes, expires_at) = if sequences.is_empty() {
+        (Bytes::new(), now)
+    } else {
+        let books = Books {
+            sequences,
+            ..Books::default()
+        };
+        let mut bytes = Vec::new();
+        value::encode(&fresh(policy), &books, &mut bytes);
+        (Bytes::from(bytes), share::books_rest(policy, &books))
+    };
+    Step::Write {
+        bytes,
+        expires_at,
+        answer: reply(nothing(), now),
     }
 }
 
@@ -320,6 +341,48 @@ mod tests {
         };
         assert!(bytes.is_empty());
         assert_eq!(expires_at, 90 * SECOND);
+    }
+
+    /// The reply of a step, written or not.
+    fn answer(step: Result<Step, CasError<Infallible>>) -> Reply {
+        match step {
+            Ok(Step::Answer(reply) | Step::Write { answer: reply, .. }) => reply,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    #[test]
+    fn a_reset_keeps_the_report_numbers_so_a_report_sent_again_counts_once() {
+        let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(10))]);
+        let sync = Op::Share(ShareOp::Sync {
+            spent: 3,
+            instance: 7,
+            sequence: 1,
+            life_micros: 1_000_000,
+            instances: 0,
+            need: 0,
+            left: 0,
+            want: 1,
+        });
+        let Ok(Step::Write {
+            bytes,
+            answer: first,
+            ..
+        }) = run(&policy, sync.clone(), &snapshot(SECOND, None))
+        else {
+            panic!("a report is written");
+        };
+        assert_eq!(first.head[0], 1, "applied");
+        assert_eq!(first.decision.each()[0].remaining(), 7);
+        let Ok(Step::Write { bytes, .. }) = run(&policy, Op::Reset, &snapshot(SECOND, Some(bytes)))
+        else {
+            panic!("a reset writes");
+        };
+        // The key is whole again, and the report sent again is not
+        // counted a second time.
+        let again = answer(run(&policy, sync, &snapshot(SECOND, Some(bytes))));
+        assert_eq!(again.head[0], 0, "not applied again");
+        assert_eq!(again.decision.each()[0].remaining(), 10);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! - `encode_states` alone (its version byte, 1): a key no local-first
 //!   store has touched, byte for byte what the store wrote before the
 //!   bookkeeping existed;
-//! - [`WITH_BOOKS`] (2), the states' length (`u32`, little-endian), the
+//! - [`WITH_BOOKS`] (0xB1: far above the states' format versions, which
+//!   count up from 1), the states' length (`u32`, little-endian), the
 //!   states as `encode_states` writes them, then the [`Books`].
 //!
 //! Every number of the books is a `u64`, little-endian; every list starts
@@ -21,7 +22,7 @@ use tollgate_core::{State, StateBytesError, decode_states, encode_states};
 pub(super) type States = SmallVec<[State; 2]>;
 
 /// The first byte of a value that carries [`Books`].
-pub(super) const WITH_BOOKS: u8 = 2;
+pub(super) const WITH_BOOKS: u8 = 0xB1;
 
 /// What a local-first store's calls keep beside a key's states.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,8 +31,8 @@ pub(super) struct Books {
     /// not count held units): what each holder holds, and what holders
     /// spent of counts that left.
     pub(super) limits: Vec<LimitBooks>,
-    /// Periodic mode: each instance's last report number, and when it was
-    /// applied (ns).
+    /// Periodic mode: each instance's last report number, and how long it
+    /// is kept.
     pub(super) sequences: Vec<Sequence>,
     /// Periodic mode: the live shares.
     pub(super) shares: Vec<Share>,
@@ -64,12 +65,12 @@ pub(super) struct Spent {
     pub(super) at: u64,
 }
 
-/// An instance's last applied report.
+/// An instance's last applied report, kept until `until` (ns).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Sequence {
     pub(super) instance: u64,
     pub(super) sequence: u64,
-    pub(super) at: u64,
+    pub(super) until: u64,
 }
 
 /// An instance's share: what it may have outstanding until `expiry`
@@ -127,7 +128,7 @@ pub(super) fn encode(states: &[State], books: &Books, out: &mut Vec<u8>) {
     }
     put_len(out, books.sequences.len());
     for s in &books.sequences {
-        put(out, &[s.instance, s.sequence, s.at]);
+        put(out, &[s.instance, s.sequence, s.until]);
     }
     put_len(out, books.shares.len());
     for s in &books.shares {
@@ -173,11 +174,11 @@ pub(super) fn decode(bytes: &[u8]) -> Result<(States, Books), StateBytesError> {
         books.limits.push(limit);
     }
     for _ in 0..input.count(24)? {
-        let [instance, sequence, at] = input.words()?;
+        let [instance, sequence, until] = input.words()?;
         books.sequences.push(Sequence {
             instance,
             sequence,
-            at,
+            until,
         });
     }
     for _ in 0..input.count(32)? {
@@ -300,7 +301,7 @@ mod tests {
             sequences: vec![Sequence {
                 instance: 9,
                 sequence: 5,
-                at: 800,
+                until: 800,
             }],
             shares: vec![Share {
                 instance: 9,
