@@ -1,9 +1,12 @@
 //! The local-first store (`tollgate_local::LocalFirst`) in front of the
 //! compare-and-swap store, over the in-memory backend: the conformance kit
-//! in both modes (never more than the memory store admits), and instances
-//! racing for shared keys, each its own local-first store over one
-//! backend.
+//! in both modes (never more than the memory store admits), bare and
+//! under the wrappers a production stack puts around it (a timeout, a
+//! breaker, the block cache, the penalty box), and instances racing for
+//! shared keys, each its own local-first store over one backend.
 
+use std::time::Duration;
+use tollgate::store::{BlockCache, Breaker, Penalty, PenaltyBox, Store, Timeout};
 use tollgate_cas::{CasStore, MemoryBackend};
 use tollgate_conformance::{Kit, Race};
 use tollgate_core::Algorithm;
@@ -36,6 +39,37 @@ async fn the_local_first_store_over_cas_conforms_in_both_modes() {
             "{:?}",
             report.skipped
         );
+    }
+}
+
+/// Runs the kit on `store` in `never_more` mode (late checks left out
+/// where `late` is false): every local-first algorithm played.
+async fn conforms<St: Store>(store: St, late: bool) {
+    let name = tollgate::store::short_type_name::<St>();
+    let kit = Kit::real_time(store).never_more().traces(6);
+    let kit = if late { kit } else { kit.no_late_checks() };
+    let report = kit
+        .run()
+        .await
+        .unwrap_or_else(|failure| panic!("{name}: {failure}"));
+    assert_eq!(report.algorithms.len(), local_first(), "{name}: {report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrappers_around_local_first_over_cas_conform() {
+    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+        let local = || LocalFirst::builder(CasStore::new(MemoryBackend::new()), mode).build();
+        conforms(
+            Breaker::new(Timeout::new(local(), Duration::from_secs(2))),
+            true,
+        )
+        .await;
+        // Late checks left out, as over Redis (`tests/tests/redis_kit.rs`):
+        // the block cache answers a failure on a key it knows at its
+        // limit with a block of its own, no figure of the store's.
+        conforms(BlockCache::new(local()), false).await;
+        let penalty = Penalty::new(1_000, Duration::from_secs(60), Duration::from_secs(60));
+        conforms(PenaltyBox::new(local(), penalty), true).await;
     }
 }
 

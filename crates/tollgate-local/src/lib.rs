@@ -611,7 +611,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     /// taken off the report not yet sent: exact, as if the request had not
     /// come; this instance has the units back at once, the others from
     /// their next sync. Units reported already (or on their way) are given
-    /// back in Redis (`refund.lua`, as [`RedisStore`]'s `refund`, from a
+    /// back in Redis (`refund.lua`, as `RedisStore`'s `refund`, from a
     /// spawned task; while a report is unconfirmed, once the sync carrying
     /// it has ended, so that they are there to take off; no other sync is
     /// waited for), never put back here: only Redis knows whether they
@@ -631,7 +631,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     /// [`LocalFirst`]), and a unit spent since the instance's last
     /// reservation is still in that count: the same call takes it off the
     /// count, when the count is the one recorded by the reservation the
-    /// admission's [`Receipt`](tollgate::store::Receipt) names (this
+    /// admission's [`Receipt`] names (this
     /// store's local admissions carry a token, the number of the last
     /// reservation sent before them there, not a time), and gives the unit
     /// back whole. If the
@@ -655,7 +655,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     ///
     /// An admission Redis decided (a key with no room in the table, a peek,
     /// a policy this store does not decide) is given back there, as
-    /// [`RedisStore`]'s `refund` gives it.
+    /// `RedisStore`'s `refund` gives it.
     fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: PolicyRefund) -> ChangeReply {
         let store = self.inner.store.clone();
         match &self.inner.slots {

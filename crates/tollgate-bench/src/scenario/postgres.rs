@@ -39,7 +39,7 @@
 //!
 //! - **against the memory store**: one local-first store, 64 tasks, one
 //!   hot key, the local scenario's part 1 load and limit (a GCRA far
-//!   above the load; [`local::hot_rate`]), beside a `MemoryStore`;
+//!   above the load; `local::hot_rate`), beside a `MemoryStore`;
 //! - **four processes on one hot key**: four local-first stores, each over
 //!   its own store and pool, 16 tasks each, the fixed window above, beside
 //!   the plain `RedisStore`'s hot-key figure;
