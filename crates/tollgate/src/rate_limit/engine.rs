@@ -54,6 +54,12 @@ pub(crate) struct Engine<K, St, R> {
     /// no fields on the response, no [`RateLimitInfo`](crate::RateLimitInfo)
     /// on the request. Decided once, here, so the hot path tests one flag.
     pub forwards_bare: bool,
+    /// Whether every request takes the plain path: one policy for all (no
+    /// routes, no per-key quotas, no live limits) with limits to enforce
+    /// and none in shadow, no allow-list, no access lists, no cost
+    /// function. Decided once, here, so the hot path tests one flag where
+    /// it would test each.
+    pub plain: bool,
 }
 
 /// The builder's settings that do not change its type.
@@ -346,45 +352,96 @@ where
         R: Rejector<B>,
     {
         let info = RequestInfo::new(request);
-        let entry = self.routes.select(&info);
-        let unlimited = self.routes.get(&entry).is_unlimited() && !self.has_key_quotas(&entry);
-        if unlimited || self.is_allowed_always(&info) {
-            return Start::Pass;
-        }
-        let key = match self.key.extract(&info) {
-            Some(key) => key,
-            None => match &self.settings.common.on_missing_key {
-                OnMissingKey::Shared(key) => key.clone(),
-                OnMissingKey::Skip => return Start::Pass,
-                OnMissingKey::Reject(status) => {
-                    let response = self
-                        .rejector
-                        .reject_without_decision(*status, RejectReason::MissingKey);
-                    return Start::Act(Action::Reject(Box::new(response)));
-                }
-            },
+        let found = if self.plain {
+            self.key_of(&info).map(|key| (EntryRef::Table(0), key, 1))
+        } else {
+            self.locate(&info, waits)
         };
+        match found {
+            Ok((entry, key, cost)) => self.ask(entry, key, cost),
+            Err(start) => start,
+        }
+    }
+
+    /// Off the plain path: the entry whose limits a request is charged, its
+    /// key and its cost; or, when there is nothing to ask the store, the
+    /// request's start (passed: unlimited, allowed, only shadow limits;
+    /// refused; waiting for its key's quota).
+    #[inline(never)]
+    fn locate<B: Default>(
+        &self,
+        info: &RequestInfo<'_>,
+        waits: u8,
+    ) -> Result<(EntryRef, Key, u32), Start<Watched<St>, B>>
+    where
+        R: Rejector<B>,
+    {
+        let entry = self.routes.select(info);
+        let unlimited = self.routes.get(&entry).is_unlimited() && !self.has_key_quotas(&entry);
+        if unlimited || self.is_allowed_always(info) {
+            return Err(Start::Pass);
+        }
+        let key = self.key_of(info)?;
         if let Some(lists) = &self.settings.access {
             match lists.access(&key) {
                 Access::Limited => {}
-                Access::Allowed => return Start::Pass,
+                Access::Allowed => return Err(Start::Pass),
                 Access::Denied => {
                     let response = self
                         .rejector
                         .reject_without_decision(StatusCode::FORBIDDEN, RejectReason::Denied);
-                    return Start::Act(Action::Reject(Box::new(response)));
+                    return Err(Start::Act(Action::Reject(Box::new(response))));
                 }
             }
         }
         let entry = match self.limits_for_key(entry, &key, waits) {
             KeyLimits::Entry(entry) if !self.routes.get(&entry).is_unlimited() => entry,
-            KeyLimits::Entry(_) => return Start::Pass,
+            KeyLimits::Entry(_) => return Err(Start::Pass),
             #[cfg(feature = "quotas")]
-            KeyLimits::Unlimited => return Start::Pass,
+            KeyLimits::Unlimited => return Err(Start::Pass),
             #[cfg(feature = "quotas")]
-            KeyLimits::Wait(wait) => return Start::Lookup(wait),
+            KeyLimits::Wait(wait) => return Err(Start::Lookup(wait)),
         };
-        let cost = self.settings.cost.as_ref().map_or(1, |cost| cost(&info));
+        let cost = self.settings.cost.as_ref().map_or(1, |cost| cost(info));
+        let routed = self.routes.get(&entry);
+        if routed.policy.limits().is_empty() {
+            // Only limits in shadow: nothing enforced to ask first.
+            self.check_shadow(routed, &key, cost);
+            return Err(Start::Pass);
+        }
+        Ok((entry, key, cost))
+    }
+
+    /// The request's key; when its extractor finds none, what
+    /// `on_missing_key` says: a shared key, or the request's start (passed
+    /// unlimited, or refused).
+    #[inline(always)]
+    fn key_of<B: Default>(&self, info: &RequestInfo<'_>) -> Result<Key, Start<Watched<St>, B>>
+    where
+        R: Rejector<B>,
+    {
+        if let Some(key) = self.key.extract(info) {
+            return Ok(key);
+        }
+        match &self.settings.common.on_missing_key {
+            OnMissingKey::Shared(key) => Ok(key.clone()),
+            OnMissingKey::Skip => Err(Start::Pass),
+            OnMissingKey::Reject(status) => {
+                let response = self
+                    .rejector
+                    .reject_without_decision(*status, RejectReason::MissingKey);
+                Err(Start::Act(Action::Reject(Box::new(response))))
+            }
+        }
+    }
+
+    /// Asks the store to charge `cost` to `key` on the limits of `entry`
+    /// (which has limits to enforce), and starts carrying out its answer.
+    #[inline(always)]
+    fn ask<B: Default>(&self, entry: EntryRef, key: Key, cost: u32) -> Start<Watched<St>, B>
+    where
+        R: Rejector<B>,
+    {
         let charge = Charge {
             cost,
             asked: (self.settings.charge_when.is_some() || self.settings.pay_after)
@@ -392,11 +449,6 @@ where
         };
         let routed = self.routes.get(&entry);
         let policy = &routed.policy;
-        if policy.limits().is_empty() {
-            // Only limits in shadow: nothing enforced to ask first.
-            self.check_shadow(routed, &key, cost);
-            return Start::Pass;
-        }
         match self
             .store
             .check_within(policy, &key, cost, self.settings.common.store_timeout)

@@ -30,10 +30,6 @@ pin_project! {
     {
         #[pin]
         phase: Phase<S, Req, Watched<St>, Arc<Engine<K, St, R>>>,
-        // Rate-limit fields to add to the response, formatted already: the
-        // future holds no reference to the shared state and pays no
-        // reference count. Empty when there are none.
-        fields: FieldValues,
     }
 }
 
@@ -47,6 +43,11 @@ pin_project! {
         // the phases that wait anyway (store I/O, shaping) are boxed so that
         // the future stays small and cheap to move.
         Calling { #[pin] future: S::Future },
+        // The inner service's future, and the rate-limit fields to add to
+        // its response, formatted already: the future holds no reference to
+        // the shared state and pays no reference count. Apart from
+        // `Calling` so that a plain pass carries (and drops) no fields.
+        Adding { #[pin] future: S::Future, fields: FieldValues },
         Checking { checking: Pin<Box<Checking<S, Req, Check, Sh>>> },
         Waiting { waiting: Pin<Box<Waiting<S, Req, Sh>>> },
         // The inner service's future, whose response settles the request's
@@ -92,6 +93,7 @@ pin_project! {
         #[pin] until: Sleep,
         pending: Option<(S, Req)>,
         judge: Option<(Sh, Settlement)>,
+        fields: FieldValues,
     }
 }
 
@@ -103,6 +105,7 @@ pin_project! {
     {
         #[pin] future: S::Future,
         judge: Option<(Sh, Settlement)>,
+        fields: FieldValues,
         // The response, held until its settlement lands (or the store
         // timeout passes), so that the client's next request finds it.
         held: Option<(S::Response, Landing)>,
@@ -116,6 +119,7 @@ fn waiting<S, Req, Check, Sh>(
     wait: Duration,
     pending: (S, Req),
     judge: Option<(Sh, Settlement)>,
+    fields: FieldValues,
 ) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
@@ -125,25 +129,29 @@ where
             until: tokio::time::sleep(wait),
             pending: Some(pending),
             judge,
+            fields,
         }),
     }
 }
 
 /// Calls the inner service: judged by its response when there is a
-/// charge to settle, plainly otherwise.
+/// charge to settle, plainly otherwise; `fields` go on its response.
 fn calling<S, Req, Check, Sh>(
     future: S::Future,
     judge: Option<(Sh, Settlement)>,
+    fields: FieldValues,
 ) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
 {
     match judge {
-        None => Phase::Calling { future },
+        None if fields.is_empty() => Phase::Calling { future },
+        None => Phase::Adding { future, fields },
         Some(judge) => Phase::Judging {
             judging: Box::pin(Judging {
                 future,
                 judge: Some(judge),
+                fields,
                 held: None,
             }),
         },
@@ -155,18 +163,18 @@ where
     S: Service<Req, Response = Response<B>>,
     St: Store,
 {
-    #[inline]
     pub(crate) fn calling(future: S::Future, fields: FieldValues) -> Self {
         ResponseFuture {
-            phase: Phase::Calling { future },
-            fields,
+            phase: calling(future, None, fields),
         }
     }
 
     /// The inner service's future, with nothing to add to its response.
     #[inline]
     pub(crate) fn passed(future: S::Future) -> Self {
-        Self::calling(future, FieldValues::default())
+        ResponseFuture {
+            phase: Phase::Calling { future },
+        }
     }
 
     /// Holds `pending` for `wait` (the leaky bucket's slot), then calls.
@@ -177,8 +185,7 @@ where
         judge: Option<Judge<K, St, R>>,
     ) -> Self {
         ResponseFuture {
-            phase: waiting(wait, pending, judge),
-            fields,
+            phase: waiting(wait, pending, judge, fields),
         }
     }
 
@@ -191,8 +198,7 @@ where
         settlement: Settlement,
     ) -> Self {
         ResponseFuture {
-            phase: calling(future, Some((engine.clone(), settlement))),
-            fields,
+            phase: calling(future, Some((engine.clone(), settlement)), fields),
         }
     }
 
@@ -217,7 +223,6 @@ where
                     waits,
                 }),
             },
-            fields: FieldValues::default(),
         }
     }
 
@@ -226,7 +231,6 @@ where
             phase: Phase::Rejected {
                 response: Some(response),
             },
-            fields: FieldValues::default(),
         }
     }
 
@@ -259,7 +263,6 @@ where
                     charge,
                 }),
             },
-            fields: FieldValues::default(),
         }
     }
 }
@@ -344,14 +347,12 @@ where
             // Only the phases every request meets are handled inline; the
             // waiting ones live out of line so this frame stays small.
             let next = match this.phase.as_mut().project() {
-                PhaseProj::Calling { future } => {
-                    // Nothing to add (the common case): the inner poll's
-                    // own result, not unpacked and packed again.
-                    if this.fields.is_empty() {
-                        return future.poll(cx);
-                    }
+                // Nothing to add (the common case): the inner poll's own
+                // result, not unpacked and packed again.
+                PhaseProj::Calling { future } => return future.poll(cx),
+                PhaseProj::Adding { future, fields } => {
                     let mut response = ready!(future.poll(cx))?;
-                    std::mem::take(this.fields).write_into(response.headers_mut());
+                    std::mem::take(fields).write_into(response.headers_mut());
                     return Poll::Ready(Ok(response));
                 }
                 PhaseProj::Rejected { response } => {
@@ -363,15 +364,9 @@ where
                     );
                     return Poll::Ready(Ok(response));
                 }
-                PhaseProj::Checking { checking } => {
-                    ready!(poll_checking(checking.as_mut(), this.fields, cx))
-                }
+                PhaseProj::Checking { checking } => ready!(poll_checking(checking.as_mut(), cx)),
                 PhaseProj::Waiting { waiting } => ready!(poll_waiting(waiting.as_mut(), cx)),
-                PhaseProj::Judging { judging } => {
-                    let mut response = ready!(poll_judging(judging.as_mut(), cx))?;
-                    std::mem::take(this.fields).write_into(response.headers_mut());
-                    return Poll::Ready(Ok(response));
-                }
+                PhaseProj::Judging { judging } => return poll_judging(judging.as_mut(), cx),
                 PhaseProj::Resolving { resolving } => {
                     let ResolvingProj {
                         lookup,
@@ -416,7 +411,6 @@ type HttpChecking<S, ReqBody, K, St, R> =
 #[inline(never)]
 fn poll_checking<S, ReqBody, K, St, R, B>(
     checking: Pin<&mut HttpChecking<S, ReqBody, K, St, R>>,
-    fields: &mut FieldValues,
     cx: &mut Context<'_>,
 ) -> Poll<HttpPhase<S, ReqBody, K, St, R>>
 where
@@ -448,14 +442,13 @@ where
         },
         (
             Action::Forward {
-                fields: add,
+                fields,
                 wait,
                 info,
                 ticket,
             },
             Some(mut pending),
         ) => {
-            *fields = add;
             let extensions = pending.1.extensions_mut();
             if let Some(info) = info {
                 extensions.insert(*info);
@@ -465,9 +458,9 @@ where
             shared.add_idle_meter(extensions);
             if wait.is_zero() {
                 let (mut service, request) = pending;
-                calling(service.call(request), judge)
+                calling(service.call(request), judge, fields)
             } else {
-                waiting(wait, pending, judge)
+                waiting(wait, pending, judge, fields)
             }
         }
         // The request was already handed on: cannot happen through `poll`.
@@ -491,6 +484,7 @@ where
         until,
         pending,
         judge,
+        fields,
     } = waiting.project();
     ready!(until.poll(cx));
     let Some((mut service, request)) = pending.take() else {
@@ -498,7 +492,11 @@ where
         // rather than a hang.
         return Poll::Ready(Phase::Rejected { response: None });
     };
-    Poll::Ready(calling(service.call(request), judge.take()))
+    Poll::Ready(calling(
+        service.call(request),
+        judge.take(),
+        std::mem::take(fields),
+    ))
 }
 
 /// Awaits the inner service's response, then settles the request's
@@ -521,6 +519,7 @@ where
     let JudgingProj {
         future,
         judge,
+        fields,
         held,
     } = judging.project();
     if let Some((_, landing)) = held {
@@ -531,11 +530,14 @@ where
         };
     }
     let response = ready!(future.poll(cx))?;
-    let Some((engine, settlement)) = judge.take() else {
-        return Poll::Ready(Ok(response));
+    let (mut parts, body) = response.into_parts();
+    // Settled on the inner service's own head: `charge_when` judges what
+    // the service answered, before the layer's fields go on it.
+    let reply = match judge.take() {
+        Some((engine, settlement)) => engine.settle(settlement, &parts),
+        None => ChangeReply::Done,
     };
-    let (parts, body) = response.into_parts();
-    let reply = engine.settle(settlement, &parts);
+    std::mem::take(fields).write_into(&mut parts.headers);
     let response = Response::from_parts(parts, body);
     match reply {
         ChangeReply::Done => Poll::Ready(Ok(response)),

@@ -565,6 +565,18 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             && !fields_on_allowed
             && settings.charge_when.is_none()
             && !settings.pay_after;
+        #[cfg(feature = "quotas")]
+        let per_key = quotas.is_some();
+        #[cfg(not(feature = "quotas"))]
+        let per_key = false;
+        let default = routes.default_entry();
+        let plain = routes.is_single()
+            && !per_key
+            && !default.policy.limits().is_empty()
+            && default.shadow.is_none()
+            && settings.allow.is_none()
+            && settings.access.is_none()
+            && settings.cost.is_none();
         RateLimitLayer {
             shared: Arc::new(Engine {
                 rejector: self.rejector,
@@ -578,6 +590,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 settings,
                 fields_on_allowed,
                 forwards_bare,
+                plain,
             }),
         }
     }

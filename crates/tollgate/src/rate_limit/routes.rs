@@ -104,6 +104,11 @@ impl Routes {
         }
     }
 
+    /// Whether the default entry is the only one: no route has its own.
+    pub(crate) fn is_single(&self) -> bool {
+        self.matchers.is_empty()
+    }
+
     /// The default entry.
     pub(crate) fn default_entry(&self) -> &Entry {
         &self.entries[0]
