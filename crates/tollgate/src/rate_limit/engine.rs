@@ -367,6 +367,9 @@ where
     /// key and its cost; or, when there is nothing to ask the store, the
     /// request's start (passed: unlimited, allowed, only shadow limits;
     /// refused; waiting for its key's quota).
+    // The error is a whole `Start` for one path's sake: it never carries
+    // the large forwarding action, and `start` matches it at once.
+    #[expect(clippy::result_large_err, reason = "a start, matched at once")]
     #[inline(never)]
     fn locate<B: Default>(
         &self,
@@ -415,6 +418,7 @@ where
     /// The request's key; when its extractor finds none, what
     /// `on_missing_key` says: a shared key, or the request's start (passed
     /// unlimited, or refused).
+    #[expect(clippy::result_large_err, reason = "a start, matched at once")]
     #[inline(always)]
     fn key_of<B: Default>(&self, info: &RequestInfo<'_>) -> Result<Key, Start<Watched<St>, B>>
     where
