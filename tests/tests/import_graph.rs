@@ -594,8 +594,9 @@ fn describe_loops(src: &Path) -> Vec<String> {
         .collect()
 }
 
-const LIBRARY_CRATES: [&str; 9] = [
+const LIBRARY_CRATES: [&str; 10] = [
     "tollgate-core",
+    "tollgate-internal",
     "tollgate",
     "tollgate-redis",
     "tollgate-postgres",

@@ -12,13 +12,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tollgate::__private::{ChargeChange, carried_units, spawn_change};
+use tollgate::__private::{carried_units, spawn_change};
 use tollgate::Key;
 use tollgate::Policy;
 use tollgate::store::{
     AdminError, AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyRefund, Store,
     StoreReply,
 };
+use tollgate_internal::ChargeChange;
 
 /// A [`Store`] over a key-value backend that can compare and swap: the
 /// algorithms of `tollgate-core` decided here, the states kept in the

@@ -671,7 +671,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
                     };
                     let (policy, key) = (policy.clone(), key.clone());
                     let inner = self.inner.clone();
-                    return spawn_change(tollgate::__private::ChargeChange::Refund, async move {
+                    return spawn_change(tollgate_internal::ChargeChange::Refund, async move {
                         if policy.limits().is_empty() || refund.cost == 0 {
                             return Ok::<(), S::Error>(());
                         }
@@ -691,7 +691,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
                 let slot = table.find(policy.id(), key);
                 let (policy, key) = (policy.clone(), key.clone());
                 let inner = self.inner.clone();
-                spawn_change(tollgate::__private::ChargeChange::Refund, async move {
+                spawn_change(tollgate_internal::ChargeChange::Refund, async move {
                     store.refund_now(&policy, &key, &refund).await?;
                     if let Some(slot) = slot {
                         slot.refunded(inner.now());
@@ -711,7 +711,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
                     slot => (refund, slot, None),
                 };
                 let (policy, key) = (policy.clone(), key.clone());
-                spawn_change(tollgate::__private::ChargeChange::Refund, async move {
+                spawn_change(tollgate_internal::ChargeChange::Refund, async move {
                     // The report that may carry the units lands first
                     // (see `PeriodicSlot::give_back`); no other sync is
                     // waited for.
@@ -844,7 +844,7 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs a refund on a task of its own, logged as this crate's (see
 /// [`tollgate::__private::spawn_change`]).
 fn spawn_change<E: std::fmt::Display>(
-    change: tollgate::__private::ChargeChange,
+    change: tollgate_internal::ChargeChange,
     call: impl Future<Output = Result<(), E>> + Send + 'static,
 ) -> ChangeReply {
     tollgate::__private::spawn_change("tollgate-local", change, CHANGE_TIMEOUT, call)

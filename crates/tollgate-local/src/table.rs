@@ -2,8 +2,8 @@
 //! to the key's slot.
 
 use std::sync::Arc;
-use tollgate::__private::bounded::{BoundedMap, ByFingerprint, Eviction, Idle};
 use tollgate::Key;
+use tollgate_internal::bounded::{BoundedMap, ByFingerprint, Eviction, Idle};
 
 const SHARDS: usize = 16;
 

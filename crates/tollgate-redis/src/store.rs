@@ -15,10 +15,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::__private::ChargeChange;
 use tollgate::store::{BlockList, ChangeReply, Debit, PolicyRefund, Presence};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
+use tollgate_internal::ChargeChange;
 use tollgate_local::{ShareOp, ShareReply};
 
 /// The future of one check: one `EVALSHA` round trip.

@@ -125,23 +125,16 @@ pub use shadow::SHADOW_LOG_INTERVAL;
 
 /// What the crates beside this one (tollgate-tonic, tollgate-redis) share
 /// with it and users do not need: not part of the API, and may change in
-/// any release.
+/// any release. (What does not lean on this crate's types lives in
+/// `tollgate-internal`.)
 #[doc(hidden)]
 pub mod __private {
     pub use crate::headers::{ceil_seconds, fields_for};
-    pub use crate::in_flight::wakeups::{Waiter, Wakeups};
     pub use crate::shadow::ShadowLog;
     pub use crate::store::carry::carried_units;
     pub use crate::store::carry_by_parts;
-    pub use crate::store::charge::{ChargeChange, spawn_change};
+    pub use crate::store::charge::spawn_change;
     pub use crate::store::failure::report_failure;
-
-    /// The one bounded, sharded map, under every table that must stay
-    /// bounded (the memory store's, the block list, the penalties, the
-    /// in-flight counts, the local-first slots).
-    pub mod bounded {
-        pub use crate::store::bounded::*;
-    }
 }
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;

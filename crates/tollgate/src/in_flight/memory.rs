@@ -1,12 +1,12 @@
 //! [`MemorySlots`]: in-flight counts in this process.
 
-use super::wakeups::{Waiter, Wakeups};
 use super::{Acquired, InFlightLimit, SlotReply, Slots};
 use crate::key::Key;
-use crate::store::bounded::ByFingerprint;
-use crate::store::bounded::{BoundedMap, Eviction, Idle};
 use std::fmt;
 use std::sync::Arc;
+use tollgate_internal::bounded::{BoundedMap, Eviction, Idle};
+use tollgate_internal::fingerprint::ByFingerprint;
+use tollgate_internal::wakeups::{Waiter, Wakeups};
 
 /// How many shards the table is split into, at most (fewer for a bound
 /// below it).

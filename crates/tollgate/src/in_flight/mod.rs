@@ -91,7 +91,6 @@ mod gate;
 mod layer;
 mod memory;
 mod service;
-pub(crate) mod wakeups;
 
 pub use body::InFlightBody;
 pub use future::InFlightFuture;

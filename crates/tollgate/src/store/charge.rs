@@ -9,6 +9,7 @@ use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
+use tollgate_internal::ChargeChange;
 
 /// What [`Store::refund`](super::Store::refund) and
 /// [`Store::debit`](super::Store::debit) answer, the reply to a
@@ -157,46 +158,6 @@ impl Debit {
             cost,
             charged_by: Branches::default(),
         }
-    }
-}
-
-/// A change to a charge after the check, as a store that does I/O runs it
-/// on a task of its own ([`spawn_change`]): what it is called and what its
-/// failure means, for the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChargeChange {
-    /// A [`PolicyRefund`]: when it fails, the charge stands.
-    Refund,
-    /// A [`Debit`]: when it fails, the cost goes uncharged.
-    Debit,
-}
-
-impl ChargeChange {
-    /// `"refund"` or `"debit"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ChargeChange::Refund => "refund",
-            ChargeChange::Debit => "debit",
-        }
-    }
-
-    /// What its failure leaves.
-    pub fn consequence(self) -> &'static str {
-        match self {
-            ChargeChange::Refund => "the charge stands",
-            ChargeChange::Debit => "the cost goes uncharged",
-        }
-    }
-
-    /// Logs that it failed, with `error`, as `store` (the log's prefix,
-    /// such as `"tollgate-redis"`).
-    pub fn failed(self, store: &str, error: &dyn Display) {
-        tracing::warn!(
-            %error,
-            "{store}: a {} failed; {}",
-            self.name(),
-            self.consequence()
-        );
     }
 }
 

@@ -26,14 +26,12 @@
 //! stores pass all three on.
 
 mod admin;
-pub(crate) mod bounded;
 mod branches;
 mod capability;
 pub(crate) mod carry;
 pub(crate) mod charge;
 mod decision;
 pub(crate) mod failure;
-mod fingerprint;
 pub mod late;
 mod memory;
 mod receipt;

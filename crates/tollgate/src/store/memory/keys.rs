@@ -1,12 +1,12 @@
 //! What a memory store's shard holds: the keys' states, in two maps that
 //! share the shard's bound, and how a request is decided on a key's states.
 
-use super::super::bounded::{Contents, Idle, soonest_idle};
-use super::super::fingerprint::ByFingerprint;
 use crate::policy::Policy;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use tollgate_core::{Decision, Limiter, State};
+use tollgate_internal::bounded::{Contents, Idle, soonest_idle};
+use tollgate_internal::fingerprint::ByFingerprint;
 
 /// What one shard holds: two maps sharing the shard's bound.
 #[derive(Debug, Default)]
@@ -48,15 +48,6 @@ impl Slot {
             .saturating_add(merged.reset_after_nanos())
             .saturating_add(policy.rest_slack_nanos());
         (merged, each)
-    }
-}
-
-/// A one-word state is idle from its value on: the moment the key is at
-/// rest.
-impl Idle for AtomicU64 {
-    #[inline]
-    fn idle_at(&self) -> u64 {
-        self.load(Ordering::Relaxed)
     }
 }
 

@@ -5,7 +5,6 @@ mod pinned;
 
 pub(crate) use pinned::PinnedKey;
 
-use super::bounded::{BoundedMap, Eviction};
 use super::carry::carried_units;
 use super::{ChangeReply, PolicyDecision, Store, StoreReply};
 use crate::key::Key;
@@ -17,6 +16,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{Clock, Decision, Limiter, MonotonicClock};
+use tollgate_internal::bounded::{BoundedMap, Eviction};
 
 /// Rate-limit state in process memory, shared by every clone.
 ///

@@ -6,9 +6,9 @@
 
 use super::keys::Slot;
 use crate::policy::PackedLimiter;
-use crate::store::bounded::ByFingerprint;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use tollgate_internal::fingerprint::ByFingerprint;
 
 /// A held key's state.
 #[derive(Debug)]

@@ -6,12 +6,12 @@
 use crate::key::Key;
 use crate::policy::Policy;
 use crate::store::PolicyDecision;
-use crate::store::bounded::{BoundedMap, Eviction, Idle, default_shards};
-use crate::store::fingerprint::ByFingerprint;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{Decision, DecisionFields};
+use tollgate_internal::bounded::{BoundedMap, Eviction, Idle, default_shards};
+use tollgate_internal::fingerprint::ByFingerprint;
 
 /// The default bound of a [`BlockList`].
 pub const DEFAULT_MAX_ENTRIES: usize = 100_000;

@@ -3,7 +3,6 @@
 
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, default_shards};
 use crate::store::{
     AdminFuture, Branch, Capability, ChangeReply, Debit, Missing, PolicyDecision, PolicyRefund,
     Store, StoreReply,
@@ -15,6 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
+use tollgate_internal::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, default_shards};
 
 /// A store that asks `primary` and, when it fails (an error, or a
 /// [`Timeout`](crate::store::Timeout) that elapsed), decides with `secondary`

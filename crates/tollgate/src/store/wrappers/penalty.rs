@@ -4,8 +4,6 @@
 use super::observed::{Observed, Observer};
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::bounded::{BoundedMap, Eviction, Idle, default_shards};
-use crate::store::fingerprint::ByFingerprint;
 use crate::store::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -14,6 +12,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tollgate_core::{Clock, Decision, DecisionFields, MonotonicClock};
+use tollgate_internal::bounded::{BoundedMap, Eviction, Idle, default_shards};
+use tollgate_internal::fingerprint::ByFingerprint;
 
 /// The default bound of a [`PenaltyBox`]: keys with refusals counted, a
 /// block, or offences remembered.

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A map keyed by fingerprints. The stores of this crate keep no key
-/// beside its fingerprint (see [`MemoryStore`](super::MemoryStore) for the
+/// beside its fingerprint (see tollgate's `MemoryStore` for the
 /// odds of two keys sharing one); a store that keeps the key in the value
 /// can check it on every hit.
 ///
 /// ```
-/// use tollgate::__private::bounded::ByFingerprint;
+/// use tollgate_internal::fingerprint::ByFingerprint;
 ///
 /// let mut map: ByFingerprint<&str> = ByFingerprint::default();
 /// map.insert(0x9E37_79B9_7F4A_7C15, "a key's state");

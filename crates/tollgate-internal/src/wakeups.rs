@@ -1,8 +1,8 @@
 //! [`Wakeups`]: telling queued requests that a slot of their key came back.
 //!
-//! For slot stores ([`Slots`](super::Slots) implementations: the memory
+//! For slot stores (`tollgate::in_flight::Slots` implementations: the memory
 //! slots, `tollgate-redis`'s, or your own), which build their
-//! [`freed`](super::Slots::freed) answers with it; a layer's user does not
+//! `freed` answers with it; a layer's user does not
 //! need it.
 
 use pin_project_lite::pin_project;
@@ -21,7 +21,7 @@ const GROUPS: usize = 64;
 /// Wake-ups for requests queued for a slot, in groups by the hash of their
 /// (limit, key): [`waiter`](Self::waiter) makes a future that completes at
 /// the next [`wake`](Self::wake) of its group. A slot store gives its
-/// [`Slots::freed`](super::Slots::freed) with it; a store over the network
+/// `Slots::freed` with it; a store over the network
 /// wakes only the waiters of its own process (and polls for the others).
 ///
 /// A wake costs one atomic load when nobody waits in the group.

@@ -13,11 +13,12 @@
 //! insert is refused ([`Eviction::IdleOnly`], for entries whose loss would
 //! lose a count).
 //!
-//! It is public for the workspace's other crates (the local-first store in
-//! `tollgate-redis`) and for stores of your own.
+//! It is public for the tollgate crates (the memory store, the wrappers,
+//! the in-flight slots, the local-first store in `tollgate-local`) and for
+//! stores of your own.
 
-pub use super::fingerprint::{ByFingerprint, FingerprintHasher};
-use std::hash::BuildHasher;
+pub use crate::fingerprint::{ByFingerprint, FingerprintHasher};
+use std::hash::{BuildHasher, Hash};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -54,6 +55,15 @@ pub enum Eviction {
     /// The idle entries only (looked for at every insert into a full
     /// shard): an insert finds no room while every entry is busy.
     IdleOnly,
+}
+
+/// A one-word state whose value is the moment its key is at rest (the
+/// memory store's GCRA and leaky-bucket cells) is idle from that value on.
+impl Idle for std::sync::atomic::AtomicU64 {
+    #[inline]
+    fn idle_at(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
 }
 
 /// What one shard of a [`BoundedMap`] holds: one map of [`Idle`] entries
@@ -154,7 +164,7 @@ impl<C: Contents> Room<C> {
 }
 
 /// A map from fingerprints of (policy, key) to entries, split into shards
-/// of at most a fixed number of entries each; see the module docs (`store/bounded.rs`).
+/// of at most a fixed number of entries each; see the module docs.
 /// `C` is what a shard holds, a `ByFingerprint<V>` of [`Idle`] entries for
 /// most users.
 #[derive(Debug)]
@@ -211,7 +221,7 @@ impl<C: Contents> BoundedMap<C> {
     /// The fingerprint of `key` under the policy (or limit) `id`: a seeded
     /// 64-bit hash, random per map.
     #[inline]
-    pub fn fingerprint(&self, id: u64, key: &crate::key::Key) -> u64 {
+    pub fn fingerprint<K: Hash + ?Sized>(&self, id: u64, key: &K) -> u64 {
         self.hasher.hash_one((id, key))
     }
 
@@ -393,7 +403,6 @@ fn adjust(len: &AtomicUsize, before: usize, after: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::Key;
 
     /// An entry idle from `.0` on.
     struct At(u64);
@@ -411,7 +420,7 @@ mod tests {
         now: u64,
         how: Eviction,
     ) -> bool {
-        let fingerprint = map.fingerprint(1, &Key::from(n));
+        let fingerprint = map.fingerprint(1, &n);
         let mut shard = map.write(fingerprint);
         if !shard.make_room(now, how) {
             return false;
@@ -500,7 +509,7 @@ mod tests {
         assert!(!insert(&map, 3, u64::MAX, 0, Eviction::IdleOnly));
         assert_eq!((map.len(), map.capacity()), (3, 3));
         // A room made and not used is given back.
-        let fingerprint = map.fingerprint(1, &Key::from(0u64));
+        let fingerprint = map.fingerprint(1, &0u64);
         {
             let mut shard = map.write(fingerprint);
             shard.remove(&fingerprint);
