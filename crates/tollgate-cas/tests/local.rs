@@ -2,13 +2,15 @@
 //! compare-and-swap store, over the in-memory backend: the conformance kit
 //! in both modes (never more than the memory store admits), bare and
 //! under the wrappers a production stack puts around it (a timeout, a
-//! breaker, the block cache, the penalty box), and instances racing for
-//! shared keys, each its own local-first store over one backend.
+//! breaker, the block cache, the penalty box, a fallback to the memory
+//! store with the backend up and down), and instances racing for shared
+//! keys, each its own local-first store over one backend.
 
 use std::time::Duration;
-use tollgate::store::{BlockCache, Breaker, Penalty, PenaltyBox, Store, Timeout};
+use tollgate::MemoryStore;
+use tollgate::store::{BlockCache, Breaker, Fallback, Penalty, PenaltyBox, Store, Timeout};
 use tollgate_cas::{CasStore, MemoryBackend};
-use tollgate_conformance::{Kit, Race};
+use tollgate_conformance::{Faults, Kit, Race};
 use tollgate_core::Algorithm;
 use tollgate_local::{LocalFirst, LocalMode};
 
@@ -70,6 +72,55 @@ async fn wrappers_around_local_first_over_cas_conform() {
         conforms(BlockCache::new(local()), false).await;
         let penalty = Penalty::new(1_000, Duration::from_secs(60), Duration::from_secs(60));
         conforms(PenaltyBox::new(local(), penalty), true).await;
+    }
+}
+
+/// The fallback of docs/guide/failures.md with local-first over the
+/// compare-and-swap store as its primary. Backend up: local-first decides
+/// (never more than the memory store would). Backend down from the start:
+/// every call of the primary fails, the memory store decides, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_whose_primary_is_local_first_over_cas_conforms_up_and_down() {
+    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+        // A timeout no busy machine reaches while the backend is up: a
+        // check that timed out would be the memory store's.
+        let up = Fallback::new(
+            Timeout::new(
+                LocalFirst::builder(CasStore::new(MemoryBackend::new()), mode).build(),
+                Duration::from_secs(2),
+            ),
+            MemoryStore::new(),
+        );
+        // A late check is the secondary's to decide (`Kit::no_late_checks`).
+        let report = Kit::real_time(up)
+            .never_more()
+            .no_late_checks()
+            .traces(6)
+            .run()
+            .await
+            .unwrap_or_else(|failure| panic!("{mode:?}, up: {failure}"));
+        assert_eq!(report.algorithms.len(), local_first(), "{report:?}");
+
+        let backend = Faults::new(MemoryBackend::new());
+        backend.restart(Duration::from_secs(3_600));
+        let down = Fallback::new(
+            Timeout::new(
+                LocalFirst::builder(CasStore::new(backend), mode).build(),
+                Duration::from_millis(30),
+            ),
+            MemoryStore::new(),
+        );
+        // Reset and a plan change fail while the backend is away (the
+        // primary's failure reported, the secondary's part done): left out,
+        // as over Redis.
+        let report = Kit::real_time(down)
+            .no_reset()
+            .no_carry()
+            .steps(20)
+            .run()
+            .await
+            .unwrap_or_else(|failure| panic!("{mode:?}, down: {failure}"));
+        assert_eq!(report.algorithms.len(), local_first(), "{report:?}");
     }
 }
 
