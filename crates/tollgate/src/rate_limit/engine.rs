@@ -352,12 +352,15 @@ where
         R: Rejector<B>,
     {
         let info = RequestInfo::new(request);
-        let found = if self.plain {
-            self.key_of(&info).map(|key| (EntryRef::Table(0), key, 1))
-        } else {
-            self.locate(&info, waits)
-        };
-        match found {
+        // Each way ends in its own `ask`, so that the start it returns is
+        // built where the caller wants it, not copied there.
+        if self.plain {
+            return match self.key_of(&info) {
+                Ok(key) => self.ask(EntryRef::Table(0), key, 1),
+                Err(start) => start,
+            };
+        }
+        match self.locate(&info, waits) {
             Ok((entry, key, cost)) => self.ask(entry, key, cost),
             Err(start) => start,
         }
