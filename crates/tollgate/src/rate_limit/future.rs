@@ -30,6 +30,10 @@ pin_project! {
     {
         #[pin]
         phase: Phase<S, Req, Watched<St>, Arc<Engine<K, St, R>>>,
+        // Rate-limit fields to add to the response, formatted already: the
+        // future holds no reference to the shared state and pays no
+        // reference count. Empty when there are none.
+        fields: FieldValues,
     }
 }
 
@@ -43,11 +47,6 @@ pin_project! {
         // the phases that wait anyway (store I/O, shaping) are boxed so that
         // the future stays small and cheap to move.
         Calling { #[pin] future: S::Future },
-        // The inner service's future, and the rate-limit fields to add to
-        // its response, formatted already: the future holds no reference to
-        // the shared state and pays no reference count. Apart from
-        // `Calling` so that a plain pass carries (and drops) no fields.
-        Adding { #[pin] future: S::Future, fields: FieldValues },
         Checking { checking: Pin<Box<Checking<S, Req, Check, Sh>>> },
         Waiting { waiting: Pin<Box<Waiting<S, Req, Sh>>> },
         // The inner service's future, whose response settles the request's
@@ -93,7 +92,6 @@ pin_project! {
         #[pin] until: Sleep,
         pending: Option<(S, Req)>,
         judge: Option<(Sh, Settlement)>,
-        fields: FieldValues,
     }
 }
 
@@ -105,7 +103,6 @@ pin_project! {
     {
         #[pin] future: S::Future,
         judge: Option<(Sh, Settlement)>,
-        fields: FieldValues,
         // The response, held until its settlement lands (or the store
         // timeout passes), so that the client's next request finds it.
         held: Option<(S::Response, Landing)>,
@@ -119,7 +116,6 @@ fn waiting<S, Req, Check, Sh>(
     wait: Duration,
     pending: (S, Req),
     judge: Option<(Sh, Settlement)>,
-    fields: FieldValues,
 ) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
@@ -129,29 +125,25 @@ where
             until: tokio::time::sleep(wait),
             pending: Some(pending),
             judge,
-            fields,
         }),
     }
 }
 
 /// Calls the inner service: judged by its response when there is a
-/// charge to settle, plainly otherwise; `fields` go on its response.
+/// charge to settle, plainly otherwise.
 fn calling<S, Req, Check, Sh>(
     future: S::Future,
     judge: Option<(Sh, Settlement)>,
-    fields: FieldValues,
 ) -> Phase<S, Req, Check, Sh>
 where
     S: Service<Req>,
 {
     match judge {
-        None if fields.is_empty() => Phase::Calling { future },
-        None => Phase::Adding { future, fields },
+        None => Phase::Calling { future },
         Some(judge) => Phase::Judging {
             judging: Box::pin(Judging {
                 future,
                 judge: Some(judge),
-                fields,
                 held: None,
             }),
         },
@@ -163,25 +155,18 @@ where
     S: Service<Req, Response = Response<B>>,
     St: Store,
 {
-    /// The inner service's `future`, whose response gets `fields`.
-    // Inline, and not through the free `calling` (which picks one of three
-    // phases): that cost a call and one more copy of the phase (hundreds of
-    // bytes) per request under callgrind.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn calling(future: S::Future, fields: FieldValues) -> Self {
-        // (Empty fields, which a layer that forwards more than the bare
-        // request may have, are written as nothing.)
         ResponseFuture {
-            phase: Phase::Adding { future, fields },
+            phase: Phase::Calling { future },
+            fields,
         }
     }
 
     /// The inner service's future, with nothing to add to its response.
     #[inline]
     pub(crate) fn passed(future: S::Future) -> Self {
-        ResponseFuture {
-            phase: Phase::Calling { future },
-        }
+        Self::calling(future, FieldValues::default())
     }
 
     /// Holds `pending` for `wait` (the leaky bucket's slot), then calls.
@@ -192,7 +177,8 @@ where
         judge: Option<Judge<K, St, R>>,
     ) -> Self {
         ResponseFuture {
-            phase: waiting(wait, pending, judge, fields),
+            phase: waiting(wait, pending, judge),
+            fields,
         }
     }
 
@@ -205,7 +191,8 @@ where
         settlement: Settlement,
     ) -> Self {
         ResponseFuture {
-            phase: calling(future, Some((engine.clone(), settlement)), fields),
+            phase: calling(future, Some((engine.clone(), settlement))),
+            fields,
         }
     }
 
@@ -230,6 +217,7 @@ where
                     waits,
                 }),
             },
+            fields: FieldValues::default(),
         }
     }
 
@@ -238,6 +226,7 @@ where
             phase: Phase::Rejected {
                 response: Some(response),
             },
+            fields: FieldValues::default(),
         }
     }
 
@@ -270,6 +259,7 @@ where
                     charge,
                 }),
             },
+            fields: FieldValues::default(),
         }
     }
 }
@@ -354,12 +344,14 @@ where
             // Only the phases every request meets are handled inline; the
             // waiting ones live out of line so this frame stays small.
             let next = match this.phase.as_mut().project() {
-                // Nothing to add (the common case): the inner poll's own
-                // result, not unpacked and packed again.
-                PhaseProj::Calling { future } => return future.poll(cx),
-                PhaseProj::Adding { future, fields } => {
+                PhaseProj::Calling { future } => {
+                    // Nothing to add (the common case): the inner poll's
+                    // own result, not unpacked and packed again.
+                    if this.fields.is_empty() {
+                        return future.poll(cx);
+                    }
                     let mut response = ready!(future.poll(cx))?;
-                    std::mem::take(fields).write_into(response.headers_mut());
+                    std::mem::take(this.fields).write_into(response.headers_mut());
                     return Poll::Ready(Ok(response));
                 }
                 PhaseProj::Rejected { response } => {
@@ -371,9 +363,15 @@ where
                     );
                     return Poll::Ready(Ok(response));
                 }
-                PhaseProj::Checking { checking } => ready!(poll_checking(checking.as_mut(), cx)),
+                PhaseProj::Checking { checking } => {
+                    ready!(poll_checking(checking.as_mut(), this.fields, cx))
+                }
                 PhaseProj::Waiting { waiting } => ready!(poll_waiting(waiting.as_mut(), cx)),
-                PhaseProj::Judging { judging } => return poll_judging(judging.as_mut(), cx),
+                PhaseProj::Judging { judging } => {
+                    let mut response = ready!(poll_judging(judging.as_mut(), cx))?;
+                    std::mem::take(this.fields).write_into(response.headers_mut());
+                    return Poll::Ready(Ok(response));
+                }
                 PhaseProj::Resolving { resolving } => {
                     let ResolvingProj {
                         lookup,
@@ -418,6 +416,7 @@ type HttpChecking<S, ReqBody, K, St, R> =
 #[inline(never)]
 fn poll_checking<S, ReqBody, K, St, R, B>(
     checking: Pin<&mut HttpChecking<S, ReqBody, K, St, R>>,
+    fields: &mut FieldValues,
     cx: &mut Context<'_>,
 ) -> Poll<HttpPhase<S, ReqBody, K, St, R>>
 where
@@ -449,13 +448,14 @@ where
         },
         (
             Action::Forward {
-                fields,
+                fields: add,
                 wait,
                 info,
                 ticket,
             },
             Some(mut pending),
         ) => {
+            *fields = add;
             let extensions = pending.1.extensions_mut();
             if let Some(info) = info {
                 extensions.insert(*info);
@@ -465,9 +465,9 @@ where
             shared.add_idle_meter(extensions);
             if wait.is_zero() {
                 let (mut service, request) = pending;
-                calling(service.call(request), judge, fields)
+                calling(service.call(request), judge)
             } else {
-                waiting(wait, pending, judge, fields)
+                waiting(wait, pending, judge)
             }
         }
         // The request was already handed on: cannot happen through `poll`.
@@ -491,7 +491,6 @@ where
         until,
         pending,
         judge,
-        fields,
     } = waiting.project();
     ready!(until.poll(cx));
     let Some((mut service, request)) = pending.take() else {
@@ -499,11 +498,7 @@ where
         // rather than a hang.
         return Poll::Ready(Phase::Rejected { response: None });
     };
-    Poll::Ready(calling(
-        service.call(request),
-        judge.take(),
-        std::mem::take(fields),
-    ))
+    Poll::Ready(calling(service.call(request), judge.take()))
 }
 
 /// Awaits the inner service's response, then settles the request's
@@ -526,7 +521,6 @@ where
     let JudgingProj {
         future,
         judge,
-        fields,
         held,
     } = judging.project();
     if let Some((_, landing)) = held {
@@ -537,14 +531,11 @@ where
         };
     }
     let response = ready!(future.poll(cx))?;
-    let (mut parts, body) = response.into_parts();
-    // Settled on the inner service's own head: `charge_when` judges what
-    // the service answered, before the layer's fields go on it.
-    let reply = match judge.take() {
-        Some((engine, settlement)) => engine.settle(settlement, &parts),
-        None => ChangeReply::Done,
+    let Some((engine, settlement)) = judge.take() else {
+        return Poll::Ready(Ok(response));
     };
-    std::mem::take(fields).write_into(&mut parts.headers);
+    let (parts, body) = response.into_parts();
+    let reply = engine.settle(settlement, &parts);
     let response = Response::from_parts(parts, body);
     match reply {
         ChangeReply::Done => Poll::Ready(Ok(response)),
