@@ -379,6 +379,10 @@ impl<S: SharedStore> LocalFirstBuilder<S> {
     /// The store. In periodic mode its syncs run on the tokio runtime of
     /// the first request, until the last clone is dropped.
     pub fn build(self) -> LocalFirst<S> {
+        // The local clock sets itself up at its first reading (the
+        // time-stamp counter calibrated once per process, up to 200 ms):
+        // read it now, not at the first request.
+        tollgate_core::Clock::now(&tollgate_core::MonotonicClock);
         let slots = match self.settings.mode {
             LocalMode::Exact => Slots::Exact(Table::new(self.max_keys)),
             LocalMode::Periodic { .. } => Slots::Periodic(Table::new(self.max_keys)),

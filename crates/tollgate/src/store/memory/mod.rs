@@ -161,6 +161,10 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 
     fn build_checked(self) -> MemoryStore<C> {
+        // Read once now: a clock that sets itself up at its first reading
+        // (`MonotonicClock` calibrates the time-stamp counter once per
+        // process, up to 200 ms) does it here, not at the first request.
+        self.clock.now();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = self
             .shards
