@@ -234,6 +234,10 @@ impl<K: KeyExtractor, St: Store> MessageLimitBuilder<K, St> {
                  `.quota(name, quota)` or `.limit(NamedLimit)`",
             ));
         }
+        // The stores' and wrappers' default clock sets itself up at its
+        // first reading (up to 200 ms, once per process): now, not at the
+        // first message.
+        tollgate::core::Clock::now(&tollgate::core::MonotonicClock);
         self.common.check()?;
         if let OnMissingKey::Reject(_) = self.common.on_missing_key {
             return Err(ConfigError::new(

@@ -84,6 +84,7 @@ impl<St: Store> LimiterBuilder<St> {
                  or `.limit(NamedLimit)`",
             ));
         }
+        crate::store::set_up_default_clock();
         Ok(KeyedLimiter::from_parts(
             self.store,
             Arc::new(self.limits.policy()),

@@ -497,11 +497,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         }
         #[cfg(feature = "metrics")]
         crate::observe::describe_metrics();
-        // The clock the stores and wrappers read by default sets itself up
-        // at its first reading (the time-stamp counter is calibrated once
-        // per process, up to 200 ms): read it now, so that the layer's
-        // first request does not wait for that.
-        tollgate_core::Clock::now(&tollgate_core::MonotonicClock);
+        crate::store::set_up_default_clock();
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;

@@ -339,3 +339,11 @@ pub fn carry_by_parts<St: Store>(
         Ok(())
     })
 }
+
+/// Reads the clock the stores and wrappers read by default once: it sets
+/// itself up at its first reading (the time-stamp counter is calibrated
+/// once per process, for at most 200 ms), which should happen when a layer
+/// or a limiter is built, not at its first request.
+pub(crate) fn set_up_default_clock() {
+    tollgate_core::Clock::now(&tollgate_core::MonotonicClock);
+}
