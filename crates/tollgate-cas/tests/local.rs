@@ -9,7 +9,7 @@
 use std::time::Duration;
 use tollgate::MemoryStore;
 use tollgate::store::{BlockCache, Breaker, Fallback, Penalty, PenaltyBox, Store, Timeout};
-use tollgate_cas::{CasStore, MemoryBackend};
+use tollgate_cas::{CasBackend, CasStore, MemoryBackend};
 use tollgate_conformance::{Faults, Kit, Race};
 use tollgate_core::Algorithm;
 use tollgate_local::{LocalFirst, LocalMode};
@@ -83,33 +83,14 @@ async fn wrappers_around_local_first_over_cas_conform() {
 async fn a_fallback_whose_primary_is_local_first_over_cas_conforms_up_and_down() {
     for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
         // A timeout no busy machine reaches while the backend is up: a
-        // check that timed out would be the memory store's.
-        let up = Fallback::new(
-            Timeout::new(
-                LocalFirst::builder(CasStore::new(MemoryBackend::new()), mode).build(),
-                Duration::from_secs(2),
-            ),
-            MemoryStore::new(),
-        );
-        // A late check is the secondary's to decide (`Kit::no_late_checks`).
-        let report = Kit::real_time(up)
-            .never_more()
-            .no_late_checks()
-            .traces(6)
-            .run()
-            .await
-            .unwrap_or_else(|failure| panic!("{mode:?}, up: {failure}"));
-        assert_eq!(report.algorithms.len(), local_first(), "{report:?}");
+        // check that timed out would be the memory store's. A late check is
+        // the secondary's to decide (`Kit::no_late_checks`).
+        let up = fallback_to_memory(MemoryBackend::new(), mode, Duration::from_secs(2));
+        conforms(up, false).await;
 
         let backend = Faults::new(MemoryBackend::new());
         backend.restart(Duration::from_secs(3_600));
-        let down = Fallback::new(
-            Timeout::new(
-                LocalFirst::builder(CasStore::new(backend), mode).build(),
-                Duration::from_millis(30),
-            ),
-            MemoryStore::new(),
-        );
+        let down = fallback_to_memory(backend.clone(), mode, Duration::from_millis(30));
         // Reset and a plan change fail while the backend is away (the
         // primary's failure reported, the secondary's part done): left out,
         // as over Redis.
@@ -121,7 +102,23 @@ async fn a_fallback_whose_primary_is_local_first_over_cas_conforms_up_and_down()
             .await
             .unwrap_or_else(|failure| panic!("{mode:?}, down: {failure}"));
         assert_eq!(report.algorithms.len(), local_first(), "{report:?}");
+        // The memory store decided all of it: nothing reached the backend.
+        assert!(
+            backend.inner().is_empty(),
+            "{mode:?}: {:?}",
+            backend.inner().keys()
+        );
     }
+}
+
+/// `Fallback<Timeout<LocalFirst<CasStore>>, MemoryStore>` over `backend`.
+fn fallback_to_memory<B: CasBackend + Clone + std::fmt::Debug>(
+    backend: B,
+    mode: LocalMode,
+    timeout: Duration,
+) -> Fallback<Timeout<LocalFirst<CasStore<B>>>, MemoryStore> {
+    let local = LocalFirst::builder(CasStore::new(backend), mode).build();
+    Fallback::new(Timeout::new(local, timeout), MemoryStore::new())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

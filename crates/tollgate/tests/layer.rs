@@ -588,3 +588,77 @@ fn try_build_reports_what_build_would_panic_with() {
             .is_ok()
     );
 }
+
+/// A layer on the plain path (one policy for every request, nothing else to
+/// decide per request: `Engine::plain`) answers exactly as the same layer
+/// sent down the general path by an allow-list that allows nothing: the
+/// same statuses, fields and bodies, request by request, for every
+/// algorithm, with and without fields, with keys present and missing
+/// (shared, skipped, refused), the store answering at once or later.
+/// Tokio's clock is paused: the leaky bucket's waits (on the frozen store
+/// clock, whole intervals) pass at once.
+#[tokio::test(start_paused = true)]
+async fn the_plain_path_answers_as_the_general_path() {
+    let missing_keys = [
+        OnMissingKey::Shared(Key::from("anonymous")),
+        OnMissingKey::Skip,
+        OnMissingKey::Reject(StatusCode::UNAUTHORIZED),
+    ];
+    for algorithm in Algorithm::ALL {
+        for headers in [HeaderStyle::NONE, HeaderStyle::DRAFT, HeaderStyle::BOTH] {
+            for missing in &missing_keys {
+                let case = format!("{algorithm}, {headers:?}, {missing:?}");
+                plain_and_general_agree(frozen_store, algorithm, headers, missing, &case).await;
+                let later = || Later(frozen_store());
+                let case = format!("{case}, answered later");
+                plain_and_general_agree(later, algorithm, headers, missing, &case).await;
+            }
+        }
+    }
+}
+
+/// Sends the same requests through a plain layer and its general twin, each
+/// over a store of its own from `store`, and compares every response.
+async fn plain_and_general_agree<St: tollgate::Store>(
+    store: impl Fn() -> St,
+    algorithm: Algorithm,
+    headers: HeaderStyle,
+    missing: &OnMissingKey,
+    case: &str,
+) {
+    let [mut plain, mut general] = [false, true].map(|general| {
+        let builder = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(4))
+            .algorithm(algorithm)
+            .key(HeaderKey::new("x-api-key"))
+            .headers(headers)
+            .on_missing_key(missing.clone())
+            .store(store());
+        let layer = match general {
+            true => builder.allow(|_| false).build(),
+            false => builder.build(),
+        };
+        ServiceBuilder::new().layer(layer).service_fn(ok)
+    });
+    let mut refused = 0;
+    // Two keys and no key, in turn: each key goes past its limit.
+    for i in 0..15 {
+        let request = || {
+            let builder = Request::builder();
+            let builder = match i % 3 {
+                0 => builder.header("x-api-key", "a"),
+                1 => builder.header("x-api-key", "b"),
+                _ => builder,
+            };
+            builder.body(()).unwrap()
+        };
+        let a = send(&mut plain, request()).await;
+        let b = send(&mut general, request()).await;
+        assert_eq!(a.status(), b.status(), "{case}, request {i}");
+        assert_eq!(a.headers(), b.headers(), "{case}, request {i}");
+        assert_eq!(a.body(), b.body(), "{case}, request {i}");
+        refused += usize::from(a.status() == StatusCode::TOO_MANY_REQUESTS);
+    }
+    // The refusing path was compared too, not only admissions.
+    assert!(refused > 0, "{case}");
+}
