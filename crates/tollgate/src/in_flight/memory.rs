@@ -233,13 +233,11 @@ impl fmt::Display for SlotsFull {
 
 impl std::error::Error for SlotsFull {}
 
-/// The future type of [`MemorySlots`]' answers, which are never pending.
-pub type MemorySlotsFuture = std::future::Ready<Result<Acquired<MemoryPermit>, SlotsFull>>;
-
 impl Slots for MemorySlots {
     type Permit = MemoryPermit;
     type Error = SlotsFull;
-    type Future = MemorySlotsFuture;
+    // Never pending: the table answers at once.
+    type Future = std::future::Ready<Result<Acquired<MemoryPermit>, SlotsFull>>;
     type Freed = Waiter;
 
     #[inline]

@@ -95,7 +95,7 @@ mod service;
 pub use body::InFlightBody;
 pub use future::InFlightFuture;
 pub use layer::{InFlightBuilder, InFlightLayer};
-pub use memory::{DEFAULT_MAX_KEYS, MemoryPermit, MemorySlots, MemorySlotsFuture, SlotsFull};
+pub use memory::{DEFAULT_MAX_KEYS, MemoryPermit, MemorySlots, SlotsFull};
 pub use service::InFlight;
 
 use crate::key::Key;

@@ -50,7 +50,7 @@ pub use receipt::Receipt;
 pub use wrapper::StoreWrapper;
 pub use wrappers::block_cache::{BlockCache, BlockCacheFuture};
 pub use wrappers::block_list::{BlockList, DEFAULT_MAX_ENTRIES};
-pub use wrappers::boxed::{BoxStore, BoxStoreError, BoxStoreFuture};
+pub use wrappers::boxed::{BoxStore, BoxStoreError};
 pub use wrappers::breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
 pub use wrappers::fallback::{DEFAULT_MAX_KNOWN, Fallback, FallbackFuture};
 pub use wrappers::penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};

@@ -25,9 +25,9 @@ impl std::error::Error for BoxStoreError {
     }
 }
 
-/// The future of a [`BoxStore`] check.
-pub type BoxStoreFuture =
-    Pin<Box<dyn Future<Output = Result<PolicyDecision, BoxStoreError>> + Send>>;
+/// The future of a [`BoxStore`] check (named `<BoxStore as Store>::Future`
+/// outside this module).
+type BoxStoreFuture = Pin<Box<dyn Future<Output = Result<PolicyDecision, BoxStoreError>> + Send>>;
 
 /// Any [`Store`] behind one type, so that the store can be chosen from
 /// configuration at run time (memory or Redis) without changing the layer's
