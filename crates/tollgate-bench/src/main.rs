@@ -57,7 +57,8 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     charts: Option<PathBuf>,
     /// Internal: measure one side of a scenario in this child process
-    /// (`memory-ours`, `memory-anchor`) and print its report.
+    /// (`memory-ours`, `memory-anchor`), or one process's share of a
+    /// scenario (`layer`), and print its report.
     #[arg(long, hide = true)]
     child: Option<String>,
 }
@@ -218,6 +219,7 @@ fn run_child(name: &str, settings: Settings) {
     match name {
         "memory-ours" => child(Side::Ours, settings),
         "memory-anchor" => child(Side::Anchor, settings),
+        "layer" => scenario::layer::child(settings),
         other => {
             eprintln!("unknown child {other:?}");
             std::process::exit(2);

@@ -171,13 +171,135 @@ fn batch(runtime: &tokio::runtime::Runtime, variant: Variant, path: Path, n: u64
     })
 }
 
-/// Runs the scenario.
+/// One row of this scenario: what it compares (every figure is ns per
+/// request, lower is better), the bound where there is one, and
+/// the anchor in words.
+struct RowSpec {
+    name: &'static str,
+    target: Option<f64>,
+    against: &'static str,
+}
+
+/// The rows, in the order [`measure_rows`] gives their figures.
+const ROWS: [RowSpec; 7] = [
+    RowSpec {
+        name: "layer: allowed, added cost, no headers",
+        target: Some(1.0),
+        against: "tower_governor",
+    },
+    RowSpec {
+        name: "layer: allowed, added cost, with headers",
+        target: Some(1.0),
+        against: "tower_governor use_headers",
+    },
+    RowSpec {
+        name: "layer: allowed, above an empty layer, no headers",
+        target: None,
+        against: "tower_governor",
+    },
+    RowSpec {
+        name: "layer: allowed, empty layer, added cost",
+        target: None,
+        against: "tower_governor's added cost",
+    },
+    RowSpec {
+        name: "layer: allowed, whole request, no headers",
+        target: None,
+        against: "tower_governor",
+    },
+    RowSpec {
+        name: "layer: allowed, tollgate vs no layer",
+        target: None,
+        against: "no layer",
+    },
+    RowSpec {
+        name: "layer: rejected, whole request",
+        target: Some(0.1),
+        against: "tower_governor",
+    },
+];
+
+/// How many processes measure the scenario. Odd, so that each median is
+/// one process's figure.
+///
+/// One process's figures carry that process's luck: where its code, stack
+/// and maps landed. Within a process the rounds agree closely; from one
+/// process to the next, the same binary's added cost moved by up to ±10 %
+/// here, most of it on the anchor's side (tower_governor's 136–156 ns in
+/// three processes, tollgate's 155–167). Each row is therefore the median
+/// over processes of each side's figure.
+const PROCESSES: usize = 5;
+
+/// Runs the scenario: [`PROCESSES`] children of this program each measure
+/// every row (`--child layer`), and each row's figures are the medians of
+/// theirs.
 pub fn run(settings: Settings) -> Vec<Outcome> {
+    let runs: Vec<Vec<(f64, f64)>> = (0..PROCESSES).map(|_| spawn(settings)).collect();
+    ROWS.iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let ours: Vec<f64> = runs.iter().map(|run| run[i].0).collect();
+            let anchor: Vec<f64> = runs.iter().map(|run| run[i].1).collect();
+            let each: Vec<String> = runs
+                .iter()
+                .map(|run| format!("{:.3}", run[i].0 / run[i].1))
+                .collect();
+            eprintln!("  {}: each process's ratio {}", spec.name, each.join(", "));
+            let outcome = Outcome::new(
+                spec.name,
+                median(&ours),
+                median(&anchor),
+                "ns/request",
+                Better::Lower,
+            )
+            .against(spec.against);
+            match spec.target {
+                Some(bound) => outcome.target(bound),
+                None => outcome,
+            }
+        })
+        .collect()
+}
+
+/// Runs one `--child layer` of this program and reads its figures.
+fn spawn(settings: Settings) -> Vec<(f64, f64)> {
+    let exe = std::env::current_exe().expect("the path of this program");
+    let mut command = std::process::Command::new(exe);
+    command.args(["--child", "layer"]);
+    if settings.quick {
+        command.arg("--quick");
+    }
+    let output = command.output().expect("start a child of this program");
+    assert!(
+        output.status.success(),
+        "child layer failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let figures: Vec<(f64, f64)> = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("child layer's figures {text:?}: {e}"));
+    assert_eq!(figures.len(), ROWS.len(), "child layer's figures {text:?}");
+    figures
+}
+
+/// The body of a `--child layer` process: prints each row's figures
+/// (tollgate's, the anchor's) as a JSON array of pairs.
+pub fn child(settings: Settings) {
+    let figures = measure_rows(settings);
+    println!(
+        "{}",
+        serde_json::to_string(&figures).expect("figures serialize")
+    );
+}
+
+/// Each row's figures in this process, in the order of [`ROWS`]:
+/// (tollgate's, the anchor's).
+pub fn measure_rows(settings: Settings) -> Vec<(f64, f64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let mut out = Vec::new();
+    let mut rows = Vec::with_capacity(ROWS.len());
 
     // Allowed: the baseline, then like-for-like pairs. The added cost is the
     // difference of two figures about four times its size, so drift of the
@@ -198,68 +320,12 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     // What each limiter adds above a layer that does nothing: its own work,
     // without axum's share of wrapping a route in one more layer.
     let own = |i: usize| median(&differences(&figures[i], &figures[5]));
-    out.push(
-        Outcome::new(
-            "layer: allowed, added cost, no headers",
-            added(1),
-            added(2),
-            "ns/request",
-            Better::Lower,
-        )
-        .target(1.0)
-        .against("tower_governor"),
-    );
-    out.push(
-        Outcome::new(
-            "layer: allowed, added cost, with headers",
-            added(3),
-            added(4),
-            "ns/request",
-            Better::Lower,
-        )
-        .target(1.0)
-        .against("tower_governor use_headers"),
-    );
-    out.push(
-        Outcome::new(
-            "layer: allowed, above an empty layer, no headers",
-            own(1),
-            own(2),
-            "ns/request",
-            Better::Lower,
-        )
-        .against("tower_governor"),
-    );
-    out.push(
-        Outcome::new(
-            "layer: allowed, empty layer, added cost",
-            added(5),
-            added(2),
-            "ns/request",
-            Better::Lower,
-        )
-        .against("tower_governor's added cost"),
-    );
-    out.push(
-        Outcome::new(
-            "layer: allowed, whole request, no headers",
-            median(&figures[1]),
-            median(&figures[2]),
-            "ns/request",
-            Better::Lower,
-        )
-        .against("tower_governor"),
-    );
-    out.push(
-        Outcome::new(
-            "layer: allowed, tollgate vs no layer",
-            median(&figures[3]),
-            median(&figures[0]),
-            "ns/request",
-            Better::Lower,
-        )
-        .against("no layer"),
-    );
+    rows.push((added(1), added(2)));
+    rows.push((added(3), added(4)));
+    rows.push((own(1), own(2)));
+    rows.push((added(5), added(2)));
+    rows.push((median(&figures[1]), median(&figures[2])));
+    rows.push((median(&figures[3]), median(&figures[0])));
 
     // Rejected: fewer requests, as tower_governor takes ~18 µs to reject.
     let rounds = settings.rounds();
@@ -272,18 +338,8 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
     // No "added cost" here: without a layer the handler runs and answers
     // 200, so (rejection − handler) is not what the layer adds. The whole
     // request, rejection included, is compared instead.
-    out.push(
-        Outcome::new(
-            "layer: rejected, whole request",
-            median(&figures[0]),
-            median(&figures[1]),
-            "ns/request",
-            Better::Lower,
-        )
-        .target(0.1)
-        .against("tower_governor"),
-    );
-    out
+    rows.push((median(&figures[0]), median(&figures[1])));
+    rows
 }
 
 /// Every variant's batches over alternating rounds, in the order given.
