@@ -15,6 +15,12 @@
 //! differences. The rejected path is compared whole, rejection included:
 //! without a layer there is no rejection to subtract.
 //!
+//! The scenario runs in five child processes (`--child layer`), and each
+//! row's figures are the medians of theirs: the rounds cancel the
+//! machine's drift within a process, not the luck of one process (where
+//! its code, stack and maps landed), which moved one binary's rows by up
+//! to ±10 %.
+//!
 //! A router with a layer that does nothing (tower's `Identity`) runs in
 //! the same rounds: axum wraps and boxes every route once more for any
 //! layer, and clones the layered service for every request, so part of
