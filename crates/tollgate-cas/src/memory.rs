@@ -58,6 +58,9 @@ impl MemoryBackend {
     /// An empty backend on the monotonic clock (nanoseconds since the Unix
     /// epoch, never running back).
     pub fn new() -> Self {
+        // The clock sets itself up at its first reading (up to 200 ms
+        // once per process): here, not at the first request.
+        tollgate_core::Clock::now(&MonotonicClock);
         Self::with_clock(MonotonicClock)
     }
 }

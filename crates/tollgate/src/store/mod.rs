@@ -342,8 +342,8 @@ pub fn carry_by_parts<St: Store>(
 
 /// Reads the clock the stores and wrappers read by default once: it sets
 /// itself up at its first reading (the time-stamp counter is calibrated
-/// once per process, for at most 200 ms), which should happen when a layer
-/// or a limiter is built, not at its first request.
+/// once per process, for at most 200 ms), which should happen when a layer,
+/// a limiter or a wrapper on that clock is built, not at its first request.
 pub(crate) fn set_up_default_clock() {
     tollgate_core::Clock::now(&tollgate_core::MonotonicClock);
 }

@@ -190,6 +190,7 @@ impl<S> BlockCache<S> {
     /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`](crate::store::DEFAULT_MAX_ENTRIES) entries on
     /// the monotonic clock.
     pub fn new(inner: S) -> Self {
+        crate::store::set_up_default_clock();
         BlockCache {
             inner,
             blocked: BlockList::new(),

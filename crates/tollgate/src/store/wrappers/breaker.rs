@@ -117,6 +117,7 @@ impl<S> Breaker<S> {
     /// `inner` behind a breaker with the defaults: 5 consecutive failures
     /// open it for 1 s, doubled while probes fail, at most 30 s.
     pub fn new(inner: S) -> Self {
+        crate::store::set_up_default_clock();
         let store: Arc<str> = Arc::from(crate::store::short_type_name::<S>());
         // Closed from the start, so that a dashboard shows the breaker
         // before it ever opens.

@@ -365,6 +365,7 @@ impl<S> PenaltyBox<S> {
     /// most [`DEFAULT_MAX_PENALTIES`] keys remembered, on the monotonic
     /// clock.
     pub fn new(inner: S, penalty: Penalty) -> Self {
+        crate::store::set_up_default_clock();
         PenaltyBox {
             inner,
             book: Arc::new(Book::new(penalty, DEFAULT_MAX_PENALTIES)),
