@@ -401,13 +401,20 @@ pub struct PeerAddr(pub SocketAddr);
 
 impl PeerIp {
     /// The peer address the request's extensions carry.
-    #[inline]
+    #[inline(always)]
     pub fn peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
-        // axum's, when enabled, is by far the most common: look there first.
+        // axum's, when enabled, is by far the most common: look there first,
+        // inline; the other places out of line.
         #[cfg(feature = "axum")]
         if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
             return Some(info.0);
         }
+        Self::peer_addr_elsewhere(extensions)
+    }
+
+    /// [`peer_addr`](Self::peer_addr) past axum's `ConnectInfo`.
+    #[inline(never)]
+    fn peer_addr_elsewhere(extensions: &Extensions) -> Option<SocketAddr> {
         // What an app's tests give with `Router::layer(MockConnectInfo(addr))`,
         // as axum's own `ConnectInfo` extractor reads it.
         #[cfg(feature = "axum")]
@@ -424,7 +431,11 @@ impl PeerIp {
 }
 
 impl KeyExtractor for PeerIp {
-    #[inline]
+    // Inline, so that the key stays in registers: returned through memory
+    // from a call, it was read back in wider words than it was written,
+    // which stalls the load (with the memory store's like stall, about
+    // 11 ns a request: BENCHMARKS.md, issue 51's third session).
+    #[inline(always)]
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
         PeerIp::peer_addr(request.extensions).map(|addr| Key::from(addr.ip().to_canonical()))
     }

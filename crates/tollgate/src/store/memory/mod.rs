@@ -472,6 +472,7 @@ impl<C> Inner<C> {
 
     /// A one-word state: the shard's read lock and a compare-and-swap; the
     /// write lock only to add a key.
+    #[inline]
     fn check_cell(
         &self,
         fingerprint: u64,
@@ -479,7 +480,14 @@ impl<C> Inner<C> {
         now: u64,
         cost: u32,
     ) -> Decision {
-        self.with_cell(fingerprint, now, |cell| limiter.check(cell, now, cost))
+        // The hit checked here rather than through `with_cell`'s closure:
+        // a closure the compiler keeps out of line hands its decision back
+        // through memory, and reading it in wider words than it was
+        // written stalls the load (see `PeerIp`'s `extract`).
+        if let Some(cell) = self.keys.read(fingerprint).cells.get(&fingerprint) {
+            return limiter.check(cell, now, cost);
+        }
+        self.with_cell_missed(fingerprint, now, |cell| limiter.check(cell, now, cost))
     }
 
     /// Runs `f` on the key's cell, adding the key if the shard does not
