@@ -204,10 +204,7 @@ impl<C: Clock> MemoryStore<C> {
         let now = inner.clock.now_relaxed();
         let fingerprint = inner.fingerprint(policy, key);
         match policy.packed() {
-            Some(limiter) => {
-                let decision = inner.check_cell(fingerprint, limiter, now, cost);
-                PolicyDecision::checked(decision, smallvec::smallvec![decision], now)
-            }
+            Some(limiter) => inner.check_cell(fingerprint, limiter, now, cost),
             None => inner.check_slot(fingerprint, policy, now, cost),
         }
     }
@@ -463,6 +460,12 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+/// A one-limit policy's answer: `decision`, taken at `now`.
+#[inline(always)]
+fn verdict_of(decision: Decision, now: u64) -> PolicyDecision {
+    PolicyDecision::checked(decision, smallvec::smallvec![decision], now)
+}
+
 impl<C> Inner<C> {
     /// The fingerprint of `key` under `policy`.
     #[inline]
@@ -479,15 +482,30 @@ impl<C> Inner<C> {
         limiter: &PackedLimiter,
         now: u64,
         cost: u32,
-    ) -> Decision {
-        // The hit checked here rather than through `with_cell`'s closure:
-        // a closure the compiler keeps out of line hands its decision back
-        // through memory, and reading it in wider words than it was
-        // written stalls the load (see `PeerIp`'s `extract`).
+    ) -> PolicyDecision {
+        // A held key is checked here, and each way builds its own answer:
+        // a decision handed from one place to another through memory (out
+        // of a call, or where two ways meet) is read back in wider words
+        // than it was written, which stalls the load (see `PeerIp`'s
+        // `extract`).
         if let Some(cell) = self.keys.read(fingerprint).cells.get(&fingerprint) {
-            return limiter.check(cell, now, cost);
+            return verdict_of(limiter.check(cell, now, cost), now);
         }
-        self.with_cell_missed(fingerprint, now, |cell| limiter.check(cell, now, cost))
+        self.check_missed_cell(fingerprint, limiter, now, cost)
+    }
+
+    /// [`check_cell`](Self::check_cell) for a key its shard does not hold.
+    #[inline(never)]
+    fn check_missed_cell(
+        &self,
+        fingerprint: u64,
+        limiter: &PackedLimiter,
+        now: u64,
+        cost: u32,
+    ) -> PolicyDecision {
+        let decision =
+            self.with_cell_missed(fingerprint, now, |cell| limiter.check(cell, now, cost));
+        verdict_of(decision, now)
     }
 
     /// Runs `f` on the key's cell, adding the key if the shard does not
