@@ -63,6 +63,25 @@ pub fn pair(
     (median(&figures[0]), median(&figures[1]))
 }
 
+/// Runs this program again as `--child name` (with `--quick` when the run
+/// is quick) and returns what it printed: for the scenarios measured in
+/// processes of their own.
+pub fn run_child(name: &str, settings: Settings) -> String {
+    let exe = std::env::current_exe().expect("the path of this program");
+    let mut command = std::process::Command::new(exe);
+    command.args(["--child", name]);
+    if settings.quick {
+        command.arg("--quick");
+    }
+    let output = command.output().expect("start a child of this program");
+    assert!(
+        output.status.success(),
+        "child {name} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Nanoseconds per operation of `n` operations since `start`.
 pub fn ns_per_op(start: Instant, n: u64) -> f64 {
     start.elapsed().as_nanos() as f64 / n as f64

@@ -35,7 +35,7 @@
 //! rejection carries headers on both sides by default (`Retry-After` and the
 //! draft fields; `retry-after` and `x-ratelimit-after`).
 
-use crate::measure::{Settings, Side, alternate, differences, ns_per_op};
+use crate::measure::{Settings, Side, alternate, differences, ns_per_op, run_child};
 use crate::report::{Better, Outcome, median};
 use axum::Router;
 use axum::body::Body;
@@ -269,19 +269,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
 /// Runs one `--child layer` of this program and reads its figures.
 fn spawn(settings: Settings) -> Vec<(f64, f64)> {
-    let exe = std::env::current_exe().expect("the path of this program");
-    let mut command = std::process::Command::new(exe);
-    command.args(["--child", "layer"]);
-    if settings.quick {
-        command.arg("--quick");
-    }
-    let output = command.output().expect("start a child of this program");
-    assert!(
-        output.status.success(),
-        "child layer failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = run_child("layer", settings);
     let figures: Vec<(f64, f64)> = serde_json::from_str(text.trim())
         .unwrap_or_else(|e| panic!("child layer's figures {text:?}: {e}"));
     assert_eq!(figures.len(), ROWS.len(), "child layer's figures {text:?}");

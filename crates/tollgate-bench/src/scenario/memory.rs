@@ -19,13 +19,12 @@
 //! so that no key is evicted while filling (the bound is split over shards,
 //! which do not fill evenly). The bound allocates nothing up front.
 
-use crate::measure::{Settings, Xorshift, ns_per_op, pair};
+use crate::measure::{Settings, Xorshift, ns_per_op, pair, run_child};
 use crate::report::{Better, Outcome, median};
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 use tollgate::{Key, MemoryStore, NamedLimit, Policy};
@@ -127,20 +126,7 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
 
 /// Runs one child of this binary for `side` and reads its report.
 fn spawn(side: Side, settings: Settings) -> ChildReport {
-    let exe = std::env::current_exe().expect("the path of this program");
-    let mut command = Command::new(exe);
-    command.args(["--child", side.child_name()]);
-    if settings.quick {
-        command.arg("--quick");
-    }
-    let output = command.output().expect("start a child of this program");
-    assert!(
-        output.status.success(),
-        "child {} failed: {}",
-        side.child_name(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = run_child(side.child_name(), settings);
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("child report {text:?}: {e}"))
 }
 
