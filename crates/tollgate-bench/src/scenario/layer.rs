@@ -236,7 +236,7 @@ const ROWS: [RowSpec; 7] = [
 /// over processes of each side's figure.
 const PROCESSES: usize = 5;
 
-/// Runs the scenario: [`PROCESSES`] children of this program each measure
+/// Runs the scenario: `PROCESSES` children of this program each measure
 /// every row (`--child layer`), and each row's figures are the medians of
 /// theirs.
 pub fn run(settings: Settings) -> Vec<Outcome> {
@@ -286,7 +286,7 @@ pub fn child(settings: Settings) {
     );
 }
 
-/// Each row's figures in this process, in the order of [`ROWS`]:
+/// Each row's figures in this process, in the order of `ROWS`:
 /// (tollgate's, the anchor's).
 pub fn measure_rows(settings: Settings) -> Vec<(f64, f64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
