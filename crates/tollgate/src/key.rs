@@ -382,11 +382,12 @@ impl KeyExtractor for GlobalKey {
 
 /// The address of the connection's peer, without any proxy header.
 ///
-/// It reads, in order: a [`PeerAddr`] extension, a bare `SocketAddr`
-/// extension, and with the `axum` feature axum's `ConnectInfo<SocketAddr>`
-/// (serve with `into_make_service_with_connect_info::<SocketAddr>()`) or,
-/// in an app's tests, its `MockConnectInfo<SocketAddr>` (as axum's
-/// `ConnectInfo` extractor does).
+/// It reads the first of these a request carries: with the `axum` feature,
+/// axum's `ConnectInfo<SocketAddr>` (serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), then, in an
+/// app's tests, its `MockConnectInfo<SocketAddr>` (as axum's `ConnectInfo`
+/// extractor does); then a [`PeerAddr`] extension; then a bare
+/// `SocketAddr` extension.
 /// Behind a proxy every request would come from the proxy; use the trusted
 /// client IP extractor of `tollgate-axum` there.
 ///
@@ -668,6 +669,34 @@ mod tests {
             PeerIp.extract(&info(&req)),
             Some(Key::from("192.0.2.9".parse::<IpAddr>().unwrap()))
         );
+    }
+
+    /// The places `PeerIp` reads, in the order its doc gives: each one
+    /// wins over every later one, and is found when it is the only one.
+    #[cfg(feature = "axum")]
+    #[test]
+    fn peer_ip_reads_its_places_in_the_documented_order() {
+        use axum::extract::ConnectInfo;
+        use axum::extract::connect_info::MockConnectInfo;
+        let addr = |last: u8| SocketAddr::from(([192, 0, 2, last], 443));
+        let key = |last: u8| Some(Key::from(IpAddr::from([192, 0, 2, last])));
+        // Each place with its own address: 1 for the first, 4 for the last.
+        let places: [fn(&mut http::Extensions, SocketAddr); 4] = [
+            |e, a| drop(e.insert(ConnectInfo(a))),
+            |e, a| drop(e.insert(MockConnectInfo(a))),
+            |e, a| drop(e.insert(PeerAddr(a))),
+            |e, a| drop(e.insert(a)),
+        ];
+        for first in 0..places.len() {
+            let mut all_from_first = Request::new(());
+            for (i, place) in places.iter().enumerate().skip(first) {
+                place(all_from_first.extensions_mut(), addr(i as u8 + 1));
+            }
+            assert_eq!(PeerIp.extract(&info(&all_from_first)), key(first as u8 + 1));
+            let mut alone = Request::new(());
+            places[first](alone.extensions_mut(), addr(first as u8 + 1));
+            assert_eq!(PeerIp.extract(&info(&alone)), key(first as u8 + 1));
+        }
     }
 
     #[test]
