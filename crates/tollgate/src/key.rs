@@ -682,10 +682,18 @@ mod tests {
         let key = |last: u8| Some(Key::from(IpAddr::from([192, 0, 2, last])));
         // Each place with its own address: 1 for the first, 4 for the last.
         let places: [fn(&mut http::Extensions, SocketAddr); 4] = [
-            |e, a| drop(e.insert(ConnectInfo(a))),
-            |e, a| drop(e.insert(MockConnectInfo(a))),
-            |e, a| drop(e.insert(PeerAddr(a))),
-            |e, a| drop(e.insert(a)),
+            |e, a| {
+                e.insert(ConnectInfo(a));
+            },
+            |e, a| {
+                e.insert(MockConnectInfo(a));
+            },
+            |e, a| {
+                e.insert(PeerAddr(a));
+            },
+            |e, a| {
+                e.insert(a);
+            },
         ];
         for first in 0..places.len() {
             let mut all_from_first = Request::new(());
