@@ -1,12 +1,16 @@
 //! The playground `server`'s limits: `--limit NAME=QUOTA` on the command
 //! line, or `--limits-file PATH`, a file of such lines the server follows
 //! while it runs (through [`tollgate::quotas::LiveLimits`], each key
-//! keeping its usage). A file that does not parse is reported (a warning
-//! naming the line) and the limits read last kept.
+//! keeping its usage). The file is followed by [`crate::watched`]: a
+//! change is read once it is whole and stable (an editor's rewrite in
+//! place is never caught half-written, with a limit missing), parsed off
+//! the request path and put in force in one step. A file that does not
+//! parse (or has no limit) is reported (one WARN naming the line, quoted
+//! short) and the limits read last kept.
 
-use crate::plans::on_change;
+use crate::watched::{Watched, follow, quote, short};
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use tollgate::NamedLimit;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::quotas::LiveLimits;
@@ -15,10 +19,10 @@ use tollgate::quotas::LiveLimits;
 pub fn parse_limit(text: &str) -> Result<NamedLimit, String> {
     let (name, quota) = text
         .split_once('=')
-        .ok_or_else(|| format!("expected NAME=QUOTA, such as api=10/s, not {text:?}"))?;
-    let quota: Quota = quota.trim().parse().map_err(|e| format!("{e}"))?;
+        .ok_or_else(|| format!("expected NAME=QUOTA, such as api=10/s, not {}", quote(text)))?;
+    let quota: Quota = quota.trim().parse().map_err(|e| short(&format!("{e}")))?;
     // The name is written into header fields: the crate checks it.
-    NamedLimit::try_new(name.trim(), quota).map_err(|e| e.to_string())
+    NamedLimit::try_new(name.trim(), quota).map_err(|e| short(&e.to_string()))
 }
 
 /// A limits file: one `NAME=QUOTA` per line; blank lines and lines whose
@@ -49,35 +53,29 @@ pub fn parse_file(text: &str) -> Result<Vec<NamedLimit>, String> {
     Ok(limits)
 }
 
-/// Reads and parses the limits file at `path`.
-pub fn read_file(path: &Path) -> Result<Vec<NamedLimit>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    parse_file(&text).map_err(|error| format!("{}: {error}", path.display()))
+/// The limits file at `path`, to [`load`](Watched::load) at start and
+/// then [`watch`].
+pub fn watched(path: PathBuf) -> Watched<Vec<NamedLimit>> {
+    Watched::new(path, "limits file", "the limits read last", parse_file)
 }
 
-/// Follows the limits file at `path` (ends with the runtime): whenever its
-/// contents change, puts its limits (under `algorithm`), then `extra` (the
-/// limits in shadow), in force through `live`; a file that does not parse,
-/// or limits the store cannot decide, are reported once per change and the
-/// limits in force kept.
-pub async fn watch(path: PathBuf, algorithm: Algorithm, extra: Vec<NamedLimit>, live: LiveLimits) {
-    on_change(path.clone(), || {
-        let limits = read_file(&path).and_then(|limits| {
-            let limits = limits
-                .into_iter()
-                .map(|limit| limit.with_algorithm(algorithm))
-                .chain(extra.iter().cloned())
-                .collect();
-            live.set(limits).map_err(|error| error.to_string())
-        });
-        match limits {
-            Ok(()) => tracing::info!(file = %path.display(), "limits file read again"),
-            Err(error) => tracing::warn!(
-                %error,
-                "the limits file does not parse; keeping the limits read last"
-            ),
-        }
+/// Follows the limits file (ends with the runtime): each change read whole
+/// puts its limits (under `algorithm`), then `extra` (the limits in
+/// shadow), in force through `live`, in one step; limits the store cannot
+/// decide are reported and the limits in force kept.
+pub async fn watch(
+    file: Watched<Vec<NamedLimit>>,
+    algorithm: Algorithm,
+    extra: Vec<NamedLimit>,
+    live: LiveLimits,
+) {
+    follow(file, move |limits: Vec<NamedLimit>| {
+        let limits = limits
+            .into_iter()
+            .map(|limit| limit.with_algorithm(algorithm))
+            .chain(extra.iter().cloned())
+            .collect();
+        live.set(limits).map_err(|error| error.to_string())
     })
     .await;
 }
@@ -101,5 +99,18 @@ mod tests {
         );
         assert!(parse_file("# nothing\n").is_err());
         assert!(parse_file("bad name=1/s").is_err());
+    }
+
+    #[test]
+    fn a_long_bad_line_is_quoted_short() {
+        for line in [
+            format!("api={}", "x".repeat(50_000)),
+            format!("{}=1/s", "n".repeat(50_000)),
+            "x".repeat(50_000),
+        ] {
+            let error = parse_file(&format!("ok=1/s\n{line}\n")).unwrap_err();
+            assert!(error.starts_with("line 2: "), "{error}");
+            assert!(error.len() < 300, "{error}");
+        }
     }
 }

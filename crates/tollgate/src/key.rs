@@ -472,12 +472,30 @@ impl HeaderKey {
     pub fn max_len(self, max_len: usize) -> Self {
         HeaderKey { max_len, ..self }
     }
+
+    /// The key this extractor gives a request whose header has `value`:
+    /// its canonical form, to compare keys written in configuration (an
+    /// allow list, a plan) with the keys requests get. `None` for a value
+    /// that gives no key (empty, or longer than [`max_len`](Self::max_len)):
+    /// such requests count under the [`OnMissingKey`] key, so a list entry
+    /// of that value would never match.
+    ///
+    /// ```
+    /// use tollgate::{HeaderKey, Key};
+    ///
+    /// let extractor = HeaderKey::new("x-api-key");
+    /// assert_eq!(extractor.key_for(b"alice"), Some(Key::from("alice")));
+    /// assert_eq!(extractor.key_for(&[b'a'; 257]), None);
+    /// ```
+    #[inline]
+    pub fn key_for(&self, value: &[u8]) -> Option<Key> {
+        (!value.is_empty() && value.len() <= self.max_len).then(|| Key::from_bytes(value))
+    }
 }
 
 impl KeyExtractor for HeaderKey {
     fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
-        let value = request.headers.get(&self.name)?.as_bytes();
-        (!value.is_empty() && value.len() <= self.max_len).then(|| Key::from_bytes(value))
+        self.key_for(request.headers.get(&self.name)?.as_bytes())
     }
 }
 

@@ -216,7 +216,7 @@
 //!   taken): a message and exit code 1.
 
 use axum::Router;
-use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use clap::{CommandFactory, Parser, ValueEnum};
 use ipnet::IpNet;
 use std::collections::HashSet;
@@ -229,11 +229,12 @@ use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, LiveLimits, QuotaAnswer};
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Presence, Split, Timeout};
 use tollgate::{
-    AccessLists, ChargeWhen, DefaultRejector, GlobalKey, HeaderKey, HeaderStyle, Key, KeyExtractor,
-    MemoryStore, NamedLimit, OnStoreError, RateLimitLayer, RejectReason, Rejection, Rejector,
+    AccessLists, ChargeWhen, DefaultRejector, GlobalKey, HeaderStyle, KeyExtractor, MemoryStore,
+    NamedLimit, OnStoreError, RateLimitLayer, RejectReason, Rejection, Rejector,
 };
 use tollgate_axum::{ClientIp, ProblemJson};
 use tollgate_cas::CasStore;
+use tollgate_examples::keys::KeyKind;
 use tollgate_examples::serving::{ServeLimits, serve};
 use tollgate_examples::{access, limits, plans};
 use tollgate_local::{LocalFirst, LocalMode};
@@ -270,7 +271,7 @@ struct Args {
     algorithm: Algorithm,
 
     /// ip | global | header:NAME.
-    #[arg(long, value_name = "KIND", default_value = "ip", value_parser = parse_key)]
+    #[arg(long, value_name = "KIND", default_value = "ip", value_parser = KeyKind::parse)]
     key: KeyKind,
 
     /// A proxy network whose proxy headers are believed; repeat for several.
@@ -490,17 +491,6 @@ fn at_least_one(text: &str) -> Result<usize, String> {
     }
 }
 
-/// How requests map to keys.
-#[derive(Clone, Debug)]
-enum KeyKind {
-    /// The client IP (the peer, or what trusted proxies report).
-    Ip,
-    /// One budget for everybody.
-    Global,
-    /// The value of this header.
-    Header(HeaderName),
-}
-
 /// Where the counters live.
 #[derive(Clone, Debug)]
 enum StoreUrl {
@@ -559,22 +549,6 @@ enum Headers {
 fn algorithm_help() -> String {
     let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
     format!("{}.", names.join(" | "))
-}
-
-/// Parses `ip`, `global` or `header:NAME`.
-fn parse_key(text: &str) -> Result<KeyKind, String> {
-    match text {
-        "ip" => Ok(KeyKind::Ip),
-        "global" => Ok(KeyKind::Global),
-        _ => {
-            let name = text
-                .strip_prefix("header:")
-                .ok_or_else(|| format!("expected ip, global or header:NAME, not {text:?}"))?;
-            HeaderName::try_from(name)
-                .map(KeyKind::Header)
-                .map_err(|_| format!("{name:?} is not a valid header name"))
-        }
-    }
 }
 
 /// Parses a CIDR, or a single address (a /32 or /128).
@@ -703,53 +677,31 @@ fn key_extractor(kind: &KeyKind, trusted: &[IpNet]) -> Box<dyn KeyExtractor> {
         // ignored.
         KeyKind::Ip => Box::new(ClientIp::trusting(trusted.iter().copied())),
         KeyKind::Global => Box::new(GlobalKey),
-        KeyKind::Header(name) => Box::new(HeaderKey::from_name(name.clone())),
+        KeyKind::Header(extractor) => Box::new(extractor.clone()),
     }
 }
 
 /// The lists of `--allow`, `--deny` and `--access-file` (followed from
-/// now on), each KEY read as the `--key` extractor gives it (an address
-/// for `--key ip`: anything else there is a usage error).
+/// now on), each KEY in the form the `--key` extractor gives requests (an
+/// address for `--key ip`): a key no request can get, or a file that
+/// cannot be read or parsed, is a usage error.
 fn access_lists(args: &Args) -> Result<Option<AccessLists>, Failure> {
-    let fixed = access::Lists {
-        allowed: args.allow.clone(),
-        denied: args.deny.clone(),
+    let fixed =
+        access::Lists::from_flags(&args.allow, &args.deny, &args.key).map_err(Failure::Usage)?;
+    let Some(path) = &args.access_file else {
+        if fixed.is_empty() {
+            return Ok(None);
+        }
+        let lists = AccessLists::new();
+        fixed.put_in(&lists);
+        return Ok(Some(lists));
     };
-    let from_file = match &args.access_file {
-        Some(path) => access::read_file(path).map_err(Failure::Usage)?,
-        None if fixed == access::Lists::default() => return Ok(None),
-        None => access::Lists::default(),
-    };
-    let kind = args.key.clone();
-    let key_of = move |text: &str| key_of(&kind, text);
-    let both = fixed.clone().and(from_file);
-    let keys = |texts: &[String]| {
-        texts
-            .iter()
-            .map(|text| key_of(text).map_err(Failure::Usage))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let lists = AccessLists::new()
-        .with_allowed(keys(&both.allowed)?)
-        .with_denied(keys(&both.denied)?);
-    if let Some(path) = &args.access_file {
-        tokio::spawn(access::watch(path.clone(), fixed, lists.clone(), key_of));
-    }
+    let mut file = access::watched(path.clone(), args.key.clone());
+    let from_file = file.load().map_err(Failure::Usage)?;
+    let lists = AccessLists::new();
+    fixed.clone().and(&from_file).put_in(&lists);
+    tokio::spawn(access::watch(file, fixed, lists.clone()));
     Ok(Some(lists))
-}
-
-/// A key of an allow or deny list, as the `--key` extractor `kind` makes
-/// them of requests.
-fn key_of(kind: &KeyKind, text: &str) -> Result<Key, String> {
-    match kind {
-        KeyKind::Ip => text
-            .parse::<std::net::IpAddr>()
-            .map(Key::from)
-            .map_err(|_| {
-                format!("{text:?} is not an IP address, which --key ip makes of each request")
-            }),
-        KeyKind::Global | KeyKind::Header(_) => Ok(Key::from(text)),
-    }
 }
 
 /// The playground's rejector: limited requests as tollgate's default
@@ -947,7 +899,8 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         .collect();
     let live = match &args.limits_file {
         Some(path) => {
-            let limits = limits::read_file(path).map_err(Failure::Usage)?;
+            let mut file = limits::watched(path.clone());
+            let limits = file.load().map_err(Failure::Usage)?;
             if let Some(both) = limits
                 .iter()
                 .find(|limit| shadow_limits.iter().any(|s| s.name() == limit.name()))
@@ -959,12 +912,7 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
             }
             let live = LiveLimits::new();
             let extra = shadow_limits.clone();
-            tokio::spawn(limits::watch(
-                path.clone(),
-                args.algorithm,
-                extra,
-                live.clone(),
-            ));
+            tokio::spawn(limits::watch(file, args.algorithm, extra, live.clone()));
             Some((live, limits))
         }
         None => None,
@@ -1017,16 +965,15 @@ fn key_quotas(args: &Args) -> Result<Option<KeyQuotas>, Failure> {
     if args.quotas.is_empty() && args.quota_file.is_none() {
         return Ok(None);
     }
-    let fixed: plans::Plans = args.quotas.iter().cloned().collect();
-    let from_file = match &args.quota_file {
-        Some(path) => plans::read_file(path).map_err(Failure::Usage)?,
-        None => plans::Plans::new(),
+    let fixed = plans::from_flags(&args.quotas, &args.key).map_err(Failure::Usage)?;
+    let Some(path) = &args.quota_file else {
+        return Ok(Some(KeyQuotas::new(plans::PlanBook::new(fixed))));
     };
+    let mut file = plans::watched(path.clone(), args.key.clone());
+    let from_file = file.load().map_err(Failure::Usage)?;
     let book = plans::PlanBook::new(plans::merged(&fixed, from_file));
     let quotas = KeyQuotas::new(book.clone());
-    if let Some(path) = &args.quota_file {
-        tokio::spawn(plans::watch(path.clone(), fixed, book, quotas.clone()));
-    }
+    tokio::spawn(plans::watch(file, fixed, book, quotas.clone()));
     Ok(Some(quotas))
 }
 
