@@ -6,82 +6,21 @@
 //! the change carry it once.
 
 use http::{Request, StatusCode};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tollgate::quotas::{KeyQuotas, QuotaAnswer, quota_fn};
-use tollgate::{HeaderKey, Key, RateLimitLayer, Store};
+use tollgate::quotas::KeyQuotas;
+use tollgate::{Key, Store};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
-use tollgate_tests::app::{App, behind};
+use tollgate_tests::app::App;
 use tollgate_tests::random::Lcg;
 use tollgate_tests::redis::RedisServer;
 use tower::ServiceExt;
 
+mod plans_common;
+use plans_common::{Plans, app, debt_is_kept, send, statuses};
+
 const SECOND: u64 = 1_000_000_000;
-
-/// Plans by key, changed by the test.
-#[derive(Clone, Default)]
-struct Plans(Arc<Mutex<HashMap<String, String>>>);
-
-impl Plans {
-    fn set(&self, key: &str, quota: &str) {
-        self.0.lock().unwrap().insert(key.into(), quota.into());
-    }
-
-    fn quotas(&self) -> KeyQuotas {
-        let plans = self.0.clone();
-        KeyQuotas::new(quota_fn(move |key| {
-            let key = String::from_utf8(key.to_bytes()).unwrap_or_default();
-            let text = plans.lock().unwrap().get(&key).cloned();
-            text.unwrap_or_default().parse::<QuotaAnswer>().unwrap()
-        }))
-        .ttl(Duration::from_secs(86_400))
-    }
-}
-
-fn app(store: impl Store, algorithm: Algorithm, quotas: &KeyQuotas) -> App {
-    behind(
-        RateLimitLayer::builder()
-            .quota("api", Quota::per_minute(1000))
-            .algorithm(algorithm)
-            .key(HeaderKey::new("x-api-key"))
-            .store(store)
-            .store_timeout(Duration::from_secs(2))
-            .quota_source(quotas.clone())
-            .build(),
-    )
-}
-
-/// One request for `key`: status, `r` of the first limit, Retry-After.
-async fn send(app: &App, key: &str) -> (StatusCode, u64, Option<u64>) {
-    let request = Request::builder()
-        .header("x-api-key", key)
-        .body(())
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
-    let field = header("ratelimit").unwrap_or_default();
-    let r = field
-        .split(';')
-        .find_map(|p| p.trim().strip_prefix("r="))
-        .map_or(0, |r| r.parse().unwrap());
-    let retry = header("retry-after").map(|v| v.parse().unwrap());
-    (response.status(), r, retry)
-}
-
-async fn statuses(app: &App, key: &str, n: usize) -> Vec<StatusCode> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(send(app, key).await.0);
-    }
-    out
-}
 
 /// The scenario on one store kind: 4 used of 5/h moved to 100/h leaves 95
 /// after the next request; 50 used of 100/h moved to 5/h is refused with a
@@ -279,7 +218,7 @@ async fn a_carried_key_is_decided_by_redis_as_the_core_reference() {
         assert_eq!(
             peeked.limit() - peeked.remaining(),
             used,
-            "case {case}: the usage read"
+            "case {case}: the usage read, {algorithm} {old_quota:?} {peeked:?}"
         );
         store.reset(&from, &key).await.unwrap();
         if used > 0 {
@@ -360,5 +299,39 @@ async fn each_limit_of_a_plan_keeps_its_own_usage() {
             "{name}: {} {field} ({policy})",
             response.status()
         );
+    }
+}
+
+/// A debt survives a downgrade and an upgrade on Redis and on the
+/// local-first store over it in both modes, for every algorithm each
+/// decides: 8 used of 10, lowered to 5, raised to 20 leaves 11.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_survives_a_downgrade_and_an_upgrade() {
+    let server = RedisServer::start();
+    for name in ["redis", "exact", "periodic"] {
+        for algorithm in plans_common::AT_ONCE {
+            if name != "redis" && !algorithm.local_first() {
+                continue;
+            }
+            let clock = ManualClock::new(1_700_000_000 * SECOND);
+            let plans = Plans::default();
+            let quotas = plans.quotas();
+            let redis = redis(&server, &clock, &format!("debt-{name}-{algorithm}")).await;
+            let app = match name {
+                "redis" => app(redis, algorithm, &quotas),
+                "exact" => app(
+                    LocalFirst::builder(redis, LocalMode::Exact).build(),
+                    algorithm,
+                    &quotas,
+                ),
+                _ => app(
+                    LocalFirst::builder(redis, LocalMode::PERIODIC).build(),
+                    algorithm,
+                    &quotas,
+                ),
+            };
+            let case = format!("{name} {algorithm}");
+            debt_is_kept(&case, &app, &quotas, &plans, "debtor").await;
+        }
     }
 }

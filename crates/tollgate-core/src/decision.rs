@@ -41,6 +41,9 @@ enum Counts {
     /// Computed by the check.
     Known {
         allowed: bool,
+        /// Units used past the limit (see [`Decision::over_limit`]),
+        /// saturating: it sits beside `allowed` in what would be padding.
+        over_limit: u32,
         /// The wait of an allowed request, or the retry time of a denied
         /// one: never both.
         hold: u64,
@@ -98,6 +101,7 @@ impl From<DecisionFields> for Decision {
             limit: f.limit,
             counts: Counts::Known {
                 allowed: f.allowed,
+                over_limit: 0,
                 hold: if f.allowed {
                     f.wait_nanos
                 } else {
@@ -121,7 +125,7 @@ impl Default for Decision {
 impl PartialEq for Decision {
     /// Decisions are equal when every figure is.
     fn eq(&self, other: &Decision) -> bool {
-        self.fields() == other.fields()
+        self.fields() == other.fields() && self.over_limit() == other.over_limit()
     }
 }
 
@@ -130,6 +134,7 @@ impl Eq for Decision {}
 impl std::hash::Hash for Decision {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.fields().hash(state);
+        self.over_limit().hash(state);
     }
 }
 
@@ -144,6 +149,7 @@ impl std::fmt::Debug for Decision {
             .field("replenish_after_nanos", &d.replenish_after_nanos)
             .field("retry_after_nanos", &d.retry_after_nanos)
             .field("wait_nanos", &d.wait_nanos)
+            .field("over_limit", &self.over_limit())
             .finish()
     }
 }
@@ -347,6 +353,47 @@ impl Decision {
         Duration::from_nanos(self.wait_nanos())
     }
 
+    /// Units used past the limit, as far as this decision knows: a debt
+    /// (a charge taken past the limit, [`Limiter::debit`](crate::Limiter::debit),
+    /// or a plan lowered below what a key had used) that a window
+    /// algorithm (fixed window, sliding log, sliding window, sliding
+    /// window buckets, interval token bucket) holds, which
+    /// [`remaining`](Self::remaining), never below 0, cannot show. Always 0
+    /// for the algorithms that keep a schedule (GCRA, the continuous token
+    /// bucket, the leaky bucket): their debt shows in
+    /// [`reset_after`](Self::reset_after) ([`used_of`](crate::used_of)
+    /// reads both). Saturates at `u32::MAX`, the most a charge can carry.
+    ///
+    /// ```
+    /// use tollgate_core::{Algorithm, Limiter, Quota};
+    ///
+    /// let window = Limiter::new(Algorithm::FixedWindow, Quota::per_minute(5));
+    /// let mut state = window.new_state();
+    /// window.debit(&mut state, 0, 8);
+    /// let (peek, _) = window.evaluate(&state, 0, 0);
+    /// assert_eq!((peek.remaining(), peek.over_limit()), (0, 3));
+    /// ```
+    #[inline]
+    pub fn over_limit(&self) -> u64 {
+        match self.counts {
+            Counts::Known { over_limit, .. } => u64::from(over_limit),
+            _ => 0,
+        }
+    }
+
+    /// This decision saying that `units` are used past the limit (see
+    /// [`over_limit`](Self::over_limit)), saturating at `u32::MAX`: what a
+    /// window algorithm, or a store reading one's answer, adds to the
+    /// figures. A decision in GCRA's spaced form, which holds its debt in
+    /// its schedule, is returned as it is.
+    #[inline]
+    pub fn with_over_limit(mut self, units: u64) -> Decision {
+        if let Counts::Known { over_limit, .. } = &mut self.counts {
+            *over_limit = u32::try_from(units).unwrap_or(u32::MAX);
+        }
+        self
+    }
+
     /// Whether a retry of the same cost can ever pass.
     #[inline]
     pub fn can_ever_pass(&self) -> bool {
@@ -371,21 +418,23 @@ impl Decision {
     /// kept (a denied decision's retry time and an allowed one's wait read
     /// as 0 once flipped).
     pub fn with_allowed(self, allowed: bool) -> Decision {
-        DecisionFields {
+        Decision::from(DecisionFields {
             allowed,
             ..self.fields()
-        }
-        .into()
+        })
+        .with_over_limit(self.over_limit())
     }
 
     /// Folds the decisions of several limits on one request into one: allowed
     /// only if all are, with the smallest `remaining` (and its `limit` and
-    /// `replenish_after`) and the longest of each wait.
+    /// `replenish_after`) and the longest of each wait; the larger
+    /// [`over_limit`](Self::over_limit).
     #[inline]
     pub fn merge(self, other: Decision) -> Decision {
         let (a, b) = (self.fields(), other.fields());
         let smaller = if b.remaining < a.remaining { b } else { a };
-        DecisionFields {
+        let over_limit = self.over_limit().max(other.over_limit());
+        Decision::from(DecisionFields {
             allowed: a.allowed && b.allowed,
             limit: smaller.limit,
             remaining: smaller.remaining,
@@ -393,8 +442,8 @@ impl Decision {
             replenish_after_nanos: smaller.replenish_after_nanos,
             retry_after_nanos: a.retry_after_nanos.max(b.retry_after_nanos),
             wait_nanos: a.wait_nanos.max(b.wait_nanos),
-        }
-        .into()
+        })
+        .with_over_limit(over_limit)
     }
 }
 
@@ -429,6 +478,29 @@ mod tests {
         assert_eq!((fields.retry_after_nanos, fields.wait_nanos), (700_000, 0));
         assert_eq!(fields.remaining, 0);
         assert_eq!(denied, Decision::from(fields));
+    }
+
+    #[test]
+    fn a_debt_rides_in_what_would_be_padding() {
+        // The figure a window's debt needs costs no size: a decision stays
+        // as small as it was, and survives the rebuilding methods.
+        assert_eq!(std::mem::size_of::<Decision>(), 48);
+        let known = Decision::from(DecisionFields {
+            limit: 5,
+            ..DecisionFields::default()
+        })
+        .with_over_limit(3);
+        assert_eq!(known.over_limit(), 3);
+        assert_eq!(known.with_allowed(true).over_limit(), 3);
+        assert_eq!(known.merge(Decision::default()).over_limit(), 3);
+        assert_ne!(known, known.with_over_limit(0));
+        assert_eq!(
+            known.with_over_limit(u64::MAX).over_limit(),
+            u64::from(u32::MAX)
+        );
+        // GCRA's form holds its debt in its schedule.
+        let spaced = Decision::spaced_denied(5, 1_000, 9_000, 4_000);
+        assert_eq!(spaced.with_over_limit(3).over_limit(), 0);
     }
 
     #[test]

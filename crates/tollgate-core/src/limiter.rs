@@ -150,13 +150,26 @@ pub fn used(from: &Limiter, state: &State, now: u64) -> u64 {
 
 /// The units a key has used under `from`, read from its decision for a
 /// cost of 0 (a peek), as every store reads it when it carries a key to
-/// another plan: its limit less what remains, and, for the algorithms
-/// that keep a schedule (GCRA, the continuous token bucket, the leaky
-/// bucket), a debt beyond the limit too (a key debited past its limit, or
-/// moved to a smaller plan than it had used): the units its schedule is
-/// ahead of now, `reset_after` at the quota's rate, rounded up. A window
-/// algorithm's decision does not say how far past its limit a count is:
-/// it carries at most its limit.
+/// another plan: its limit less what remains, and a debt beyond the limit
+/// too (a key debited past its limit, or moved to a smaller plan than it
+/// had used), so that a downgrade and a later upgrade keep it, for every
+/// algorithm. The algorithms that keep a schedule (GCRA, the continuous
+/// token bucket, the leaky bucket) hold a debt as the units their schedule
+/// is ahead of now: `reset_after` at the quota's rate, rounded up. The
+/// window algorithms say it in [`Decision::over_limit`].
+///
+/// ```
+/// use tollgate_core::{used_of, Algorithm, Limiter, Quota};
+///
+/// // 8 used of 10; lowered to 5: 3 past the new limit, 8 used still.
+/// let ten = Limiter::new(Algorithm::FixedWindow, Quota::per_minute(10));
+/// let five = Limiter::new(Algorithm::FixedWindow, Quota::per_minute(5));
+/// let mut state = ten.new_state();
+/// ten.debit(&mut state, 0, 8);
+/// let lowered = tollgate_core::carried(&ten, &state, &five, 0);
+/// let (peek, _) = five.evaluate(&lowered, 0, 0);
+/// assert_eq!(used_of(&five, &peek), 8);
+/// ```
 ///
 /// ```
 /// use tollgate_core::{used_of, Algorithm, Limiter, Quota};
@@ -176,7 +189,9 @@ pub fn used_of(from: &Limiter, decision: &Decision) -> u64 {
         // the microsecond: read in those, a store's reading is never a
         // unit more than it charged (the memory store's, exact to the
         // nanosecond, a unit less at worst once a debt reaches `T` ÷ 1 µs
-        // units).
+        // units; the leaky bucket's, whose `reset_after` ends an interval
+        // before its schedule does, a unit less whenever `T` is not a
+        // whole number of µs).
         Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
             if decision.remaining() == 0 =>
         {
@@ -186,7 +201,7 @@ pub fn used_of(from: &Limiter, decision: &Decision) -> u64 {
         }
         _ => 0,
     };
-    within.max(ahead)
+    within.max(ahead).saturating_add(decision.over_limit())
 }
 
 /// A key's state under `to` after its plan changed at `now` from `from`,

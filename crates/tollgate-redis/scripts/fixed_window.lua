@@ -24,7 +24,7 @@ ALGORITHMS.fixed_window = {
     end
     local reset = (after == 0) and 0 or until_next
     -- The whole count comes back at once, at the window's end.
-    return decision(allowed, limit, max(limit - after, 0), reset, retry, 0, reset),
+    return decision(allowed, limit, limit - after, reset, retry, 0, reset),
       { window, after }
   end,
 

@@ -46,7 +46,10 @@ end
 
 -- A decision as the Rust side reads it: allowed (1/0), limit, remaining,
 -- reset_after, retry_after (NEVER when the cost can never pass), wait,
--- replenish_after.
+-- replenish_after. A window algorithm's `remaining` goes below 0 by what
+-- its count is past the limit (a debt), which the Rust side reads as
+-- remaining 0 and that debt (Decision::over_limit), so that a plan
+-- change carries it.
 local function decision(allowed, limit, remaining, reset, retry, wait, replenish)
   return { allowed and 1 or 0, limit, remaining, reset, retry, wait, replenish }
 end

@@ -150,7 +150,7 @@ ALGORITHMS.sliding_log = {
       oldest = now
     end
     local replenish = oldest and max(oldest + period - now, 0) or 0
-    local remaining = limit - (allowed and wanted or min(in_use, limit))
+    local remaining = limit - (allowed and wanted or in_use)
     return decision(allowed, limit, remaining, reset, retry, 0, replenish),
       { log = log, cost = cost, last = joins_last and last or nil }
   end,

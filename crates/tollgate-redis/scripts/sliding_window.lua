@@ -77,7 +77,7 @@ ALGORITHMS.sliding_window = {
       end
     end
     local used = estimate + (allowed and cost or 0)
-    return decision(allowed, limit, max(limit - used, 0), reset, retry, 0, replenish),
+    return decision(allowed, limit, limit - used, reset, retry, 0, replenish),
       { window, previous, after }
   end,
 

@@ -97,7 +97,7 @@ ALGORITHMS.sliding_window_buckets = {
     end
     local reset = newest and leaves(newest) or 0
     local replenish = oldest and leaves(oldest) or 0
-    local remaining = limit - (allowed and (in_window + cost) or min(in_window, limit))
+    local remaining = limit - (allowed and (in_window + cost) or in_window)
     return decision(allowed, limit, remaining, reset, retry, 0, replenish),
       { state = state, index = index, first = first, cost = cost }
   end,

@@ -38,7 +38,7 @@ ALGORITHMS.token_bucket = {
     local reset = after_refills(div_ceil(after, limit))
     -- Tokens come back only at boundaries, the next one first.
     local replenish = (after == 0) and 0 or after_refills(1)
-    return decision(allowed, burst, max(burst - after, 0), reset, retry, 0, replenish),
+    return decision(allowed, burst, burst - after, reset, retry, 0, replenish),
       { interval, after }
   end,
 

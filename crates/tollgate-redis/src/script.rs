@@ -547,11 +547,14 @@ const FIELDS: usize = 7;
 const NEVER: i64 = -1;
 
 /// One limit's seven integers as a [`Decision`]; times come in microseconds.
-/// Negative times other than a retry's `NEVER` read as 0.
+/// Negative times other than a retry's `NEVER` read as 0; a negative
+/// remaining count is a window's debt: remaining 0, that many units
+/// [`over the limit`](Decision::over_limit).
 fn decision(fields: &[i64]) -> Decision {
     let count = |v: i64| u64::try_from(v).unwrap_or(0);
     let nanos = |v: i64| u64::try_from(v).unwrap_or(0).saturating_mul(1_000);
-    DecisionFields {
+    let over_limit = fields[2].checked_neg().map_or(0, count);
+    Decision::from(DecisionFields {
         allowed: fields[0] == 1,
         limit: count(fields[1]),
         remaining: count(fields[2]),
@@ -563,8 +566,8 @@ fn decision(fields: &[i64]) -> Decision {
         },
         wait_nanos: nanos(fields[5]),
         replenish_after_nanos: nanos(fields[6]),
-    }
-    .into()
+    })
+    .with_over_limit(over_limit)
 }
 
 #[cfg(test)]

@@ -84,8 +84,9 @@ impl RateAlgorithm for FixedWindow {
             replenish_after_nanos: reset_after,
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        }
-        .into();
+        };
+        let decision = Decision::from(decision)
+            .with_over_limit(count_after.saturating_sub(self.quota.limit()));
         (
             decision,
             allowed.then_some(FixedWindowState {

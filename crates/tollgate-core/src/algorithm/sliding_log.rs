@@ -235,8 +235,9 @@ impl RateAlgorithm for SlidingLog {
             replenish_after_nanos: leaves_after(oldest),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        }
-        .into();
+        };
+        let decision =
+            Decision::from(decision).with_over_limit(in_window.saturating_sub(self.quota.limit()));
         (decision, allowed.then_some(LogCharge { at: now, cost }))
     }
 

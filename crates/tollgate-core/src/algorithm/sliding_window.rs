@@ -189,8 +189,11 @@ impl RateAlgorithm for SlidingWindow {
             )),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        }
-        .into();
+        };
+        // Only a count past the limit (a debt) can be over it: an allowed
+        // request never is.
+        let decision =
+            Decision::from(decision).with_over_limit(estimate.saturating_sub(self.quota.limit()));
         (
             decision,
             allowed.then_some(SlidingWindowState {

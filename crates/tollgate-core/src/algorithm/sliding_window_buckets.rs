@@ -233,8 +233,8 @@ impl RateAlgorithm for SlidingWindowBuckets {
             replenish_after_nanos: oldest.map_or(0, |i| self.leaves_after(i, now)),
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        }
-        .into();
+        };
+        let decision = Decision::from(decision).with_over_limit(in_window.saturating_sub(limit));
         (decision, allowed.then_some(SubWindowCharge { index, cost }))
     }
 

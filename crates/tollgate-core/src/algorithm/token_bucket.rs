@@ -281,8 +281,9 @@ impl TokenBucket {
             replenish_after_nanos: if used_after == 0 { 0 } else { after_refills(1) },
             retry_after_nanos: retry_after,
             wait_nanos: 0,
-        }
-        .into();
+        };
+        let decision =
+            Decision::from(decision).with_over_limit(used_after.saturating_sub(self.quota.burst()));
         (
             decision,
             allowed.then_some(TokenBucketState::Interval {

@@ -270,11 +270,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// below what was used refuses until the usage has come back at the new
     /// quota's pace, with the `retry_after` the new quota gives. A limit of
     /// `to` with none in its place in `from` starts whole. A debt beyond an
-    /// old limit (a downgrade below what was used, a debit) is carried for
-    /// the algorithms that keep a schedule (GCRA, the continuous token
-    /// bucket, the leaky bucket), whose peek tells how far ahead it is: a
-    /// downgrade then an upgrade keeps it; a window algorithm carries at
-    /// most its limit ([`tollgate_core::used_of`]).
+    /// old limit (a downgrade below what was used, a debit) is carried too,
+    /// by every algorithm: the schedule algorithms' peek tells how far
+    /// ahead they are, a window algorithm's how far past its limit its
+    /// count is ([`Decision::over_limit`](tollgate_core::Decision::over_limit)),
+    /// so a downgrade then an upgrade keeps it: 8 used of 10, lowered to 5,
+    /// raised to 20, has 12 left ([`tollgate_core::used_of`]).
     ///
     /// Carried once: a second move finds `from` reset and carries nothing,
     /// so instances that each see the change may each ask. A store whose

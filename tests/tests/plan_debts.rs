@@ -1,0 +1,102 @@
+//! A debt survives a downgrade and an upgrade on the stores that need no
+//! Redis: the memory store, the compare-and-swap store over its in-memory
+//! backend and over PostgreSQL, and local-first over PostgreSQL in both
+//! modes (Redis: `redis_plans.rs`). 8 used of 10, lowered to 5, raised to
+//! 20 leaves 11 after the next request, for every algorithm each decides.
+
+use tollgate::MemoryStore;
+use tollgate_cas::{CasStore, MemoryBackend};
+use tollgate_local::{LocalFirst, LocalMode};
+use tollgate_postgres::PostgresBackend;
+use tollgate_tests::postgres::PostgresServer;
+
+mod plans_common;
+use plans_common::{AT_ONCE, Plans, app, debt_is_kept};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_survives_a_downgrade_and_an_upgrade_in_memory() {
+    for algorithm in AT_ONCE {
+        for name in ["memory", "cas"] {
+            let plans = Plans::default();
+            let quotas = plans.quotas();
+            let app = match name {
+                "memory" => app(MemoryStore::new(), algorithm, &quotas),
+                _ => app(
+                    CasStore::builder(MemoryBackend::new()).build(),
+                    algorithm,
+                    &quotas,
+                ),
+            };
+            let case = format!("{name} {algorithm}");
+            debt_is_kept(&case, &app, &quotas, &plans, "debtor").await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_survives_a_downgrade_and_an_upgrade_on_postgres() {
+    let server = PostgresServer::start();
+    for name in ["postgres", "exact", "periodic"] {
+        for algorithm in AT_ONCE {
+            if name != "postgres" && !algorithm.local_first() {
+                continue;
+            }
+            let backend = PostgresBackend::builder(server.url())
+                .create_schema(true)
+                .pool_size(2)
+                .connect()
+                .await
+                .unwrap();
+            let cas = CasStore::builder(backend).build();
+            let plans = Plans::default();
+            let quotas = plans.quotas();
+            let app = match name {
+                "postgres" => app(cas, algorithm, &quotas),
+                "exact" => app(
+                    LocalFirst::builder(cas, LocalMode::Exact).build(),
+                    algorithm,
+                    &quotas,
+                ),
+                _ => app(
+                    LocalFirst::builder(cas, LocalMode::PERIODIC).build(),
+                    algorithm,
+                    &quotas,
+                ),
+            };
+            let case = format!("{name} {algorithm}");
+            let key = format!("debtor-{name}-{algorithm}");
+            debt_is_kept(&case, &app, &quotas, &plans, &key).await;
+        }
+    }
+}
+
+/// The same figure through live limits (what `--limits-file` drives): the
+/// named limit changed for every key, each key's debt kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_survives_live_limits_lowered_and_raised() {
+    use http::StatusCode;
+    use tollgate::quotas::LiveLimits;
+    use tollgate::{HeaderKey, RateLimitLayer};
+    use tollgate_core::Quota;
+
+    for algorithm in AT_ONCE {
+        let limits = LiveLimits::new();
+        let app = tollgate_tests::app::behind(
+            RateLimitLayer::builder()
+                .quota("api", Quota::per_hour(10))
+                .algorithm(algorithm)
+                .key(HeaderKey::new("x-api-key"))
+                .live_limits(limits.clone())
+                .build(),
+        );
+        let case = format!("live {algorithm}");
+        let ok = plans_common::statuses(&app, "debtor", 8).await;
+        assert_eq!(ok, [StatusCode::OK; 8], "{case}");
+        limits.set_quota("api", Quota::per_hour(5)).unwrap();
+        let (status, r, _) = plans_common::send(&app, "debtor").await;
+        assert_eq!((status, r), (StatusCode::TOO_MANY_REQUESTS, 0), "{case}");
+        limits.set_quota("api", Quota::per_hour(20)).unwrap();
+        let (status, r, _) = plans_common::send(&app, "debtor").await;
+        assert_eq!((status, r), (StatusCode::OK, 11), "{case}: raised");
+    }
+}

@@ -1,0 +1,117 @@
+//! Per-key plans that a test changes, a layer that reads them, and the
+//! scenarios every store must pass (`mod plans_common;` in each file).
+
+// Each test file uses some of these.
+#![allow(dead_code)]
+
+use http::{Request, StatusCode};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tollgate::quotas::{KeyQuotas, QuotaAnswer, quota_fn};
+use tollgate::{HeaderKey, Key, RateLimitLayer, Store};
+use tollgate_core::{Algorithm, Quota};
+use tollgate_tests::app::{App, behind};
+use tower::ServiceExt;
+
+/// Plans by key, changed by the test.
+#[derive(Clone, Default)]
+pub struct Plans(Arc<Mutex<HashMap<String, String>>>);
+
+impl Plans {
+    pub fn set(&self, key: &str, quota: &str) {
+        self.0.lock().unwrap().insert(key.into(), quota.into());
+    }
+
+    pub fn quotas(&self) -> KeyQuotas {
+        let plans = self.0.clone();
+        KeyQuotas::new(quota_fn(move |key| {
+            let key = String::from_utf8(key.to_bytes()).unwrap_or_default();
+            let text = plans.lock().unwrap().get(&key).cloned();
+            text.unwrap_or_default().parse::<QuotaAnswer>().unwrap()
+        }))
+        .ttl(Duration::from_secs(86_400))
+    }
+}
+
+pub fn app(store: impl Store, algorithm: Algorithm, quotas: &KeyQuotas) -> App {
+    behind(
+        RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(1000))
+            .algorithm(algorithm)
+            .key(HeaderKey::new("x-api-key"))
+            .store(store)
+            .store_timeout(Duration::from_secs(2))
+            .quota_source(quotas.clone())
+            .build(),
+    )
+}
+
+/// One request for `key`: status, `r` of the first limit, Retry-After.
+pub async fn send(app: &App, key: &str) -> (StatusCode, u64, Option<u64>) {
+    let request = Request::builder()
+        .header("x-api-key", key)
+        .body(())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let field = header("ratelimit").unwrap_or_default();
+    let r = field
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("r="))
+        .map_or(0, |r| r.parse().unwrap());
+    let retry = header("retry-after").map(|v| v.parse().unwrap());
+    (response.status(), r, retry)
+}
+
+pub async fn statuses(app: &App, key: &str, n: usize) -> Vec<StatusCode> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(send(app, key).await.0);
+    }
+    out
+}
+
+/// The algorithms a layer decides at once (the leaky bucket holds its
+/// requests, so a burst of them waits: its carry is the core's, tested
+/// there and in `crates/tollgate/tests/carry.rs`).
+pub const AT_ONCE: [Algorithm; 7] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::TokenBucketInterval,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingLog,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingWindowBuckets,
+];
+
+/// A debt survives a downgrade and an upgrade (issue 58's figure, per
+/// hour so that no window ends during it on a real clock): 8 used of
+/// 10, lowered to 5 (refused: 3 past it), raised to 20: the next request
+/// leaves 11. `key` must be fresh on this app's store.
+pub async fn debt_is_kept(case: &str, app: &App, quotas: &KeyQuotas, plans: &Plans, key: &str) {
+    plans.set(key, "10/h");
+    assert_eq!(statuses(app, key, 8).await, [StatusCode::OK; 8], "{case}");
+    plans.set(key, "5/h");
+    quotas.invalidate(&Key::from(key));
+    let (status, r, retry) = send(app, key).await;
+    assert_eq!(
+        (status, r),
+        (StatusCode::TOO_MANY_REQUESTS, 0),
+        "{case}: lowered"
+    );
+    assert!(retry.is_some_and(|s| s > 0), "{case}: a Retry-After");
+    plans.set(key, "20/h");
+    quotas.invalidate(&Key::from(key));
+    let (status, r, _) = send(app, key).await;
+    assert_eq!(
+        (status, r),
+        (StatusCode::OK, 11),
+        "{case}: raised, 8 + 1 used of 20"
+    );
+}
