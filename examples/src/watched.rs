@@ -15,7 +15,8 @@
 //!   the times moved: a symlink re-pointed at an older file of the same
 //!   size is noticed by its identity and resolved path.
 //! - A change is read only once the stamp is the same on two polls in a
-//!   row (the writer has paused at least one poll), and read once; the
+//!   row, at least a poll's time apart (no write for that long), and read
+//!   once; the
 //!   stamp is taken again after the read, and a read that raced a write is
 //!   thrown away and looked at again on the next poll.
 //! - A file over [`MAX_FILE_BYTES`] is not read: one WARN, and it is not
@@ -38,7 +39,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher as _;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How often a watched path is looked at.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
@@ -174,9 +175,12 @@ pub struct Watched<T> {
     /// What the last change dealt with (put in force, refused, reported)
     /// looked like.
     settled: Option<Seen>,
-    /// What the last poll saw, when it differs from `settled`: a change
-    /// not yet stable.
-    pending: Option<Seen>,
+    /// What the last poll saw, when it differs from `settled`, and when
+    /// it was first seen: a change not yet stable.
+    pending: Option<(Seen, Instant)>,
+    /// How long a change must hold still: [`POLL_EVERY`] (shorter in
+    /// this module's tests).
+    stable_for: Duration,
 }
 
 impl<T> Watched<T> {
@@ -199,6 +203,7 @@ impl<T> Watched<T> {
             digest: None,
             settled: None,
             pending: None,
+            stable_for: POLL_EVERY,
         }
     }
 
@@ -259,10 +264,18 @@ impl<T> Watched<T> {
             self.pending = None;
             return;
         }
-        if self.pending.as_ref() != Some(&seen) {
+        match &self.pending {
+            // Unchanged for a poll's time: whole, unless its writer paused
+            // longer than that.
+            Some((pending, since)) if *pending == seen && since.elapsed() >= self.stable_for => {}
+            // Seen before, but a late poll came sooner than a poll's time
+            // after that look: wait for the next.
+            Some((pending, _)) if *pending == seen => return,
             // Changed since the last poll: wait until it holds still.
-            self.pending = Some(seen);
-            return;
+            _ => {
+                self.pending = Some((seen, Instant::now()));
+                return;
+            }
         }
         self.pending = None;
         let file = self.path.display().to_string();
@@ -293,7 +306,7 @@ impl<T> Watched<T> {
         let after = look(&self.path);
         if after != seen {
             // Written while read: what was read may be half of it.
-            self.pending = Some(after);
+            self.pending = Some((after, Instant::now()));
             return;
         }
         self.settled = Some(seen);
@@ -394,6 +407,17 @@ mod tests {
                 .collect()
         })
         .never_emptied(Vec::len)
+        .stable_for(STABLE)
+    }
+
+    /// How long a change must hold still in these tests.
+    const STABLE: Duration = Duration::from_millis(40);
+
+    impl<T> Watched<T> {
+        fn stable_for(mut self, stable: Duration) -> Self {
+            self.stable_for = stable;
+            self
+        }
     }
 
     /// Writes `text` to `path` in place, a moment after the last write: a
@@ -408,6 +432,7 @@ mod tests {
     fn polls(watched: &mut Watched<Vec<String>>, n: usize) -> Vec<Vec<String>> {
         let mut adopted = Vec::new();
         for _ in 0..n {
+            std::thread::sleep(STABLE);
             watched.poll(&mut |lines| {
                 adopted.push(lines);
                 Ok(())
@@ -435,6 +460,22 @@ mod tests {
         rewrite(&path, "c\n");
         assert!(polls(&mut watched, 1).is_empty(), "changed again");
         assert_eq!(polls(&mut watched, 1), [["c"]]);
+    }
+
+    /// Two looks that find the same stamp are not enough when they are
+    /// closer together than the time a change must hold still (a late
+    /// poll, then a prompt one).
+    #[test]
+    fn a_change_must_hold_still_for_its_time_not_just_two_polls() {
+        let dir = scratch();
+        let path = dir.join("f");
+        std::fs::write(&path, "a\n").unwrap();
+        let mut watched = lines(path.clone()).stable_for(Duration::from_secs(3600));
+        watched.load().unwrap();
+        rewrite(&path, "b\n");
+        assert!(polls(&mut watched, 5).is_empty());
+        watched.stable_for = Duration::ZERO;
+        assert_eq!(polls(&mut watched, 1), [["b"]]);
     }
 
     #[test]
