@@ -1047,8 +1047,9 @@ fn quota_flags_give_keys_their_own_quota_from_the_first_request() {
 }
 
 /// `--quota-file`: read at start over the `--quota` flags; a change
-/// applies to the key's next request within a second (`WATCH_EVERY` is
-/// 250 ms); a malformed file is reported and the last good plans kept; a
+/// applies to the key's next request within a second (the file is looked
+/// at every 250 ms, `watched::POLL_EVERY`, and read once it has held still
+/// for a poll); a malformed file is reported and the last good plans kept; a
 /// malformed file at start is a usage error (exit 2).
 #[test]
 fn a_quota_file_is_followed_and_a_bad_one_never_replaces_a_good_one() {

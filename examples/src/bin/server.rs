@@ -34,11 +34,11 @@
 //! --idle-timeout-ms N      default 60000: a connection that moves no byte for N ms is closed
 //! --max-connections N      default: the open-file limit less 64; at N, the connection waiting longest for a request head is closed for a new one
 //! --quota KEY=QUOTA        repeatable: a key's own quota (e.g. free=5/min, pro=100/min;5000/h, vip=unlimited) instead of the --limit flags
-//! --limits-file PATH       NAME=QUOTA lines (# comments) in place of --limit; read again within a second of changing, each key keeping its usage; a malformed file is reported and the last good one kept (at start: exit code 2)
-//! --allow KEY              repeatable: a key (as for --quota) that passes every limit uncounted
+//! --limits-file PATH       NAME=QUOTA lines (# comments) in place of --limit; read again within a second of changing (once whole, see below), each key keeping its usage; a malformed file is reported and the last good one kept (at start: exit code 2)
+//! --allow KEY              repeatable: a key (as for --quota) that passes every limit uncounted; a key no request can get is a usage error (exit code 2)
 //! --deny KEY               repeatable: a key refused with 403 whatever its budget (problem+json of type urn:tollgate:problem:key-denied)
-//! --access-file PATH       `allow KEY` / `deny KEY` lines (# comments) over --allow and --deny; read again within a second of changing; a malformed file is reported and the last good one kept (at start: exit code 2)
-//! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing; a malformed file is reported and the last good one kept
+//! --access-file PATH       `allow KEY` / `deny KEY` lines (# comments) over --allow and --deny; read again within a second of changing (once whole); a malformed or emptied file is reported and the last good one kept (at start: exit code 2)
+//! --quota-file PATH        KEY=QUOTA lines (# comments) over the --quota flags; read again within a second of changing (once whole); a malformed or emptied file, or a key named twice, is reported and the last good one kept (at start: exit code 2)
 //! --metrics-listen ADDR    serve the metrics as Prometheus text at http://ADDR/metrics; prints "metrics on http://ADDR/metrics" once it accepts connections
 //! ```
 //!
@@ -57,6 +57,33 @@
 //! - `--key header:NAME`: requests without the header (or with an empty or
 //!   oversized one) share one budget, so leaving it out is no way around the
 //!   limit.
+//! - Keys in `--allow`, `--deny`, `--quota` and the access and quota
+//!   files are read in the form the `--key` extractor gives requests
+//!   (`tollgate_examples::keys`): for `--key ip`, `::ffff:127.0.0.1` is
+//!   `127.0.0.1`, and an IPv6 address stands for its /64 (`2001:db8::1`
+//!   is `2001:db8::`, as every client of that /64 is counted); for
+//!   `--key global`, the only key is `global`. A key no request can get
+//!   is refused (exit code 2 at start; a WARN, the last good file kept,
+//!   in a change): not an address for `--key ip`, blank, a header value
+//!   over 256 bytes or one no header can carry, or `<no key>` (the key
+//!   requests without the header share). A key named twice in the
+//!   `--quota` flags or the quota file is refused as a limit named twice
+//!   is (two forms of one address are one key).
+//! - The three files are followed by one watcher
+//!   (`tollgate_examples::watched`): the path is looked at every 250 ms
+//!   (following symlinks, so a Kubernetes `..data` swap is seen, whatever
+//!   the new file's times); a change is read once it has held still for
+//!   a poll (a writer that pauses less than 250 ms mid-write is never
+//!   caught half-done), read once and checked again after the read, then
+//!   parsed off the request path and put in force in one step. A file
+//!   that does not parse, an access or quota file emptied of every entry
+//!   while it had some (`: > file`, or a rewrite caught between its
+//!   truncation and its write), or a file over 16 MiB (then not read
+//!   again until it changes) is refused with one WARN line, a bad line
+//!   quoted to its first 80 characters, and what is in force stays; to
+//!   drop every entry, restart with the file empty. To be safe from a
+//!   writer that pauses longer mid-write, write a new file and rename it
+//!   over the old one.
 //! - `--algorithm leaky-bucket` shapes: an admitted request may be held
 //!   until its slot, so one client sending one request at a time sees delays
 //!   rather than 429s; concurrent requests beyond the queue get 429.
@@ -373,7 +400,9 @@ struct Args {
     /// A key's own quota, e.g. free=5/min, pro=100/min;5000/h or
     /// vip=unlimited: its requests are limited by it instead of the
     /// --limit flags (its limits named after the first); repeat for
-    /// several. KEY is the --key's text: the header's value, the address.
+    /// several. KEY is the --key's text: the header's value, the address
+    /// (read as the extractor gives it: ::ffff:127.0.0.1 is 127.0.0.1); a
+    /// key no request can get, or named twice, is a usage error.
     #[arg(long = "quota", value_name = "KEY=QUOTA", value_parser = plans::parse_plan)]
     quotas: Vec<(String, QuotaAnswer)>,
 
@@ -397,15 +426,17 @@ struct Args {
 
     /// A file of `allow KEY` and `deny KEY` lines (`#` starts a comment
     /// line), over the --allow and --deny flags, read again within a
-    /// second of changing; a malformed file is reported and the last good
-    /// one kept (at start: exit code 2).
+    /// second of changing, once whole; a malformed file, or one emptied
+    /// of every entry, is reported and the last good one kept (at start:
+    /// exit code 2).
     #[arg(long, value_name = "PATH")]
     access_file: Option<std::path::PathBuf>,
 
     /// A file of KEY=QUOTA lines (`#` starts a comment line), over the
-    /// --quota flags; read again within a second of changing (a key whose
-    /// plan changed gets it from its next request); a malformed file is
-    /// reported and the last good one kept (at start: exit code 2).
+    /// --quota flags; read again within a second of changing, once whole
+    /// (a key whose plan changed gets it from its next request); a
+    /// malformed file, a key named twice, or a file emptied of every plan
+    /// is reported and the last good one kept (at start: exit code 2).
     #[arg(long, value_name = "PATH")]
     quota_file: Option<std::path::PathBuf>,
 
