@@ -254,8 +254,9 @@ impl<T> Watched<T> {
         ))
     }
 
-    /// Looks at the file once (a poll): when a change has been stable for
-    /// two polls, reads it once and hands its content to `adopt` unless it
+    /// Looks at the file once (a poll): when a change has held still for a
+    /// poll's time (the same stamp on two looks that far apart), reads it
+    /// once and hands its content to `adopt` unless it
     /// is refused; each refusal, and `adopt`'s error, is one WARN line
     /// (`adopt`'s success one INFO line). Blocking: file I/O and parsing.
     pub fn poll(&mut self, adopt: &mut impl FnMut(T) -> Result<(), String>) {
@@ -295,14 +296,7 @@ impl<T> Watched<T> {
             self.settled = Some(seen);
             return;
         }
-        let bytes = match read_bounded(&self.path) {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                // Most likely replaced under the read: looked at again.
-                tracing::debug!(%file, %error, "the {what} could not be read; looking again");
-                return;
-            }
-        };
+        let read = read_bounded(&self.path);
         let after = look(&self.path);
         if after != seen {
             // Written while read: what was read may be half of it.
@@ -310,6 +304,14 @@ impl<T> Watched<T> {
             return;
         }
         self.settled = Some(seen);
+        let bytes = match read {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                // Not a race with a writer (the stamp held): say so once.
+                tracing::warn!(%file, %error, "cannot read the {what}; keeping {kept}");
+                return;
+            }
+        };
         let digest = digest(&bytes);
         if self.digest == Some(digest) {
             return;
