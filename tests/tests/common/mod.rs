@@ -33,14 +33,14 @@ pub fn in_micros(d: Decision) -> Decision {
             nanos.div_ceil(1_000) * 1_000
         }
     };
-    DecisionFields {
+    Decision::from(DecisionFields {
         reset_after_nanos: up(d.reset_after_nanos()),
         retry_after_nanos: up(d.retry_after_nanos()),
         wait_nanos: up(d.wait_nanos()),
         replenish_after_nanos: up(d.replenish_after_nanos()),
         ..d.fields()
-    }
-    .into()
+    })
+    .with_over_limit(d.over_limit())
 }
 
 /// The login limiter of the late-answer tests: 3 wrong passwords a minute
