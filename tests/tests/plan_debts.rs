@@ -6,12 +6,11 @@
 
 use tollgate::MemoryStore;
 use tollgate_cas::{CasStore, MemoryBackend};
-use tollgate_local::{LocalFirst, LocalMode};
 use tollgate_postgres::PostgresBackend;
 use tollgate_tests::postgres::PostgresServer;
 
 mod plans_common;
-use plans_common::{AT_ONCE, Plans, app, debt_is_kept};
+use plans_common::{AT_ONCE, Plans, app, app_in_mode, debt_is_kept};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debt_survives_a_downgrade_and_an_upgrade_in_memory() {
@@ -50,19 +49,7 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade_on_postgres() {
             let cas = CasStore::builder(backend).build();
             let plans = Plans::default();
             let quotas = plans.quotas();
-            let app = match name {
-                "postgres" => app(cas, algorithm, &quotas),
-                "exact" => app(
-                    LocalFirst::builder(cas, LocalMode::Exact).build(),
-                    algorithm,
-                    &quotas,
-                ),
-                _ => app(
-                    LocalFirst::builder(cas, LocalMode::PERIODIC).build(),
-                    algorithm,
-                    &quotas,
-                ),
-            };
+            let app = app_in_mode(name, cas, algorithm, &quotas);
             let case = format!("{name} {algorithm}");
             let key = format!("debtor-{name}-{algorithm}");
             debt_is_kept(&case, &app, &quotas, &plans, &key).await;

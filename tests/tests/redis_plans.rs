@@ -18,7 +18,7 @@ use tollgate_tests::redis::RedisServer;
 use tower::ServiceExt;
 
 mod plans_common;
-use plans_common::{Plans, app, debt_is_kept, send, statuses};
+use plans_common::{Plans, app, app_in_mode, debt_is_kept, send, statuses};
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -258,19 +258,7 @@ async fn each_limit_of_a_plan_keeps_its_own_usage() {
         let plans = Plans::default();
         let quotas = plans.quotas();
         let redis = redis(&server, &clock, &format!("two-{name}")).await;
-        let app = match name {
-            "redis" => app(redis, Algorithm::Gcra, &quotas),
-            "exact" => app(
-                LocalFirst::builder(redis, LocalMode::Exact).build(),
-                Algorithm::Gcra,
-                &quotas,
-            ),
-            _ => app(
-                LocalFirst::builder(redis, LocalMode::PERIODIC).build(),
-                Algorithm::Gcra,
-                &quotas,
-            ),
-        };
+        let app = app_in_mode(name, redis, Algorithm::Gcra, &quotas);
         plans.set("two", "10/min;20/h");
         assert_eq!(
             statuses(&app, "two", 8).await,
@@ -317,19 +305,7 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade() {
             let plans = Plans::default();
             let quotas = plans.quotas();
             let redis = redis(&server, &clock, &format!("debt-{name}-{algorithm}")).await;
-            let app = match name {
-                "redis" => app(redis, algorithm, &quotas),
-                "exact" => app(
-                    LocalFirst::builder(redis, LocalMode::Exact).build(),
-                    algorithm,
-                    &quotas,
-                ),
-                _ => app(
-                    LocalFirst::builder(redis, LocalMode::PERIODIC).build(),
-                    algorithm,
-                    &quotas,
-                ),
-            };
+            let app = app_in_mode(name, redis, algorithm, &quotas);
             let case = format!("{name} {algorithm}");
             debt_is_kept(&case, &app, &quotas, &plans, "debtor").await;
         }

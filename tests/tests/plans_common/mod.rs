@@ -77,6 +77,31 @@ pub async fn statuses(app: &App, key: &str, n: usize) -> Vec<StatusCode> {
     out
 }
 
+/// `app` over `shared` as the test case `mode` names it: the shared
+/// store itself (any name but these two), or local-first over it,
+/// `"exact"` or `"periodic"`.
+pub fn app_in_mode<S: tollgate_local::SharedStore>(
+    mode: &str,
+    shared: S,
+    algorithm: Algorithm,
+    quotas: &KeyQuotas,
+) -> App {
+    use tollgate_local::{LocalFirst, LocalMode};
+    match mode {
+        "exact" => app(
+            LocalFirst::builder(shared, LocalMode::Exact).build(),
+            algorithm,
+            quotas,
+        ),
+        "periodic" => app(
+            LocalFirst::builder(shared, LocalMode::PERIODIC).build(),
+            algorithm,
+            quotas,
+        ),
+        _ => app(shared, algorithm, quotas),
+    }
+}
+
 /// The algorithms a layer decides at once (the leaky bucket holds its
 /// requests, so a burst of them waits: its carry is the core's, tested
 /// there and in `crates/tollgate/tests/carry.rs`).
