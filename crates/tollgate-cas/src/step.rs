@@ -92,15 +92,17 @@ pub(super) fn decide<E>(
         return Ok(reset(policy, stored, now));
     }
     let read = match stored {
-        Some(bytes) => Some(states_of(policy, name, bytes)?),
+        Some(bytes) => Some(states_of(policy, name, bytes, now)?),
         None => None,
     };
     let known = read.is_some();
-    let (before, books) = read.unwrap_or_else(|| (fresh(policy), Books::default()));
+    let (before, books, requoted) =
+        read.unwrap_or_else(|| (fresh(policy), Books::default(), false));
     let key = Key {
         policy,
         before: &before,
         books: &books,
+        requoted,
         now,
     };
     let mut states = before.clone();
@@ -108,8 +110,10 @@ pub(super) fn decide<E>(
         Op::Check(cost) => {
             let (merged, each) = policy.check_states(&mut states, now, *cost);
             if !merged.allowed() {
-                // A refusal charges nothing: nothing to write.
-                return Ok(Step::Answer(reply(PolicyDecision::new(each), now)));
+                // A refusal charges nothing: nothing to write, but for
+                // states read under other quotas, written under these
+                // from now on.
+                return Ok(key.settled(states, &books, PolicyDecision::new(each)));
             }
             let answer = PolicyDecision::new(each).charged(now);
             Ok(key.write_if_changed(&states, &books, rest_at(policy, now, &merged), answer))
@@ -159,7 +163,7 @@ fn reset(policy: &Policy, stored: Option<&Bytes>, now: u64) -> Step {
         return Step::Answer(reply(nothing(), now));
     };
     let sequences = value::decode(bytes)
-        .map(|(_, books)| books.sequences)
+        .map(|(_, books, _)| books.sequences)
         .unwrap_or_default();
     let (bytes, expires_at) = if sequences.is_empty() {
         (Bytes::new(), now)
@@ -169,7 +173,7 @@ fn reset(policy: &Policy, stored: Option<&Bytes>, now: u64) -> Step {
             ..Books::default()
         };
         let mut bytes = Vec::new();
-        value::encode(&fresh(policy), &books, &mut bytes);
+        value::encode(&fresh(policy), &books, quotas(policy), &mut bytes);
         (Bytes::from(bytes), share::books_rest(policy, &books))
     };
     Step::Write {
@@ -193,6 +197,9 @@ struct Key<'a> {
     policy: &'a Policy,
     before: &'a States,
     books: &'a Books,
+    /// Whether `before` was read from states written under other quotas
+    /// (and must be written under these, even unchanged).
+    requoted: bool,
     now: u64,
 }
 
@@ -217,11 +224,11 @@ impl Key<'_> {
         answer: PolicyDecision,
     ) -> Step {
         let answer = reply(answer, self.now);
-        if states == self.before && books == self.books {
+        if states == self.before && books == self.books && !self.requoted {
             return Step::Answer(answer);
         }
-        let mut bytes = Vec::with_capacity(8 + 12 * states.len());
-        value::encode(states, books, &mut bytes);
+        let mut bytes = Vec::with_capacity(8 + 36 * states.len());
+        value::encode(states, books, quotas(self.policy), &mut bytes);
         Step::Write {
             bytes: Bytes::from(bytes),
             expires_at: rest.max(share::books_rest(self.policy, books)),
@@ -230,25 +237,44 @@ impl Key<'_> {
     }
 }
 
-/// The key's states as `bytes` hold them, one per limit of `policy`, and
-/// the books beside them.
+/// The key's states as `bytes` hold them, one per limit of `policy`, read
+/// at `now` under the policy's quotas ([`Limiter::read_as`]: a state
+/// written under another quota, by a process configured otherwise, is
+/// the same usage under this one), the books beside them, and whether any
+/// state was written under another quota.
 fn states_of<E>(
     policy: &Policy,
     name: &Arc<str>,
     bytes: &[u8],
-) -> Result<(States, Books), CasError<E>> {
-    let (states, books) = value::decode(bytes).map_err(|error| CasError::Unreadable {
-        key: name.clone(),
-        error,
-    })?;
-    if states.len() != policy.limiters().len() {
+    now: u64,
+) -> Result<(States, Books, bool), CasError<E>> {
+    let (mut states, books, written_under) =
+        value::decode(bytes).map_err(|error| CasError::Unreadable {
+            key: name.clone(),
+            error,
+        })?;
+    let limiters = policy.limiters();
+    let counts = written_under.as_ref().map_or(states.len(), |q| q.len());
+    if states.len() != limiters.len() || counts != limiters.len() {
         return Err(CasError::Mismatched {
             key: name.clone(),
             states: states.len(),
-            limits: policy.limiters().len(),
+            limits: limiters.len(),
         });
     }
-    Ok((states, books))
+    let mut requoted = false;
+    for (index, quota) in written_under.iter().flatten().enumerate() {
+        if *quota != limiters[index].quota() {
+            states[index] = limiters[index].read_as(*quota, &states[index], now);
+            requoted = true;
+        }
+    }
+    Ok((states, books, requoted))
+}
+
+/// The quotas `policy`'s states are written under.
+fn quotas(policy: &Policy) -> impl ExactSizeIterator<Item = tollgate_core::Quota> + '_ {
+    policy.limiters().iter().map(Limiter::quota)
 }
 
 /// The states of a key never seen.

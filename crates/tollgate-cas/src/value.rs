@@ -2,7 +2,10 @@
 //! shared through the key, the bookkeeping kept beside them (what Redis
 //! keeps in keys of their own beside the states: see `share.lua`).
 //!
-//! Two forms, told apart by the first byte:
+//! What the store writes: [`WITH_QUOTAS`] (0xB2), the number of limits
+//! (`u32`), each limit's quota as it was written under (limit, period in
+//! ns, burst: three `u64`), then one of the two forms that came before
+//! it, told apart by their first byte:
 //!
 //! - `encode_states` alone (its version byte, 1): a key no local-first
 //!   store has touched, byte for byte what the store wrote before the
@@ -11,15 +14,27 @@
 //!   count up from 1), the states' length (`u32`, little-endian), the
 //!   states as `encode_states` writes them, then the [`Books`].
 //!
+//! A value in one of those two forms alone (written before the quotas
+//! were) still reads: its states are taken as written under the quotas
+//! of the policy that reads them, as that version read them.
+//!
 //! Every number of the books is a `u64`, little-endian; every list starts
 //! with its length as a `u32`. Bytes that do not read as one of the forms
 //! are an error, never a fresh key: a count lost would be admitted again.
 
 use smallvec::SmallVec;
-use tollgate_core::{State, StateBytesError, decode_states, encode_states};
+use std::time::Duration;
+use tollgate_core::{Quota, State, StateBytesError, decode_states, encode_states};
 
 /// A key's states, one per limit of its policy, in order.
 pub(super) type States = SmallVec<[State; 2]>;
+
+/// The quotas a key's states were written under, one per limit, in order.
+pub(super) type Quotas = SmallVec<[Quota; 2]>;
+
+/// The first byte of a value that says what quotas its states were
+/// written under.
+pub(super) const WITH_QUOTAS: u8 = 0xB2;
 
 /// The first byte of a value that carries [`Books`].
 pub(super) const WITH_BOOKS: u8 = 0xB1;
@@ -103,8 +118,23 @@ impl Books {
     }
 }
 
-/// The value for `states` and `books`.
-pub(super) fn encode(states: &[State], books: &Books, out: &mut Vec<u8>) {
+/// The value for `states` and `books`, written under `quotas`.
+pub(super) fn encode(
+    states: &[State],
+    books: &Books,
+    quotas: impl ExactSizeIterator<Item = Quota>,
+    out: &mut Vec<u8>,
+) {
+    out.push(WITH_QUOTAS);
+    put_len(out, quotas.len());
+    for quota in quotas {
+        put(out, &[quota.limit(), quota.period_nanos(), quota.burst()]);
+    }
+    encode_without_quotas(states, books, out);
+}
+
+/// The form a value had before it said its quotas.
+fn encode_without_quotas(states: &[State], books: &Books, out: &mut Vec<u8>) {
     if books.is_empty() {
         encode_states(states, out);
         return;
@@ -136,8 +166,35 @@ pub(super) fn encode(states: &[State], books: &Books, out: &mut Vec<u8>) {
     }
 }
 
-/// The states and books `bytes` hold, or why they hold neither form.
-pub(super) fn decode(bytes: &[u8]) -> Result<(States, Books), StateBytesError> {
+/// The states and books `bytes` hold, and the quotas they were written
+/// under (`None` for a value written before values said so), or why they
+/// hold none of the forms.
+pub(super) fn decode(bytes: &[u8]) -> Result<(States, Books, Option<Quotas>), StateBytesError> {
+    if bytes.first() != Some(&WITH_QUOTAS) {
+        let (states, books) = decode_without_quotas(bytes)?;
+        return Ok((states, books, None));
+    }
+    let mut input = Input { bytes, at: 1 };
+    let mut quotas = Quotas::new();
+    for _ in 0..input.count(24)? {
+        let at = input.at;
+        let [limit, period, burst] = input.words()?;
+        let quota = Quota::new(limit, Duration::from_nanos(period))
+            .and_then(|quota| quota.with_burst(burst))
+            .map_err(|_| StateBytesError::Malformed {
+                at,
+                what: "a quota no limit can have",
+            })?;
+        quotas.push(quota);
+    }
+    let rest = input.at;
+    let (states, books) =
+        decode_without_quotas(&bytes[rest..]).map_err(|error| shifted(error, rest))?;
+    Ok((states, books, Some(quotas)))
+}
+
+/// A value of the forms before [`WITH_QUOTAS`].
+fn decode_without_quotas(bytes: &[u8]) -> Result<(States, Books), StateBytesError> {
     if bytes.first() != Some(&WITH_BOOKS) {
         return Ok((decode_states(bytes)?, Books::default()));
     }
@@ -271,14 +328,46 @@ mod tests {
         SmallVec::from_vec(vec![State::Gcra(GcraState { tat: 42 })])
     }
 
+    fn quotas() -> Quotas {
+        SmallVec::from_vec(vec![Quota::per_minute(5).with_burst(7).unwrap()])
+    }
+
     #[test]
-    fn a_value_without_books_is_the_states_alone() {
+    fn a_value_says_its_quotas_before_the_states_alone() {
         let mut plain = Vec::new();
         encode_states(&states(), &mut plain);
         let mut value = Vec::new();
-        encode(&states(), &Books::default(), &mut value);
-        assert_eq!(value, plain);
-        assert_eq!(decode(&value).unwrap(), (states(), Books::default()));
+        encode(
+            &states(),
+            &Books::default(),
+            quotas().into_iter(),
+            &mut value,
+        );
+        assert_eq!(value[0], WITH_QUOTAS);
+        assert_eq!(&value[value.len() - plain.len()..], &plain[..]);
+        assert_eq!(
+            decode(&value).unwrap(),
+            (states(), Books::default(), Some(quotas()))
+        );
+        // A value written before quotas were: its states, no quotas.
+        assert_eq!(decode(&plain).unwrap(), (states(), Books::default(), None));
+    }
+
+    #[test]
+    fn a_quota_no_limit_can_have_is_an_error() {
+        let mut value = Vec::new();
+        encode(
+            &states(),
+            &Books::default(),
+            quotas().into_iter(),
+            &mut value,
+        );
+        // The limit (bytes 5 to 12) made 0.
+        value[5..13].copy_from_slice(&0u64.to_le_bytes());
+        assert!(matches!(
+            decode(&value),
+            Err(StateBytesError::Malformed { at: 5, .. })
+        ));
     }
 
     #[test]
@@ -311,9 +400,10 @@ mod tests {
             }],
         };
         let mut value = Vec::new();
-        encode(&states(), &books, &mut value);
-        assert_eq!(value[0], WITH_BOOKS);
-        assert_eq!(decode(&value).unwrap(), (states(), books));
+        encode(&states(), &books, quotas().into_iter(), &mut value);
+        assert_eq!(value[0], WITH_QUOTAS);
+        assert_eq!(value[5 + 24], WITH_BOOKS);
+        assert_eq!(decode(&value).unwrap(), (states(), books, Some(quotas())));
         for cut in 0..value.len() {
             assert!(decode(&value[..cut]).is_err(), "cut at {cut}");
         }

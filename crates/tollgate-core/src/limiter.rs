@@ -232,3 +232,33 @@ pub fn carried(from: &Limiter, state: &State, to: &Limiter, now: u64) -> State {
     }
     fresh
 }
+
+impl Limiter {
+    /// `state`, written under `written_under` (a stored state's quota, as a
+    /// store recorded it), read under this limiter's quota at `now` as the
+    /// same usage: [`carried`] from this limiter over `written_under` (its
+    /// options kept) to this one, the definition a plan change follows, so
+    /// that a process started with another quota reads a stored state as
+    /// a live change would have moved it, raised or lowered, debt included.
+    /// The state itself when the quotas are the same.
+    ///
+    /// ```
+    /// use tollgate_core::{Algorithm, Limiter, Quota};
+    ///
+    /// // 5 used of 5 a minute, read by a process started at 50 a minute.
+    /// let old = Limiter::new(Algorithm::Gcra, Quota::per_minute(5));
+    /// let mut state = old.new_state();
+    /// for _ in 0..5 {
+    ///     old.check(&mut state, 0, 1);
+    /// }
+    /// let new = Limiter::new(Algorithm::Gcra, Quota::per_minute(50));
+    /// let mut read = new.read_as(Quota::per_minute(5), &state, 0);
+    /// assert_eq!(new.check(&mut read, 0, 1).remaining(), 44);
+    /// ```
+    pub fn read_as(&self, written_under: Quota, state: &State, now: u64) -> State {
+        if written_under == self.quota() {
+            return state.clone();
+        }
+        carried(&self.with_quota(written_under), state, self, now)
+    }
+}

@@ -169,6 +169,15 @@ macro_rules! define_algorithms {
                 }
             }
 
+            /// This limiter over another quota, its algorithm and options
+            /// kept: what reads a state written under `quota`
+            /// ([`read_as`](Self::read_as)).
+            pub fn with_quota(&self, quota: Quota) -> Limiter {
+                match self {
+                    $(Limiter::$variant(a) => Limiter::$variant(a.with_quota(quota)),)+
+                }
+            }
+
             /// The most quota units a key can hold at once: the burst (the
             /// bucket's capacity) for GCRA and the token and leaky buckets,
             /// the limit for the window algorithms. [`Decision::remaining`]

@@ -104,6 +104,11 @@ impl RateAlgorithm for FixedWindow {
         Self::new(quota)
     }
 
+    /// No options: as [`new`](Self::new).
+    fn with_quota(&self, quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
     fn script(&self) -> ScriptCall {
         ScriptCall {
             script: "fixed_window",

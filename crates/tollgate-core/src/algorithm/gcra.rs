@@ -116,6 +116,11 @@ impl RateAlgorithm for Gcra {
         Self::new(quota)
     }
 
+    /// Delay mode kept.
+    fn with_quota(&self, quota: Quota) -> Self {
+        Self::new(quota).with_max_delay(Duration::from_nanos(self.max_delay))
+    }
+
     fn with_max_delay(self, max_delay: Duration) -> Self {
         Gcra::with_max_delay(self, max_delay)
     }

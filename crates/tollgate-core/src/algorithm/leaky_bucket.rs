@@ -129,6 +129,11 @@ impl RateAlgorithm for LeakyBucket {
         Self::new(quota)
     }
 
+    /// No options: as [`new`](Self::new).
+    fn with_quota(&self, quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
     fn rest_slack(&self) -> Duration {
         // Whole once the next request's wait is under one interval, but
         // the wait must be remembered until it has passed, to keep

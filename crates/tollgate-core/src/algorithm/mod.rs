@@ -128,6 +128,13 @@ pub trait RateAlgorithm {
     where
         Self: Sized;
 
+    /// This algorithm over another quota, its options kept (delay mode,
+    /// refill style, entry bound, sub-windows): what reads a state written
+    /// under `quota` ([`Limiter::read_as`](crate::Limiter::read_as)).
+    fn with_quota(&self, quota: Quota) -> Self
+    where
+        Self: Sized;
+
     /// Whether the algorithm counts requests in period-long windows (its
     /// capacity is the quota's limit, measured over the period) rather than
     /// holding a bucket (the burst, measured over the time an empty bucket

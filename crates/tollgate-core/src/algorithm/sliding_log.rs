@@ -249,6 +249,11 @@ impl RateAlgorithm for SlidingLog {
         Self::new(quota)
     }
 
+    /// The entry bound kept.
+    fn with_quota(&self, quota: Quota) -> Self {
+        Self::new(quota).with_max_entries(self.max_entries)
+    }
+
     fn script(&self) -> ScriptCall {
         ScriptCall {
             script: "sliding_log",

@@ -211,6 +211,11 @@ impl RateAlgorithm for SlidingWindow {
         Self::new(quota)
     }
 
+    /// No options: as [`new`](Self::new).
+    fn with_quota(&self, quota: Quota) -> Self {
+        Self::new(quota)
+    }
+
     fn script(&self) -> ScriptCall {
         ScriptCall {
             script: "sliding_window",

@@ -246,6 +246,12 @@ impl RateAlgorithm for SlidingWindowBuckets {
         Self::new(quota)
     }
 
+    /// The number of sub-windows kept (as asked for: fewer when the new
+    /// period is under that many µs).
+    fn with_quota(&self, quota: Quota) -> Self {
+        Self::cut(quota, u32::try_from(self.sub_windows).unwrap_or(u32::MAX))
+    }
+
     fn script(&self) -> ScriptCall {
         ScriptCall {
             script: "sliding_window_buckets",

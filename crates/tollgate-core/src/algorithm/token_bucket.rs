@@ -364,6 +364,10 @@ impl RateAlgorithm for IntervalTokenBucket {
         Self::new(quota)
     }
 
+    fn with_quota(&self, quota: Quota) -> Self {
+        IntervalTokenBucket(self.0.with_quota(quota))
+    }
+
     fn window(&self) -> Duration {
         self.0.window()
     }
@@ -408,6 +412,17 @@ impl RateAlgorithm for TokenBucket {
 
     fn from_quota(quota: Quota) -> Self {
         Self::new(quota)
+    }
+
+    /// The refill style and delay mode kept.
+    fn with_quota(&self, quota: Quota) -> Self {
+        let delay = self.max_delay / u128::from(self.scale.max(1));
+        let bucket = TokenBucket::new(quota).with_refill(self.refill);
+        match u64::try_from(delay) {
+            Ok(0) => bucket,
+            Ok(nanos) => bucket.with_max_delay(Duration::from_nanos(nanos)),
+            Err(_) => bucket.with_max_delay(Duration::MAX),
+        }
     }
 
     fn window(&self) -> Duration {
