@@ -311,3 +311,130 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade() {
         }
     }
 }
+
+/// A quota changed across a restart reads the stored usage as a live
+/// change carries it (issue 58): each "process" is a fresh layer over a
+/// fresh `RedisStore` on the same server, configured with another quota
+/// for the same limit. 8 used of 10 an hour, restarted at 5: refused;
+/// at 20: 10 left after the next request; and the issue's GCRA figures
+/// (10 used of 100/h restarted at 1,000/h: 989 left; at 5/h: refused for
+/// 4,320 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_another_quota_reads_the_same_usage() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000 * SECOND);
+    let start = async |algorithm, per_hour| {
+        let store = redis(&server, &clock, "restarts").await;
+        plans_common::process(store, algorithm, Quota::per_hour(per_hour))
+    };
+    plans_common::debt_survives_restarts("redis", start, "debtor").await;
+    plans_common::gcra_figures("redis", start, "tenant").await;
+}
+
+/// The values of a raw RESP reply (the harness's `command`): a simple
+/// string's text, a bulk string's value, an array's members.
+fn reply_values(reply: &str) -> Vec<String> {
+    reply
+        .split("\r\n")
+        .filter(|line| !line.is_empty() && !line.starts_with(['$', '*', ':']))
+        .map(|line| line.strip_prefix('+').unwrap_or(line).to_owned())
+        .collect()
+}
+
+/// A state written by the version before states said their quota (its
+/// parameters taken off the value as it is stored) still reads, as under
+/// the quota of the process that reads it, for every algorithm; its next
+/// write says the quota again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_written_before_states_said_their_quota_still_reads() {
+    use tollgate::{NamedLimit, Policy};
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000 * SECOND);
+    for algorithm in plans_common::AT_ONCE {
+        let store = redis(&server, &clock, "old-format").await;
+        let app = plans_common::process(store.clone(), algorithm, Quota::per_hour(10));
+        let key = format!("old-{algorithm}");
+        assert_eq!(statuses(&app, &key, 4).await, [StatusCode::OK; 4]);
+        let policy = Policy::new(vec![
+            NamedLimit::new("api", Quota::per_hour(10)).with_algorithm(algorithm),
+        ]);
+        let name = store.redis_keys(&policy, &Key::from(key.as_str()))[0].clone();
+        let says_its_quota = || {
+            let dump = match reply_values(&server.command(&["TYPE", &name]))[0].as_str() {
+                "string" => server.command(&["GET", &name]),
+                "hash" => server.command(&["HGETALL", &name]),
+                _ => server.command(&["ZRANGE", &name, "0", "0"]),
+            };
+            dump.contains('|') || dump.contains("\r\nq\r\n")
+        };
+        assert!(says_its_quota(), "{algorithm}: a state says its quota");
+        // The value as the version before wrote it.
+        match reply_values(&server.command(&["TYPE", &name]))[0].as_str() {
+            "string" => {
+                let value = reply_values(&server.command(&["GET", &name]))[0].clone();
+                let (old, _) = value.split_once('|').unwrap();
+                server.command(&["SET", &name, old, "KEEPTTL"]);
+            }
+            "hash" => {
+                server.command(&["HDEL", &name, "q"]);
+            }
+            _ => {
+                let head = server.command(&["ZRANGE", &name, "0", "0", "WITHSCORES"]);
+                let head = reply_values(&head);
+                let (old, _) = head[0].split_once('|').unwrap();
+                server.command(&["ZREM", &name, &head[0]]);
+                server.command(&["ZADD", &name, &head[1], old]);
+            }
+        }
+        assert!(!says_its_quota(), "{algorithm}: the old form");
+        let restarted = plans_common::process(
+            redis(&server, &clock, "old-format").await,
+            algorithm,
+            Quota::per_hour(10),
+        );
+        let (status, r, _) = send(&restarted, &key).await;
+        assert_eq!(
+            (status, r),
+            (StatusCode::OK, 5),
+            "{algorithm}: 5 used of 10"
+        );
+        assert!(says_its_quota(), "{algorithm}: said again once written");
+    }
+}
+
+/// What a local-first store wrote to Redis says its quota too: a process
+/// restarted with another quota, on the plain Redis store, reads it as
+/// the usage Redis held under the old one (what the old process
+/// reported or reserved), both modes, every algorithm local-first takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reads_what_a_local_first_store_wrote_under_its_quota() {
+    use tollgate::{NamedLimit, Policy};
+    let server = RedisServer::start();
+    for (name, mode) in [
+        ("exact", LocalMode::Exact),
+        ("periodic", LocalMode::PERIODIC),
+    ] {
+        for algorithm in plans_common::AT_ONCE {
+            if !algorithm.local_first() {
+                continue;
+            }
+            let clock = ManualClock::new(1_700_000_000 * SECOND);
+            let prefix = format!("lf-restart-{name}-{algorithm}");
+            let local = LocalFirst::builder(redis(&server, &clock, &prefix).await, mode).build();
+            let first = plans_common::process(local, algorithm, Quota::per_hour(10));
+            assert_eq!(statuses(&first, "k", 8).await, [StatusCode::OK; 8]);
+            drop(first);
+            // What Redis holds under the old quota, read under it.
+            let store = redis(&server, &clock, &prefix).await;
+            let old = Arc::new(Policy::new(vec![
+                NamedLimit::new("api", Quota::per_hour(10)).with_algorithm(algorithm),
+            ]));
+            let peek = store.peek(&old, &Key::from("k")).resolve().await.unwrap();
+            let used = 10 - peek.merged().remaining();
+            let restarted = plans_common::process(store, algorithm, Quota::per_hour(20));
+            let (status, r, _) = send(&restarted, "k").await;
+            let case = format!("{name} {algorithm}: {used} used of 10 read under 20");
+            assert_eq!((status, r), (StatusCode::OK, 20 - used - 1), "{case}");
+        }
+    }
+}

@@ -28,7 +28,7 @@ if deadline and now > deadline then
   return { now }
 end
 
-local limits, failure = load_limits(#KEYS, 4)
+local limits, failure = load_limits(#KEYS, 4, now)
 if not limits then
   return failure
 end

@@ -16,7 +16,7 @@ if not cost then
 end
 local now = time_now(ARGV[2])
 
-local limits, failure = load_limits(#KEYS, 3)
+local limits, failure = load_limits(#KEYS, 3, now)
 if not limits then
   return failure
 end

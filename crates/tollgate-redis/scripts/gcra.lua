@@ -2,6 +2,8 @@
 -- a bucket of `burst` tokens refilled one per interval).
 -- p = { interval, tolerance (= interval × burst), burst, max_delay }
 ALGORITHMS.gcra = {
+  -- A debt shows as how far the schedule is ahead (see `units_used`).
+  schedule = true,
   load = load_number,
 
   evaluate = function(tat, now, cost, p)

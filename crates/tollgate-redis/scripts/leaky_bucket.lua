@@ -2,6 +2,8 @@
 -- waiting. The state is the moment the bucket's next slot is free.
 -- p = { interval, tolerance (= (burst + 1) × interval − 1), burst }
 ALGORITHMS.leaky_bucket = {
+  -- A debt shows as how far the schedule is ahead (see `units_used`).
+  schedule = true,
   load = load_number,
 
   evaluate = function(next_free, now, cost, p)

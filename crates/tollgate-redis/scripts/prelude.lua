@@ -84,10 +84,62 @@ local function schedule(tat, now, increment, tolerance, delay)
   return allowed, finish, start - now, ahead_after, retry
 end
 
+-- A stored state says what it was written under: the four parameters of
+-- its limit, "p1,p2,p3,p4", after a '|' in a string state, in the field
+-- `q` of a hash, after a '|' in a sorted set's total member. A process
+-- configured with another quota reads it as the same usage (`read_as`
+-- below). A state without them was written by a version before this
+-- one: it is read under the parameters of the call that reads it, as
+-- that version read it, and says them from its next write.
+--
+-- WRITTEN[key]: the parameters the state loaded from `key` says (nil:
+-- none); WRITING[key]: those its writes record, the call's.
+local WRITTEN = {}
+local WRITING = {}
+
+local function params_text(p)
+  return int(p[1]) .. ',' .. int(p[2]) .. ',' .. int(p[3]) .. ',' .. int(p[4])
+end
+
+-- What a state's value says after its '|', or nil.
+local function params_of(text)
+  local a, b, c, d = string.match(text or '', '^(%d+),(%d+),(%d+),(%d+)$')
+  if not d then
+    return nil
+  end
+  return { tonumber(a), tonumber(b), tonumber(c), tonumber(d) }
+end
+
+-- A string state's value as stored: the state, then what it was written
+-- under.
+local function with_params(key, value)
+  local params = WRITING[key]
+  if params then
+    return value .. '|' .. params
+  end
+  return value
+end
+
+-- A string state's value read: the state alone, noting what it says it
+-- was written under.
+local function without_params(key, value)
+  local state, params = string.match(value, '^([^|]*)|(.*)$')
+  if not state then
+    WRITTEN[key] = nil
+    return value
+  end
+  WRITTEN[key] = params
+  return state
+end
+
 -- A state kept as one integer string (GCRA, leaky bucket).
 local function load_number(key)
   local value = redis.call('GET', key)
-  return (value and tonumber(value)) or 0
+  if not value then
+    WRITTEN[key] = nil
+    return 0
+  end
+  return tonumber(without_params(key, value)) or 0
 end
 
 -- A state kept as integers separated by spaces; a missing or unreadable
@@ -95,9 +147,10 @@ end
 local function load_numbers(key, pattern)
   local value = redis.call('GET', key)
   if not value then
+    WRITTEN[key] = nil
     return nil
   end
-  return { string.match(value, pattern) }
+  return { string.match(without_params(key, value), pattern) }
 end
 
 -- The longest expiry a script sets, in ms (about 142,000 years): far
@@ -150,7 +203,7 @@ local MAX_ARG = 9007199254740992
 local ANY_U64 = 18446744073709551616 -- 2^64
 
 local function store(key, value, ttl_ms)
-  redis.call('SET', key, value, 'PX', ttl(ttl_ms))
+  redis.call('SET', key, with_params(key, value), 'PX', ttl(ttl_ms))
 end
 
 -- Charges `limit` what its last evaluation admitted, keeping the key until
@@ -191,9 +244,6 @@ local function check_time(index)
   return true
 end
 
--- The first `n` limits, their arguments from ARGV[first] on (five each: the
--- algorithm's name, four parameters), each with its key and loaded state;
--- or nil and an error reply for an algorithm no file registered.
 -- ARGV[1], the cost, and ARGV[2], the test clock, as every script that
 -- charges takes them, checked: the cost, or nil and the error reply.
 local function cost_and_clock()
@@ -208,7 +258,42 @@ local function cost_and_clock()
   return cost
 end
 
-local function load_limits(n, first)
+-- The units a decision under `p` says are used, as tollgate-core's
+-- `used_of` reads them: the limit less what remains (below 0 for a
+-- window's debt), and for a schedule (GCRA, the leaky bucket) with nothing
+-- left, how far it is ahead at its rate (a debt), rounded up.
+local function units_used(algorithm, d, p)
+  local used = d[2] - d[3]
+  if algorithm.schedule and d[3] <= 0 then
+    used = max(used, div_ceil(d[4], p[1]))
+  end
+  return max(used, 0)
+end
+
+-- The state at `key`, written under `written`, as the same usage under
+-- `p` at `now` (tollgate-core's `Limiter::read_as`): the units it used
+-- under `written`, debit and all, charged to a fresh state of `p`, which
+-- is written at once (so the move is made once, and its units come back
+-- at `p`'s pace).
+local function read_as(algorithm, key, state, written, now, p)
+  local used = units_used(algorithm, algorithm.evaluate(state, now, 0, written), written)
+  redis.call('DEL', key)
+  local fresh = algorithm.load(key)
+  if used <= 0 then
+    return fresh
+  end
+  local decision, admission = algorithm.debit(fresh, now, used, p)
+  commit_limit({ algorithm = algorithm, key = key, p = p, decision = decision,
+    admission = admission }, now)
+  return algorithm.load(key)
+end
+
+-- The first `n` limits, their arguments from ARGV[first] on (five each: the
+-- algorithm's name, four parameters), each with its key and its state
+-- loaded, read at `now` under these parameters when it was written under
+-- others (`read_as`); or nil and an error reply for an algorithm no file
+-- registered.
+local function load_limits(n, first, now)
   local limits = {}
   for i = 1, n do
     local base = first + 5 * (i - 1)
@@ -229,7 +314,16 @@ local function load_limits(n, first)
       end
       p[j] = min(value, UNBOUNDED)
     end
-    limits[i] = { algorithm = algorithm, p = p, key = KEYS[i], state = algorithm.load(KEYS[i]) }
+    local key = KEYS[i]
+    WRITING[key] = params_text(p)
+    local state = algorithm.load(key)
+    -- Parameters that do not read (written by hand?) say nothing: the
+    -- state is read under the call's, as one that says none.
+    local written = WRITTEN[key] ~= WRITING[key] and params_of(WRITTEN[key])
+    if written then
+      state = read_as(algorithm, key, state, written, now, p)
+    end
+    limits[i] = { algorithm = algorithm, p = p, key = key, state = state }
   end
   return limits
 end
@@ -275,7 +369,7 @@ end
 -- brings a state nearer rest).
 local function restore(key, value)
   -- XX: a key that is gone stays gone (SET would make one without expiry).
-  redis.call('SET', key, value, 'KEEPTTL', 'XX')
+  redis.call('SET', key, with_params(key, value), 'KEEPTTL', 'XX')
 end
 
 -- For a refund: how much of a schedule's charge of `cost` µs, which left

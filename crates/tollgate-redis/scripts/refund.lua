@@ -35,7 +35,7 @@ end
 local now = time_now(ARGV[2])
 local at = charged_at or max(now - ago, 0)
 
-local limits, failure = load_limits(#KEYS, 5 + #KEYS)
+local limits, failure = load_limits(#KEYS, 5 + #KEYS, now)
 if not limits then
   return failure
 end

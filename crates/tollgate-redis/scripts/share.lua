@@ -107,7 +107,7 @@ local count = tonumber(ARGV[3])
 -- A sync's last key is the sequence numbers'; a reservation's or a
 -- refund's second half are the held units'.
 local n = (op == 'sync') and #KEYS - 2 or #KEYS / 2
-local limits, failure = load_limits(n, 11)
+local limits, failure = load_limits(n, 11, now)
 if not limits then
   return failure
 end

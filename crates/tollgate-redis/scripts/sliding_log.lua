@@ -1,7 +1,8 @@
 -- The sliding log: every admitted request's time and cost, in a sorted set
 -- of "at:cost" members scored by `at`, with the summed cost of the entries
--- and the newest entry's time in the member "total:NEWEST" (scored
--- -1 - total, so it sorts before every entry). A refused call reads one
+-- and the newest entry's time in the member "total:NEWEST|PARAMS" (scored
+-- -1 - total, so it sorts before every entry; PARAMS what it was written
+-- under, see WRITTEN). A refused call reads one
 -- range of the set, never the whole log: its cost grows with the logarithm
 -- of the log's length, not with the limit.
 -- Exact; beyond `max_entries` entries the oldest is merged into the next,
@@ -10,11 +11,12 @@
 
 local U32_MAX = 4294967295
 
--- The newest entry's time, if `member` is the total's member.
+-- The newest entry's time, if `member` is the total's member, and what it
+-- says the log was written under.
 local function log_total_newest(member)
-  local newest = string.match(member, '^total:(%d*)$')
+  local newest, params = string.match(member, '^total:(%d*)|?([%d,]*)$')
   if newest then
-    return tonumber(newest) or false
+    return tonumber(newest) or false, params ~= '' and params or nil
   end
   return nil
 end
@@ -37,16 +39,20 @@ local function log_entries(key, from, to)
   return entries
 end
 
--- Writes the total, and the newest entry's time if it changed.
+-- Writes the total, and the newest entry's time if it changed, with what
+-- the log is written under.
 local function log_set_total(log, newest)
-  if newest and newest ~= log.newest then
-    if log.member then
-      redis.call('ZREM', log.key, log.member)
-    end
-    log.member, log.newest = 'total:' .. int(newest), newest
+  if newest then
+    log.newest = newest
   end
-  log.member = log.member or 'total:'
-  redis.call('ZADD', log.key, -1 - log.total, log.member)
+  local params = WRITING[log.key]
+  local member = 'total:' .. (log.newest and int(log.newest) or '')
+    .. (params and ('|' .. params) or '')
+  if log.member and log.member ~= member then
+    redis.call('ZREM', log.key, log.member)
+  end
+  log.member = member
+  redis.call('ZADD', log.key, -1 - log.total, member)
 end
 
 -- The log's total, its member, the newest entry's time, and the oldest
@@ -54,11 +60,13 @@ end
 local function log_head(key, n)
   local log = { key = key, total = 0, head = {} }
   local reply = redis.call('ZRANGE', key, 0, n, 'WITHSCORES')
+  WRITTEN[key] = nil
   for i = 1, #reply, 2 do
-    local newest = log_total_newest(reply[i])
+    local newest, params = log_total_newest(reply[i])
     if newest ~= nil then
       log.total, log.member = -1 - tonumber(reply[i + 1]), reply[i]
       log.newest = newest or nil
+      WRITTEN[key] = params
     else
       local at, cost = log_entry(reply[i])
       log.head[#log.head + 1] = { member = reply[i], at = at, cost = cost }

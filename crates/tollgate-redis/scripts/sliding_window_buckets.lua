@@ -6,13 +6,17 @@
 -- (now / sub), value = the cost admitted in it. Only non-empty sub-windows
 -- of the last n + 1 are kept: at most n + 1 small fields.
 
--- The hash as { index = count }, and the newest index in it (nil if none).
+-- The hash as { index = count }, and the newest index in it (nil if none);
+-- its field `q`, what it was written under, noted (see WRITTEN).
 local function buckets_load(key)
   local reply = redis.call('HGETALL', key)
   local counts, newest = {}, nil
+  WRITTEN[key] = nil
   for i = 1, #reply, 2 do
     local index, count = tonumber(reply[i]), tonumber(reply[i + 1])
-    if index and count then
+    if reply[i] == 'q' then
+      WRITTEN[key] = reply[i + 1]
+    elseif index and count then
       counts[index] = count
       if not newest or index > newest then
         newest = index
@@ -115,6 +119,10 @@ ALGORITHMS.sliding_window_buckets = {
         redis.call('HDEL', key, unpack(gone))
       end
       redis.call('HINCRBY', key, int(admission.index), admission.cost)
+      if WRITTEN[key] ~= WRITING[key] then
+        redis.call('HSET', key, 'q', WRITING[key])
+        WRITTEN[key] = WRITING[key]
+      end
     end
     redis.call('PEXPIRE', key, ttl(ttl_ms))
   end,

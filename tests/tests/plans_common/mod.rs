@@ -140,3 +140,70 @@ pub async fn debt_is_kept(case: &str, app: &App, quotas: &KeyQuotas, plans: &Pla
         "{case}: raised, 8 + 1 used of 20"
     );
 }
+
+/// A process of the app: limit "api" at `quota` under `algorithm`, keyed
+/// by `x-api-key`, over `store`.
+pub fn process(store: impl Store, algorithm: Algorithm, quota: Quota) -> App {
+    behind(
+        RateLimitLayer::builder()
+            .quota("api", quota)
+            .algorithm(algorithm)
+            .key(HeaderKey::new("x-api-key"))
+            .store(store)
+            .build(),
+    )
+}
+
+/// 8 used of 10 an hour; restarted at 5 an hour: refused (3 past it);
+/// restarted at 20 an hour: 11 left after the next request. And a
+/// restart at the same quota changes nothing.
+/// `start(algorithm, per_hour)` starts a process over the store under
+/// test, the same storage each time. Every algorithm `supports` takes.
+pub async fn debt_survives_restarts(
+    case: &str,
+    start: impl AsyncFn(Algorithm, u64) -> App,
+    key: &str,
+) {
+    for algorithm in AT_ONCE {
+        let case = format!("{case} {algorithm}");
+        let key = format!("{key}-{algorithm}");
+        let first = start(algorithm, 10).await;
+        assert_eq!(
+            statuses(&first, &key, 8).await,
+            [StatusCode::OK; 8],
+            "{case}"
+        );
+        let again = start(algorithm, 10).await;
+        assert_eq!(send(&again, &key).await.1, 1, "{case}: same quota, 9 used");
+        let lowered = start(algorithm, 5).await;
+        let (status, r, retry) = send(&lowered, &key).await;
+        assert_eq!((status, r), (StatusCode::TOO_MANY_REQUESTS, 0), "{case}");
+        assert!(retry.is_some(), "{case}: a Retry-After");
+        let raised = start(algorithm, 20).await;
+        let (status, r, _) = send(&raised, &key).await;
+        assert_eq!(
+            (status, r),
+            (StatusCode::OK, 10),
+            "{case}: 9 + 1 used of 20"
+        );
+    }
+}
+
+/// The figures for GCRA: 10 used of 100 an hour, restarted at
+/// 1,000 an hour: 989 left after the next request; restarted at 5 an
+/// hour instead: refused for 4,320 s (10 used of 5: a unit back every
+/// 720 s, six of them before one fits), never an hour's block from a
+/// raised quota.
+pub async fn gcra_figures(case: &str, start: impl AsyncFn(Algorithm, u64) -> App, key: &str) {
+    let start = async |per_hour| start(Algorithm::Gcra, per_hour).await;
+    let first = start(100).await;
+    for name in ["up", "down"] {
+        let key = format!("{key}-{name}");
+        assert_eq!(statuses(&first, &key, 10).await, [StatusCode::OK; 10]);
+    }
+    let (status, r, _) = send(&start(1_000).await, &format!("{key}-up")).await;
+    assert_eq!((status, r), (StatusCode::OK, 989), "{case}: raised");
+    let (status, _, retry) = send(&start(5).await, &format!("{key}-down")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{case}: lowered");
+    assert_eq!(retry, Some(4_320), "{case}: lowered");
+}
