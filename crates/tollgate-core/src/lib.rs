@@ -35,7 +35,7 @@
 //! | [`FixedWindow`] | 16 bytes | up to `2 × limit` across a window boundary | exact per aligned window | one key, one string (window and count) |
 //! | [`SlidingLog`] | 16 bytes per admitted request (up to `limit`, at most 4,096 entries by default) | never over `limit` in any period | exact (below its entry bound) | one sorted set of up to `limit` entries (same bound) |
 //! | [`SlidingWindow`] | 24 bytes | approximates the log; ≤ `limit` per aligned window | estimate, assumes even spread | one key, one string (window and two counts) |
-//! | [`SlidingWindowBuckets`] | 24 bytes + 8 × (n + 1) on the heap (512 bytes at the default n = 60) | never over `limit` in any period | exact over the period rounded out to sub-window edges: refuses at most one sub-window's worth more than the log | one hash of up to `n + 1` small counters (616 B at 500/h, 60 sub-windows) |
+//! | [`SlidingWindowBuckets`] | 24 bytes + 8 × (n + 1) on the heap (512 bytes at the default n = 60) | never over `limit` in any period | exact over the period rounded out to sub-window edges: refuses at most one sub-window's worth more than the log | one hash of up to `n + 1` small counters (744 B at 500/h, 60 sub-windows) |
 //!
 //! - **GCRA** is the default: the smallest state, smooth admission, a
 //!   configurable burst. Pick it unless you have a reason not to.

@@ -127,13 +127,15 @@
 //!
 //! # Figures
 //!
-//! `MEMORY USAGE` per key (limit 100/min, key `user-000001`): GCRA 72 B,
-//! token and leaky bucket 88 B, fixed window 104 B, sliding window 104–120
-//! B, sliding log 152 B with one entry and 3,160 B with 100 (a sorted set:
+//! `MEMORY USAGE` per key (limit 100/min, key `user-000001`), each state
+//! with the parameters it was written under: GCRA 120 B (72 B without
+//! them), token and leaky bucket 136 B, fixed window 120–135 B, sliding
+//! window 136 B, sliding log 184 B with one entry and 3,160 B with 100 (a sorted set:
 //! about 30 B an entry while a key holds up to 128, more beyond; at most
 //! `SlidingLog::max_entries` entries, 4,096 by default); sliding window
 //! buckets, a hash of one small field per non-empty sub-window (at most
-//! `n + 1`): 616 B at 500/h with 60 sub-windows and all 61 fields in use,
+//! `n + 1`, and the field `q` of its parameters): 744 B at 500/h with 60
+//! sub-windows and all 61 counters in use,
 //! whatever the limit. A sliding-log call
 //! costs the server the same at limit 100 as at 5,000 (about 20 µs, 1.3–1.6×
 //! GCRA's script; the list it replaced read the whole log: 79 µs at 100,
