@@ -85,29 +85,36 @@ local function schedule(tat, now, increment, tolerance, delay)
 end
 
 -- A stored state says what it was written under: the four parameters of
--- its limit, "p1,p2,p3,p4", after a '|' in a string state, in the field
--- `q` of a hash, after a '|' in a sorted set's total member. A process
+-- its limit, "|p1,p2,p3,p4", after a string state, in the field `q` of a
+-- hash, after a sorted set's total member's time. A process
 -- configured with another quota reads it as the same usage (`read_as`
 -- below). A state without them was written by a version before this
 -- one: it is read under the parameters of the call that reads it, as
 -- that version read it, and says them from its next write.
 --
--- WRITTEN[key]: the parameters the state loaded from `key` says (nil:
--- none); WRITING[key]: those its writes record, the call's.
+-- WRITTEN[key]: the parameters the state loaded from `key` says, with
+-- the '|' before them (nil: none); WRITING[key]: those its writes record,
+-- the call's, in the same form.
 local WRITTEN = {}
 local WRITING = {}
 
-local function params_text(p)
-  return int(p[1]) .. ',' .. int(p[2]) .. ',' .. int(p[3]) .. ',' .. int(p[4])
+-- The parameters of the limit whose arguments start at ARGV[base], as
+-- its states say them: the Rust side's digits, joined (no formatting
+-- per call).
+local function params_text(base)
+  return '|' .. ARGV[base + 1] .. ',' .. ARGV[base + 2] .. ',' .. ARGV[base + 3] .. ','
+    .. ARGV[base + 4]
 end
 
--- What a state's value says after its '|', or nil.
+-- The parameters `text` ('|' and four numbers) says, as `load_limits`
+-- reads parameters (a larger one than UNBOUNDED read as UNBOUNDED), or nil.
 local function params_of(text)
-  local a, b, c, d = string.match(text or '', '^(%d+),(%d+),(%d+),(%d+)$')
+  local a, b, c, d = string.match(text or '', '^|(%d+),(%d+),(%d+),(%d+)$')
   if not d then
     return nil
   end
-  return { tonumber(a), tonumber(b), tonumber(c), tonumber(d) }
+  return { min(tonumber(a), UNBOUNDED), min(tonumber(b), UNBOUNDED),
+    min(tonumber(c), UNBOUNDED), min(tonumber(d), UNBOUNDED) }
 end
 
 -- A string state's value as stored: the state, then what it was written
@@ -115,7 +122,7 @@ end
 local function with_params(key, value)
   local params = WRITING[key]
   if params then
-    return value .. '|' .. params
+    return value .. params
   end
   return value
 end
@@ -123,13 +130,23 @@ end
 -- A string state's value read: the state alone, noting what it says it
 -- was written under.
 local function without_params(key, value)
-  local state, params = string.match(value, '^([^|]*)|(.*)$')
-  if not state then
+  -- The common case first, with no string made but the state's: the
+  -- value ends with the call's own parameters.
+  local own = WRITING[key]
+  if own then
+    local at = #value - #own + 1
+    if at > 1 and string.find(value, own, at, true) == at then
+      WRITTEN[key] = own
+      return string.sub(value, 1, at - 1)
+    end
+  end
+  local bar = string.find(value, '|', 1, true)
+  if not bar then
     WRITTEN[key] = nil
     return value
   end
-  WRITTEN[key] = params
-  return state
+  WRITTEN[key] = string.sub(value, bar)
+  return string.sub(value, 1, bar - 1)
 end
 
 -- A state kept as one integer string (GCRA, leaky bucket).
@@ -315,7 +332,7 @@ local function load_limits(n, first, now)
       p[j] = min(value, UNBOUNDED)
     end
     local key = KEYS[i]
-    WRITING[key] = params_text(p)
+    WRITING[key] = params_text(base)
     local state = algorithm.load(key)
     -- Parameters that do not read (written by hand?) say nothing: the
     -- state is read under the call's, as one that says none.

@@ -14,7 +14,7 @@ local U32_MAX = 4294967295
 -- The newest entry's time, if `member` is the total's member, and what it
 -- says the log was written under.
 local function log_total_newest(member)
-  local newest, params = string.match(member, '^total:(%d*)|?([%d,]*)$')
+  local newest, params = string.match(member, '^total:(%d*)(|?[%d,]*)$')
   if newest then
     return tonumber(newest) or false, params ~= '' and params or nil
   end
@@ -45,9 +45,7 @@ local function log_set_total(log, newest)
   if newest then
     log.newest = newest
   end
-  local params = WRITING[log.key]
-  local member = 'total:' .. (log.newest and int(log.newest) or '')
-    .. (params and ('|' .. params) or '')
+  local member = 'total:' .. (log.newest and int(log.newest) or '') .. (WRITING[log.key] or '')
   if log.member and log.member ~= member then
     redis.call('ZREM', log.key, log.member)
   end
