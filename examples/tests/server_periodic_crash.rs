@@ -51,7 +51,14 @@ fn a_killed_periodic_instance_costs_at_most_what_it_had_not_reported() {
     let redis = tollgate_tests::redis::RedisServer::start();
     let url = redis.url();
     let args = [
-        "--store", &url, "--local", "periodic=100", "--limit", PER, "--key", "global",
+        "--store",
+        &url,
+        "--local",
+        "periodic=100",
+        "--limit",
+        PER,
+        "--key",
+        "global",
     ];
     let mut doomed = Server::start(&args);
     let survivor = Server::start(&args);

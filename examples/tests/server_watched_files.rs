@@ -535,7 +535,11 @@ fn a_million_line_quota_file_loads_without_stalling_a_request() {
     while request(&server.addr, "/", &[("x-api-key", "marker")]).header("ratelimit-policy")
         != Some(policy)
     {
-        assert!(Instant::now() < deadline, "never loaded: {:#?}", server.logs());
+        assert!(
+            Instant::now() < deadline,
+            "never loaded: {:#?}",
+            server.logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(300));
