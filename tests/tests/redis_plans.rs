@@ -329,6 +329,8 @@ async fn a_restart_with_another_quota_reads_the_same_usage() {
     };
     plans_common::debt_survives_restarts("redis", start, "debtor").await;
     plans_common::gcra_figures("redis", start, "tenant").await;
+    let store = async |_| redis(&server, &clock, "restarts").await;
+    plans_common::leaky_bucket_survives_restarts("redis", store, "leaky").await;
 }
 
 /// The values of a raw RESP reply (the harness's `command`): a simple

@@ -113,7 +113,11 @@ pub(super) fn decide<E>(
                 // A refusal charges nothing: nothing to write, but for
                 // states read under other quotas, written under these
                 // from now on.
-                return Ok(key.settled(states, &books, PolicyDecision::new(each)));
+                let answer = PolicyDecision::new(each);
+                if requoted {
+                    return Ok(key.settled(states, &books, answer));
+                }
+                return Ok(Step::Answer(reply(answer, now)));
             }
             let answer = PolicyDecision::new(each).charged(now);
             Ok(key.write_if_changed(&states, &books, rest_at(policy, now, &merged), answer))

@@ -207,3 +207,36 @@ pub async fn gcra_figures(case: &str, start: impl AsyncFn(Algorithm, u64) -> App
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{case}: lowered");
     assert_eq!(retry, Some(4_320), "{case}: lowered");
 }
+
+/// The leaky bucket across restarts, on the store itself (a layer holds
+/// its requests until their slots): 8 admitted of 10 an hour, read by a
+/// store configured at 20 an hour, has 12 left (11 after the next
+/// request); at 5 an hour, nothing. `store(per_hour)` is a fresh store
+/// over the storage under test, and `policy(per_hour)` the limit as it
+/// configures it.
+pub async fn leaky_bucket_survives_restarts<S: Store>(
+    case: &str,
+    store: impl AsyncFn(u64) -> S,
+    key: &str,
+) {
+    let policy = |per_hour| {
+        Arc::new(tollgate::Policy::new(vec![
+            tollgate::NamedLimit::new("api", Quota::per_hour(per_hour))
+                .with_algorithm(Algorithm::LeakyBucket),
+        ]))
+    };
+    let key = Key::from(key);
+    let first = store(10).await;
+    for _ in 0..8 {
+        let decision = first.check(&policy(10), &key, 1).resolve().await.unwrap();
+        assert!(decision.merged().allowed(), "{case}");
+    }
+    let lowered = store(5).await;
+    let decision = lowered.check(&policy(5), &key, 1).resolve().await.unwrap();
+    assert!(!decision.merged().allowed(), "{case}: 8 used of 5");
+    let raised = store(20).await;
+    let decision = raised.check(&policy(20), &key, 1).resolve().await.unwrap();
+    let decision = decision.merged();
+    assert!(decision.allowed(), "{case}");
+    assert_eq!(decision.remaining(), 11, "{case}: 8 + 1 used of 20");
+}
