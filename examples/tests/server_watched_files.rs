@@ -34,6 +34,16 @@ fn scratch() -> PathBuf {
     dir
 }
 
+/// The playground keyed by `x-api-key`, 1,000 a minute by default, its
+/// plans followed from the quota file at `path`; `extra` flags after.
+fn quota_server(path: &Path, extra: &[&str]) -> Server {
+    let path = path.to_str().unwrap();
+    let mut args = vec!["--limit", "api=1000/min", "--key", "header:x-api-key"];
+    args.extend_from_slice(&["--quota-file", path]);
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
 /// As `printf … > path` with a slow shell: truncated (the same file, in
 /// place), then, after `pause`, written in one write.
 fn truncate_then_write(path: &Path, text: &str, pause: Duration) {
@@ -188,14 +198,7 @@ fn a_quota_file_emptied_or_caught_between_truncation_and_write_never_loses_a_pla
     let dir = scratch();
     let path = dir.join("quota.txt");
     std::fs::write(&path, "free=5/min\nmarker=100/min\n").unwrap();
-    let server = Server::start(&[
-        "--limit",
-        "api=1000/min",
-        "--key",
-        "header:x-api-key",
-        "--quota-file",
-        path.to_str().unwrap(),
-    ]);
+    let server = quota_server(&path, &[]);
     let hammer = Hammer::start(&server.addr, "free");
     for (round, pause) in PAUSES.iter().enumerate() {
         let marker = 101 + round;
@@ -329,14 +332,7 @@ fn a_data_symlink_swap_is_followed_even_to_an_older_file_of_the_same_size() {
     };
     symlink(version(1), dir.join("..data")).unwrap();
     symlink("..data/quota.txt", dir.join("quota.txt")).unwrap();
-    let server = Server::start(&[
-        "--limit",
-        "api=1000/min",
-        "--key",
-        "header:x-api-key",
-        "--quota-file",
-        dir.join("quota.txt").to_str().unwrap(),
-    ]);
+    let server = quota_server(&dir.join("quota.txt"), &[]);
     let hammer = Hammer::start(&server.addr, "free");
     for n in [2, 3, 2, 4] {
         let _ = std::fs::remove_file(dir.join("..data_tmp"));
@@ -363,14 +359,7 @@ fn a_quota_file_too_large_malformed_or_never_matching_is_refused_with_one_short_
     let dir = scratch();
     let path = dir.join("quota.txt");
     std::fs::write(&path, "free=5/min\n").unwrap();
-    let server = Server::start(&[
-        "--limit",
-        "api=1000/min",
-        "--key",
-        "header:x-api-key",
-        "--quota-file",
-        path.to_str().unwrap(),
-    ]);
+    let server = quota_server(&path, &[]);
     let free_policy = || {
         request(&server.addr, "/", &[("x-api-key", "free")])
             .header("ratelimit-policy")
@@ -496,16 +485,7 @@ fn a_million_line_quota_file_loads_without_stalling_a_request() {
     let dir = scratch();
     let path = dir.join("quota.txt");
     std::fs::write(&path, "free=1000/min\n").unwrap();
-    let server = Server::start(&[
-        "--limit",
-        "api=1000/min",
-        "--key",
-        "header:x-api-key",
-        "--store-timeout-ms",
-        "1000",
-        "--quota-file",
-        path.to_str().unwrap(),
-    ]);
+    let server = quota_server(&path, &["--store-timeout-ms", "1000"]);
     let stop = Arc::new(AtomicBool::new(false));
     let timer = {
         let (addr, stop) = (server.addr.clone(), stop.clone());

@@ -6,7 +6,6 @@
 
 use tollgate::MemoryStore;
 use tollgate_cas::{CasStore, MemoryBackend};
-use tollgate_postgres::PostgresBackend;
 use tollgate_tests::postgres::PostgresServer;
 
 mod plans_common;
@@ -40,12 +39,7 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade_on_postgres() {
             if name != "postgres" && !algorithm.local_first() {
                 continue;
             }
-            let backend = PostgresBackend::builder(server.url())
-                .create_schema(true)
-                .pool_size(2)
-                .connect()
-                .await
-                .unwrap();
+            let backend = plans_common::postgres_backend(&server).await;
             let cas = CasStore::builder(backend).build();
             let plans = Plans::default();
             let quotas = plans.quotas();

@@ -7,7 +7,6 @@
 
 use tollgate_cas::{CasBackend, CasStore, MemoryBackend};
 use tollgate_core::{Algorithm, Quota};
-use tollgate_postgres::PostgresBackend;
 use tollgate_tests::app::App;
 use tollgate_tests::postgres::PostgresServer;
 
@@ -38,12 +37,7 @@ async fn a_restart_with_another_quota_reads_the_same_usage_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_another_quota_reads_the_same_usage_on_postgres() {
     let server = PostgresServer::start();
-    let backend = PostgresBackend::builder(server.url())
-        .create_schema(true)
-        .pool_size(2)
-        .connect()
-        .await
-        .unwrap();
+    let backend = plans_common::postgres_backend(&server).await;
     debt_survives_restarts("postgres", over(&backend), "debtor").await;
     gcra_figures("postgres", over(&backend), "tenant").await;
 }

@@ -240,3 +240,15 @@ pub async fn leaky_bucket_survives_restarts<S: Store>(
     assert!(decision.allowed(), "{case}");
     assert_eq!(decision.remaining(), 11, "{case}: 8 + 1 used of 20");
 }
+
+/// A PostgreSQL backend on `server`, its schema made, a small pool.
+pub async fn postgres_backend(
+    server: &tollgate_tests::postgres::PostgresServer,
+) -> tollgate_postgres::PostgresBackend {
+    tollgate_postgres::PostgresBackend::builder(server.url())
+        .create_schema(true)
+        .pool_size(2)
+        .connect()
+        .await
+        .unwrap()
+}
