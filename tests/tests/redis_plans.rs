@@ -440,3 +440,26 @@ async fn a_restart_reads_what_a_local_first_store_wrote_under_its_quota() {
         }
     }
 }
+
+/// The same restarts on a Redis Cluster (three masters): the scripts that
+/// read a state under another quota run on the node of the key's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_another_quota_reads_the_same_usage_on_a_cluster() {
+    let cluster = tollgate_tests::redis::RedisCluster::start(3);
+    let clock = ManualClock::new(1_700_000_000 * SECOND);
+    let store = async || {
+        RedisStore::builder(cluster.url())
+            .prefix("restarts")
+            .test_clock(clock.clone())
+            .connect()
+            .await
+            .unwrap()
+    };
+    let start = async |algorithm, per_hour| {
+        plans_common::process(store().await, algorithm, Quota::per_hour(per_hour))
+    };
+    plans_common::debt_survives_restarts("cluster", start, "debtor").await;
+    plans_common::gcra_figures("cluster", start, "tenant").await;
+    let leaky = async |_| store().await;
+    plans_common::leaky_bucket_survives_restarts("cluster", leaky, "leaky").await;
+}
