@@ -423,22 +423,30 @@ mod tests {
             ) {
                 let (form, userinfo) = (FORMS[form], USERINFO[userinfo]);
                 let written = if encoded { percent_encoded(&password) } else { password.clone() };
-                // A password that the rest of the URL already shows (a
-                // digit of the address, `***`) proves nothing.
-                let skeleton = redacted(&url(form, userinfo, "PW"));
+                // A password that the rest of what is shown already holds
+                // (a digit of the address, `***`, `kind: Config` of an
+                // error's `Debug`) proves nothing.
+                let skeleton = shown(&url(form, userinfo, "PW")) + &shown("not a URL");
                 prop_assume!(!skeleton.contains(&password));
                 prop_assume!(!skeleton.contains(&percent_encoded(&password)));
-                let url = url(form, userinfo, &written);
-                hidden(&password, &redacted(&url))?;
-                if let Err(error) = check_url(&url) {
-                    hidden(&password, &format!("{error} {error:?}"))?;
-                }
-                // A password-shaped typo in the port is shown redacted too.
-                let broken = url.replacen(":7000", ":70x0", 1).replacen(":6390", ":63x0", 1);
-                if let Err(error) = check_url(&broken) {
-                    hidden(&password, &format!("{error} {error:?}"))?;
+                hidden(&password, &shown(&url(form, userinfo, &written)))?;
+            }
+        }
+
+        /// Everything a user may see of `url`: its redacted form, and the
+        /// errors (`Display` and `Debug`) of it and of it with a
+        /// password-shaped typo in the port.
+        fn shown(url: &str) -> String {
+            let broken = url
+                .replacen(":7000", ":70x0", 1)
+                .replacen(":6390", ":63x0", 1);
+            let mut text = redacted(url);
+            for url in [url, broken.as_str()] {
+                if let Err(error) = check_url(url) {
+                    text += &format!(" {error} {error:?}");
                 }
             }
+            text
         }
 
         /// Forms to connect with: nothing listens on ports 1 and 2.
@@ -461,27 +469,33 @@ mod tests {
                 encoded in any::<bool>(),
             ) {
                 let (form, userinfo) = (UNREACHABLE[form], USERINFO[userinfo]);
-                let skeleton = redacted(&url(form, userinfo, "PW"));
+                let skeleton = redacted(&url(form, userinfo, "PW"))
+                    + &connection_shown(&url(form, userinfo, "PW"))
+                    + &shown("not a URL");
                 prop_assume!(!skeleton.contains(&password));
                 prop_assume!(!skeleton.contains(&percent_encoded(&password)));
                 let written = if encoded { percent_encoded(&password) } else { password.clone() };
-                let url = url(form, userinfo, &written);
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let connected = runtime.block_on(
-                    crate::RedisStore::builder(url.clone())
-                        .connect_timeout(std::time::Duration::from_millis(300))
-                        .connect(),
-                );
-                let Err(error) = connected else {
-                    panic!("{} connected", redacted(&url));
-                };
-                hidden(&password, &format!("{error} {error:?}"))?;
-                let builder = format!("{:?}", crate::RedisStore::builder(url.clone()));
-                hidden(&password, &builder)?;
+                hidden(&password, &connection_shown(&url(form, userinfo, &written)))?;
             }
+        }
+
+        /// What a failed connection to `url` shows: its error (`Display`
+        /// and `Debug`) and the builder's `Debug`.
+        fn connection_shown(url: &str) -> String {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let connected = runtime.block_on(
+                crate::RedisStore::builder(url)
+                    .connect_timeout(std::time::Duration::from_millis(300))
+                    .connect(),
+            );
+            let Err(error) = connected else {
+                panic!("{} connected", redacted(url));
+            };
+            let builder = crate::RedisStore::builder(url);
+            format!("{error} {error:?} {builder:?}")
         }
     }
 }
