@@ -370,7 +370,9 @@ async fn store_failures_follow_the_configured_behaviour_within_the_timeout() {
             for status in expected {
                 let started = Instant::now();
                 assert_eq!(send(&mut service, Request::new(())).await.status(), status);
-                assert!(started.elapsed() < timeout + Duration::from_millis(50));
+                // A hanging store never answers: any bound shows the
+                // timeout fired; a wide one holds on a loaded machine.
+                assert!(started.elapsed() < timeout + Duration::from_secs(2));
             }
         }
     }
