@@ -122,3 +122,42 @@ fn a_malformed_limits_file_at_start_is_a_usage_error() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A limit dropped from the file and put back a moment later (a line
+/// deleted by mistake, a deploy in two steps) keeps its keys' usage for
+/// its period: 3 used of `burst=5/min`, the line gone for a request, then
+/// back: 2 more are admitted, not 5. On every store the playground names.
+#[test]
+fn a_limit_missing_for_a_moment_keeps_its_keys_usage() {
+    let redis = RedisServer::start();
+    let postgres = tollgate_tests::postgres::PostgresServer::start();
+    let (redis_url, postgres_url) = (redis.url(), postgres.url());
+    let stores = [
+        vec![],
+        vec!["--store", &redis_url],
+        vec!["--store", &redis_url, "--local", "exact"],
+        vec!["--store", &redis_url, "--local", "periodic=100"],
+        vec!["--store", &postgres_url],
+        vec!["--store", &postgres_url, "--local", "exact"],
+    ];
+    let both = "\"api\";q=1000;w=60, \"burst\";q=5;w=60";
+    for (n, store) in stores.iter().enumerate() {
+        let path = limits_file("api=1000/min\nburst=5/min\n");
+        let mut args = vec!["--limits-file", path.to_str().unwrap()];
+        args.extend_from_slice(&["--key", "header:x-api-key"]);
+        args.extend(store);
+        let server = Server::start(&args);
+        let key = format!("missing-{n}");
+        for _ in 0..3 {
+            assert_eq!(as_key(&server, &key).status, 200, "{store:?}");
+        }
+        rewrite(&path, "api=1000/min\n");
+        wait_for_policy(&server, "\"api\";q=1000;w=60");
+        assert_eq!(as_key(&server, &key).status, 200, "{store:?}");
+        rewrite(&path, "api=1000/min\nburst=5/min\n");
+        wait_for_policy(&server, both);
+        let statuses: Vec<u16> = (0..4).map(|_| as_key(&server, &key).status).collect();
+        assert_eq!(statuses, [200, 200, 429, 429], "{store:?}");
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -2,14 +2,17 @@
 //! Redis: the memory store, the compare-and-swap store over its in-memory
 //! backend and over PostgreSQL, and local-first over PostgreSQL in both
 //! modes (Redis: `redis_plans.rs`). 8 used of 10, lowered to 5, raised to
-//! 20 leaves 11 after the next request, for every algorithm each decides.
+//! 20 leaves 11 after the next request, for every algorithm each decides;
+//! a limit left out of a plan for a request and put back keeps its usage.
 
 use tollgate::MemoryStore;
 use tollgate_cas::{CasStore, MemoryBackend};
 use tollgate_tests::postgres::PostgresServer;
 
 mod plans_common;
-use plans_common::{AT_ONCE, Plans, app, app_in_mode, debt_is_kept};
+use plans_common::{
+    AT_ONCE, Plans, a_left_out_limit_keeps_its_usage, app, app_in_mode, debt_is_kept,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debt_survives_a_downgrade_and_an_upgrade_in_memory() {
@@ -27,6 +30,7 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade_in_memory() {
             };
             let case = format!("{name} {algorithm}");
             debt_is_kept(&case, &app, &quotas, &plans, "debtor").await;
+            a_left_out_limit_keeps_its_usage(&case, &app, &quotas, &plans, "left-out").await;
         }
     }
 }
@@ -47,6 +51,8 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade_on_postgres() {
             let case = format!("{name} {algorithm}");
             let key = format!("debtor-{name}-{algorithm}");
             debt_is_kept(&case, &app, &quotas, &plans, &key).await;
+            let key = format!("left-out-{name}-{algorithm}");
+            a_left_out_limit_keeps_its_usage(&case, &app, &quotas, &plans, &key).await;
         }
     }
 }
@@ -79,5 +85,41 @@ async fn a_debt_survives_live_limits_lowered_and_raised() {
         limits.set_quota("api", Quota::per_hour(20)).unwrap();
         let (status, r, _) = plans_common::send(&app, "debtor").await;
         assert_eq!((status, r), (StatusCode::OK, 11), "{case}: raised");
+    }
+}
+
+/// A limit left out of the live limits for a request and put back keeps
+/// each key's usage (what `--limits-file` drives when a line is deleted
+/// and restored): 3 used of `burst` 5 an hour, then 2 more admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_left_out_of_live_limits_keeps_its_usage() {
+    use http::StatusCode;
+    use tollgate::quotas::LiveLimits;
+    use tollgate::{HeaderKey, NamedLimit, RateLimitLayer};
+    use tollgate_core::Quota;
+
+    for algorithm in AT_ONCE {
+        let limits = LiveLimits::new();
+        let app = tollgate_tests::app::behind(
+            RateLimitLayer::builder()
+                .quota("api", Quota::per_hour(1000))
+                .quota("burst", Quota::per_hour(5))
+                .algorithm(algorithm)
+                .key(HeaderKey::new("x-api-key"))
+                .live_limits(limits.clone())
+                .build(),
+        );
+        let case = format!("live {algorithm}");
+        let both = limits.limits();
+        let ok = plans_common::statuses(&app, "user", 3).await;
+        assert_eq!(ok, [StatusCode::OK; 3], "{case}");
+        let api = vec![NamedLimit::new("api", Quota::per_hour(1000)).with_algorithm(algorithm)];
+        limits.set(api).unwrap();
+        let (status, r, _) = plans_common::send(&app, "user").await;
+        assert_eq!((status, r), (StatusCode::OK, 996), "{case}: left out");
+        limits.set(both).unwrap();
+        let expected = [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS];
+        let back = plans_common::statuses(&app, "user", 3).await;
+        assert_eq!(back, expected, "{case}: put back");
     }
 }

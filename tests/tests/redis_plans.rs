@@ -308,6 +308,10 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade() {
             let app = app_in_mode(name, redis, algorithm, &quotas);
             let case = format!("{name} {algorithm}");
             debt_is_kept(&case, &app, &quotas, &plans, "debtor").await;
+            plans_common::a_left_out_limit_keeps_its_usage(
+                &case, &app, &quotas, &plans, "left-out",
+            )
+            .await;
         }
     }
 }

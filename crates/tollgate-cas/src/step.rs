@@ -26,6 +26,10 @@ pub(super) enum Op {
     /// Units charged whatever the limits say, each limit its own (a debit:
     /// the same for each; a carried plan: what each used).
     Force(SmallVec<[u32; 2]>),
+    /// The side of a carry a key leaves (see `tollgate::store::Carried`):
+    /// each limit that moved made fresh (`None`), each that stays charged
+    /// its units.
+    Release(SmallVec<[Option<u32>; 2]>),
     /// The key forgotten.
     Reset,
     /// A local-first store's reservation, sync or give-back.
@@ -142,6 +146,17 @@ pub(super) fn decide<E>(
             for ((limiter, state), units) in limits.zip(units.iter()) {
                 if *units > 0 {
                     limiter.debit(state, now, *units);
+                }
+            }
+            Ok(key.settled(states, &books, nothing()))
+        }
+        Op::Release(kept) => {
+            let limits = policy.limiters().iter().zip(states.iter_mut());
+            for ((limiter, state), kept) in limits.zip(kept.iter()) {
+                match kept {
+                    None => *state = limiter.new_state(),
+                    Some(0) => {}
+                    Some(units) => limiter.debit(state, now, *units),
                 }
             }
             Ok(key.settled(states, &books, nothing()))

@@ -12,11 +12,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tollgate::__private::{carried_units, spawn_change};
+use tollgate::__private::spawn_change;
 use tollgate::Key;
 use tollgate::Policy;
 use tollgate::store::{
-    AdminError, AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyRefund, Store,
+    AdminError, AdminFuture, Capability, Carried, ChangeReply, Debit, Missing, PolicyRefund, Store,
     StoreReply,
 };
 use tollgate_internal::ChargeChange;
@@ -175,13 +175,20 @@ impl<B: CasBackend> CasStore<B> {
                 .resolve()
                 .await
                 .map_err(AdminError::store)?;
-            let carried = carried_units(&from, &peek, &to, unseen);
-            store.reset(&from, &key).await?;
-            let Some(units) = carried else {
+            let carried = Carried::read(&from, &peek, &to, unseen);
+            if carried.moves_all() {
+                store.reset(&from, &key).await?;
+            } else {
+                store
+                    .start(&from, &key, Op::Release(carried.from.clone()), None)
+                    .await
+                    .map_err(AdminError::store)?;
+            }
+            if !carried.charges() {
                 return Ok(());
-            };
+            }
             store
-                .start(&to, &key, Op::Force(units), None)
+                .start(&to, &key, Op::Force(carried.to), None)
                 .await
                 .map(drop)
                 .map_err(AdminError::store)
@@ -345,9 +352,10 @@ impl<B: CasBackend> Store for CasStore<B> {
         AdminFuture::new(async move { call.await.map(drop).map_err(AdminError::store) })
     }
 
-    /// As the memory store carries: each limit of `to` is charged what the
-    /// limit in its place in `from` used (`carried_units`; one value for
-    /// all of them), after `from`'s value is reset.
+    /// As the memory store carries ([`Carried`]): `from`'s value reset
+    /// (or, when some of its limits stay, those that moved made fresh in
+    /// one write), then each limit of `to` charged what its partner used,
+    /// in one write.
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
         self.carry_with(from, to, key, 0)
     }

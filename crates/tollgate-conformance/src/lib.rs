@@ -361,6 +361,8 @@ struct Play<'k, St> {
     context: String,
     /// The steps played so far.
     played: Vec<Step>,
+    /// The plan a limit was left out of by the last carry, to go back to.
+    left: Option<Arc<Policy>>,
     /// When the trace started, for the reference's clock on a real clock.
     started: Instant,
 }
@@ -386,6 +388,7 @@ impl<'k, St: Store> Play<'k, St> {
             refused: None,
             context: format!("seed {seed}, {algorithm}, quotas {}", quotas.join(" and ")),
             played: Vec::new(),
+            left: None,
             started: Instant::now(),
         }
     }
@@ -457,24 +460,38 @@ impl<'k, St: Store> Play<'k, St> {
     }
 
     /// Moves the key to another plan in both stores (`Store::carry`): the
-    /// same limits at other quotas. Later steps are decided under it, so
-    /// the usage each store carried is checked as every count is.
+    /// same limits at other quotas; or, for a plan of two limits, the
+    /// first alone (the second left out, its state kept where it is);
+    /// or back to the plan a limit was left out of. Later steps are
+    /// decided under it, so the usage each store carried (and kept) is
+    /// checked as every count is.
     async fn carry(&mut self, seed: u64) -> Result<(), Failure> {
         if !self.kit.carry {
             return Ok(());
         }
         let mut rng = Rng::new(seed);
-        let limits: Vec<NamedLimit> = self
-            .policy
-            .limits()
-            .iter()
-            .map(|limit| {
-                NamedLimit::new(limit.name(), trace::quota(&mut rng, self.timing))
-                    .with_algorithm(limit.limiter().algorithm())
-            })
-            .collect();
-        let to = Arc::new(Policy::for_plan(seed, limits));
+        let to = match self.left.take() {
+            Some(whole) => whole,
+            None if self.policy.limits().len() == 2 && rng.chance(50) => {
+                let first = self.policy.limits()[0].clone();
+                self.left = Some(self.policy.clone());
+                Arc::new(Policy::for_plan(seed, vec![first]))
+            }
+            None => {
+                let limits: Vec<NamedLimit> = self
+                    .policy
+                    .limits()
+                    .iter()
+                    .map(|limit| {
+                        NamedLimit::new(limit.name(), trace::quota(&mut rng, self.timing))
+                            .with_algorithm(limit.limiter().algorithm())
+                    })
+                    .collect();
+                Arc::new(Policy::for_plan(seed, limits))
+            }
+        };
         if to.plan() == self.policy.plan() || self.kit.store.supports(&to).is_err() {
+            self.left = None;
             return Ok(());
         }
         self.kit
@@ -766,6 +783,11 @@ impl<'k, St: Store> Play<'k, St> {
             return Ok(());
         }
         self.context.push_str(", after a reset");
+        // What a limit left out kept goes too: the store holds nothing of
+        // the trace's key after it.
+        if let Some(left) = self.left.take() {
+            let _ = self.kit.store.reset(&left, &self.key).await;
+        }
         match self.kit.store.reset(&self.policy, &self.key).await {
             Ok(()) => {}
             Err(tollgate::store::AdminError::Unsupported { .. }) => {

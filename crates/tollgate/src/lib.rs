@@ -131,7 +131,6 @@ pub use shadow::SHADOW_LOG_INTERVAL;
 pub mod __private {
     pub use crate::headers::{ceil_seconds, fields_for};
     pub use crate::shadow::ShadowLog;
-    pub use crate::store::carry::carried_units;
     pub use crate::store::carry_by_parts;
     pub use crate::store::charge::spawn_change;
     pub use crate::store::failure::report_failure;

@@ -141,6 +141,33 @@ pub async fn debt_is_kept(case: &str, app: &App, quotas: &KeyQuotas, plans: &Pla
     );
 }
 
+/// A limit left out of a key's plan for a moment keeps its usage (issue
+/// 58): 3 used of the plan's second limit (5 an hour); the plan without
+/// it for one request; back: 2 more admitted, then refused. `key` must be
+/// fresh on this app's store.
+pub async fn a_left_out_limit_keeps_its_usage(
+    case: &str,
+    app: &App,
+    quotas: &KeyQuotas,
+    plans: &Plans,
+    key: &str,
+) {
+    plans.set(key, "1000/h;5/h");
+    assert_eq!(statuses(app, key, 3).await, [StatusCode::OK; 3], "{case}");
+    plans.set(key, "1000/h");
+    quotas.invalidate(&Key::from(key));
+    let (status, r, _) = send(app, key).await;
+    assert_eq!((status, r), (StatusCode::OK, 996), "{case}: left out");
+    plans.set(key, "1000/h;5/h");
+    quotas.invalidate(&Key::from(key));
+    let expected = [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ];
+    assert_eq!(statuses(app, key, 3).await, expected, "{case}: put back");
+}
+
 /// A process of the app: limit "api" at `quota` under `algorithm`, keyed
 /// by `x-api-key`, over `store`.
 pub fn process(store: impl Store, algorithm: Algorithm, quota: Quota) -> App {

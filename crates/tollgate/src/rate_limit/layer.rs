@@ -524,8 +524,19 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 (matches, Policy::new(route.collect()))
             })
             .collect();
+        #[cfg(feature = "quotas")]
+        let live_default = config.live.is_some();
+        #[cfg(not(feature = "quotas"))]
+        let live_default = false;
         let default = match config.policy_seed {
             Some(seed) => Policy::with_seed(seed, limits.applied()),
+            // The identity live limits give these same limits when they
+            // are set again (`KeyQuotas::set_default_limits`): a limit left
+            // out and put back finds its keys' states under it.
+            None if live_default => {
+                let applied = limits.applied();
+                Policy::for_plan(crate::policy::plan_fingerprint(&applied), applied)
+            }
             None => limits.policy(),
         };
         let routes = Routes::new(default, routes);

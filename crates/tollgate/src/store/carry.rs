@@ -5,31 +5,84 @@ use super::decision::PolicyDecision;
 use crate::policy::Policy;
 use smallvec::SmallVec;
 
-/// The units each limit of `to` is charged when a key moves to it from
-/// `from`, whose peek answered `peek`: what the limit in its place in
-/// `from` used ([`tollgate_core::used_of`]: a debt included, for the
-/// algorithms that keep a schedule), plus `unseen` (units its caller
-/// counted that the store has not: a local-first store's unreported
-/// ones), never below 0, at most `u32::MAX`. A limit of `to` with none in
-/// its place in `from` is charged nothing. `None` when nothing is to be
-/// charged.
-pub fn carried_units(
-    from: &Policy,
-    peek: &PolicyDecision,
-    to: &Policy,
-    unseen: i64,
-) -> Option<SmallVec<[u32; 2]>> {
-    let used = |index: usize| -> u32 {
-        let (Some(limit), Some(limiter)) = (peek.each().get(index), from.limiters().get(index))
-        else {
-            return 0;
+/// What a key's move from `from` to `to` does to each limit's state: read
+/// once here for every store.
+///
+/// Limits are paired by name: a limit of `to` takes the usage of the
+/// limit of `from` with its name. The limits left without a partner by
+/// name are paired in order (a plan whose one limit was renamed, a
+/// per-key plan of other quotas, keeps its usage). A limit of `from` with
+/// no partner in `to` keeps its state where it is, for its period: a limit
+/// missing from a plan for a moment (a line deleted from a limits file and
+/// put back) finds its keys' usage when the plan that has it returns. A
+/// limit of `to` with no partner starts from its own state: whole, or
+/// what it kept when it was left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Carried {
+    /// For each limit of `to`, the units it is charged: what its partner
+    /// used ([`tollgate_core::used_of`]: a debt included, for the
+    /// algorithms that keep a schedule), plus the caller's unseen units,
+    /// never below 0, at most `u32::MAX`; 0 for a limit with no partner.
+    pub to: SmallVec<[u32; 2]>,
+    /// For each limit of `from`: `None` when it moved to `to` (its state is
+    /// reset), `Some(units)` when it stays where it is, charged `units`
+    /// more (the caller's unseen units, never below 0).
+    pub from: SmallVec<[Option<u32>; 2]>,
+}
+
+impl Carried {
+    /// Reads a move from `from`, whose peek answered `peek`, to `to`,
+    /// counting `unseen` units its caller admitted that the store has not
+    /// (a local-first store's unreported ones).
+    pub fn read(from: &Policy, peek: &PolicyDecision, to: &Policy, unseen: i64) -> Self {
+        let partners = partners(from, to);
+        let clamp = |units: i64| u32::try_from(units.max(0)).unwrap_or(u32::MAX);
+        let used = |index: usize| -> i64 {
+            let (Some(limit), Some(limiter)) = (peek.each().get(index), from.limiters().get(index))
+            else {
+                return 0;
+            };
+            i64::try_from(tollgate_core::used_of(limiter, limit)).unwrap_or(i64::MAX)
         };
-        let used = i64::try_from(tollgate_core::used_of(limiter, limit)).unwrap_or(i64::MAX);
-        let units = u64::try_from(used.saturating_add(unseen)).unwrap_or(0);
-        u32::try_from(units).unwrap_or(u32::MAX)
-    };
-    let units: SmallVec<[u32; 2]> = (0..to.limits().len()).map(used).collect();
-    units.iter().any(|units| *units > 0).then_some(units)
+        let to_units = partners
+            .iter()
+            .map(|partner| partner.map_or(0, |index| clamp(used(index).saturating_add(unseen))))
+            .collect();
+        let from_units = (0..from.limits().len())
+            .map(|index| (!partners.contains(&Some(index))).then(|| clamp(unseen)))
+            .collect();
+        Carried {
+            to: to_units,
+            from: from_units,
+        }
+    }
+
+    /// Whether every limit of `from` moved: `from` is reset whole.
+    pub fn moves_all(&self) -> bool {
+        self.from.iter().all(Option::is_none)
+    }
+
+    /// Whether any limit of `to` is charged.
+    pub fn charges(&self) -> bool {
+        self.to.iter().any(|units| *units > 0)
+    }
+}
+
+/// For each limit of `to`, the index of its partner in `from` (see
+/// [`Carried`]): by name, then the rest in order.
+fn partners(from: &Policy, to: &Policy) -> SmallVec<[Option<usize>; 2]> {
+    let index_in_from = |name: &str| from.limits().iter().position(|l| l.name() == name);
+    let mut partners: SmallVec<[Option<usize>; 2]> = to
+        .limits()
+        .iter()
+        .map(|limit| index_in_from(limit.name()))
+        .collect();
+    let named_in_to = |name: &str| to.limits().iter().any(|l| l.name() == name);
+    let mut unnamed = (0..from.limits().len()).filter(|i| !named_in_to(from.limits()[*i].name()));
+    for partner in partners.iter_mut().filter(|p| p.is_none()) {
+        *partner = unnamed.next();
+    }
+    partners
 }
 
 #[cfg(test)]
@@ -60,27 +113,51 @@ mod tests {
     }
 
     #[test]
-    fn each_limit_carries_what_the_limit_in_its_place_used() {
+    fn each_limit_carries_what_the_limit_of_its_name_used() {
         let from = policy(&[("hourly", 100), ("burst", 10)]);
-        let to = policy(&[("hourly", 200), ("burst", 20), ("extra", 5)]);
+        let to = policy(&[("extra", 5), ("burst", 20), ("hourly", 200)]);
         let read = peek(&from, &[94, 7]);
-        assert_eq!(
-            carried_units(&from, &read, &to, 0).as_deref(),
-            Some(&[6, 3, 0][..])
-        );
+        let carried = Carried::read(&from, &read, &to, 0);
+        assert_eq!(carried.to.as_slice(), &[0, 3, 6]);
+        assert!(carried.moves_all() && carried.charges());
         // Units the caller counted that the store has not: added to each,
         // never below 0.
         assert_eq!(
-            carried_units(&from, &read, &to, 2).as_deref(),
-            Some(&[8, 5, 0][..])
+            Carried::read(&from, &read, &to, 2).to.as_slice(),
+            &[0, 5, 8]
         );
         assert_eq!(
-            carried_units(&from, &read, &to, -4).as_deref(),
-            Some(&[2, 0, 0][..])
+            Carried::read(&from, &read, &to, -4).to.as_slice(),
+            &[0, 0, 2]
         );
         // Nothing used: nothing to charge.
-        assert_eq!(carried_units(&from, &peek(&from, &[100, 10]), &to, 0), None);
-        assert_eq!(carried_units(&from, &read, &to, -6), None);
+        assert!(!Carried::read(&from, &peek(&from, &[100, 10]), &to, 0).charges());
+        assert!(!Carried::read(&from, &read, &to, -6).charges());
+    }
+
+    #[test]
+    fn limits_without_a_partner_by_name_pair_in_order() {
+        let from = policy(&[("hourly", 100), ("burst", 10)]);
+        let to = policy(&[("per-hour", 200), ("per-minute", 20)]);
+        let carried = Carried::read(&from, &peek(&from, &[94, 7]), &to, 0);
+        assert_eq!(carried.to.as_slice(), &[6, 3]);
+        let to = policy(&[("burst", 20), ("daily", 1000)]);
+        let carried = Carried::read(&from, &peek(&from, &[94, 7]), &to, 0);
+        assert_eq!(carried.to.as_slice(), &[3, 6]);
+    }
+
+    #[test]
+    fn a_limit_left_out_keeps_its_state_and_the_unseen_units() {
+        let from = policy(&[("hourly", 100), ("burst", 10)]);
+        let to = policy(&[("hourly", 100)]);
+        let carried = Carried::read(&from, &peek(&from, &[94, 7]), &to, 2);
+        assert_eq!(carried.to.as_slice(), &[8]);
+        assert_eq!(carried.from.as_slice(), &[None, Some(2)]);
+        assert!(!carried.moves_all());
+        // Back: `burst` has no partner and starts from its own state.
+        let back = Carried::read(&to, &peek(&to, &[90]), &from, 0);
+        assert_eq!(back.to.as_slice(), &[10, 0]);
+        assert!(back.moves_all());
     }
 
     #[test]
@@ -88,8 +165,8 @@ mod tests {
         let from = policy(&[("hourly", 100)]);
         let read = peek(&from, &[100]);
         assert_eq!(
-            carried_units(&from, &read, &from, i64::MAX).as_deref(),
-            Some(&[u32::MAX][..])
+            Carried::read(&from, &read, &from, i64::MAX).to.as_slice(),
+            &[u32::MAX]
         );
     }
 }

@@ -28,7 +28,7 @@
 mod admin;
 mod branches;
 mod capability;
-pub(crate) mod carry;
+mod carry;
 pub(crate) mod charge;
 mod decision;
 pub(crate) mod failure;
@@ -41,6 +41,7 @@ mod wrappers;
 pub use admin::{AdminError, AdminFuture};
 pub use branches::{Branch, Branches};
 pub use capability::{Capability, Missing, short_type_name};
+pub use carry::Carried;
 pub use charge::{ChangeReply, Debit, PolicyRefund};
 pub use decision::PolicyDecision;
 pub use late::Watched;
@@ -260,48 +261,56 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Moves `key`'s usage from the plan `from` to the plan `to` (a key's
     /// quota changed: see the `quotas` module), the same on every
-    /// store and algorithm, as the core defines it
-    /// ([`tollgate_core::carried`]): the units the key has used under each
-    /// limit of `from` now (its limit less what remains, read by
-    /// [`peek`](Self::peek)) are still used under the limit in the same
-    /// place of `to`, charged at this moment as [`debit`](Self::debit)
-    /// charges, and `from`'s state is [`reset`](Self::reset). An upgrade
-    /// from 5 used of 5 a minute to 100 a minute leaves 95; a downgrade
-    /// below what was used refuses until the usage has come back at the new
-    /// quota's pace, with the `retry_after` the new quota gives. A limit of
-    /// `to` with none in its place in `from` starts whole. A debt beyond an
-    /// old limit (a downgrade below what was used, a debit) is carried too,
-    /// by every algorithm: the schedule algorithms' peek tells how far
-    /// ahead they are, a window algorithm's how far past its limit its
-    /// count is ([`Decision::over_limit`](tollgate_core::Decision::over_limit)),
-    /// so a downgrade then an upgrade keeps it: 8 used of 10, lowered to 5,
+    /// store and algorithm, read once for all of them ([`Carried`]): the
+    /// units the key has used under each limit of `from` now (its limit
+    /// less what remains, read by [`peek`](Self::peek)) are still used
+    /// under the limit of `to` with its name (limits left without a
+    /// partner by name pair in order), charged at this moment as
+    /// [`debit`](Self::debit) charges, and the moved limits' state is
+    /// [`reset`](Self::reset). An upgrade from 5 used of 5 a minute to 100
+    /// a minute leaves 95; a downgrade below what was used refuses until
+    /// the usage has come back at the new quota's pace, with the
+    /// `retry_after` the new quota gives. A debt beyond an old limit (a
+    /// downgrade below what was used, a debit) is carried too, by every
+    /// algorithm: the schedule algorithms' peek tells how far ahead they
+    /// are, a window algorithm's how far past its limit its count is
+    /// ([`Decision::over_limit`](tollgate_core::Decision::over_limit)), so a
+    /// downgrade then an upgrade keeps it: 8 used of 10, lowered to 5,
     /// raised to 20, has 12 left ([`tollgate_core::used_of`]).
     ///
-    /// Carried once: a second move finds `from` reset and carries nothing,
-    /// so instances that each see the change may each ask. A store whose
-    /// state is named apart per plan ([`Policy::plan`]) is what makes that
-    /// hold; the memory store's states are apart per policy already.
+    /// A limit of `from` that `to` lacks keeps its state where it is, for
+    /// its period, and a limit of `to` with no partner in `from` starts
+    /// from its own: a limit missing from a plan for a moment (`burst`
+    /// deleted from a limits file and put back) finds the usage it had
+    /// when its plan returns (3 used of 5 leaves 2).
+    ///
+    /// Carried once: a second move finds the moved limits reset and
+    /// carries nothing, so instances that each see the change may each
+    /// ask. A store whose state is named apart per plan ([`Policy::plan`])
+    /// is what makes that hold; the memory store's states are apart per
+    /// policy already.
     ///
     /// The default is written with `peek`, `reset` and `debit` (a plan of
-    /// several limits charged limit by limit, through
+    /// several limits reset and charged limit by limit, through
     /// [`Policy::limit_alone`]), right for every store that has them and
     /// names a key's state by limit, as the Redis stores do; a store that
     /// names it by policy (the memory store, the compare-and-swap store)
-    /// overrides it, debiting each limit's state in place; every store
-    /// reads what it carries the same way (`carried_units`).
+    /// overrides it, changing each limit's state in place; every store
+    /// reads what it carries the same way ([`Carried`]).
     /// Stores in front of another ([`StoreWrapper`]) forward it. The
-    /// conformance kit changes plans in its traces and holds the result
-    /// to the memory store's. A store without `reset` fails with
-    /// [`AdminError::Unsupported`] (nothing is carried, `from`'s state
-    /// stays where it was).
+    /// conformance kit changes plans in its traces (a limit left out and
+    /// put back too) and holds the result to the memory store's. A store
+    /// without `reset` fails with [`AdminError::Unsupported`] (nothing is
+    /// carried, `from`'s state stays where it was).
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
         carry_by_parts(self, from, to, key, 0)
     }
 }
 
 /// [`Store::carry`] from a store's `peek`, `reset` and `debit`: `from`'s
-/// usage read (see [`carried_units`](carry::carried_units), with `unseen` added), `from` reset,
-/// then each limit of `to` debited what it carries, limit by limit
+/// usage read ([`Carried`], with `unseen` added), the limits of `from`
+/// that moved reset (the others charged the unseen units), then each
+/// limit of `to` debited what it carries, limit by limit
 /// ([`Policy::limit_alone`]) for a plan of several limits. For the
 /// crates beside this one (local-first adds its unreported units), through
 /// `tollgate::__private`.
@@ -320,9 +329,25 @@ pub fn carry_by_parts<St: Store>(
             .resolve()
             .await
             .map_err(AdminError::store)?;
-        let units = carry::carried_units(&from, &peek, &to, unseen);
-        store.reset(&from, &key).await?;
-        for (index, units) in units.iter().flatten().enumerate() {
+        let carried = Carried::read(&from, &peek, &to, unseen);
+        if carried.moves_all() {
+            store.reset(&from, &key).await?;
+        }
+        for (index, kept) in carried.from.iter().enumerate() {
+            let Some(part) = (!carried.moves_all())
+                .then(|| from.limit_alone(index))
+                .flatten()
+            else {
+                continue;
+            };
+            let part = Arc::new(part);
+            match kept {
+                None => store.reset(&part, &key).await?,
+                Some(0) => {}
+                Some(units) => store.debit(&part, &key, Debit::new(*units)).landed().await,
+            }
+        }
+        for (index, units) in carried.to.iter().enumerate() {
             if *units == 0 {
                 continue;
             }

@@ -5,7 +5,7 @@ mod pinned;
 
 pub(crate) use pinned::PinnedKey;
 
-use super::carry::carried_units;
+use super::carry::Carried;
 use super::{ChangeReply, PolicyDecision, Store, StoreReply};
 use crate::key::Key;
 use crate::policy::PackedLimiter;
@@ -424,36 +424,65 @@ impl<C: Clock> MemoryStore<C> {
 
 impl<C: Clock> MemoryStore<C> {
     /// Moves `key`'s usage from `from` to `to` at once: what
-    /// [`Store::carry`] does. Each limit of `to` is charged what the limit
-    /// in its place in `from` used (`carried_units`, as every store reads
-    /// it); `from`'s state
-    /// is forgotten.
+    /// [`Store::carry`] does, read as every store reads it ([`Carried`]):
+    /// each limit of `to` is charged what its partner in `from` used; the
+    /// moved limits' states in `from` are made fresh (all of `from`
+    /// forgotten when all moved), the others kept for their period.
     pub fn carry_now(&self, from: &Policy, to: &Policy, key: &Key) {
-        let carried = carried_units(from, &self.peek_now(from, key), to, 0);
-        self.reset_now(from, key);
-        let Some(carried) = carried else {
-            return;
-        };
-        let units = |index: usize| carried.get(index).copied().unwrap_or(0);
+        let carried = Carried::read(from, &self.peek_now(from, key), to, 0);
+        if carried.moves_all() {
+            self.reset_now(from, key);
+        } else {
+            self.release(from, key, &carried.from);
+        }
+        if carried.charges() {
+            self.charge_each(to, key, &carried.to);
+        }
+    }
+
+    /// Makes fresh the states of `policy`'s limits that moved (`None` in
+    /// `kept`), keeping the others.
+    fn release(&self, policy: &Policy, key: &Key, kept: &[Option<u32>]) {
         let inner = &*self.inner;
         let now = inner.clock.now_relaxed();
-        let fingerprint = inner.fingerprint(to, key);
-        match to.packed() {
+        let fingerprint = inner.fingerprint(policy, key);
+        if policy.packed().is_some() {
+            // One limit, and it did not move: nothing to release.
+            return;
+        }
+        inner.with_slot(fingerprint, policy, now, |slot| {
+            let limits = policy.limiters().iter().zip(slot.states.iter_mut());
+            for ((limiter, state), kept) in limits.zip(kept) {
+                if kept.is_none() {
+                    *state = limiter.new_state();
+                }
+            }
+        });
+    }
+
+    /// Charges each limit of `policy` its own units, whatever the limits
+    /// say.
+    fn charge_each(&self, policy: &Policy, key: &Key, units: &[u32]) {
+        let units = |index: usize| units.get(index).copied().unwrap_or(0);
+        let inner = &*self.inner;
+        let now = inner.clock.now_relaxed();
+        let fingerprint = inner.fingerprint(policy, key);
+        match policy.packed() {
             Some(limiter) => inner.with_cell(fingerprint, now, |cell| {
                 limiter.debit(cell, now, units(0));
             }),
-            None => inner.with_slot(fingerprint, to, now, |slot| {
-                let limits = to.limiters().iter().zip(slot.states.iter_mut());
+            None => inner.with_slot(fingerprint, policy, now, |slot| {
+                let limits = policy.limiters().iter().zip(slot.states.iter_mut());
                 for (index, (limiter, state)) in limits.enumerate() {
                     if units(index) > 0 {
                         limiter.debit(state, now, units(index));
                     }
                 }
                 // Kept at least until the usage has come back.
-                let (rest, _) = to.check_states(&mut slot.states, now, 0);
+                let (rest, _) = policy.check_states(&mut slot.states, now, 0);
                 slot.rest_at = slot.rest_at.max(
                     now.saturating_add(rest.reset_after_nanos())
-                        .saturating_add(to.rest_slack_nanos()),
+                        .saturating_add(policy.rest_slack_nanos()),
                 );
             }),
         }
