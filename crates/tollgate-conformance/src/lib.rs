@@ -397,7 +397,14 @@ impl<'k, St: Store> Play<'k, St> {
     async fn run(&mut self, steps: usize, report: &mut Report) -> Result<usize, Failure> {
         let (period, limit) = self.shortest();
         for _ in 0..steps {
-            let step = trace::step(&mut self.rng, self.timing, period, limit);
+            // A limit left out comes back soon: its kept state is then
+            // checked by the steps after.
+            let step = match self.left.is_some() && self.rng.chance(25) {
+                true => Step::Carry {
+                    seed: self.rng.next(),
+                },
+                false => trace::step(&mut self.rng, self.timing, period, limit),
+            };
             let step = match step {
                 Step::LateCheck if !self.kit.late_checks => Step::Check(1),
                 step => step,
