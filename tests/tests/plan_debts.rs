@@ -118,7 +118,11 @@ async fn a_limit_left_out_of_live_limits_keeps_its_usage() {
         let (status, r, _) = plans_common::send(&app, "user").await;
         assert_eq!((status, r), (StatusCode::OK, 996), "{case}: left out");
         limits.set(both).unwrap();
-        let expected = [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS];
+        let expected = [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+        ];
         let back = plans_common::statuses(&app, "user", 3).await;
         assert_eq!(back, expected, "{case}: put back");
     }

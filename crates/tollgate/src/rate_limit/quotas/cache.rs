@@ -203,8 +203,10 @@ impl KeyQuotas {
     /// as they are (their names, algorithms and quotas), for a layer whose
     /// limits change while it runs ([`LiveLimits`](super::LiveLimits)):
     /// each key's next request is charged `limits`, its usage carried
-    /// limit by limit (by position), as for any plan change. An empty list
-    /// goes back to the layer's own limits.
+    /// limit by limit (by name), as for any plan change; a limit left out
+    /// keeps each key's usage for its period, found again when it is put
+    /// back ([`Store::carry`](crate::Store::carry)). An empty list goes
+    /// back to the layer's own limits.
     pub fn set_default_limits(&self, limits: Vec<NamedLimit>) {
         let defaults = (!limits.is_empty()).then(|| {
             let seed = crate::policy::plan_fingerprint(&limits);

@@ -75,11 +75,12 @@
 //! `Retry-After`). The same for every algorithm and store (tested for GCRA,
 //! the fixed window and the sliding window on the memory store, the Redis
 //! store and the local-first store in both modes; a plan of several quotas
-//! limit by limit, each carrying the usage of the limit in its place). A
-//! debt beyond an old limit is carried by the algorithms that keep a
-//! schedule (GCRA, the continuous token bucket, the leaky bucket: 110 used
-//! of 200 an hour, moved to 100 an hour and back, still 110 used), not by
-//! the window algorithms (at most the old limit). Not carried: a key
+//! limit by limit, each carrying the usage of the limit of its name, the
+//! rest in order). A limit the new plan lacks keeps the key's usage for
+//! its period, found again when a plan with it returns (3 used of 5, left
+//! out for a request and put back: 2 left). A debt beyond an old limit is
+//! carried by every algorithm (8 used of 10, lowered to 5, raised to 20:
+//! 11 left after the next request). Not carried: a key
 //! dropped from the cache (past
 //! `max_keys`) before its plan changed; requests charged under the old
 //! plan while the move runs (a round trip). Two instances that both see the change carry it once:
