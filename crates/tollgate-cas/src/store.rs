@@ -176,6 +176,20 @@ impl<B: CasBackend> CasStore<B> {
                 .await
                 .map_err(AdminError::store)?;
             let carried = Carried::read(&from, &peek, &to, unseen);
+            if store.one_value(&from, &to, &key) {
+                // The value says its quotas and reads as the same usage
+                // under `to`'s: only the unseen units are charged.
+                let unseen = u32::try_from(unseen.max(0)).unwrap_or(u32::MAX);
+                if unseen == 0 {
+                    return Ok(());
+                }
+                let units = to.limits().iter().map(|_| unseen).collect();
+                return store
+                    .start(&to, &key, Op::Force(units), None)
+                    .await
+                    .map(drop)
+                    .map_err(AdminError::store);
+            }
             if carried.moves_all() {
                 store.reset(&from, &key).await?;
             } else {
@@ -193,6 +207,22 @@ impl<B: CasBackend> CasStore<B> {
                 .map(drop)
                 .map_err(AdminError::store)
         })
+    }
+
+    /// Whether `from` and `to` keep `key`'s states in one value, each limit
+    /// of the same algorithm in both (a limit's quota changed, as live
+    /// limits change it): the value is then read under `to` as the same
+    /// usage, and moving it (read, reset, written) would say the same but
+    /// could lose it between two instances' moves.
+    fn one_value(&self, from: &Policy, to: &Policy, key: &Key) -> bool {
+        let algorithms = |policy: &Policy| -> Vec<tollgate_core::Algorithm> {
+            policy
+                .limits()
+                .iter()
+                .map(|l| l.limiter().algorithm())
+                .collect()
+        };
+        self.key_name(from, key) == self.key_name(to, key) && algorithms(from) == algorithms(to)
     }
 
     /// One call of `op` on `key`, answering the whole [`Reply`](super::step::Reply).

@@ -535,7 +535,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             // out and put back finds its keys' states under it.
             None if live_default => {
                 let applied = limits.applied();
-                Policy::for_plan(crate::policy::plan_fingerprint(&applied), applied)
+                Policy::with_seed(crate::policy::plan_fingerprint(&applied), applied)
             }
             None => limits.policy(),
         };

@@ -2,7 +2,7 @@
 //! ([`Store::carry`](super::Store::carry)), read once here for every store.
 
 use super::decision::PolicyDecision;
-use crate::policy::Policy;
+use crate::policy::{NamedLimit, Policy};
 use smallvec::SmallVec;
 
 /// What a key's move from `from` to `to` does to each limit's state: read
@@ -57,6 +57,35 @@ impl Carried {
         }
     }
 
+    /// The move in a store that names a limit's state by its name, its
+    /// algorithm's state and the plan ([`Policy::plan`]), as the Redis
+    /// store does, when only quotas changed: `from` and `to` have the same
+    /// limits (names and algorithms, in order) under the same plan, as
+    /// when live limits change a quota. Each limit is then one state
+    /// there, which says its quota and reads as the same usage under the
+    /// new one, as a restart reads it: it stays in place, charged only the
+    /// unseen units. Moving it (read, reset, charged) would say the same,
+    /// but two instances moving it at once could lose it between one's
+    /// reset and the other's charge. Any other move is left as it is.
+    pub fn in_place(mut self, from: &Policy, to: &Policy, unseen: i64) -> Self {
+        let alike = |a: &NamedLimit, b: &NamedLimit| {
+            a.name() == b.name() && a.limiter().algorithm() == b.limiter().algorithm()
+        };
+        let same_limits = from.limits().len() == to.limits().len()
+            && from
+                .limits()
+                .iter()
+                .zip(to.limits())
+                .all(|(a, b)| alike(a, b));
+        if from.plan() != to.plan() || !same_limits {
+            return self;
+        }
+        let unseen = u32::try_from(unseen.max(0)).unwrap_or(u32::MAX);
+        self.to.iter_mut().for_each(|units| *units = unseen);
+        self.from.iter_mut().for_each(|kept| *kept = Some(0));
+        self
+    }
+
     /// Whether every limit of `from` moved: `from` is reset whole.
     pub fn moves_all(&self) -> bool {
         self.from.iter().all(Option::is_none)
@@ -88,7 +117,7 @@ fn partners(from: &Policy, to: &Policy) -> SmallVec<[Option<usize>; 2]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::NamedLimit;
+    use std::sync::Arc;
     use tollgate_core::{Decision, DecisionFields, Quota};
 
     fn policy(limits: &[(&str, u64)]) -> Policy {
@@ -158,6 +187,25 @@ mod tests {
         let back = Carried::read(&to, &peek(&to, &[90]), &from, 0);
         assert_eq!(back.to.as_slice(), &[10, 0]);
         assert!(back.moves_all());
+    }
+
+    #[test]
+    fn states_whose_quotas_alone_changed_stay_in_place() {
+        let from = policy(&[("hourly", 100), ("burst", 10)]);
+        let to = policy(&[("hourly", 200), ("burst", 20)]);
+        let carried = Carried::read(&from, &peek(&from, &[94, 7]), &to, 2);
+        let in_place = carried.clone().in_place(&from, &to, 2);
+        assert_eq!(in_place.to.as_slice(), &[2, 2]);
+        assert_eq!(in_place.from.as_slice(), &[Some(0), Some(0)]);
+        // A limit left out: moved as any other change.
+        let fewer = policy(&[("hourly", 200)]);
+        let carried = Carried::read(&from, &peek(&from, &[94, 7]), &fewer, 2);
+        assert_eq!(carried.clone().in_place(&from, &fewer, 2), carried);
+        // Other plans: other states, moved.
+        let planned = Arc::new(Policy::for_plan(7, to.limits().to_vec()));
+        let moved = Carried::read(&from, &peek(&from, &[94, 7]), &planned, 2);
+        assert_eq!(moved.clone().in_place(&from, &planned, 2), moved);
+        assert_eq!(moved.to.as_slice(), &[8, 5]);
     }
 
     #[test]

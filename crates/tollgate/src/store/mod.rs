@@ -308,9 +308,10 @@ pub trait Store: Clone + Send + Sync + 'static {
 }
 
 /// [`Store::carry`] from a store's `peek`, `reset` and `debit`: `from`'s
-/// usage read ([`Carried`], with `unseen` added), the limits of `from`
-/// that moved reset (the others charged the unseen units), then each
-/// limit of `to` debited what it carries, limit by limit
+/// usage read ([`Carried`], with `unseen` added; a limit whose state is
+/// the same under both plans stays in place, [`Carried::in_place`]), the
+/// limits of `from` that moved reset (the others charged the unseen
+/// units), then each limit of `to` debited what it carries, limit by limit
 /// ([`Policy::limit_alone`]) for a plan of several limits. For the
 /// crates beside this one (local-first adds its unreported units), through
 /// `tollgate::__private`.
@@ -329,7 +330,7 @@ pub fn carry_by_parts<St: Store>(
             .resolve()
             .await
             .map_err(AdminError::store)?;
-        let carried = Carried::read(&from, &peek, &to, unseen);
+        let carried = Carried::read(&from, &peek, &to, unseen).in_place(&from, &to, unseen);
         if carried.moves_all() {
             store.reset(&from, &key).await?;
         }

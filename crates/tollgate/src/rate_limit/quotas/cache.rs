@@ -207,10 +207,17 @@ impl KeyQuotas {
     /// keeps each key's usage for its period, found again when it is put
     /// back ([`Store::carry`](crate::Store::carry)). An empty list goes
     /// back to the layer's own limits.
+    ///
+    /// The limits' policy is no [plan](Policy::plan): a store that names
+    /// a limit's state by its name (Redis, the compare-and-swap store)
+    /// keeps one state per limit name and key whatever its quota, and
+    /// each state says the quota it was written under, so a process
+    /// started with other limits (a limits file changed while no instance
+    /// ran) reads each key's usage as this change carries it.
     pub fn set_default_limits(&self, limits: Vec<NamedLimit>) {
         let defaults = (!limits.is_empty()).then(|| {
             let seed = crate::policy::plan_fingerprint(&limits);
-            Defaults::Limits(Arc::new(Entry::new(Policy::for_plan(seed, limits))))
+            Defaults::Limits(Arc::new(Entry::new(Policy::with_seed(seed, limits))))
         });
         self.set_defaults(defaults);
     }
