@@ -186,3 +186,50 @@ fn plan_flips_carry_usage_exactly_on_every_store() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// A key's plan changed in the quota file while no server ran: the next
+/// server reads the key's usage under its new plan as a live change
+/// carries it (8 used of 10 an hour; restarted at 20: 11 left after the
+/// next request; at 5: refused), on the shared stores.
+#[test]
+fn a_plan_changed_across_a_restart_keeps_the_keys_usage() {
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let postgres = tollgate_tests::postgres::PostgresServer::start();
+    let (redis_url, postgres_url) = (redis.url(), postgres.url());
+    let stores = [
+        vec!["--store", &redis_url],
+        vec!["--store", &redis_url, "--local", "exact"],
+        vec!["--store", &redis_url, "--local", "periodic=100"],
+        vec!["--store", &postgres_url],
+    ];
+    let dir = std::env::temp_dir().join(format!("tollgate-restarts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (n, store) in stores.iter().enumerate() {
+        let key = format!("restarted-{n}");
+        let file = dir.join(format!("{n}.txt"));
+        let start = |plan: &str| {
+            std::fs::write(&file, format!("{key}={plan}\n")).unwrap();
+            let mut args = vec!["--quota-file", file.to_str().unwrap()];
+            args.extend_from_slice(&["--key", "header:x-api-key"]);
+            args.extend(store);
+            Server::start(&args)
+        };
+        let server = start("10/h");
+        for _ in 0..8 {
+            assert_eq!(get(&server, &key).status, 200, "{store:?}");
+        }
+        // Periodic mode reports every 100 ms: stopped after a report.
+        std::thread::sleep(Duration::from_millis(300));
+        drop(server);
+        let server = start("20/h");
+        let admitted = get(&server, &key);
+        assert_eq!(admitted.status, 200, "{store:?}");
+        assert_eq!(remaining(&admitted), 11, "{store:?}: 9 used of 20");
+        std::thread::sleep(Duration::from_millis(300));
+        drop(server);
+        let server = start("5/h");
+        assert_eq!(get(&server, &key).status, 429, "{store:?}: 9 used of 5");
+        drop(server);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -496,7 +496,9 @@ impl<S: SharedStore> Inner<S> {
     /// reservation that lands after a reset would leave its grant charged
     /// in Redis, and a sync its report. Then returns what it holds to
     /// Redis's count: periodic mode, what it admitted and did not report
-    /// yet (a positive count, for the caller to add); exact mode, the
+    /// yet, reported now with its share given back (`periodic::depart`;
+    /// what that call could not report is returned, a positive count for
+    /// the caller to add); exact mode, the
     /// units it was granted and no request spent, given back in Redis
     /// (`share.lua`'s refund, naming its last recorded reservation, as far as
     /// Redis still counts them: a held count past its hold, or a bucket
@@ -522,7 +524,11 @@ impl<S: SharedStore> Inner<S> {
             Slots::Periodic(table) => {
                 let slot = table.remove(policy.id(), key);
                 call_ended(slot.clone()).await;
-                Ok(slot.map_or(0, |slot| slot.unreported().min(i64::MAX as u64) as i64))
+                let Some(slot) = slot else {
+                    return Ok(0);
+                };
+                let unseen = periodic::depart(self, &slot).await;
+                Ok(unseen.min(i64::MAX as u64) as i64)
             }
         }
     }

@@ -348,6 +348,44 @@ impl Counts {
     }
 }
 
+/// The last report of a slot taken out (its key's plan changed): what it
+/// admitted and has not reported is charged, and its share is given back
+/// (a sync that wants nothing and holds nothing), so that it does not
+/// count against the slots after it until it lapses: a plan put back, or
+/// another plan of the same limits, shares the key's records. Answers
+/// the units this call did not report (admitted after a report whose
+/// answer did not come, or all of them if the call failed), which the
+/// carry charges itself: a count is never lost, at worst counted twice.
+pub(crate) async fn depart<S: SharedStore>(inner: &Shared<S>, slot: &PeriodicSlot) -> u64 {
+    let (spent, sequence, rest) = {
+        let mut counts = slot.lock();
+        let rest = std::mem::take(&mut counts.pending);
+        match counts.unconfirmed.take() {
+            Some((sequence, units)) => (units, sequence, rest),
+            None if rest > 0 => {
+                let sequence = inner.reports.fetch_add(1, Ordering::Relaxed) + 1;
+                (rest, sequence, 0)
+            }
+            None => (0, 0, 0),
+        }
+    };
+    let op = ShareOp::Sync {
+        spent,
+        instance: holder(inner.instance, slot.policy.id()),
+        sequence,
+        life_micros: inner.settings.share_life_nanos / 1_000,
+        instances: inner.settings.instances,
+        need: 0,
+        left: 0,
+        want: 0,
+    };
+    inner.stats.call();
+    match inner.store.share(&slot.policy, &slot.key, op).await {
+        Ok(_) => rest,
+        Err(_) => spent.saturating_add(rest),
+    }
+}
+
 /// Reports what `slot`'s key admitted since its last report and reads the
 /// key again, then wakes the requests waiting for a first reading.
 ///

@@ -270,11 +270,13 @@ impl Policy {
         Self::with_id(seed | 1 << 63, limits)
     }
 
-    /// A per-key quota's policy (see [`Policy::plan`]): identity derived
-    /// from `seed`, and the plan's stable fingerprint of its limits. What
-    /// the layer's quota cache builds for a key's own quotas; a store's
-    /// tests (the conformance kit) build one to move a key between plans
-    /// as the layer does.
+    /// A plan's policy (see [`Policy::plan`]): identity derived from
+    /// `seed`, and the plan's stable fingerprint of its limits, so that a
+    /// store naming state by limit keeps its state apart from other
+    /// plans'. A store's tests (the conformance kit) build one to move a
+    /// key between plans whose states are apart. (The layer's per-key
+    /// quotas and live limits name no plan: their states are one per
+    /// limit name and say their quota.)
     pub fn for_plan(seed: u64, limits: Vec<NamedLimit>) -> Self {
         let plan = plan_fingerprint(&limits);
         Policy {
@@ -283,14 +285,14 @@ impl Policy {
         }
     }
 
-    /// The plan this policy stands for, when it is a key's own quota (the
-    /// `quotas` feature): the same for every policy built from the
-    /// same quotas, different for other quotas. A store that names a key's
+    /// The plan this policy stands for, when it was built as one
+    /// ([`for_plan`](Self::for_plan)): the same for every policy built from
+    /// the same limits, different for others. A store that names a key's
     /// state by the limits' names (as the Redis store does) keeps each
-    /// plan's state apart by it, so that one plan's state is never read
-    /// under another's rate; a key moved to another plan has its usage
+    /// plan's state apart by it; a key moved to another plan has its usage
     /// carried over ([`Store::carry`](crate::Store::carry)). `None` for
-    /// every other policy.
+    /// every other policy, the layer's per-key quotas and live limits
+    /// among them.
     pub fn plan(&self) -> Option<u64> {
         self.plan
     }

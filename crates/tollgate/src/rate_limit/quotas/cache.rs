@@ -710,10 +710,13 @@ impl Resolver {
                 )
             })
             .collect();
-        // The same quotas give the same identity, interned or not.
+        // The same quotas give the same identity, interned or not. No
+        // plan: a store that names state by limit keeps one state per
+        // limit name and key, which says its quota, so a key's usage reads
+        // the same under its next plan, in this process or the next.
         let mut seed = std::hash::DefaultHasher::new();
         (self.salt, quotas).hash(&mut seed);
-        Policy::for_plan(seed.finish(), limits)
+        Policy::with_seed(seed.finish(), limits)
     }
 }
 
