@@ -11,9 +11,11 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::store::{AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyRefund};
+use tollgate::store::{
+    AdminFuture, Capability, Carried, ChangeReply, Debit, Missing, PolicyRefund,
+};
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
-use tollgate_core::{Clock, Decision, MonotonicClock, State, carried, check_all};
+use tollgate_core::{Clock, Decision, MonotonicClock, State, check_all};
 
 /// Each key's limit states under each policy (by its id).
 type States = HashMap<(u64, Key), Vec<State>>;
@@ -123,23 +125,32 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
         AdminFuture::ready(Ok(()))
     }
 
-    /// A plan change: the key's usage moved limit by limit, as the core
-    /// defines it (`tollgate_core::carried`). Overridden because this store
-    /// names states by policy: the default moves usage limit by limit
-    /// through `Policy::limit_alone`, right for a store that names states
-    /// by limit (Redis), but here it would charge states no policy reads.
+    /// A plan change, read as every store reads it
+    /// ([`Carried`](tollgate::store::Carried)): each limit of `to` charged
+    /// what the limit of its name in `from` used; the limits that moved
+    /// made fresh, the ones `to` lacks kept for when `from` returns.
+    /// Overridden because this store names states by policy: the default
+    /// moves usage limit by limit through `Policy::limit_alone`, right for
+    /// a store that names states by limit (Redis), but here it would
+    /// charge states no policy reads.
     fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> AdminFuture {
+        let peek = self.decide(from, key, 0);
+        let carried = Carried::read(from, &peek, to, 0);
         let now = self.clock.now();
-        let mut map = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(old) = map.remove(&(from.id(), key.clone())) {
-            let moved = to.limiters().iter().enumerate().map(|(i, limiter)| {
-                match (from.limiters().get(i), old.get(i)) {
-                    (Some(was), Some(state)) => carried(was, state, limiter, now),
-                    _ => limiter.new_state(),
+        self.with_states(from, key, |states| {
+            for ((limiter, state), kept) in from.limiters().iter().zip(states).zip(&carried.from) {
+                if kept.is_none() {
+                    *state = limiter.new_state();
                 }
-            });
-            map.insert((to.id(), key.clone()), moved.collect());
-        }
+            }
+        });
+        self.with_states(to, key, |states| {
+            for ((limiter, state), units) in to.limiters().iter().zip(states).zip(&carried.to) {
+                if *units > 0 {
+                    limiter.debit(state, now, *units);
+                }
+            }
+        });
         AdminFuture::ready(Ok(()))
     }
 
