@@ -112,7 +112,7 @@ fn a_layer_in_shadow_refuses_nothing_and_leaves_responses_as_they_are() {
             let (unlimited, body) = ok(Request::new(())).await.unwrap().into_parts();
             let unlimited = [(unlimited.status, unlimited.headers, body)];
             let layer = RateLimitLayer::builder()
-                .quota(&format!("api-{on:?}").to_lowercase(), Quota::per_minute(5))
+                .quota(format!("api-{on:?}").to_lowercase(), Quota::per_minute(5))
                 .key(GlobalKey)
                 .store(store(on, &redis).await)
                 .shadow(true)

@@ -453,19 +453,57 @@ pub struct HeaderKey {
 }
 
 impl HeaderKey {
-    /// Keys on the header `name`.
+    /// Keys on the header `name`, in any case (`"X-Api-Key"` is
+    /// `x-api-key`: HTTP header names are case-insensitive).
     ///
     /// # Panics
     ///
-    /// If `name` is not a valid header name; use [`HeaderKey::from_name`] for
-    /// names from configuration.
-    pub fn new(name: &'static str) -> Self {
-        Self::from_name(HeaderName::from_static(name))
+    /// If `name` is not a header name (a space, a colon, a non-ASCII
+    /// letter), with a message naming it, when the layer's key is set up;
+    /// use [`HeaderKey::try_new`] for names from configuration.
+    ///
+    /// ```
+    /// use tollgate::HeaderKey;
+    ///
+    /// let key = HeaderKey::new("X-Api-Key");
+    /// assert_eq!(key.name().as_str(), "x-api-key");
+    /// ```
+    pub fn new(name: &str) -> Self {
+        match Self::try_new(name) {
+            Ok(key) => key,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// Keys on the header `name`, in any case; an error naming it if it is
+    /// not a header name.
+    ///
+    /// ```
+    /// use tollgate::HeaderKey;
+    ///
+    /// assert!(HeaderKey::try_new("X-Tenant").is_ok());
+    /// let error = HeaderKey::try_new("x api key").unwrap_err();
+    /// assert!(error.to_string().contains("\"x api key\""));
+    /// ```
+    pub fn try_new(name: &str) -> Result<Self, crate::ConfigError> {
+        HeaderName::from_bytes(name.as_bytes())
+            .map(Self::from_name)
+            .map_err(|_| {
+                crate::ConfigError::new(format!(
+                    "{name:?} is not a header name: use letters, digits and \
+                     !#$%&'*+-.^_`|~ only (no spaces or colons)"
+                ))
+            })
     }
 
     /// Keys on the header `name`.
     pub fn from_name(name: HeaderName) -> Self {
         HeaderKey { name, max_len: 256 }
+    }
+
+    /// The header it keys on, in its canonical (lowercase) form.
+    pub fn name(&self) -> &HeaderName {
+        &self.name
     }
 
     /// Values longer than this give no key.

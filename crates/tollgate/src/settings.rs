@@ -211,13 +211,19 @@ macro_rules! limit_setters {
             self
         }
 
-        /// Adds a limit called `name` of `quota`.
+        /// Adds a limit called `name` of `quota`: the same as
+        /// `.limit(NamedLimit::new(name, quota))`, taking the same names
+        /// (a `&str`, a `String`, an `Arc<str>`).
         ///
         /// # Panics
         ///
         /// If `name` is not a limit name: 1 to 64 letters, digits, `-`,
         /// `_`, `.` (`NamedLimit::try_new` says so without a panic).
-        pub fn quota(self, name: &str, quota: $crate::core::Quota) -> Self {
+        pub fn quota(
+            self,
+            name: impl Into<::std::sync::Arc<str>>,
+            quota: $crate::core::Quota,
+        ) -> Self {
             self.limit($crate::NamedLimit::new(name, quota))
         }
 
