@@ -28,6 +28,11 @@ const USERS: usize = 60;
 
 /// An app limiting each `x-user` to `quota` on `cluster`, failing closed.
 async fn app(cluster: &RedisCluster, quota: &str) -> App {
+    app_with_timeout(cluster, quota, tollgate::settings::DEFAULT_STORE_TIMEOUT).await
+}
+
+/// [`app`] whose layer waits `timeout` for the store.
+async fn app_with_timeout(cluster: &RedisCluster, quota: &str, timeout: Duration) -> App {
     let store = RedisStore::builder(cluster.url())
         .reconnect_max_delay(Duration::from_millis(200))
         .connect()
@@ -38,6 +43,7 @@ async fn app(cluster: &RedisCluster, quota: &str) -> App {
         .key(HeaderKey::new("x-user"))
         .store(store)
         .on_store_error(OnStoreError::Closed)
+        .store_timeout(timeout)
         .build();
     behind(layer)
 }
@@ -159,8 +165,11 @@ async fn a_restarted_master_is_decided_on_again() {
 async fn resharding_under_load_keeps_every_count() {
     let cluster = RedisCluster::start(3);
     // GCRA at 30 an hour: a unit comes back every 2 minutes, so none comes
-    // back during the test and every user is admitted exactly 30.
-    let app = app(&cluster, "30/h").await;
+    // back during the test and every user is admitted exactly 30. The
+    // layer waits 5 s for a reply: what is judged is that resharding's
+    // redirections lose or fail no call, not how fast a loaded machine
+    // answers while slots migrate (past the default 100 ms, a 503).
+    let app = app_with_timeout(&cluster, "30/h", Duration::from_secs(5)).await;
     let ids: Vec<String> = cluster
         .nodes()
         .iter()
