@@ -13,7 +13,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
-use tollgate::{HeaderKey, Key, KeyExtractor, RateLimitLayer, RequestInfo};
+use tollgate::{HeaderKey, Key, KeyExtractor, RateLimitLayer, key::RequestInfo};
 use tollgate_axum::ClientIp;
 use tollgate_examples::serving::{ServeLimits, serve};
 

@@ -8,7 +8,7 @@
 
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
-use tollgate::{ChargeWhen, HeaderKey, RateLimitLayer};
+use tollgate::{HeaderKey, RateLimitLayer, settings::ChargeWhen};
 use tollgate_core::Quota;
 use tollgate_examples::custom_store::HashMapStore;
 use tower::{Layer, ServiceExt, service_fn};

@@ -1,7 +1,7 @@
 //! The playground `server`'s allow and deny lists: `--allow KEY` and
 //! `--deny KEY` on the command line, and `--access-file PATH`, a file of
 //! `allow KEY` and `deny KEY` lines the server follows while it runs
-//! (through a [`tollgate::AccessLists`] handle, so the lists change for
+//! (through a [`tollgate::access::AccessLists`] handle, so the lists change for
 //! the next request, both at once).
 //!
 //! Every key is put in the form the `--key` extractor gives requests
@@ -17,7 +17,7 @@
 use crate::keys::KeyKind;
 use crate::watched::{Watched, follow, quote};
 use std::path::PathBuf;
-use tollgate::{AccessLists, Key};
+use tollgate::{Key, access::AccessLists};
 
 /// Allow and deny lists, their keys in the extractor's form.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

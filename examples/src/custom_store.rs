@@ -126,7 +126,7 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
     }
 
     /// A plan change, read as every store reads it
-    /// ([`Carried`](tollgate::store::Carried)): each limit of `to` charged
+    /// ([`Carried`]): each limit of `to` charged
     /// what the limit of its name in `from` used; the limits that moved
     /// made fresh, the ones `to` lacks kept for when `from` returns.
     /// Overridden because this store names states by policy: the default

@@ -104,9 +104,9 @@ impl KeyKind {
 /// `global`, a header's value (lossy where it is not UTF-8).
 pub fn key_text(key: &Key) -> String {
     match key.view() {
-        tollgate::KeyView::Global => "global".to_owned(),
-        tollgate::KeyView::Ip(ip) => ip.to_string(),
-        tollgate::KeyView::Bytes(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        tollgate::key::KeyView::Global => "global".to_owned(),
+        tollgate::key::KeyView::Ip(ip) => ip.to_string(),
+        tollgate::key::KeyView::Bytes(bytes) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Allow and deny lists (`tollgate::AccessLists`): an allowed key passes
+//! Allow and deny lists (`tollgate::access::AccessLists`): an allowed key passes
 //! every limit uncounted, a denied key gets 403 whatever its budget (with
 //! tollgate-axum's problem+json: a type of its own), charging nothing;
 //! the lists change while the layer runs. On the memory store, Redis and
@@ -10,7 +10,7 @@ use axum::routing::get;
 use http::{Request, StatusCode};
 use std::time::Duration;
 use tollgate::store::BoxStore;
-use tollgate::{AccessLists, HeaderKey, Key, MemoryStore, RateLimitLayer};
+use tollgate::{HeaderKey, Key, MemoryStore, RateLimitLayer, access::AccessLists};
 use tollgate_axum::{KEY_DENIED, ProblemJson};
 use tollgate_core::Quota;
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};

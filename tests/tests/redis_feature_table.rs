@@ -13,7 +13,7 @@ use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, QuotaAnswer, StaticQuotas};
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Penalty, PenaltyBox, Timeout};
 use tollgate::{
-    ChargeWhen, HeaderKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store,
+    HeaderKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store, settings::ChargeWhen,
 };
 use tollgate_cas::{CasStore, MemoryBackend};
 use tollgate_core::Quota;

@@ -11,7 +11,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::time::Duration;
 use tollgate::store::BoxStore;
-use tollgate::{ChargeWhen, GlobalKey, MemoryStore, NamedLimit, RateLimitLayer};
+use tollgate::{GlobalKey, MemoryStore, NamedLimit, RateLimitLayer, settings::ChargeWhen};
 use tollgate_core::Quota;
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
 use tollgate_tests::logs::Captured;

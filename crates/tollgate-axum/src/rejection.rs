@@ -5,13 +5,13 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use std::fmt::Write;
-use tollgate::{InFlightRejection, RejectReason, Rejection, Rejector};
+use tollgate::{Rejection, Rejector, rejection::InFlightRejection, rejection::RejectReason};
 
 /// The problem type of the rate-limit headers draft for an exceeded quota.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// The problem type of a request whose key is on the layer's deny list
-/// ([`tollgate::AccessLists`]): a name for clients to match on (a URN, not
+/// ([`tollgate::access::AccessLists`]): a name for clients to match on (a URN, not
 /// a page to fetch), distinct from an exceeded quota, which retrying
 /// later fixes; this does not.
 pub const KEY_DENIED: &str = "urn:tollgate:problem:key-denied";

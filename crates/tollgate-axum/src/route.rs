@@ -2,7 +2,7 @@
 //! table.
 
 use axum::extract::MatchedPath;
-use tollgate::{Key, KeyExtractor, RequestInfo};
+use tollgate::{Key, KeyExtractor, key::RequestInfo};
 
 /// The route template the request matched, e.g. `/users/{id}`: one limit
 /// per route, shared by every client (combine with a client key in a tuple,

@@ -6,7 +6,7 @@
 use axum::extract::ConnectInfo;
 use http::Request;
 use std::net::SocketAddr;
-use tollgate::{Key, KeyExtractor, RequestInfo};
+use tollgate::{Key, KeyExtractor, key::RequestInfo};
 use tollgate_axum::{ClientIp, ProxyHeader};
 use tollgate_tests::alloc::{CountingAllocator, allocations};
 

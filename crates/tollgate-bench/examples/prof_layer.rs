@@ -13,7 +13,7 @@ use http::Request;
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
-use tollgate::{HeaderStyle, PeerIp, RateLimitLayer};
+use tollgate::{PeerIp, RateLimitLayer, headers::HeaderStyle};
 use tollgate_bench::scenario::layer::{Path, Variant, request, router};
 use tower::{Layer, Service};
 

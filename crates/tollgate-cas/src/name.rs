@@ -15,7 +15,7 @@
 
 use std::fmt::Write;
 use tollgate::Policy;
-use tollgate::{Key, KeyView};
+use tollgate::{Key, key::KeyView};
 
 /// User keys whose escaped form is longer than this many bytes are written
 /// as `#` and the SHA-1 of their bytes.

@@ -580,9 +580,9 @@ async fn a_layer_over_it_offers_every_feature() {
             .quota("api", Quota::per_minute(10))
             .store(store.clone())
     };
-    assert!(built(
-        base().charge_when(tollgate::ChargeWhen::statuses("4xx").unwrap())
-    ));
+    assert!(built(base().charge_when(
+        tollgate::settings::ChargeWhen::statuses("4xx").unwrap()
+    )));
     assert!(built(base().pay_after()));
     assert!(built(base().max_delay(Duration::from_millis(200))));
 }

@@ -4,7 +4,7 @@ use crate::connection::Topology;
 use crate::{RedisStore, RedisStoreError};
 use std::time::Duration;
 use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource};
-use tollgate::{Key, KeyView};
+use tollgate::{Key, key::KeyView};
 
 /// How often each instance reads the feed of changed quotas.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);

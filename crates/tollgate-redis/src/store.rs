@@ -251,7 +251,7 @@ impl RedisStore {
     pub(crate) fn prepared_form<'p>(
         &self,
         policy: &'p Policy,
-    ) -> tollgate::Prepared<'p, PreparedPolicy> {
+    ) -> tollgate::store::Prepared<'p, PreparedPolicy> {
         policy.prepared(PreparedPolicy::new)
     }
 

@@ -7,7 +7,7 @@
 
 use http::HeaderName;
 use http::header::AUTHORIZATION;
-use tollgate::{HeaderKey, Key, KeyExtractor, PeerIp, RequestInfo};
+use tollgate::{HeaderKey, Key, KeyExtractor, PeerIp, key::RequestInfo};
 use tonic::transport::server::TcpConnectInfo;
 
 /// The peer's IP address, from the connection info tonic's server puts on
@@ -15,7 +15,7 @@ use tonic::transport::server::TcpConnectInfo;
 /// [`PeerIp`] reads. IPv4-mapped IPv6 addresses are unwrapped.
 ///
 /// Over TLS tonic records `TlsConnectInfo` instead, which this crate does
-/// not read: put a [`tollgate::PeerAddr`] extension in front (or key on
+/// not read: put a [`tollgate::key::PeerAddr`] extension in front (or key on
 /// something else, such as the client certificate's identity, with
 /// [`tollgate::key_fn`]). Behind a proxy every call comes from the proxy.
 #[derive(Clone, Copy, Debug, Default)]
@@ -153,7 +153,9 @@ mod tests {
         let mut request = Request::new(());
         assert_eq!(key_of(&GrpcPeerIp, &request), None);
         let addr: std::net::SocketAddr = "[::ffff:192.0.2.7]:5000".parse().unwrap();
-        request.extensions_mut().insert(tollgate::PeerAddr(addr));
+        request
+            .extensions_mut()
+            .insert(tollgate::key::PeerAddr(addr));
         assert_eq!(
             key_of(&GrpcPeerIp, &request),
             Some(Key::from("192.0.2.7".parse::<std::net::IpAddr>().unwrap()))

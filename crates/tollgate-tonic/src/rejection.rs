@@ -10,7 +10,8 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
 use std::fmt::Write as _;
 use std::time::Duration;
 use tollgate::{
-    InFlightRejection, Key, KeyView, Policy, PolicyDecision, RejectReason, Rejection, Rejector,
+    Key, Policy, PolicyDecision, Rejection, Rejector, key::KeyView, rejection::InFlightRejection,
+    rejection::RejectReason,
 };
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};

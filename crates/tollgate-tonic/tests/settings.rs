@@ -8,7 +8,7 @@ use std::time::Duration;
 use tollgate::core::{Algorithm, Quota};
 use tollgate::in_flight::InFlightLayer;
 use tollgate::settings::DEFAULT_STORE_TIMEOUT;
-use tollgate::{DirectLimiter, HeaderStyle, OnMissingKey, OnStoreError, RateLimitLayer};
+use tollgate::{DirectLimiter, OnMissingKey, OnStoreError, RateLimitLayer, headers::HeaderStyle};
 use tollgate_tonic::MessageLimitLayer;
 use tower::{Layer, Service, ServiceExt, service_fn};
 

@@ -91,7 +91,7 @@ pub struct HeaderStyle {
 /// one partition and get no `pk` in any mode.
 ///
 /// ```
-/// use tollgate::{HeaderStyle, PartitionKey};
+/// use tollgate::{headers::HeaderStyle, headers::PartitionKey};
 ///
 /// let style = HeaderStyle::DRAFT.with_partition_key(PartitionKey::Digest);
 /// assert_eq!(style.partition_key, PartitionKey::Digest);
@@ -197,7 +197,7 @@ impl HeaderStyle {
     /// The same fields, but only on rejections.
     ///
     /// ```
-    /// use tollgate::HeaderStyle;
+    /// use tollgate::headers::HeaderStyle;
     /// assert!(!HeaderStyle::DRAFT.only_on_rejections().on_allowed);
     /// ```
     pub const fn only_on_rejections(self) -> HeaderStyle {
@@ -445,7 +445,7 @@ pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
 ///
 /// ```
 /// use tollgate::headers::{RATELIMIT, fields_for};
-/// use tollgate::{HeaderStyle, Key, MemoryStore, NamedLimit, Policy};
+/// use tollgate::{Key, MemoryStore, NamedLimit, Policy, headers::HeaderStyle};
 /// use tollgate_core::Quota;
 ///
 /// let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(1))]);

@@ -52,7 +52,7 @@ enum Repr {
 /// key, an error message): borrowed from the key by [`Key::view`].
 ///
 /// ```
-/// use tollgate::{Key, KeyView};
+/// use tollgate::{Key, key::KeyView};
 ///
 /// let key = Key::from("alice");
 /// assert_eq!(key.view(), KeyView::Bytes(b"alice"));

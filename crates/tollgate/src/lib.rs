@@ -22,7 +22,7 @@
 //!   [`rejection_status`](RateLimitBuilder::rejection_status)) with
 //!   `Retry-After` in whole seconds, rounded up and never 0, and the
 //!   draft-ietf-httpapi-ratelimit-headers-10 fields `RateLimit-Policy` and
-//!   `RateLimit`, which allowed responses carry too (see [`HeaderStyle`];
+//!   `RateLimit`, which allowed responses carry too (see [`HeaderStyle`](headers::HeaderStyle);
 //!   what each figure means, and why they never contradict each other, is
 //!   in [`headers`]).
 //! - A request whose key cannot be extracted is counted under one shared key
@@ -78,12 +78,12 @@
 // `pub` where nothing outside the crate can reach it.
 #![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
 
-mod access;
+pub mod access;
 pub mod direct;
 mod error;
 pub mod headers;
 pub mod in_flight;
-mod key;
+pub mod key;
 mod observe;
 pub mod pay_after;
 mod policy;
@@ -91,7 +91,7 @@ mod prepared;
 #[cfg(feature = "quotas")]
 pub use rate_limit::quotas;
 mod rate_limit;
-mod rejection;
+pub mod rejection;
 #[cfg(feature = "rules")]
 pub mod rules;
 pub mod settings;
@@ -99,27 +99,25 @@ mod shadow;
 pub mod store;
 pub mod throttle;
 
-pub use access::AccessLists;
+/// The futures of the rate-limit middleware at the crate's root
+/// ([`RateLimit`]), as tower keeps each middleware's futures in its own
+/// `future` module; the other middlewares' are in theirs
+/// ([`in_flight::future`], [`throttle::future`], …).
+pub mod future {
+    pub use crate::rate_limit::future::ResponseFuture;
+}
+
 pub use direct::{DirectLimiter, KeyedLimiter};
 pub use error::{BoxError, ConfigError};
-pub use headers::{HeaderStyle, PartitionKey};
 pub use in_flight::InFlightLayer;
-pub use key::{
-    FnKey, GlobalKey, HeaderKey, Key, KeyExtractor, KeyView, OnMissingKey, PeerAddr, PeerIp,
-    RequestInfo, key_fn,
-};
+pub use key::{GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerIp, key_fn};
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
 pub use policy::{NamedLimit, Policy};
-pub use prepared::Prepared;
-pub use rate_limit::future::ResponseFuture;
 pub use rate_limit::info::RateLimitInfo;
 pub use rate_limit::layer::{RateLimitBuilder, RateLimitLayer};
-pub use rate_limit::outcome::ChargeWhen;
 pub use rate_limit::service::RateLimit;
-pub use rejection::{
-    DefaultRejector, FnRejector, InFlightRejection, RejectReason, Rejection, Rejector,
-};
+pub use rejection::{Rejection, Rejector};
 pub use settings::OnStoreError;
 pub use shadow::SHADOW_LOG_INTERVAL;
 

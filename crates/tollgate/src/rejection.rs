@@ -54,7 +54,7 @@ pub enum RejectReason {
     /// ([`OnMissingKey::Reject`](crate::OnMissingKey::Reject)).
     MissingKey,
     /// The request's key is on the layer's deny list
-    /// ([`AccessLists`](crate::AccessLists)); the layer answers
+    /// ([`AccessLists`](crate::access::AccessLists)); the layer answers
     /// `403 Forbidden`.
     Denied,
 }

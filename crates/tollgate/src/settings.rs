@@ -8,7 +8,10 @@ use crate::headers::HeaderStyle;
 use crate::key::OnMissingKey;
 use crate::policy::{NamedLimit, Policy};
 use std::time::Duration;
+
 use tollgate_core::Algorithm;
+
+pub use crate::rate_limit::outcome::ChargeWhen;
 
 /// What the layer does when the store fails or does not answer in time.
 #[derive(Clone, Debug, Default)]
@@ -35,7 +38,7 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(100);
 ///
 /// ```
 /// use tollgate::settings::{CommonSettings, DEFAULT_STORE_TIMEOUT};
-/// use tollgate::{HeaderStyle, OnStoreError};
+/// use tollgate::{OnStoreError, headers::HeaderStyle};
 ///
 /// let defaults = CommonSettings::default();
 /// assert_eq!(defaults.headers, HeaderStyle::DRAFT);
@@ -102,7 +105,7 @@ macro_rules! common_setters {
         /// sent with every refusal that a retry can pass, whatever this
         /// says. What the fields say for this layer is in its module's
         /// docs.
-        pub fn headers(mut self, headers: $crate::HeaderStyle) -> Self {
+        pub fn headers(mut self, headers: $crate::headers::HeaderStyle) -> Self {
             self.$($field).+.headers = headers;
             self
         }

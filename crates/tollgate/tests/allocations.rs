@@ -4,7 +4,7 @@
 
 use http::{Request, Response};
 use std::convert::Infallible;
-use tollgate::{GlobalKey, HeaderStyle, RateLimitLayer};
+use tollgate::{GlobalKey, RateLimitLayer, headers::HeaderStyle};
 use tollgate_core::Quota;
 use tollgate_tests::alloc::{CountingAllocator, allocations};
 use tower::{Service, ServiceBuilder};

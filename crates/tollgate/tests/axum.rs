@@ -9,7 +9,7 @@ use axum::routing::get;
 use http::{Request, StatusCode};
 use std::net::SocketAddr;
 use tollgate::store::BoxStore;
-use tollgate::{GlobalKey, MemoryStore, PeerAddr, PeerIp, RateLimitLayer, Rejection};
+use tollgate::{GlobalKey, MemoryStore, PeerIp, RateLimitLayer, Rejection, key::PeerAddr};
 use tollgate_core::Quota;
 use tower::ServiceExt;
 

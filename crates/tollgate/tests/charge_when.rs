@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::store::{ChangeReply, Fallback, PolicyRefund, StoreWrapper};
 use tollgate::{
-    ChargeWhen, GlobalKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store, StoreReply,
+    GlobalKey, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store, StoreReply,
+    settings::ChargeWhen,
 };
 use tollgate_core::{Algorithm, Quota};
 use tower::ServiceExt;

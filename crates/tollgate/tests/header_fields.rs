@@ -10,7 +10,7 @@ use http::{Request, Response, StatusCode};
 use proptest::prelude::*;
 use std::convert::Infallible;
 use std::time::Duration;
-use tollgate::{GlobalKey, HeaderStyle, MemoryStore, NamedLimit, RateLimitLayer};
+use tollgate::{GlobalKey, MemoryStore, NamedLimit, RateLimitLayer, headers::HeaderStyle};
 use tollgate_core::{Algorithm, Limiter, ManualClock, Quota, Refill, TokenBucket};
 use tower::{Layer, Service, ServiceExt, service_fn};
 

@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tollgate::in_flight::{
     Acquired, InFlightBody, InFlightLayer, InFlightLimit, MemorySlots, SlotPermit, SlotReply, Slots,
 };
-use tollgate::{GlobalKey, HeaderKey, HeaderStyle, Key, OnMissingKey, OnStoreError};
+use tollgate::{GlobalKey, HeaderKey, Key, OnMissingKey, OnStoreError, headers::HeaderStyle};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 /// How long any one wait in these tests may take before it fails.

@@ -16,7 +16,8 @@ use std::time::Duration;
 use tollgate::store::late::late_checks_in_progress;
 use tollgate::store::{Fallback, StoreWrapper, Timeout};
 use tollgate::{
-    ChargeWhen, HeaderKey, Key, MemoryStore, Policy, PolicyDecision, RateLimitLayer, StoreReply,
+    HeaderKey, Key, MemoryStore, Policy, PolicyDecision, RateLimitLayer, StoreReply,
+    settings::ChargeWhen,
 };
 use tollgate_core::Quota;
 use tower::util::BoxCloneSyncService;

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tollgate::store::{BoxStore, Fallback, Timeout};
 use tollgate::{
-    GlobalKey, HeaderKey, HeaderStyle, Key, MemoryStore, NamedLimit, OnMissingKey, OnStoreError,
-    Policy, RateLimitLayer,
+    GlobalKey, HeaderKey, Key, MemoryStore, NamedLimit, OnMissingKey, OnStoreError, Policy,
+    RateLimitLayer, headers::HeaderStyle,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};

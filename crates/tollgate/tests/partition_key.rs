@@ -5,7 +5,9 @@
 use base64::Engine as _;
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
-use tollgate::{GlobalKey, HeaderKey, HeaderStyle, Key, PartitionKey, RateLimitLayer};
+use tollgate::{
+    GlobalKey, HeaderKey, Key, RateLimitLayer, headers::HeaderStyle, headers::PartitionKey,
+};
 use tollgate_core::Quota;
 use tower::{Layer, Service, ServiceExt, service_fn};
 

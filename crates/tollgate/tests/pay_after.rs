@@ -24,7 +24,7 @@ use std::time::Duration;
 use tollgate::pay_after::{Meter, MeterLayer};
 use tollgate::store::{ChangeReply, Debit, Fallback, StoreWrapper};
 use tollgate::{
-    ChargeWhen, GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply,
+    GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply, settings::ChargeWhen,
 };
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tower::ServiceExt;

@@ -256,8 +256,9 @@ use tollgate::in_flight::InFlightLayer;
 use tollgate::quotas::{KeyQuotas, LiveLimits, QuotaAnswer};
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Presence, Split, Timeout};
 use tollgate::{
-    AccessLists, ChargeWhen, DefaultRejector, GlobalKey, HeaderStyle, KeyExtractor, MemoryStore,
-    NamedLimit, OnStoreError, RateLimitLayer, RejectReason, Rejection, Rejector,
+    GlobalKey, KeyExtractor, MemoryStore, NamedLimit, OnStoreError, RateLimitLayer, Rejection,
+    Rejector, access::AccessLists, headers::HeaderStyle, rejection::DefaultRejector,
+    rejection::RejectReason, settings::ChargeWhen,
 };
 use tollgate_axum::{ClientIp, ProblemJson};
 use tollgate_cas::CasStore;

@@ -57,7 +57,7 @@ pub fn login_app<St: Store>(
         .quota("login", tollgate_core::Quota::per_minute(3))
         .key(tollgate::HeaderKey::new("x-user"))
         .store(store)
-        .charge_when(tollgate::ChargeWhen::statuses("401").unwrap())
+        .charge_when(tollgate::settings::ChargeWhen::statuses("401").unwrap())
         .store_timeout(store_timeout)
         .try_build()
         .unwrap();

@@ -20,7 +20,7 @@ use ipnet::IpNet;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tollgate::{Key, KeyExtractor, PeerIp, RequestInfo};
+use tollgate::{Key, KeyExtractor, PeerIp, key::RequestInfo};
 
 /// Which peers may speak for the client.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -429,7 +429,7 @@ mod tests {
         let mut request = http::Request::new(());
         request
             .extensions_mut()
-            .insert(tollgate::PeerAddr(peer("10.0.0.1")));
+            .insert(tollgate::key::PeerAddr(peer("10.0.0.1")));
         assert_eq!(
             behind_proxy().extract(&RequestInfo::new(&request)),
             Some(Key::from(ip("10.0.0.1")))

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tollgate::HeaderStyle;
+use tollgate::headers::HeaderStyle;
 
 /// Keep-alive connections the generator keeps busy.
 const CONNECTIONS: usize = 32;

@@ -46,7 +46,7 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::{HeaderStyle, PeerIp, RateLimitLayer};
+use tollgate::{PeerIp, RateLimitLayer, headers::HeaderStyle};
 use tollgate_core::Quota;
 use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;

@@ -61,7 +61,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::{HeaderStyle, Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store};
+use tollgate::{Key, MemoryStore, NamedLimit, Policy, RateLimitLayer, Store, headers::HeaderStyle};
 use tollgate_cas::CasStore;
 use tollgate_core::{Algorithm, Quota};
 use tollgate_local::{LocalFirst, LocalMode};

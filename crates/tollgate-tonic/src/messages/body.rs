@@ -230,7 +230,7 @@ mod tests {
     use std::task::Waker;
     use std::time::Duration;
     use tollgate::core::{ManualClock, Quota};
-    use tollgate::{HeaderStyle, Key, MemoryStore, NamedLimit, OnStoreError, Policy};
+    use tollgate::{Key, MemoryStore, NamedLimit, OnStoreError, Policy, headers::HeaderStyle};
     use tonic::{Code, Status};
     use tonic_types::StatusExt;
 

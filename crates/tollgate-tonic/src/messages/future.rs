@@ -1,4 +1,4 @@
-//! [`MessageFuture`]: the inner service's response, its body wrapped.
+//! [`ResponseFuture`]: the inner service's response, its body wrapped.
 
 use super::body::ResponseBody;
 use super::gate::Tally;
@@ -13,20 +13,20 @@ pin_project! {
     /// The response future of [`MessageLimit`](super::MessageLimit): the
     /// inner service's, with the response body wrapped in a
     /// [`ResponseBody`] that counts its messages.
-    pub struct MessageFuture<F, St: Store> {
+    pub struct ResponseFuture<F, St: Store> {
         #[pin]
         inner: F,
         tally: Option<Tally<St>>,
     }
 }
 
-impl<F, St: Store> MessageFuture<F, St> {
+impl<F, St: Store> ResponseFuture<F, St> {
     pub(crate) fn new(inner: F, tally: Option<Tally<St>>) -> Self {
-        MessageFuture { inner, tally }
+        ResponseFuture { inner, tally }
     }
 }
 
-impl<F, St, B, E> Future for MessageFuture<F, St>
+impl<F, St, B, E> Future for ResponseFuture<F, St>
 where
     F: Future<Output = Result<Response<B>, E>>,
     St: Store,

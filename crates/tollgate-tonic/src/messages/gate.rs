@@ -13,7 +13,9 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::time::Sleep;
 use tollgate::store::Watched;
-use tollgate::{HeaderStyle, Key, OnStoreError, Policy, PolicyDecision, Store, StoreReply};
+use tollgate::{
+    Key, OnStoreError, Policy, PolicyDecision, Store, StoreReply, headers::HeaderStyle,
+};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
@@ -121,7 +123,7 @@ impl<St: Store> Tally<St> {
                 match limits.on_store_error {
                     OnStoreError::Open => Verdict::Pass,
                     OnStoreError::Closed => Verdict::Refuse(Box::new(Status::unavailable(
-                        tollgate::RejectReason::StoreFailed.message(),
+                        tollgate::rejection::RejectReason::StoreFailed.message(),
                     ))),
                 }
             }

@@ -84,14 +84,13 @@
 
 mod body;
 mod framer;
-mod future;
+pub mod future;
 mod gate;
 mod layer;
 mod service;
 mod shared;
 
 pub use body::{RequestBody, ResponseBody};
-pub use future::MessageFuture;
 pub use layer::{
     DEFAULT_LIMIT_NAME, DEFAULT_STORE_TIMEOUT, MessageLimitBuilder, MessageLimitLayer,
 };

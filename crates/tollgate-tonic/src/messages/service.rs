@@ -1,7 +1,7 @@
 //! [`MessageLimit`], the service the layer wraps around yours.
 
 use super::body::{RequestBody, ResponseBody};
-use super::future::MessageFuture;
+use super::future::ResponseFuture;
 use super::shared::Shared;
 use http::{Request, Response};
 use std::fmt;
@@ -58,7 +58,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody, St>>;
     type Error = S::Error;
-    type Future = MessageFuture<S::Future, St>;
+    type Future = ResponseFuture<S::Future, St>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -68,7 +68,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (requests, responses) = self.shared.tallies(&request);
         let request = request.map(|body| RequestBody::new(body, requests));
-        MessageFuture::new(self.inner.call(request), responses)
+        ResponseFuture::new(self.inner.call(request), responses)
     }
 }
 

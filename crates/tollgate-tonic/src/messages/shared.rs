@@ -4,7 +4,7 @@
 use super::gate::{Limits, Tally};
 use http::Request;
 use std::sync::Arc;
-use tollgate::{KeyExtractor, OnMissingKey, RequestInfo, Store};
+use tollgate::{KeyExtractor, OnMissingKey, Store, key::RequestInfo};
 
 /// Which messages of a call count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

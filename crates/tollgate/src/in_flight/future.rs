@@ -1,4 +1,4 @@
-//! [`InFlightFuture`], the future of a call under an in-flight limit.
+//! [`ResponseFuture`], the future of a call under an in-flight limit.
 
 use super::body::InFlightBody;
 use super::fields::FieldValues;
@@ -22,7 +22,7 @@ pin_project! {
     /// future is dropped), a refusal, or a wait for the store's answer or
     /// for a slot to come free. Not boxed while the slot store answers at
     /// once and the request is not queued (the memory store's hot path).
-    pub struct InFlightFuture<S, Req, K, Sl, R>
+    pub struct ResponseFuture<S, Req, K, Sl, R>
     where
         S: Service<Req>,
         Sl: Slots,
@@ -75,7 +75,7 @@ pin_project! {
     }
 }
 
-impl<S, Req, K, Sl, R, B> InFlightFuture<S, Req, K, Sl, R>
+impl<S, Req, K, Sl, R, B> ResponseFuture<S, Req, K, Sl, R>
 where
     S: Service<Req, Response = Response<B>>,
     Sl: Slots,
@@ -86,7 +86,7 @@ where
         permit: Option<Sl::Permit>,
         fields: FieldValues,
     ) -> Self {
-        InFlightFuture {
+        ResponseFuture {
             phase: Phase::Calling {
                 future,
                 permit,
@@ -96,7 +96,7 @@ where
     }
 
     pub(crate) fn rejected(response: Box<Response<B>>) -> Self {
-        InFlightFuture {
+        ResponseFuture {
             phase: Phase::Rejected {
                 response: Some(response),
             },
@@ -151,7 +151,7 @@ where
     }
 
     fn waiting(waiting: Waiting<S, Req, K, Sl, R>) -> Self {
-        InFlightFuture {
+        ResponseFuture {
             phase: Phase::Waiting {
                 waiting: Box::pin(waiting),
             },
@@ -159,7 +159,7 @@ where
     }
 }
 
-impl<S, ReqBody, K, Sl, R, B> Future for InFlightFuture<S, http::Request<ReqBody>, K, Sl, R>
+impl<S, ReqBody, K, Sl, R, B> Future for ResponseFuture<S, http::Request<ReqBody>, K, Sl, R>
 where
     S: Service<http::Request<ReqBody>, Response = Response<B>>,
     Sl: Slots,

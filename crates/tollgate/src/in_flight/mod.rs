@@ -67,7 +67,7 @@
 //! any figure would be a guess, and a client told to come back in 1 s
 //! would be refused again while a slow request still runs. The legacy
 //! style writes `X-RateLimit-Limit` and `X-RateLimit-Remaining` (no
-//! `X-RateLimit-Reset`). [`HeaderStyle`](crate::HeaderStyle) chooses, as
+//! `X-RateLimit-Reset`). [`HeaderStyle`](crate::headers::HeaderStyle) chooses, as
 //! for the rate-limit layer, including `pk` and whether allowed responses
 //! carry the fields.
 //!
@@ -86,14 +86,13 @@
 
 mod body;
 mod fields;
-mod future;
+pub mod future;
 mod gate;
 mod layer;
 mod memory;
 mod service;
 
 pub use body::InFlightBody;
-pub use future::InFlightFuture;
 pub use layer::{InFlightBuilder, InFlightLayer};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryPermit, MemorySlots, SlotsFull};
 pub use service::InFlight;

@@ -2,7 +2,7 @@
 
 use super::body::InFlightBody;
 use super::fields::FieldValues;
-use super::future::InFlightFuture;
+use super::future::ResponseFuture;
 use super::gate::{Gate, Settled};
 use super::{SlotReply, Slots};
 use crate::key::{KeyExtractor, OnMissingKey, RequestInfo};
@@ -63,7 +63,7 @@ where
 {
     type Response = Response<InFlightBody<ResBody, Sl::Permit>>;
     type Error = S::Error;
-    type Future = InFlightFuture<S, Request<ReqBody>, K, Sl, R>;
+    type Future = ResponseFuture<S, Request<ReqBody>, K, Sl, R>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -76,14 +76,14 @@ where
             None => match &gate.settings.common.on_missing_key {
                 OnMissingKey::Shared(key) => key.clone(),
                 OnMissingKey::Skip => {
-                    return InFlightFuture::calling(
+                    return ResponseFuture::calling(
                         self.inner.call(request),
                         None,
                         FieldValues::default(),
                     );
                 }
                 OnMissingKey::Reject(status) => {
-                    return InFlightFuture::rejected(Box::new(
+                    return ResponseFuture::rejected(Box::new(
                         gate.rejector
                             .reject_without_decision(*status, RejectReason::MissingKey),
                     ));
@@ -93,17 +93,17 @@ where
         match gate.slots.acquire(&gate.limit, &key) {
             SlotReply::Ready(answer) => match gate.settle(answer, &key, true) {
                 Settled::Run { permit, fields } => {
-                    InFlightFuture::calling(self.inner.call(request), permit, fields)
+                    ResponseFuture::calling(self.inner.call(request), permit, fields)
                 }
-                Settled::Reject(response) => InFlightFuture::rejected(response),
-                Settled::Queue { in_flight } => InFlightFuture::queued(
+                Settled::Reject(response) => ResponseFuture::rejected(response),
+                Settled::Queue { in_flight } => ResponseFuture::queued(
                     gate.clone(),
                     key,
                     in_flight,
                     (take_ready(&mut self.inner), request),
                 ),
             },
-            SlotReply::Pending(acquire) => InFlightFuture::acquiring(
+            SlotReply::Pending(acquire) => ResponseFuture::acquiring(
                 gate.clone(),
                 key,
                 acquire,

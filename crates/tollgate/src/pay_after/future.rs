@@ -1,4 +1,4 @@
-//! [`MeterFuture`], the response future of [`MeterService`](super::MeterService).
+//! [`ResponseFuture`], the response future of [`MeterService`](super::MeterService).
 
 use super::{Meter, MeteredBody};
 use http::Response;
@@ -11,7 +11,7 @@ use std::task::{Context, Poll, ready};
 pin_project! {
     /// The inner service's future; its response's body is wrapped to hold
     /// the request's meter until it has been sent.
-    pub struct MeterFuture<F> {
+    pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
         meter: Option<Meter>,
@@ -19,9 +19,9 @@ pin_project! {
     }
 }
 
-impl<F> MeterFuture<F> {
+impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, meter: Option<Meter>, bytes_per_unit: Option<NonZeroU64>) -> Self {
-        MeterFuture {
+        ResponseFuture {
             inner,
             meter,
             bytes_per_unit,
@@ -29,7 +29,7 @@ impl<F> MeterFuture<F> {
     }
 }
 
-impl<F, B, E> Future for MeterFuture<F>
+impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {

@@ -42,13 +42,12 @@
 //! ```
 
 mod body;
-mod future;
+pub mod future;
 mod layer;
 mod meter;
 mod service;
 
 pub use body::MeteredBody;
-pub use future::MeterFuture;
 pub use layer::MeterLayer;
 pub use meter::Meter;
 pub use service::MeterService;

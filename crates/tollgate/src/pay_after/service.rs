@@ -1,6 +1,7 @@
 //! [`MeterService`], the service [`MeterLayer`](super::MeterLayer) makes.
 
-use super::{Meter, MeterFuture};
+use super::Meter;
+use super::future::ResponseFuture;
 use http::{Request, Response};
 use std::num::NonZeroU64;
 use std::task::{Context, Poll};
@@ -34,7 +35,7 @@ where
 {
     type Response = Response<super::MeteredBody<ResBody>>;
     type Error = S::Error;
-    type Future = MeterFuture<S::Future>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -42,7 +43,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let meter = request.extensions().get::<Meter>().cloned();
-        MeterFuture::new(self.inner.call(request), meter, self.bytes_per_unit)
+        ResponseFuture::new(self.inner.call(request), meter, self.bytes_per_unit)
     }
 }
 

@@ -368,7 +368,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// fallbacks of two of them; `try_build` fails otherwise, naming the
     /// store that cannot.
     ///
-    /// [`ChargeWhen`]: crate::ChargeWhen
+    /// [`ChargeWhen`]: crate::settings::ChargeWhen
     pub fn charge_when(mut self, when: crate::rate_limit::outcome::ChargeWhen) -> Self {
         self.config.settings.charge_when = Some(when);
         self
@@ -415,7 +415,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 
     /// Keys that pass uncounted and keys refused with `403 Forbidden`
     /// whatever their budget; keep a clone of `lists` to change them while
-    /// the layer runs (see [`AccessLists`](crate::AccessLists)). Checked
+    /// the layer runs (see [`AccessLists`](crate::access::AccessLists)). Checked
     /// after the key is extracted, before any limit or quota lookup.
     pub fn access(mut self, lists: crate::access::AccessLists) -> Self {
         self.config.settings.access = Some(lists);

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 /// fails to build otherwise, naming the store that cannot.
 ///
 /// ```
-/// use tollgate::{ChargeWhen, RateLimitLayer};
+/// use tollgate::{RateLimitLayer, settings::ChargeWhen};
 ///
 /// // Only failures count.
 /// let failures = ChargeWhen::statuses("4xx,5xx").unwrap();
@@ -64,7 +64,7 @@ impl ChargeWhen {
     ///
     /// ```
     /// use http::StatusCode;
-    /// use tollgate::ChargeWhen;
+    /// use tollgate::settings::ChargeWhen;
     ///
     /// let when = ChargeWhen::statuses("401, 403, 5xx").unwrap();
     /// assert!(when.counts_status(StatusCode::FORBIDDEN));

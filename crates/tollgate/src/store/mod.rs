@@ -38,6 +38,7 @@ mod receipt;
 mod wrapper;
 mod wrappers;
 
+pub use crate::prepared::Prepared;
 pub use admin::{AdminError, AdminFuture};
 pub use branches::{Branch, Branches};
 pub use capability::{Capability, Missing, short_type_name};

@@ -1,4 +1,4 @@
-//! [`ThrottleFuture`].
+//! [`ResponseFuture`].
 
 use crate::direct::UntilReady;
 use crate::error::BoxError;
@@ -12,7 +12,7 @@ use tower_service::Service;
 pin_project! {
     /// The future of a throttled call: waits for the limiter, then for the
     /// inner service to be ready, then for its answer.
-    pub struct ThrottleFuture<S, Req, St>
+    pub struct ResponseFuture<S, Req, St>
     where
         S: Service<Req>,
         St: Store,
@@ -34,13 +34,13 @@ pin_project! {
     }
 }
 
-impl<S, Req, St> ThrottleFuture<S, Req, St>
+impl<S, Req, St> ResponseFuture<S, Req, St>
 where
     S: Service<Req>,
     St: Store,
 {
     pub(crate) fn new(wait: UntilReady<St>, inner: S, request: Req) -> Self {
-        ThrottleFuture {
+        ResponseFuture {
             state: State::Waiting {
                 wait,
                 call: Some((inner, request)),
@@ -49,7 +49,7 @@ where
     }
 }
 
-impl<S, Req, St> Future for ThrottleFuture<S, Req, St>
+impl<S, Req, St> Future for ResponseFuture<S, Req, St>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,

@@ -30,10 +30,9 @@
 //! always ready, and clones the inner service into each call, as tower's
 //! guide for services that wait does; the inner service must be `Clone`.
 
-mod future;
+pub mod future;
 mod layer;
 mod service;
 
-pub use future::ThrottleFuture;
 pub use layer::ThrottleLayer;
 pub use service::Throttle;

@@ -1,6 +1,6 @@
 //! [`Throttle`].
 
-use super::ThrottleFuture;
+use super::future::ResponseFuture;
 use crate::direct::DirectLimiter;
 use crate::error::BoxError;
 use crate::store::{MemoryStore, Store};
@@ -44,7 +44,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ThrottleFuture<S, Req, St>;
+    type Future = ResponseFuture<S, Req, St>;
 
     /// Always ready: the wait for the limiter, and for the inner service,
     /// happen in the call's future.
@@ -53,6 +53,6 @@ where
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        ThrottleFuture::new(self.limiter.until_ready(), self.inner.clone(), request)
+        ResponseFuture::new(self.limiter.until_ready(), self.inner.clone(), request)
     }
 }

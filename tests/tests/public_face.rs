@@ -1,0 +1,128 @@
+//! The shape of `tollgate`'s public face (issue 60), read from the source
+//! as text: at most 25 public types at the crate's root (tower, axum and
+//! governor have 5 to 9; the rest live in the module of their idea), and
+//! every middleware's futures in its own `future` module under one name,
+//! `ResponseFuture`, as tower keeps them.
+
+use std::path::{Path, PathBuf};
+
+/// The most public types `tollgate`'s root may name.
+const MAX_ROOT_TYPES: usize = 25;
+
+fn source(path: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path: PathBuf = root.join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The names the top level of `lib` re-exports with `pub use` (not those
+/// of an inline module such as `__private` or `future`).
+fn root_reexports(lib: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    let mut statement: Option<String> = None;
+    for line in lib.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        if let Some(text) = statement.as_mut() {
+            text.push_str(code);
+        } else if depth == 0 && code.starts_with("pub use ") {
+            statement = Some(code.to_owned());
+        } else {
+            depth += code.matches('{').count();
+            depth = depth.saturating_sub(code.matches('}').count());
+            continue;
+        }
+        if statement.as_ref().is_some_and(|s| s.contains(';')) {
+            let text = statement.take().unwrap_or_default();
+            names.extend(leaves(&text));
+        }
+    }
+    names
+}
+
+/// The names a `pub use …;` brings in: each leaf's last segment, or its
+/// `as` name.
+fn leaves(statement: &str) -> Vec<String> {
+    let body = statement
+        .trim_start_matches("pub use ")
+        .trim_end_matches(';');
+    let inner = match (body.find('{'), body.rfind('}')) {
+        (Some(open), Some(close)) => &body[open + 1..close],
+        _ => body,
+    };
+    inner
+        .split(',')
+        .map(str::trim)
+        .filter(|leaf| !leaf.is_empty())
+        .map(|leaf| match leaf.split_once(" as ") {
+            Some((_, alias)) => alias.trim().to_owned(),
+            None => leaf.rsplit("::").next().unwrap_or(leaf).trim().to_owned(),
+        })
+        .collect()
+}
+
+/// A type or trait name: a capital first letter, not a constant's
+/// `ALL_CAPS`.
+fn is_type(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_uppercase())
+        && name.chars().any(|c| c.is_ascii_lowercase())
+}
+
+#[test]
+fn the_root_names_at_most_25_types() {
+    let lib = source("crates/tollgate/src/lib.rs");
+    let types: Vec<String> = root_reexports(&lib)
+        .into_iter()
+        .filter(|n| is_type(n))
+        .collect();
+    assert!(
+        types.len() <= MAX_ROOT_TYPES,
+        "{} public types at tollgate's root, at most {MAX_ROOT_TYPES}: {types:?}",
+        types.len()
+    );
+    // The reading finds what is there.
+    for name in ["RateLimitLayer", "Store", "Key", "NamedLimit"] {
+        assert!(
+            types.iter().any(|t| t == name),
+            "{name} not found: {types:?}"
+        );
+    }
+}
+
+#[test]
+fn every_middleware_keeps_its_futures_in_its_future_module() {
+    let modules = [
+        "crates/tollgate/src/in_flight/mod.rs",
+        "crates/tollgate/src/throttle/mod.rs",
+        "crates/tollgate/src/pay_after/mod.rs",
+        "crates/tollgate-tonic/src/messages/mod.rs",
+    ];
+    for module in modules {
+        let text = source(module);
+        assert!(
+            text.contains("\npub mod future;"),
+            "{module}: no `pub mod future`"
+        );
+        assert!(
+            !text.contains("pub use future::"),
+            "{module}: a future re-exported beside the middleware"
+        );
+        let future = source(&module.replace("mod.rs", "future.rs"));
+        assert!(
+            future.contains("pub struct ResponseFuture"),
+            "{module}: its future is not named ResponseFuture"
+        );
+    }
+    let lib = source("crates/tollgate/src/lib.rs");
+    assert!(
+        lib.contains("pub mod future {"),
+        "the root middleware's future module"
+    );
+}
+
+#[test]
+fn the_reading_of_reexports_follows_groups_renames_and_lines() {
+    let lib =
+        "pub use a::{B, c::D as E,\n    f};\npub mod x {\n    pub use y::Z;\n}\npub use g::H;\n";
+    assert_eq!(root_reexports(lib), ["B", "E", "f", "H"]);
+}
