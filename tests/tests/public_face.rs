@@ -126,3 +126,30 @@ fn the_reading_of_reexports_follows_groups_renames_and_lines() {
         "pub use a::{B, c::D as E,\n    f};\npub mod x {\n    pub use y::Z;\n}\npub use g::H;\n";
     assert_eq!(root_reexports(lib), ["B", "E", "f", "H"]);
 }
+
+#[test]
+fn plumbing_is_not_part_of_the_api() {
+    let store = source("crates/tollgate/src/store/mod.rs");
+    assert!(
+        !store.contains("pub use branches"),
+        "store::Branch and store::Branches are the wrappers' own"
+    );
+    let settings = source("crates/tollgate/src/settings.rs");
+    for name in ["CommonSettings", "LimitSettings"] {
+        let hidden = format!("#[doc(hidden)]\npub struct {name}");
+        assert!(
+            settings.contains(&hidden),
+            "settings::{name} is tonic's, hidden"
+        );
+    }
+    let axum = source("crates/tollgate-axum/src/lib.rs");
+    assert!(
+        axum.contains("#[doc(hidden)]\npub use client_ip::{Node, parse_node};"),
+        "tollgate-axum's proxy-header parser is the fuzz target's, hidden"
+    );
+    let lib = source("crates/tollgate/src/lib.rs");
+    assert!(
+        !root_reexports(&lib).iter().any(|n| n == "Prepared"),
+        "Prepared is a store author's: store::Prepared"
+    );
+}

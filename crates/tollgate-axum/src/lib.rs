@@ -27,9 +27,11 @@ mod client_ip;
 mod rejection;
 mod route;
 
-pub use client_ip::{
-    ClientAddr, ClientIp, InvalidPrefix, NoConnectInfo, Node, ProxyHeader, parse_node,
-};
+pub use client_ip::{ClientAddr, ClientIp, InvalidPrefix, NoConnectInfo, ProxyHeader};
+/// The parser of one `Forwarded`/`X-Forwarded-For` node, for the fuzz
+/// target and the property tests: not part of the API.
+#[doc(hidden)]
+pub use client_ip::{Node, parse_node};
 /// A network in CIDR form (`"10.0.0.0/8".parse()`), for
 /// [`ClientIp::trusting`]; re-exported so an app need not depend on `ipnet`.
 pub use ipnet::IpNet;

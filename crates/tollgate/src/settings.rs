@@ -48,6 +48,7 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(100);
 /// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
+#[doc(hidden)]
 pub struct CommonSettings {
     /// Which rate-limit fields responses carry (default
     /// [`HeaderStyle::DRAFT`]).
@@ -168,6 +169,7 @@ macro_rules! common_setters {
 /// ```
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
+#[doc(hidden)]
 pub struct LimitSettings {
     /// The limits, in the order they were added: a request must pass every
     /// one, and is charged to all or none.

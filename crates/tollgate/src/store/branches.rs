@@ -4,7 +4,7 @@
 
 /// Which of a [`Fallback`](super::Fallback)'s two stores decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Branch {
+pub(crate) enum Branch {
     /// The store asked first.
     Primary,
     /// The store that decided because the first failed.
@@ -33,7 +33,7 @@ pub enum Branch {
 /// assert_eq!(rest.pop().0, Branch::Secondary);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Branches {
+pub(crate) struct Branches {
     /// The branches as bits, the outermost lowest (1: the secondary),
     /// above a marker bit: `1` alone is no branch. One word, as a
     /// decision is moved on the request's path.
@@ -51,11 +51,11 @@ impl Branches {
     /// The most branches it keeps. A composition nests fallbacks a
     /// few deep; beyond this many, the outermost branches are not
     /// recorded, and a refund through them goes to the primary.
-    pub const MAX_DEPTH: u8 = 63;
+    pub(crate) const MAX_DEPTH: u8 = 63;
 
     /// These branches, then `branch` taken by the fallback around it.
     #[must_use]
-    pub fn took(self, branch: Branch) -> Branches {
+    pub(crate) fn took(self, branch: Branch) -> Branches {
         if self.depth() >= Self::MAX_DEPTH {
             return self;
         }
@@ -67,7 +67,7 @@ impl Branches {
     /// The branch the outermost fallback took, and the branches below it.
     /// No branch at all answers [`Branch::Primary`]: a decision that passed
     /// through no fallback was made by the store asked first.
-    pub fn pop(self) -> (Branch, Branches) {
+    pub(crate) fn pop(self) -> (Branch, Branches) {
         let bits = self.marked();
         if bits == 1 {
             return (Branch::Primary, self);

@@ -72,7 +72,7 @@ pub struct PolicyRefund {
     pub receipt: Option<Receipt>,
     /// Which store of a composition charged it
     /// ([`PolicyDecision::charged_by`]).
-    pub charged_by: Branches,
+    pub(crate) charged_by: Branches,
 }
 
 impl PolicyRefund {
@@ -140,7 +140,7 @@ pub struct Debit {
     pub cost: u32,
     /// Which store of a composition charged the admission
     /// ([`PolicyDecision::charged_by`]).
-    pub charged_by: Branches,
+    pub(crate) charged_by: Branches,
 }
 
 impl Debit {

@@ -168,7 +168,7 @@ impl PolicyDecision {
     /// the store that charged it. The default for a store that decides
     /// alone.
     #[inline]
-    pub fn charged_by(&self) -> Branches {
+    pub(crate) fn charged_by(&self) -> Branches {
         self.charged_by
     }
 }

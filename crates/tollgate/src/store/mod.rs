@@ -40,7 +40,7 @@ mod wrappers;
 
 pub use crate::prepared::Prepared;
 pub use admin::{AdminError, AdminFuture};
-pub use branches::{Branch, Branches};
+pub(crate) use branches::Branch;
 pub use capability::{Capability, Missing, short_type_name};
 pub use carry::Carried;
 pub use charge::{ChangeReply, Debit, PolicyRefund};

@@ -23,7 +23,7 @@ use tollgate_internal::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, defa
 /// enforces the limit on its own while the shared store is away.
 ///
 /// Every admission remembers which of the two charged it
-/// ([`PolicyDecision::charged_by`]), and its refund or debit goes to that
+/// (it rides in the decision), and its refund or debit goes to that
 /// one: a request admitted by the secondary during an outage is given
 /// back to the secondary, never to the primary, which never counted it.
 /// So `charge_when` and `pay_after` work through a fallback when both
