@@ -73,7 +73,7 @@ struct Instance {
 
 enum InstanceStore {
     Plain(RedisStore),
-    Local(LocalFirst),
+    Local(LocalFirst<RedisStore>),
 }
 
 impl Instance {
@@ -148,7 +148,7 @@ pub struct LocalComparison {
 }
 
 /// The algorithms a local-first store decides, as it says itself.
-fn supported(store: &LocalFirst, quota: Quota) -> Vec<Algorithm> {
+fn supported(store: &LocalFirst<RedisStore>, quota: Quota) -> Vec<Algorithm> {
     Algorithm::ALL
         .into_iter()
         .filter(|&algorithm| {

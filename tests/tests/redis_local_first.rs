@@ -29,7 +29,7 @@ fn limit() -> Quota {
     "1000/day".parse().unwrap()
 }
 
-async fn local_store(url: &str, prefix: &str, mode: LocalMode) -> LocalFirst {
+async fn local_store(url: &str, prefix: &str, mode: LocalMode) -> LocalFirst<RedisStore> {
     let redis = RedisStore::builder(url)
         .prefix(prefix)
         .connect()
@@ -40,7 +40,7 @@ async fn local_store(url: &str, prefix: &str, mode: LocalMode) -> LocalFirst {
 
 /// An app instance limiting on `store`; store errors answer 503, so a
 /// failure never passes for an admission.
-fn instance(algorithm: Algorithm, quota: Quota, store: LocalFirst) -> App {
+fn instance(algorithm: Algorithm, quota: Quota, store: LocalFirst<RedisStore>) -> App {
     let layer = RateLimitLayer::builder()
         .quota("api", quota)
         .algorithm(algorithm)
@@ -608,7 +608,7 @@ async fn periodic_key(
     interval: Duration,
     quota: Quota,
     algorithm: Algorithm,
-) -> (LocalFirst, Arc<tollgate::Policy>) {
+) -> (LocalFirst<RedisStore>, Arc<tollgate::Policy>) {
     let mode = LocalMode::Periodic {
         sync_interval: interval,
     };

@@ -348,7 +348,7 @@ async fn passes<St: Store>(store: &St, policy: &Arc<Policy>, n: usize) -> usize 
     passed
 }
 
-async fn exact_store(server: &RedisServer, prefix: &str) -> LocalFirst {
+async fn exact_store(server: &RedisServer, prefix: &str) -> LocalFirst<RedisStore> {
     let redis = RedisStore::builder(server.url())
         .prefix(prefix)
         .connect()
@@ -385,8 +385,8 @@ async fn exact_mode_refunds_leave_the_whole_limit_to_the_same_instance() {
 /// Whether `b` admits the whole limit of 3 and refuses a 4th, and `a`
 /// refuses one too: `None`, or what went wrong.
 async fn b_takes_the_whole_limit(
-    a: &LocalFirst,
-    b: &LocalFirst,
+    a: &LocalFirst<RedisStore>,
+    b: &LocalFirst<RedisStore>,
     policy: &Arc<Policy>,
     name: &str,
 ) -> Option<String> {

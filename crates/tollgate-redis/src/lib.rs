@@ -254,16 +254,15 @@ mod url;
 
 pub use error::RedisStoreError;
 pub use keys::MAX_KEY_LEN;
-/// The local-first store over Redis: [`tollgate_local::LocalFirst`] with
-/// a [`RedisStore`] as its shared store.
-pub type LocalFirst = tollgate_local::LocalFirst<RedisStore>;
-/// Settings of a [`LocalFirst`] store over Redis.
-pub type LocalFirstBuilder = tollgate_local::LocalFirstBuilder<RedisStore>;
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
 pub use slots::{RedisFreed, RedisPermit, RedisSlots, RedisSlotsBuilder, RedisSlotsFuture};
 pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};
-pub use tollgate_local::{LocalMode, LocalStats};
+/// The local-first store, re-exported so that an app over Redis need not
+/// depend on `tollgate-local`: `LocalFirst::builder(redis_store, mode)`
+/// is a `LocalFirst<RedisStore>`, the same type the compare-and-swap
+/// store's users write `LocalFirst<CasStore<B>>`.
+pub use tollgate_local::{LocalFirst, LocalFirstBuilder, LocalMode, LocalStats};
 pub use url::{check_url, redacted};

@@ -482,7 +482,7 @@ fn limit(algorithm: Algorithm, burst: bool) -> Arc<Policy> {
 
 /// [`INSTANCES`] local-first stores in `mode`, each with its own
 /// connection, over the same keys.
-async fn instances(url: &str, prefix: &str, mode: LocalMode) -> Vec<LocalFirst> {
+async fn instances(url: &str, prefix: &str, mode: LocalMode) -> Vec<LocalFirst<RedisStore>> {
     let mut stores = Vec::new();
     for _ in 0..INSTANCES {
         let redis = RedisStore::builder(url)
@@ -496,7 +496,7 @@ async fn instances(url: &str, prefix: &str, mode: LocalMode) -> Vec<LocalFirst> 
 }
 
 /// The instances' counts, summed.
-fn total(stores: &[LocalFirst]) -> LocalStats {
+fn total(stores: &[LocalFirst<RedisStore>]) -> LocalStats {
     let mut sum = LocalStats::default();
     for s in stores.iter().map(LocalFirst::stats) {
         sum.redis_calls += s.redis_calls;
