@@ -107,7 +107,7 @@ impl<B: CasBackend> CasStore<B> {
     /// How many instances share this store's backend, and this one's rank
     /// among them, as its presence beat counts them: what a
     /// [`Split`](tollgate::store::Split) fallback divides the limits by
-    /// ([`Split::present`](tollgate::store::Split::present)). The first call
+    /// ([`Split::presence`](tollgate::store::Split::presence)). The first call
     /// starts the beat (on the current tokio runtime; outside one, the
     /// count stays the operator's, [`CasStoreBuilder::instances`]): every
     /// second, and at once, the store writes in one value of the backend,

@@ -204,7 +204,7 @@ impl RedisStore {
 
     /// The count of [`instances`](Self::instances) with this instance's
     /// rank among them, shared with the store: what
-    /// [`Split::present`](tollgate::store::Split::present) splits the
+    /// [`Split::presence`](tollgate::store::Split::presence) splits the
     /// limits by, giving the remainder to the lowest ranks so that the
     /// instances together admit the limit.
     pub fn presence(&self) -> Presence {

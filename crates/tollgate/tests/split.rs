@@ -200,7 +200,7 @@ fn a_presence_counts_from_the_operator_then_from_the_beats() {
     presence.beat(2, 0, false);
     assert_eq!(presence.share(), Share::ranked(2, 0));
     // A Split reads it at each call.
-    let split = Split::present(MemoryStore::new(), presence.clone());
+    let split = Split::presence(MemoryStore::new(), presence.clone());
     assert_eq!(split.share(), Share::ranked(2, 0));
     presence.count(4, 3);
     assert_eq!(split.instances(), 4);

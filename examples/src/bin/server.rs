@@ -118,7 +118,7 @@
 //!   than `--store-timeout-ms`, requests are decided in this process's
 //!   memory with the same limits split between the servers that shared the
 //!   Redis or PostgreSQL store (`Fallback::new(Timeout::new(store, T),
-//!   Split::present(MemoryStore, store.presence()))`): each server says at
+//!   Split::presence(MemoryStore, store.presence()))`): each server says at
 //!   start and then every second, through the store, that it shares it
 //!   (Redis: a sorted set `tollgate:instances`; PostgreSQL: one row,
 //!   `tollgate:instances`, of the limits table), and counts for 5 s; in an
@@ -893,7 +893,7 @@ async fn app(args: &Args, store_url: &StoreUrl) -> Result<Router, Failure> {
         // instances as said, through the store, that they share it.
         (FailMode::Fallback, Some(presence)) => BoxStore::new(Fallback::new(
             Timeout::new(store, store_timeout),
-            Split::present(MemoryStore::new(), presence),
+            Split::presence(MemoryStore::new(), presence),
         )),
         (FailMode::Fallback, None) => BoxStore::new(Fallback::new(
             Timeout::new(store, store_timeout),

@@ -43,7 +43,7 @@ use tollgate_core::Quota;
 /// # let presence = Presence::expecting(2); // `redis.presence()` in practice
 /// let store = Fallback::new(
 ///     Timeout::new(redis, Duration::from_millis(50)),
-///     Split::present(MemoryStore::new(), presence),
+///     Split::presence(MemoryStore::new(), presence),
 /// );
 /// # let _ = store;
 /// ```
@@ -70,7 +70,7 @@ impl<S> Split<S> {
 
     /// `inner`, deciding each limit at this instance's share of it as
     /// `presence` counts the instances and ranks this one.
-    pub fn present(inner: S, presence: Presence) -> Self {
+    pub fn presence(inner: S, presence: Presence) -> Self {
         Split::shared(inner, move || presence.share())
     }
 
