@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tollgate::store::{Breaker, BreakerError, BreakerState, StoreWrapper, Timeout};
+use tollgate::store::{Breaker, BreakerState, StoreWrapper, Timeout, error::BreakerError};
 use tollgate::{Key, MemoryStore, NamedLimit, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{ManualClock, Quota};
 

@@ -9,7 +9,7 @@ mod breaker_common;
 use breaker_common::Flaky;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::store::{Breaker, BreakerError};
+use tollgate::store::{Breaker, error::BreakerError};
 use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
 use tollgate_core::{ManualClock, Quota};
 use tollgate_tests::logs::Captured;

@@ -153,3 +153,18 @@ fn plumbing_is_not_part_of_the_api() {
         "Prepared is a store author's: store::Prepared"
     );
 }
+
+#[test]
+fn the_store_wrappers_futures_and_errors_are_in_their_modules() {
+    let store = source("crates/tollgate/src/store/mod.rs");
+    let flat: Vec<&str> = store
+        .lines()
+        .filter(|line| line.starts_with("pub use wrappers::"))
+        .filter(|line| line.contains("Future") || line.contains("Error"))
+        .collect();
+    assert!(
+        flat.is_empty(),
+        "flat in store::, not in store::future or store::error: {flat:?}"
+    );
+    assert!(store.contains("pub mod future {") && store.contains("pub mod error {"));
+}

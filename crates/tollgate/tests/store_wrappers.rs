@@ -85,7 +85,8 @@ async fn a_timeout_alone_gives_the_layer_a_failure_to_answer() {
     let got = statuses(store, 2, OnStoreError::Closed).await;
     assert_eq!(got, [StatusCode::SERVICE_UNAVAILABLE; 2]);
     assert_eq!(started.elapsed(), Duration::from_millis(60));
-    let error = tollgate::store::TimeoutError::<Infallible>::Elapsed(Duration::from_millis(30));
+    let error =
+        tollgate::store::error::TimeoutError::<Infallible>::Elapsed(Duration::from_millis(30));
     assert!(error.to_string().contains("30ms"), "{error}");
 }
 

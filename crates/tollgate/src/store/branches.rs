@@ -22,16 +22,9 @@ pub(crate) enum Branch {
 /// back to the secondary, not to the primary that never counted the
 /// request.
 ///
-/// ```
-/// use tollgate::store::{Branch, Branches};
-///
-/// // An inner fallback decided with its secondary; the outer one got
-/// // that answer from its primary.
-/// let branches = Branches::default().took(Branch::Secondary).took(Branch::Primary);
-/// let (outer, rest) = branches.pop();
-/// assert_eq!(outer, Branch::Primary);
-/// assert_eq!(rest.pop().0, Branch::Secondary);
-/// ```
+/// An inner fallback that decided with its secondary, inside an outer
+/// one that got that answer from its primary, gives `Primary` then
+/// `Secondary` when popped (see the tests below).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Branches {
     /// The branches as bits, the outermost lowest (1: the secondary),

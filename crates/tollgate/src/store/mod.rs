@@ -50,15 +50,34 @@ pub(crate) use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use receipt::Receipt;
 pub use wrapper::StoreWrapper;
-pub use wrappers::block_cache::{BlockCache, BlockCacheFuture};
+pub use wrappers::block_cache::BlockCache;
 pub use wrappers::block_list::{BlockList, DEFAULT_MAX_ENTRIES};
-pub use wrappers::boxed::{BoxStore, BoxStoreError};
-pub use wrappers::breaker::{Breaker, BreakerError, BreakerFuture, BreakerState};
-pub use wrappers::fallback::{DEFAULT_MAX_KNOWN, Fallback, FallbackFuture};
-pub use wrappers::penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox, PenaltyFuture};
+pub use wrappers::boxed::BoxStore;
+pub use wrappers::breaker::{Breaker, BreakerState};
+pub use wrappers::fallback::{DEFAULT_MAX_KNOWN, Fallback};
+pub use wrappers::penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox};
 pub use wrappers::presence::{Presence, Share};
 pub use wrappers::split::Split;
-pub use wrappers::timeout::{Timeout, TimeoutError, TimeoutFuture};
+pub use wrappers::timeout::Timeout;
+
+/// The wrappers' futures, as tower keeps a middleware's futures in its
+/// `future` module: what a wrapper's `check` answers while the store
+/// behind it decides.
+pub mod future {
+    pub use super::wrappers::block_cache::BlockCacheFuture;
+    pub use super::wrappers::breaker::BreakerFuture;
+    pub use super::wrappers::fallback::FallbackFuture;
+    pub use super::wrappers::penalty::PenaltyFuture;
+    pub use super::wrappers::timeout::TimeoutFuture;
+}
+
+/// The wrappers' errors: what each adds to the errors of the store
+/// behind it.
+pub mod error {
+    pub use super::wrappers::boxed::BoxStoreError;
+    pub use super::wrappers::breaker::BreakerError;
+    pub use super::wrappers::timeout::TimeoutError;
+}
 
 use crate::error::ConfigError;
 use crate::key::Key;
