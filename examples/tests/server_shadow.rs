@@ -63,11 +63,16 @@ fn with_shadow_every_request_passes_as_if_unlimited() {
             );
         }
         let name = format!("api{n}");
-        let logged = server
-            .logs()
-            .into_iter()
-            .filter(|line| line.contains("shadow") && line.contains(&name))
-            .count();
+        let shadow_lines = |logs: &[String]| {
+            logs.iter()
+                .filter(|line| line.contains("shadow") && line.contains(&name))
+                .count()
+        };
+        server.logs_once(|logs| shadow_lines(logs) > 0);
+        // Logged once in the interval, not once per request: a second
+        // line would have come with the first.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let logged = shadow_lines(&server.logs());
         assert_eq!(logged, 1, "{store:?}: {:#?}", server.logs());
     }
 }

@@ -127,6 +127,21 @@ impl Server {
             .clone()
     }
 
+    /// Its logs once `ready` holds for them, read again until then (a line
+    /// written to stderr reaches the test a moment later, later on a
+    /// loaded machine): at most [`STEP`]; then the logs as they are.
+    #[allow(dead_code)]
+    pub fn logs_once(&self, ready: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = std::time::Instant::now() + STEP;
+        loop {
+            let logs = self.logs();
+            if ready(&logs) || std::time::Instant::now() >= deadline {
+                return logs;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Kills it now (SIGKILL: no chance to clean up), and reaps it.
     pub fn kill(&mut self) {
         self.child.kill().expect("kill the server");
