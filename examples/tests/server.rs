@@ -852,7 +852,9 @@ fn a_frozen_redis_costs_requests_nothing_once_the_breaker_opens() {
         .collect();
     took.sort();
     let median = took[took.len() / 2];
-    assert!(median < Duration::from_millis(20), "median {median:?}");
+    // The open breaker answers without asking Redis: a request that
+    // waited for the 200 ms store timeout would take at least that.
+    assert!(median < Duration::from_millis(150), "median {median:?}");
     let outage_logs = server.logs().len() - logged_before;
     assert!(outage_logs <= 5, "{:#?}", &server.logs()[logged_before..]);
     redis.thaw();
