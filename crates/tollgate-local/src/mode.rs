@@ -23,3 +23,36 @@ impl LocalMode {
         sync_interval: Duration::from_millis(100),
     };
 }
+
+impl LocalMode {
+    /// The sync interval in ns, saturating; 0 in exact mode, which has
+    /// none.
+    pub(crate) fn sync_nanos(self) -> u64 {
+        match self {
+            LocalMode::Periodic { sync_interval } => nanos(sync_interval),
+            LocalMode::Exact => 0,
+        }
+    }
+
+    /// How long a periodic share may be spent after its sync was sent: two
+    /// intervals and 250 ms, so that an instance busy on the key reads it
+    /// again (every interval) well before its share lapses; an instance that
+    /// leaves keeps its last share from the others for this long. At most a
+    /// day.
+    pub(crate) fn share_life(self) -> u64 {
+        const DAY: u64 = 86_400_000_000_000;
+        match self {
+            LocalMode::Periodic { .. } => self
+                .sync_nanos()
+                .saturating_mul(2)
+                .saturating_add(250_000_000)
+                .min(DAY),
+            LocalMode::Exact => 0,
+        }
+    }
+}
+
+/// `duration` in ns, saturating.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -8,13 +8,12 @@
 //! or starts one. When the held units run low a reservation starts ahead of
 //! need, so that under steady load requests rarely wait.
 
-use super::answers;
-use super::budget::{Budget, Budgeted, Locked, Signature};
-use super::shared::{Shared, Step, holder};
-use super::table::Evictable;
+use crate::answers;
+use crate::budget::{Budget, Budgeted, Locked, Signature};
+use crate::shared::{Shared, Step, holder};
+use crate::table::Evictable;
 use crate::{ShareOp, SharedStore};
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tollgate::{Key, Policy, PolicyDecision};
@@ -33,12 +32,12 @@ pub(crate) struct ExactSlot {
 /// Units granted together, spendable until `lapse_at` (local ns): the end
 /// of the window they were charged in, for the window limits.
 #[derive(Clone, Copy, Debug)]
-struct Grant {
-    units: u64,
-    lapse_at: u64,
+pub(super) struct Grant {
+    pub(super) units: u64,
+    pub(super) lapse_at: u64,
     /// When (local ns) the reservation that granted them was sent: they
     /// were charged in Redis no earlier.
-    sent: u64,
+    pub(super) sent: u64,
 }
 
 /// Units dropped past their hold, unspent, to give back in Redis.
@@ -72,24 +71,24 @@ impl Returned {
 /// Redis refused `cost`: so is any request of at least that cost until
 /// `until` (local ns).
 #[derive(Debug)]
-struct Refusal {
-    until: u64,
-    cost: u32,
-    decision: PolicyDecision,
-    at: u64,
+pub(super) struct Refusal {
+    pub(super) until: u64,
+    pub(super) cost: u32,
+    pub(super) decision: PolicyDecision,
+    pub(super) at: u64,
 }
 
 #[derive(Default)]
 pub(crate) struct Holdings {
     /// Oldest lapse first.
-    grants: SmallVec<[Grant; 2]>,
-    refusal: Option<Refusal>,
+    pub(super) grants: SmallVec<[Grant; 2]>,
+    pub(super) refusal: Option<Refusal>,
     /// Redis's answer to the last grant, and when it came (local ns).
-    last: Option<(PolicyDecision, u64)>,
+    pub(super) last: Option<(PolicyDecision, u64)>,
     /// Until when (local ns) Redis counts what this slot holds as held (for
     /// the limits that count held units: GCRA and the continuous token
     /// bucket); nothing is spent after it. `u64::MAX` when no limit does.
-    held_until: u64,
+    pub(super) held_until: u64,
     /// A reservation is in flight.
     pub(crate) reserving: bool,
     /// Reservations ended so far; a waiter compares it with the count it saw.
@@ -98,33 +97,33 @@ pub(crate) struct Holdings {
     pub(crate) failure: Option<String>,
     /// Units spent since `rate_since` (local ns): the recent rate, which
     /// sizes the next reservation.
-    spent: u64,
-    rate_since: u64,
+    pub(super) spent: u64,
+    pub(super) rate_since: u64,
     /// The size of the last grant.
-    last_grant: u64,
+    pub(super) last_grant: u64,
     /// The least the last grant had to be (the cost of the request that
     /// waited for it; 0 ahead of need).
-    last_need: u64,
+    pub(super) last_need: u64,
     /// The number of the last reservation whose count of held units Redis
     /// recorded (it answered, and did not refuse); 0 before the first.
-    recorded: u64,
+    pub(super) recorded: u64,
     /// Units dropped past their hold, unspent, to give back in Redis
-    /// (see [`give_back`]), for the lock's holder to send.
+    /// (see [`give_back`](super::reserve::give_back)), for the lock's holder to send.
     pub(crate) returned: Option<Returned>,
-    /// A task watches the hold (see [`watch_hold`]).
-    watching: bool,
+    /// A task watches the hold (see `reserve::watch_hold`).
+    pub(super) watching: bool,
     /// The units the budget was last opened with.
     opened: u64,
     /// When (local ns) a charge of this key was last given back in Redis:
     /// a refusal to a reservation sent before it may be untrue, and is
     /// not remembered.
-    refunded_at: u64,
+    pub(super) refunded_at: u64,
     /// The number of the last reservation sent (see
     /// [`answers::receipt_word`]); 0 before the first.
-    report: u64,
+    pub(super) report: u64,
     /// When the script of the newest answer applied to `last` ran (the
     /// server's µs): an older answer arriving later is not applied.
-    last_server: u64,
+    pub(super) last_server: u64,
 }
 
 impl Evictable for ExactSlot {
@@ -162,7 +161,7 @@ impl ExactSlot {
 
     /// Takes what this instance was granted of the key and no request
     /// spent at `now` (charged in Redis already, used by no request), to
-    /// give back (see [`give_back`]): none when Redis recorded no count of
+    /// give back (see [`give_back`](super::reserve::give_back)): none when Redis recorded no count of
     /// them. A window's grant after its window ended is not counted (its
     /// units are not the window Redis counts now); a grant past its hold
     /// is (the hold only keeps the instance from spending it: Redis may
@@ -364,11 +363,16 @@ impl Holdings {
 
     /// Drops the grants lapsed at `now` (their window ended, or their
     /// hold). With `returning`, the units dropped past their hold are
-    /// marked to be given back in Redis (see [`give_back`]) when no limit
+    /// marked to be given back in Redis (see [`give_back`](super::reserve::give_back)) when no limit
     /// of the policy has a window (a window's units belong to it: given
     /// back after it ended they would land in the next one), and Redis
     /// recorded a count that holds them.
-    fn drop_lapsed<S: SharedStore>(&mut self, inner: &Shared<S>, now: u64, returning: bool) {
+    pub(super) fn drop_lapsed<S: SharedStore>(
+        &mut self,
+        inner: &Shared<S>,
+        now: u64,
+        returning: bool,
+    ) {
         let held_until = self.held_until;
         let lapsed: u64 = self
             .grants
@@ -427,7 +431,7 @@ impl Holdings {
     /// How many units to ask for: enough for `ahead` nanoseconds at the
     /// rate the key was spent at since the last grant, at least `need`
     /// and one, at most `max`.
-    fn want(&self, now: u64, need: u32, ahead: u64, max: u64) -> u64 {
+    pub(super) fn want(&self, now: u64, need: u32, ahead: u64, max: u64) -> u64 {
         let elapsed = now.saturating_sub(self.rate_since).max(1_000_000);
         let at_rate = u128::from(self.spent) * u128::from(ahead) / u128::from(elapsed);
         let least = u64::from(need.max(1));
@@ -445,202 +449,4 @@ fn take(grants: &mut SmallVec<[Grant; 2]>, mut units: u64) {
         units -= taken;
     }
     grants.retain(|g| g.units > 0);
-}
-
-/// Reserves at least `need` units for `slot` from Redis, then wakes the
-/// requests that wait on it.
-pub(crate) async fn reserve<S: SharedStore>(
-    inner: Arc<Shared<S>>,
-    slot: Arc<ExactSlot>,
-    need: u32,
-) {
-    let sent = inner.now();
-    let (want, held, report) = {
-        let mut state = slot.lock();
-        // Numbered across the instance's slots, so that a slot made again
-        // for the key never reuses a number Redis recorded.
-        state.report = inner.reports.fetch_add(1, Ordering::Relaxed) + 1;
-        let want = state.want(
-            sent,
-            need,
-            inner.settings.reserve_ahead_nanos,
-            inner.settings.max_reservation,
-        );
-        // What is still spendable at `sent`; spent further while the call
-        // is away, so Redis's count stays at or above it. What lapsed by
-        // then is dropped now: this reservation's count in Redis leaves it
-        // out, so the hold it brings back must not cover it (a grant past
-        // its hold, spent after it, would be spent on top of its own
-        // refill). A reservation ahead of need is sent from a spawned
-        // task, on a busy machine long after the spend that started it.
-        // Given back whichever of the two calls Redis runs first: before
-        // it, they come off the count that holds them; after it, off what
-        // it recorded spent when it replaced that count (its `held`
-        // leaves them out).
-        state.drop_lapsed(&inner, sent, true);
-        if let Some(returned) = state.returned.take() {
-            give_back(&inner, &slot, returned, sent);
-        }
-        let held = state.grants.iter().map(|g| g.units).sum();
-        (want, held, state.report)
-    };
-    let op = ShareOp::Reserve {
-        need,
-        want,
-        fanout: inner.settings.fanout,
-        holder: holder(inner.instance, slot.policy.id()),
-        held,
-        hold_micros: inner.settings.hold_nanos / 1_000,
-        ahead_micros: inner.settings.reserve_ahead_nanos / 1_000,
-        report,
-    };
-    inner.stats.call();
-    let result = inner.store.share(&slot.policy, &slot.key, op).await;
-    let now = inner.now();
-    {
-        let mut state = slot.lock();
-        state.reserving = false;
-        state.round += 1;
-        match result {
-            Ok(reply) => {
-                if reply.first > 0 || reply.decision.merged().allowed() {
-                    state.recorded = report;
-                }
-                if state.failure.take().is_some() {
-                    tracing::info!(
-                        policy = slot.policy.label(),
-                        "local-first store: Redis answers again; reservations resume"
-                    );
-                }
-                let granted = u64::try_from(reply.first).unwrap_or(0);
-                if granted > 0 {
-                    // A lapse is counted from when the call left: the script
-                    // ran later, so the grant lapses no later than Redis says.
-                    let after = |micros: i64| {
-                        u64::try_from(micros).map_or(u64::MAX, |micros| {
-                            sent.saturating_add(micros.saturating_mul(1_000))
-                        })
-                    };
-                    state.grants.push(Grant {
-                        units: granted,
-                        sent,
-                        lapse_at: after(reply.second),
-                    });
-                    // Redis now counts all this slot holds, old grants
-                    // too, as held until then.
-                    state.held_until = after(reply.third);
-                    if state.held_until != u64::MAX
-                        && state.grants.iter().all(|g| g.lapse_at == u64::MAX)
-                    {
-                        watch_hold(&inner, &slot, &mut state);
-                    }
-                    state.grants.sort_by_key(|g| g.lapse_at);
-                    if reply.server_micros >= state.last_server {
-                        state.last = Some((reply.decision, now));
-                        state.last_server = reply.server_micros;
-                    }
-                    state.refusal = None;
-                    state.last_grant = granted;
-                    state.last_need = u64::from(need);
-                    state.spent = 0;
-                    state.rate_since = now;
-                    inner.stats.reserved(granted);
-                } else if reply.decision.merged().allowed() {
-                    // Ahead of need, and no share to grant: the next
-                    // request reserves for itself.
-                } else if sent >= state.refunded_at {
-                    let retry = reply.decision.merged().retry_after_nanos();
-                    state.refusal = Some(Refusal {
-                        until: now.saturating_add(retry),
-                        cost: need.max(1),
-                        decision: reply.decision,
-                        at: now,
-                    });
-                }
-            }
-            Err(error) => {
-                if state.failure.is_none() {
-                    tracing::warn!(
-                        policy = slot.policy.label(),
-                        %error,
-                        "local-first store: a reservation failed; requests are decided with \
-                         the units this instance holds, then by the store-error behaviour"
-                    );
-                }
-                state.failure = Some(error.to_string());
-            }
-        }
-    }
-    slot.done.notify_waiters();
-}
-
-/// Gives back in Redis the units of `slot`'s key that this instance was
-/// granted and will never spend (dropped past their hold, unspent, at
-/// `now`), from a spawned task: `share.lua`'s refund, naming the
-/// reservation
-/// whose count of held units holds them (or, once a later reservation
-/// replaced that count, its record of what was spent), as far as Redis
-/// still counts them (a bucket that refilled since gives back less). A
-/// reservation's units otherwise stay charged until they refill: an
-/// instance that reserved ahead and then went idle would keep them from
-/// every instance. Lost in a failure: they stay charged (never more
-/// admitted).
-pub(crate) fn give_back<S: SharedStore>(
-    inner: &Arc<Shared<S>>,
-    slot: &ExactSlot,
-    returned: Returned,
-    now: u64,
-) {
-    let op = returned.op(inner, slot.policy.id(), now);
-    let (inner, policy, key) = (inner.clone(), slot.policy.clone(), slot.key.clone());
-    inner.stats.call();
-    tokio::spawn(async move {
-        if let Err(error) = inner.store.share(&policy, &key, op).await {
-            tracing::debug!(
-                policy = policy.label(),
-                %error,
-                "local-first store: units past their hold were not given back; they stay charged"
-            );
-        }
-    });
-}
-
-/// Watches the hold of what `slot` holds, one task per slot at most:
-/// once the hold has passed with units unspent, gives them back (see
-/// [`give_back`]), so that an instance that went idle does not keep the
-/// units it reserved ahead from the others until they refill. A hold a
-/// later reservation renewed is watched on; a reservation in flight ends
-/// the watch (its landing starts another if it grants).
-fn watch_hold<S: SharedStore>(inner: &Arc<Shared<S>>, slot: &Arc<ExactSlot>, state: &mut Holdings) {
-    if state.watching {
-        return;
-    }
-    state.watching = true;
-    let (inner, slot) = (inner.clone(), slot.clone());
-    tokio::spawn(async move {
-        loop {
-            let wait = {
-                let mut state = slot.lock();
-                let now = inner.now();
-                let until = state.held_until;
-                if until == u64::MAX || state.reserving || state.grants.is_empty() {
-                    state.watching = false;
-                    return;
-                }
-                if now >= until {
-                    state.drop_lapsed(&inner, now, true);
-                    if let Some(returned) = state.returned.take() {
-                        give_back(&inner, &slot, returned, now);
-                    }
-                    state.watching = false;
-                    return;
-                }
-                until - now
-            };
-            tokio::time::sleep(
-                std::time::Duration::from_nanos(wait) + std::time::Duration::from_millis(1),
-            )
-            .await;
-        }
-    });
 }

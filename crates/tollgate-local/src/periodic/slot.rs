@@ -12,12 +12,11 @@
 //! carry a sequence number, so a report sent again after a lost reply is
 //! not counted twice.
 
-use super::answers;
-use super::budget::{Budget, Budgeted, Locked, Signature};
-use super::shared::{Shared, Step, holder};
-use super::table::Evictable;
-use crate::{ShareOp, SharedStore};
-use std::sync::atomic::Ordering;
+use crate::answers;
+use crate::budget::{Budget, Budgeted, Locked, Signature};
+use crate::shared::Step;
+use crate::table::Evictable;
+
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tollgate::{Key, Policy, PolicyDecision};
@@ -34,37 +33,37 @@ pub(crate) struct PeriodicSlot {
 }
 
 /// Redis's last reading of a key, with the share it gave this instance.
-struct LastReading {
-    decision: PolicyDecision,
+pub(super) struct LastReading {
+    pub(super) decision: PolicyDecision,
     /// When it came (local ns).
-    at: u64,
+    pub(super) at: u64,
     /// What this instance may admit from it.
-    share: u64,
+    pub(super) share: u64,
     /// The cost of the request it was asked for (0: none waited): a share
     /// too small for a larger request is asked again for that request.
-    asked: u32,
+    pub(super) asked: u32,
     /// Until when (local ns) the share may be spent: Redis counts it as
     /// the others' no longer, from the moment the sync was sent.
-    until: u64,
+    pub(super) until: u64,
 }
 
 #[derive(Default)]
 pub(crate) struct Counts {
     /// Redis's last reading.
-    last: Option<LastReading>,
+    pub(super) last: Option<LastReading>,
     /// Admitted here and not yet reported.
-    pending: u64,
+    pub(super) pending: u64,
     /// A charge of the key was given back in Redis since the last reading
     /// was asked for: a refusal waits for a fresh one.
-    refunded: bool,
+    pub(super) refunded: bool,
     /// A report sent whose answer did not come: (sequence, units). Sent
     /// again, with the same sequence, until Redis answers.
-    unconfirmed: Option<(u64, u64)>,
+    pub(super) unconfirmed: Option<(u64, u64)>,
     /// The last sequence number used.
-    sequence: u64,
+    pub(super) sequence: u64,
     pub(crate) syncing: bool,
     /// A request came since the last sync: the key is worth reading again.
-    touched: bool,
+    pub(super) touched: bool,
     /// Syncs ended so far; a waiter compares it with the count it saw.
     pub(crate) round: u64,
     /// Why the last sync failed, if it did.
@@ -73,15 +72,15 @@ pub(crate) struct Counts {
     opened: u64,
     /// The largest cost a request waits with: the next sync asks a share
     /// that covers it.
-    wanted: u32,
+    pub(super) wanted: u32,
     /// How many instances held a live share at the last reading.
     pub(crate) sharing: u64,
     /// The units asked for here since the last sync was sent: admitted,
     /// or refused only by this instance's share (refunds do not take them
     /// off): the rate the next sync sizes the share by.
-    demand: u64,
+    pub(super) demand: u64,
     /// When the last sync was sent (local ns; 0: never).
-    sent: u64,
+    pub(super) sent: u64,
 }
 
 impl Evictable for PeriodicSlot {
@@ -294,7 +293,7 @@ impl Counts {
     }
 
     /// What this instance may still admit of its share of `last`.
-    fn spendable(&self, last: &LastReading) -> u64 {
+    pub(super) fn spendable(&self, last: &LastReading) -> u64 {
         last.share.saturating_sub(self.unreported())
     }
 
@@ -320,7 +319,7 @@ impl Counts {
     /// Whether the periodic tick should sync this key at `now`; marks it
     /// syncing. A key with requests since the last sync is due; so is one
     /// without any that still holds some of a live share: its sync gives
-    /// that back (see [`sync`]).
+    /// that back (see [`sync`](super::sync::sync)).
     pub(crate) fn due(&mut self, now: u64) -> bool {
         let holding = self
             .last
@@ -338,7 +337,7 @@ impl Counts {
     /// an interval counts as that long: a share spent in a burst is
     /// followed by one four times as large, not without bound). 0 when
     /// nothing was asked.
-    fn want(&self, now: u64, interval: u64) -> u64 {
+    pub(super) fn want(&self, now: u64, interval: u64) -> u64 {
         if self.demand == 0 {
             return 0;
         }
@@ -346,170 +345,4 @@ impl Counts {
         let want = u128::from(self.demand) * 2 * u128::from(interval.max(1));
         u64::try_from(want.div_ceil(u128::from(since))).unwrap_or(u64::MAX)
     }
-}
-
-/// The last report of a slot taken out (its key's plan changed): what it
-/// admitted and has not reported is charged, and its share is given back
-/// (a sync that wants nothing and holds nothing), so that it does not
-/// count against the slots after it until it lapses: a plan put back, or
-/// another plan of the same limits, shares the key's records. Answers
-/// the units this call did not report (admitted after a report whose
-/// answer did not come, or all of them if the call failed), which the
-/// carry charges itself: a count is never lost, at worst counted twice.
-pub(crate) async fn depart<S: SharedStore>(inner: &Shared<S>, slot: &PeriodicSlot) -> u64 {
-    let (spent, sequence, rest) = {
-        let mut counts = slot.lock();
-        let rest = std::mem::take(&mut counts.pending);
-        match counts.unconfirmed.take() {
-            Some((sequence, units)) => (units, sequence, rest),
-            None if rest > 0 => {
-                let sequence = inner.reports.fetch_add(1, Ordering::Relaxed) + 1;
-                (rest, sequence, 0)
-            }
-            None => (0, 0, 0),
-        }
-    };
-    let op = ShareOp::Sync {
-        spent,
-        instance: holder(inner.instance, slot.policy.id()),
-        sequence,
-        life_micros: inner.settings.share_life_nanos / 1_000,
-        instances: inner.settings.instances,
-        need: 0,
-        left: 0,
-        want: 0,
-    };
-    inner.stats.call();
-    match inner.store.share(&slot.policy, &slot.key, op).await {
-        Ok(_) => rest,
-        Err(_) => spent.saturating_add(rest),
-    }
-}
-
-/// Reports what `slot`'s key admitted since its last report and reads the
-/// key again, then wakes the requests waiting for a first reading.
-///
-/// The share it asks for is sized by what was asked here since the last
-/// sync (see `Counts::want`). An instance asked for nothing (no request
-/// since, none waiting) that holds some of its share offers it back,
-/// spending none of it while the call is on its way: it keeps at most
-/// half of what the others leave free, and none that they want (until it
-/// lapses as it was given), and the rest returns to the other instances
-/// at once, not when it lapses. So an instance new to the key finds at
-/// least half of what is free, and an idle one still has some to spend
-/// if Redis goes away.
-pub(crate) async fn sync<S: SharedStore>(inner: Arc<Shared<S>>, slot: Arc<PeriodicSlot>) {
-    let now = inner.now();
-    let interval = match inner.settings.mode {
-        super::LocalMode::Periodic { sync_interval } => {
-            u64::try_from(sync_interval.as_nanos()).unwrap_or(u64::MAX)
-        }
-        super::LocalMode::Exact => 0,
-    };
-    let (spent, sequence, need, left, want, idle) = {
-        let mut counts = slot.lock();
-        counts.touched = false;
-        let need = std::mem::take(&mut counts.wanted);
-        let want = counts.want(now, interval);
-        counts.demand = 0;
-        counts.sent = now;
-        // What it may spend while the call is on its way: Redis counts it
-        // as this instance's until the new share replaces it.
-        let left = counts
-            .last
-            .as_ref()
-            .filter(|last| now < last.until)
-            .map_or(0, |last| counts.spendable(last));
-        // Idle, holding some: it offers it back (Redis says what it
-        // keeps), and spends none of it while the call is on its way.
-        let mut idle = None;
-        if want == 0
-            && need == 0
-            && left > 0
-            && let Some(last) = counts.last.as_mut()
-        {
-            idle = Some(last.until);
-            last.until = last.until.min(now);
-        }
-        // Read after every refund that landed so far.
-        counts.refunded = false;
-        match counts.unconfirmed {
-            Some(report) => (report.1, report.0, need, left, want, idle),
-            None if counts.pending > 0 => {
-                // Numbered across the instance's slots, as reservations
-                // are: a slot made again for the key (its plan changed
-                // away and back) never reuses a number Redis recorded,
-                // which would drop its report as sent already.
-                counts.sequence = inner.reports.fetch_add(1, Ordering::Relaxed) + 1;
-                let report = (counts.sequence, counts.pending);
-                counts.unconfirmed = Some(report);
-                counts.pending = 0;
-                (report.1, report.0, need, left, want, idle)
-            }
-            None => (0, 0, need, left, want, idle),
-        }
-    };
-    let life = inner.settings.share_life_nanos;
-    let op = ShareOp::Sync {
-        spent,
-        instance: holder(inner.instance, slot.policy.id()),
-        sequence,
-        life_micros: life / 1_000,
-        instances: inner.settings.instances,
-        need,
-        left,
-        want,
-    };
-    inner.stats.call();
-    // Redis counts the share from when the script runs, after this.
-    let sent = inner.now();
-    let result = inner.store.share(&slot.policy, &slot.key, op).await;
-    let now = inner.now();
-    {
-        let mut counts = slot.lock();
-        counts.syncing = false;
-        counts.round += 1;
-        match result {
-            Ok(reply) => {
-                counts.unconfirmed = None;
-                counts.sharing = u64::try_from(reply.third).unwrap_or(1);
-                let share = u64::try_from(reply.second).unwrap_or(0);
-                let until = match idle {
-                    // What it kept, idle, lapses as it was given.
-                    Some(until) => until,
-                    None => sent.saturating_add(life / 1_000 * 1_000),
-                };
-                counts.last = Some(LastReading {
-                    decision: reply.decision,
-                    at: now,
-                    share,
-                    asked: need,
-                    until,
-                });
-                if counts.failure.take().is_some() {
-                    tracing::info!(
-                        policy = slot.policy.label(),
-                        "local-first store: Redis answers again; counts reported"
-                    );
-                }
-            }
-            Err(error) => {
-                // An idle instance whose give-back was not answered keeps
-                // its share (Redis away: it spends what it holds).
-                if let (Some(until), Some(last)) = (idle, counts.last.as_mut()) {
-                    last.until = last.until.max(until);
-                }
-                if counts.failure.is_none() {
-                    tracing::warn!(
-                        policy = slot.policy.label(),
-                        %error,
-                        "local-first store: a sync failed; requests are decided with what \
-                         this instance last read, then by the store-error behaviour"
-                    );
-                }
-                counts.failure = Some(error.to_string());
-            }
-        }
-    }
-    slot.done.notify_waiters();
 }
