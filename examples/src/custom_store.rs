@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate::store::{
-    AdminFuture, Capability, Carried, ChangeReply, Debit, Missing, PolicyRefund,
+    AdminFuture, Capability, Carried, ChangeReply, Debit, MissingCapability, PolicyRefund,
 };
 use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, Decision, MonotonicClock, State, check_all};
@@ -95,7 +95,7 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
 
     /// It gives charges back and charges into debt: the core's algorithms
     /// do both.
-    fn can(&self, _: Capability) -> Result<(), Missing> {
+    fn can(&self, _: Capability) -> Result<(), MissingCapability> {
         Ok(())
     }
 

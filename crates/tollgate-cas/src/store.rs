@@ -16,8 +16,8 @@ use tollgate::__private::spawn_change;
 use tollgate::Key;
 use tollgate::Policy;
 use tollgate::store::{
-    AdminError, AdminFuture, Capability, Carried, ChangeReply, Debit, Missing, PolicyRefund, Store,
-    StoreReply,
+    AdminError, AdminFuture, Capability, Carried, ChangeReply, Debit, MissingCapability,
+    PolicyRefund, Store, StoreReply,
 };
 use tollgate_internal::ChargeChange;
 
@@ -337,7 +337,7 @@ impl<B: CasBackend> Store for CasStore<B> {
     }
 
     /// Refunds and debits, both.
-    fn can(&self, _: Capability) -> Result<(), Missing> {
+    fn can(&self, _: Capability) -> Result<(), MissingCapability> {
         Ok(())
     }
 

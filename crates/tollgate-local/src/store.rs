@@ -69,7 +69,10 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     }
 
     /// Refunds and debits, both.
-    fn can(&self, _: tollgate::store::Capability) -> Result<(), tollgate::store::Missing> {
+    fn can(
+        &self,
+        _: tollgate::store::Capability,
+    ) -> Result<(), tollgate::store::MissingCapability> {
         Ok(())
     }
 

@@ -382,7 +382,10 @@ impl Store for RedisStore {
     }
 
     /// Refunds and debits, both.
-    fn can(&self, _: tollgate::store::Capability) -> Result<(), tollgate::store::Missing> {
+    fn can(
+        &self,
+        _: tollgate::store::Capability,
+    ) -> Result<(), tollgate::store::MissingCapability> {
         Ok(())
     }
 

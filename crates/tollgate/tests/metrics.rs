@@ -267,11 +267,14 @@ impl Store for Delayed {
         }))
     }
 
-    fn can(&self, capability: tollgate::store::Capability) -> Result<(), tollgate::store::Missing> {
+    fn can(
+        &self,
+        capability: tollgate::store::Capability,
+    ) -> Result<(), tollgate::store::MissingCapability> {
         if self.refunds {
             self.memory.can(capability)
         } else {
-            Err(tollgate::store::Missing::of::<Self>(capability))
+            Err(tollgate::store::MissingCapability::of::<Self>(capability))
         }
     }
 

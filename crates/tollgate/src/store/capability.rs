@@ -1,6 +1,6 @@
 //! What a layer may need of a store beyond its checks
 //! ([`Capability`]), and the answer of a store that lacks it
-//! ([`Missing`]), which names the store.
+//! ([`MissingCapability`]), which names the store.
 
 use std::fmt;
 
@@ -39,7 +39,7 @@ impl Capability {
 /// [`Store::can`](super::Store::can), naming the store that lacks it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Missing {
+pub struct MissingCapability {
     /// What is missing.
     pub capability: Capability,
     /// The store that lacks it, by its type's name without module paths
@@ -47,17 +47,17 @@ pub struct Missing {
     pub store: String,
 }
 
-impl Missing {
+impl MissingCapability {
     /// `capability` is missing from the store of type `St`.
     pub fn of<St: ?Sized>(capability: Capability) -> Self {
-        Missing {
+        MissingCapability {
             capability,
             store: short_type_name::<St>(),
         }
     }
 }
 
-impl fmt::Display for Missing {
+impl fmt::Display for MissingCapability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -69,7 +69,7 @@ impl fmt::Display for Missing {
     }
 }
 
-impl std::error::Error for Missing {}
+impl std::error::Error for MissingCapability {}
 
 /// `T`'s name with every module path left out:
 /// `Fallback<Timeout<RedisStore>, MemoryStore>` rather than
@@ -117,7 +117,7 @@ mod tests {
 
     #[test]
     fn a_missing_capability_names_the_store_and_the_method() {
-        let missing = Missing::of::<Timeout<MemoryStore>>(Capability::Debit);
+        let missing = MissingCapability::of::<Timeout<MemoryStore>>(Capability::Debit);
         assert_eq!(
             missing.to_string(),
             "`Timeout<MemoryStore>` does not say that it charges into debt \

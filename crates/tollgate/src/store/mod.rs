@@ -41,7 +41,7 @@ mod wrappers;
 pub use crate::prepared::Prepared;
 pub use admin::{AdminError, AdminFuture};
 pub(crate) use branches::Branch;
-pub use capability::{Capability, Missing, short_type_name};
+pub use capability::{Capability, MissingCapability, short_type_name};
 pub use carry::Carried;
 pub use charge::{ChangeReply, Debit, PolicyRefund};
 pub use decision::PolicyDecision;
@@ -194,10 +194,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// [`refund`](Self::refund) gives charges back; [`Capability::Debit`]:
     /// [`debit`](Self::debit) charges into debt), or which store lacks it.
     /// A layer asks when it is built: `charge_when` needs refunds,
-    /// `pay_after` both. The default: [`Missing`], naming this store's
+    /// `pay_after` both. The default: [`MissingCapability`], naming this store's
     /// type.
-    fn can(&self, capability: Capability) -> Result<(), Missing> {
-        Err(Missing::of::<Self>(capability))
+    fn can(&self, capability: Capability) -> Result<(), MissingCapability> {
+        Err(MissingCapability::of::<Self>(capability))
     }
 
     /// Gives back, as far as it still counts, a charge that

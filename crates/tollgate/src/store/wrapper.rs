@@ -3,8 +3,8 @@
 //! change.
 
 use super::{
-    AdminFuture, Capability, ChangeReply, Debit, Missing, PolicyDecision, PolicyRefund, Store,
-    StoreReply,
+    AdminFuture, Capability, ChangeReply, Debit, MissingCapability, PolicyDecision, PolicyRefund,
+    Store, StoreReply,
 };
 use crate::error::ConfigError;
 use crate::key::Key;
@@ -155,7 +155,7 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
     }
 
     /// See [`Store::can`]. Forwarded by default.
-    fn can(&self, capability: Capability) -> Result<(), Missing> {
+    fn can(&self, capability: Capability) -> Result<(), MissingCapability> {
         self.inner().can(capability)
     }
 
@@ -222,7 +222,7 @@ impl<W: StoreWrapper> Store for W {
         StoreWrapper::supports(self, policy)
     }
 
-    fn can(&self, capability: Capability) -> Result<(), Missing> {
+    fn can(&self, capability: Capability) -> Result<(), MissingCapability> {
         StoreWrapper::can(self, capability)
     }
 

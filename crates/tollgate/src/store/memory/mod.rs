@@ -619,7 +619,7 @@ impl<C: Clock> Store for MemoryStore<C> {
     }
 
     /// Refunds and debits, both.
-    fn can(&self, _: super::Capability) -> Result<(), super::Missing> {
+    fn can(&self, _: super::Capability) -> Result<(), super::MissingCapability> {
         Ok(())
     }
 

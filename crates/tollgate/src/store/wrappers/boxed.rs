@@ -67,8 +67,10 @@ trait ErasedStore: Send + Sync {
 
     fn supports_erased(&self, policy: &Policy) -> Result<(), crate::error::ConfigError>;
 
-    fn can_erased(&self, capability: crate::store::Capability)
-    -> Result<(), crate::store::Missing>;
+    fn can_erased(
+        &self,
+        capability: crate::store::Capability,
+    ) -> Result<(), crate::store::MissingCapability>;
 
     fn refund_erased(
         &self,
@@ -149,7 +151,7 @@ impl<St: Store> ErasedStore for St {
     fn can_erased(
         &self,
         capability: crate::store::Capability,
-    ) -> Result<(), crate::store::Missing> {
+    ) -> Result<(), crate::store::MissingCapability> {
         self.can(capability)
     }
 
@@ -215,7 +217,10 @@ impl Store for BoxStore {
         self.0.supports_erased(policy)
     }
 
-    fn can(&self, capability: crate::store::Capability) -> Result<(), crate::store::Missing> {
+    fn can(
+        &self,
+        capability: crate::store::Capability,
+    ) -> Result<(), crate::store::MissingCapability> {
         self.0.can_erased(capability)
     }
 

@@ -4,8 +4,8 @@
 use crate::key::Key;
 use crate::policy::Policy;
 use crate::store::{
-    AdminFuture, Branch, Capability, ChangeReply, Debit, Missing, PolicyDecision, PolicyRefund,
-    Store, StoreReply,
+    AdminFuture, Branch, Capability, ChangeReply, Debit, MissingCapability, PolicyDecision,
+    PolicyRefund, Store, StoreReply,
 };
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
@@ -223,7 +223,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
     }
 
     /// Both stores must: either may have charged an admission.
-    fn can(&self, capability: Capability) -> Result<(), Missing> {
+    fn can(&self, capability: Capability) -> Result<(), MissingCapability> {
         self.primary.can(capability)?;
         self.secondary.can(capability)
     }
