@@ -226,3 +226,26 @@ fn no_library_file_grows_past_800_lines() {
     }
     assert!(long.is_empty(), "{long:#?}");
 }
+
+#[test]
+fn every_refusal_is_one_rejection_answered_by_one_method() {
+    let text = source("crates/tollgate/src/rejection.rs");
+    let start = text
+        .find("pub trait Rejector<B>")
+        .expect("the Rejector trait");
+    let body = &text[start..];
+    let body = &body[..body.find("\n}\n").expect("the trait's end")];
+    assert_eq!(body.matches("fn ").count(), 1, "{body}");
+    for variant in [
+        "Limited(",
+        "InFlight(",
+        "Denied {",
+        "MissingKey {",
+        "StoreFailed {",
+    ] {
+        assert!(
+            text.contains(&format!("    {variant}")),
+            "Rejection::{variant}"
+        );
+    }
+}

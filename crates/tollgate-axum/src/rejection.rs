@@ -5,7 +5,8 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use std::fmt::Write;
-use tollgate::{Rejection, Rejector, rejection::InFlightRejection, rejection::RejectReason};
+use tollgate::rejection::{InFlight, Limited};
+use tollgate::{Rejection, Rejector};
 
 /// The problem type of the rate-limit headers draft for an exceeded quota.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -32,74 +33,66 @@ pub const KEY_DENIED: &str = "urn:tollgate:problem:key-denied";
 pub struct ProblemJson;
 
 impl Rejector<Body> for ProblemJson {
+    /// A limited request: the problem above. A request an in-flight limit
+    /// turned away: the same problem type with its own detail (`Too many
+    /// requests running at once: at most 5 per client; retry when one of
+    /// yours has ended.`) and the limit's name in `violated-policies`, no
+    /// retry time, as there is no honest one. A denied key: a problem of
+    /// its own type, [`KEY_DENIED`] (403, no retry time). The others (a
+    /// store failing closed, a missing key): the status alone.
     fn reject(&self, rejection: Rejection<'_>) -> Response<Body> {
-        let body = problem_body(&rejection);
-        let mut response = Response::new(Body::from(body));
-        *response.status_mut() = rejection.status;
-        *response.headers_mut() = rejection.headers;
-        response.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        response
-    }
-
-    /// A request refused without a decision of its limits: a denied key
-    /// gets a problem of its own type, [`KEY_DENIED`] (403, no retry
-    /// time); the other reasons (a store failing closed, a missing key)
-    /// the status alone, as [`Rejector`]'s default.
-    fn reject_without_decision(&self, status: StatusCode, reason: RejectReason) -> Response<Body> {
-        if reason != RejectReason::Denied {
-            let mut response = Response::new(Body::empty());
-            *response.status_mut() = status;
-            return response;
+        let message = rejection.message();
+        match rejection {
+            Rejection::Limited(limited) => {
+                let body = problem_body(&limited);
+                problem(limited.status, limited.headers, body)
+            }
+            Rejection::InFlight(in_flight) => in_flight_problem(in_flight),
+            Rejection::Denied { status } => {
+                let mut body = String::with_capacity(160);
+                let _ = write!(
+                    body,
+                    "{{\"type\":\"{KEY_DENIED}\",\"title\":\"Forbidden\",\"status\":{},\"detail\":",
+                    status.as_u16()
+                );
+                push_json_string(&mut body, message);
+                body.push('}');
+                problem(status, http::HeaderMap::new(), body)
+            }
+            other => other.into_response(),
         }
-        let mut body = String::with_capacity(160);
-        let _ = write!(
-            body,
-            "{{\"type\":\"{KEY_DENIED}\",\"title\":\"Forbidden\",\"status\":{},\"detail\":",
-            status.as_u16()
-        );
-        push_json_string(&mut body, reason.message());
-        body.push('}');
-        let mut response = Response::new(Body::from(body));
-        *response.status_mut() = status;
-        response.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        response
-    }
-
-    /// The same problem type for a request an in-flight limit turned away,
-    /// with its own detail (`Too many requests running at once: at most 5
-    /// per client; retry when one of yours has ended.`) and the limit's
-    /// name in `violated-policies`; no retry time, as there is no honest
-    /// one.
-    fn reject_in_flight(&self, rejection: InFlightRejection<'_>) -> Response<Body> {
-        let mut body = String::with_capacity(256);
-        let _ = write!(
-            body,
-            "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as assigned quota \
-             has been exceeded\",\"status\":{},\"detail\":\"Too many requests running at once: at \
-             most {} per client; retry when one of yours has ended.\",\"violated-policies\":[",
-            rejection.status.as_u16(),
-            rejection.limit
-        );
-        push_json_string(&mut body, rejection.name);
-        body.push_str("]}");
-        let mut response = Response::new(Body::from(body));
-        *response.status_mut() = rejection.status;
-        *response.headers_mut() = rejection.headers;
-        response.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        response
     }
 }
 
-fn problem_body(rejection: &Rejection<'_>) -> String {
+/// A response of `status`, `headers` and the problem `body`.
+fn problem(status: StatusCode, headers: http::HeaderMap, body: String) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+/// The problem of a request an in-flight limit turned away.
+fn in_flight_problem(rejection: InFlight<'_>) -> Response<Body> {
+    let mut body = String::with_capacity(256);
+    let _ = write!(
+        body,
+        "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as assigned quota \
+         has been exceeded\",\"status\":{},\"detail\":\"Too many requests running at once: at \
+         most {} per client; retry when one of yours has ended.\",\"violated-policies\":[",
+        rejection.status.as_u16(),
+        rejection.limit
+    );
+    push_json_string(&mut body, rejection.name);
+    body.push_str("]}");
+    problem(rejection.status, rejection.headers, body)
+}
+
+fn problem_body(rejection: &Limited<'_>) -> String {
     let decision = &rejection.decision.merged();
     let detail = if decision.can_ever_pass() {
         // As `Retry-After` says: whole seconds, rounded up, never 0.
@@ -151,6 +144,8 @@ fn push_json_string(out: &mut String, text: &str) {
 /// handler would (`IntoResponse`). The rate-limit fields and `Retry-After`
 /// are added unless the response sets them itself, and a response left at
 /// `200 OK` gets the layer's rejection status (429 unless set otherwise).
+/// Other refusals (in flight, denied, no key, the store failing closed)
+/// get the default answer ([`Rejection::into_response`]).
 ///
 /// ```
 /// use axum::response::Html;
@@ -168,7 +163,7 @@ fn push_json_string(out: &mut String, text: &str) {
 /// ```
 pub fn respond_with<F, T>(respond: F) -> RespondWith<F>
 where
-    F: Fn(&Rejection<'_>) -> T + Send + Sync + 'static,
+    F: Fn(&Limited<'_>) -> T + Send + Sync + 'static,
     T: IntoResponse,
 {
     RespondWith(respond)
@@ -180,10 +175,13 @@ pub struct RespondWith<F>(F);
 
 impl<F, T> Rejector<Body> for RespondWith<F>
 where
-    F: Fn(&Rejection<'_>) -> T + Send + Sync + 'static,
+    F: Fn(&Limited<'_>) -> T + Send + Sync + 'static,
     T: IntoResponse,
 {
     fn reject(&self, rejection: Rejection<'_>) -> Response<Body> {
+        let Rejection::Limited(rejection) = rejection else {
+            return rejection.into_response();
+        };
         let mut response = (self.0)(&rejection).into_response();
         if response.status() == http::StatusCode::OK {
             *response.status_mut() = rejection.status;
@@ -209,13 +207,13 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("ratelimit", HeaderValue::from_static("\"inflight\";r=0"));
         let key = Key::GLOBAL;
-        let response = ProblemJson.reject_in_flight(InFlightRejection::new(
+        let response = ProblemJson.reject(Rejection::InFlight(InFlight::new(
             StatusCode::TOO_MANY_REQUESTS,
             headers,
             "inflight",
             5,
             &key,
-        ));
+        )));
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(
             response.headers()["content-type"],

@@ -9,10 +9,8 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
 use std::fmt::Write as _;
 use std::time::Duration;
-use tollgate::{
-    Key, Policy, PolicyDecision, Rejection, Rejector, key::KeyView, rejection::InFlightRejection,
-    rejection::RejectReason,
-};
+use tollgate::rejection::{InFlight, Limited};
+use tollgate::{Key, Policy, PolicyDecision, Rejection, Rejector, key::KeyView};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
@@ -92,27 +90,39 @@ impl GrpcRejector {
 
 impl<B: Default> Rejector<B> for GrpcRejector {
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
+        let message = rejection.message();
+        match rejection {
+            Rejection::Limited(limited) => self.limited(limited),
+            Rejection::InFlight(in_flight) => self.in_flight(in_flight),
+            Rejection::StoreFailed { .. } => {
+                trailers_only(&Status::new(Code::Unavailable, message))
+            }
+            other => {
+                let code = match other.status() {
+                    StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+                    StatusCode::FORBIDDEN => Code::PermissionDenied,
+                    StatusCode::BAD_REQUEST => Code::InvalidArgument,
+                    StatusCode::TOO_MANY_REQUESTS => Code::ResourceExhausted,
+                    _ => Code::Unavailable,
+                };
+                trailers_only(&Status::new(code, message))
+            }
+        }
+    }
+}
+
+impl GrpcRejector {
+    /// A call its rate limits refused.
+    fn limited<B: Default>(&self, limited: Limited<'_>) -> Response<B> {
         let status = limited_status(
-            self.code_for(rejection.status),
+            self.code_for(limited.status),
             "rate limit exceeded",
-            rejection.policy,
-            rejection.key,
-            rejection.decision,
-            MetadataMap::from_headers(rejection.headers),
+            limited.policy,
+            limited.key,
+            limited.decision,
+            MetadataMap::from_headers(limited.headers),
         );
         trailers_only(&status)
-    }
-
-    fn reject_without_decision(&self, status: StatusCode, reason: RejectReason) -> Response<B> {
-        let code = match (reason, status) {
-            (RejectReason::StoreFailed, _) => Code::Unavailable,
-            (_, StatusCode::UNAUTHORIZED) => Code::Unauthenticated,
-            (_, StatusCode::FORBIDDEN) => Code::PermissionDenied,
-            (_, StatusCode::BAD_REQUEST) => Code::InvalidArgument,
-            (_, StatusCode::TOO_MANY_REQUESTS) => Code::ResourceExhausted,
-            _ => Code::Unavailable,
-        };
-        trailers_only(&Status::new(code, reason.message()))
     }
 
     /// A call an in-flight limit turned away (its key has as many calls
@@ -122,7 +132,7 @@ impl<B: Default> Rejector<B> for GrpcRejector {
     /// the number of calls at once as `quota_value`), and no `RetryInfo`:
     /// when a running call ends is not known, so there is no honest delay
     /// to give.
-    fn reject_in_flight(&self, rejection: InFlightRejection<'_>) -> Response<B> {
+    fn in_flight<B: Default>(&self, rejection: InFlight<'_>) -> Response<B> {
         let mut details = ErrorDetails::new();
         let mut violation = QuotaViolation::new(
             subject(rejection.key),
@@ -273,49 +283,37 @@ mod tests {
     #[test]
     fn rejections_without_a_decision_map_http_statuses_to_grpc_codes() {
         let rejector = GrpcRejector::new();
-        for (status, reason, code) in [
+        let missing = |status| Rejection::MissingKey { status };
+        for (rejection, code) in [
+            (missing(StatusCode::UNAUTHORIZED), Code::Unauthenticated),
+            (missing(StatusCode::FORBIDDEN), Code::PermissionDenied),
+            (missing(StatusCode::BAD_REQUEST), Code::InvalidArgument),
             (
-                StatusCode::UNAUTHORIZED,
-                RejectReason::MissingKey,
-                Code::Unauthenticated,
-            ),
-            (
-                StatusCode::FORBIDDEN,
-                RejectReason::MissingKey,
-                Code::PermissionDenied,
-            ),
-            (
-                StatusCode::BAD_REQUEST,
-                RejectReason::MissingKey,
-                Code::InvalidArgument,
-            ),
-            (
-                StatusCode::TOO_MANY_REQUESTS,
-                RejectReason::MissingKey,
+                missing(StatusCode::TOO_MANY_REQUESTS),
                 Code::ResourceExhausted,
             ),
+            (missing(StatusCode::IM_A_TEAPOT), Code::Unavailable),
             (
-                StatusCode::IM_A_TEAPOT,
-                RejectReason::MissingKey,
-                Code::Unavailable,
-            ),
-            (
-                StatusCode::FORBIDDEN,
-                RejectReason::StoreFailed,
+                Rejection::StoreFailed {
+                    status: StatusCode::FORBIDDEN,
+                },
                 Code::Unavailable,
             ),
             // A key on the layer's deny list.
             (
-                StatusCode::FORBIDDEN,
-                RejectReason::Denied,
+                Rejection::Denied {
+                    status: StatusCode::FORBIDDEN,
+                },
                 Code::PermissionDenied,
             ),
         ] {
-            let response: Response<()> = rejector.reject_without_decision(status, reason);
+            let said = format!("{rejection:?}");
+            let message = rejection.message();
+            let response: Response<()> = rejector.reject(rejection);
             assert_eq!(response.status(), StatusCode::OK);
             let grpc = status_of(&response);
-            assert_eq!(grpc.code(), code, "{status} {reason:?}");
-            assert_eq!(grpc.message(), reason.message());
+            assert_eq!(grpc.code(), code, "{said}");
+            assert_eq!(grpc.message(), message);
         }
     }
 
@@ -327,13 +325,13 @@ mod tests {
         store.check_now(&policy, key, 5);
         let verdict = store.check_now(&policy, key, cost);
         assert!(!verdict.merged().allowed());
-        let response: Response<()> = GrpcRejector::new().reject(Rejection::new(
+        let response: Response<()> = GrpcRejector::new().reject(Rejection::Limited(Limited::new(
             StatusCode::TOO_MANY_REQUESTS,
             HeaderMap::new(),
             &policy,
             key,
             &verdict,
-        ));
+        )));
         status_of(&response)
     }
 
@@ -363,13 +361,13 @@ mod tests {
         let store = MemoryStore::new();
         store.check_now(&policy, &Key::GLOBAL, 2);
         let verdict = store.check_now(&policy, &Key::GLOBAL, 1);
-        let response: Response<()> = GrpcRejector::new().reject(Rejection::new(
+        let response: Response<()> = GrpcRejector::new().reject(Rejection::Limited(Limited::new(
             StatusCode::TOO_MANY_REQUESTS,
             HeaderMap::new(),
             &policy,
             &Key::GLOBAL,
             &verdict,
-        ));
+        )));
         let status = status_of(&response);
         let details = status.get_error_details();
         let violations = &details.quota_failure().expect("a quota failure").violations;
@@ -391,13 +389,13 @@ mod tests {
         let store = MemoryStore::new();
         store.check_now(&policy, &Key::GLOBAL, 2);
         let verdict = store.check_now(&policy, &Key::GLOBAL, 2);
-        let response: Response<()> = GrpcRejector::new().reject(Rejection::new(
+        let response: Response<()> = GrpcRejector::new().reject(Rejection::Limited(Limited::new(
             StatusCode::TOO_MANY_REQUESTS,
             HeaderMap::new(),
             &policy,
             &Key::GLOBAL,
             &verdict,
-        ));
+        )));
         let status = status_of(&response);
         assert_eq!(
             status.metadata().get("violated-policies").unwrap(),
@@ -410,12 +408,8 @@ mod tests {
         let key = Key::from("sk-secret");
         let mut headers = HeaderMap::new();
         headers.insert("ratelimit", HeaderValue::from_static("\"inflight\";r=0"));
-        let response: Response<()> = GrpcRejector::new().reject_in_flight(InFlightRejection::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            headers,
-            "inflight",
-            5,
-            &key,
+        let response: Response<()> = GrpcRejector::new().reject(Rejection::InFlight(
+            InFlight::new(StatusCode::TOO_MANY_REQUESTS, headers, "inflight", 5, &key),
         ));
         assert_eq!(response.status(), StatusCode::OK);
         let status = status_of(&response);
@@ -443,13 +437,14 @@ mod tests {
         assert_eq!(violations[0].subject, "key");
         // A layer answering 503 gets UNAVAILABLE.
         let key = Key::GLOBAL;
-        let response: Response<()> = GrpcRejector::new().reject_in_flight(InFlightRejection::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            HeaderMap::new(),
-            "x",
-            1,
-            &key,
-        ));
+        let response: Response<()> =
+            GrpcRejector::new().reject(Rejection::InFlight(InFlight::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                HeaderMap::new(),
+                "x",
+                1,
+                &key,
+            )));
         assert_eq!(status_of(&response).code(), Code::Unavailable);
     }
 

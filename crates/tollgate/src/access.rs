@@ -15,7 +15,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 /// changes them while the layer runs (an operator's endpoint, a file it
 /// follows); every request after a change sees it. A key on both lists
 /// is denied. A denied request is answered by the layer's rejector
-/// ([`RejectReason::Denied`](crate::rejection::RejectReason::Denied): tollgate-axum's
+/// ([`Rejection::Denied`](crate::Rejection::Denied): tollgate-axum's
 /// problem+json gives it a type of its own), and charges nothing.
 ///
 /// ```

@@ -357,9 +357,9 @@ pub enum OnMissingKey {
     Shared(Key),
     /// Let it through unlimited.
     Skip,
-    /// Reject it with this status (and by default no body; the rejector's
-    /// [`reject_without_decision`](crate::Rejector::reject_without_decision)
-    /// builds the response).
+    /// Reject it with this status (and by default no body; the rejector
+    /// builds the response from
+    /// [`Rejection::MissingKey`](crate::Rejection::MissingKey)).
     Reject(http::StatusCode),
 }
 

@@ -1,14 +1,107 @@
-//! How a limited request is answered.
+//! How a refused request is answered: every refusal is a [`Rejection`],
+//! which a [`Rejector`] turns into a response.
 
 use crate::key::Key;
 use crate::policy::Policy;
 use crate::store::PolicyDecision;
 use http::{HeaderMap, Response, StatusCode};
 
-/// Everything known about a limited request, for building its response.
+/// Every refusal a layer answers, for a [`Rejector`] to turn into a
+/// response: one enum, one method. Each variant's status is the one the
+/// layer is configured with; [`into_response`](Self::into_response) is the
+/// default answer (that status, the fields, an empty body), for a
+/// rejector that shapes only some refusals.
+///
+/// ```
+/// use http::{Response, StatusCode};
+/// use tollgate::Rejection;
+///
+/// // A rejector's closure: a body for the rate limit, the default else.
+/// let reject = |rejection: Rejection<'_>| -> Response<String> {
+///     match rejection {
+///         Rejection::Limited(limited) => {
+///             let mut response = Response::new("slow down".to_owned());
+///             *response.status_mut() = limited.status;
+///             *response.headers_mut() = limited.headers;
+///             response
+///         }
+///         other => other.into_response(),
+///     }
+/// };
+/// let response = reject(Rejection::StoreFailed {
+///     status: StatusCode::SERVICE_UNAVAILABLE,
+/// });
+/// assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct Rejection<'a> {
+pub enum Rejection<'a> {
+    /// Its rate limits refused it.
+    Limited(Limited<'a>),
+    /// An in-flight limit turned it away: its key already had as many
+    /// requests running as the limit allows.
+    InFlight(InFlight<'a>),
+    /// Its key is on the layer's deny list
+    /// ([`AccessLists`](crate::access::AccessLists)); `403 Forbidden`.
+    Denied {
+        /// The status to answer with.
+        status: StatusCode,
+    },
+    /// It had no key and the layer refuses such requests
+    /// ([`OnMissingKey::Reject`](crate::OnMissingKey::Reject)).
+    MissingKey {
+        /// The status to answer with (the one `OnMissingKey::Reject` names).
+        status: StatusCode,
+    },
+    /// The store failed or timed out and the layer fails closed
+    /// ([`OnStoreError::Closed`](crate::OnStoreError::Closed)); `503`.
+    StoreFailed {
+        /// The status to answer with.
+        status: StatusCode,
+    },
+}
+
+impl Rejection<'_> {
+    /// The status the layer is configured to answer this refusal with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Rejection::Limited(limited) => limited.status,
+            Rejection::InFlight(in_flight) => in_flight.status,
+            Rejection::Denied { status }
+            | Rejection::MissingKey { status }
+            | Rejection::StoreFailed { status } => *status,
+        }
+    }
+
+    /// A sentence for the client.
+    pub fn message(&self) -> &'static str {
+        match self {
+            Rejection::Limited(_) => "too many requests; retry after the time the fields give",
+            Rejection::InFlight(_) => "too many requests of this client are running; retry later",
+            Rejection::Denied { .. } => "this client is not allowed to make requests",
+            Rejection::MissingKey { .. } => "the request carries no rate-limit key",
+            Rejection::StoreFailed { .. } => "the rate limiter is unavailable; retry later",
+        }
+    }
+
+    /// The default response: the status, the fields (a limited or in-flight
+    /// refusal's), an empty body.
+    pub fn into_response<B: Default>(self) -> Response<B> {
+        let status = self.status();
+        let mut response = status_response(status);
+        match self {
+            Rejection::Limited(limited) => *response.headers_mut() = limited.headers,
+            Rejection::InFlight(in_flight) => *response.headers_mut() = in_flight.headers,
+            _ => {}
+        }
+        response
+    }
+}
+
+/// Everything known about a request its rate limits refused.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Limited<'a> {
     /// The status the layer is configured to answer with (429 unless set
     /// with [`rejection_status`](crate::RateLimitBuilder::rejection_status)).
     pub status: StatusCode,
@@ -22,7 +115,7 @@ pub struct Rejection<'a> {
     pub decision: &'a PolicyDecision,
 }
 
-impl<'a> Rejection<'a> {
+impl<'a> Limited<'a> {
     /// Everything known about a limited request (the layer makes these;
     /// this is for testing a [`Rejector`] of your own).
     pub fn new(
@@ -32,40 +125,12 @@ impl<'a> Rejection<'a> {
         key: &'a Key,
         decision: &'a PolicyDecision,
     ) -> Self {
-        Rejection {
+        Limited {
             status,
             headers,
             policy,
             key,
             decision,
-        }
-    }
-}
-
-/// Why the layer rejected a request without a decision of its limits: what
-/// [`Rejector::reject_without_decision`] is told.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RejectReason {
-    /// The store failed or timed out and the layer fails closed
-    /// ([`OnStoreError::Closed`](crate::OnStoreError::Closed)).
-    StoreFailed,
-    /// The request had no key and the layer rejects such requests
-    /// ([`OnMissingKey::Reject`](crate::OnMissingKey::Reject)).
-    MissingKey,
-    /// The request's key is on the layer's deny list
-    /// ([`AccessLists`](crate::access::AccessLists)); the layer answers
-    /// `403 Forbidden`.
-    Denied,
-}
-
-impl RejectReason {
-    /// A sentence for the client.
-    pub fn message(self) -> &'static str {
-        match self {
-            RejectReason::StoreFailed => "the rate limiter is unavailable; retry later",
-            RejectReason::MissingKey => "the request carries no rate-limit key",
-            RejectReason::Denied => "this client is not allowed to make requests",
         }
     }
 }
@@ -76,7 +141,7 @@ impl RejectReason {
 /// long as it waited).
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct InFlightRejection<'a> {
+pub struct InFlight<'a> {
     /// The status the layer answers with (429 unless its builder's
     /// `rejection_status` set another).
     pub status: StatusCode,
@@ -93,8 +158,8 @@ pub struct InFlightRejection<'a> {
     pub key: &'a Key,
 }
 
-impl<'a> InFlightRejection<'a> {
-    /// A rejection of a request of `key` by the in-flight limit `name` of
+impl<'a> InFlight<'a> {
+    /// A refusal of a request of `key` by the in-flight limit `name` of
     /// `limit` concurrent requests: for rejectors' tests and for layers
     /// outside this crate.
     pub fn new(
@@ -104,7 +169,7 @@ impl<'a> InFlightRejection<'a> {
         limit: u32,
         key: &'a Key,
     ) -> Self {
-        InFlightRejection {
+        InFlight {
             status,
             headers,
             name,
@@ -114,35 +179,11 @@ impl<'a> InFlightRejection<'a> {
     }
 }
 
-/// Builds the response to a limited request, for a response body type `B`.
+/// Builds the response to a refused request ([`Rejection`]), for a
+/// response body type `B`.
 pub trait Rejector<B>: Send + Sync + 'static {
-    /// The response to a request its limits rejected.
+    /// The response to `rejection`.
     fn reject(&self, rejection: Rejection<'_>) -> Response<B>;
-
-    /// The response to a request rejected before its limits decided (see
-    /// [`RejectReason`]), with `status` (503 for a store failure, the
-    /// configured one for a missing key). By default: that status and an
-    /// empty body. Protocols with their own error shape (gRPC) override it.
-    fn reject_without_decision(&self, status: StatusCode, reason: RejectReason) -> Response<B>
-    where
-        B: Default,
-    {
-        let _ = reason;
-        status_response(status)
-    }
-
-    /// The response to a request an in-flight limit turned away (its key
-    /// already has as many requests running as the limit allows). By
-    /// default: the rejection's status and fields, an empty body. Protocols
-    /// with their own error shape (gRPC) override it.
-    fn reject_in_flight(&self, rejection: InFlightRejection<'_>) -> Response<B>
-    where
-        B: Default,
-    {
-        let mut response = status_response(rejection.status);
-        *response.headers_mut() = rejection.headers;
-        response
-    }
 }
 
 /// The default rejection: the configured status, the fields, an empty body.
@@ -151,23 +192,25 @@ pub struct DefaultRejector;
 
 impl<B: Default> Rejector<B> for DefaultRejector {
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
-        let mut response = status_response(rejection.status);
-        *response.headers_mut() = rejection.headers;
-        response
+        rejection.into_response()
     }
 }
 
-/// A rejector from a closure; see
+/// A rejector from a closure for limited requests, the default answer
+/// for the other refusals; see
 /// [`RateLimitBuilder::reject_with`](crate::RateLimitBuilder::reject_with).
 #[derive(Clone, Copy, Debug)]
 pub struct FnRejector<F>(pub F);
 
-impl<F, B> Rejector<B> for FnRejector<F>
+impl<F, B: Default> Rejector<B> for FnRejector<F>
 where
-    F: Fn(Rejection<'_>) -> Response<B> + Send + Sync + 'static,
+    F: Fn(Limited<'_>) -> Response<B> + Send + Sync + 'static,
 {
     fn reject(&self, rejection: Rejection<'_>) -> Response<B> {
-        (self.0)(rejection)
+        match rejection {
+            Rejection::Limited(limited) => (self.0)(limited),
+            other => other.into_response(),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use axum::routing::get;
 use http::{Request, StatusCode};
 use std::net::SocketAddr;
 use tollgate::store::BoxStore;
-use tollgate::{GlobalKey, MemoryStore, PeerIp, RateLimitLayer, Rejection, key::PeerAddr};
+use tollgate::{GlobalKey, MemoryStore, PeerIp, RateLimitLayer, key::PeerAddr, rejection::Limited};
 use tollgate_core::Quota;
 use tower::ServiceExt;
 
@@ -64,7 +64,7 @@ async fn a_custom_rejection_keeps_the_fields() {
         .quota("api", Quota::per_minute(1))
         .key(GlobalKey)
         .store(BoxStore::new(MemoryStore::new()))
-        .reject_with(|rejection: Rejection<'_>| {
+        .reject_with(|rejection: Limited<'_>| {
             let mut response = http::Response::new(Body::from("slow down"));
             *response.status_mut() = rejection.status;
             *response.headers_mut() = rejection.headers;

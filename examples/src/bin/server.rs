@@ -257,8 +257,7 @@ use tollgate::quotas::{KeyQuotas, LiveLimits, QuotaAnswer};
 use tollgate::store::{BlockCache, BoxStore, Breaker, Fallback, Presence, Split, Timeout};
 use tollgate::{
     GlobalKey, KeyExtractor, MemoryStore, NamedLimit, OnStoreError, RateLimitLayer, Rejection,
-    Rejector, access::AccessLists, headers::HeaderStyle, rejection::DefaultRejector,
-    rejection::RejectReason, settings::ChargeWhen,
+    Rejector, access::AccessLists, headers::HeaderStyle, settings::ChargeWhen,
 };
 use tollgate_axum::{ClientIp, ProblemJson};
 use tollgate_cas::CasStore;
@@ -744,15 +743,10 @@ struct Rejections;
 
 impl Rejector<axum::body::Body> for Rejections {
     fn reject(&self, rejection: Rejection<'_>) -> http::Response<axum::body::Body> {
-        DefaultRejector.reject(rejection)
-    }
-
-    fn reject_without_decision(
-        &self,
-        status: StatusCode,
-        reason: RejectReason,
-    ) -> http::Response<axum::body::Body> {
-        ProblemJson.reject_without_decision(status, reason)
+        match rejection {
+            denied @ Rejection::Denied { .. } => ProblemJson.reject(denied),
+            other => other.into_response(),
+        }
     }
 }
 

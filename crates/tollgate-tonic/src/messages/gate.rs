@@ -123,7 +123,10 @@ impl<St: Store> Tally<St> {
                 match limits.on_store_error {
                     OnStoreError::Open => Verdict::Pass,
                     OnStoreError::Closed => Verdict::Refuse(Box::new(Status::unavailable(
-                        tollgate::rejection::RejectReason::StoreFailed.message(),
+                        tollgate::Rejection::StoreFailed {
+                            status: http::StatusCode::SERVICE_UNAVAILABLE,
+                        }
+                        .message(),
                     ))),
                 }
             }

@@ -4,7 +4,7 @@
 use super::fields::{FieldValues, Fields};
 use super::{Acquired, InFlightLimit, Slots};
 use crate::key::Key;
-use crate::rejection::{InFlightRejection, RejectReason, Rejector};
+use crate::rejection::{InFlight, Rejection, Rejector};
 use crate::settings::{CommonSettings, OnStoreError};
 use http::{HeaderMap, Response, StatusCode};
 use std::fmt;
@@ -123,13 +123,13 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
         self.fields
             .values(in_flight.max(self.limit.max()), key)
             .write_into(&mut headers);
-        Box::new(self.rejector.reject_in_flight(InFlightRejection::new(
+        Box::new(self.rejector.reject(Rejection::InFlight(InFlight::new(
             self.settings.status,
             headers,
             self.limit.name(),
             self.limit.max(),
             key,
-        )))
+        ))))
     }
 
     /// What a request gets when the store failed (`error`) or was late.
@@ -157,10 +157,9 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
                 fields: FieldValues::default(),
             },
             OnStoreError::Closed => {
-                Settled::Reject(Box::new(self.rejector.reject_without_decision(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    RejectReason::StoreFailed,
-                )))
+                Settled::Reject(Box::new(self.rejector.reject(Rejection::StoreFailed {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                })))
             }
         }
     }

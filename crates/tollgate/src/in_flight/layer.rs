@@ -177,10 +177,10 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
         }
     }
 
-    /// Answers refused requests with the responses `rejector` builds (its
-    /// [`reject_in_flight`](crate::rejection::Rejector::reject_in_flight), and for a missing
-    /// key or a failing store [`reject_without_decision`](crate::rejection::Rejector::reject_without_decision)):
-    /// tollgate-tonic's `GrpcRejector` for gRPC.
+    /// Answers refused requests with the responses `rejector` builds (from
+    /// [`Rejection::InFlight`](crate::Rejection::InFlight), and for a
+    /// missing key or a failing store `Rejection::MissingKey` and
+    /// `Rejection::StoreFailed`): tollgate-tonic's `GrpcRejector` for gRPC.
     pub fn rejector<R2>(self, rejector: R2) -> InFlightBuilder<K, Sl, R2> {
         InFlightBuilder {
             key: self.key,

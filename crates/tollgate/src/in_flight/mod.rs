@@ -45,7 +45,7 @@
 //! `429 Too Many Requests` (or the builder's
 //! [`rejection_status`](InFlightBuilder::rejection_status)), built by the
 //! layer's [`Rejector`](crate::Rejector) through
-//! [`reject_in_flight`](crate::Rejector::reject_in_flight) (gRPC:
+//! [`Rejection::InFlight`](crate::Rejection::InFlight) (gRPC:
 //! `RESOURCE_EXHAUSTED` with tollgate-tonic's rejector).
 //! [`InFlightBuilder::max_delay`] queues it instead, for up to a bound: it
 //! takes the first slot of its key that comes free within the bound (woken

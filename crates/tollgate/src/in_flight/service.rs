@@ -6,7 +6,7 @@ use super::future::ResponseFuture;
 use super::gate::{Gate, Settled};
 use super::{SlotReply, Slots};
 use crate::key::{KeyExtractor, OnMissingKey, RequestInfo};
-use crate::rejection::{RejectReason, Rejector};
+use crate::rejection::{Rejection, Rejector};
 use http::{Request, Response};
 use std::fmt;
 use std::sync::Arc;
@@ -85,7 +85,7 @@ where
                 OnMissingKey::Reject(status) => {
                     return ResponseFuture::rejected(Box::new(
                         gate.rejector
-                            .reject_without_decision(*status, RejectReason::MissingKey),
+                            .reject(Rejection::MissingKey { status: *status }),
                     ));
                 }
             },

@@ -14,7 +14,7 @@ use crate::pay_after::Meter;
 use crate::rate_limit::info::RateLimitInfo;
 use crate::rate_limit::outcome::Ticket;
 use crate::rate_limit::routes::{Entry, EntryRef, Routes};
-use crate::rejection::{RejectReason, Rejection, Rejector};
+use crate::rejection::{Limited, Rejection, Rejector};
 use crate::settings::{CommonSettings, OnStoreError};
 use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, Watched};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -232,13 +232,9 @@ impl<K, St, R> Engine<K, St, R> {
         self.field_values(entry, verdict, key)
             .write_into(&mut headers);
         write_retry_after(&mut headers, decision);
-        Action::Reject(Box::new(self.rejector.reject(Rejection {
-            status: self.settings.status,
-            headers,
-            policy,
-            key,
-            decision: verdict,
-        })))
+        Action::Reject(Box::new(self.rejector.reject(Rejection::Limited(
+            Limited::new(self.settings.status, headers, policy, key, verdict),
+        ))))
     }
 
     /// Checks the shadow limits of `entry`, if it has any, for a request
@@ -275,10 +271,9 @@ impl<K, St, R> Engine<K, St, R> {
                 ticket: None,
             },
             OnStoreError::Closed => {
-                Action::Reject(Box::new(self.rejector.reject_without_decision(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    RejectReason::StoreFailed,
-                )))
+                Action::Reject(Box::new(self.rejector.reject(Rejection::StoreFailed {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                })))
             }
         }
     }
@@ -393,9 +388,9 @@ where
                 Access::Limited => {}
                 Access::Allowed => return Err(Start::Pass),
                 Access::Denied => {
-                    let response = self
-                        .rejector
-                        .reject_without_decision(StatusCode::FORBIDDEN, RejectReason::Denied);
+                    let response = self.rejector.reject(Rejection::Denied {
+                        status: StatusCode::FORBIDDEN,
+                    });
                     return Err(Start::Act(Action::Reject(Box::new(response))));
                 }
             }
@@ -436,7 +431,7 @@ where
             OnMissingKey::Reject(status) => {
                 let response = self
                     .rejector
-                    .reject_without_decision(*status, RejectReason::MissingKey);
+                    .reject(Rejection::MissingKey { status: *status });
                 Err(Start::Act(Action::Reject(Box::new(response))))
             }
         }

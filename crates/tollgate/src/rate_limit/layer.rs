@@ -6,7 +6,7 @@ use crate::policy::{NamedLimit, Policy};
 use crate::rate_limit::engine::{Engine, Settings};
 use crate::rate_limit::routes::{RouteMatch, Routes, path_is};
 use crate::rate_limit::service::RateLimit;
-use crate::rejection::{DefaultRejector, FnRejector, Rejection};
+use crate::rejection::{DefaultRejector, FnRejector, Limited};
 use crate::settings::LimitSettings;
 use crate::store::{Capability, MemoryStore, Store, short_type_name};
 use http::StatusCode;
@@ -437,16 +437,19 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
 
     /// Answers limited requests with the response `reject` builds (a JSON
     /// body, a redirect, ...). It gets the configured status and the
-    /// rate-limit fields with `Retry-After`, to keep or drop.
+    /// rate-limit fields with `Retry-After`, to keep or drop. The other
+    /// refusals (a denied key, no key, the store failing closed) get the
+    /// default answer ([`Rejection::into_response`](crate::Rejection::into_response)); a [`Rejector`](crate::Rejector) of
+    /// your own ([`rejector`](Self::rejector)) shapes them all.
     ///
     /// ```
     /// use http::Response;
-    /// use tollgate::{RateLimitLayer, Rejection};
+    /// use tollgate::{RateLimitLayer, rejection::Limited};
     /// use tollgate_core::Quota;
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .quota("api", Quota::per_second(5))
-    ///     .reject_with(|rejection: Rejection<'_>| {
+    ///     .reject_with(|rejection: Limited<'_>| {
     ///         let mut response = Response::new(String::from("slow down"));
     ///         *response.status_mut() = rejection.status;
     ///         *response.headers_mut() = rejection.headers;
@@ -457,7 +460,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// ```
     pub fn reject_with<F, B>(self, reject: F) -> RateLimitBuilder<K, St, FnRejector<F>>
     where
-        F: Fn(Rejection<'_>) -> http::Response<B> + Send + Sync + 'static,
+        F: Fn(Limited<'_>) -> http::Response<B> + Send + Sync + 'static,
     {
         self.rejector(FnRejector(reject))
     }
