@@ -57,25 +57,38 @@ async fn a_debt_survives_a_downgrade_and_an_upgrade_on_postgres() {
     }
 }
 
+/// A layer keyed by `x-api-key` whose limits (`quotas` at first, under
+/// `algorithm`) `limits` changes while it runs.
+fn live_app(
+    limits: &tollgate::quotas::LiveLimits,
+    algorithm: tollgate_core::Algorithm,
+    quotas: &[(&str, tollgate_core::Quota)],
+) -> tollgate_tests::app::App {
+    let builder = quotas
+        .iter()
+        .fold(tollgate::RateLimitLayer::builder(), |b, (name, quota)| {
+            b.quota(*name, *quota)
+        });
+    tollgate_tests::app::behind(
+        builder
+            .algorithm(algorithm)
+            .key(tollgate::HeaderKey::new("x-api-key"))
+            .live_limits(limits.clone())
+            .build(),
+    )
+}
+
 /// The same figure through live limits (what `--limits-file` drives): the
 /// named limit changed for every key, each key's debt kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debt_survives_live_limits_lowered_and_raised() {
     use http::StatusCode;
     use tollgate::quotas::LiveLimits;
-    use tollgate::{HeaderKey, RateLimitLayer};
     use tollgate_core::Quota;
 
     for algorithm in AT_ONCE {
         let limits = LiveLimits::new();
-        let app = tollgate_tests::app::behind(
-            RateLimitLayer::builder()
-                .quota("api", Quota::per_hour(10))
-                .algorithm(algorithm)
-                .key(HeaderKey::new("x-api-key"))
-                .live_limits(limits.clone())
-                .build(),
-        );
+        let app = live_app(&limits, algorithm, &[("api", Quota::per_hour(10))]);
         let case = format!("live {algorithm}");
         let ok = plans_common::statuses(&app, "debtor", 8).await;
         assert_eq!(ok, [StatusCode::OK; 8], "{case}");
@@ -94,21 +107,17 @@ async fn a_debt_survives_live_limits_lowered_and_raised() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_left_out_of_live_limits_keeps_its_usage() {
     use http::StatusCode;
+    use tollgate::NamedLimit;
     use tollgate::quotas::LiveLimits;
-    use tollgate::{HeaderKey, NamedLimit, RateLimitLayer};
     use tollgate_core::Quota;
 
     for algorithm in AT_ONCE {
         let limits = LiveLimits::new();
-        let app = tollgate_tests::app::behind(
-            RateLimitLayer::builder()
-                .quota("api", Quota::per_hour(1000))
-                .quota("burst", Quota::per_hour(5))
-                .algorithm(algorithm)
-                .key(HeaderKey::new("x-api-key"))
-                .live_limits(limits.clone())
-                .build(),
-        );
+        let quotas = [
+            ("api", Quota::per_hour(1000)),
+            ("burst", Quota::per_hour(5)),
+        ];
+        let app = live_app(&limits, algorithm, &quotas);
         let case = format!("live {algorithm}");
         let both = limits.limits();
         let ok = plans_common::statuses(&app, "user", 3).await;

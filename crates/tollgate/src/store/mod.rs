@@ -304,11 +304,17 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// deleted from a limits file and put back) finds the usage it had
     /// when its plan returns (3 used of 5 leaves 2).
     ///
-    /// Carried once: a second move finds the moved limits reset and
-    /// carries nothing, so instances that each see the change may each
-    /// ask. A store whose state is named apart per plan ([`Policy::plan`])
-    /// is what makes that hold; the memory store's states are apart per
-    /// policy already.
+    /// Carried once, so instances that each see the change may each ask:
+    /// where `from`'s and `to`'s states are apart (the memory store's are
+    /// apart per policy; a [`Policy::plan`] keeps a plan's apart by name)
+    /// a second move finds the moved limits reset and carries nothing;
+    /// where a limit's state is the same under both (named by limit, as
+    /// the layer's per-key quotas and live limits are), a change of quotas
+    /// alone leaves it in place ([`Carried::in_place`]) and a second move
+    /// of a changed plan reads the same usage again and charges it over
+    /// a reset, never on top of it. Two moves of one key at the same
+    /// instant can still lose what one reset between the other's read and
+    /// charge (documented in the rollout guide).
     ///
     /// The default is written with `peek`, `reset` and `debit` (a plan of
     /// several limits reset and charged limit by limit, through
