@@ -178,7 +178,12 @@
 //!   table (`tollgate_limits`) is created at startup if it is missing;
 //!   expired rows are swept every 10 s. Like a Redis store it is given up
 //!   on after `--store-timeout-ms`, behind the same circuit breaker, with
-//!   the block cache on unless `--block-cache off`. TLS as the URL's
+//!   the block cache on unless `--block-cache off`. A write that lost
+//!   its race to another server's is retried for as long as the store
+//!   timeout allows: 8 attempts and one more for every 50 ms of
+//!   `--store-timeout-ms` (the longest pause between two), so that
+//!   servers sharing one hot key do not fail a request a busy database
+//!   could still decide. TLS as the URL's
 //!   `sslmode` says (`require`, `verify-full`, …; the server's
 //!   certificate checked against the system's roots, or the CA file of
 //!   `sslrootcert=PATH`).
@@ -616,6 +621,13 @@ fn parse_local(text: &str) -> Result<Local, String> {
     }
 }
 
+/// How many times the compare-and-swap store tries a write that keeps
+/// losing its race: the default 8, and one more for every 50 ms (the
+/// longest pause between two) of the store timeout.
+fn cas_attempts(store_timeout_ms: u64) -> u32 {
+    u32::try_from(8 + store_timeout_ms / 50).unwrap_or(u32::MAX)
+}
+
 /// Parses `memory`, a Redis URL or a PostgreSQL URL.
 fn parse_store(text: &str) -> Result<StoreUrl, String> {
     if text == "memory" {
@@ -796,7 +808,10 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<Presence
                         Failure::Startup(message)
                     }
                 })?;
-            let cas = CasStore::builder(backend).instances(args.instances).build();
+            let cas = CasStore::builder(backend)
+                .instances(args.instances)
+                .max_attempts(cas_attempts(args.store_timeout_ms))
+                .build();
             // Counted only for a fallback that splits: a write a second.
             let presence =
                 matches!(args.on_store_error, FailMode::Fallback).then(|| cas.presence());
