@@ -70,7 +70,7 @@ use std::future::Future;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// use std::sync::Arc as A;
-/// use tollgate::{Key, NamedLimit, Policy, Store};
+/// use tollgate_store::{Key, NamedLimit, Policy, Store};
 /// let store = CasStore::new(MapBackend::default());
 /// let policy = A::new(Policy::new(vec![NamedLimit::new("api", "2/min".parse().unwrap())]));
 /// let key = Key::from("alice");

@@ -13,7 +13,7 @@ pub enum CasError<E> {
     Backend(E),
     /// The value under `key` is not a policy's states (written by
     /// something else, or damaged): nothing was charged. A reset of the
-    /// key ([`Store::reset`](tollgate::Store::reset)) replaces it.
+    /// key ([`Store::reset`](tollgate_store::Store::reset)) replaces it.
     Unreadable {
         /// The value's key in the backend.
         key: Arc<str>,
@@ -53,7 +53,7 @@ pub enum CasError<E> {
         /// The version read, and not written over.
         version: u64,
     },
-    /// The caller stopped waiting ([`Store::check_within`](tollgate::Store::check_within))
+    /// The caller stopped waiting ([`Store::check_within`](tollgate_store::Store::check_within))
     /// before the decision could be written: nothing was charged.
     Late {
         /// The value's key in the backend.

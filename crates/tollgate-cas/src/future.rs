@@ -14,8 +14,8 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 use tokio::time::Sleep;
-use tollgate::Policy;
-use tollgate::store::PolicyDecision;
+use tollgate_store::Policy;
+use tollgate_store::PolicyDecision;
 
 /// Waiting for a key's turn, when another call of this process has it.
 type Queued = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;

@@ -33,13 +33,13 @@
 //!   then on the backend may drop the value; reading it or finding nothing
 //!   decides the same.
 //! - **Late checks.** A check whose caller waits only `within`
-//!   ([`Store::check_within`](tollgate::Store::check_within)) writes with a
+//!   ([`Store::check_within`](tollgate_store::Store::check_within)) writes with a
 //!   deadline on the backend's clock ([`Swap::deadline`]), which the
 //!   backend enforces: a write that would land after the caller gave up
 //!   is not made, and the check fails with [`CasError::Late`], having
 //!   charged nothing.
 //! - **Names.** A value's key is the store's prefix, the policy's limit
-//!   names, its plan ([`Policy::plan`](tollgate::Policy::plan)) and the
+//!   names, its plan ([`Policy::plan`](tollgate_store::Policy::plan)) and the
 //!   user's key, escaped so that no two (policy, key) pairs share one
 //!   (see [`CasStore::key_name`]). Two layers whose policies name their
 //!   limits alike share counts, as with the Redis store.
@@ -47,7 +47,7 @@
 //!   second, in one value of the backend (`{prefix}:instances`, read and
 //!   written as a check is), that this instance shares it, and counts the
 //!   instances whose word has not ended and this one's rank: what a
-//!   [`Split`](tollgate::store::Split) fallback divides the limits by. Any
+//!   [`Split`](tollgate_store::Split) fallback divides the limits by. Any
 //!   backend has it; it asks nothing more of one.
 //!
 //! # Writing a backend

@@ -10,9 +10,9 @@ use super::name::PolicyPart;
 use super::step::Op;
 use super::store::CasStore;
 use std::sync::Arc;
-use tollgate::store::{AdminFuture, PolicyRefund};
-use tollgate::{Key, Policy, Store};
 use tollgate_local::{ShareOp, ShareReply, SharedStore};
+use tollgate_store::{AdminFuture, PolicyRefund};
+use tollgate_store::{Key, Policy, Store};
 
 impl<B: CasBackend + std::fmt::Debug> SharedStore for CasStore<B> {
     async fn share(

@@ -17,7 +17,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// expiry reads as absent and is dropped by [`sweep`](Self::sweep).
 ///
 /// A [`CasStore`](super::CasStore) over it decides as a
-/// [`MemoryStore`](tollgate::MemoryStore) does, one round trip of the
+/// [`MemoryStore`](tollgate_store::MemoryStore) does, one round trip of the
 /// contract at a time: for tests of the store and of backends, not for
 /// production (the memory store is faster, and bounded).
 ///

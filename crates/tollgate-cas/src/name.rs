@@ -3,7 +3,7 @@
 //!
 //! The limit names are the policy's, joined with commas (tokens: no `:`
 //! or `,` in them); the plan is the policy's
-//! [`plan`](tollgate::Policy::plan) in 16 hexadecimal digits, or `-`; the
+//! [`plan`](tollgate_store::Policy::plan) in 16 hexadecimal digits, or `-`; the
 //! user key comes last, escaped so that no two keys share a name: `*` for
 //! the global key, `@` and the address for an IP, the bytes otherwise,
 //! each byte outside printable ASCII and each of `%*@#` written `%XX`,
@@ -14,8 +14,8 @@
 //! limit names, plan and key.
 
 use std::fmt::Write;
-use tollgate::Policy;
-use tollgate::{Key, key::KeyView};
+use tollgate_store::Policy;
+use tollgate_store::{Key, KeyView};
 
 /// User keys whose escaped form is longer than this many bytes are written
 /// as `#` and the SHA-1 of their bytes.
@@ -91,8 +91,8 @@ fn plain(b: u8) -> bool {
 mod tests {
     use super::*;
     use std::net::IpAddr;
-    use tollgate::NamedLimit;
     use tollgate_core::Quota;
+    use tollgate_store::NamedLimit;
 
     fn name(key: &Key) -> String {
         let policy = Policy::new(vec![

@@ -1,5 +1,5 @@
 //! The compare-and-swap store's `metrics` counters (feature `metrics`);
-//! their help texts are in `tollgate::describe_metrics`, with the rest of
+//! their help texts are in `tollgate_store::describe_metrics`, with the rest of
 //! tollgate's.
 
 /// A write lost its race to another writer of the same key, under

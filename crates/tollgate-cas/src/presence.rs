@@ -14,7 +14,7 @@ use super::shared::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::sync::Weak;
 use std::time::Duration;
-use tollgate::store::Presence;
+use tollgate_store::Presence;
 
 /// How often an instance says it shares the store, and how long its word
 /// holds.

@@ -5,10 +5,10 @@
 //! count µs); the answer's extra numbers are µs, as the scripts send them.
 
 use super::value::{Books, Held, LimitBooks, Sequence, Share, Spent, States};
-use tollgate::Policy;
-use tollgate::store::PolicyDecision;
 use tollgate_core::{Charge, Decision, Limiter, Refund, State};
 use tollgate_local::ShareOp;
+use tollgate_store::Policy;
+use tollgate_store::PolicyDecision;
 
 /// What the scripts send for "never" or "none".
 const NEVER: i64 = -1;

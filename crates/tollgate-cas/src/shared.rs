@@ -29,7 +29,7 @@ pub(super) struct Shared<B> {
     conflicts: AtomicU64,
     contended: AtomicU64,
     /// The instances counted by the presence beat, once asked for.
-    pub(super) presence: std::sync::OnceLock<tollgate::store::Presence>,
+    pub(super) presence: std::sync::OnceLock<tollgate_store::Presence>,
     /// The operator's count until the beat has counted.
     pub(super) expected: u32,
 }

@@ -9,10 +9,10 @@ use super::value::{self, Books, States};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::sync::Arc;
-use tollgate::Policy;
-use tollgate::store::{PolicyDecision, PolicyRefund};
 use tollgate_core::{Decision, Limiter};
 use tollgate_local::ShareOp;
+use tollgate_store::Policy;
+use tollgate_store::{PolicyDecision, PolicyRefund};
 
 /// What a call does to a key's states.
 #[derive(Clone, Debug)]
@@ -26,7 +26,7 @@ pub(super) enum Op {
     /// Units charged whatever the limits say, each limit its own (a debit:
     /// the same for each; a carried plan: what each used).
     Force(SmallVec<[u32; 2]>),
-    /// The side of a carry a key leaves (see `tollgate::store::Carried`):
+    /// The side of a carry a key leaves (see `tollgate_store::Carried`):
     /// each limit that moved made fresh (`None`), each that stays charged
     /// its units.
     Release(SmallVec<[Option<u32>; 2]>),
@@ -319,8 +319,8 @@ mod tests {
     use super::*;
     use crate::Stored;
     use std::convert::Infallible;
-    use tollgate::NamedLimit;
     use tollgate_core::{Algorithm, Quota, State, encode_states};
+    use tollgate_store::NamedLimit;
 
     const SECOND: u64 = 1_000_000_000;
 

@@ -12,14 +12,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tollgate::__private::spawn_change;
-use tollgate::Key;
-use tollgate::Policy;
-use tollgate::store::{
+use tollgate_internal::ChargeChange;
+use tollgate_store::Key;
+use tollgate_store::Policy;
+use tollgate_store::spawn_change;
+use tollgate_store::{
     AdminError, AdminFuture, Capability, Carried, ChangeReply, Debit, MissingCapability,
     PolicyRefund, Store, StoreReply,
 };
-use tollgate_internal::ChargeChange;
 
 /// A [`Store`] over a key-value backend that can compare and swap: the
 /// algorithms of `tollgate-core` decided here, the states kept in the
@@ -29,10 +29,10 @@ use tollgate_internal::ChargeChange;
 ///
 /// Every algorithm, delay mode, refunds and debits (`charge_when`,
 /// `pay_after`), peek, reset and a plan's carried usage: it decides
-/// exactly as the [`MemoryStore`](tollgate::MemoryStore) does (the
+/// exactly as the [`MemoryStore`](tollgate_store::MemoryStore) does (the
 /// conformance kit checks it). Every call is a round trip at least (a
 /// read, and a write unless it was refused or changed nothing): put a
-/// [`BlockCache`](tollgate::store::BlockCache) in front of it to answer
+/// [`BlockCache`](tollgate_store::BlockCache) in front of it to answer
 /// refused keys without one. Its futures pause on tokio's timer after a
 /// lost race, and its refunds and debits run on a spawned task: use it
 /// on a Tokio runtime with time enabled, as the layer does.
@@ -40,7 +40,7 @@ use tollgate_internal::ChargeChange;
 /// ```
 /// use std::sync::Arc;
 /// use tollgate_cas::{CasStore, MemoryBackend};
-/// use tollgate::{Key, NamedLimit, Policy, Store};
+/// use tollgate_store::{Key, NamedLimit, Policy, Store};
 /// use tollgate_core::Quota;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -106,8 +106,8 @@ impl<B: CasBackend> CasStore<B> {
 
     /// How many instances share this store's backend, and this one's rank
     /// among them, as its presence beat counts them: what a
-    /// [`Split`](tollgate::store::Split) fallback divides the limits by
-    /// ([`Split::presence`](tollgate::store::Split::presence)). The first call
+    /// [`Split`](tollgate_store::Split) fallback divides the limits by
+    /// ([`Split::presence`](tollgate_store::Split::presence)). The first call
     /// starts the beat (on the current tokio runtime; outside one, the
     /// count stays the operator's, [`CasStoreBuilder::instances`]): every
     /// second, and at once, the store writes in one value of the backend,
@@ -116,11 +116,11 @@ impl<B: CasBackend> CasStore<B> {
     /// counts the instances whose word has not ended, on the backend's
     /// clock. A beat that finds the word gone (the value was lost) counts
     /// no fewer than before until the next. Clones share one beat.
-    pub fn presence(&self) -> tollgate::store::Presence {
+    pub fn presence(&self) -> tollgate_store::Presence {
         self.shared
             .presence
             .get_or_init(|| {
-                let presence = tollgate::store::Presence::expecting(self.shared.expected);
+                let presence = tollgate_store::Presence::expecting(self.shared.expected);
                 if tokio::runtime::Handle::try_current().is_ok() {
                     tokio::spawn(super::presence::beat(
                         Arc::downgrade(&self.shared),

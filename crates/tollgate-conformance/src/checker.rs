@@ -14,7 +14,7 @@
 //! - *failed*: an error the run explains (a restart refused it, or the
 //!   caller's deadline passed); it charged nothing;
 //! - *given up*: the caller stopped waiting. Heard out (the layer's way,
-//!   [`Watched`](tollgate::store::Watched)), an admission it brings is given
+//!   [`Watched`](tollgate_store::Watched)), an admission it brings is given
 //!   back (*given back* counts those); dropped unheard, a write the
 //!   backend made in time still charges, and the fault injector counts
 //!   those (*unheard*).

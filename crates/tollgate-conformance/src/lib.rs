@@ -33,7 +33,7 @@
 //!
 //! ```
 //! use tollgate_conformance::Kit;
-//! use tollgate::MemoryStore;
+//! use tollgate_store::MemoryStore;
 //! use tollgate_core::ManualClock;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -59,7 +59,7 @@
 //! [`Race`] can: several clients (tokio tasks) send checks for a few
 //! shared keys through several instances of the store at once, some
 //! stopping waiting after a short deadline (heard out as the layer does,
-//! through [`Watched`](tollgate::store::Watched), or dropped unheard), and a
+//! through [`Watched`](tollgate_store::Watched), or dropped unheard), and a
 //! checker asks of each key whether *some* order of the calls, decided by
 //! the reference algorithm, explains the admissions the callers kept, the
 //! refusals, and the key's count once every late check has been heard
@@ -137,12 +137,12 @@ pub use race::{Race, RaceReport};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate::Key;
-use tollgate::store::{
+use tollgate_core::{Algorithm, Clock, ManualClock};
+use tollgate_store::Key;
+use tollgate_store::{
     Capability, Debit, MemoryStore, PolicyDecision, PolicyRefund, Store, StoreReply,
 };
-use tollgate::{NamedLimit, Policy};
-use tollgate_core::{Algorithm, Clock, ManualClock};
+use tollgate_store::{NamedLimit, Policy};
 use trace::{Rng, Step, Timing};
 
 /// A run of the kit against one store. Build it with [`Kit::manual`] or
@@ -261,7 +261,7 @@ impl<St: Store> Kit<St> {
         self
     }
 
-    /// Leaves out the late checks. For a [`Fallback`](tollgate::store::Fallback):
+    /// Leaves out the late checks. For a [`Fallback`](tollgate_store::Fallback):
     /// a check its primary answers too late is decided by its secondary,
     /// which keeps counts of its own, so the trace's counts would be split
     /// between two stores (run its primary, and its secondary alone, with
@@ -797,7 +797,7 @@ impl<'k, St: Store> Play<'k, St> {
         }
         match self.kit.store.reset(&self.policy, &self.key).await {
             Ok(()) => {}
-            Err(tollgate::store::AdminError::Unsupported { .. }) => {
+            Err(tollgate_store::AdminError::Unsupported { .. }) => {
                 if !report.skipped.contains(&"reset") {
                     report.skipped.push("reset");
                 }

@@ -12,13 +12,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tollgate::Key;
-use tollgate::store::late::late_checks_in_progress;
-use tollgate::store::{
+use tollgate_core::{Algorithm, ManualClock, Quota};
+use tollgate_store::Key;
+use tollgate_store::late::late_checks_in_progress;
+use tollgate_store::{
     AdminError, Capability, ChangeReply, MemoryStore, PolicyRefund, Store, StoreReply, Watched,
 };
-use tollgate::{NamedLimit, Policy};
-use tollgate_core::{Algorithm, ManualClock, Quota};
+use tollgate_store::{NamedLimit, Policy};
 #[cfg(feature = "cas")]
 use {
     super::faults::Faults,
@@ -145,7 +145,7 @@ type Explain<E> = Arc<dyn Fn(&E, Option<Duration>) -> bool + Send + Sync>;
 ///
 /// ```
 /// use tollgate_conformance::Race;
-/// use tollgate::MemoryStore;
+/// use tollgate_store::MemoryStore;
 ///
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
 /// let shared = MemoryStore::new();
@@ -930,7 +930,7 @@ impl<St: Clone> Clone for Counting<St> {
 
 // A wrapper by construction: every operation but the refund it counts
 // (the check with its deadline included) reaches the store behind as it is.
-impl<St: Store> tollgate::store::StoreWrapper for Counting<St> {
+impl<St: Store> tollgate_store::StoreWrapper for Counting<St> {
     type Inner = St;
     type Error = St::Error;
     type Future = St::Future;
@@ -941,13 +941,13 @@ impl<St: Store> tollgate::store::StoreWrapper for Counting<St> {
 
     fn relay(
         &self,
-        _: &std::sync::Arc<tollgate::Policy>,
-        _: &tollgate::Key,
-        reply: tollgate::store::StoreReply<
-            <Self::Inner as tollgate::Store>::Future,
-            <Self::Inner as tollgate::Store>::Error,
+        _: &std::sync::Arc<tollgate_store::Policy>,
+        _: &tollgate_store::Key,
+        reply: tollgate_store::StoreReply<
+            <Self::Inner as tollgate_store::Store>::Future,
+            <Self::Inner as tollgate_store::Store>::Error,
         >,
-    ) -> tollgate::store::StoreReply<Self::Future, Self::Error> {
+    ) -> tollgate_store::StoreReply<Self::Future, Self::Error> {
         reply
     }
 

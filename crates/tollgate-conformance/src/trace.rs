@@ -2,8 +2,8 @@
 //! names a seed that plays the same trace again) and the steps of a trace.
 
 use std::time::Duration;
-use tollgate::NamedLimit;
 use tollgate_core::{Algorithm, Quota};
+use tollgate_store::NamedLimit;
 
 /// A small seeded generator (SplitMix64): the same seed gives the same
 /// traces on every machine. Statistical quality matters little here; a

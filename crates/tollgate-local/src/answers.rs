@@ -2,9 +2,9 @@
 //! said at its last call for the key, aged by the time since.
 
 use super::budget::{LimitReading, Reading};
-use tollgate::PolicyDecision;
-use tollgate::store::Receipt;
 use tollgate_core::{Decision, DecisionFields};
+use tollgate_store::PolicyDecision;
+use tollgate_store::Receipt;
 
 /// `decision`'s times, `elapsed` nanoseconds later, with `allowed` and
 /// `remaining` as given.

@@ -18,8 +18,8 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use tollgate::PolicyDecision;
 use tollgate_core::Decision;
+use tollgate_store::PolicyDecision;
 
 /// Set in the word while the slot's lock holder reconciles.
 const CLOSED: u64 = 1 << 63;

@@ -8,7 +8,7 @@ use crate::share::SharedStore;
 use crate::shared::{Shared, Step};
 use std::pin::pin;
 use std::sync::Arc;
-use tollgate::{PolicyDecision, StoreReply};
+use tollgate_store::{PolicyDecision, StoreReply};
 
 /// A key's local state in either mode, as a request drives it.
 pub(crate) trait Slot<S: SharedStore>: Calls + Send + Sync + Sized + 'static {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use tollgate::PolicyDecision;
+use tollgate_store::PolicyDecision;
 
 /// A boxed decision: a request waiting for a reservation or a reading, or
 /// a call made for it.

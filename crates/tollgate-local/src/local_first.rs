@@ -7,7 +7,7 @@ use crate::share::SharedStore;
 use crate::stats::LocalStats;
 use crate::support::supports;
 use std::sync::Arc;
-use tollgate::{ConfigError, Policy};
+use tollgate_store::{ConfigError, Policy};
 
 /// A store that decides in process memory and shares through a
 /// [`SharedStore`] (below, "Redis" stands for it: `share.lua`'s calls are
@@ -77,7 +77,7 @@ use tollgate::{ConfigError, Policy};
 /// are given back in Redis, never kept by the instance that charged them:
 /// once the refund landed (the layer waits for it), every instance's next
 /// reservation finds them, never over the limit (see
-/// [`refund`](tollgate::Store::refund)). The next answers here say what remains
+/// [`refund`](tollgate_store::Store::refund)). The next answers here say what remains
 /// after it.
 ///
 /// **Periodic** ([`LocalMode::Periodic`], synchronised counts): every
@@ -101,7 +101,7 @@ use tollgate::{ConfigError, Policy};
 /// it while that call is on its way): it keeps at most half of what the
 /// others leave free, and none that another wants beyond its own share; the
 /// rest is free for the others at once. Charges given back
-/// ([`refund`](tollgate::Store::refund), as `charge_when` makes them) return to the
+/// ([`refund`](tollgate_store::Store::refund), as `charge_when` makes them) return to the
 /// share at once when they are not reported yet; reported, they return to
 /// what remains in Redis, and a request this instance would refuse after
 /// one landed waits for a reading that counts them. A share lapses two
@@ -135,7 +135,7 @@ use tollgate::{ConfigError, Policy};
 /// together have admitted at most the limit allows plus one unit per
 /// instance, for every algorithm, however the load is spread and however
 /// long the interval. The exceptions: a pay-after charge is counted when it
-/// comes, whatever the share; a [`reset`](tollgate::Store::reset) forgets the shares
+/// comes, whatever the share; a [`reset`](tollgate_store::Store::reset) forgets the shares
 /// given before it while their holders may still spend them (until they
 /// lapse); with Redis away, an instance spends what is left of its share,
 /// then the layer's store-error behaviour decides; and an idle instance

@@ -5,8 +5,8 @@
 use crate::future::LocalFuture;
 use crate::share::SharedStore;
 use std::time::Duration;
-use tollgate::store::ChangeReply;
-use tollgate::{Store, StoreReply};
+use tollgate_store::ChangeReply;
+use tollgate_store::{Store, StoreReply};
 
 /// A check's reply, in the store's own future.
 pub(crate) type Reply<S> =
@@ -26,10 +26,10 @@ pub(crate) fn forward<S: SharedStore>(reply: StoreReply<S::Future, S::Error>) ->
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs a refund on a task of its own, logged as this crate's (see
-/// [`tollgate::__private::spawn_change`]).
+/// [`tollgate_store::spawn_change`]).
 pub(crate) fn spawn_change<E: std::fmt::Display>(
     change: tollgate_internal::ChargeChange,
     call: impl Future<Output = Result<(), E>> + Send + 'static,
 ) -> ChangeReply {
-    tollgate::__private::spawn_change("tollgate-local", change, CHANGE_TIMEOUT, call)
+    tollgate_store::spawn_change("tollgate-local", change, CHANGE_TIMEOUT, call)
 }

@@ -9,8 +9,8 @@ use crate::table::Found;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::store::{ChangeReply, PolicyRefund};
-use tollgate::{Key, Policy};
+use tollgate_store::{ChangeReply, PolicyRefund};
+use tollgate_store::{Key, Policy};
 
 /// A future a mode answers with, boxed so that the mode can stand behind
 /// a trait object.

@@ -5,8 +5,8 @@
 use smallvec::SmallVec;
 use std::future::Future;
 use std::sync::Arc;
-use tollgate::store::{AdminFuture, PolicyRefund};
-use tollgate::{Key, Policy, PolicyDecision, Store};
+use tollgate_store::{AdminFuture, PolicyRefund};
+use tollgate_store::{Key, Policy, PolicyDecision, Store};
 
 /// A store that a [`LocalFirst`](crate::LocalFirst) store can stand in
 /// front of: it decides like any [`Store`], and runs the three operations
@@ -50,7 +50,7 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// it, counting `unseen` more units that this instance admitted and
     /// the store has not counted yet (a periodic report not sent). By
     /// default through the store's peek, reset and debits, each limit of
-    /// `to` on its own (`tollgate::__private::carry_by_parts`: right for a
+    /// `to` on its own (`tollgate_store::carry_by_parts`: right for a
     /// store that keeps each limit's state apart, as Redis does); a store
     /// that keeps a policy's states together charges them in one write.
     fn carry_counting(
@@ -60,7 +60,7 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
         key: &Key,
         unseen: i64,
     ) -> AdminFuture {
-        tollgate::__private::carry_by_parts(self, from, to, key, unseen)
+        tollgate_store::carry_by_parts(self, from, to, key, unseen)
     }
 
     /// The error a request gets when the shared store is away and what this

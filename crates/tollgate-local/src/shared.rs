@@ -6,8 +6,8 @@ use super::mode::LocalMode;
 use super::stats::Stats;
 use crate::SharedStore;
 use std::sync::atomic::AtomicU64;
-use tollgate::PolicyDecision;
 use tollgate_core::{Clock, MonotonicClock};
+use tollgate_store::PolicyDecision;
 
 /// The part of a store that its slots' calls to the shared store need.
 pub(crate) struct Shared<S> {

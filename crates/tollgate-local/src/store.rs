@@ -9,8 +9,8 @@ use crate::share::SharedStore;
 use crate::table::Found;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::store::{ChangeReply, Debit, PolicyRefund};
-use tollgate::{ConfigError, Key, Policy, Store, StoreReply};
+use tollgate_store::{ChangeReply, Debit, PolicyRefund};
+use tollgate_store::{ConfigError, Key, Policy, Store, StoreReply};
 
 impl<S: SharedStore> Store for LocalFirst<S> {
     type Error = S::Error;
@@ -69,10 +69,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     }
 
     /// Refunds and debits, both.
-    fn can(
-        &self,
-        _: tollgate::store::Capability,
-    ) -> Result<(), tollgate::store::MissingCapability> {
+    fn can(&self, _: tollgate_store::Capability) -> Result<(), tollgate_store::MissingCapability> {
         Ok(())
     }
 
@@ -104,7 +101,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     /// [`LocalFirst`]), and a unit spent since the instance's last
     /// reservation is still in that count: the same call takes it off the
     /// count, when the count is the one recorded by the reservation the
-    /// admission's [`Receipt`](tollgate::store::Receipt) names (this
+    /// admission's [`Receipt`](tollgate_store::Receipt) names (this
     /// store's local admissions carry a token, the number of the last
     /// reservation sent before them there, not a time), and gives the unit
     /// back whole. If the
@@ -170,10 +167,10 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     /// they hold until it lapses or is spent (exact) or until their next
     /// sync (periodic); their calls in flight during the reset may leave
     /// a grant charged in Redis, unused, until it lapses.
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate_store::AdminFuture {
         let inner = self.inner.clone();
         let (policy, key) = (policy.clone(), key.clone());
-        tollgate::store::AdminFuture::new(async move {
+        tollgate_store::AdminFuture::new(async move {
             inner.forget_slot(&policy, &key).await;
             inner.shared().store.reset(&policy, &key).await
         })
@@ -195,14 +192,14 @@ impl<S: SharedStore> Store for LocalFirst<S> {
         from: &Arc<Policy>,
         to: &Arc<Policy>,
         key: &Key,
-    ) -> tollgate::store::AdminFuture {
+    ) -> tollgate_store::AdminFuture {
         let inner = self.inner.clone();
         let (from, to, key) = (from.clone(), to.clone(), key.clone());
-        tollgate::store::AdminFuture::new(async move {
+        tollgate_store::AdminFuture::new(async move {
             let local = inner
                 .take_slot(&from, &key)
                 .await
-                .map_err(tollgate::store::AdminError::store)?;
+                .map_err(tollgate_store::AdminError::store)?;
             inner
                 .shared()
                 .store
@@ -214,7 +211,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     /// Drops the refusal this instance remembers for the key (exact mode;
     /// a periodic slot's refusals come from its last reading, which is
     /// counts, not a block), and the Redis store's block-cache entry.
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate_store::AdminFuture {
         self.inner.unblock(policy, key);
         self.inner.shared().store.unblock(policy, key)
     }

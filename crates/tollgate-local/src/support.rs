@@ -1,8 +1,8 @@
 //! Which policies a [`LocalFirst`](super::LocalFirst) store can decide.
 
 use std::time::Duration;
-use tollgate::{ConfigError, Policy};
 use tollgate_core::Algorithm;
+use tollgate_store::{ConfigError, Policy};
 
 /// Whether a [`LocalFirst`](crate::LocalFirst) store can decide `policy`
 /// locally: every limit of an algorithm the modes support, none in delay
@@ -50,8 +50,8 @@ fn supported_names() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate::NamedLimit;
     use tollgate_core::{Limiter, Quota};
+    use tollgate_store::NamedLimit;
 
     /// What the store accepts is what the registry says, and its refusal
     /// names every algorithm it would take.

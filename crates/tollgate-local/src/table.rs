@@ -2,8 +2,8 @@
 //! to the key's slot.
 
 use std::sync::Arc;
-use tollgate::Key;
 use tollgate_internal::bounded::{BoundedMap, ByFingerprint, Eviction, Idle};
+use tollgate_store::Key;
 
 const SHARDS: usize = 16;
 

@@ -82,7 +82,7 @@
 //! a write that would land after its caller gave up is not made. A write
 //! that landed in time and whose reply came after the caller stopped
 //! waiting is heard out by the layer and given back
-//! (`tollgate::store::late`).
+//! (`tollgate_store::late`).
 //!
 //! # Expiry and the sweeper
 //!
@@ -154,7 +154,7 @@
 //! `CasError::Contended`, never admitting without a write.
 //! `BENCHMARKS.md` ("PostgreSQL store") has the lost races per decision of
 //! a hot key at 64 tasks, in one store and in four; for keys that hot, put a
-//! [`BlockCache`](tollgate::store::BlockCache) in front (refused keys
+//! [`BlockCache`](tollgate_store::BlockCache) in front (refused keys
 //! answered with no call).
 //!
 //! # Time

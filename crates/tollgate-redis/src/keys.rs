@@ -7,7 +7,7 @@
 //! long so that a 10 KB header value costs Redis 40 bytes, not 10 KB.
 
 use std::fmt::Write;
-use tollgate::{Key, key::KeyView};
+use tollgate_store::{Key, KeyView};
 
 /// User keys whose escaped form is longer than this many bytes are replaced
 /// by `#` and the SHA-1 of their bytes.

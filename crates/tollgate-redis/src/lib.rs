@@ -1,4 +1,4 @@
-//! A Redis and Redis Cluster [`Store`](tollgate::Store) for tollgate: one
+//! A Redis and Redis Cluster [`Store`](tollgate_store::Store) for tollgate: one
 //! rate limit shared by every instance of a service.
 //!
 //! ```no_run
@@ -75,7 +75,7 @@
 //! per request; this never changes a decision, because a refused key's
 //! state can only take more charges before its retry time, from this
 //! instance or others (the reasoning, and what the cached figures say, is
-//! at [`tollgate::store::BlockCache`]). A cheaper request, which might
+//! at [`tollgate_store::BlockCache`]). A cheaper request, which might
 //! pass, still goes to Redis. The cache is bounded (100,000 keys) and
 //! its hits count as `tollgate_block_cache_hits_total{policy}` with
 //! tollgate's `metrics` feature.
@@ -220,7 +220,7 @@
 //! keep them on NTP. And a script that ran in time but whose reply came
 //! after the layer stopped waiting (held back on the way, with jitter) is
 //! heard out: the layer keeps the call in view and gives its admission
-//! back with the refund script (`tollgate::store::late`; tested behind a
+//! back with the refund script (`tollgate_store::late`; tested behind a
 //! proxy that holds replies 0 or 30–40 ms at random).
 
 // tower's lint set: every public item documented and printable, and no

@@ -27,13 +27,13 @@ pub(crate) use on::*;
 
 /// Gives every metric this crate writes its help text (Prometheus's
 /// `# HELP` lines), on the recorder installed now, and tollgate's own
-/// ([`tollgate::describe_metrics`]): call it once after installing a
+/// ([`tollgate_store::describe_metrics`]): call it once after installing a
 /// recorder. The metrics: the guide's page on Redis
 /// (`docs/guide/redis.md`) and on metrics (`docs/guide/metrics.md`).
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
     use metrics::describe_counter;
-    tollgate::describe_metrics();
+    tollgate_store::describe_metrics();
     describe_counter!(
         "tollgate_redis_calls_total",
         "Redis script calls, by call: check (the plain store's decisions), reserve or sync \

@@ -4,7 +4,7 @@ use crate::connection::Topology;
 use crate::{RedisStore, RedisStoreError};
 use std::time::Duration;
 use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource};
-use tollgate::{Key, key::KeyView};
+use tollgate_store::{Key, KeyView};
 
 /// How often each instance reads the feed of changed quotas.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -33,7 +33,7 @@ const FEED_LENGTH: i64 = 10_000;
 /// counter, and `HASH:changes`, the keys changed, by version, the last
 /// 10,000); every instance's cache follows the feed, once a second, and
 /// drops the changed keys, whose next request then waits for the new quota
-/// and carries the key's usage over ([`Store::carry`](tollgate::Store::carry)):
+/// and carries the key's usage over ([`Store::carry`](tollgate_store::Store::carry)):
 /// a change reaches every instance within about a second. A plain `HSET
 /// tollgate:quotas user:241531 10/s` (no feed) applies within the cache's
 /// TTL instead.
@@ -42,7 +42,7 @@ const FEED_LENGTH: i64 = 10_000;
 /// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
 /// use std::time::Duration;
 /// use tollgate::quotas::KeyQuotas;
-/// use tollgate::{HeaderKey, RateLimitLayer};
+/// use tollgate_store::{HeaderKey, RateLimitLayer};
 /// use tollgate_redis::{RedisQuotas, RedisStore};
 ///
 /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
@@ -156,7 +156,7 @@ impl RedisQuotas {
     /// [`field`](Self::field).
     ///
     /// ```
-    /// use tollgate::Key;
+    /// use tollgate_store::Key;
     /// use tollgate_redis::RedisQuotas;
     ///
     /// for key in [Key::from("user:241531"), Key::GLOBAL, Key::from("203.0.113.7"),
@@ -214,7 +214,7 @@ impl RedisQuotas {
     /// keys share a field).
     ///
     /// ```
-    /// use tollgate::Key;
+    /// use tollgate_store::Key;
     /// use tollgate_redis::RedisQuotas;
     ///
     /// assert_eq!(RedisQuotas::field(&Key::from("user:241531")), b"user:241531");
@@ -277,7 +277,9 @@ impl QuotaSource for RedisQuotas {
             let text: Option<String> = command.query_async(&mut connection).await?;
             let text = text.unwrap_or_default();
             text.parse::<QuotaAnswer>().map_err(|error| {
-                tollgate::BoxError::from(format!("the quota {text:?} does not parse: {error}"))
+                tollgate_store::BoxError::from(format!(
+                    "the quota {text:?} does not parse: {error}"
+                ))
             })
         })
     }

@@ -11,9 +11,9 @@ use crate::keys::{escape_into, push_user_key};
 use redis::Cmd;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
-use tollgate::{Key, Policy, PolicyDecision};
 use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
 use tollgate_local::{ShareOp, ShareReply};
+use tollgate_store::{Key, Policy, PolicyDecision};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
 const CHECK: &str = include_str!("../scripts/check.lua");
@@ -139,7 +139,7 @@ impl LuaScript {
 struct LimitArgs {
     call: ScriptCall,
     /// `}:name:state`, the part of the Redis key after the user's key; a
-    /// per-key quota's (a [plan](tollgate::Policy::plan)) ends with
+    /// per-key quota's (a [plan](tollgate_store::Policy::plan)) ends with
     /// `:pPLAN` (16 hex digits), so that no other plan reads its state.
     key_suffix: String,
 }
@@ -268,7 +268,7 @@ impl PreparedPolicy {
         &self,
         prefix: &str,
         key: &Key,
-        refund: &tollgate::store::PolicyRefund,
+        refund: &tollgate_store::PolicyRefund,
         now: Option<u64>,
     ) -> Cmd {
         let count = self.key_suffixes.len();
@@ -626,8 +626,8 @@ mod tests {
 
     #[test]
     fn policies_with_the_same_algorithms_share_one_script() {
-        use tollgate::NamedLimit;
         use tollgate_core::{Algorithm, Quota};
+        use tollgate_store::NamedLimit;
         let policy = |limits: &[(u64, Algorithm)]| {
             let limits = limits
                 .iter()

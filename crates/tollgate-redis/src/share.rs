@@ -3,9 +3,9 @@
 
 use crate::{RedisStore, RedisStoreError};
 use std::sync::Arc;
-use tollgate::store::PolicyRefund;
-use tollgate::{Key, Policy};
 use tollgate_local::{ShareOp, ShareReply, SharedStore};
+use tollgate_store::PolicyRefund;
+use tollgate_store::{Key, Policy};
 
 impl SharedStore for RedisStore {
     async fn share(
@@ -45,9 +45,9 @@ impl SharedStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use crate::RedisStore;
-    use tollgate::{Key, NamedLimit, Policy};
     use tollgate_core::{Algorithm, Quota};
     use tollgate_local::{ShareOp, SharedStore};
+    use tollgate_store::{Key, NamedLimit, Policy};
     use tollgate_tests::redis::RedisServer;
 
     /// A holder's name, as the local-first store makes one: an instance's

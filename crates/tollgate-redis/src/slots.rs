@@ -14,9 +14,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio::time::Sleep;
-use tollgate::Key;
 use tollgate::in_flight::{Acquired, InFlightLimit, SlotPermit, SlotReply, Slots};
 use tollgate_internal::wakeups::{Waiter, Wakeups};
+use tollgate_store::Key;
 
 const ACQUIRE: &str = include_str!("../scripts/in_flight_acquire.lua");
 const RENEW: &str = include_str!("../scripts/in_flight_renew.lua");

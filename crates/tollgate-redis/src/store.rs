@@ -15,11 +15,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate::store::{BlockList, ChangeReply, Debit, PolicyRefund, Presence};
-use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, MonotonicClock};
 use tollgate_internal::ChargeChange;
 use tollgate_local::{ShareOp, ShareReply};
+use tollgate_store::{BlockList, ChangeReply, Debit, PolicyRefund, Presence};
+use tollgate_store::{Key, Policy, PolicyDecision, Store, StoreReply};
 
 /// The future of one check: one `EVALSHA` round trip.
 pub type RedisCheckFuture =
@@ -196,7 +196,7 @@ impl RedisStore {
     /// operator's count, [`RedisStoreBuilder::instances`], 1 by default).
     /// Each store says so at once and then every second while it lives
     /// and Redis answers; a count read during an outage is the last one
-    /// Redis gave. What a [`Split`](tollgate::store::Split) fallback
+    /// Redis gave. What a [`Split`](tollgate_store::Split) fallback
     /// divides the limits by.
     pub fn instances(&self) -> u32 {
         self.shared.presence.instances()
@@ -204,7 +204,7 @@ impl RedisStore {
 
     /// The count of [`instances`](Self::instances) with this instance's
     /// rank among them, shared with the store: what
-    /// [`Split::presence`](tollgate::store::Split::presence) splits the
+    /// [`Split::presence`](tollgate_store::Split::presence) splits the
     /// limits by, giving the remainder to the lowest ranks so that the
     /// instances together admit the limit.
     pub fn presence(&self) -> Presence {
@@ -251,7 +251,7 @@ impl RedisStore {
     pub(crate) fn prepared_form<'p>(
         &self,
         policy: &'p Policy,
-    ) -> tollgate::store::Prepared<'p, PreparedPolicy> {
+    ) -> tollgate_store::Prepared<'p, PreparedPolicy> {
         policy.prepared(PreparedPolicy::new)
     }
 
@@ -340,11 +340,11 @@ impl Store for RedisStore {
     /// a report sent before the reset, and sent again after it, from being
     /// counted a second time. A failure leaves the key as it was, or reset
     /// (a reset is safe to repeat).
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> tollgate_store::AdminFuture {
         let shared = self.shared.clone();
         let names = self.reset_keys(policy, key);
         let (policy, key) = (policy.clone(), key.clone());
-        tollgate::store::AdminFuture::new(async move {
+        tollgate_store::AdminFuture::new(async move {
             let deleted = match shared.topology.current() {
                 Ok(generation) => {
                     let mut connection = generation.connection.clone();
@@ -366,26 +366,21 @@ impl Store for RedisStore {
             if let Some(blocked) = &shared.blocked {
                 blocked.forget(&policy, &key, shared.local_now());
             }
-            deleted
-                .map(drop)
-                .map_err(tollgate::store::AdminError::store)
+            deleted.map(drop).map_err(tollgate_store::AdminError::store)
         })
     }
 
     /// Forgets the block cache's remembered refusal for the key, if any.
     /// Redis itself remembers no refusal: its counts decide.
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate::store::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> tollgate_store::AdminFuture {
         if let Some(blocked) = &self.shared.blocked {
             blocked.forget(policy, key, self.shared.local_now());
         }
-        tollgate::store::AdminFuture::ready(Ok(()))
+        tollgate_store::AdminFuture::ready(Ok(()))
     }
 
     /// Refunds and debits, both.
-    fn can(
-        &self,
-        _: tollgate::store::Capability,
-    ) -> Result<(), tollgate::store::MissingCapability> {
+    fn can(&self, _: tollgate_store::Capability) -> Result<(), tollgate_store::MissingCapability> {
         Ok(())
     }
 
@@ -423,12 +418,12 @@ impl Store for RedisStore {
 pub(crate) const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs a refund or a debit on a task of its own, logged as this crate's
-/// (see [`tollgate::__private::spawn_change`]).
+/// (see [`tollgate_store::spawn_change`]).
 pub(crate) fn spawn_change(
     change: ChargeChange,
     call: impl Future<Output = Result<(), RedisStoreError>> + Send + 'static,
 ) -> ChangeReply {
-    tollgate::__private::spawn_change("tollgate-redis", change, CHANGE_TIMEOUT, call)
+    tollgate_store::spawn_change("tollgate-redis", change, CHANGE_TIMEOUT, call)
 }
 
 impl RedisStore {
@@ -436,7 +431,7 @@ impl RedisStore {
     /// it is, forgets the key's remembered refusal: what [`Store::refund`]
     /// spawns, for a caller that wants to wait for it (a test, an admin
     /// tool). The refund's receipt, when it is a time
-    /// ([`PolicyRefund::charged_at`](tollgate::store::PolicyRefund::charged_at)), is
+    /// ([`PolicyRefund::charged_at`](tollgate_store::PolicyRefund::charged_at)), is
     /// the server's time of the charge in ns (this store's decisions carry
     /// one): then the refund is exact.
     ///
@@ -787,16 +782,16 @@ impl RedisStoreBuilder {
     /// without a call (default on): a flood of requests on a refused key
     /// then costs Redis one call per retry period from each instance, not
     /// one per request. What a cached refusal says, and why it is right,
-    /// is in [`tollgate::store::BlockCache`]'s module; this is the same
+    /// is in [`tollgate_store::BlockCache`]'s module; this is the same
     /// [`BlockList`], of its default bound, consulted before each
     /// `EVALSHA` (see [`RedisStore::block_list`]). Turn it off to have
     /// every request reach Redis (to measure the server, or where keys are
     /// reset in Redis by hand and must be admitted at once), or to put a
-    /// [`BlockCache`](tollgate::store::BlockCache) of your own bound in
+    /// [`BlockCache`](tollgate_store::BlockCache) of your own bound in
     /// front of the store.
     ///
     /// This one is inside the store, so inside any wrapper around it: a
-    /// [`Breaker`](tollgate::store::Breaker) that is open answers without
+    /// [`Breaker`](tollgate_store::Breaker) that is open answers without
     /// asking it, and a refused key then gets the store-error behaviour
     /// (fail-open lets it through) for the whole outage. Behind a breaker,
     /// turn this one off and put a `BlockCache` in front of the breaker
@@ -812,7 +807,7 @@ impl RedisStoreBuilder {
     /// count of [`RedisStore::instances`] (and of its
     /// [`presence`](RedisStore::presence)) until Redis has answered a
     /// presence beat (default 1; at least 1). It matters to a
-    /// [`Split`](tollgate::store::Split) fallback when Redis is away from
+    /// [`Split`](tollgate_store::Split) fallback when Redis is away from
     /// the start (a lazy connection): each instance then decides at
     /// `1/instances` of each limit.
     pub fn instances(mut self, instances: u32) -> Self {
@@ -920,7 +915,7 @@ impl RedisStoreBuilder {
     /// starts whether Redis is up or not. Until a server answers, every
     /// call fails at once with an unavailable error, so requests get the
     /// layer's store-error behaviour (`OnStoreError`, or a
-    /// [`Fallback`](tollgate::store::Fallback) around the store); the store
+    /// [`Fallback`](tollgate_store::Fallback) around the store); the store
     /// tries again after a pause that doubles from 100 ms to 2 s, logs the
     /// first failure as a warning and the connection as info, and shares
     /// its limits from the first call after it connected.
@@ -986,8 +981,8 @@ impl RedisStoreBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate::NamedLimit;
     use tollgate_core::Quota;
+    use tollgate_store::NamedLimit;
 
     #[test]
     fn a_policy_is_prepared_once_and_kept_with_it() {

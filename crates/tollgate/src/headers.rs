@@ -50,8 +50,8 @@
 //!   back: there `Retry-After` can be the shorter of the two, and still
 //!   honest.
 
+use crate::Policy;
 use crate::key::{Key, KeyView};
-use crate::policy::Policy;
 use crate::store::PolicyDecision;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use smallvec::SmallVec;
@@ -358,7 +358,7 @@ pub(crate) fn quota_item(limiter: &Limiter) -> (u64, u64) {
 }
 
 /// A limit's item of the `RateLimit-Policy` value: `"api";q=100;w=60`.
-fn policy_item(limit: &crate::policy::NamedLimit) -> String {
+fn policy_item(limit: &crate::NamedLimit) -> String {
     let (units, window) = quota_item(limit.limiter());
     format!("\"{}\";q={units};w={window}", limit.name())
 }
@@ -481,7 +481,7 @@ pub(crate) fn write_retry_after(headers: &mut HeaderMap, decision: &Decision) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::NamedLimit;
+    use crate::NamedLimit;
     use tollgate_core::{DecisionFields, Quota};
 
     /// The `RateLimit` value for a policy of `names`, each limit with

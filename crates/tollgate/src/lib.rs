@@ -80,14 +80,11 @@
 
 pub mod access;
 pub mod direct;
-mod error;
 pub mod headers;
 pub mod in_flight;
 pub mod key;
-mod observe;
+use tollgate_store::__private::observe;
 pub mod pay_after;
-mod policy;
-mod prepared;
 #[cfg(feature = "quotas")]
 pub use rate_limit::quotas;
 mod rate_limit;
@@ -95,8 +92,11 @@ pub mod rejection;
 #[cfg(feature = "rules")]
 pub mod rules;
 pub mod settings;
-mod shadow;
-pub mod store;
+/// Where the counters live: the store contract, the memory store and the
+/// wrappers that compose stores, from [`tollgate_store`] (this path and
+/// that crate's are the same items).
+pub use tollgate_store as store;
+use tollgate_store::__private::shadow;
 pub mod throttle;
 
 /// The futures of the rate-limit middleware at the crate's root
@@ -108,18 +108,18 @@ pub mod future {
 }
 
 pub use direct::{DirectLimiter, KeyedLimiter};
-pub use error::{BoxError, ConfigError};
 pub use in_flight::InFlightLayer;
 pub use key::{GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerIp, key_fn};
-#[cfg(feature = "metrics")]
-pub use observe::describe_metrics;
-pub use policy::{NamedLimit, Policy};
 pub use rate_limit::info::RateLimitInfo;
 pub use rate_limit::layer::{RateLimitBuilder, RateLimitLayer};
 pub use rate_limit::service::RateLimit;
 pub use rejection::{Rejection, Rejector};
 pub use settings::OnStoreError;
-pub use shadow::SHADOW_LOG_INTERVAL;
+pub use tollgate_store::SHADOW_LOG_INTERVAL;
+#[cfg(feature = "metrics")]
+pub use tollgate_store::describe_metrics;
+pub use tollgate_store::{BoxError, ConfigError};
+pub use tollgate_store::{NamedLimit, Policy};
 
 /// What the crates beside this one (tollgate-tonic, tollgate-redis) share
 /// with it and users do not need: not part of the API, and may change in
@@ -128,10 +128,8 @@ pub use shadow::SHADOW_LOG_INTERVAL;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::headers::{ceil_seconds, fields_for};
-    pub use crate::shadow::ShadowLog;
-    pub use crate::store::carry_by_parts;
-    pub use crate::store::charge::spawn_change;
-    pub use crate::store::failure::report_failure;
+    pub use tollgate_store::__private::report_failure;
+    pub use tollgate_store::__private::shadow::ShadowLog;
 }
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;

@@ -1,8 +1,8 @@
 //! How a refused request is answered: every refusal is a [`Rejection`],
 //! which a [`Rejector`] turns into a response.
 
+use crate::Policy;
 use crate::key::Key;
-use crate::policy::Policy;
 use crate::store::PolicyDecision;
 use http::{HeaderMap, Response, StatusCode};
 

@@ -3,10 +3,10 @@
 //! and [`LimitSettings`] (every builder that takes rate limits;
 //! [`limit_setters!`](crate::limit_setters)).
 
-use crate::error::ConfigError;
+use crate::ConfigError;
 use crate::headers::HeaderStyle;
 use crate::key::OnMissingKey;
-use crate::policy::{NamedLimit, Policy};
+use crate::{NamedLimit, Policy};
 use std::time::Duration;
 
 use tollgate_core::Algorithm;
@@ -185,7 +185,7 @@ impl LimitSettings {
     /// and the delay bound, where set. Also for limits given elsewhere
     /// (a route's, a key's quota).
     pub fn apply(&self, limit: NamedLimit) -> NamedLimit {
-        crate::policy::with_overrides(limit, self.algorithm, self.max_delay)
+        tollgate_store::__private::with_overrides(limit, self.algorithm, self.max_delay)
     }
 
     /// A policy of the limits, each with [`apply`](Self::apply).

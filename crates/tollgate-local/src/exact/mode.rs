@@ -15,9 +15,9 @@ use crate::table::{Found, Table};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-use tollgate::store::{ChangeReply, PolicyRefund, Receipt};
-use tollgate::{Key, Policy, PolicyDecision, StoreReply};
 use tollgate_internal::ChargeChange;
+use tollgate_store::{ChangeReply, PolicyRefund, Receipt};
+use tollgate_store::{Key, Policy, PolicyDecision, StoreReply};
 
 /// The exact mode's keys: one slot of reservations per key in memory.
 pub(crate) struct Exact<S> {

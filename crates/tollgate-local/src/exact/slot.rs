@@ -16,7 +16,7 @@ use crate::{ShareOp, SharedStore};
 use smallvec::SmallVec;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use tollgate::{Key, Policy, PolicyDecision};
+use tollgate_store::{Key, Policy, PolicyDecision};
 
 /// One key's reservations.
 pub(crate) struct ExactSlot {

@@ -17,9 +17,9 @@ use crate::table::Found;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-use tollgate::store::{ChangeReply, PolicyRefund};
-use tollgate::{Key, Policy, PolicyDecision, StoreReply};
 use tollgate_internal::ChargeChange;
+use tollgate_store::{ChangeReply, PolicyRefund};
+use tollgate_store::{Key, Policy, PolicyDecision, StoreReply};
 
 /// The periodic mode: its keys, which its tick holds only weakly, so that
 /// the tick ends with the store.

@@ -19,7 +19,7 @@ use crate::table::Evictable;
 
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use tollgate::{Key, Policy, PolicyDecision};
+use tollgate_store::{Key, Policy, PolicyDecision};
 
 /// One key's local counts.
 pub(crate) struct PeriodicSlot {

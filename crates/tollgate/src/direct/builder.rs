@@ -1,7 +1,7 @@
 //! [`LimiterBuilder`]: the limits and the store of a direct or keyed limiter.
 
 use super::{DirectLimiter, KeyedLimiter};
-use crate::error::ConfigError;
+use crate::ConfigError;
 use crate::key::Key;
 use crate::settings::LimitSettings;
 use crate::store::{MemoryStore, Store};
@@ -84,7 +84,7 @@ impl<St: Store> LimiterBuilder<St> {
                  or `.limit(NamedLimit)`",
             ));
         }
-        crate::store::set_up_default_clock();
+        tollgate_store::__private::set_up_default_clock();
         Ok(KeyedLimiter::from_parts(
             self.store,
             Arc::new(self.limits.policy()),

@@ -1,8 +1,8 @@
 //! The futures of the direct and keyed limiters: [`Check`] (one store
 //! call) and [`UntilReady`] (checks and sleeps until a call is admitted).
 
+use crate::Policy;
 use crate::key::Key;
-use crate::policy::Policy;
 use crate::store::Watched;
 use crate::store::{PolicyDecision, Store, StoreReply};
 use pin_project_lite::pin_project;

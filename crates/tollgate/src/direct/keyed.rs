@@ -1,8 +1,8 @@
 //! [`KeyedLimiter`]: a limit per key, checked directly.
 
 use super::{Check, UntilReady};
+use crate::Policy;
 use crate::key::Key;
-use crate::policy::Policy;
 use crate::store::Watched;
 use crate::store::{MemoryStore, Store};
 use std::fmt;
@@ -53,10 +53,7 @@ impl<St> fmt::Debug for KeyedLimiter<St> {
 impl KeyedLimiter {
     /// GCRA at `quota` for each key, counted in a fresh [`MemoryStore`].
     pub fn new(quota: Quota) -> Self {
-        let policy = Policy::new(vec![crate::policy::NamedLimit::new(
-            DEFAULT_LIMIT_NAME,
-            quota,
-        )]);
+        let policy = Policy::new(vec![crate::NamedLimit::new(DEFAULT_LIMIT_NAME, quota)]);
         Self::from_parts(MemoryStore::new(), Arc::new(policy))
     }
 }

@@ -5,7 +5,7 @@ use super::gate::{Gate, Settings};
 use super::memory::MemorySlots;
 use super::service::InFlight;
 use super::{InFlightLimit, Slots};
-use crate::error::ConfigError;
+use crate::ConfigError;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::rejection::DefaultRejector;
 use crate::settings::CommonSettings;

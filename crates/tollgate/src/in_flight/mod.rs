@@ -119,15 +119,15 @@ impl InFlightLimit {
     /// A limit called `name` of `max` requests at once, or why not: the
     /// name must be a short token (1 to 64 letters, digits, `-`, `_`, `.`),
     /// as it is written into header fields, and `max` at least 1.
-    pub fn new(name: &str, max: u32) -> Result<Self, crate::error::ConfigError> {
-        if !crate::policy::is_token(name) {
-            return Err(crate::error::ConfigError::new(format!(
+    pub fn new(name: &str, max: u32) -> Result<Self, crate::ConfigError> {
+        if !tollgate_store::__private::is_token(name) {
+            return Err(crate::ConfigError::new(format!(
                 "the in-flight limit's name {name:?} is not a short token (1 to 64 letters, \
                  digits, `-`, `_`, `.`): it is written into response headers"
             )));
         }
         if max == 0 {
-            return Err(crate::error::ConfigError::new(
+            return Err(crate::ConfigError::new(
                 "an in-flight limit of 0 would refuse every request; give it at least 1",
             ));
         }

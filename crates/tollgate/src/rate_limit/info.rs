@@ -1,6 +1,6 @@
 //! What the limiter decided about a request, for its handler.
 
-use crate::policy::Policy;
+use crate::Policy;
 use crate::store::PolicyDecision;
 use smallvec::SmallVec;
 use std::sync::Arc;

@@ -1,14 +1,14 @@
 //! [`RateLimitLayer`] and its builder.
 
-use crate::error::ConfigError;
+use crate::ConfigError;
 use crate::key::{KeyExtractor, PeerIp, RequestInfo};
-use crate::policy::{NamedLimit, Policy};
 use crate::rate_limit::engine::{Engine, Settings};
 use crate::rate_limit::routes::{RouteMatch, Routes, path_is};
 use crate::rate_limit::service::RateLimit;
 use crate::rejection::{DefaultRejector, FnRejector, Limited};
 use crate::settings::LimitSettings;
 use crate::store::{Capability, MemoryStore, Store, short_type_name};
+use crate::{NamedLimit, Policy};
 use http::StatusCode;
 use std::fmt;
 use std::sync::Arc;
@@ -500,7 +500,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
         }
         #[cfg(feature = "metrics")]
         crate::observe::describe_metrics();
-        crate::store::set_up_default_clock();
+        tollgate_store::__private::set_up_default_clock();
         let layer = self.build_checked();
         for entry in layer.shared.routes.entries() {
             layer.shared.store.supports(&entry.policy)?;
@@ -538,7 +538,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
             // out and put back finds its keys' states under it.
             None if live_default => {
                 let applied = limits.applied();
-                Policy::with_seed(crate::policy::plan_fingerprint(&applied), applied)
+                Policy::with_seed(
+                    tollgate_store::__private::plan_fingerprint(&applied),
+                    applied,
+                )
             }
             None => limits.policy(),
         };

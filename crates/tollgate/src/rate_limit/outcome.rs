@@ -1,9 +1,9 @@
 //! Limits that count only some outcomes: [`ChargeWhen`], and what the
 //! layer keeps of an admission until its response says whether it counts.
 
-use crate::error::ConfigError;
+use crate::ConfigError;
+use crate::Policy;
 use crate::key::Key;
-use crate::policy::Policy;
 use crate::store::{Debit, PolicyDecision, PolicyRefund};
 use http::StatusCode;
 use http::response::Parts;
@@ -191,9 +191,6 @@ impl Ticket {
 
     /// `cost` more for this admission, to the store that charged it.
     pub(crate) fn debit(&self, cost: u32) -> Debit {
-        Debit {
-            cost,
-            charged_by: self.charge.charged_by,
-        }
+        self.charge.debit(cost)
     }
 }

@@ -8,9 +8,9 @@
 //! the same key. Routes are tried in the order they were added; the first
 //! match wins; a request no route matches gets the layer's own limits.
 
+use crate::Policy;
 use crate::headers::PolicyFields;
 use crate::key::RequestInfo;
-use crate::policy::Policy;
 use crate::shadow::{ShadowLimits, ShadowLog};
 use std::sync::Arc;
 

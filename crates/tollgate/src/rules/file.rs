@@ -2,14 +2,15 @@
 //! error that names the file, the rule and the field.
 
 use super::matcher::{Condition, Matcher};
+use crate::NamedLimit;
 use crate::key::{GlobalKey, HeaderKey, Key, KeyExtractor, PeerIp, RequestInfo};
-use crate::policy::{NamedLimit, is_token};
 use http::{HeaderName, HeaderValue, Method};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tollgate_core::{Algorithm, Quota};
+use tollgate_store::__private::is_token;
 use toml::{Table, Value};
 
 /// A mistake in a rules file: which file, which rule, which field, and what

@@ -1,7 +1,7 @@
 //! [`ResponseFuture`].
 
+use crate::BoxError;
 use crate::direct::UntilReady;
-use crate::error::BoxError;
 use crate::store::Store;
 use pin_project_lite::pin_project;
 use std::future::Future;

@@ -1,8 +1,8 @@
 //! [`Throttle`].
 
 use super::future::ResponseFuture;
+use crate::BoxError;
 use crate::direct::DirectLimiter;
-use crate::error::BoxError;
 use crate::store::{MemoryStore, Store};
 use std::task::{Context, Poll};
 use tower_service::Service;

@@ -2,10 +2,10 @@
 
 use super::changes::{Caches, ChangedQuotas, Forget, forget_in};
 use super::{QuotaAnswer, QuotaSource};
-use crate::error::BoxError;
+use crate::BoxError;
 use crate::key::Key;
-use crate::policy::{NamedLimit, Policy};
 use crate::rate_limit::routes::Entry;
+use crate::{NamedLimit, Policy};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -216,7 +216,7 @@ impl KeyQuotas {
     /// ran) reads each key's usage as this change carries it.
     pub fn set_default_limits(&self, limits: Vec<NamedLimit>) {
         let defaults = (!limits.is_empty()).then(|| {
-            let seed = crate::policy::plan_fingerprint(&limits);
+            let seed = tollgate_store::__private::plan_fingerprint(&limits);
             Defaults::Limits(Arc::new(Entry::new(Policy::with_seed(seed, limits))))
         });
         self.set_defaults(defaults);
@@ -703,7 +703,7 @@ impl Resolver {
                     0 => self.base_name.to_string(),
                     _ => format!("{}-{}", self.base_name, i + 1),
                 };
-                crate::policy::with_overrides(
+                tollgate_store::__private::with_overrides(
                     NamedLimit::new(name, *quota),
                     self.algorithm,
                     self.max_delay,

@@ -1,8 +1,8 @@
 //! Limits changed while a layer runs: [`LiveLimits`].
 
 use super::{KeyQuotas, StaticQuotas};
-use crate::error::ConfigError;
-use crate::policy::{NamedLimit, Policy};
+use crate::ConfigError;
+use crate::{NamedLimit, Policy};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_core::{Algorithm, Quota};

@@ -2,7 +2,7 @@
 
 use super::QuotaAnswer;
 use super::changes::ChangedQuotas;
-use crate::error::BoxError;
+use crate::BoxError;
 use crate::key::Key;
 use std::collections::HashMap;
 use std::future::Future;

@@ -73,7 +73,7 @@ impl std::error::Error for MissingCapability {}
 
 /// `T`'s name with every module path left out:
 /// `Fallback<Timeout<RedisStore>, MemoryStore>` rather than
-/// `tollgate::store::fallback::Fallback<…>`.
+/// `tollgate_store::fallback::Fallback<…>`.
 pub fn short_type_name<T: ?Sized>() -> String {
     let full = std::any::type_name::<T>();
     let mut short = String::with_capacity(full.len());
@@ -99,8 +99,8 @@ fn last_segment(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
-    use crate::store::{Fallback, Timeout};
+    use crate::MemoryStore;
+    use crate::{Fallback, Timeout};
 
     #[test]
     fn a_store_is_named_without_module_paths() {

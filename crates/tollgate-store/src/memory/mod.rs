@@ -3,7 +3,7 @@
 mod keys;
 mod pinned;
 
-pub(crate) use pinned::PinnedKey;
+pub use pinned::PinnedKey;
 
 use super::carry::Carried;
 use super::{ChangeReply, PolicyDecision, Store, StoreReply};
@@ -36,7 +36,7 @@ use tollgate_internal::bounded::{BoundedMap, Eviction};
 ///   full, keys whose state has returned to rest are dropped first (they hold
 ///   nothing a fresh key would not); if none, of a small sample, the key
 ///   closest to rest is evicted. No timer or thread per key. A key a
-///   [`DirectLimiter`](crate::DirectLimiter) counts under is held apart
+///   tollgate's `DirectLimiter` counts under is held apart
 ///   while the limiter lives (checked without the hash, the shard lock and
 ///   the map; every operation of the store finds it there): it is never
 ///   evicted and is counted by [`len`](Self::len) but not against
@@ -49,7 +49,7 @@ use tollgate_internal::bounded::{BoundedMap, Eviction};
 /// `max_keys` for the number of clients you expect in one period.
 ///
 /// ```
-/// use tollgate::MemoryStore;
+/// use tollgate_store::MemoryStore;
 ///
 /// let store = MemoryStore::builder().max_keys(10_000).build();
 /// # let _ = store;
@@ -145,14 +145,14 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// from configuration.
     ///
     /// ```
-    /// use tollgate::MemoryStore;
+    /// use tollgate_store::MemoryStore;
     ///
     /// assert!(MemoryStore::builder().max_keys(0).try_build().is_err());
     /// assert_eq!(MemoryStore::builder().max_keys(5).shards(4).try_build().unwrap().capacity(), 8);
     /// ```
-    pub fn try_build(self) -> Result<MemoryStore<C>, crate::error::ConfigError> {
+    pub fn try_build(self) -> Result<MemoryStore<C>, crate::ConfigError> {
         if self.max_keys == 0 {
-            return Err(crate::error::ConfigError::new(
+            return Err(crate::ConfigError::new(
                 "max_keys is zero: a memory store must hold at least one key; the default \
                  is 1,000,000 (about 36 bytes each for one GCRA limit)",
             ));
@@ -212,7 +212,8 @@ impl<C: Clock> MemoryStore<C> {
     /// Holds `key`'s state under `policy` apart from its shard's map (see
     /// [`PinnedKey`]), moving it there if the store holds it: what a direct
     /// limiter checks through.
-    pub(crate) fn pin(&self, policy: &Policy, key: &Key) -> PinnedKey {
+    #[doc(hidden)]
+    pub fn pin(&self, policy: &Policy, key: &Key) -> PinnedKey {
         let inner = &self.inner;
         let fingerprint = inner.fingerprint(policy, key);
         let mut shard = inner.keys.write(fingerprint);
@@ -241,7 +242,8 @@ impl<C: Clock> MemoryStore<C> {
     /// `policy` (the policy it was pinned under), merged: the store's clock
     /// and the key's state, without the hash, the shard lock or the map.
     #[inline]
-    pub(crate) fn check_pinned(&self, policy: &Policy, pinned: &PinnedKey, cost: u32) -> Decision {
+    #[doc(hidden)]
+    pub fn check_pinned(&self, policy: &Policy, pinned: &PinnedKey, cost: u32) -> Decision {
         let now = self.inner.clock.now_relaxed();
         match &pinned.pinned.state {
             PinnedState::Cell { cell, limiter } => limiter.check(cell, now, cost),

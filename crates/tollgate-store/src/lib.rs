@@ -1,4 +1,16 @@
-//! Where the counters live.
+//! The store contract of [tollgate](https://docs.rs/tollgate): where the
+//! counters of a rate limit live, with no http or tower in it.
+//!
+//! This crate is to tollgate what `axum-core` is to axum: what a store
+//! author, or a service that is not tower middleware (a rate-limit service
+//! for proxies), needs to decide requests against a store: [`Store`] and
+//! its [`StoreReply`], [`PolicyDecision`]s, refunds and debits, [`Key`]s
+//! and [`Policy`]s, the [`MemoryStore`] and the wrappers that compose
+//! stores. `tollgate` re-exports all of it (`tollgate::store` is this
+//! crate; `tollgate::{Key, Policy, NamedLimit, Store, …}` its items):
+//! users of the middleware need not name this crate.
+//!
+//! # Where the counters live
 //!
 //! The layer is generic over a [`Store`], so the in-memory store costs no
 //! virtual call and no allocation. Stores that answer without I/O (like
@@ -25,30 +37,49 @@
 //! it); reset and unblock return an [`AdminFuture`]. Stores that wrap
 //! stores pass all three on.
 
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature
+// then carry a badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
+
 mod admin;
 mod branches;
 mod capability;
 mod carry;
-pub(crate) mod charge;
+mod charge;
+mod config;
 mod decision;
-pub(crate) mod failure;
+mod failure;
+mod key;
 pub mod late;
 mod memory;
+mod observe;
+mod policy;
+mod prepared;
 mod receipt;
+mod shadow;
 mod wrapper;
 mod wrappers;
 
 pub use crate::prepared::Prepared;
 pub use admin::{AdminError, AdminFuture};
-pub(crate) use branches::Branch;
+use branches::Branch;
 pub use capability::{Capability, MissingCapability, short_type_name};
 pub use carry::Carried;
+pub use charge::spawn_change;
 pub use charge::{ChangeReply, Debit, PolicyRefund};
+pub use config::{BoxError, ConfigError};
 pub use decision::PolicyDecision;
+pub use key::{Key, KeyView};
 pub use late::Watched;
-pub(crate) use memory::PinnedKey;
+#[doc(hidden)]
+pub use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
+pub use policy::{NamedLimit, Policy};
 pub use receipt::Receipt;
+pub use shadow::SHADOW_LOG_INTERVAL;
 pub use wrapper::StoreWrapper;
 pub use wrappers::block_cache::BlockCache;
 pub use wrappers::block_list::{BlockList, DEFAULT_MAX_ENTRIES};
@@ -79,9 +110,6 @@ pub mod error {
     pub use super::wrappers::timeout::TimeoutError;
 }
 
-use crate::error::ConfigError;
-use crate::key::Key;
-use crate::policy::Policy;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -338,10 +366,10 @@ pub trait Store: Clone + Send + Sync + 'static {
 /// the same under both plans stays in place, [`Carried::in_place`]), the
 /// limits of `from` that moved reset (the others charged the unseen
 /// units), then each limit of `to` debited what it carries, limit by limit
-/// ([`Policy::limit_alone`]) for a plan of several limits. For the
-/// crates beside this one (local-first adds its unreported units), through
-/// `tollgate::__private`.
-#[doc(hidden)]
+/// ([`Policy::limit_alone`]) for a plan of several limits: the default
+/// [`Store::carry`], and what a store that keeps each limit's state apart
+/// (as Redis does) answers; local-first adds the units it has not reported
+/// yet as `unseen`.
 pub fn carry_by_parts<St: Store>(
     store: &St,
     from: &Arc<Policy>,
@@ -397,6 +425,24 @@ pub fn carry_by_parts<St: Store>(
 /// itself up at its first reading (the time-stamp counter is calibrated
 /// once per process, for at most 200 ms), which should happen when a layer,
 /// a limiter or a wrapper on that clock is built, not at its first request.
-pub(crate) fn set_up_default_clock() {
+pub fn set_up_default_clock() {
     tollgate_core::Clock::now(&tollgate_core::MonotonicClock);
+}
+
+/// What the middleware crates beside this one (tollgate, and through it
+/// tollgate-tonic) share with it and users do not need: not part of the
+/// API, and may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::failure::report_failure;
+    /// Metrics and log pacing, shared with the middleware.
+    pub mod observe {
+        pub use crate::observe::*;
+    }
+    pub use crate::policy::{is_token, plan_fingerprint, with_overrides};
+    /// Shadow limits, shared with the middleware.
+    pub mod shadow {
+        pub use crate::shadow::*;
+    }
+    pub use crate::set_up_default_clock;
 }

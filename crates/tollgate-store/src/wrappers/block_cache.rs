@@ -10,7 +10,7 @@ use super::block_list::BlockList;
 use super::observed::{Observed, Observer};
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, StoreWrapper};
+use crate::{ChangeReply, PolicyDecision, Store, StoreReply, StoreWrapper};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -78,8 +78,8 @@ use tollgate_core::{Clock, MonotonicClock};
 ///
 /// # While the store fails
 ///
-/// A store error (any: an error of the store, a [`Timeout`](crate::store::Timeout)'s
-/// `Elapsed`, an open [`Breaker`](crate::store::Breaker)) teaches the cache
+/// A store error (any: an error of the store, a [`Timeout`](crate::Timeout)'s
+/// `Elapsed`, an open [`Breaker`](crate::Breaker)) teaches the cache
 /// nothing, and a refusal it holds is answered as ever. Past a refusal's
 /// retry time, though, the key goes to the store, and a store that fails
 /// then would leave it to the layer's store-error behaviour: under
@@ -103,7 +103,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// For this, and for refusals to stand at all while a breaker is open,
 /// the cache must be asked before anything that fails in its place: put
 /// it **outermost**, `BlockCache<Breaker<Timeout<S>>>`, around a
-/// [`Fallback`](crate::store::Fallback) too. A breaker that is open answers at
+/// [`Fallback`](crate::Fallback) too. A breaker that is open answers at
 /// once without asking what is inside it, so
 /// `Breaker<Timeout<BlockCache<S>>>` fails open for every key during the
 /// outage; the Redis store's own block cache sits inside the store, and
@@ -115,7 +115,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// This reasoning holds while the store's state only grows between
 /// decisions. It does not cover state changed behind the store's back: a
 /// Redis `FLUSHALL` or a deleted key, or a fallback store (see
-/// [`Fallback`](crate::store::Fallback)) whose refusal is remembered as any other
+/// [`Fallback`](crate::Fallback)) whose refusal is remembered as any other
 /// and outlives the primary's return. Such a key stays refused until the
 /// remembered retry time, no longer; [`BlockList::clear`] forgets
 /// everything at once.
@@ -166,8 +166,9 @@ use tollgate_core::{Clock, MonotonicClock};
 /// (see "While the store fails").
 ///
 /// ```
-/// use tollgate::store::BlockCache;
-/// use tollgate::{MemoryStore, RateLimitLayer};
+/// use tollgate_store::BlockCache;
+/// use tollgate::RateLimitLayer;
+/// use tollgate_store::MemoryStore;
 /// use tollgate_core::Quota;
 ///
 /// # let slow_store = MemoryStore::new(); // a store that makes round trips
@@ -187,10 +188,10 @@ pub struct BlockCache<S, C = MonotonicClock> {
 }
 
 impl<S> BlockCache<S> {
-    /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`](crate::store::DEFAULT_MAX_ENTRIES) entries on
+    /// `inner`, behind a block cache of [`DEFAULT_MAX_ENTRIES`](crate::DEFAULT_MAX_ENTRIES) entries on
     /// the monotonic clock.
     pub fn new(inner: S) -> Self {
-        crate::store::set_up_default_clock();
+        crate::set_up_default_clock();
         BlockCache {
             inner,
             blocked: BlockList::new(),
@@ -375,10 +376,10 @@ where
 
     /// Forgets the key's refusal once the store behind has reset it: a
     /// refusal of a request sent before then is not learned afterwards.
-    fn forget_after(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn forget_after(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
         let (policy, key) = (policy.clone(), key.clone());
-        crate::store::AdminFuture::new(async move {
+        crate::AdminFuture::new(async move {
             blocked.forget(&policy, &key, clock.now());
             Ok(())
         })
@@ -402,19 +403,14 @@ where
     /// forgotten: it stays true (a debit only makes the key stricter), but
     /// its retry time is too early now. The next refusal is learned with
     /// the debt's.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::store::Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply {
         let reply = self.inner.debit(policy, key, debit);
         self.forgetting(reply, policy, key)
     }
 
     /// Gives the charge back to the store behind, and forgets the key's
     /// remembered refusal, which the refund may have made untrue.
-    fn refund(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        refund: crate::store::PolicyRefund,
-    ) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: crate::PolicyRefund) -> ChangeReply {
         let reply = self.inner.refund(policy, key, refund);
         self.forgetting(reply, policy, key)
     }
@@ -438,14 +434,14 @@ where
 
     /// Resets the key in the store behind and forgets its remembered
     /// refusal, which no longer holds.
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         let reset = self.inner.reset(policy, key);
         let forget = self.forget_after(policy, key);
         reset.and(forget)
     }
 
     /// Forgets the key's remembered refusal, and passes the call on.
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         self.blocked.forget(policy, key, self.clock.now());
         self.inner.unblock(policy, key)
     }
@@ -468,8 +464,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MemoryStore;
     use crate::policy::NamedLimit;
-    use crate::store::MemoryStore;
     use std::convert::Infallible;
     use std::fmt;
     use std::sync::Mutex;
@@ -935,7 +931,7 @@ mod tests {
         let local = MemoryStore::builder().clock(clock.clone()).build();
         // A fallback that remembers no answer: its secondary starts from
         // a fresh limit.
-        let store = crate::store::Fallback::new(cache, local).remembering(0);
+        let store = crate::Fallback::new(cache, local).remembering(0);
         let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
         let key = Key::from("victim");
         for _ in 0..3 {
@@ -955,7 +951,7 @@ mod tests {
     async fn a_fallback_that_knew_the_key_spent_refuses_it_from_the_first_failure() {
         let (clock, flaky, cache) = flaky_setup();
         let local = MemoryStore::builder().clock(clock.clone()).build();
-        let store = crate::store::Fallback::new(cache, local);
+        let store = crate::Fallback::new(cache, local);
         let policy = policy(&[("api", "3/min", Algorithm::Gcra)]);
         let key = Key::from("victim");
         for _ in 0..3 {

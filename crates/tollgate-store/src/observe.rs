@@ -21,7 +21,7 @@
 //! - `tollgate_store_errors_total{policy}`: store failures and timeouts the
 //!   layer answered by its `on_store_error`;
 //! - `tollgate_fallback_decisions_total{policy}`: requests a
-//!   [`Fallback`](crate::store::Fallback)'s secondary decided because its
+//!   [`Fallback`](crate::Fallback)'s secondary decided because its
 //!   primary failed;
 //! - `tollgate_block_cache_hits_total{policy}` for the requests a block
 //!   cache refused without asking its store (`store::BlockCache`, and the
@@ -41,6 +41,10 @@
 //! too, and registers its limits' and policies' series at 0, with the
 //! recorder installed at that moment.
 
+// Shared with the middleware through `__private` (hidden): documented
+// where it helps, as crate-private items are.
+#![allow(missing_docs)]
+
 use std::sync::Arc;
 use tollgate_core::Decision;
 
@@ -49,7 +53,7 @@ use tollgate_core::Decision;
 /// and a route's limits in shadow (a policy of their own, see
 /// `shadow.rs`), are [`Shadow::All`].
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Shadow {
+pub enum Shadow {
     /// The limits are enforced.
     None,
     /// Every limit is in shadow.
@@ -60,7 +64,7 @@ impl Shadow {
     /// Whether the `index`th limit of the policy is in shadow.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     #[inline]
-    pub(crate) fn covers(self, _index: usize) -> bool {
+    pub fn covers(self, _index: usize) -> bool {
         matches!(self, Shadow::All)
     }
 }
@@ -69,7 +73,7 @@ impl Shadow {
 /// its quota or less remaining (`remaining ≤ 0.2 × limit`).
 #[cfg(feature = "metrics")]
 #[inline]
-pub(crate) fn near_limit(decision: &Decision) -> bool {
+pub fn near_limit(decision: &Decision) -> bool {
     decision.remaining().saturating_mul(5) <= decision.limit()
 }
 
@@ -107,11 +111,11 @@ impl LimitKeys {
 /// built with its layer.
 #[cfg(feature = "metrics")]
 #[derive(Debug)]
-pub(crate) struct LimitMetrics(LimitKeys);
+pub struct LimitMetrics(LimitKeys);
 
 #[cfg(feature = "metrics")]
 impl LimitMetrics {
-    pub(crate) fn new(name: &Arc<str>) -> Self {
+    pub fn new(name: &Arc<str>) -> Self {
         LimitMetrics(LimitKeys::new(name))
     }
 }
@@ -119,11 +123,11 @@ impl LimitMetrics {
 /// Without the `metrics` feature: nothing to count with.
 #[cfg(not(feature = "metrics"))]
 #[derive(Debug)]
-pub(crate) struct LimitMetrics;
+pub struct LimitMetrics;
 
 #[cfg(not(feature = "metrics"))]
 impl LimitMetrics {
-    pub(crate) fn new(_: &Arc<str>) -> Self {
+    pub fn new(_: &Arc<str>) -> Self {
         LimitMetrics
     }
 }
@@ -132,12 +136,7 @@ impl LimitMetrics {
 /// `limit` slots free), or refused one: `tollgate_decisions_total` and
 /// `tollgate_near_limit_total` under its name, as a rate limit's.
 #[cfg(feature = "metrics")]
-pub(crate) fn in_flight_decided(
-    metrics: &LimitMetrics,
-    admitted: bool,
-    remaining: u64,
-    limit: u64,
-) {
+pub fn in_flight_decided(metrics: &LimitMetrics, admitted: bool, remaining: u64, limit: u64) {
     let keys = &metrics.0;
     metrics::with_recorder(|recorder| {
         if !admitted {
@@ -159,12 +158,12 @@ pub(crate) fn in_flight_decided(
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn in_flight_decided(_: &LimitMetrics, _: bool, _: u64, _: u64) {}
+pub fn in_flight_decided(_: &LimitMetrics, _: bool, _: u64, _: u64) {}
 
 /// An in-flight limit in shadow let a request of a full key through:
 /// `tollgate_decisions_total{decision="shadow_limited"}` under its name.
 #[cfg(feature = "metrics")]
-pub(crate) fn in_flight_shadow_limited(metrics: &LimitMetrics) {
+pub fn in_flight_shadow_limited(metrics: &LimitMetrics) {
     metrics::with_recorder(|recorder| {
         recorder
             .register_counter(&metrics.0.shadow_limited, &METADATA)
@@ -174,14 +173,14 @@ pub(crate) fn in_flight_shadow_limited(metrics: &LimitMetrics) {
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn in_flight_shadow_limited(_: &LimitMetrics) {}
+pub fn in_flight_shadow_limited(_: &LimitMetrics) {}
 
 /// A policy's counter keys, built with the policy so that counting a
 /// decision allocates nothing: per limit, its decisions' and near-limit
 /// keys, and the policy's store-error, block-cache and fallback keys.
 #[cfg(feature = "metrics")]
 #[derive(Debug)]
-pub(crate) struct PolicyMetrics {
+pub struct PolicyMetrics {
     per_limit: Vec<LimitKeys>,
     store_errors: metrics::Key,
     block_cache_hits: metrics::Key,
@@ -192,7 +191,7 @@ pub(crate) struct PolicyMetrics {
 impl PolicyMetrics {
     /// The keys of a policy of limits called `limit_names`, labelled
     /// `label`.
-    pub(crate) fn new<'a>(limit_names: impl Iterator<Item = &'a Arc<str>>, label: &str) -> Self {
+    pub fn new<'a>(limit_names: impl Iterator<Item = &'a Arc<str>>, label: &str) -> Self {
         let of_policy = |metric: &'static str| {
             metrics::Key::from_parts(
                 metric,
@@ -213,7 +212,7 @@ impl PolicyMetrics {
     /// Registers every series of the policy with the recorder installed
     /// now, at 0: a dashboard shows a limit before its first decision, and
     /// a rate over its first increment is not lost.
-    pub(crate) fn register(&self) {
+    pub fn register(&self) {
         metrics::with_recorder(|recorder| {
             let keys = self.per_limit.iter().flat_map(|limit| {
                 [
@@ -238,11 +237,11 @@ impl PolicyMetrics {
 /// Without the `metrics` feature: nothing to count with.
 #[cfg(not(feature = "metrics"))]
 #[derive(Debug)]
-pub(crate) struct PolicyMetrics;
+pub struct PolicyMetrics;
 
 #[cfg(not(feature = "metrics"))]
 impl PolicyMetrics {
-    pub(crate) fn new<'a>(_: impl Iterator<Item = &'a Arc<str>>, _: &str) -> Self {
+    pub fn new<'a>(_: impl Iterator<Item = &'a Arc<str>>, _: &str) -> Self {
         PolicyMetrics
     }
 }
@@ -351,7 +350,7 @@ static METADATA: metrics::Metadata<'static> =
 /// its limit if so), and one that allowed a request not admitted counts
 /// nothing (it was not charged).
 #[cfg(feature = "metrics")]
-pub(crate) fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision], shadow: Shadow) {
+pub fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision], shadow: Shadow) {
     let keys = &metrics.per_limit;
     metrics::with_recorder(|recorder| {
         for (index, (keys, decision)) in keys.iter().zip(each).enumerate() {
@@ -378,12 +377,12 @@ pub(crate) fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision]
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn decided(_: &PolicyMetrics, _: bool, _: &[Decision], _: Shadow) {}
+pub fn decided(_: &PolicyMetrics, _: bool, _: &[Decision], _: Shadow) {}
 
-/// A [`Fallback`](crate::store::Fallback)'s secondary decided a request of
+/// A [`Fallback`](crate::Fallback)'s secondary decided a request of
 /// `metrics`' policy: `tollgate_fallback_decisions_total{policy}`.
 #[cfg(feature = "metrics")]
-pub(crate) fn fallback_decided(metrics: &PolicyMetrics) {
+pub fn fallback_decided(metrics: &PolicyMetrics) {
     metrics::with_recorder(|recorder| {
         recorder
             .register_counter(&metrics.fallback_decisions, &METADATA)
@@ -393,10 +392,10 @@ pub(crate) fn fallback_decided(metrics: &PolicyMetrics) {
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn fallback_decided(_: &PolicyMetrics) {}
+pub fn fallback_decided(_: &PolicyMetrics) {}
 
 #[cfg(feature = "metrics")]
-pub(crate) fn store_failed(metrics: &PolicyMetrics) {
+pub fn store_failed(metrics: &PolicyMetrics) {
     metrics::with_recorder(|recorder| {
         recorder
             .register_counter(&metrics.store_errors, &METADATA)
@@ -406,10 +405,10 @@ pub(crate) fn store_failed(metrics: &PolicyMetrics) {
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn store_failed(_: &PolicyMetrics) {}
+pub fn store_failed(_: &PolicyMetrics) {}
 
 #[cfg(feature = "metrics")]
-pub(crate) fn block_cache_hit(metrics: &PolicyMetrics) {
+pub fn block_cache_hit(metrics: &PolicyMetrics) {
     metrics::with_recorder(|recorder| {
         recorder
             .register_counter(&metrics.block_cache_hits, &METADATA)
@@ -419,53 +418,54 @@ pub(crate) fn block_cache_hit(metrics: &PolicyMetrics) {
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn block_cache_hit(_: &PolicyMetrics) {}
+pub fn block_cache_hit(_: &PolicyMetrics) {}
 
-#[cfg(all(feature = "metrics", feature = "quotas"))]
-pub(crate) fn quota_lookup_failed() {
+#[cfg(feature = "metrics")]
+pub fn quota_lookup_failed() {
     metrics::counter!("tollgate_quota_errors_total").increment(1);
 }
 
-#[cfg(all(not(feature = "metrics"), feature = "quotas"))]
+#[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn quota_lookup_failed() {}
+pub fn quota_lookup_failed() {}
 
 /// A circuit breaker in front of `store` moved to `phase` (0 closed, 1
 /// half-open, 2 open): `tollgate_breaker_state{store}`.
 #[cfg(feature = "metrics")]
-pub(crate) fn breaker_state(store: &str, phase: u8) {
+pub fn breaker_state(store: &str, phase: u8) {
     metrics::gauge!("tollgate_breaker_state", "store" => store.to_owned()).set(f64::from(phase));
 }
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn breaker_state(_: &str, _: u8) {}
+pub fn breaker_state(_: &str, _: u8) {}
 
 /// A circuit breaker in front of `store` opened:
 /// `tollgate_breaker_opened_total{store}`.
 #[cfg(feature = "metrics")]
-pub(crate) fn breaker_opened(store: &str) {
+pub fn breaker_opened(store: &str) {
     metrics::counter!("tollgate_breaker_opened_total", "store" => store.to_owned()).increment(1);
 }
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn breaker_opened(_: &str) {}
+pub fn breaker_opened(_: &str) {}
 
 /// A check heard out after its caller stopped waiting ended in `outcome`:
 /// `tollgate_late_checks_total{outcome}` (see `store::late`).
 #[cfg(feature = "metrics")]
-pub(crate) fn late_check(outcome: &'static str) {
+pub fn late_check(outcome: &'static str) {
     metrics::counter!("tollgate_late_checks_total", "outcome" => outcome).increment(1);
 }
 
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn late_check(_: &'static str) {}
+pub fn late_check(_: &'static str) {}
 
 /// A warning that repeats once per request while a store is away, let
 /// through once per [`Quiet::EVERY`] (per call site: a `static`), with the
 /// number held back since the last one: an outage is logged, not its
 /// traffic. Metrics still count every failure.
-pub(crate) struct Quiet {
+#[derive(Debug, Default)]
+pub struct Quiet {
     /// When the next warning may go out (ns on the monotonic clock).
     next_at: std::sync::atomic::AtomicU64,
     held_back: std::sync::atomic::AtomicU64,
@@ -473,9 +473,9 @@ pub(crate) struct Quiet {
 
 impl Quiet {
     /// How often a repeated warning goes out at most.
-    pub(crate) const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+    pub const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-    pub(crate) const fn new() -> Self {
+    pub const fn new() -> Self {
         Quiet {
             next_at: std::sync::atomic::AtomicU64::new(0),
             held_back: std::sync::atomic::AtomicU64::new(0),
@@ -484,7 +484,7 @@ impl Quiet {
 
     /// `Some(held back since the last)` when this one should be logged;
     /// `None` (counted) when it should not.
-    pub(crate) fn pass(&self) -> Option<u64> {
+    pub fn pass(&self) -> Option<u64> {
         use std::sync::atomic::Ordering::Relaxed;
         use tollgate_core::Clock;
         let now = tollgate_core::MonotonicClock.now_relaxed();
@@ -507,8 +507,8 @@ impl Quiet {
 #[cfg(feature = "metrics")]
 mod tests {
     use super::*;
+    use crate::MemoryStore;
     use crate::policy::{NamedLimit, Policy};
-    use crate::store::MemoryStore;
     use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder};
     use metrics::{SharedString, Unit};
     use std::collections::BTreeMap;

@@ -6,7 +6,7 @@ use super::{
     AdminFuture, Capability, ChangeReply, Debit, MissingCapability, PolicyDecision, PolicyRefund,
     Store, StoreReply,
 };
-use crate::error::ConfigError;
+use crate::ConfigError;
 use crate::key::Key;
 use crate::policy::Policy;
 use std::borrow::Cow;
@@ -48,8 +48,8 @@ use std::time::Duration;
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::time::Duration;
-/// use tollgate::store::StoreReply;
-/// use tollgate::{Key, MemoryStore, Policy, Store};
+/// use tollgate_store::StoreReply;
+/// use tollgate_store::{Key, MemoryStore, Policy, Store};
 ///
 /// /// Counts the checks that reach the store behind it; refunds, debits,
 /// /// peeks and an operator's calls pass through untouched.
@@ -59,7 +59,7 @@ use std::time::Duration;
 ///     checks: Arc<AtomicU64>,
 /// }
 ///
-/// impl<St: Store> tollgate::store::StoreWrapper for Counting<St> {
+/// impl<St: Store> tollgate_store::StoreWrapper for Counting<St> {
 ///     type Inner = St;
 ///     type Error = St::Error;
 ///     type Future = St::Future;
@@ -90,7 +90,7 @@ use std::time::Duration;
 ///
 /// let store = Counting { inner: MemoryStore::new(), checks: Arc::default() };
 /// // The memory store gives charges back, so the wrapper does too.
-/// assert!(store.can(tollgate::store::Capability::Refund).is_ok());
+/// assert!(store.can(tollgate_store::Capability::Refund).is_ok());
 /// ```
 pub trait StoreWrapper: Clone + Send + Sync + 'static {
     /// The store behind.

@@ -4,7 +4,7 @@
 use super::observed::{Observed, Observer};
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{PolicyDecision, Store, StoreReply, StoreWrapper};
+use crate::{PolicyDecision, Store, StoreReply, StoreWrapper};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -19,10 +19,10 @@ use tollgate_core::{Clock, MonotonicClock};
 ///
 /// *Closed* (the usual state): every call goes to `S`. After
 /// [`failures`](Self::failures) consecutive failures (errors, or timeouts
-/// of a [`Timeout`](crate::store::Timeout) inside the breaker), it *opens*: for a
+/// of a [`Timeout`](crate::Timeout) inside the breaker), it *opens*: for a
 /// cool-down every call fails at once with [`BreakerError::Open`], which
 /// the layer answers by its store-error behaviour (`OnStoreError`), or a
-/// [`Fallback`](crate::store::Fallback) around the breaker by its secondary. When
+/// [`Fallback`](crate::Fallback) around the breaker by its secondary. When
 /// the cool-down ends, one call is let through as a probe (*half-open*;
 /// the others still fail at once): if it succeeds the breaker closes, if
 /// it fails the breaker opens again for twice as long, up to
@@ -43,8 +43,8 @@ use tollgate_core::{Clock, MonotonicClock};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::MemoryStore;
-/// use tollgate::store::{Breaker, Fallback, Timeout};
+/// use tollgate_store::MemoryStore;
+/// use tollgate_store::{Breaker, Fallback, Timeout};
 ///
 /// # let redis = MemoryStore::new(); // a RedisStore in practice
 /// let store = Fallback::new(
@@ -54,19 +54,19 @@ use tollgate_core::{Clock, MonotonicClock};
 /// # let _ = store;
 /// ```
 ///
-/// While open it asks nothing inside it: a [`BlockCache`](crate::store::BlockCache),
-/// a [`PenaltyBox`](crate::store::PenaltyBox) or a store's own block list
+/// While open it asks nothing inside it: a [`BlockCache`](crate::BlockCache),
+/// a [`PenaltyBox`](crate::PenaltyBox) or a store's own block list
 /// (the Redis store's) *inside* the breaker goes unasked for the whole
 /// outage, and every request of a key they would refuse gets the
 /// store-error behaviour (fail-open lets it through). Put them in front
 /// of the breaker, where they answer whatever the store does, and the
 /// block cache then also bounds what fail-open lets through for a key it
-/// knew at its limit ([`BlockList::failed`](crate::store::BlockList::failed)):
+/// knew at its limit ([`BlockList::failed`](crate::BlockList::failed)):
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::MemoryStore;
-/// use tollgate::store::{BlockCache, Breaker, Timeout};
+/// use tollgate_store::MemoryStore;
+/// use tollgate_store::{BlockCache, Breaker, Timeout};
 ///
 /// # let redis = MemoryStore::new(); // a RedisStore, its own block cache off
 /// let store = BlockCache::new(Breaker::new(Timeout::new(redis, Duration::from_millis(50))));
@@ -117,8 +117,8 @@ impl<S> Breaker<S> {
     /// `inner` behind a breaker with the defaults: 5 consecutive failures
     /// open it for 1 s, doubled while probes fail, at most 30 s.
     pub fn new(inner: S) -> Self {
-        crate::store::set_up_default_clock();
-        let store: Arc<str> = Arc::from(crate::store::short_type_name::<S>());
+        crate::set_up_default_clock();
+        let store: Arc<str> = Arc::from(crate::short_type_name::<S>());
         // Closed from the start, so that a dashboard shows the breaker
         // before it ever opens.
         crate::observe::breaker_state(&store, CLOSED);

@@ -4,7 +4,7 @@
 //! block cache learns a refusal, the penalty box counts an offence, the
 //! breaker settles its circuit).
 
-use crate::store::PolicyDecision;
+use crate::PolicyDecision;
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;

@@ -8,10 +8,14 @@
 //! changes nothing for the request; it is counted in metrics and logged,
 //! at most once per [`SHADOW_LOG_INTERVAL`] per limit.
 
+// Shared with the middleware through `__private` (hidden): documented
+// where it helps, as crate-private items are.
+#![allow(missing_docs)]
+
 use crate::key::Key;
 use crate::observe::{Quiet, Shadow};
 use crate::policy::Policy;
-use crate::store::{PolicyDecision, Store, StoreReply, Watched};
+use crate::{PolicyDecision, Store, StoreReply, Watched};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -75,14 +79,14 @@ impl ShadowLog {
 
 /// A route's limits in shadow: their policy and their log gates.
 #[derive(Debug)]
-pub(crate) struct ShadowLimits {
+pub struct ShadowLimits {
     policy: Arc<Policy>,
     log: ShadowLog,
 }
 
 impl ShadowLimits {
     /// The shadow limits of `policy`.
-    pub(crate) fn new(policy: Policy) -> Self {
+    pub fn new(policy: Policy) -> Self {
         ShadowLimits {
             log: ShadowLog::new(policy.limits().len()),
             policy: Arc::new(policy),
@@ -90,7 +94,7 @@ impl ShadowLimits {
     }
 
     /// Their policy.
-    pub(crate) fn policy(&self) -> &Arc<Policy> {
+    pub fn policy(&self) -> &Arc<Policy> {
         &self.policy
     }
 
@@ -99,13 +103,7 @@ impl ShadowLimits {
     /// whatever it is. A store that answers later is awaited on a task of
     /// its own for at most `within` (a check given up on is heard out and
     /// its admission given back, as the layer's are).
-    pub(crate) fn check<St: Store>(
-        self: &Arc<Self>,
-        store: &St,
-        key: &Key,
-        cost: u32,
-        within: Duration,
-    ) {
+    pub fn check<St: Store>(self: &Arc<Self>, store: &St, key: &Key, cost: u32, within: Duration) {
         match store.check_within(&self.policy, key, cost, within) {
             StoreReply::Ready(Ok(verdict)) => self.observe(&verdict),
             StoreReply::Ready(Err(error)) => {

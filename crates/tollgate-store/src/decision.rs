@@ -14,8 +14,8 @@ use tollgate_core::{Decision, DecisionFields};
 /// [`Receipt`] ([`charged`](Self::charged): when it charged).
 ///
 /// ```
-/// use tollgate::PolicyDecision;
-/// use tollgate::core::{Decision, DecisionFields};
+/// use tollgate_store::PolicyDecision;
+/// use tollgate_core::{Decision, DecisionFields};
 ///
 /// let per_second = Decision::from(DecisionFields { allowed: true, limit: 10, remaining: 4, ..Default::default() });
 /// let per_day = Decision::from(DecisionFields { allowed: true, limit: 1000, remaining: 2, ..Default::default() });

@@ -19,7 +19,7 @@
 ///   store that gets a token it did not make goes by the refund's `ago`.
 ///
 /// ```
-/// use tollgate::store::Receipt;
+/// use tollgate_store::Receipt;
 ///
 /// let at = Receipt::at(1_000);
 /// assert_eq!((at.as_time(), at.as_token()), (Some(1_000), None));

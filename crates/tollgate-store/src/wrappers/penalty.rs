@@ -4,7 +4,7 @@
 use super::observed::{Observed, Observer};
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
+use crate::{AdminFuture, PolicyDecision, Store, StoreReply, StoreWrapper};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_PENALTIES: usize = 100_000;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::store::Penalty;
+/// use tollgate_store::Penalty;
 ///
 /// // 5 refusals within a minute: blocked 10 min, then 20, 40, at most 4 h;
 /// // forgotten after a day without an offence.
@@ -322,8 +322,9 @@ fn blocked_answer(refusal: &PolicyDecision, left: u64) -> PolicyDecision {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::store::{Penalty, PenaltyBox};
-/// use tollgate::{MemoryStore, RateLimitLayer};
+/// use tollgate_store::{Penalty, PenaltyBox};
+/// use tollgate::RateLimitLayer;
+/// use tollgate_store::MemoryStore;
 /// use tollgate_core::Quota;
 ///
 /// let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(300))
@@ -365,7 +366,7 @@ impl<S> PenaltyBox<S> {
     /// most [`DEFAULT_MAX_PENALTIES`] keys remembered, on the monotonic
     /// clock.
     pub fn new(inner: S, penalty: Penalty) -> Self {
-        crate::store::set_up_default_clock();
+        crate::set_up_default_clock();
         PenaltyBox {
             inner,
             book: Arc::new(Book::new(penalty, DEFAULT_MAX_PENALTIES)),

@@ -121,10 +121,10 @@ pub(super) trait Release: Send + Sync {
 }
 
 /// One key of one policy held apart in a memory store: what a
-/// [`DirectLimiter`](crate::DirectLimiter) checks through. While a handle
+/// tollgate's `DirectLimiter` checks through. While a handle
 /// lives the key is never evicted; when the last one is dropped, its state
 /// goes back among the shard's other keys (unless it is at rest).
-pub(crate) struct PinnedKey {
+pub struct PinnedKey {
     pub(super) pinned: Arc<Pinned>,
     /// The store, to give the key back when the last handle goes.
     pub(super) store: Arc<dyn Release>,

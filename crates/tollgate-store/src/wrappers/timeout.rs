@@ -2,7 +2,7 @@
 
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{PolicyDecision, Store, StoreReply, StoreWrapper, Watched};
+use crate::{PolicyDecision, Store, StoreReply, StoreWrapper, Watched};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -16,8 +16,8 @@ use tokio::time::Sleep;
 /// with [`TimeoutError::Elapsed`], and asks `St` to charge nothing for a
 /// decision it makes later ([`Store::check_within`]). A check it gave up
 /// on is heard out, and an admission that comes late is given back
-/// through `St` ([`Watched`](crate::store::Watched); see [`late`](crate::store::late)). Put it under a
-/// [`Fallback`](crate::store::Fallback) to decide locally when the shared store
+/// through `St` ([`Watched`](crate::Watched); see [`late`](crate::late)). Put it under a
+/// [`Fallback`](crate::Fallback) to decide locally when the shared store
 /// is slow; the layer's own `store_timeout` still bounds every check.
 ///
 /// Answers that `St` gives at once pass through untouched. A store that
@@ -25,8 +25,8 @@ use tokio::time::Sleep;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::MemoryStore;
-/// use tollgate::store::Timeout;
+/// use tollgate_store::MemoryStore;
+/// use tollgate_store::Timeout;
 ///
 /// let store = Timeout::new(MemoryStore::new(), Duration::from_millis(20));
 /// assert_eq!(store.timeout(), Duration::from_millis(20));
@@ -161,19 +161,19 @@ impl<St: Store> StoreWrapper for Timeout<St> {
 
     /// The store behind's reset, given up on after the timeout (it may
     /// still complete: a reset that reached Redis is not undone).
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         bounded(self.inner.reset(policy, key), self.timeout)
     }
 
     /// The store behind's unblock, given up on after the timeout.
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         bounded(self.inner.unblock(policy, key), self.timeout)
     }
 
     /// The store behind's plan change, given up on after the timeout (a
     /// store that is away does not hold it, or the plan's next lookup,
     /// forever; what reached the store before is not undone).
-    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         bounded(self.inner.carry(from, to, key), self.timeout)
     }
 }
@@ -202,15 +202,13 @@ impl<St: Store> Timeout<St> {
 
 /// `call`, failed with [`TimeoutError::Elapsed`] if it is not done after
 /// `after`.
-fn bounded(call: crate::store::AdminFuture, after: Duration) -> crate::store::AdminFuture {
-    crate::store::AdminFuture::new(async move {
+fn bounded(call: crate::AdminFuture, after: Duration) -> crate::AdminFuture {
+    crate::AdminFuture::new(async move {
         match tokio::time::timeout(after, call).await {
             Ok(done) => done,
-            Err(_) => Err(crate::store::AdminError::store(TimeoutError::<
+            Err(_) => Err(crate::AdminError::store(TimeoutError::<
                 std::convert::Infallible,
-            >::Elapsed(
-                after
-            ))),
+            >::Elapsed(after))),
         }
     })
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Where one instance stands among the `instances` that share a store:
-/// what a [`Split`](crate::store::Split) divides each limit by, and who gets the
+/// what a [`Split`](crate::Split) divides each limit by, and who gets the
 /// remainder.
 ///
 /// `units` split `instances` ways is `⌊units / instances⌋` each, and one
@@ -53,7 +53,7 @@ impl Share {
     /// parts add up to `units`.
     ///
     /// ```
-    /// use tollgate::store::Share;
+    /// use tollgate_store::Share;
     /// assert_eq!(Share::ranked(2, 0).part(3), 2);
     /// assert_eq!(Share::ranked(2, 1).part(3), 1);
     /// assert_eq!(Share::of(2).part(3), 1);
@@ -81,7 +81,7 @@ impl Share {
 /// read.
 ///
 /// ```
-/// use tollgate::store::{Presence, Share};
+/// use tollgate_store::{Presence, Share};
 ///
 /// let presence = Presence::expecting(3);
 /// assert_eq!(presence.share(), Share::of(3));

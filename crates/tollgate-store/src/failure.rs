@@ -10,10 +10,10 @@ use crate::policy::Policy;
 /// beside this one (tonic's message limits), through `tollgate::__private`.
 ///
 /// ```
-/// use tollgate::{NamedLimit, Policy};
+/// use tollgate_store::{NamedLimit, Policy};
 ///
 /// let policy = Policy::new(vec![NamedLimit::new("api", "10/s".parse().unwrap())]);
-/// tollgate::__private::report_failure(&policy, &"connection refused");
+/// tollgate_store::__private::report_failure(&policy, &"connection refused");
 /// ```
 pub fn report_failure(policy: &Policy, error: &dyn std::fmt::Display) {
     static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();

@@ -1,6 +1,6 @@
 //! Named limits, and the policy: the limits one layer charges together.
 
-use crate::error::ConfigError;
+use crate::ConfigError;
 use crate::observe::PolicyMetrics;
 use crate::prepared::{Prepared, PreparedForms};
 use smallvec::SmallVec;
@@ -12,7 +12,7 @@ use tollgate_core::{Algorithm, Decision, Gcra, LeakyBucket, Limiter, Quota, Stat
 /// `RateLimit` headers, in logs and in metrics.
 ///
 /// ```
-/// use tollgate::NamedLimit;
+/// use tollgate_store::NamedLimit;
 /// use tollgate_core::{Algorithm, Quota};
 ///
 /// let burst = NamedLimit::new("burst", Quota::per_second(10)).with_algorithm(Algorithm::TokenBucket);
@@ -73,7 +73,8 @@ impl NamedLimit {
     /// `Retry-After`. Roll a new limit out this way, then drop `.shadow()`.
     ///
     /// ```
-    /// use tollgate::{NamedLimit, RateLimitLayer};
+    /// use tollgate::RateLimitLayer;
+    /// use tollgate_store::NamedLimit;
     /// use tollgate_core::Quota;
     ///
     /// let layer = RateLimitLayer::builder()
@@ -115,7 +116,8 @@ impl NamedLimit {
     }
 
     /// The name, shared: a metrics label without a copy per request.
-    pub(crate) fn shared_name(&self) -> &Arc<str> {
+    #[doc(hidden)]
+    pub fn shared_name(&self) -> &Arc<str> {
         &self.name
     }
 
@@ -153,8 +155,7 @@ pub struct Policy {
 /// process and build computes alike (FNV-1a over their parameters, not
 /// std's hasher, whose algorithm may change): instances sharing a store
 /// name a plan's state the same way.
-#[cfg_attr(not(feature = "quotas"), allow(dead_code))]
-pub(crate) fn plan_fingerprint(limits: &[NamedLimit]) -> u64 {
+pub fn plan_fingerprint(limits: &[NamedLimit]) -> u64 {
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
@@ -265,8 +266,8 @@ impl Policy {
     /// A policy whose identity is derived from `seed`: the same seed gives
     /// the same identity, so the counters of a policy rebuilt unchanged (a
     /// rules reload) carry on. Seeded identities never equal fresh ones.
-    #[cfg_attr(not(any(feature = "rules", feature = "quotas")), allow(dead_code))]
-    pub(crate) fn with_seed(seed: u64, limits: Vec<NamedLimit>) -> Self {
+    #[doc(hidden)]
+    pub fn with_seed(seed: u64, limits: Vec<NamedLimit>) -> Self {
         Self::with_id(seed | 1 << 63, limits)
     }
 
@@ -320,7 +321,8 @@ impl Policy {
     /// enforced part keeps the policy's identity and plan; the shadow part
     /// gets an identity of its own, derived from it when it is seeded (so
     /// a rules reload that changes nothing keeps its counters).
-    pub(crate) fn without_shadow(self) -> (Policy, Option<Policy>) {
+    #[doc(hidden)]
+    pub fn without_shadow(self) -> (Policy, Option<Policy>) {
         if !self.limits.iter().any(NamedLimit::is_shadow) {
             return (self, None);
         }
@@ -368,7 +370,8 @@ impl Policy {
     }
 
     /// The policy's counter keys.
-    pub(crate) fn metrics(&self) -> &PolicyMetrics {
+    #[doc(hidden)]
+    pub fn metrics(&self) -> &PolicyMetrics {
         &self.metrics
     }
 
@@ -402,7 +405,7 @@ impl Policy {
     /// and finds it again on every request, with no cache of its own.
     ///
     /// ```
-    /// use tollgate::{NamedLimit, Policy};
+    /// use tollgate_store::{NamedLimit, Policy};
     /// use tollgate_core::Quota;
     ///
     /// struct Labels(Vec<String>);
@@ -431,7 +434,7 @@ impl Policy {
 /// Whether `text` is a short token (1 to 64 letters, digits, `-`, `_`,
 /// `.`): what limit and rule names must be, as they are written into
 /// response headers and Redis keys.
-pub(crate) fn is_token(text: &str) -> bool {
+pub fn is_token(text: &str) -> bool {
     (1..=64).contains(&text.len())
         && text
             .bytes()
@@ -439,7 +442,7 @@ pub(crate) fn is_token(text: &str) -> bool {
 }
 
 /// `limit` with the builder-wide algorithm and delay bound, where set.
-pub(crate) fn with_overrides(
+pub fn with_overrides(
     limit: NamedLimit,
     algorithm: Option<Algorithm>,
     max_delay: Option<std::time::Duration>,

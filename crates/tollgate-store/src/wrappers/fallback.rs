@@ -3,7 +3,7 @@
 
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{
+use crate::{
     AdminFuture, Branch, Capability, ChangeReply, Debit, MissingCapability, PolicyDecision,
     PolicyRefund, Store, StoreReply,
 };
@@ -17,7 +17,7 @@ use std::time::Duration;
 use tollgate_internal::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, default_shards};
 
 /// A store that asks `primary` and, when it fails (an error, or a
-/// [`Timeout`](crate::store::Timeout) that elapsed), decides with `secondary`
+/// [`Timeout`](crate::Timeout) that elapsed), decides with `secondary`
 /// instead, logging the primary's error with `tracing`. The usual pairing
 /// is a shared store in front of a local one: each instance then still
 /// enforces the limit on its own while the shared store is away.
@@ -38,7 +38,7 @@ use tollgate_internal::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, defa
 /// it came. The first time the secondary decides a key after the primary
 /// failed, that answer is taken out and the secondary is charged (one
 /// [`Store::debit`], for a secondary that answers its peek at once: the
-/// memory store, a [`Split`](crate::store::Split) of it) so that what the
+/// memory store, a [`Split`](crate::Split) of it) so that what the
 /// secondary has left of the key is this instance's part of what the
 /// primary had left, plus what refilled since at the limit's rate: for
 /// each limit, `left × limit' / limit`, `limit'` being the secondary's own
@@ -53,8 +53,9 @@ use tollgate_internal::bounded::{BoundedMap, ByFingerprint, Eviction, Idle, defa
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use tollgate::store::{Fallback, Timeout};
-/// use tollgate::{MemoryStore, RateLimitLayer};
+/// use tollgate_store::{Fallback, Timeout};
+/// use tollgate::RateLimitLayer;
+/// use tollgate_store::MemoryStore;
 ///
 /// # let redis = MemoryStore::new(); // a RedisStore in practice
 /// let store = Fallback::new(Timeout::new(redis, Duration::from_millis(50)), MemoryStore::new());
@@ -217,7 +218,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
         self.check_within(policy, key, cost, Duration::MAX)
     }
 
-    fn supports(&self, policy: &Policy) -> Result<(), crate::error::ConfigError> {
+    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
         self.primary.supports(policy)?;
         self.secondary.supports(policy)
     }

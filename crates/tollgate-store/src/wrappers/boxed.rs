@@ -2,7 +2,7 @@
 
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply};
+use crate::{ChangeReply, PolicyDecision, Store, StoreReply};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -34,8 +34,8 @@ type BoxStoreFuture = Pin<Box<dyn Future<Output = Result<PolicyDecision, BoxStor
 /// type. Costs a virtual call per check, and a box for stores that wait.
 ///
 /// ```
-/// use tollgate::store::BoxStore;
-/// use tollgate::MemoryStore;
+/// use tollgate_store::BoxStore;
+/// use tollgate_store::MemoryStore;
 ///
 /// let store = BoxStore::new(MemoryStore::new());
 /// # let _ = store;
@@ -65,26 +65,18 @@ trait ErasedStore: Send + Sync {
         within: Option<Duration>,
     ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
 
-    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::error::ConfigError>;
+    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError>;
 
-    fn can_erased(
-        &self,
-        capability: crate::store::Capability,
-    ) -> Result<(), crate::store::MissingCapability>;
+    fn can_erased(&self, capability: crate::Capability) -> Result<(), crate::MissingCapability>;
 
     fn refund_erased(
         &self,
         policy: &Arc<Policy>,
         key: &Key,
-        refund: crate::store::PolicyRefund,
+        refund: crate::PolicyRefund,
     ) -> ChangeReply;
 
-    fn debit_erased(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        debit: crate::store::Debit,
-    ) -> ChangeReply;
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply;
 
     fn peek_erased(
         &self,
@@ -92,16 +84,11 @@ trait ErasedStore: Send + Sync {
         key: &Key,
     ) -> StoreReply<BoxStoreFuture, BoxStoreError>;
 
-    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture;
+    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture;
 
-    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture;
+    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture;
 
-    fn carry_erased(
-        &self,
-        from: &Arc<Policy>,
-        to: &Arc<Policy>,
-        key: &Key,
-    ) -> crate::store::AdminFuture;
+    fn carry_erased(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::AdminFuture;
 }
 
 impl<St: Store> ErasedStore for St {
@@ -127,31 +114,23 @@ impl<St: Store> ErasedStore for St {
         erase(self.peek(policy, key))
     }
 
-    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn reset_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         self.reset(policy, key)
     }
 
-    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn unblock_erased(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         self.unblock(policy, key)
     }
 
-    fn carry_erased(
-        &self,
-        from: &Arc<Policy>,
-        to: &Arc<Policy>,
-        key: &Key,
-    ) -> crate::store::AdminFuture {
+    fn carry_erased(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         self.carry(from, to, key)
     }
 
-    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::error::ConfigError> {
+    fn supports_erased(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
         self.supports(policy)
     }
 
-    fn can_erased(
-        &self,
-        capability: crate::store::Capability,
-    ) -> Result<(), crate::store::MissingCapability> {
+    fn can_erased(&self, capability: crate::Capability) -> Result<(), crate::MissingCapability> {
         self.can(capability)
     }
 
@@ -159,17 +138,12 @@ impl<St: Store> ErasedStore for St {
         &self,
         policy: &Arc<Policy>,
         key: &Key,
-        refund: crate::store::PolicyRefund,
+        refund: crate::PolicyRefund,
     ) -> ChangeReply {
         self.refund(policy, key, refund)
     }
 
-    fn debit_erased(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        debit: crate::store::Debit,
-    ) -> ChangeReply {
+    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply {
         self.debit(policy, key, debit)
     }
 }
@@ -213,27 +187,19 @@ impl Store for BoxStore {
         self.0.check_erased(policy, key, cost, Some(within))
     }
 
-    fn supports(&self, policy: &Policy) -> Result<(), crate::error::ConfigError> {
+    fn supports(&self, policy: &Policy) -> Result<(), crate::ConfigError> {
         self.0.supports_erased(policy)
     }
 
-    fn can(
-        &self,
-        capability: crate::store::Capability,
-    ) -> Result<(), crate::store::MissingCapability> {
+    fn can(&self, capability: crate::Capability) -> Result<(), crate::MissingCapability> {
         self.0.can_erased(capability)
     }
 
-    fn refund(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        refund: crate::store::PolicyRefund,
-    ) -> ChangeReply {
+    fn refund(&self, policy: &Arc<Policy>, key: &Key, refund: crate::PolicyRefund) -> ChangeReply {
         self.0.refund_erased(policy, key, refund)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::store::Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply {
         self.0.debit_erased(policy, key, debit)
     }
 
@@ -241,15 +207,15 @@ impl Store for BoxStore {
         self.0.peek_erased(policy, key)
     }
 
-    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn reset(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         self.0.reset_erased(policy, key)
     }
 
-    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn unblock(&self, policy: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         self.0.unblock_erased(policy, key)
     }
 
-    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::store::AdminFuture {
+    fn carry(&self, from: &Arc<Policy>, to: &Arc<Policy>, key: &Key) -> crate::AdminFuture {
         self.0.carry_erased(from, to, key)
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::key::Key;
 use crate::policy::{NamedLimit, Policy};
-use crate::store::{AdminFuture, Presence, Share, Store, StoreReply, StoreWrapper};
+use crate::{AdminFuture, Presence, Share, Store, StoreReply, StoreWrapper};
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tollgate_core::Quota;
 
 /// A store in front of `S` that decides every limit at this instance's
 /// share of it, `N` instances sharing the limits (asked at each call): the
-/// secondary of a [`Fallback`](crate::store::Fallback) whose primary is shared,
+/// secondary of a [`Fallback`](crate::Fallback) whose primary is shared,
 /// so that while the shared store is away the instances split the limit
 /// rather than each admitting all of it.
 ///
@@ -36,8 +36,8 @@ use tollgate_core::Quota;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::MemoryStore;
-/// use tollgate::store::{Fallback, Presence, Split, Timeout};
+/// use tollgate_store::MemoryStore;
+/// use tollgate_store::{Fallback, Presence, Split, Timeout};
 ///
 /// # let redis = MemoryStore::new(); // a RedisStore in practice
 /// # let presence = Presence::expecting(2); // `redis.presence()` in practice

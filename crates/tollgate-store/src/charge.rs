@@ -111,6 +111,16 @@ impl PolicyRefund {
         self.receipt.and_then(Receipt::as_time)
     }
 
+    /// `cost` more units for the same admission, to the store of a
+    /// composition that charged it (a charge that grew after the check:
+    /// a response that cost more than was asked).
+    pub fn debit(&self, cost: u32) -> Debit {
+        Debit {
+            cost,
+            charged_by: self.charged_by,
+        }
+    }
+
     /// The same refund for `cost` units of the charge (a part of it).
     #[must_use]
     pub fn part(mut self, cost: u32) -> Self {

@@ -100,8 +100,8 @@ struct Asked<St> {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use std::sync::Arc;
-/// use tollgate::{Key, MemoryStore, NamedLimit, Policy};
-/// use tollgate::store::{Store, StoreReply, Watched};
+/// use tollgate_store::{Key, MemoryStore, NamedLimit, Policy};
+/// use tollgate_store::{Store, StoreReply, Watched};
 ///
 /// let store = MemoryStore::new();
 /// let policy = Arc::new(Policy::new(vec![NamedLimit::new("api", "10/s".parse().unwrap())]));

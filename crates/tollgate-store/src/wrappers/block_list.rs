@@ -1,11 +1,11 @@
 //! [`BlockList`]: the refusals a store made, remembered until their retry
-//! time: the data of a [`BlockCache`](crate::store::BlockCache), shared with
+//! time: the data of a [`BlockCache`](crate::BlockCache), shared with
 //! stores that consult it themselves before a round trip (the Redis store
 //! does, by default).
 
+use crate::PolicyDecision;
 use crate::key::Key;
 use crate::policy::Policy;
-use crate::store::PolicyDecision;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,9 +17,9 @@ use tollgate_internal::fingerprint::ByFingerprint;
 pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 
 /// The refusals a store made, remembered until their retry time: the data
-/// of a block cache, for [`BlockCache`](crate::store::BlockCache) and for stores that consult one
+/// of a block cache, for [`BlockCache`](crate::BlockCache) and for stores that consult one
 /// themselves before a round trip (the Redis store). Clones share the
-/// entries. See [`BlockCache`](crate::store::BlockCache) for what it answers and why that is right.
+/// entries. See [`BlockCache`](crate::BlockCache) for what it answers and why that is right.
 ///
 /// Times are nanoseconds of one clock chosen by the caller, the same for
 /// [`lookup`](Self::lookup) and [`learn`](Self::learn): a monotonic one
@@ -28,8 +28,8 @@ pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tollgate::store::BlockList;
-/// use tollgate::{Key, NamedLimit, Policy, PolicyDecision};
+/// use tollgate_store::BlockList;
+/// use tollgate_store::{Key, NamedLimit, Policy, PolicyDecision};
 /// use tollgate_core::{DecisionFields, Quota};
 ///
 /// let policy = Policy::new(vec![NamedLimit::new("api", Quota::per_minute(10))]);
