@@ -2,7 +2,8 @@
 //! as text: at most 25 public types at the crate's root (tower, axum and
 //! governor have 5 to 9; the rest live in the module of their idea), and
 //! every middleware's futures in its own `future` module under one name,
-//! `ResponseFuture`, as tower keeps them.
+//! `ResponseFuture`, as tower keeps them; the store contract in a crate of
+//! its own that the store crates lean on instead of the middleware.
 
 use std::path::{Path, PathBuf};
 
@@ -129,7 +130,7 @@ fn the_reading_of_reexports_follows_groups_renames_and_lines() {
 
 #[test]
 fn plumbing_is_not_part_of_the_api() {
-    let store = source("crates/tollgate/src/store/mod.rs");
+    let store = source("crates/tollgate-store/src/lib.rs");
     assert!(
         !store.contains("pub use branches"),
         "store::Branch and store::Branches are the wrappers' own"
@@ -156,7 +157,7 @@ fn plumbing_is_not_part_of_the_api() {
 
 #[test]
 fn the_store_wrappers_futures_and_errors_are_in_their_modules() {
-    let store = source("crates/tollgate/src/store/mod.rs");
+    let store = source("crates/tollgate-store/src/lib.rs");
     let flat: Vec<&str> = store
         .lines()
         .filter(|line| line.starts_with("pub use wrappers::"))
@@ -248,4 +249,132 @@ fn every_refusal_is_one_rejection_answered_by_one_method() {
             "Rejection::{variant}"
         );
     }
+}
+
+/// The crates that hold or serve stores, the contract's crate first.
+const STORE_CRATES: [&str; 6] = [
+    "tollgate-store",
+    "tollgate-local",
+    "tollgate-cas",
+    "tollgate-postgres",
+    "tollgate-redis",
+    "tollgate-conformance",
+];
+
+/// What a store needs none of: the middleware, and the http and tower
+/// crates it stands on.
+const MIDDLEWARE: [&str; 9] = [
+    "tollgate",
+    "tollgate-axum",
+    "tollgate-tonic",
+    "http",
+    "http-body",
+    "tower",
+    "tower-layer",
+    "tower-service",
+    "axum",
+];
+
+/// The names in the `[dependencies]` tables of a manifest (the plain one
+/// and any `[target.'…'.dependencies]`), not the dev- or build-
+/// dependencies.
+fn dependencies(manifest: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == "[dependencies]"
+                || (line.starts_with("[target.") && line.ends_with(".dependencies]"));
+            continue;
+        }
+        if !inside || line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name = line.split(['=', '.']).next().unwrap_or("").trim();
+        names.push(name.to_owned());
+    }
+    names
+}
+
+#[test]
+fn the_reading_of_dependencies_stops_at_the_next_table() {
+    let manifest = "[package]\nname = \"x\"\n[dependencies]\n# a note\ntollgate-store.workspace = true\n\
+                    tokio = { workspace = true }\n[dev-dependencies]\ntollgate.workspace = true\n\
+                    [target.'cfg(unix)'.dependencies]\nlibc = \"0.2\"\n";
+    assert_eq!(dependencies(manifest), ["tollgate-store", "tokio", "libc"]);
+}
+
+#[test]
+fn store_crates_lean_on_the_store_contract_not_on_the_middleware() {
+    for krate in STORE_CRATES {
+        let deps = dependencies(&source(&format!("crates/{krate}/Cargo.toml")));
+        let middleware: Vec<&String> = deps
+            .iter()
+            .filter(|dep| MIDDLEWARE.contains(&dep.as_str()))
+            .collect();
+        assert!(
+            middleware.is_empty(),
+            "{krate} depends on {middleware:?}: a store needs tollgate-store only"
+        );
+        if krate != "tollgate-store" {
+            assert!(
+                deps.iter().any(|dep| dep == "tollgate-store"),
+                "{krate} implements the store contract: it depends on tollgate-store ({deps:?})"
+            );
+        }
+    }
+    let middleware = dependencies(&source("crates/tollgate/Cargo.toml"));
+    assert!(middleware.iter().any(|dep| dep == "tollgate-store"));
+}
+
+/// Every library, example or demo source file, with its path from the
+/// workspace's root (the tests may reach hidden paths: they test them).
+fn workspace_sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        rust_files(&krate.path().join("src"), &mut files);
+    }
+    for dir in ["examples", "demo"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let name = file
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            (name, text)
+        })
+        .collect()
+}
+
+#[test]
+fn only_the_middleware_reaches_through_private() {
+    // Built in pieces, so that this file does not name them itself.
+    let middleware_private = format!("tollgate::{}", "__private");
+    let store_private = format!("tollgate_store::{}", "__private");
+    let files = workspace_sources();
+    assert!(files.len() > 80, "found {} files", files.len());
+    let mut reached = Vec::new();
+    for (name, text) in &files {
+        let own = |krate: &str| name.starts_with(&format!("crates/{krate}/src/"));
+        // tollgate-store's docs say how tonic reaches its items.
+        let reaches_middleware =
+            !own("tollgate") && !own("tollgate-tonic") && !own("tollgate-store");
+        if text.contains(&middleware_private) && reaches_middleware {
+            reached.push(format!("{name}: {middleware_private}"));
+        }
+        if text.contains(&store_private) && !own("tollgate-store") && !own("tollgate") {
+            reached.push(format!("{name}: {store_private}"));
+        }
+    }
+    assert!(
+        reached.is_empty(),
+        "hidden paths are the middleware's (tollgate's for tollgate-tonic, tollgate-store's for \
+         tollgate); a store or an example uses the public API: {reached:#?}"
+    );
 }

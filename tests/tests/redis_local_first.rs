@@ -533,7 +533,8 @@ async fn periodic_mode_reports_what_it_admitted_while_redis_was_away_once() {
 /// spends the key). Three rounds each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_mode_refusals_say_honestly_when_to_retry() {
-    use tollgate::__private::ceil_seconds;
+    // Whole seconds, rounded up, as the headers write them.
+    let ceil_seconds = |d: std::time::Duration| d.as_secs() + u64::from(d.subsec_nanos() > 0);
     use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
     let server = RedisServer::start();
     for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow] {

@@ -94,12 +94,10 @@ fn in_flight_problem(rejection: InFlight<'_>) -> Response<Body> {
 
 fn problem_body(rejection: &Limited<'_>) -> String {
     let decision = &rejection.decision.merged();
-    let detail = if decision.can_ever_pass() {
-        // As `Retry-After` says: whole seconds, rounded up, never 0.
-        let seconds = tollgate::__private::ceil_seconds(decision.retry_after()).max(1);
-        format!("Too many requests: retry in {seconds} s.")
-    } else {
-        "This request costs more than the whole quota: it can never pass.".to_owned()
+    // As `Retry-After` says: whole seconds, rounded up, never 0.
+    let detail = match tollgate::headers::retry_after_seconds(decision) {
+        Some(seconds) => format!("Too many requests: retry in {seconds} s."),
+        None => "This request costs more than the whole quota: it can never pass.".to_owned(),
     };
     let mut body = String::with_capacity(256);
     let _ = write!(

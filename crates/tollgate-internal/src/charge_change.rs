@@ -4,7 +4,7 @@
 use std::fmt::Display;
 
 /// A change to a charge after the check, as a store that does I/O runs it
-/// on a task of its own (`tollgate::__private::spawn_change`): what it is called and what its
+/// on a task of its own (`tollgate_store::spawn_change`): what it is called and what its
 /// failure means, for the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChargeChange {

@@ -155,7 +155,7 @@
 //! # In-flight slots
 //!
 //! [`RedisSlots`] keeps the slots of tollgate's in-flight limits
-//! ([`InFlightLayer`](tollgate::InFlightLayer): at most `N` requests of one
+//! (tollgate's `InFlightLayer`: at most `N` requests of one
 //! key running at once) in Redis, so every instance counts against one
 //! limit: a sorted set per key of slot ids scored by the end of their
 //! lease (30 s by default), taken by one script call, renewed while the

@@ -3,7 +3,7 @@
 use crate::connection::Topology;
 use crate::{RedisStore, RedisStoreError};
 use std::time::Duration;
-use tollgate::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource};
+use tollgate_store::quotas::{ChangedQuotas, QuotaAnswer, QuotaLookup, QuotaSource};
 use tollgate_store::{Key, KeyView};
 
 /// How often each instance reads the feed of changed quotas.
@@ -16,8 +16,8 @@ const FEED_LENGTH: i64 = 10_000;
 /// A [`QuotaSource`] that reads one field of a Redis hash per key:
 /// `HGET tollgate:quotas user:241531` → `"5/s"` (several quotas as
 /// `"5/s;500/h"`; also `"unlimited"`, and `"default"` or no field for the
-/// layer's own limits). Put it behind tollgate's
-/// [`KeyQuotas`](tollgate::quotas::KeyQuotas) cache, as the layer requires.
+/// layer's own limits). Put it behind
+/// tollgate's `KeyQuotas` cache, as the layer requires.
 ///
 /// The field is the key as text: the bytes of a header or closure key as
 /// they are (`user:241531`), an IP address as usual text (`203.0.113.7`,

@@ -14,9 +14,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio::time::Sleep;
-use tollgate::in_flight::{Acquired, InFlightLimit, SlotPermit, SlotReply, Slots};
 use tollgate_internal::wakeups::{Waiter, Wakeups};
 use tollgate_store::Key;
+use tollgate_store::slots::{Acquired, InFlightLimit, SlotPermit, SlotReply, Slots};
 
 const ACQUIRE: &str = include_str!("../scripts/in_flight_acquire.lua");
 const RENEW: &str = include_str!("../scripts/in_flight_renew.lua");
@@ -24,8 +24,8 @@ const COUNT: &str = include_str!("../scripts/in_flight_count.lua");
 
 /// In-flight slots in Redis or Redis Cluster, shared by every instance
 /// that uses the same server, prefix and limit name: a
-/// [`Slots`](tollgate::in_flight::Slots) store for tollgate's
-/// [`InFlightLayer`](tollgate::in_flight::InFlightLayer).
+/// [`Slots`](tollgate_store::slots::Slots) store for
+/// tollgate's `InFlightLayer`.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
@@ -80,7 +80,7 @@ const COUNT: &str = include_str!("../scripts/in_flight_count.lua");
 ///
 /// # Waiting for a slot
 ///
-/// With [`InFlightBuilder::max_delay`](tollgate::in_flight::InFlightBuilder::max_delay),
+/// With tollgate's `InFlightBuilder::max_delay`,
 /// a queued request asks Redis again when a slot of its key is given back
 /// by this instance, and every [`poll_interval`](RedisSlotsBuilder::poll_interval)
 /// (50 ms by default) for slots given back by other instances: each

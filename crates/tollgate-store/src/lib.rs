@@ -56,8 +56,10 @@ mod memory;
 mod observe;
 mod policy;
 mod prepared;
+pub mod quotas;
 mod receipt;
 mod shadow;
+pub mod slots;
 mod wrapper;
 mod wrappers;
 

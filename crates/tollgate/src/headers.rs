@@ -218,9 +218,7 @@ impl HeaderStyle {
 }
 
 /// Whole seconds, rounded up: a client that waits this long is never early.
-/// For the crates beside this one (through `tollgate::__private`).
-#[doc(hidden)]
-pub fn ceil_seconds(d: Duration) -> u64 {
+pub(crate) fn ceil_seconds(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
@@ -431,9 +429,29 @@ impl FieldValues {
 /// The `Retry-After` value: delta-seconds, rounded up, never 0; `None` when
 /// the request can never pass at its cost.
 pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
+    retry_after_seconds(decision).map(HeaderValue::from)
+}
+
+/// The seconds `Retry-After` says for `decision` (whole seconds, rounded
+/// up, never 0: a client that waits this long is never early); `None`
+/// when the request can never pass at its cost. For a rejection of your
+/// own that says the wait in its body.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::core::{Algorithm, Limiter, Quota};
+///
+/// let limiter = Limiter::new(Algorithm::Gcra, Quota::per_second(2));
+/// let mut state = limiter.new_state();
+/// assert!(limiter.check(&mut state, 0, 2).allowed());
+/// let refused = limiter.check(&mut state, 0, 1);
+/// assert_eq!(refused.retry_after(), Duration::from_millis(500));
+/// assert_eq!(tollgate::headers::retry_after_seconds(&refused), Some(1));
+/// ```
+pub fn retry_after_seconds(decision: &Decision) -> Option<u64> {
     decision
         .can_ever_pass()
-        .then(|| HeaderValue::from(ceil_seconds(decision.retry_after()).max(1)))
+        .then(|| ceil_seconds(decision.retry_after()).max(1))
 }
 
 /// The fields `style` asks for, reporting `verdict` for `key` on

@@ -127,7 +127,7 @@ pub use tollgate_store::{NamedLimit, Policy};
 /// `tollgate-internal`.)
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::headers::{ceil_seconds, fields_for};
+    pub use crate::headers::fields_for;
     pub use tollgate_store::__private::report_failure;
     pub use tollgate_store::__private::shadow::ShadowLog;
 }

@@ -1,8 +1,8 @@
 //! [`InFlightLayer`] and its builder.
 
+use super::MemorySlots;
 use super::fields::Fields;
 use super::gate::{Gate, Settings};
-use super::memory::MemorySlots;
 use super::service::InFlight;
 use super::{InFlightLimit, Slots};
 use crate::ConfigError;

@@ -1,6 +1,5 @@
 //! The cache in front of a quota source, and how the layer reads it.
 
-use super::changes::{Caches, ChangedQuotas, Forget, forget_in};
 use super::{QuotaAnswer, QuotaSource};
 use crate::BoxError;
 use crate::key::Key;
@@ -12,6 +11,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tollgate_store::quotas::{Caches, ChangedQuotas, Forget, forget_in};
 // tokio's clock, so tests can move time by hand; the real clock otherwise.
 use tokio::time::Instant;
 use tollgate_core::{Algorithm, Quota};

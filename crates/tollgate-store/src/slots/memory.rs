@@ -1,7 +1,7 @@
 //! [`MemorySlots`]: in-flight counts in this process.
 
 use super::{Acquired, InFlightLimit, SlotReply, Slots};
-use crate::key::Key;
+use crate::Key;
 use std::fmt;
 use std::sync::Arc;
 use tollgate_internal::bounded::{BoundedMap, Eviction, Idle};
@@ -25,7 +25,7 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 /// full is not counted, and the store answers [`SlotsFull`], which the
 /// layer treats as a store failure (by default it lets the request through
 /// without a slot, and logs it; see
-/// [`OnStoreError`](crate::OnStoreError)). Keys already in the map are
+/// the layer's `OnStoreError`). Keys already in the map are
 /// counted as ever. The bound can only be reached by that many keys with
 /// requests running at once.
 ///

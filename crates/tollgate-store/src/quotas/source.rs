@@ -3,7 +3,7 @@
 use super::QuotaAnswer;
 use super::changes::ChangedQuotas;
 use crate::BoxError;
-use crate::key::Key;
+use crate::Key;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -13,14 +13,14 @@ use std::pin::Pin;
 /// nothing there).
 pub type QuotaLookup = Pin<Box<dyn Future<Output = Result<QuotaAnswer, BoxError>> + Send>>;
 
-/// Says what a key's quota is. Called only by [`KeyQuotas`](super::KeyQuotas)
+/// Says what a key's quota is. Called only by tollgate's `KeyQuotas`
 /// in the background, never on the request path, so it may be slow; it
 /// should still answer or fail in bounded time.
 pub trait QuotaSource: Send + Sync + 'static {
     /// Looks up `key`.
     fn lookup(&self, key: &Key) -> QuotaLookup;
 
-    /// Called once per [`KeyQuotas`](super::KeyQuotas), inside a tokio
+    /// Called once per `KeyQuotas` (tollgate's cache), inside a tokio
     /// runtime, when a layer first asks it: a source that can tell when a
     /// key's quota changed (the Redis store's `RedisQuotas` follows a feed
     /// of changes) starts following them here, and calls

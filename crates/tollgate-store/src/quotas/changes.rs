@@ -1,25 +1,26 @@
 //! How a change of plan reaches the layers' caches: every cache built with
-//! a [`KeyQuotas`](super::KeyQuotas) registers with it as something that
+//! a `KeyQuotas` (tollgate's cache) registers with it as something that
 //! can [forget](Forget) a key's answer, and [`ChangedQuotas`] is the weak
 //! handle a following [`QuotaSource`](super::QuotaSource) holds on them.
 //!
 //! Kept apart from the cache and the source so that each can lean on it
 //! without leaning on the other.
 
-use crate::key::Key;
+use crate::Key;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// A cache that drops a key's answer (every key's with `None`).
-pub(crate) trait Forget: Send + Sync {
+pub trait Forget: Send + Sync {
+    /// Drops `key`'s answer (every key's with `None`).
     fn forget(&self, key: Option<&Key>);
 }
 
-/// The caches of every layer built with one [`KeyQuotas`](super::KeyQuotas)
+/// The caches of every layer built with one `KeyQuotas` (tollgate's cache)
 /// and its clones.
-pub(crate) type Caches = Arc<Mutex<Vec<Weak<dyn Forget>>>>;
+pub type Caches = Arc<Mutex<Vec<Weak<dyn Forget>>>>;
 
 /// Runs `forget` on every live cache of `caches`, dropping the dead.
-pub(crate) fn forget_in(caches: &Mutex<Vec<Weak<dyn Forget>>>, key: Option<&Key>) {
+pub fn forget_in(caches: &Mutex<Vec<Weak<dyn Forget>>>, key: Option<&Key>) {
     let mut caches = caches.lock().unwrap_or_else(PoisonError::into_inner);
     caches.retain(|cache| match cache.upgrade() {
         Some(cache) => {
@@ -31,7 +32,7 @@ pub(crate) fn forget_in(caches: &Mutex<Vec<Weak<dyn Forget>>>, key: Option<&Key>
 }
 
 /// What a [`QuotaSource`](super::QuotaSource) that follows changes tells the
-/// cache: a weak handle on a [`KeyQuotas`](super::KeyQuotas)' caches (it
+/// cache: a weak handle on a `KeyQuotas` (tollgate's cache)' caches (it
 /// keeps no layer alive: once every layer and clone is gone,
 /// [`is_gone`](Self::is_gone) says so, and a follower should stop).
 #[derive(Clone, Debug)]
@@ -41,14 +42,15 @@ pub struct ChangedQuotas {
 
 impl ChangedQuotas {
     /// A handle on `caches`.
-    pub(crate) fn new(caches: &Caches) -> Self {
+    #[doc(hidden)]
+    pub fn new(caches: &Caches) -> Self {
         ChangedQuotas {
             caches: Arc::downgrade(caches),
         }
     }
 
     /// `key`'s quota changed: every cache built with these quotas drops it
-    /// ([`KeyQuotas::invalidate`](super::KeyQuotas::invalidate)).
+    /// (tollgate's `KeyQuotas::invalidate`).
     pub fn invalidate(&self, key: &Key) {
         if let Some(caches) = self.caches.upgrade() {
             forget_in(&caches, Some(key));
@@ -62,7 +64,7 @@ impl ChangedQuotas {
         }
     }
 
-    /// Whether every [`KeyQuotas`](super::KeyQuotas) clone is gone.
+    /// Whether every clone of the `KeyQuotas` is gone.
     pub fn is_gone(&self) -> bool {
         self.caches.strong_count() == 0
     }
