@@ -3,7 +3,9 @@
 //! algorithms from `tollgate_core`, and the clock injected. It keeps counts,
 //! so it implements [`Store`] (a store in front of another would implement
 //! `StoreWrapper` instead); `tests/custom_store.rs` proves it with
-//! `tollgate-conformance`, as a user would prove theirs.
+//! `tollgate-conformance`, as a user would prove theirs. It names only
+//! `tollgate-store` (the store contract) and `tollgate-core`, as a store
+//! crate of one's own would: no http, no tower.
 //!
 //! `cargo run -p tollgate-examples --example custom_store` puts it under a
 //! layer.
@@ -11,11 +13,11 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate::store::{
-    AdminFuture, Capability, Carried, ChangeReply, Debit, MissingCapability, PolicyRefund,
-};
-use tollgate::{Key, Policy, PolicyDecision, Store, StoreReply};
 use tollgate_core::{Clock, Decision, MonotonicClock, State, check_all};
+use tollgate_store::{
+    AdminFuture, Capability, Carried, ChangeReply, Debit, Key, MissingCapability, Policy,
+    PolicyDecision, PolicyRefund, Store, StoreReply,
+};
 
 /// Each key's limit states under each policy (by its id).
 type States = HashMap<(u64, Key), Vec<State>>;

@@ -11,7 +11,7 @@ use super::step::Op;
 use super::store::CasStore;
 use std::sync::Arc;
 use tollgate_local::{ShareOp, ShareReply, SharedStore};
-use tollgate_store::{AdminFuture, PolicyRefund};
+use tollgate_store::AdminFuture;
 use tollgate_store::{Key, Policy, Store};
 
 impl<B: CasBackend + std::fmt::Debug> SharedStore for CasStore<B> {
@@ -29,19 +29,6 @@ impl<B: CasBackend + std::fmt::Debug> SharedStore for CasStore<B> {
             decision: reply.decision,
             server_micros: reply.now / 1_000,
         })
-    }
-
-    async fn refund_now(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        refund: &PolicyRefund,
-    ) -> Result<(), CasError<B::Error>> {
-        if policy.limits().is_empty() || refund.cost == 0 {
-            return Ok(());
-        }
-        let op = Op::Refund(refund.clone());
-        self.call(policy, key, op, None).await.map(drop)
     }
 
     /// `to`'s states charged in one write: the store keeps a policy's

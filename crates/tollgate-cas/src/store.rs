@@ -404,10 +404,13 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 fn settle<B: CasBackend>(change: ChargeChange, call: CasFuture<B>) -> ChangeReply {
     let mut call = Box::pin(call);
     if let Poll::Ready(done) = call.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        if let Err(error) = done {
-            change.failed(STORE, &error);
-        }
-        return ChangeReply::Done;
+        return match done {
+            Ok(_) => ChangeReply::Done,
+            Err(error) => {
+                change.failed(STORE, &error);
+                ChangeReply::failed()
+            }
+        };
     }
     spawn_change(STORE, change, CHANGE_TIMEOUT, async move {
         call.await.map(|_| ())

@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 use std::future::Future;
 use std::sync::Arc;
-use tollgate_store::{AdminFuture, PolicyRefund};
+use tollgate_store::AdminFuture;
 use tollgate_store::{Key, Policy, PolicyDecision, Store};
 
 /// A store that a [`LocalFirst`](crate::LocalFirst) store can stand in
@@ -28,15 +28,6 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
         key: &Key,
         op: ShareOp,
     ) -> impl Future<Output = Result<ShareReply, Self::Error>> + Send;
-
-    /// Gives `refund` back as the store's own [`Store::refund`] does, and
-    /// says when it has landed (or failed).
-    fn refund_now(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        refund: &PolicyRefund,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Whether [`share`](Self::share) can decide `policy`: every limit of an
     /// algorithm local-first supports ([`supports`](crate::supports)). A

@@ -42,7 +42,7 @@ const FEED_LENGTH: i64 = 10_000;
 /// # async fn run() -> Result<(), tollgate_redis::RedisStoreError> {
 /// use std::time::Duration;
 /// use tollgate::quotas::KeyQuotas;
-/// use tollgate_store::{HeaderKey, RateLimitLayer};
+/// use tollgate::{HeaderKey, RateLimitLayer};
 /// use tollgate_redis::{RedisQuotas, RedisStore};
 ///
 /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;

@@ -4,7 +4,6 @@
 use crate::{RedisStore, RedisStoreError};
 use std::sync::Arc;
 use tollgate_local::{ShareOp, ShareReply, SharedStore};
-use tollgate_store::PolicyRefund;
 use tollgate_store::{Key, Policy};
 
 impl SharedStore for RedisStore {
@@ -15,15 +14,6 @@ impl SharedStore for RedisStore {
         op: ShareOp,
     ) -> Result<ShareReply, RedisStoreError> {
         self.share_call(policy, key, op).await
-    }
-
-    async fn refund_now(
-        &self,
-        policy: &Arc<Policy>,
-        key: &Key,
-        refund: &PolicyRefund,
-    ) -> Result<(), RedisStoreError> {
-        RedisStore::refund_now(self, policy, key, refund).await
     }
 
     /// Read from the policy's prepared form: one flag per request.

@@ -429,8 +429,8 @@ pub(crate) fn spawn_change(
 impl RedisStore {
     /// Gives `refund` back in Redis (one call of `refund.lua`) and, once
     /// it is, forgets the key's remembered refusal: what [`Store::refund`]
-    /// spawns, for a caller that wants to wait for it (a test, an admin
-    /// tool). The refund's receipt, when it is a time
+    /// spawns (a caller that wants to wait for it awaits its
+    /// `ChangeReply::landed`). The refund's receipt, when it is a time
     /// ([`PolicyRefund::charged_at`](tollgate_store::PolicyRefund::charged_at)), is
     /// the server's time of the charge in ns (this store's decisions carry
     /// one): then the refund is exact.
@@ -438,7 +438,7 @@ impl RedisStore {
     /// # Errors
     ///
     /// When Redis cannot be reached or answers an error: the charge stands.
-    pub async fn refund_now(
+    pub(crate) async fn refund_now(
         &self,
         policy: &Policy,
         key: &Key,

@@ -14,22 +14,33 @@ use tollgate_internal::ChargeChange;
 /// What [`Store::refund`](super::Store::refund) and
 /// [`Store::debit`](super::Store::debit) answer, the reply to a
 /// [`ChargeChange`]: a charge given back (or added) already, or on its
-/// way.
+/// way. The one way to give a charge back or add to it, for every store:
+/// a caller that must know whether it landed awaits
+/// [`landed`](Self::landed).
 #[must_use = "a pending refund can be awaited; dropping it does not cancel it"]
 pub enum ChangeReply {
     /// Done (or, for a store that does not refund or debit, nothing to do).
     Done,
     /// Started; the future completes when the refund (or debit) has
-    /// landed, or failed, which the store logs. It does not have to be
-    /// polled for the change to happen.
-    Pending(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// landed (`true`), or failed (`false`), which the store logs. It does
+    /// not have to be polled for the change to happen.
+    Pending(Pin<Box<dyn Future<Output = bool> + Send>>),
 }
 
 impl ChangeReply {
-    /// Waits for the refund (or debit) to land.
-    pub async fn landed(self) {
-        if let ChangeReply::Pending(future) = self {
-            future.await;
+    /// A change that failed at once (the store logged why): what
+    /// [`landed`](Self::landed) answers `false` for.
+    pub fn failed() -> Self {
+        ChangeReply::Pending(Box::pin(std::future::ready(false)))
+    }
+
+    /// Waits for the refund (or debit): `true` once it has landed (or
+    /// was done at once), `false` when it failed, was given up on, or
+    /// could not be sent; the store has logged why.
+    pub async fn landed(self) -> bool {
+        match self {
+            ChangeReply::Done => true,
+            ChangeReply::Pending(future) => future.await,
         }
     }
 }
@@ -190,24 +201,28 @@ pub fn spawn_change<E: Display>(
             change.name(),
             change.consequence()
         );
-        return ChangeReply::Done;
+        return ChangeReply::failed();
     };
     let task = runtime.spawn(async move {
         match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => change.failed(store, &error),
-            Err(_) => tracing::warn!(
-                "{store}: a {} had no answer within {} s; {}",
-                change.name(),
-                timeout.as_secs(),
-                change.consequence()
-            ),
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                change.failed(store, &error);
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "{store}: a {} had no answer within {} s; {}",
+                    change.name(),
+                    timeout.as_secs(),
+                    change.consequence()
+                );
+                false
+            }
         }
     });
     // Dropping a task's handle does not cancel the task.
-    ChangeReply::Pending(Box::pin(async move {
-        let _ = task.await;
-    }))
+    ChangeReply::Pending(Box::pin(async move { task.await.unwrap_or(false) }))
 }
 
 #[cfg(test)]

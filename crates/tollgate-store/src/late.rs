@@ -25,8 +25,9 @@
 //! - `not_charged`: it refused, failed, or charged nothing;
 //! - `kept`: it admitted, and the store cannot give charges back
 //!   ([`Store::can`] says so): the charge stands;
-//! - `abandoned`: past the bound, or no tokio runtime to hear it out on:
-//!   whatever the store decided stands.
+//! - `abandoned`: past the bound, no tokio runtime to hear it out on, or
+//!   its refund failed (the store logs why): whatever the store decided
+//!   stands.
 //!
 //! `kept` and `abandoned` are also logged (one WARN every 10 s at most).
 
@@ -244,8 +245,9 @@ async fn give_back<St: Store>(asked: &Asked<St>, verdict: &PolicyDecision) -> La
     let refund = PolicyRefund::of(verdict, asked.cost, asked.at.elapsed());
     let landing = asked.store.refund(&asked.policy, &asked.key, refund);
     match tokio::time::timeout(LATE_CHECK_BOUND, landing.landed()).await {
-        Ok(()) => LateOutcome::GivenBack,
-        Err(_) => LateOutcome::Abandoned,
+        Ok(true) => LateOutcome::GivenBack,
+        // The refund failed (the store logged why) or took too long.
+        Ok(false) | Err(_) => LateOutcome::Abandoned,
     }
 }
 

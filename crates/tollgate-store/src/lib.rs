@@ -401,7 +401,9 @@ pub fn carry_by_parts<St: Store>(
             match kept {
                 None => store.reset(&part, &key).await?,
                 Some(0) => {}
-                Some(units) => store.debit(&part, &key, Debit::new(*units)).landed().await,
+                Some(units) => {
+                    store.debit(&part, &key, Debit::new(*units)).landed().await;
+                }
             }
         }
         for (index, units) in carried.to.iter().enumerate() {
@@ -410,7 +412,9 @@ pub fn carry_by_parts<St: Store>(
             }
             let debit = Debit::new(*units);
             match to.limits().len() {
-                1 => store.debit(&to, &key, debit).landed().await,
+                1 => {
+                    store.debit(&to, &key, debit).landed().await;
+                }
                 _ => {
                     let Some(part) = to.limit_alone(index) else {
                         continue;

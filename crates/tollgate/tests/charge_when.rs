@@ -302,7 +302,7 @@ impl StoreWrapper for SlowRefunds {
         let (policy, key) = (policy.clone(), key.clone());
         ChangeReply::Pending(Box::pin(async move {
             tokio::time::sleep(delay).await;
-            store.refund_now(&policy, &key, refund);
+            store.refund(&policy, &key, refund).landed().await
         }))
     }
 }

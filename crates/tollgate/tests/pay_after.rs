@@ -386,6 +386,7 @@ impl StoreWrapper for SlowDebits {
         ChangeReply::Pending(Box::pin(async move {
             tokio::time::sleep(delay).await;
             store.debit_now(&policy, &key, debit.cost);
+            true
         }))
     }
 }

@@ -80,8 +80,10 @@ impl<S: SharedStore> Exact<S> {
         let (policy, key) = (policy.clone(), key.clone());
         let shared = self.shared.clone();
         spawn_change(ChargeChange::Refund, async move {
-            shared.store.refund_now(&policy, &key, &refund).await?;
-            if let Some(slot) = slot {
+            // A refund that failed is the store's to log; the slot then
+            // counts it as never given back.
+            let landed = shared.store.refund(&policy, &key, refund).landed().await;
+            if let (true, Some(slot)) = (landed, slot) {
                 slot.refunded(shared.now());
             }
             Ok::<(), S::Error>(())

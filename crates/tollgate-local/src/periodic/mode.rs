@@ -121,8 +121,10 @@ impl<S: SharedStore> Mode<S> for Periodic<S> {
             if let (Some(slot), Some(round)) = (&slot, wait) {
                 round_ended(&**slot, round).await;
             }
-            store.refund_now(&policy, &key, &refund).await?;
-            if let Some(slot) = slot {
+            // A refund that failed is the store's to log; the slot then
+            // counts it as never given back.
+            let landed = store.refund(&policy, &key, refund).landed().await;
+            if let (true, Some(slot)) = (landed, slot) {
                 slot.refunded();
             }
             Ok::<(), S::Error>(())

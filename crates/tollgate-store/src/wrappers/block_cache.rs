@@ -367,8 +367,9 @@ where
                 let (blocked, clock) = (self.blocked.clone(), self.clock.clone());
                 let (policy, key) = (policy.clone(), key.clone());
                 ChangeReply::Pending(Box::pin(async move {
-                    landed.await;
+                    let landed = landed.await;
                     blocked.forget(&policy, &key, clock.now());
+                    landed
                 }))
             }
         }

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 /// A settlement on its way to the store.
-type Landing = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Landing = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 pin_project! {
     /// A response body holding its request's [`Meter`]: when the body

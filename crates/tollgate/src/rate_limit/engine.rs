@@ -590,7 +590,7 @@ fn bounded(reply: ChangeReply, timeout: Duration) -> ChangeReply {
     match reply {
         ChangeReply::Done => ChangeReply::Done,
         ChangeReply::Pending(landed) => ChangeReply::Pending(Box::pin(async move {
-            let _ = tokio::time::timeout(timeout, landed).await;
+            tokio::time::timeout(timeout, landed).await.unwrap_or(false)
         })),
     }
 }

@@ -110,7 +110,7 @@ pin_project! {
 }
 
 /// A settlement on its way, bounded by the store timeout.
-type Landing = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Landing = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 fn waiting<S, Req, Check, Sh>(
     wait: Duration,
