@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 use tollgate::MemoryStore;
-use tollgate::store::{BlockCache, BoxStore, Fallback, Penalty, PenaltyBox, Store, Timeout};
+use tollgate::store::{
+    BlockCache, BoxStore, Fallback, Penalty, PenaltyBox, Resilient, Store, Timeout,
+};
 use tollgate_conformance::{Kit, Race, RaceReport, Report};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
 use tollgate_tests::redis::RedisServer;
@@ -104,6 +106,17 @@ async fn wrappers_over_redis_conform() {
         all(),
     )
     .await;
+    // Every wrapper at once, as `Resilient` assembles them (the guide's
+    // docs/guide/failures.md): Redis decides, through all of them. Late
+    // checks left out as for the block cache and the fallback.
+    let assembled = Resilient::over(store.clone())
+        .timeout(Duration::from_secs(2))
+        .breaker()
+        .fallback(MemoryStore::new())
+        .block_cache()
+        .penalty_box(penalty)
+        .build();
+    passes(Kit::real_time(assembled).no_late_checks(), all()).await;
     let local = LocalFirst::builder(store, LocalMode::Exact).build();
     passes(
         Kit::real_time(BoxStore::new(local)).never_more(),

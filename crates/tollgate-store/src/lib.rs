@@ -90,6 +90,7 @@ pub use wrappers::breaker::{Breaker, BreakerState};
 pub use wrappers::fallback::{DEFAULT_MAX_KNOWN, Fallback};
 pub use wrappers::penalty::{DEFAULT_MAX_PENALTIES, Penalty, PenaltyBox};
 pub use wrappers::presence::{Presence, Share};
+pub use wrappers::resilient::{Resilient, step};
 pub use wrappers::split::Split;
 pub use wrappers::timeout::Timeout;
 

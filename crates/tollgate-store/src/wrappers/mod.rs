@@ -5,7 +5,8 @@
 //! it ([`Timeout`](timeout::Timeout)), split its limits
 //! ([`Split`](split::Split), by a [`Presence`](presence::Presence)), route
 //! between two ([`Fallback`](fallback::Fallback)) or hide its type
-//! ([`BoxStore`](boxed::BoxStore)). The contract they keep is the parent
+//! ([`BoxStore`](boxed::BoxStore)); [`Resilient`](resilient::Resilient)
+//! assembles them in the order that works. The contract they keep is the parent
 //! module's; the stores that keep counts are `memory/` and `cas/`.
 
 pub(crate) mod block_cache;
@@ -16,5 +17,6 @@ pub(crate) mod fallback;
 pub(crate) mod observed;
 pub(crate) mod penalty;
 pub(crate) mod presence;
+pub(crate) mod resilient;
 pub(crate) mod split;
 pub(crate) mod timeout;
