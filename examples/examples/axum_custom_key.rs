@@ -13,7 +13,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
-use tollgate::{HeaderKey, Key, KeyExtractor, RateLimitLayer, key::RequestInfo};
+use tollgate::{HeaderKey, Key, KeyExtractor, RateLimitLayer, key::RequestView};
 use tollgate_axum::ClientIp;
 use tollgate_examples::serving::{ServeLimits, serve};
 
@@ -28,7 +28,7 @@ struct ApiKeyOrUser {
 }
 
 impl KeyExtractor for ApiKeyOrUser {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         // Tagged, so that API key "7" and user 7 are different budgets.
         if let Some(key) = self.api_key.extract(request) {
             return Some(Key::composite(&[Key::from("key"), key]));

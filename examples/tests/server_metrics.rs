@@ -373,7 +373,7 @@ fn store_errors_and_the_breaker_are_counted_while_redis_is_away() {
     assert_eq!(send(&server, n), BTreeMap::from([(200, n)]));
     let scrape = Scrape::of(&metrics);
     assert_eq!(
-        scrape.value("tollgate_store_errors_total", &[("policy", "api")]),
+        scrape.value("tollgate_store_errors_total", &[("limits", "api")]),
         n as f64
     );
     // Open (2), or half-open (1) if a cool-down (1 s, doubling) ended
@@ -402,7 +402,7 @@ fn requests_decided_by_the_fallback_are_counted() {
     let n = 8;
     let statuses = send(&server, n);
     let scrape = Scrape::of(&metrics);
-    let fallback = scrape.value("tollgate_fallback_decisions_total", &[("policy", "api")]);
+    let fallback = scrape.value("tollgate_fallback_decisions_total", &[("limits", "api")]);
     // Each admission was the fallback's (the block cache answers only
     // after a refusal); the refusals were the fallback's or the block
     // cache's.
@@ -416,7 +416,7 @@ fn requests_decided_by_the_fallback_are_counted() {
     assert_eq!(allowed, admitted);
     assert_eq!(allowed + limited, n as f64);
     assert_eq!(
-        scrape.value("tollgate_store_errors_total", &[("policy", "api")]),
+        scrape.value("tollgate_store_errors_total", &[("limits", "api")]),
         0.0,
         "the fallback answered: the layer saw no error"
     );
@@ -433,7 +433,7 @@ fn over_redis_the_scrape_says_the_same() {
     assert_five_per_minute_figures(&scrape, n);
     // The first refusal reached Redis; the block cache answered the rest.
     assert_eq!(
-        scrape.value("tollgate_block_cache_hits_total", &[("policy", "api")]),
+        scrape.value("tollgate_block_cache_hits_total", &[("limits", "api")]),
         (n - 6) as f64
     );
     assert_eq!(
@@ -603,7 +603,7 @@ fn every_dashboard_query_names_series_a_real_scrape_contains() {
         );
     }
     // Each panel's grouping labels are the series' own.
-    for label in ["limit", "policy", "store", "decision"] {
+    for label in ["limit", "limits", "store", "decision"] {
         assert!(
             scrapes
                 .iter()

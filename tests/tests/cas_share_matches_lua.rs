@@ -258,13 +258,13 @@ impl Numbers {
     }
 }
 
-/// Whether two replies say the same: the same three numbers, server time
-/// and counts; the same times at the scripts' resolution, whole µs, but
+/// Whether two replies say the same: the same outcome, server time and
+/// counts; the same times at the scripts' resolution, whole µs, but
 /// for one µs either way (the Rust side computes in ns: a refund that
 /// raises a bucket's mark rounds its ns up where the script's µs are
 /// whole).
 fn same(rust: &ShareReply, lua: &ShareReply) -> bool {
-    let head = |r: &ShareReply| ([r.first, r.second, r.third], r.server_micros);
+    let head = |r: &ShareReply| (r.outcome, r.server_micros);
     let near = |a: u64, b: u64| a.abs_diff(b) <= 1_000;
     head(rust) == head(lua)
         && rust.decision.each().len() == lua.decision.each().len()

@@ -24,5 +24,5 @@ fn an_outage_is_logged_once_and_counted_in_full() {
     assert_eq!(warns.len(), 1, "{lines:#?}");
     assert!(warns[0].contains("connection refused"), "{lines:#?}");
     assert!(warns[0].contains("held_back=0"), "{lines:#?}");
-    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 500);
+    assert_eq!(counts.get("tollgate_store_errors_total{limits=api}"), 500);
 }

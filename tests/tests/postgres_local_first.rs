@@ -34,7 +34,7 @@ fn local_first() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_first_store_over_postgres_conforms_in_both_modes() {
     let server = PostgresServer::start();
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         let shared = store(&server, &format!("kit-{mode:?}")).await;
         // Boxed, as the playground stacks it.
         let local = BoxStore::new(LocalFirst::builder(shared, mode).build());
@@ -59,7 +59,7 @@ async fn the_local_first_store_over_postgres_conforms_in_both_modes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_first_instances_over_postgres_race_in_both_modes() {
     let server = PostgresServer::start();
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         let mut instances = Vec::new();
         for _ in 0..4 {
             instances.push(store(&server, "race").await);

@@ -194,8 +194,11 @@ async fn table(
     ));
     let exact = LocalFirst::builder(redis("table-exact").await.unwrap(), LocalMode::Exact).build();
     rows.push(("`LocalFirst` exact", row(exact).await));
-    let periodic =
-        LocalFirst::builder(redis("table-periodic").await.unwrap(), LocalMode::PERIODIC).build();
+    let periodic = LocalFirst::builder(
+        redis("table-periodic").await.unwrap(),
+        LocalMode::periodic(),
+    )
+    .build();
     rows.push(("`LocalFirst` periodic", row(periodic).await));
     let timeout = Timeout::new(
         redis("table-timeout").await.unwrap(),

@@ -76,7 +76,7 @@ async fn the_redis_store_conforms_with_and_without_its_block_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_first_store_conforms_in_both_modes() {
     let server = RedisServer::start();
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         let store = LocalFirst::builder(redis(&server, "kit-local", true).await, mode).build();
         // Reservations (exact) and readings (periodic) may refuse, and show
         // as spent, units the memory store would still have: never more.
@@ -192,7 +192,7 @@ async fn the_redis_store_races_through_several_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_first_store_races_in_both_modes() {
     let server = RedisServer::start();
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         let stores = instances(&server, "race-local", 4).await;
         let mut next = 0;
         let race = Race::new(move || {

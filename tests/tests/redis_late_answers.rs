@@ -153,7 +153,7 @@ async fn late_answers_through_a_penalty_box_and_local_first_periodic_are_given_b
     let mut direct = login_app(direct, Duration::from_secs(2));
     successes_never_stay_charged(&mut slow, &mut direct, USERS, "penalty-box").await;
 
-    let periodic = |store| LocalFirst::builder(store, LocalMode::PERIODIC).build();
+    let periodic = |store| LocalFirst::builder(store, LocalMode::periodic()).build();
     let mut slow = login_app(periodic(redis(&slow_url, "late-lp").await), STORE_TIMEOUT);
     let mut direct = login_app(
         periodic(redis(&server.url(), "late-lp").await),

@@ -62,7 +62,7 @@ fn the_plain_store_counts_its_calls_and_the_block_cache_its_hits() {
         assert_eq!(store.calls(), 3);
     });
     assert_eq!(counts.get("tollgate_redis_calls_total{call=check}"), 3);
-    assert_eq!(counts.get("tollgate_block_cache_hits_total{policy=api}"), 2);
+    assert_eq!(counts.get("tollgate_block_cache_hits_total{limits=api}"), 2);
 }
 
 #[test]
@@ -236,9 +236,9 @@ fn with_redis_away_the_fallback_decides_and_is_counted() {
         assert_eq!(send(&app, 6).await, 3);
     });
     assert_eq!(
-        counts.get("tollgate_fallback_decisions_total{policy=api}"),
+        counts.get("tollgate_fallback_decisions_total{limits=api}"),
         6
     );
     assert_eq!(decisions(&counts), [5, 3, 0]);
-    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 0);
+    assert_eq!(counts.get("tollgate_store_errors_total{limits=api}"), 0);
 }

@@ -91,7 +91,7 @@ async fn five_hundred_units_against_a_thousand_a_minute_in_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_first_store_charges_debts() {
     let server = RedisServer::start();
-    for (i, mode) in [LocalMode::Exact, LocalMode::PERIODIC]
+    for (i, mode) in [LocalMode::Exact, LocalMode::periodic()]
         .into_iter()
         .enumerate()
     {

@@ -123,7 +123,7 @@ async fn usage_carries_over_a_plan_change_on_the_local_first_store() {
     let server = RedisServer::start();
     for (name, mode) in [
         ("exact", LocalMode::Exact),
-        ("periodic", LocalMode::PERIODIC),
+        ("periodic", LocalMode::periodic()),
     ] {
         for algorithm in ALGORITHMS {
             let clock = ManualClock::new(1_700_000_000 * SECOND);
@@ -418,7 +418,7 @@ async fn a_restart_reads_what_a_local_first_store_wrote_under_its_quota() {
     let server = RedisServer::start();
     for (name, mode) in [
         ("exact", LocalMode::Exact),
-        ("periodic", LocalMode::PERIODIC),
+        ("periodic", LocalMode::periodic()),
     ] {
         for algorithm in plans_common::AT_ONCE {
             if !algorithm.local_first() {

@@ -206,7 +206,7 @@ async fn redis_without_the_block_cache_gives_back_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn local_first_gives_back_through_redis() {
     let server = RedisServer::start();
-    let modes = [LocalMode::Exact, LocalMode::PERIODIC];
+    let modes = [LocalMode::Exact, LocalMode::periodic()];
     for (m, mode) in modes.into_iter().enumerate() {
         for algorithm in [
             Algorithm::Gcra,

@@ -2,7 +2,7 @@
 //! table.
 
 use axum::extract::MatchedPath;
-use tollgate::{Key, KeyExtractor, key::RequestInfo};
+use tollgate::{Key, KeyExtractor, key::RequestView};
 
 /// The route template the request matched, e.g. `/users/{id}`: one limit
 /// per route, shared by every client (combine with a client key in a tuple,
@@ -16,7 +16,7 @@ use tollgate::{Key, KeyExtractor, key::RequestInfo};
 pub struct RouteKey;
 
 impl KeyExtractor for RouteKey {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         let path = request.extensions.get::<MatchedPath>()?;
         Some(Key::from_bytes(path.as_str().as_bytes()))
     }
@@ -50,9 +50,9 @@ impl KeyExtractor for RouteKey {
 /// axum records the matched route before the route's middleware runs, so
 /// this works under `Router::layer` and `Router::route_layer`. Requests that
 /// matched no route (the fallback) never match.
-pub fn matched_path(template: &str) -> impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static {
+pub fn matched_path(template: &str) -> impl Fn(&RequestView<'_>) -> bool + Send + Sync + 'static {
     let template: Box<str> = template.into();
-    move |request: &RequestInfo<'_>| {
+    move |request: &RequestView<'_>| {
         request
             .extensions
             .get::<MatchedPath>()

@@ -6,7 +6,7 @@
 use axum::extract::ConnectInfo;
 use http::Request;
 use std::net::SocketAddr;
-use tollgate::{Key, KeyExtractor, key::RequestInfo};
+use tollgate::{Key, KeyExtractor, key::RequestView};
 use tollgate_axum::{ClientIp, ProxyHeader};
 use tollgate_tests::alloc::{CountingAllocator, allocations};
 
@@ -36,7 +36,7 @@ fn keying_by_client_ip_behind_proxies_allocates_nothing() {
     for header in [ProxyHeader::XForwardedFor, ProxyHeader::Forwarded] {
         let client_ip = ClientIp::trusting(["10.0.0.0/8".parse().unwrap()]).headers([header]);
         let request = forwarded_request(header);
-        let info = RequestInfo::new(&request);
+        let info = RequestView::new(&request);
         let expected = Key::from("203.0.113.9".parse::<std::net::IpAddr>().unwrap());
         assert_eq!(client_ip.extract(&info), Some(expected.clone()));
         let before = allocations();

@@ -22,7 +22,7 @@
 //!   [`CasStoreBuilder::max_attempts`] times (8 by default), then fails
 //!   with [`CasError::Contended`] — never admits without a write. Each
 //!   lost race is counted ([`CasStore::conflicts`], and with the `metrics`
-//!   feature `tollgate_store_cas_conflicts_total{policy}`).
+//!   feature `tollgate_store_cas_conflicts_total{limits}`).
 //! - **The backend's clock.** The time of every decision is the one the
 //!   backend read with the value ([`Snapshot::now`]): a database's
 //!   `now()`, so that every instance sharing it decides on one clock, as

@@ -21,11 +21,10 @@ impl<B: CasBackend + std::fmt::Debug> SharedStore for CasStore<B> {
         key: &Key,
         op: ShareOp,
     ) -> Result<ShareReply, CasError<B::Error>> {
+        let read = op.reader();
         let reply = self.call(policy, key, Op::Share(op), None).await?;
         Ok(ShareReply {
-            first: reply.head[0],
-            second: reply.head[1],
-            third: reply.head[2],
+            outcome: read(reply.head),
             decision: reply.decision,
             server_micros: reply.now / 1_000,
         })

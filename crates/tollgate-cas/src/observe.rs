@@ -3,10 +3,10 @@
 //! tollgate's.
 
 /// A write lost its race to another writer of the same key, under
-/// `policy`: `tollgate_store_cas_conflicts_total{policy}`.
+/// `policy`: `tollgate_store_cas_conflicts_total{limits}`.
 #[cfg(feature = "metrics")]
 pub(crate) fn conflict(policy: &str) {
-    metrics::counter!("tollgate_store_cas_conflicts_total", "policy" => policy.to_owned())
+    metrics::counter!("tollgate_store_cas_conflicts_total", "limits" => policy.to_owned())
         .increment(1);
 }
 
@@ -15,10 +15,10 @@ pub(crate) fn conflict(policy: &str) {
 pub(crate) fn conflict(_: &str) {}
 
 /// A call under `policy` was given up after losing every attempt's race:
-/// `tollgate_store_cas_contended_total{policy}`.
+/// `tollgate_store_cas_contended_total{limits}`.
 #[cfg(feature = "metrics")]
 pub(crate) fn contended(policy: &str) {
-    metrics::counter!("tollgate_store_cas_contended_total", "policy" => policy.to_owned())
+    metrics::counter!("tollgate_store_cas_contended_total", "limits" => policy.to_owned())
         .increment(1);
 }
 

@@ -22,7 +22,7 @@ fn local_first() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_first_store_over_cas_conforms_in_both_modes() {
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         let store = LocalFirst::builder(CasStore::new(MemoryBackend::new()), mode).build();
         // Reservations (exact) and readings (periodic) may refuse, and show
         // as spent, units the memory store would still have: never more.
@@ -59,7 +59,7 @@ async fn conforms<St: Store>(store: St, late: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrappers_around_local_first_over_cas_conform() {
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         let local = || LocalFirst::builder(CasStore::new(MemoryBackend::new()), mode).build();
         conforms(
             Breaker::new(Timeout::new(local(), Duration::from_secs(2))),
@@ -81,7 +81,7 @@ async fn wrappers_around_local_first_over_cas_conform() {
 /// every call of the primary fails, the memory store decides, exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_whose_primary_is_local_first_over_cas_conforms_up_and_down() {
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         // A timeout no busy machine reaches while the backend is up: a
         // check that timed out would be the memory store's. A late check is
         // the secondary's to decide (`Kit::no_late_checks`).
@@ -123,7 +123,7 @@ fn fallback_to_memory<B: CasBackend + Clone + std::fmt::Debug>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_first_instances_over_one_cas_backend_race_in_both_modes() {
-    for mode in [LocalMode::Exact, LocalMode::PERIODIC] {
+    for mode in [LocalMode::Exact, LocalMode::periodic()] {
         let backend = MemoryBackend::new();
         // Each instance its own local-first store (its own held units,
         // reports and shares) over the one backend.

@@ -41,6 +41,6 @@ pub use local_first::LocalFirst;
 pub use mode::LocalMode;
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
-pub use share::{ShareOp, ShareReply, SharedStore};
+pub use share::{ShareOp, ShareOutcome, ShareReply, SharedStore};
 pub use stats::LocalStats;
 pub use support::supports;

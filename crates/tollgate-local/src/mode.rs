@@ -16,12 +16,23 @@ pub enum LocalMode {
 }
 
 impl LocalMode {
-    /// Periodic mode with the default interval, 100 ms: ten calls a second
-    /// per busy key and instance, and a share of a key that an instance
-    /// leaves held from the others for at most 450 ms.
-    pub const PERIODIC: LocalMode = LocalMode::Periodic {
-        sync_interval: Duration::from_millis(100),
-    };
+    /// [`Periodic`](Self::Periodic) mode with the default interval,
+    /// 100 ms: ten calls a second per busy key and instance, and a share of
+    /// a key that an instance leaves held from the others for at most
+    /// 450 ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_local::LocalMode;
+    ///
+    /// let sync_interval = Duration::from_millis(100);
+    /// assert_eq!(LocalMode::periodic(), LocalMode::Periodic { sync_interval });
+    /// ```
+    pub const fn periodic() -> LocalMode {
+        LocalMode::Periodic {
+            sync_interval: Duration::from_millis(100),
+        }
+    }
 }
 
 impl LocalMode {

@@ -147,16 +147,8 @@ pub enum ShareOp {
 /// A shared store's answer to a [`ShareOp`].
 #[derive(Clone, Debug)]
 pub struct ShareReply {
-    /// Reserve: the units granted. Sync: 1 if the report was applied now.
-    /// Refund: the units taken off the holder's held count.
-    pub first: i64,
-    /// Reserve: how long the grant may be spent, in µs (−1: no lapse).
-    /// Sync: the share this instance may admit until its next sync.
-    pub second: i64,
-    /// Reserve: how long everything the instance holds may be spent, in µs,
-    /// as the limits that count held units recorded it (−1: none does).
-    /// Sync: how many instances hold a live share, this one included.
-    pub third: i64,
+    /// What the operation did, in its own terms.
+    pub outcome: ShareOutcome,
     /// The limits' decisions: after the grant, or for the least asked when
     /// nothing was granted; sync and refund: for a cost of 0 after the
     /// report or the refund.
@@ -164,4 +156,74 @@ pub struct ShareReply {
     /// When the script ran, in the server's µs (0 if unknown): orders
     /// answers that may arrive out of order.
     pub server_micros: u64,
+}
+
+/// What a [`ShareOp`] did, one variant per operation. A shared store
+/// answers three numbers (`share.lua`'s head, and the compare-and-swap
+/// store's same operations); [`ShareOp::reader`] names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShareOutcome {
+    /// What a [`ShareOp::Reserve`] granted.
+    Reserved {
+        /// The units granted (0: none).
+        granted: u64,
+        /// How long the grant may be spent, in µs (`None`: no lapse).
+        grant_micros: Option<u64>,
+        /// How long everything the holder holds may be spent, in µs, as
+        /// the limits that count held units recorded it (`None`: none
+        /// does).
+        held_micros: Option<u64>,
+    },
+    /// What a [`ShareOp::Refund`] gave back.
+    GivenBack {
+        /// The units taken off the holder's held count.
+        taken: u64,
+    },
+    /// What a [`ShareOp::Sync`] reported and read.
+    Synced {
+        /// Whether the report was applied now (not a report sent again).
+        applied: bool,
+        /// The share this instance may admit until its next sync.
+        share: u64,
+        /// How many instances hold a live share, this one included.
+        sharing: u64,
+    },
+}
+
+impl ShareOp {
+    /// How the three numbers a shared store answers to this operation
+    /// read: a function, so that a store keeps it while the operation
+    /// itself goes to the store. A negative count reads as none, a
+    /// negative time as no bound.
+    ///
+    /// ```
+    /// use tollgate_local::{ShareOp, ShareOutcome};
+    ///
+    /// let give_back = ShareOp::Refund {
+    ///     cost: 2,
+    ///     holder: 7,
+    ///     report: 1,
+    ///     ago_micros: 0,
+    ///     resets: Default::default(),
+    /// };
+    /// let read = give_back.reader();
+    /// assert_eq!(read([2, 0, 0]), ShareOutcome::GivenBack { taken: 2 });
+    /// ```
+    pub fn reader(&self) -> fn([i64; 3]) -> ShareOutcome {
+        match self {
+            ShareOp::Reserve { .. } => |head| ShareOutcome::Reserved {
+                granted: u64::try_from(head[0]).unwrap_or(0),
+                grant_micros: u64::try_from(head[1]).ok(),
+                held_micros: u64::try_from(head[2]).ok(),
+            },
+            ShareOp::Refund { .. } => |head| ShareOutcome::GivenBack {
+                taken: u64::try_from(head[0]).unwrap_or(0),
+            },
+            ShareOp::Sync { .. } => |head| ShareOutcome::Synced {
+                applied: head[0] > 0,
+                share: u64::try_from(head[1]).unwrap_or(0),
+                sharing: u64::try_from(head[2]).unwrap_or(1),
+            },
+        }
+    }
 }

@@ -77,7 +77,7 @@
 //! instance or others (the reasoning, and what the cached figures say, is
 //! at [`tollgate_store::BlockCache`]). A cheaper request, which might
 //! pass, still goes to Redis. The cache is bounded (100,000 keys) and
-//! its hits count as `tollgate_block_cache_hits_total{policy}` with
+//! its hits count as `tollgate_block_cache_hits_total{limits}` with
 //! tollgate's `metrics` feature.
 //!
 //! # Servers

@@ -12,7 +12,7 @@ use redis::Cmd;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
-use tollgate_local::{ShareOp, ShareReply};
+use tollgate_local::{ShareOp, ShareOutcome, ShareReply};
 use tollgate_store::{Key, Policy, PolicyDecision};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
@@ -439,10 +439,12 @@ impl PreparedPolicy {
         command
     }
 
-    /// Reads `share.lua`'s reply: three integers, then what
+    /// Reads `share.lua`'s reply: three integers, read by `read` (the
+    /// operation's [`ShareOp::reader`]), then what
     /// [`verdict`](Self::verdict) reads.
     pub(crate) fn share_reply(
         &self,
+        read: fn([i64; 3]) -> ShareOutcome,
         reply: &[i64],
     ) -> (Option<u64>, Result<ShareReply, RedisStoreError>) {
         let Some((head, rest)) = reply.split_first_chunk::<3>() else {
@@ -453,9 +455,7 @@ impl PreparedPolicy {
         };
         let (server_now, verdict) = self.verdict(rest);
         let reply = verdict.map(|decision| ShareReply {
-            first: head[0],
-            second: head[1],
-            third: head[2],
+            outcome: read(*head),
             decision,
             server_micros: server_now.unwrap_or(0),
         });

@@ -36,7 +36,7 @@ impl SharedStore for RedisStore {
 mod tests {
     use crate::RedisStore;
     use tollgate_core::{Algorithm, Quota};
-    use tollgate_local::{ShareOp, SharedStore};
+    use tollgate_local::{ShareOp, ShareOutcome, SharedStore};
     use tollgate_store::{Key, NamedLimit, Policy};
     use tollgate_tests::redis::RedisServer;
 
@@ -74,14 +74,24 @@ mod tests {
                 want: 0,
             };
             let key = Key::from("k");
+            let applied = |reply: &tollgate_local::ShareReply| match reply.outcome {
+                ShareOutcome::Synced { applied, .. } => applied,
+                other => panic!("a sync answered {other:?}"),
+            };
             let first = redis.share(&policy, &key, report(10, 1)).await.unwrap();
-            assert_eq!((first.first, first.decision.merged().remaining()), (1, 90));
+            assert_eq!(
+                (applied(&first), first.decision.merged().remaining()),
+                (true, 90)
+            );
             let again = redis.share(&policy, &key, report(10, 1)).await.unwrap();
-            assert_eq!((again.first, again.decision.merged().remaining()), (0, 90));
+            assert_eq!(
+                (applied(&again), again.decision.merged().remaining()),
+                (false, 90)
+            );
             let next = redis.share(&policy, &key, report(5, 2)).await.unwrap();
             assert_eq!(
-                (next.first, next.decision.merged().remaining()),
-                (1, 85),
+                (applied(&next), next.decision.merged().remaining()),
+                (true, 85),
                 "{algorithm}"
             );
             // Another instance's (or policy's) report of the same sequence
@@ -121,7 +131,10 @@ mod tests {
             left: 0,
             want: u64::MAX,
         };
-        let share = |reply: tollgate_local::ShareReply| (reply.second, reply.third);
+        let share = |reply: tollgate_local::ShareReply| match reply.outcome {
+            ShareOutcome::Synced { share, sharing, .. } => (share, sharing),
+            other => panic!("a sync answered {other:?}"),
+        };
         let minute = 60_000_000;
         let a = redis
             .share(&policy, &key, sync(7, 0, 0, 0, minute, 0))
@@ -214,7 +227,10 @@ mod tests {
             left,
             want,
         };
-        let share = |reply: tollgate_local::ShareReply| (reply.second, reply.third);
+        let share = |reply: tollgate_local::ShareReply| match reply.outcome {
+            ShareOutcome::Synced { share, sharing, .. } => (share, sharing),
+            other => panic!("a sync answered {other:?}"),
+        };
         let mut steps = Vec::new();
         for (instance, want, left, expected, why) in [
             (7, 10, 0, (50, 1), "alone: half, room for one more"),

@@ -578,11 +578,12 @@ impl RedisStore {
             ShareOp::Sync { .. } => "sync",
             ShareOp::Refund { .. } => "refund",
         };
+        let read = op.reader();
         let command = prepared.share_command(&self.shared.prefix, key, op, self.now_micros());
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call(name);
         let reply = call_until_answered(&self.shared, &prepared.share_script, &command).await?;
-        let (server_now, answer) = prepared.share_reply(&reply);
+        let (server_now, answer) = prepared.share_reply(read, &reply);
         if let Some(server_now) = server_now {
             self.shared.server_clock.observe(server_now);
         }

@@ -19,7 +19,7 @@ pub fn report_failure(policy: &Policy, error: &dyn std::fmt::Display) {
     static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
     if let Some(held_back) = QUIET.pass() {
         tracing::warn!(
-            policy = policy.label(),
+            limits = policy.label(),
             %error,
             held_back,
             "rate-limit store failed; applying on_store_error (at most one such warning \

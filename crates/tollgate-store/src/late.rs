@@ -259,7 +259,7 @@ fn report(policy: &Policy, outcome: LateOutcome) {
             static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
             if let Some(held_back) = QUIET.pass() {
                 tracing::warn!(
-                    policy = policy.label(),
+                    limits = policy.label(),
                     held_back,
                     "a check that came back after the layer stopped waiting admitted, and the \
                      store cannot give charges back: the charge stands (a store that does I/O \
@@ -280,7 +280,7 @@ fn abandon(policy: &Policy, why: &str) {
     static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
     if let Some(held_back) = QUIET.pass() {
         tracing::warn!(
-            policy = policy.label(),
+            limits = policy.label(),
             why,
             held_back,
             "a check the layer stopped waiting on is not heard out: a charge it made may stand \

@@ -1,7 +1,8 @@
 //! Counters through the `metrics` facade (with the `metrics` feature). A
-//! dashboard's series, and the labels to filter them by (`limit` is a
-//! limit's name; `policy` is a policy's [`label`](crate::Policy::label),
-//! its limits' names joined by commas; `store` is a store's type name):
+//! dashboard's series, and the labels to filter them by (`limit` is one
+//! limit's name; `limits` every limit a request is checked against, a
+//! policy's [`label`](crate::Policy::label): the names joined by commas;
+//! `store` is a store's type name):
 //!
 //! - `tollgate_decisions_total{limit, decision}` per named limit, where
 //!   `decision` is `allowed` (the limit admitted the request and was
@@ -18,12 +19,12 @@
 //!   with a fifth of its quota or less (`remaining ≤ 0.2 × limit`; for an
 //!   in-flight limit, free slots), the early warning before refusals
 //!   start;
-//! - `tollgate_store_errors_total{policy}`: store failures and timeouts the
+//! - `tollgate_store_errors_total{limits}`: store failures and timeouts the
 //!   layer answered by its `on_store_error`;
-//! - `tollgate_fallback_decisions_total{policy}`: requests a
+//! - `tollgate_fallback_decisions_total{limits}`: requests a
 //!   [`Fallback`](crate::Fallback)'s secondary decided because its
 //!   primary failed;
-//! - `tollgate_block_cache_hits_total{policy}` for the requests a block
+//! - `tollgate_block_cache_hits_total{limits}` for the requests a block
 //!   cache refused without asking its store (`store::BlockCache`, and the
 //!   Redis store's own; each is also counted as "limited" above when a
 //!   layer judges it);
@@ -31,8 +32,8 @@
 //! - a circuit breaker's `tollgate_breaker_state{store}` (0 closed, 1
 //!   half-open, 2 open) and `tollgate_breaker_opened_total{store}`;
 //! - a compare-and-swap store's (`tollgate-cas`, its `metrics` feature) lost races,
-//!   `tollgate_store_cas_conflicts_total{policy}`, and the calls it gave up
-//!   after losing every attempt, `tollgate_store_cas_contended_total{policy}`;
+//!   `tollgate_store_cas_conflicts_total{limits}`, and the calls it gave up
+//!   after losing every attempt, `tollgate_store_cas_contended_total{limits}`;
 //! - how checks heard out after their caller stopped waiting ended,
 //!   `tollgate_late_checks_total{outcome="given_back"|"not_charged"|"kept"|"abandoned"}`
 //!   (see `store::late`).
@@ -195,7 +196,7 @@ impl PolicyMetrics {
         let of_policy = |metric: &'static str| {
             metrics::Key::from_parts(
                 metric,
-                vec![metrics::Label::new("policy", label.to_owned())],
+                vec![metrics::Label::new("limits", label.to_owned())],
             )
         };
         PolicyMetrics {
@@ -380,7 +381,7 @@ pub fn decided(metrics: &PolicyMetrics, admitted: bool, each: &[Decision], shado
 pub fn decided(_: &PolicyMetrics, _: bool, _: &[Decision], _: Shadow) {}
 
 /// A [`Fallback`](crate::Fallback)'s secondary decided a request of
-/// `metrics`' policy: `tollgate_fallback_decisions_total{policy}`.
+/// `metrics`' policy: `tollgate_fallback_decisions_total{limits}`.
 #[cfg(feature = "metrics")]
 pub fn fallback_decided(metrics: &PolicyMetrics) {
     metrics::with_recorder(|recorder| {

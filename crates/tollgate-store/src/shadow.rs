@@ -107,7 +107,7 @@ impl ShadowLimits {
         match store.check_within(&self.policy, key, cost, within) {
             StoreReply::Ready(Ok(verdict)) => self.observe(&verdict),
             StoreReply::Ready(Err(error)) => {
-                tracing::debug!(policy = self.policy.label(), %error, "shadow check failed");
+                tracing::debug!(limits = self.policy.label(), %error, "shadow check failed");
             }
             StoreReply::Pending(check) => {
                 let watched = Watched::new(check, store.clone(), &self.policy, key, cost);
@@ -133,9 +133,9 @@ impl ShadowLimits {
             match tokio::time::timeout(within, check).await {
                 Ok(Ok(verdict)) => shadow.observe(&verdict),
                 Ok(Err(error)) => {
-                    tracing::debug!(policy = shadow.policy.label(), %error, "shadow check failed");
+                    tracing::debug!(limits = shadow.policy.label(), %error, "shadow check failed");
                 }
-                Err(_) => tracing::debug!(policy = shadow.policy.label(), "shadow check timed out"),
+                Err(_) => tracing::debug!(limits = shadow.policy.label(), "shadow check timed out"),
             }
             PENDING.fetch_sub(1, Ordering::Relaxed);
         });

@@ -7,7 +7,7 @@
 
 use http::HeaderName;
 use http::header::AUTHORIZATION;
-use tollgate::{HeaderKey, Key, KeyExtractor, PeerIp, key::RequestInfo};
+use tollgate::{HeaderKey, Key, KeyExtractor, PeerIp, key::RequestView};
 use tonic::transport::server::TcpConnectInfo;
 
 /// The peer's IP address, from the connection info tonic's server puts on
@@ -22,7 +22,7 @@ use tonic::transport::server::TcpConnectInfo;
 pub struct GrpcPeerIp;
 
 impl KeyExtractor for GrpcPeerIp {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         request
             .extensions
             .get::<TcpConnectInfo>()
@@ -56,7 +56,7 @@ impl MetadataKey {
 }
 
 impl KeyExtractor for MetadataKey {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         self.0.extract(request)
     }
 }
@@ -77,7 +77,7 @@ pub struct BearerToken;
 const MAX_TOKEN_LEN: usize = 8 * 1024;
 
 impl KeyExtractor for BearerToken {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         let value = request.headers.get(AUTHORIZATION)?.as_bytes();
         let (scheme, token) = value.split_at_checked(7)?;
         let token = token.trim_ascii();
@@ -94,7 +94,7 @@ impl KeyExtractor for BearerToken {
 pub struct GrpcMethod;
 
 impl KeyExtractor for GrpcMethod {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         let path = request.uri.path();
         // A gRPC path always has a service and a method; anything else is
         // not a gRPC call and gets no key.
@@ -109,7 +109,7 @@ mod tests {
     use http::Request;
 
     fn key_of(extractor: &impl KeyExtractor, request: &Request<()>) -> Option<Key> {
-        extractor.extract(&RequestInfo::new(request))
+        extractor.extract(&RequestView::new(request))
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub use tollgate_store::{Key, KeyView};
 /// The parts of a request a key can be made from.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
-pub struct RequestInfo<'a> {
+pub struct RequestView<'a> {
     /// The method.
     pub method: &'a Method,
     /// The URI.
@@ -25,10 +25,10 @@ pub struct RequestInfo<'a> {
     pub extensions: &'a Extensions,
 }
 
-impl<'a> RequestInfo<'a> {
+impl<'a> RequestView<'a> {
     /// A view of `request`.
     pub fn new<B>(request: &'a Request<B>) -> Self {
-        RequestInfo {
+        RequestView {
             method: request.method(),
             uri: request.uri(),
             headers: request.headers(),
@@ -43,7 +43,7 @@ impl<'a> RequestInfo<'a> {
 /// connection info); the layer then applies its [`OnMissingKey`] behaviour.
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The request's key, or `None`.
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key>;
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key>;
 }
 
 /// What the layer does with a request whose key cannot be extracted.
@@ -72,7 +72,7 @@ pub struct GlobalKey;
 
 impl KeyExtractor for GlobalKey {
     #[inline]
-    fn extract(&self, _: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, _: &RequestView<'_>) -> Option<Key> {
         Some(Key::GLOBAL)
     }
 }
@@ -134,7 +134,7 @@ impl KeyExtractor for PeerIp {
     // which stalls the load (with the memory store's like stall, about
     // 11 ns a request: BENCHMARKS.md, issue 51's third session).
     #[inline(always)]
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         PeerIp::peer_addr(request.extensions).map(|addr| Key::from(addr.ip().to_canonical()))
     }
 }
@@ -229,7 +229,7 @@ impl HeaderKey {
 }
 
 impl KeyExtractor for HeaderKey {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         self.key_for(request.headers.get(&self.name)?.as_bytes())
     }
 }
@@ -247,7 +247,7 @@ impl KeyExtractor for HeaderKey {
 /// ```
 pub fn key_fn<F>(f: F) -> FnKey<F>
 where
-    F: Fn(&RequestInfo<'_>) -> Option<Key> + Send + Sync + 'static,
+    F: Fn(&RequestView<'_>) -> Option<Key> + Send + Sync + 'static,
 {
     FnKey(f)
 }
@@ -258,21 +258,21 @@ pub struct FnKey<F>(F);
 
 impl<F> KeyExtractor for FnKey<F>
 where
-    F: Fn(&RequestInfo<'_>) -> Option<Key> + Send + Sync + 'static,
+    F: Fn(&RequestView<'_>) -> Option<Key> + Send + Sync + 'static,
 {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         (self.0)(request)
     }
 }
 
 impl<K: KeyExtractor + ?Sized> KeyExtractor for Arc<K> {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         (**self).extract(request)
     }
 }
 
 impl<K: KeyExtractor + ?Sized> KeyExtractor for Box<K> {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         (**self).extract(request)
     }
 }
@@ -282,7 +282,7 @@ macro_rules! tuple_extractor {
         /// All parts must be present; the key is their [`Key::composite`].
         impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
             #[allow(non_snake_case)]
-            fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+            fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
                 let ($($name,)+) = self;
                 Some(Key::composite(&[$($name.extract(request)?),+]))
             }
@@ -299,8 +299,8 @@ mod tests {
     use super::*;
     use std::net::{IpAddr, Ipv6Addr};
 
-    fn info<'a>(req: &'a Request<()>) -> RequestInfo<'a> {
-        RequestInfo::new(req)
+    fn info<'a>(req: &'a Request<()>) -> RequestView<'a> {
+        RequestView::new(req)
     }
 
     #[test]

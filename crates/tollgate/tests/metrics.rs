@@ -106,7 +106,7 @@ fn decisions_and_store_failures_are_counted_per_limit() {
         counts.get("tollgate_decisions_total{limit=api,decision=limited}"),
         3
     );
-    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 1);
+    assert_eq!(counts.get("tollgate_store_errors_total{limits=api}"), 1);
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn refusals_a_block_cache_answers_are_counted_as_its_hits() {
         counts.get("tollgate_decisions_total{limit=api,decision=limited}"),
         4
     );
-    assert_eq!(counts.get("tollgate_block_cache_hits_total{policy=api}"), 3);
+    assert_eq!(counts.get("tollgate_block_cache_hits_total{limits=api}"), 3);
 }
 
 #[cfg(feature = "quotas")]
@@ -224,15 +224,15 @@ fn a_compare_and_swap_stores_lost_races_are_counted() {
         send(&mut service, Request::new(())).await;
     });
     assert_eq!(
-        counts.get("tollgate_store_cas_conflicts_total{policy=api}"),
+        counts.get("tollgate_store_cas_conflicts_total{limits=api}"),
         3
     );
     assert_eq!(
-        counts.get("tollgate_store_cas_contended_total{policy=api}"),
+        counts.get("tollgate_store_cas_contended_total{limits=api}"),
         1
     );
     // The layer saw a store error (and let the request through).
-    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 1);
+    assert_eq!(counts.get("tollgate_store_errors_total{limits=api}"), 1);
 }
 
 /// The memory store, answering after `delay` (0: at once); when `refunds`
@@ -461,12 +461,12 @@ fn requests_the_fallbacks_secondary_decided_are_counted() {
         send(&mut service, Request::new(())).await;
     });
     assert_eq!(
-        counts.get("tollgate_fallback_decisions_total{policy=api}"),
+        counts.get("tollgate_fallback_decisions_total{limits=api}"),
         3
     );
     // The secondaries' decisions are the layers': the first admits 2, the
     // second 1.
     assert_eq!(decisions(&counts, "api"), [3, 0, 0]);
     // The layer saw no failure: the fallback answered.
-    assert_eq!(counts.get("tollgate_store_errors_total{policy=api}"), 0);
+    assert_eq!(counts.get("tollgate_store_errors_total{limits=api}"), 0);
 }

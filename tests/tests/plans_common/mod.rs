@@ -94,7 +94,7 @@ pub fn app_in_mode<S: tollgate_local::SharedStore>(
             quotas,
         ),
         "periodic" => app(
-            LocalFirst::builder(shared, LocalMode::PERIODIC).build(),
+            LocalFirst::builder(shared, LocalMode::periodic()).build(),
             algorithm,
             quotas,
         ),

@@ -20,7 +20,7 @@ use ipnet::IpNet;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tollgate::{Key, KeyExtractor, PeerIp, key::RequestInfo};
+use tollgate::{Key, KeyExtractor, PeerIp, key::RequestView};
 
 /// Which peers may speak for the client.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -252,7 +252,7 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         let peer = PeerIp::peer_addr(request.extensions)?;
         Some(self.key_for(self.resolve(peer, request.headers)))
     }
@@ -423,7 +423,7 @@ mod tests {
     fn without_connection_info_there_is_no_key() {
         let request = http::Request::new(());
         assert_eq!(
-            ClientIp::default().extract(&RequestInfo::new(&request)),
+            ClientIp::default().extract(&RequestView::new(&request)),
             None
         );
         let mut request = http::Request::new(());
@@ -431,7 +431,7 @@ mod tests {
             .extensions_mut()
             .insert(tollgate::key::PeerAddr(peer("10.0.0.1")));
         assert_eq!(
-            behind_proxy().extract(&RequestInfo::new(&request)),
+            behind_proxy().extract(&RequestView::new(&request)),
             Some(Key::from(ip("10.0.0.1")))
         );
     }

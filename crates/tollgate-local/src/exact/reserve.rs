@@ -3,7 +3,7 @@
 //! their hold, unspent.
 
 use super::slot::{ExactSlot, Grant, Holdings, Refusal, Returned};
-use crate::share::{ShareOp, SharedStore};
+use crate::share::{ShareOp, ShareOutcome, SharedStore};
 use crate::shared::{Shared, holder};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -64,32 +64,39 @@ pub(crate) async fn reserve<S: SharedStore>(
         state.round += 1;
         match result {
             Ok(reply) => {
-                if reply.first > 0 || reply.decision.merged().allowed() {
+                let (granted, grant_micros, held_micros) = match reply.outcome {
+                    ShareOutcome::Reserved {
+                        granted,
+                        grant_micros,
+                        held_micros,
+                    } => (granted, grant_micros, held_micros),
+                    _ => (0, None, None),
+                };
+                if granted > 0 || reply.decision.merged().allowed() {
                     state.recorded = report;
                 }
                 if state.failure.take().is_some() {
                     tracing::info!(
-                        policy = slot.policy.label(),
+                        limits = slot.policy.label(),
                         "local-first store: Redis answers again; reservations resume"
                     );
                 }
-                let granted = u64::try_from(reply.first).unwrap_or(0);
                 if granted > 0 {
                     // A lapse is counted from when the call left: the script
                     // ran later, so the grant lapses no later than Redis says.
-                    let after = |micros: i64| {
-                        u64::try_from(micros).map_or(u64::MAX, |micros| {
+                    let after = |micros: Option<u64>| {
+                        micros.map_or(u64::MAX, |micros| {
                             sent.saturating_add(micros.saturating_mul(1_000))
                         })
                     };
                     state.grants.push(Grant {
                         units: granted,
                         sent,
-                        lapse_at: after(reply.second),
+                        lapse_at: after(grant_micros),
                     });
                     // Redis now counts all this slot holds, old grants
                     // too, as held until then.
-                    state.held_until = after(reply.third);
+                    state.held_until = after(held_micros);
                     if state.held_until != u64::MAX
                         && state.grants.iter().all(|g| g.lapse_at == u64::MAX)
                     {
@@ -122,7 +129,7 @@ pub(crate) async fn reserve<S: SharedStore>(
             Err(error) => {
                 if state.failure.is_none() {
                     tracing::warn!(
-                        policy = slot.policy.label(),
+                        limits = slot.policy.label(),
                         %error,
                         "local-first store: a reservation failed; requests are decided with \
                          the units this instance holds, then by the store-error behaviour"
@@ -158,7 +165,7 @@ pub(crate) fn give_back<S: SharedStore>(
     tokio::spawn(async move {
         if let Err(error) = inner.store.share(&policy, &key, op).await {
             tracing::debug!(
-                policy = policy.label(),
+                limits = policy.label(),
                 %error,
                 "local-first store: units past their hold were not given back; they stay charged"
             );

@@ -3,7 +3,7 @@
 //! leaves.
 
 use super::slot::{LastReading, PeriodicSlot};
-use crate::share::{ShareOp, SharedStore};
+use crate::share::{ShareOp, ShareOutcome, SharedStore};
 use crate::shared::{Shared, holder};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -132,8 +132,11 @@ pub(crate) async fn sync<S: SharedStore>(inner: Arc<Shared<S>>, slot: Arc<Period
         match result {
             Ok(reply) => {
                 counts.unconfirmed = None;
-                counts.sharing = u64::try_from(reply.third).unwrap_or(1);
-                let share = u64::try_from(reply.second).unwrap_or(0);
+                let (share, sharing) = match reply.outcome {
+                    ShareOutcome::Synced { share, sharing, .. } => (share, sharing),
+                    _ => (0, 1),
+                };
+                counts.sharing = sharing;
                 let until = match idle {
                     // What it kept, idle, lapses as it was given.
                     Some(until) => until,
@@ -148,7 +151,7 @@ pub(crate) async fn sync<S: SharedStore>(inner: Arc<Shared<S>>, slot: Arc<Period
                 });
                 if counts.failure.take().is_some() {
                     tracing::info!(
-                        policy = slot.policy.label(),
+                        limits = slot.policy.label(),
                         "local-first store: Redis answers again; counts reported"
                     );
                 }
@@ -161,7 +164,7 @@ pub(crate) async fn sync<S: SharedStore>(inner: Arc<Shared<S>>, slot: Arc<Period
                 }
                 if counts.failure.is_none() {
                     tracing::warn!(
-                        policy = slot.policy.label(),
+                        limits = slot.policy.label(),
                         %error,
                         "local-first store: a sync failed; requests are decided with what \
                          this instance last read, then by the store-error behaviour"

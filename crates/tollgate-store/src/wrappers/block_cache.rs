@@ -155,7 +155,7 @@ use tollgate_core::{Clock, MonotonicClock};
 /// # Observability
 ///
 /// With the `metrics` feature, each request answered from the cache counts
-/// `tollgate_block_cache_hits_total{policy}` (the policy's
+/// `tollgate_block_cache_hits_total{limits}` (the policy's
 /// [`label`](crate::Policy::label)). The layer counts the refusal itself
 /// as it counts any other (`tollgate_decisions_total{decision="limited"}`).
 ///

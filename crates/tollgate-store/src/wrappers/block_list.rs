@@ -178,7 +178,7 @@ impl BlockList {
     /// decision with its times reduced by the time since its answer came.
     /// `None`: ask the store (then [`learn`](Self::learn)
     /// from its answer). With the `metrics` feature, a hit counts
-    /// `tollgate_block_cache_hits_total{policy}`.
+    /// `tollgate_block_cache_hits_total{limits}`.
     #[inline]
     pub fn lookup(
         &self,
@@ -370,7 +370,7 @@ impl BlockList {
         drop(shard);
         drop(known_shard);
         tracing::debug!(
-            policy = policy.label(),
+            limits = policy.label(),
             block_ms = period / 1_000_000,
             "the store failed on a key at its limit: let through once, then blocked here \
              for its period"

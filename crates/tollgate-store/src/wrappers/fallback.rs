@@ -196,7 +196,7 @@ fn log_failure(policy: &Policy, error: &dyn std::fmt::Display) {
     static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
     if let Some(held_back) = QUIET.pass() {
         tracing::warn!(
-            policy = policy.label(),
+            limits = policy.label(),
             %error,
             held_back,
             "rate-limit store failed; deciding with the fallback store (at most one such \

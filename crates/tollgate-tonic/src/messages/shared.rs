@@ -4,7 +4,7 @@
 use super::gate::{Limits, Tally};
 use http::Request;
 use std::sync::Arc;
-use tollgate::{KeyExtractor, OnMissingKey, Store, key::RequestInfo};
+use tollgate::{KeyExtractor, OnMissingKey, Store, key::RequestView};
 
 /// Which messages of a call count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,7 +41,7 @@ impl<K: KeyExtractor, St: Store> Shared<K, St> {
         if !self.methods.is_empty() && !self.methods.iter().any(|m| &**m == path) {
             return (None, None);
         }
-        let key = match self.key.extract(&RequestInfo::new(request)) {
+        let key = match self.key.extract(&RequestView::new(request)) {
             Some(key) => key,
             None => match &self.missing_key {
                 OnMissingKey::Shared(key) => key.clone(),

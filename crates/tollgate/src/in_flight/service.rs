@@ -5,7 +5,7 @@ use super::fields::FieldValues;
 use super::future::ResponseFuture;
 use super::gate::{Gate, Settled};
 use super::{SlotReply, Slots};
-use crate::key::{KeyExtractor, OnMissingKey, RequestInfo};
+use crate::key::{KeyExtractor, OnMissingKey, RequestView};
 use crate::rejection::{Rejection, Rejector};
 use http::{Request, Response};
 use std::fmt;
@@ -71,7 +71,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let gate = &self.gate;
-        let key = match gate.key.extract(&RequestInfo::new(&request)) {
+        let key = match gate.key.extract(&RequestView::new(&request)) {
             Some(key) => key,
             None => match &gate.settings.common.on_missing_key {
                 OnMissingKey::Shared(key) => key.clone(),

@@ -8,7 +8,7 @@
 
 use crate::access::{Access, AccessLists};
 use crate::headers::{FieldValues, write_retry_after};
-use crate::key::{Key, KeyExtractor, OnMissingKey, RequestInfo};
+use crate::key::{Key, KeyExtractor, OnMissingKey, RequestView};
 use crate::observe::Shadow;
 use crate::pay_after::Meter;
 use crate::rate_limit::info::RateLimitInfo;
@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 pub(crate) const MAX_QUOTA_WAITS: u8 = 3;
 
 /// A per-request cost: how many units of the quota a request takes.
-pub(crate) type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u32 + Send + Sync>;
+pub(crate) type CostFn = Arc<dyn Fn(&RequestView<'_>) -> u32 + Send + Sync>;
 /// A predicate for requests that are never limited.
-pub(crate) type AllowFn = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
+pub(crate) type AllowFn = Arc<dyn Fn(&RequestView<'_>) -> bool + Send + Sync>;
 
 /// Everything the layer decides requests with, built once when the layer is
 /// built and shared by every clone of its service.
@@ -116,7 +116,7 @@ pub(crate) enum Action<B> {
 
 impl<K, St, R> Engine<K, St, R> {
     /// Whether the allow-list predicate exempts this request.
-    fn is_allowed_always(&self, request: &RequestInfo<'_>) -> bool {
+    fn is_allowed_always(&self, request: &RequestView<'_>) -> bool {
         self.settings
             .allow
             .as_ref()
@@ -224,7 +224,7 @@ impl<K, St, R> Engine<K, St, R> {
             };
         }
         tracing::debug!(
-            policy = policy.label(),
+            limits = policy.label(),
             retry_after_ms = decision.retry_after_nanos() / 1_000_000,
             "request limited"
         );
@@ -346,7 +346,7 @@ where
     where
         R: Rejector<B>,
     {
-        let info = RequestInfo::new(request);
+        let info = RequestView::new(request);
         // Each way ends in its own `ask`, so that the start it returns is
         // built where the caller wants it, not copied there.
         if self.plain {
@@ -371,7 +371,7 @@ where
     #[inline(never)]
     fn locate<B: Default>(
         &self,
-        info: &RequestInfo<'_>,
+        info: &RequestView<'_>,
         waits: u8,
     ) -> Result<(EntryRef, Key, u32), Start<Watched<St>, B>>
     where
@@ -418,7 +418,7 @@ where
     /// unlimited, or refused).
     #[expect(clippy::result_large_err, reason = "a start, matched at once")]
     #[inline(always)]
-    fn key_of<B: Default>(&self, info: &RequestInfo<'_>) -> Result<Key, Start<Watched<St>, B>>
+    fn key_of<B: Default>(&self, info: &RequestView<'_>) -> Result<Key, Start<Watched<St>, B>>
     where
         R: Rejector<B>,
     {

@@ -1,7 +1,7 @@
 //! [`RateLimitLayer`] and its builder.
 
 use crate::ConfigError;
-use crate::key::{KeyExtractor, PeerIp, RequestInfo};
+use crate::key::{KeyExtractor, PeerIp, RequestView};
 use crate::rate_limit::engine::{Engine, Settings};
 use crate::rate_limit::routes::{RouteMatch, Routes, path_is};
 use crate::rate_limit::service::RateLimit;
@@ -228,7 +228,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// ```
     pub fn route(
         mut self,
-        matches: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static,
+        matches: impl Fn(&RequestView<'_>) -> bool + Send + Sync + 'static,
         limits: impl IntoIterator<Item = NamedLimit>,
     ) -> Self {
         self.config
@@ -301,7 +301,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     }
 
     /// How much of the quota a request takes (default 1 for every request).
-    pub fn cost(mut self, cost: impl Fn(&RequestInfo<'_>) -> u32 + Send + Sync + 'static) -> Self {
+    pub fn cost(mut self, cost: impl Fn(&RequestView<'_>) -> u32 + Send + Sync + 'static) -> Self {
         self.config.settings.cost = Some(Arc::new(cost));
         self
     }
@@ -310,7 +310,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     /// (health checks, internal addresses).
     pub fn allow(
         mut self,
-        allow: impl Fn(&RequestInfo<'_>) -> bool + Send + Sync + 'static,
+        allow: impl Fn(&RequestView<'_>) -> bool + Send + Sync + 'static,
     ) -> Self {
         self.config.settings.allow = Some(Arc::new(allow));
         self

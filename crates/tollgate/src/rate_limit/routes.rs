@@ -10,12 +10,12 @@
 
 use crate::Policy;
 use crate::headers::PolicyFields;
-use crate::key::RequestInfo;
+use crate::key::RequestView;
 use crate::shadow::{ShadowLimits, ShadowLog};
 use std::sync::Arc;
 
 /// A predicate over requests, deciding whether a route applies.
-pub(crate) type RouteMatch = Arc<dyn Fn(&RequestInfo<'_>) -> bool + Send + Sync>;
+pub(crate) type RouteMatch = Arc<dyn Fn(&RequestView<'_>) -> bool + Send + Sync>;
 
 /// A policy and what is computed for it once, when the layer is built (or,
 /// for a per-key quota, when the quota is fetched).
@@ -81,7 +81,7 @@ impl Routes {
 
     /// The entry for a request: `Table(0)` is the layer's own limits.
     #[inline]
-    pub(crate) fn select(&self, request: &RequestInfo<'_>) -> EntryRef {
+    pub(crate) fn select(&self, request: &RequestView<'_>) -> EntryRef {
         // The common case, a layer without routes, costs one branch.
         if self.matchers.is_empty() {
             return EntryRef::Table(0);
@@ -124,5 +124,5 @@ impl Routes {
 /// method, the path is `/package.Service/Method`.
 pub(crate) fn path_is(path: &str) -> RouteMatch {
     let path: Box<str> = path.into();
-    Arc::new(move |request: &RequestInfo<'_>| request.uri.path() == &*path)
+    Arc::new(move |request: &RequestView<'_>| request.uri.path() == &*path)
 }

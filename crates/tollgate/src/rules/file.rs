@@ -3,7 +3,7 @@
 
 use super::matcher::{Condition, Matcher};
 use crate::NamedLimit;
-use crate::key::{GlobalKey, HeaderKey, Key, KeyExtractor, PeerIp, RequestInfo};
+use crate::key::{GlobalKey, HeaderKey, Key, KeyExtractor, PeerIp, RequestView};
 use http::{HeaderName, HeaderValue, Method};
 use std::collections::HashSet;
 use std::fmt;
@@ -316,7 +316,7 @@ fn key_part(text: &str) -> Result<Box<dyn KeyExtractor>, String> {
 
 #[cfg(feature = "axum")]
 fn route_key() -> Result<Box<dyn KeyExtractor>, String> {
-    Ok(Box::new(crate::key::key_fn(|request: &RequestInfo<'_>| {
+    Ok(Box::new(crate::key::key_fn(|request: &RequestView<'_>| {
         let path = request.extensions.get::<axum::extract::MatchedPath>()?;
         Some(Key::from(path.as_str()))
     })))
@@ -331,7 +331,7 @@ fn route_key() -> Result<Box<dyn KeyExtractor>, String> {
 struct PathKey;
 
 impl KeyExtractor for PathKey {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         Some(Key::from(request.uri.path()))
     }
 }
@@ -341,7 +341,7 @@ impl KeyExtractor for PathKey {
 struct KeyList(Vec<Box<dyn KeyExtractor>>);
 
 impl KeyExtractor for KeyList {
-    fn extract(&self, request: &RequestInfo<'_>) -> Option<Key> {
+    fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         Key::try_composite(self.0.iter().map(|part| part.extract(request)))
     }
 }

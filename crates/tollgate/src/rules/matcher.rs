@@ -1,6 +1,6 @@
 //! Which requests a rule applies to.
 
-use crate::key::RequestInfo;
+use crate::key::RequestView;
 use http::{HeaderName, HeaderValue, Method};
 
 /// One condition of a rule's `match` table.
@@ -59,7 +59,7 @@ impl Condition {
         }
     }
 
-    fn holds(&self, request: &RequestInfo<'_>) -> bool {
+    fn holds(&self, request: &RequestView<'_>) -> bool {
         match self {
             Condition::Methods(methods) => methods.contains(request.method),
             Condition::Path(path) => request.uri.path() == &**path,
@@ -75,7 +75,7 @@ impl Condition {
 }
 
 #[cfg(feature = "axum")]
-fn route_is(request: &RequestInfo<'_>, template: &str) -> bool {
+fn route_is(request: &RequestView<'_>, template: &str) -> bool {
     request
         .extensions
         .get::<axum::extract::MatchedPath>()
@@ -83,7 +83,7 @@ fn route_is(request: &RequestInfo<'_>, template: &str) -> bool {
 }
 
 #[cfg(not(feature = "axum"))]
-fn route_is(_: &RequestInfo<'_>, _: &str) -> bool {
+fn route_is(_: &RequestView<'_>, _: &str) -> bool {
     false
 }
 
@@ -98,7 +98,7 @@ impl Matcher {
         Matcher { conditions }
     }
 
-    pub(crate) fn matches(&self, request: &RequestInfo<'_>) -> bool {
+    pub(crate) fn matches(&self, request: &RequestView<'_>) -> bool {
         self.conditions
             .iter()
             .all(|condition| condition.holds(request))

@@ -2,7 +2,7 @@
 //! yours.
 
 use super::set::RuleSet;
-use crate::key::{KeyExtractor, RequestInfo};
+use crate::key::{KeyExtractor, RequestView};
 use crate::rate_limit::future::ResponseFuture;
 use crate::rejection::{DefaultRejector, Rejector};
 use crate::store::Store;
@@ -61,7 +61,7 @@ where
         // The rule set of this moment: a reload while the request is in
         // flight does not change the limiter it was given.
         let rules = self.rules.load();
-        let info = RequestInfo::new(&request);
+        let info = RequestView::new(&request);
         let Some(rule) = rules.iter().find(|rule| rule.matcher.matches(&info)) else {
             return ResponseFuture::passed(self.inner.call(request));
         };
