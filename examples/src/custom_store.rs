@@ -15,7 +15,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_core::{Clock, Decision, MonotonicClock, State, check_all};
 use tollgate_store::{
-    AdminFuture, Capability, Carried, ChangeReply, Debit, Key, MissingCapability, Policy,
+    AdminFuture, Capability, Carried, ChangeReply, Key, MissingCapability, Policy, PolicyDebit,
     PolicyDecision, PolicyRefund, Store, StoreReply,
 };
 
@@ -111,7 +111,7 @@ impl<C: Clock + Clone> Store for HashMapStore<C> {
         ChangeReply::Done
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         let now = self.clock.now();
         self.with_states(policy, key, |states| {
             for (limiter, state) in policy.limiters().iter().zip(states) {

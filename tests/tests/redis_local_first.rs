@@ -623,7 +623,7 @@ async fn periodic_key(
 /// instance has not reported yet), as the memory store's peek would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
-    use tollgate::store::Debit;
+    use tollgate::store::PolicyDebit;
     use tollgate::{Key, Store};
     if !clear_of_midnight() {
         return;
@@ -647,7 +647,7 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
             assert!(decided(&store, &policy, 1).await.merged().allowed());
         }
         store
-            .debit(&policy, &Key::GLOBAL, Debit::new(5))
+            .debit(&policy, &Key::GLOBAL, PolicyDebit::new(5))
             .landed()
             .await;
         let peek = store
@@ -669,7 +669,7 @@ async fn periodic_mode_peeks_count_what_is_not_reported_yet() {
 /// itself and admitted them again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
-    use tollgate::store::{Debit, PolicyRefund};
+    use tollgate::store::{PolicyDebit, PolicyRefund};
     use tollgate::{Key, Store};
     if !clear_of_midnight() {
         return;
@@ -693,7 +693,7 @@ async fn periodic_mode_refunds_of_reported_units_leave_a_key_in_debt_refused() {
         }
         // 20 more than the 5 admitted: 15 beyond the limit.
         store
-            .debit(&policy, &Key::GLOBAL, Debit::new(20))
+            .debit(&policy, &Key::GLOBAL, PolicyDebit::new(20))
             .landed()
             .await;
         // Both reported.
@@ -1051,7 +1051,7 @@ async fn a_busy_periodic_instance_leaves_a_key_inside_its_limit_to_another() {
 /// to 100/h and back keeps its 110.
 #[tokio::test]
 async fn exact_mode_plan_changes_carry_what_requests_used() {
-    use tollgate::store::Debit;
+    use tollgate::store::PolicyDebit;
     use tollgate::{Key, NamedLimit, Policy, Store};
     let server = RedisServer::start();
     let plan = |quota: &str| {
@@ -1086,7 +1086,10 @@ async fn exact_mode_plan_changes_carry_what_requests_used() {
         // In debt: 110 of 200/h; down to 100/h (refused), back up (89
         // left after the next request).
         let debt = Key::from("debt");
-        store.debit(&large, &debt, Debit::new(110)).landed().await;
+        store
+            .debit(&large, &debt, PolicyDebit::new(110))
+            .landed()
+            .await;
         store.carry(&large, &small, &debt).await.unwrap();
         let refused = match store.check(&small, &debt, 1) {
             tollgate::StoreReply::Ready(decision) => decision,

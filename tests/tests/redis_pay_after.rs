@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tollgate::Store;
 use tollgate::pay_after::Meter;
-use tollgate::store::{Debit, PolicyRefund};
+use tollgate::store::{PolicyDebit, PolicyRefund};
 use tollgate::{GlobalKey, RateLimitLayer};
 use tollgate_core::{Algorithm, ManualClock, Quota};
 use tollgate_redis::{LocalFirst, LocalMode, RedisStore};
@@ -170,7 +170,7 @@ async fn a_change_that_cannot_reach_redis_is_logged() {
     tokio::time::timeout(bound, refunded)
         .await
         .expect("the refund's reply completes");
-    let debited = store.debit(&policy, &key, Debit::new(5)).landed();
+    let debited = store.debit(&policy, &key, PolicyDebit::new(5)).landed();
     tokio::time::timeout(bound, debited)
         .await
         .expect("the debit's reply completes");

@@ -223,7 +223,7 @@ async fn a_carried_key_is_decided_by_redis_as_the_core_reference() {
         store.reset(&from, &key).await.unwrap();
         if used > 0 {
             to_store
-                .debit(&to, &key, tollgate::store::Debit::new(used as u32))
+                .debit(&to, &key, tollgate::store::PolicyDebit::new(used as u32))
                 .landed()
                 .await;
         }

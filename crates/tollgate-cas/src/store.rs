@@ -17,7 +17,7 @@ use tollgate_store::Key;
 use tollgate_store::Policy;
 use tollgate_store::spawn_change;
 use tollgate_store::{
-    AdminError, AdminFuture, Capability, Carried, ChangeReply, Debit, MissingCapability,
+    AdminError, AdminFuture, Capability, Carried, ChangeReply, MissingCapability, PolicyDebit,
     PolicyRefund, Store, StoreReply,
 };
 
@@ -356,7 +356,7 @@ impl<B: CasBackend> Store for CasStore<B> {
 
     /// Charges every limit `debit.cost` as the memory store does, on a
     /// spawned task when the backend does not answer at once.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         if policy.limits().is_empty() || debit.cost == 0 {
             return ChangeReply::Done;
         }

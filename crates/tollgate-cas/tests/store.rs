@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tollgate::store::{Debit, PolicyRefund};
+use tollgate::store::{PolicyDebit, PolicyRefund};
 use tollgate::{Key, NamedLimit, Policy, Store};
 use tollgate_cas::{CasBackend, CasError, CasStore, MemoryBackend, Snapshot, Swap};
 use tollgate_conformance::Kit;
@@ -303,7 +303,10 @@ async fn a_value_that_is_not_states_is_an_error_until_reset() {
         // nothing.
         let refund = PolicyRefund::new(1, Duration::ZERO);
         store.refund(&limits, &key, refund).landed().await;
-        store.debit(&limits, &key, Debit::new(1)).landed().await;
+        store
+            .debit(&limits, &key, PolicyDebit::new(1))
+            .landed()
+            .await;
         assert_eq!(
             backend.get(&name).map(|stored| stored.bytes),
             Some(Bytes::copy_from_slice(garbage))
@@ -525,7 +528,7 @@ async fn a_refund_and_a_debit_reach_the_backend() {
         (3, 10)
     );
     store
-        .debit(&limits, &key, Debit::of(&admitted, 5))
+        .debit(&limits, &key, PolicyDebit::of(&admitted, 5))
         .landed()
         .await;
     let peek = store.peek(&limits, &key).resolve().await.unwrap();

@@ -140,7 +140,7 @@ use std::time::{Duration, Instant};
 use tollgate_core::{Algorithm, Clock, ManualClock};
 use tollgate_store::Key;
 use tollgate_store::{
-    Capability, Debit, MemoryStore, PolicyDecision, PolicyRefund, Store, StoreReply,
+    Capability, MemoryStore, PolicyDebit, PolicyDecision, PolicyRefund, Store, StoreReply,
 };
 use tollgate_store::{NamedLimit, Policy};
 use trace::{Rng, Step, Timing};
@@ -709,7 +709,7 @@ impl<'k, St: Store> Play<'k, St> {
         let Some(admission) = self.pick(n) else {
             return Ok(());
         };
-        let subject = Debit::of(&admission.subject, cost);
+        let subject = PolicyDebit::of(&admission.subject, cost);
         // A debit spends quota: a refusal before it may not pass at its
         // retry time any more.
         self.refused = None;

@@ -10,7 +10,7 @@ use std::fmt::Display;
 pub enum ChargeChange {
     /// A refund (`tollgate::store::PolicyRefund`): when it fails, the charge stands.
     Refund,
-    /// A debit (`tollgate::store::Debit`): when it fails, the cost goes uncharged.
+    /// A debit (`tollgate::store::PolicyDebit`): when it fails, the cost goes uncharged.
     Debit,
 }
 

@@ -9,7 +9,7 @@ use crate::share::SharedStore;
 use crate::table::Found;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_store::{ChangeReply, Debit, PolicyRefund};
+use tollgate_store::{ChangeReply, PolicyDebit, PolicyRefund};
 use tollgate_store::{ConfigError, Key, Policy, Store, StoreReply};
 
 impl<S: SharedStore> Store for LocalFirst<S> {
@@ -140,7 +140,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
     /// debt; units another instance holds may still be spent (they were
     /// Redis's to give before the debt). A key with no slot here: charged
     /// in Redis.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         let rest = self.inner.debit(policy, key, debit.cost);
         if rest == 0 {
             return ChangeReply::Done;
@@ -148,7 +148,7 @@ impl<S: SharedStore> Store for LocalFirst<S> {
         self.inner
             .shared()
             .store
-            .debit(policy, key, Debit::new(rest))
+            .debit(policy, key, PolicyDebit::new(rest))
     }
 
     // `peek`: the default, a check of cost 0, which this store sends to

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tollgate_core::{Clock, MonotonicClock};
 use tollgate_internal::ChargeChange;
 use tollgate_local::{ShareOp, ShareReply};
-use tollgate_store::{BlockList, ChangeReply, Debit, PolicyRefund, Presence};
+use tollgate_store::{BlockList, ChangeReply, PolicyDebit, PolicyRefund, Presence};
 use tollgate_store::{Key, Policy, PolicyDecision, Store, StoreReply};
 
 /// The future of one check: one `EVALSHA` round trip.
@@ -401,7 +401,7 @@ impl Store for RedisStore {
     /// Sends the debit (`debit.lua`, one script call) from a spawned task,
     /// as [`refund`](Self::refund) does; a failure is logged and the cost
     /// goes uncharged.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         let cost = debit.cost;
         let store = self.clone();
         let (policy, key) = (policy.clone(), key.clone());

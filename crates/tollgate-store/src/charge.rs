@@ -1,4 +1,4 @@
-//! Charges after the decision: a [`PolicyRefund`] gives one back, a [`Debit`]
+//! Charges after the decision: a [`PolicyRefund`] gives one back, a [`PolicyDebit`]
 //! adds to it, both answered with a [`ChangeReply`]; each carries the
 //! [`Branches`] of its admission, so that both reach the store that charged.
 
@@ -125,8 +125,8 @@ impl PolicyRefund {
     /// `cost` more units for the same admission, to the store of a
     /// composition that charged it (a charge that grew after the check:
     /// a response that cost more than was asked).
-    pub fn debit(&self, cost: u32) -> Debit {
-        Debit {
+    pub fn debit(&self, cost: u32) -> PolicyDebit {
+        PolicyDebit {
             cost,
             charged_by: self.charged_by,
         }
@@ -156,7 +156,7 @@ impl PolicyRefund {
 /// that charged the admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Debit {
+pub struct PolicyDebit {
     /// The units to charge.
     pub cost: u32,
     /// Which store of a composition charged the admission
@@ -164,10 +164,10 @@ pub struct Debit {
     pub(crate) charged_by: Branches,
 }
 
-impl Debit {
+impl PolicyDebit {
     /// `cost` more units for the admission `decision`.
     pub fn of(decision: &PolicyDecision, cost: u32) -> Self {
-        Debit {
+        PolicyDebit {
             cost,
             charged_by: decision.charged_by(),
         }
@@ -175,7 +175,7 @@ impl Debit {
 
     /// `cost` more units, for a store that decides alone (no fallback).
     pub fn new(cost: u32) -> Self {
-        Debit {
+        PolicyDebit {
             cost,
             charged_by: Branches::default(),
         }

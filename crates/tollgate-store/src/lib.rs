@@ -69,7 +69,7 @@ use branches::Branch;
 pub use capability::{Capability, MissingCapability, short_type_name};
 pub use carry::Carried;
 pub use charge::spawn_change;
-pub use charge::{ChangeReply, Debit, PolicyRefund};
+pub use charge::{ChangeReply, PolicyDebit, PolicyRefund};
 pub use config::{BoxError, ConfigError};
 pub use decision::PolicyDecision;
 pub use key::{Key, KeyView};
@@ -263,7 +263,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// way: [`ChangeReply::Pending`] while a store that does I/O sends it.
     /// The default does nothing, for a store that cannot ([`can`](Self::can)
     /// says so).
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         let _ = (policy, key, debit);
         ChangeReply::Done
     }
@@ -403,7 +403,10 @@ pub fn carry_by_parts<St: Store>(
                 None => store.reset(&part, &key).await?,
                 Some(0) => {}
                 Some(units) => {
-                    store.debit(&part, &key, Debit::new(*units)).landed().await;
+                    store
+                        .debit(&part, &key, PolicyDebit::new(*units))
+                        .landed()
+                        .await;
                 }
             }
         }
@@ -411,7 +414,7 @@ pub fn carry_by_parts<St: Store>(
             if *units == 0 {
                 continue;
             }
-            let debit = Debit::new(*units);
+            let debit = PolicyDebit::new(*units);
             match to.limits().len() {
                 1 => {
                     store.debit(&to, &key, debit).landed().await;

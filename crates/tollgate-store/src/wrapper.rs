@@ -3,8 +3,8 @@
 //! change.
 
 use super::{
-    AdminFuture, Capability, ChangeReply, Debit, MissingCapability, PolicyDecision, PolicyRefund,
-    Store, StoreReply,
+    AdminFuture, Capability, ChangeReply, MissingCapability, PolicyDebit, PolicyDecision,
+    PolicyRefund, Store, StoreReply,
 };
 use crate::ConfigError;
 use crate::key::Key;
@@ -166,7 +166,7 @@ pub trait StoreWrapper: Clone + Send + Sync + 'static {
     }
 
     /// See [`Store::debit`]. Forwarded by default.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         self.inner()
             .debit(&self.inner_policy(policy), &self.inner_key(key), debit)
     }
@@ -230,7 +230,7 @@ impl<W: StoreWrapper> Store for W {
         StoreWrapper::refund(self, policy, key, refund)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         StoreWrapper::debit(self, policy, key, debit)
     }
 

@@ -22,7 +22,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::pay_after::{Meter, MeterLayer};
-use tollgate::store::{ChangeReply, Debit, Fallback, StoreWrapper};
+use tollgate::store::{ChangeReply, Fallback, PolicyDebit, StoreWrapper};
 use tollgate::{
     GlobalKey, Key, MemoryStore, Policy, RateLimitLayer, Store, StoreReply, settings::ChargeWhen,
 };
@@ -380,7 +380,7 @@ impl StoreWrapper for SlowDebits {
         self.store.check_within(policy, key, cost, within)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: PolicyDebit) -> ChangeReply {
         let (store, delay) = (self.store.clone(), self.delay);
         let (policy, key) = (policy.clone(), key.clone());
         ChangeReply::Pending(Box::pin(async move {

@@ -630,7 +630,7 @@ impl<C: Clock> Store for MemoryStore<C> {
         ChangeReply::Done
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: super::PolicyDebit) -> ChangeReply {
         self.debit_now(policy, key, debit.cost);
         ChangeReply::Done
     }

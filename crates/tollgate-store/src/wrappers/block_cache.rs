@@ -404,7 +404,7 @@ where
     /// forgotten: it stays true (a debit only makes the key stricter), but
     /// its retry time is too early now. The next refusal is learned with
     /// the debt's.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::PolicyDebit) -> ChangeReply {
         let reply = self.inner.debit(policy, key, debit);
         self.forgetting(reply, policy, key)
     }

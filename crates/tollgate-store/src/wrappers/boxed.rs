@@ -76,7 +76,12 @@ trait ErasedStore: Send + Sync {
         refund: crate::PolicyRefund,
     ) -> ChangeReply;
 
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply;
+    fn debit_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        debit: crate::PolicyDebit,
+    ) -> ChangeReply;
 
     fn peek_erased(
         &self,
@@ -143,7 +148,12 @@ impl<St: Store> ErasedStore for St {
         self.refund(policy, key, refund)
     }
 
-    fn debit_erased(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply {
+    fn debit_erased(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        debit: crate::PolicyDebit,
+    ) -> ChangeReply {
         self.debit(policy, key, debit)
     }
 }
@@ -199,7 +209,7 @@ impl Store for BoxStore {
         self.0.refund_erased(policy, key, refund)
     }
 
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, debit: crate::PolicyDebit) -> ChangeReply {
         self.0.debit_erased(policy, key, debit)
     }
 

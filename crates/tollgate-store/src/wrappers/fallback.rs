@@ -4,7 +4,7 @@
 use crate::key::Key;
 use crate::policy::Policy;
 use crate::{
-    AdminFuture, Branch, Capability, ChangeReply, Debit, MissingCapability, PolicyDecision,
+    AdminFuture, Branch, Capability, ChangeReply, MissingCapability, PolicyDebit, PolicyDecision,
     PolicyRefund, Store, StoreReply,
 };
 use pin_project_lite::pin_project;
@@ -240,7 +240,7 @@ impl<P: Store, S: Store> Store for Fallback<P, S> {
     }
 
     /// Charges the debt to the store that charged the admission.
-    fn debit(&self, policy: &Arc<Policy>, key: &Key, mut debit: Debit) -> ChangeReply {
+    fn debit(&self, policy: &Arc<Policy>, key: &Key, mut debit: PolicyDebit) -> ChangeReply {
         let (branch, rest) = debit.charged_by.pop();
         debit.charged_by = rest;
         match branch {
@@ -445,7 +445,7 @@ impl Known {
             let units = u32::try_from(debit).unwrap_or(u32::MAX);
             // The memory store and a split of it debit at once; a store
             // that sends it lands it on its own.
-            drop(secondary.debit(policy, key, Debit::new(units)));
+            drop(secondary.debit(policy, key, PolicyDebit::new(units)));
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::ConfigError;
 use crate::Policy;
 use crate::key::Key;
-use crate::store::{Debit, PolicyDecision, PolicyRefund};
+use crate::store::{PolicyDebit, PolicyDecision, PolicyRefund};
 use http::StatusCode;
 use http::response::Parts;
 use std::fmt;
@@ -190,7 +190,7 @@ impl Ticket {
     }
 
     /// `cost` more for this admission, to the store that charged it.
-    pub(crate) fn debit(&self, cost: u32) -> Debit {
+    pub(crate) fn debit(&self, cost: u32) -> PolicyDebit {
         self.charge.debit(cost)
     }
 }
