@@ -235,12 +235,16 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod builder;
+mod calls;
+mod changes;
 mod closed;
 mod connection;
 mod error;
 mod keys;
 mod observe;
 mod options;
+mod presence;
 #[cfg(feature = "quotas")]
 mod quotas;
 mod script;
@@ -252,6 +256,7 @@ mod store;
 mod tls;
 mod url;
 
+pub use builder::RedisStoreBuilder;
 pub use error::RedisStoreError;
 pub use keys::MAX_KEY_LEN;
 #[cfg(feature = "metrics")]
@@ -259,7 +264,7 @@ pub use observe::describe_metrics;
 #[cfg(feature = "quotas")]
 pub use quotas::RedisQuotas;
 pub use slots::{RedisFreed, RedisPermit, RedisSlots, RedisSlotsBuilder, RedisSlotsFuture};
-pub use store::{RedisCheckFuture, RedisStore, RedisStoreBuilder};
+pub use store::{RedisCheckFuture, RedisStore};
 /// The local-first store, re-exported so that an app over Redis need not
 /// depend on `tollgate-local`: `LocalFirst::builder(redis_store, mode)`
 /// is a `LocalFirst<RedisStore>`, the same type the compare-and-swap
