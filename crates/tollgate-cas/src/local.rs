@@ -10,8 +10,8 @@ use super::name::PolicyPart;
 use super::step::Op;
 use super::store::CasStore;
 use std::sync::Arc;
-use tollgate_local::{ShareOp, ShareReply, SharedStore};
 use tollgate_store::AdminFuture;
+use tollgate_store::shared::{ShareOp, ShareReply, SharedStore};
 use tollgate_store::{Key, Policy, Store};
 
 impl<B: CasBackend + std::fmt::Debug> SharedStore for CasStore<B> {

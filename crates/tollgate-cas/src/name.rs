@@ -30,7 +30,10 @@ pub(super) struct PolicyPart(pub(super) String, pub(super) bool);
 
 impl PolicyPart {
     pub(super) fn of(policy: &Policy) -> Self {
-        PolicyPart(name_part(policy), tollgate_local::supports(policy).is_ok())
+        PolicyPart(
+            name_part(policy),
+            tollgate_store::shared::supports(policy).is_ok(),
+        )
     }
 }
 

@@ -6,9 +6,9 @@
 
 use super::value::{Books, Held, LimitBooks, Sequence, Share, Spent, States};
 use tollgate_core::{Charge, Decision, Limiter, Refund, State};
-use tollgate_local::ShareOp;
 use tollgate_store::Policy;
 use tollgate_store::PolicyDecision;
+use tollgate_store::shared::ShareOp;
 
 /// What the scripts send for "never" or "none".
 const NEVER: i64 = -1;
@@ -29,7 +29,7 @@ const MAX_DEBIT_STEPS: u32 = 16;
 const HELD_SLACK: u64 = 1_000_000_000;
 
 /// An operation's answer: the three numbers before the decisions (see
-/// [`tollgate_local::ShareReply`]) and the limits' decisions.
+/// [`tollgate_store::shared::ShareReply`]) and the limits' decisions.
 #[derive(Debug)]
 pub(super) struct Answer {
     pub(super) head: [i64; 3],

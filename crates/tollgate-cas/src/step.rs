@@ -10,8 +10,8 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use tollgate_core::{Decision, Limiter};
-use tollgate_local::ShareOp;
 use tollgate_store::Policy;
+use tollgate_store::shared::ShareOp;
 use tollgate_store::{PolicyDecision, PolicyRefund};
 
 /// What a call does to a key's states.
@@ -38,7 +38,7 @@ pub(super) enum Op {
 
 /// What a call answers: the limits' decision, and for a local-first
 /// store's operation the three numbers before it (see
-/// [`tollgate_local::ShareReply`]); when the backend read its clock (ns).
+/// [`tollgate_store::shared::ShareReply`]); when the backend read its clock (ns).
 #[derive(Clone, Debug)]
 pub(super) struct Reply {
     pub(super) decision: PolicyDecision,

@@ -6,13 +6,13 @@ use crate::local_first::LocalFirst;
 use crate::mode::LocalMode;
 use crate::periodic::Periodic;
 use crate::seam::Mode;
-use crate::share::SharedStore;
 use crate::shared::{Settings, Shared};
 use crate::stats::Stats;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+use tollgate_store::shared::SharedStore;
 
 /// Settings of a [`LocalFirst`] store.
 #[derive(Debug)]

@@ -4,10 +4,10 @@
 use crate::calls::Calls;
 use crate::future::LocalFuture;
 use crate::reply::Reply;
-use crate::share::SharedStore;
 use crate::shared::{Shared, Step};
 use std::pin::pin;
 use std::sync::Arc;
+use tollgate_store::shared::SharedStore;
 use tollgate_store::{PolicyDecision, StoreReply};
 
 /// A key's local state in either mode, as a request drives it.

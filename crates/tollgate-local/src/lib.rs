@@ -27,12 +27,10 @@ mod observe;
 mod periodic;
 mod reply;
 mod seam;
-mod share;
 mod shared;
 mod stats;
 mod store;
 mod striped;
-mod support;
 mod table;
 
 pub use builder::LocalFirstBuilder;
@@ -41,6 +39,7 @@ pub use local_first::LocalFirst;
 pub use mode::LocalMode;
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
-pub use share::{ShareOp, ShareOutcome, ShareReply, SharedStore};
+// The shared store's contract lives with the store contract
+// (`tollgate_store::shared`), so that a shared store needs no local-first.
 pub use stats::LocalStats;
-pub use support::supports;
+pub use tollgate_store::shared::{ShareOp, ShareOutcome, ShareReply, SharedStore, supports};

@@ -3,10 +3,10 @@
 
 use crate::mode::LocalMode;
 use crate::seam::Mode;
-use crate::share::SharedStore;
 use crate::stats::LocalStats;
-use crate::support::supports;
 use std::sync::Arc;
+use tollgate_store::shared::SharedStore;
+use tollgate_store::shared::supports;
 use tollgate_store::{ConfigError, Policy};
 
 /// A store that decides in process memory and shares through a

@@ -3,9 +3,9 @@
 //! own.
 
 use crate::future::LocalFuture;
-use crate::share::SharedStore;
 use std::time::Duration;
 use tollgate_store::ChangeReply;
+use tollgate_store::shared::SharedStore;
 use tollgate_store::{Store, StoreReply};
 
 /// A check's reply, in the store's own future.

@@ -3,12 +3,12 @@
 //! never matches on the mode itself.
 
 use crate::reply::Reply;
-use crate::share::SharedStore;
 use crate::shared::Shared;
 use crate::table::Found;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate_store::shared::SharedStore;
 use tollgate_store::{ChangeReply, PolicyRefund};
 use tollgate_store::{Key, Policy};
 

@@ -5,10 +5,10 @@
 use crate::future::LocalFuture;
 use crate::local_first::LocalFirst;
 use crate::reply::forward;
-use crate::share::SharedStore;
 use crate::table::Found;
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate_store::shared::SharedStore;
 use tollgate_store::{ChangeReply, PolicyDebit, PolicyRefund};
 use tollgate_store::{ConfigError, Key, Policy, Store, StoreReply};
 

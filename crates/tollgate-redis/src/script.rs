@@ -12,7 +12,7 @@ use redis::Cmd;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tollgate_core::{Decision, DecisionFields, Limiter, ScriptCall};
-use tollgate_local::{ShareOp, ShareOutcome, ShareReply};
+use tollgate_store::shared::{ShareOp, ShareOutcome, ShareReply};
 use tollgate_store::{Key, Policy, PolicyDecision};
 
 const PRELUDE: &str = include_str!("../scripts/prelude.lua");
@@ -201,7 +201,7 @@ impl PreparedPolicy {
             share_script: script_for(files, Entry::Share),
             refund_script: script_for(files, Entry::Refund),
             debit_script: script_for(files, Entry::Debit),
-            local_first: tollgate_local::supports(policy).is_ok(),
+            local_first: tollgate_store::shared::supports(policy).is_ok(),
             args,
             key_suffixes: limits.into_iter().map(|l| l.key_suffix).collect(),
         }

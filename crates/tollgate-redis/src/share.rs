@@ -3,7 +3,7 @@
 
 use crate::{RedisStore, RedisStoreError};
 use std::sync::Arc;
-use tollgate_local::{ShareOp, ShareReply, SharedStore};
+use tollgate_store::shared::{ShareOp, ShareReply, SharedStore};
 use tollgate_store::{Key, Policy};
 
 impl SharedStore for RedisStore {
@@ -36,7 +36,7 @@ impl SharedStore for RedisStore {
 mod tests {
     use crate::RedisStore;
     use tollgate_core::{Algorithm, Quota};
-    use tollgate_local::{ShareOp, ShareOutcome, SharedStore};
+    use tollgate_store::shared::{ShareOp, ShareOutcome, SharedStore};
     use tollgate_store::{Key, NamedLimit, Policy};
     use tollgate_tests::redis::RedisServer;
 
@@ -74,7 +74,7 @@ mod tests {
                 want: 0,
             };
             let key = Key::from("k");
-            let applied = |reply: &tollgate_local::ShareReply| match reply.outcome {
+            let applied = |reply: &tollgate_store::shared::ShareReply| match reply.outcome {
                 ShareOutcome::Synced { applied, .. } => applied,
                 other => panic!("a sync answered {other:?}"),
             };
@@ -131,7 +131,7 @@ mod tests {
             left: 0,
             want: u64::MAX,
         };
-        let share = |reply: tollgate_local::ShareReply| match reply.outcome {
+        let share = |reply: tollgate_store::shared::ShareReply| match reply.outcome {
             ShareOutcome::Synced { share, sharing, .. } => (share, sharing),
             other => panic!("a sync answered {other:?}"),
         };
@@ -227,7 +227,7 @@ mod tests {
             left,
             want,
         };
-        let share = |reply: tollgate_local::ShareReply| match reply.outcome {
+        let share = |reply: tollgate_store::shared::ShareReply| match reply.outcome {
             ShareOutcome::Synced { share, sharing, .. } => (share, sharing),
             other => panic!("a sync answered {other:?}"),
         };

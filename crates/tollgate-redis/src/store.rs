@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate_core::{Clock, MonotonicClock};
 use tollgate_internal::ChargeChange;
-use tollgate_local::{ShareOp, ShareReply};
+use tollgate_store::shared::{ShareOp, ShareReply};
 use tollgate_store::{BlockList, ChangeReply, PolicyDebit, PolicyRefund, Presence};
 use tollgate_store::{Key, Policy, PolicyDecision, Store, StoreReply};
 

@@ -59,6 +59,7 @@ mod prepared;
 pub mod quotas;
 mod receipt;
 mod shadow;
+pub mod shared;
 pub mod slots;
 mod wrapper;
 mod wrappers;

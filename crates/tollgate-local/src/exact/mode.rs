@@ -9,13 +9,13 @@ use crate::drive::{Slot, Turn, check_slot};
 use crate::future::LocalFuture;
 use crate::reply::{Reply, forward, spawn_change};
 use crate::seam::{Boxed, Mode};
-use crate::share::{ShareOp, SharedStore};
 use crate::shared::{Shared, holder};
 use crate::table::{Found, Table};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tollgate_internal::ChargeChange;
+use tollgate_store::shared::{ShareOp, SharedStore};
 use tollgate_store::{ChangeReply, PolicyRefund, Receipt};
 use tollgate_store::{Key, Policy, PolicyDecision, StoreReply};
 

@@ -3,10 +3,10 @@
 //! their hold, unspent.
 
 use super::slot::{ExactSlot, Grant, Holdings, Refusal, Returned};
-use crate::share::{ShareOp, ShareOutcome, SharedStore};
 use crate::shared::{Shared, holder};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use tollgate_store::shared::{ShareOp, ShareOutcome, SharedStore};
 
 /// Reserves at least `need` units for `slot` from Redis, then wakes the
 /// requests that wait on it.

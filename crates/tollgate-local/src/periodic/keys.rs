@@ -2,11 +2,11 @@
 //! turns read them.
 
 use super::slot::PeriodicSlot;
-use crate::share::SharedStore;
 use crate::shared::Shared;
 use crate::table::Table;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use tollgate_store::shared::SharedStore;
 
 /// The periodic mode's keys and their tick.
 pub(crate) struct Keys<S> {

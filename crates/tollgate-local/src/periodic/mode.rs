@@ -11,13 +11,13 @@ use crate::drive::{Slot, Turn, check_slot};
 use crate::future::LocalFuture;
 use crate::reply::{Reply, forward, spawn_change};
 use crate::seam::{Boxed, Mode};
-use crate::share::SharedStore;
 use crate::shared::Shared;
 use crate::table::Found;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tollgate_internal::ChargeChange;
+use tollgate_store::shared::SharedStore;
 use tollgate_store::{ChangeReply, PolicyRefund};
 use tollgate_store::{Key, Policy, PolicyDecision, StoreReply};
 

@@ -3,10 +3,10 @@
 //! leaves.
 
 use super::slot::{LastReading, PeriodicSlot};
-use crate::share::{ShareOp, ShareOutcome, SharedStore};
 use crate::shared::{Shared, holder};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use tollgate_store::shared::{ShareOp, ShareOutcome, SharedStore};
 
 /// The last report of a slot taken out (its key's plan changed): what it
 /// admitted and has not reported is charged, and its share is given back

@@ -5,10 +5,10 @@ use super::keys::Keys;
 use super::sync::sync;
 use crate::LocalMode;
 use crate::observe;
-use crate::share::SharedStore;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tollgate_store::shared::SharedStore;
 
 /// Starts the periodic tick on the current runtime, once per store.
 pub(super) fn ensure_ticking<S: SharedStore>(keys: &Arc<Keys<S>>) {

@@ -70,7 +70,7 @@ pub struct FnQuotas<F>(F);
 /// from the key's own shape).
 ///
 /// ```
-/// use tollgate::quotas::{QuotaAnswer, quota_fn};
+/// use tollgate_store::quotas::{QuotaAnswer, quota_fn};
 ///
 /// // Keys starting with "internal:" are not limited.
 /// let source = quota_fn(|key| match key.to_bytes().starts_with(b"internal:") {
@@ -103,8 +103,8 @@ pub struct AsyncFnQuotas<F>(F);
 /// a plans service.
 ///
 /// ```
-/// use tollgate::BoxError;
-/// use tollgate::quotas::{QuotaAnswer, quota_fn_async};
+/// use tollgate_store::BoxError;
+/// use tollgate_store::quotas::{QuotaAnswer, quota_fn_async};
 ///
 /// let source = quota_fn_async(|key| async move {
 ///     // e.g. SELECT quota FROM plans WHERE api_key = $1

@@ -1,14 +1,14 @@
-//! Which policies a [`LocalFirst`](super::LocalFirst) store can decide.
+//! Which policies a local-first (`tollgate_local::LocalFirst`) store can decide.
 
+use crate::{ConfigError, Policy};
 use std::time::Duration;
 use tollgate_core::Algorithm;
-use tollgate_store::{ConfigError, Policy};
 
-/// Whether a [`LocalFirst`](crate::LocalFirst) store can decide `policy`
+/// Whether a local-first (`tollgate_local::LocalFirst`) store can decide `policy`
 /// locally: every limit of an algorithm the modes support, none in delay
 /// mode. The error names the limit and the fix. A shared store may keep
 /// the answer in its prepared form of the policy (see
-/// [`SharedStore::shares`](crate::SharedStore::shares)).
+/// [`SharedStore::shares`](super::SharedStore::shares)).
 pub fn supports(policy: &Policy) -> Result<(), ConfigError> {
     for limit in policy.limits() {
         let limiter = limit.limiter();
@@ -50,8 +50,8 @@ fn supported_names() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NamedLimit;
     use tollgate_core::{Limiter, Quota};
-    use tollgate_store::NamedLimit;
 
     /// What the store accepts is what the registry says, and its refusal
     /// names every algorithm it would take.

@@ -1,14 +1,17 @@
 //! The shared store's side of local-first: the three operations a
-//! [`LocalFirst`](crate::LocalFirst) store asks of the store it shares
+//! local-first (`tollgate_local::LocalFirst`) store asks of the store it shares
 //! through, and the trait that store implements.
 
+mod support;
+
+pub use support::supports;
+
+use crate::{AdminFuture, Key, Policy, PolicyDecision, Store};
 use smallvec::SmallVec;
 use std::future::Future;
 use std::sync::Arc;
-use tollgate_store::AdminFuture;
-use tollgate_store::{Key, Policy, PolicyDecision, Store};
 
-/// A store that a [`LocalFirst`](crate::LocalFirst) store can stand in
+/// A store that a local-first (`tollgate_local::LocalFirst`) store can stand in
 /// front of: it decides like any [`Store`], and runs the three operations
 /// of [`ShareOp`] on a key atomically: a reservation (exact mode), a sync
 /// (periodic mode) and a give-back (exact mode), each reading the key's
@@ -30,18 +33,18 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
     ) -> impl Future<Output = Result<ShareReply, Self::Error>> + Send;
 
     /// Whether [`share`](Self::share) can decide `policy`: every limit of an
-    /// algorithm local-first supports ([`supports`](crate::supports)). A
+    /// algorithm local-first supports ([`supports`]). A
     /// store may keep the answer in its prepared form of the policy, so
     /// that a request reads one flag.
     fn shares(&self, policy: &Policy) -> bool {
-        crate::supports(policy).is_ok()
+        supports(policy).is_ok()
     }
 
     /// Moves `key`'s usage from `from` to `to` as [`Store::carry`] defines
     /// it, counting `unseen` more units that this instance admitted and
     /// the store has not counted yet (a periodic report not sent). By
     /// default through the store's peek, reset and debits, each limit of
-    /// `to` on its own (`tollgate_store::carry_by_parts`: right for a
+    /// `to` on its own (`crate::carry_by_parts`: right for a
     /// store that keeps each limit's state apart, as Redis does); a store
     /// that keeps a policy's states together charges them in one write.
     fn carry_counting(
@@ -51,7 +54,7 @@ pub trait SharedStore: Store + Clone + std::fmt::Debug + Send + Sync + 'static {
         key: &Key,
         unseen: i64,
     ) -> AdminFuture {
-        tollgate_store::carry_by_parts(self, from, to, key, unseen)
+        crate::carry_by_parts(self, from, to, key, unseen)
     }
 
     /// The error a request gets when the shared store is away and what this
@@ -197,7 +200,7 @@ impl ShareOp {
     /// negative time as no bound.
     ///
     /// ```
-    /// use tollgate_local::{ShareOp, ShareOutcome};
+    /// use tollgate_store::shared::{ShareOp, ShareOutcome};
     ///
     /// let give_back = ShareOp::Refund {
     ///     cost: 2,
