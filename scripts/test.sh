@@ -12,7 +12,7 @@
 #   3. the docs, with rustdoc's warnings as errors;
 #   4. the declared minimum Rust version (`rust-version`): the workspace
 #      built with that toolchain;
-#   5. the eleven library crates packaged as crates.io would get them, in
+#   5. the twelve library crates packaged as crates.io would get them, in
 #      dependency order, each built from its package alone.
 #
 # Every step runs even when an earlier one failed, and every test binary

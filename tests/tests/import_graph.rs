@@ -594,7 +594,7 @@ fn describe_loops(src: &Path) -> Vec<String> {
         .collect()
 }
 
-const LIBRARY_CRATES: [&str; 11] = [
+const LIBRARY_CRATES: [&str; 12] = [
     "tollgate-core",
     "tollgate-internal",
     "tollgate-store",
@@ -606,6 +606,7 @@ const LIBRARY_CRATES: [&str; 11] = [
     "tollgate-cas",
     "tollgate-conformance",
     "tollgate-local",
+    "tollgate-rls",
 ];
 
 fn crate_src(name: &str) -> PathBuf {

@@ -1,0 +1,105 @@
+//! Which rule a request's descriptor gets, found as envoyproxy/ratelimit
+//! finds it.
+
+use super::Config;
+use super::rule::Rule;
+use super::tree::Node;
+
+/// One entry of a request's descriptor: a key and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    key: &'a str,
+    value: &'a str,
+}
+
+impl<'a> Entry<'a> {
+    /// The entry `key` = `value`.
+    pub fn new(key: &'a str, value: &'a str) -> Self {
+        Entry { key, value }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &'a str {
+        self.key
+    }
+
+    /// The value.
+    pub fn value(&self) -> &'a str {
+        self.value
+    }
+}
+
+/// The rule a descriptor gets, and the values it is counted under.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Found<'c> {
+    /// The rule.
+    pub rule: &'c Rule,
+    /// The entries matched through a wildcard with `share_threshold`, by
+    /// their index in the descriptor, each with the wildcard value
+    /// (`files/*`) that every value it matches is counted under: they
+    /// share one count.
+    pub shared: Vec<(usize, &'c str)>,
+}
+
+impl Found<'_> {
+    /// The value entry `index` is counted under: its own, or the wildcard
+    /// its `share_threshold` shares.
+    pub fn counted_value<'v>(&'v self, index: usize, entry: &Entry<'v>) -> &'v str {
+        self.shared
+            .iter()
+            .find(|(at, _)| *at == index)
+            .map_or(entry.value, |(_, shared)| shared)
+    }
+}
+
+impl Config {
+    /// The rule `entries` get in `domain`, or `None` (no rule: the
+    /// descriptor is not limited). Each level is searched for the entry's
+    /// `key_value`, then for a wildcard value that matches it (in the
+    /// file's order), then for the `key` alone (the key's default); a rule
+    /// counts only where the descriptor ends: one found at an entry with
+    /// entries after it does not apply, and a level with no children ends
+    /// the search.
+    pub fn rule_for<'c>(&'c self, domain: &str, entries: &[Entry<'_>]) -> Option<Found<'c>> {
+        let mut level = self.domains.get(domain)?;
+        let mut found = None;
+        let mut shared = Vec::new();
+        let mut name = String::new();
+        for (index, entry) in entries.iter().enumerate() {
+            name.clear();
+            name.push_str(entry.key);
+            name.push('_');
+            name.push_str(entry.value);
+            let next = level
+                .children
+                .get(&name)
+                .map(|node| (node, false))
+                .or_else(|| wildcard_child(level, &name).map(|node| (node, true)))
+                .or_else(|| level.children.get(entry.key).map(|node| (node, false)));
+            let Some((node, by_wildcard)) = next else {
+                break;
+            };
+            if let (true, Some(value)) = (by_wildcard, &node.shared_value) {
+                shared.push((index, value.as_str()));
+            }
+            if index + 1 == entries.len() {
+                found = node.rule.as_deref();
+            }
+            if node.children.is_empty() {
+                break;
+            }
+            level = node;
+        }
+        found.map(|rule| Found { rule, shared })
+    }
+}
+
+/// The first of `level`'s wildcard children, in the file's order, whose
+/// pattern matches `name`.
+fn wildcard_child<'n>(level: &'n Node, name: &str) -> Option<&'n Node> {
+    level
+        .wildcards
+        .iter()
+        .find(|(_, pattern)| pattern.matches(name))
+        .and_then(|(key, _)| level.children.get(key))
+}
