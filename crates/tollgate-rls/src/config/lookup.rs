@@ -30,7 +30,7 @@ impl<'a> Entry<'a> {
 }
 
 /// The rule a descriptor gets, and the values it is counted under.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Found<'c> {
     /// The rule.
     pub rule: &'c Rule,

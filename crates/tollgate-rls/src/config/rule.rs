@@ -2,11 +2,13 @@
 
 use super::unit::Unit;
 use serde_yaml_ng::Value;
-use tollgate_core::Algorithm;
+use std::sync::Arc;
+use tollgate_core::{Algorithm, Quota};
+use tollgate_store::{NamedLimit, Policy};
 
 /// A descriptor's rate limit: `requests_per_unit` per `unit`, or
 /// unlimited, with the switches envoyproxy/ratelimit gives a rule.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Rule {
     pub(super) full_key: String,
     pub(super) name: String,
@@ -17,6 +19,9 @@ pub struct Rule {
     pub(super) detailed_metric: bool,
     pub(super) replaces: Vec<String>,
     pub(super) metadata: Option<Value>,
+    /// What a store checks: one limit, `None` when nothing is counted
+    /// (unlimited, or 0 requests: every request is over).
+    pub(super) policy: Option<Arc<Policy>>,
 }
 
 /// What a rule allows.
@@ -93,5 +98,83 @@ impl Rule {
     /// The descriptor's `metadata`, returned in answers as written.
     pub fn metadata(&self) -> Option<&Value> {
         self.metadata.as_ref()
+    }
+
+    /// The policy a store checks for this rule: one limit, named by the
+    /// rule's `name` when it is a short token, else by its full key made
+    /// one; decided by the rule's algorithm, or a fixed window aligned to
+    /// the epoch. `None` when nothing is counted: an unlimited rule, or one
+    /// of 0 requests (every request over it).
+    pub fn policy(&self) -> Option<&Arc<Policy>> {
+        self.policy.as_ref()
+    }
+}
+
+/// The policy of a rule at `full_key` named `name`, or `None` when it
+/// counts nothing; an error when its quota cannot be (a period no
+/// algorithm holds).
+pub(super) fn policy_of(
+    full_key: &str,
+    name: &str,
+    limit: Limit,
+    algorithm: Option<Algorithm>,
+) -> Result<Option<Arc<Policy>>, String> {
+    let Limit::PerUnit {
+        requests_per_unit,
+        unit,
+    } = limit
+    else {
+        return Ok(None);
+    };
+    if requests_per_unit == 0 {
+        return Ok(None);
+    }
+    let period = std::time::Duration::from_secs(unit.seconds());
+    let quota = Quota::new(u64::from(requests_per_unit), period)
+        .map_err(|e| format!("'{full_key}': {e}"))?;
+    let named = NamedLimit::try_new(limit_name(full_key, name), quota)
+        .map_err(|e| format!("'{full_key}': {e}"))?
+        .with_algorithm(algorithm.unwrap_or(Algorithm::FixedWindow));
+    Ok(Some(Arc::new(Policy::new(vec![named]))))
+}
+
+/// A limit name for the rule: its `name` when that is a short token
+/// (letters, digits, `-`, `_`, `.`; at most 64), else its full key with
+/// every other character made `_`, and, past 64 characters, its first 47
+/// and a fingerprint of the whole, so that two long keys stay apart.
+fn limit_name(full_key: &str, name: &str) -> String {
+    let token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !name.is_empty() && name.len() <= 64 && name.chars().all(token) {
+        return name.to_owned();
+    }
+    let made: String = full_key
+        .chars()
+        .map(|c| if token(c) { c } else { '_' })
+        .collect();
+    if made.len() <= 64 {
+        return made;
+    }
+    let fingerprint = full_key
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("{}.{fingerprint:016x}", &made[..47])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_names_are_tokens_that_keep_rules_apart() {
+        assert_eq!(limit_name("d.k_v", "mine"), "mine");
+        assert_eq!(limit_name("d.files_files/*", ""), "d.files_files__");
+        assert_eq!(limit_name("d.k", "not a token"), "d.k");
+        let long_a = format!("d.{}", "a".repeat(80));
+        let long_b = format!("d.{}b", "a".repeat(79));
+        let (a, b) = (limit_name(&long_a, ""), limit_name(&long_b, ""));
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
     }
 }

@@ -2,7 +2,7 @@
 //! envoyproxy/ratelimit checks them, each level's children by `key` or
 //! `key_value`.
 
-use super::rule::{Limit, Rule};
+use super::rule::{Limit, Rule, policy_of};
 use super::unit::Unit;
 use super::wildcard::Wildcard;
 use serde::Deserialize;
@@ -203,11 +203,13 @@ impl YamlRateLimit {
             Some(name) => Some(algorithm(name).map_err(|e| format!("'{full_key}': {e}"))?),
             None => domain_algorithm,
         };
+        let policy = policy_of(full_key, &self.name, limit, algorithm)?;
         Ok(Rule {
             full_key: full_key.to_owned(),
             name: self.name,
             limit,
             algorithm,
+            policy,
             shadow_mode: descriptor.shadow_mode,
             quota_mode: descriptor.quota_mode,
             detailed_metric: descriptor.detailed_metric,
