@@ -42,4 +42,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(unreachable_pub, missing_debug_implementations, missing_docs)]
 
+mod answer;
 pub mod config;
+pub mod decide;
+mod service;
+
+pub use service::RateLimitServer;

@@ -4,6 +4,7 @@
 use super::Config;
 use super::rule::Rule;
 use super::tree::Node;
+use std::sync::Arc;
 
 /// One entry of a request's descriptor: a key and its value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +34,7 @@ impl<'a> Entry<'a> {
 #[derive(Clone, Debug)]
 pub struct Found<'c> {
     /// The rule.
-    pub rule: &'c Rule,
+    pub rule: &'c Arc<Rule>,
     /// The entries matched through a wildcard with `share_threshold`, by
     /// their index in the descriptor, each with the wildcard value
     /// (`files/*`) that every value it matches is counted under: they
@@ -83,7 +84,7 @@ impl Config {
                 shared.push((index, value.as_str()));
             }
             if index + 1 == entries.len() {
-                found = node.rule.as_deref();
+                found = node.rule.as_ref();
             }
             if node.children.is_empty() {
                 break;

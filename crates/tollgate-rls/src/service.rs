@@ -1,0 +1,90 @@
+//! [`RateLimitServer`]: Envoy's `RateLimitService` over a tollgate store.
+
+use crate::answer::response;
+use crate::config::{Config, Entry};
+use crate::decide::{Descriptor, decide};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use std::sync::Arc;
+use tollgate_store::Store;
+use tonic::{Request, Response, Status};
+
+/// Answers `ShouldRateLimit` calls from `config`'s rules, counting in
+/// `store` (the memory store, Redis, PostgreSQL, local-first in front of
+/// either, with the wrappers: any tollgate store).
+///
+/// A call is checked as a whole: its descriptors' rules all charge, or,
+/// when one enforced rule refuses, none keeps its charge (envoyproxy/ratelimit
+/// charges the others; tollgate gives them back). A refused descriptor
+/// charges nothing: envoyproxy/ratelimit does the same only with
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, and by default counts it.
+/// A call with no domain or no descriptors is `INVALID_ARGUMENT`
+/// (envoyproxy/ratelimit answers `UNKNOWN`); a store that fails is
+/// `UNAVAILABLE`, and Envoy's filter then does as its `failure_mode_deny`
+/// says.
+#[derive(Debug)]
+pub struct RateLimitServer<St> {
+    config: Arc<Config>,
+    store: St,
+}
+
+impl<St: Store> RateLimitServer<St> {
+    /// A server of `config`'s rules over `store`.
+    pub fn new(config: Config, store: St) -> Self {
+        RateLimitServer {
+            config: Arc::new(config),
+            store,
+        }
+    }
+
+    /// The tonic service to add to a `tonic::transport::Server`.
+    pub fn into_service(self) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<St: Store> RateLimitService for RateLimitServer<St> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = request.into_inner();
+        if request.domain.is_empty() {
+            return Err(Status::invalid_argument(
+                "the call names no domain: set `domain` in Envoy's rate_limit filter",
+            ));
+        }
+        if request.descriptors.is_empty() {
+            return Err(Status::invalid_argument(
+                "the call has no descriptors: Envoy's route has no rate_limits actions that \
+                 produced one",
+            ));
+        }
+        let descriptors: Vec<Descriptor<'_>> = request
+            .descriptors
+            .iter()
+            .map(|descriptor| Descriptor {
+                entries: descriptor
+                    .entries
+                    .iter()
+                    .map(|entry| Entry::new(&entry.key, &entry.value))
+                    .collect(),
+                hits: descriptor
+                    .hits_addend
+                    .as_ref()
+                    .map_or(request.hits_addend, |hits| {
+                        u32::try_from(hits.value).unwrap_or(u32::MAX)
+                    }),
+            })
+            .collect();
+        let outcomes = decide(&self.config, &self.store, &request.domain, &descriptors)
+            .await
+            .map_err(|failed| {
+                Status::unavailable(format!("the rate-limit store failed: {}", failed.0))
+            })?;
+        Ok(Response::new(response(&outcomes)))
+    }
+}

@@ -1,0 +1,286 @@
+//! `ShouldRateLimit` through a real tonic client and server on loopback,
+//! over the memory store, with envoyproxy/ratelimit's fixtures: the codes,
+//! each descriptor's status, shadow mode, `replaces`, unlimited rules,
+//! hits, a call charged all or nothing, and bad calls.
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use std::path::Path;
+use tollgate_rls::RateLimitServer;
+use tollgate_rls::config::Config;
+use tollgate_store::MemoryStore;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+
+type Client = RateLimitServiceClient<Channel>;
+
+/// Waits, if a minute is about to end, until it has: the rules count in
+/// windows aligned to the minute, and a test's few calls must fall in one.
+async fn clear_of_a_minute_boundary() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let into = now.as_millis() % 60_000;
+    if into > 50_000 {
+        let left = 60_000 - into + 100;
+        tokio::time::sleep(std::time::Duration::from_millis(left as u64)).await;
+    }
+}
+
+/// A server of `fixture` over a fresh memory store, and a client of it.
+async fn serve(fixture: &str) -> Client {
+    clear_of_a_minute_boundary().await;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/envoy-ratelimit")
+        .join(fixture);
+    let config = Config::load(&path).unwrap();
+    let service = RateLimitServer::new(config, MemoryStore::new()).into_service();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: pairs
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+async fn call(
+    client: &mut Client,
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> RateLimitResponse {
+    let request = RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    };
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn code(response: &RateLimitResponse) -> Code {
+    Code::try_from(response.overall_code).unwrap()
+}
+
+#[tokio::test]
+async fn a_rule_admits_its_requests_per_unit_then_says_over_limit() {
+    let mut client = serve("basic_config.yaml").await;
+    let key2 = || vec![descriptor(&[("key2", "value2")])];
+    for expected_remaining in (0..30).rev() {
+        let response = call(&mut client, "test-domain", key2()).await;
+        assert_eq!(code(&response), Code::Ok);
+        let status = &response.statuses[0];
+        assert_eq!(status.limit_remaining, expected_remaining);
+        let limit = status.current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (30, Unit::Minute as i32)
+        );
+        let reset = status.duration_until_reset.unwrap();
+        assert!(
+            reset.seconds <= 60 && (reset.seconds, reset.nanos) > (0, 0),
+            "{reset:?}"
+        );
+    }
+    let refused = call(&mut client, "test-domain", key2()).await;
+    assert_eq!(code(&refused), Code::OverLimit);
+    let status = &refused.statuses[0];
+    assert_eq!(
+        (Code::try_from(status.code).unwrap(), status.limit_remaining),
+        (Code::OverLimit, 0)
+    );
+    // Another value of the same key has a count of its own, under the
+    // key's default rule.
+    let other = call(
+        &mut client,
+        "test-domain",
+        vec![descriptor(&[("key2", "other")])],
+    )
+    .await;
+    assert_eq!(other.statuses[0].limit_remaining, 19);
+}
+
+#[tokio::test]
+async fn no_rule_unlimited_and_named_rules_answer_as_that_server_does() {
+    let mut client = serve("basic_config.yaml").await;
+    // No rule: OK and nothing else.
+    let none = call(
+        &mut client,
+        "test-domain",
+        vec![descriptor(&[("key1", "value1")])],
+    )
+    .await;
+    assert_eq!(code(&none), Code::Ok);
+    assert_eq!(none.statuses[0].current_limit, None);
+    assert_eq!(none.statuses[0].limit_remaining, 0);
+    // An unknown domain: no rule.
+    let unknown = call(&mut client, "nowhere", vec![descriptor(&[("key2", "x")])]).await;
+    assert_eq!(code(&unknown), Code::Ok);
+    // Unlimited: OK with everything remaining, however often.
+    for _ in 0..3 {
+        let unlimited = call(
+            &mut client,
+            "test-domain",
+            vec![descriptor(&[("key6", "x")])],
+        )
+        .await;
+        assert_eq!(unlimited.statuses[0].limit_remaining, u32::MAX);
+    }
+    // A named rule says its name.
+    let named = call(
+        &mut client,
+        "test-domain",
+        vec![descriptor(&[("key4", "x")])],
+    )
+    .await;
+    assert_eq!(
+        named.statuses[0].current_limit.as_ref().unwrap().name,
+        "key4_rate_limit"
+    );
+}
+
+#[tokio::test]
+async fn shadow_mode_counts_but_never_refuses() {
+    let mut client = serve("shadowmode_config.yaml").await;
+    for i in 0..25 {
+        let response = call(
+            &mut client,
+            "test-domain",
+            vec![descriptor(&[("key2", "x")])],
+        )
+        .await;
+        assert_eq!(code(&response), Code::Ok, "call {i}");
+        assert_eq!(response.statuses[0].code, Code::Ok as i32);
+    }
+}
+
+#[tokio::test]
+async fn a_call_is_charged_all_or_nothing() {
+    let mut client = serve("basic_config.yaml").await;
+    // key4 is 1 a day: spent by the first call.
+    let key4 = || descriptor(&[("key4", "x")]);
+    let key2 = || descriptor(&[("key2", "value2")]);
+    assert_eq!(
+        code(&call(&mut client, "test-domain", vec![key4()]).await),
+        Code::Ok
+    );
+    for _ in 0..3 {
+        let both = call(&mut client, "test-domain", vec![key2(), key4()]).await;
+        assert_eq!(code(&both), Code::OverLimit);
+        // key2 admitted it alone, and was given it back: its remaining
+        // says so.
+        assert_eq!(both.statuses[0].code, Code::Ok as i32);
+        assert_eq!(both.statuses[0].limit_remaining, 30);
+        assert_eq!(both.statuses[1].code, Code::OverLimit as i32);
+    }
+    // Nothing of the three refused calls stayed charged in key2.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let alone = call(&mut client, "test-domain", vec![key2()]).await;
+    assert_eq!(alone.statuses[0].limit_remaining, 29);
+}
+
+#[tokio::test]
+async fn hits_come_from_the_descriptor_else_the_call() {
+    let mut client = serve("basic_config.yaml").await;
+    let request = RateLimitRequest {
+        domain: "test-domain".to_owned(),
+        descriptors: vec![descriptor(&[("key2", "value2")])],
+        hits_addend: 10,
+    };
+    let response = client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.statuses[0].limit_remaining, 20);
+    let mut own = descriptor(&[("key2", "value2")]);
+    own.hits_addend = Some(UInt64Value { value: 15 });
+    let request = RateLimitRequest {
+        domain: "test-domain".to_owned(),
+        descriptors: vec![own],
+        hits_addend: 10,
+    };
+    let response = client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.statuses[0].limit_remaining, 5);
+}
+
+#[tokio::test]
+async fn a_rule_another_replaces_counts_nothing() {
+    let mut client = serve("example.yaml").await;
+    // bkthomps (1/min, named) is replaced by the account rule in the same
+    // call: its descriptor is answered as unlimited.
+    let account = || descriptor(&[("category", "account")]);
+    let bkthomps = || descriptor(&[("foo", "x"), ("bar", "bkthomps")]);
+    for _ in 0..3 {
+        let response = call(&mut client, "rl", vec![account(), bkthomps()]).await;
+        assert_eq!(code(&response), Code::Ok);
+        assert_eq!(response.statuses[1].limit_remaining, u32::MAX);
+    }
+    // Alone, it is its own 1 a minute.
+    let alone = call(&mut client, "rl", vec![bkthomps()]).await;
+    assert_eq!(alone.statuses[0].limit_remaining, 0);
+    let again = call(&mut client, "rl", vec![bkthomps()]).await;
+    assert_eq!(code(&again), Code::OverLimit);
+}
+
+#[tokio::test]
+async fn a_rule_of_zero_refuses_every_call() {
+    let mut client = serve("example.yaml").await;
+    let banned = call(
+        &mut client,
+        "rl",
+        vec![descriptor(&[("foo", "x"), ("bar", "banned")])],
+    )
+    .await;
+    assert_eq!(code(&banned), Code::OverLimit);
+    let reset = banned.statuses[0].duration_until_reset.unwrap();
+    assert!((0..=60).contains(&reset.seconds), "{reset:?}");
+}
+
+#[tokio::test]
+async fn a_call_without_a_domain_or_descriptors_is_an_invalid_argument() {
+    let mut client = serve("basic_config.yaml").await;
+    let no_domain = RateLimitRequest {
+        domain: String::new(),
+        descriptors: vec![descriptor(&[("key2", "x")])],
+        hits_addend: 0,
+    };
+    let error = client.should_rate_limit(no_domain).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().contains("domain"), "{}", error.message());
+    let no_descriptors = RateLimitRequest {
+        domain: "test-domain".to_owned(),
+        descriptors: Vec::new(),
+        hits_addend: 0,
+    };
+    let error = client.should_rate_limit(no_descriptors).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+}
