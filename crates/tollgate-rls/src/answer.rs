@@ -23,6 +23,23 @@ pub(crate) fn response(outcomes: &[Outcome]) -> RateLimitResponse {
     }
 }
 
+/// The response to a call whose store failed, as `closed` says: every
+/// descriptor `OK` (open: the store's outage is not the traffic's), or
+/// the call `OVER_LIMIT` (closed: nothing passes uncounted).
+pub(crate) fn failed(descriptors: usize, closed: bool) -> RateLimitResponse {
+    let code = if closed { Code::OverLimit } else { Code::Ok } as i32;
+    RateLimitResponse {
+        overall_code: code,
+        statuses: (0..descriptors)
+            .map(|_| DescriptorStatus {
+                code,
+                ..DescriptorStatus::default()
+            })
+            .collect(),
+        ..RateLimitResponse::default()
+    }
+}
+
 /// One descriptor's status. No rule: `OK` and nothing else, as
 /// envoyproxy/ratelimit answers. Unlimited (or replaced): `OK` with
 /// `u32::MAX` remaining. Decided: its code (`OK` in shadow mode and in

@@ -62,9 +62,15 @@ impl Outcome {
     }
 }
 
-/// What went wrong deciding a call: the store failed.
+/// What went wrong deciding a call: the store failed on a check of
+/// `policy`.
 #[derive(Debug)]
-pub struct StoreFailed(pub String);
+pub struct StoreFailed {
+    /// The policy of the check that failed.
+    pub policy: Arc<Policy>,
+    /// The store's error.
+    pub error: String,
+}
 
 /// Decides `descriptors` of `domain` against `store`, all or nothing.
 ///
@@ -127,7 +133,10 @@ pub async fn decide<St: Store>(
             Ok(verdict) => verdict,
             Err(error) => {
                 give_back(store, &charged, descriptors, asked);
-                return Err(StoreFailed(error.to_string()));
+                return Err(StoreFailed {
+                    policy: policy.clone(),
+                    error: error.to_string(),
+                });
             }
         };
         let decision = verdict.merged();

@@ -47,4 +47,4 @@ pub mod config;
 pub mod decide;
 mod service;
 
-pub use service::RateLimitServer;
+pub use service::{OnStoreError, RateLimitServer};

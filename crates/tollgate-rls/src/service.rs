@@ -1,6 +1,6 @@
 //! [`RateLimitServer`]: Envoy's `RateLimitService` over a tollgate store.
 
-use crate::answer::response;
+use crate::answer::{failed, response};
 use crate::config::{Config, Entry};
 use crate::decide::{Descriptor, decide};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -21,13 +21,27 @@ use tonic::{Request, Response, Status};
 /// charges nothing: envoyproxy/ratelimit does the same only with
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, and by default counts it.
 /// A call with no domain or no descriptors is `INVALID_ARGUMENT`
-/// (envoyproxy/ratelimit answers `UNKNOWN`); a store that fails is
-/// `UNAVAILABLE`, and Envoy's filter then does as its `failure_mode_deny`
-/// says.
+/// (envoyproxy/ratelimit answers `UNKNOWN`). A store that fails (or a
+/// `Timeout` in front of it that gives up) is reported
+/// ([`tollgate_store::report_failure`]: a warning every 10 s at most, and
+/// `tollgate_store_errors_total`) and answered as
+/// [`on_store_error`](Self::on_store_error) says.
 #[derive(Debug)]
 pub struct RateLimitServer<St> {
     config: Arc<Config>,
     store: St,
+    on_store_error: OnStoreError,
+}
+
+/// What the service answers when its store fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// Every descriptor `OK`: an outage of the store is not one of the
+    /// traffic behind the proxy (the default, as tollgate's layers').
+    #[default]
+    Open,
+    /// The call `OVER_LIMIT`: nothing passes uncounted.
+    Closed,
 }
 
 impl<St: Store> RateLimitServer<St> {
@@ -36,6 +50,16 @@ impl<St: Store> RateLimitServer<St> {
         RateLimitServer {
             config: Arc::new(config),
             store,
+            on_store_error: OnStoreError::default(),
+        }
+    }
+
+    /// What to answer when the store fails (default
+    /// [`OnStoreError::Open`]).
+    pub fn on_store_error(self, on_store_error: OnStoreError) -> Self {
+        RateLimitServer {
+            on_store_error,
+            ..self
         }
     }
 
@@ -80,11 +104,13 @@ impl<St: Store> RateLimitService for RateLimitServer<St> {
                     }),
             })
             .collect();
-        let outcomes = decide(&self.config, &self.store, &request.domain, &descriptors)
-            .await
-            .map_err(|failed| {
-                Status::unavailable(format!("the rate-limit store failed: {}", failed.0))
-            })?;
-        Ok(Response::new(response(&outcomes)))
+        match decide(&self.config, &self.store, &request.domain, &descriptors).await {
+            Ok(outcomes) => Ok(Response::new(response(&outcomes))),
+            Err(store_failed) => {
+                tollgate_store::report_failure(&store_failed.policy, &store_failed.error);
+                let closed = self.on_store_error == OnStoreError::Closed;
+                Ok(Response::new(failed(descriptors.len(), closed)))
+            }
+        }
     }
 }

@@ -11,8 +11,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use std::path::Path;
-use tollgate_rls::RateLimitServer;
 use tollgate_rls::config::Config;
+use tollgate_rls::{OnStoreError, RateLimitServer};
 use tollgate_store::MemoryStore;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -32,14 +32,23 @@ async fn clear_of_a_minute_boundary() {
     }
 }
 
-/// A server of `fixture` over a fresh memory store, and a client of it.
-async fn serve(fixture: &str) -> Client {
-    clear_of_a_minute_boundary().await;
+fn config(fixture: &str) -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/envoy-ratelimit")
         .join(fixture);
-    let config = Config::load(&path).unwrap();
-    let service = RateLimitServer::new(config, MemoryStore::new()).into_service();
+    Config::load(&path).unwrap()
+}
+
+/// A server of `fixture` over a fresh memory store, and a client of it.
+async fn serve(fixture: &str) -> Client {
+    clear_of_a_minute_boundary().await;
+    let server = RateLimitServer::new(config(fixture), MemoryStore::new());
+    start(server).await
+}
+
+/// `server` on a loopback port, and a client of it.
+async fn start<St: tollgate_store::Store>(server: RateLimitServer<St>) -> Client {
+    let service = server.into_service();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
@@ -283,4 +292,38 @@ async fn a_call_without_a_domain_or_descriptors_is_an_invalid_argument() {
     };
     let error = client.should_rate_limit(no_descriptors).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn a_store_that_fails_is_answered_open_or_closed() {
+    // Redis where none listens: every check fails at once.
+    let failing = || {
+        tollgate_redis::RedisStore::builder("redis://127.0.0.1:1")
+            .connect_lazy()
+            .unwrap()
+    };
+    let key2 = || {
+        vec![
+            descriptor(&[("key2", "value2")]),
+            descriptor(&[("key6", "x")]),
+        ]
+    };
+    let mut open = start(RateLimitServer::new(config("basic_config.yaml"), failing())).await;
+    let answer = call(&mut open, "test-domain", key2()).await;
+    assert_eq!(code(&answer), Code::Ok);
+    assert_eq!(answer.statuses.len(), 2);
+    assert!(answer.statuses.iter().all(|s| s.code == Code::Ok as i32));
+    let closed_server = RateLimitServer::new(config("basic_config.yaml"), failing())
+        .on_store_error(OnStoreError::Closed);
+    let mut closed = start(closed_server).await;
+    let answer = call(&mut closed, "test-domain", key2()).await;
+    assert_eq!(code(&answer), Code::OverLimit);
+    // A call with no rule needs no store: answered as ever.
+    let none = call(
+        &mut closed,
+        "test-domain",
+        vec![descriptor(&[("key1", "value1")])],
+    )
+    .await;
+    assert_eq!(code(&none), Code::Ok);
 }

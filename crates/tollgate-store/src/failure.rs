@@ -1,19 +1,19 @@
-//! [`report_failure`]: what a layer does when its store fails.
+//! [`report_failure`]: what a caller reports when its store fails.
 
 use crate::policy::Policy;
 
-/// What a layer does when its store failed on a request of `policy`, or
-/// did not answer in time: one WARN at most every 10 s across the process
-/// (with how many failures were held back since the last), and the
-/// policy's `tollgate_store_errors_total` counter: an outage is logged as
-/// the layers log it, a few lines, not one per request. For the crates
-/// beside this one (tonic's message limits), through `tollgate::__private`.
+/// What a caller of a store reports when it failed on a request of
+/// `policy`, or did not answer in time, before it applies its own rule
+/// (the layers' `on_store_error`, the rate-limit service's): one WARN at
+/// most every 10 s across the process (with how many failures were held
+/// back since the last), and the policy's `tollgate_store_errors_total`
+/// counter: an outage is logged, not its traffic.
 ///
 /// ```
 /// use tollgate_store::{NamedLimit, Policy};
 ///
 /// let policy = Policy::new(vec![NamedLimit::new("api", "10/s".parse().unwrap())]);
-/// tollgate_store::__private::report_failure(&policy, &"connection refused");
+/// tollgate_store::report_failure(&policy, &"connection refused");
 /// ```
 pub fn report_failure(policy: &Policy, error: &dyn std::fmt::Display) {
     static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();

@@ -73,6 +73,7 @@ pub use charge::spawn_change;
 pub use charge::{ChangeReply, PolicyDebit, PolicyRefund};
 pub use config::{BoxError, ConfigError};
 pub use decision::PolicyDecision;
+pub use failure::report_failure;
 pub use key::{Key, KeyView};
 pub use late::Watched;
 #[doc(hidden)]
@@ -445,7 +446,6 @@ pub fn set_up_default_clock() {
 /// API, and may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::failure::report_failure;
     /// Metrics and log pacing, shared with the middleware.
     pub mod observe {
         pub use crate::observe::*;

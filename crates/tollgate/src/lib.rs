@@ -128,8 +128,8 @@ pub use tollgate_store::{NamedLimit, Policy};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::headers::fields_for;
-    pub use tollgate_store::__private::report_failure;
     pub use tollgate_store::__private::shadow::ShadowLog;
+    pub use tollgate_store::report_failure;
 }
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;

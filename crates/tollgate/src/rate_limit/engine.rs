@@ -262,7 +262,7 @@ impl<K, St, R> Engine<K, St, R> {
         R: Rejector<B>,
     {
         let policy = &self.routes.get(entry).policy;
-        tollgate_store::__private::report_failure(policy, error);
+        tollgate_store::report_failure(policy, error);
         match &self.settings.common.on_store_error {
             OnStoreError::Open => Action::Forward {
                 fields: FieldValues::default(),
