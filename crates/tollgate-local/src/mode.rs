@@ -35,6 +35,35 @@ impl LocalMode {
     }
 }
 
+/// Reads `exact` or `periodic=MS` (the sync interval in milliseconds, at
+/// least 1), as command lines and configuration write a mode.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_local::LocalMode;
+///
+/// assert_eq!("exact".parse(), Ok(LocalMode::Exact));
+/// let sync_interval = Duration::from_millis(250);
+/// assert_eq!("periodic=250".parse(), Ok(LocalMode::Periodic { sync_interval }));
+/// assert!("periodic=0".parse::<LocalMode>().is_err());
+/// ```
+impl std::str::FromStr for LocalMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text == "exact" {
+            return Ok(LocalMode::Exact);
+        }
+        text.strip_prefix("periodic=")
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .filter(|ms| *ms >= 1)
+            .map(|ms| LocalMode::Periodic {
+                sync_interval: Duration::from_millis(ms),
+            })
+            .ok_or_else(|| format!("expected exact or periodic=MS (MS at least 1), not {text:?}"))
+    }
+}
+
 impl LocalMode {
     /// The sync interval in ns, saturating; 0 in exact mode, which has
     /// none.

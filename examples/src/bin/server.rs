@@ -605,19 +605,9 @@ enum Local {
 fn parse_local(text: &str) -> Result<Local, String> {
     match text {
         "off" => Ok(Local::Off),
-        "exact" => Ok(Local::On(LocalMode::Exact)),
-        _ => {
-            let ms = text
-                .strip_prefix("periodic=")
-                .and_then(|ms| ms.parse::<u64>().ok())
-                .filter(|ms| *ms >= 1)
-                .ok_or_else(|| {
-                    format!("expected off, exact or periodic=MS (MS at least 1), not {text:?}")
-                })?;
-            Ok(Local::On(LocalMode::Periodic {
-                sync_interval: Duration::from_millis(ms),
-            }))
-        }
+        _ => text.parse::<LocalMode>().map(Local::On).map_err(|_| {
+            format!("expected off, exact or periodic=MS (MS at least 1), not {text:?}")
+        }),
     }
 }
 

@@ -1,0 +1,202 @@
+//! The `tollgate-rls` binary as an operator runs it: the `listening on
+//! grpc://ADDR` line, calls from a real tonic client, and four processes
+//! sharing one Redis that admit exactly a rule's limit between them, with
+//! and without local-first, by the fixed window and by GCRA.
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tollgate_tests::redis::RedisServer;
+
+/// A running `tollgate-rls`, killed when dropped.
+struct Rls {
+    child: Child,
+    addr: String,
+}
+
+impl Rls {
+    /// Starts the binary with `args` (and `--grpc 127.0.0.1:0`), and waits
+    /// for its `listening on` line.
+    fn start(args: &[&str]) -> Rls {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-rls"))
+            .args(["--grpc", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on grpc://")
+            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
+            .to_owned();
+        Rls { child, addr }
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/envoy-ratelimit")
+        .join(name)
+}
+
+fn request(pairs: &[(&str, &str)]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "test-domain".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: pairs
+                .iter()
+                .map(|(key, value)| Entry {
+                    key: (*key).to_owned(),
+                    value: (*value).to_owned(),
+                })
+                .collect(),
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// Waits, if a minute is about to end, until it has: the fixed windows
+/// are aligned to the minute.
+fn clear_of_a_minute_boundary() {
+    let into = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        % 60_000;
+    if into > 45_000 {
+        std::thread::sleep(Duration::from_millis((60_000 - into + 100) as u64));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_a_fixture_on_memory() {
+    clear_of_a_minute_boundary();
+    let config = fixture("basic_config.yaml");
+    let rls = Rls::start(&["--config", config.to_str().unwrap()]);
+    let mut client = rls.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..31 {
+        let response = client
+            .should_rate_limit(request(&[("key2", "value2")]))
+            .await
+            .unwrap()
+            .into_inner();
+        codes.push(response.overall_code);
+    }
+    let ok = codes.iter().filter(|c| **c == Code::Ok as i32).count();
+    assert_eq!(ok, 30, "{codes:?}");
+    assert_eq!(codes[30], Code::OverLimit as i32);
+}
+
+#[test]
+fn a_config_that_server_would_refuse_exits_2_naming_the_file() {
+    let dir = std::env::temp_dir().join(format!("tollgate-rls-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {}\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate-rls"))
+        .args(["--grpc", "127.0.0.1:0", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bad.yaml") && stderr.contains("'rate_limt'"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// 400 calls, 100 from each of four processes at once, on one key of
+/// `config`'s rule of 30 a minute: how many were admitted, and how long
+/// the calls took.
+async fn four_processes(redis: &RedisServer, config: &Path, extra: &[&str]) -> (usize, Duration) {
+    clear_of_a_minute_boundary();
+    let url = redis.url();
+    let mut args = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "--store",
+        url.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    // A second's store timeout: a loaded machine's Redis answers in it.
+    args.extend_from_slice(&["--store-timeout-ms", "1000", "--on-store-error", "closed"]);
+    let processes: Vec<Rls> = (0..4).map(|_| Rls::start(&args)).collect();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for rls in &processes {
+        let mut client = rls.client().await;
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..100 {
+                let response = client
+                    .should_rate_limit(request(&[("key2", "value2")]))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                admitted += usize::from(response.overall_code == Code::Ok as i32);
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    (admitted, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_over_redis_admit_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let fixed = fixture("basic_config.yaml");
+    let (admitted, _) = four_processes(&redis, &fixed, &[]).await;
+    assert_eq!(admitted, 30, "fixed window, one call per decision");
+    redis.command(&["FLUSHALL"]);
+    let (admitted, _) = four_processes(&redis, &fixed, &["--local", "exact"]).await;
+    assert_eq!(admitted, 30, "fixed window, local-first exact");
+    // GCRA: 30 a minute refills one every 2 s; what refilled while the
+    // calls ran may pass too, never more.
+    let dir = std::env::temp_dir().join(format!("tollgate-rls-gcra-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gcra = dir.join("gcra.yaml");
+    let text = std::fs::read_to_string(&fixed).unwrap();
+    std::fs::write(&gcra, format!("algorithm: gcra\n{text}")).unwrap();
+    redis.command(&["FLUSHALL"]);
+    let (admitted, took) = four_processes(&redis, &gcra, &[]).await;
+    let refilled = (took.as_secs() / 2) as usize + 1;
+    assert!(
+        (30..=30 + refilled).contains(&admitted),
+        "GCRA: {admitted} admitted in {took:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
