@@ -3,6 +3,7 @@
 
 use crate::config::Unit;
 use crate::decide::Outcome;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -10,6 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tollgate_store::fields::{policy_item, retry_after_seconds, state_item};
 
 /// The response to a call whose descriptors ended as `outcomes`, in the
 /// call's order: `OVER_LIMIT` when one of them refuses (over an enforced
@@ -19,7 +21,74 @@ pub(crate) fn response(outcomes: &[Outcome]) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
         statuses: outcomes.iter().map(status).collect(),
+        response_headers_to_add: fields(outcomes),
         ..RateLimitResponse::default()
+    }
+}
+
+/// The draft-11 fields Envoy adds to the client's response: a
+/// `RateLimit-Policy` and a `RateLimit` item for each decided descriptor
+/// (shadow rules left out, as tollgate's layers leave them out), and
+/// `Retry-After` when the call is refused: the longest wait of the rules
+/// that refused it, rounded up, never 0 (none when a rule can never pass:
+/// 0 requests per unit, or hits above the limit).
+fn fields(outcomes: &[Outcome]) -> Vec<HeaderValue> {
+    let mut policy = Vec::new();
+    let mut state = Vec::new();
+    let mut retry_after: Option<u64> = None;
+    let mut never = false;
+    for outcome in outcomes {
+        let Outcome::Decided {
+            rule,
+            decision,
+            given_back,
+            cost,
+            ..
+        } = outcome
+        else {
+            continue;
+        };
+        if outcome.refuses() {
+            match rule.policy().and_then(|_| retry_after_seconds(decision)) {
+                Some(seconds) => retry_after = retry_after.max(Some(seconds)),
+                None => never = true,
+            }
+        }
+        let (Some(rule_policy), false) = (rule.policy(), rule.shadow_mode()) else {
+            continue;
+        };
+        for limit in rule_policy.limits() {
+            policy.push(policy_item(limit));
+            let remaining = match given_back {
+                true => decision
+                    .remaining()
+                    .saturating_add(u64::from(*cost))
+                    .min(decision.limit()),
+                false => decision.remaining(),
+            };
+            state.push(state_item(
+                limit.name(),
+                remaining,
+                decision.replenish_after(),
+            ));
+        }
+    }
+    let mut fields = Vec::new();
+    if !policy.is_empty() {
+        fields.push(header("RateLimit-Policy", policy.join(", ")));
+        fields.push(header("RateLimit", state.join(", ")));
+    }
+    if let (Some(seconds), false) = (retry_after, never) {
+        fields.push(header("Retry-After", seconds.to_string()));
+    }
+    fields
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
     }
 }
 

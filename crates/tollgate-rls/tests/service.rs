@@ -95,6 +95,20 @@ fn code(response: &RateLimitResponse) -> Code {
     Code::try_from(response.overall_code).unwrap()
 }
 
+/// The value of the field `name` Envoy is asked to add, if any.
+fn field<'r>(response: &'r RateLimitResponse, name: &str) -> Option<&'r str> {
+    response
+        .response_headers_to_add
+        .iter()
+        .find(|header| header.key == name)
+        .map(|header| header.value.as_str())
+}
+
+/// The `t` of a `RateLimit` item.
+fn t_of(state: &str) -> u64 {
+    state.rsplit("t=").next().unwrap().parse().unwrap()
+}
+
 #[tokio::test]
 async fn a_rule_admits_its_requests_per_unit_then_says_over_limit() {
     let mut client = serve("basic_config.yaml").await;
@@ -114,6 +128,17 @@ async fn a_rule_admits_its_requests_per_unit_then_says_over_limit() {
             reset.seconds <= 60 && (reset.seconds, reset.nanos) > (0, 0),
             "{reset:?}"
         );
+        // The draft's fields, for Envoy to add to the client's response:
+        // the rule's quota, and what remains of it.
+        assert_eq!(
+            field(&response, "RateLimit-Policy"),
+            Some("\"test-domain.key2_value2\";q=30;w=60")
+        );
+        let state = field(&response, "RateLimit").unwrap();
+        let prefix = format!("\"test-domain.key2_value2\";r={expected_remaining};t=");
+        assert!(state.starts_with(&prefix), "{state}");
+        assert!((1..=60).contains(&t_of(state)), "{state}");
+        assert_eq!(field(&response, "Retry-After"), None);
     }
     let refused = call(&mut client, "test-domain", key2()).await;
     assert_eq!(code(&refused), Code::OverLimit);
@@ -122,6 +147,11 @@ async fn a_rule_admits_its_requests_per_unit_then_says_over_limit() {
         (Code::try_from(status.code).unwrap(), status.limit_remaining),
         (Code::OverLimit, 0)
     );
+    // When the window ends, and never 0.
+    let retry: u64 = field(&refused, "Retry-After").unwrap().parse().unwrap();
+    let reset = status.duration_until_reset.unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    assert!(retry >= reset.seconds as u64, "{retry} before {reset:?}");
     // Another value of the same key has a count of its own, under the
     // key's default rule.
     let other = call(
@@ -184,6 +214,8 @@ async fn shadow_mode_counts_but_never_refuses() {
         .await;
         assert_eq!(code(&response), Code::Ok, "call {i}");
         assert_eq!(response.statuses[0].code, Code::Ok as i32);
+        // A rule in shadow shows in no field.
+        assert!(response.response_headers_to_add.is_empty(), "{response:?}");
     }
 }
 

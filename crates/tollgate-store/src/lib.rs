@@ -50,6 +50,7 @@ mod charge;
 mod config;
 mod decision;
 mod failure;
+pub mod fields;
 mod key;
 pub mod late;
 mod memory;

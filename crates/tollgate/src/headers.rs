@@ -55,8 +55,8 @@ use crate::key::{Key, KeyView};
 use crate::store::PolicyDecision;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use smallvec::SmallVec;
-use std::time::Duration;
-use tollgate_core::{Decision, Limiter};
+use tollgate_core::Decision;
+use tollgate_store::fields::{ceil_seconds, policy_item, quota_item};
 
 /// `RateLimit-Policy`.
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -217,11 +217,6 @@ impl HeaderStyle {
     }
 }
 
-/// Whole seconds, rounded up: a client that waits this long is never early.
-pub(crate) fn ceil_seconds(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
 /// What the rate-limit fields of a policy's responses need of the policy,
 /// computed once, when the layer (or a per-key quota) is built.
 #[derive(Debug)]
@@ -345,22 +340,6 @@ impl Output<'_> {
     }
 }
 
-/// A limit's `q` and `w` (see the module docs): the window in whole
-/// seconds, rounded up, and what the quota's rate gives in it, rounded down.
-pub(crate) fn quota_item(limiter: &Limiter) -> (u64, u64) {
-    let window = ceil_seconds(limiter.window()).max(1);
-    let quota = limiter.quota();
-    let units = u128::from(quota.limit()) * u128::from(window) * 1_000_000_000
-        / u128::from(quota.period_nanos());
-    (u64::try_from(units).unwrap_or(u64::MAX), window)
-}
-
-/// A limit's item of the `RateLimit-Policy` value: `"api";q=100;w=60`.
-fn policy_item(limit: &crate::NamedLimit) -> String {
-    let (units, window) = quota_item(limit.limiter());
-    format!("\"{}\";q={units};w={window}", limit.name())
-}
-
 /// The rate-limit fields of one response, formatted when the verdict is
 /// known (where the policy is at hand), carried by the response future and
 /// written once the inner service answers. Empty when there are none. Two
@@ -449,9 +428,7 @@ pub fn retry_after_value(decision: &Decision) -> Option<HeaderValue> {
 /// assert_eq!(tollgate::headers::retry_after_seconds(&refused), Some(1));
 /// ```
 pub fn retry_after_seconds(decision: &Decision) -> Option<u64> {
-    decision
-        .can_ever_pass()
-        .then(|| ceil_seconds(decision.retry_after()).max(1))
+    tollgate_store::fields::retry_after_seconds(decision)
 }
 
 /// The fields `style` asks for, reporting `verdict` for `key` on
@@ -500,6 +477,7 @@ pub(crate) fn write_retry_after(headers: &mut HeaderMap, decision: &Decision) {
 mod tests {
     use super::*;
     use crate::NamedLimit;
+    use std::time::Duration;
     use tollgate_core::{DecisionFields, Quota};
 
     /// The `RateLimit` value for a policy of `names`, each limit with
