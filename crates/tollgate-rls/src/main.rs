@@ -11,6 +11,10 @@
 //! --store-timeout-ms N     default 100: a store call given up after it, behind a circuit breaker
 //! ```
 //!
+//! Beside `envoy.service.ratelimit.v3.RateLimitService`, the listener
+//! answers `grpc.health.v1.Health` (`SERVING` for the service and for
+//! the server as a whole).
+//!
 //! Exits 2 on a usage error (a flag, or a configuration that
 //! envoyproxy/ratelimit would refuse, naming the file and the key), 1 when
 //! the store cannot be reached at start.
@@ -167,6 +171,11 @@ where
     }
 }
 
+/// The gRPC service the binary serves.
+type RlsService = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<
+    RateLimitServer<BoxStore>,
+>;
+
 async fn run(args: Args) -> Result<(), Failure> {
     let config = Config::load(&args.config).map_err(|e| Failure::Usage(e.to_string()))?;
     let store = store(&args).await?;
@@ -179,8 +188,13 @@ async fn run(args: Args) -> Result<(), Failure> {
     let service = RateLimitServer::new(config, store)
         .on_store_error(args.on_store_error)
         .into_service();
+    // `grpc.health.v1.Health`: the service, and the server as a whole
+    // (""), serving from the start.
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<RlsService>().await;
     println!("listening on grpc://{addr}");
     Server::builder()
+        .add_service(health)
         .add_service(service)
         .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown())
         .await

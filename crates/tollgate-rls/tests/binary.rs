@@ -110,6 +110,24 @@ async fn the_binary_serves_a_fixture_on_memory() {
     let ok = codes.iter().filter(|c| **c == Code::Ok as i32).count();
     assert_eq!(ok, 30, "{codes:?}");
     assert_eq!(codes[30], Code::OverLimit as i32);
+    // The gRPC health check a load balancer or Kubernetes asks.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", rls.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: service.to_owned(),
+        };
+        let answer = health.check(request).await.unwrap().into_inner();
+        assert_eq!(
+            answer.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{service:?}"
+        );
+    }
 }
 
 #[test]
