@@ -51,6 +51,9 @@ pub mod guide {
     #[doc = include_str!("../../docs/guide/crates.md")]
     pub struct Crates;
 
+    #[doc = include_str!("../../docs/guide/envoy.md")]
+    pub struct Envoy;
+
     #[doc = include_str!("../../docs/guide/examples.md")]
     pub struct Examples;
 
