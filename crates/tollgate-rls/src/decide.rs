@@ -18,6 +18,9 @@ pub struct Descriptor<'a> {
     /// The hits it adds (the descriptor's `hits_addend`, else the call's;
     /// 0 reads as 1, as Envoy means it).
     pub hits: u32,
+    /// The descriptor's own limit (Envoy's `RateLimitOverride`): used in
+    /// place of the configuration's rule.
+    pub limit: Option<(u32, Unit)>,
 }
 
 /// What became of one descriptor.
@@ -85,9 +88,28 @@ pub async fn decide<St: Store>(
     descriptors: &[Descriptor<'_>],
 ) -> Result<Vec<Outcome>, StoreFailed> {
     let asked = Instant::now();
+    let overrides: Vec<Option<Arc<Rule>>> = descriptors
+        .iter()
+        .map(|d| {
+            d.limit.map(|(requests_per_unit, unit)| {
+                Arc::new(Rule::overriding(
+                    full_key(domain, d),
+                    requests_per_unit,
+                    unit,
+                ))
+            })
+        })
+        .collect();
     let found: Vec<Option<Found<'_>>> = descriptors
         .iter()
-        .map(|d| config.rule_for(domain, &d.entries))
+        .zip(&overrides)
+        .map(|(d, overriding)| match overriding {
+            Some(rule) => Some(Found {
+                rule,
+                shared: Vec::new(),
+            }),
+            None => config.rule_for(domain, &d.entries),
+        })
         .collect();
     let replaced: Vec<&str> = found
         .iter()
@@ -167,6 +189,19 @@ pub async fn decide<St: Store>(
         }
     }
     Ok(outcomes)
+}
+
+/// A descriptor's place, as envoyproxy/ratelimit names an overriding
+/// rule: the domain, then each entry's `key_value`, joined by dots.
+fn full_key(domain: &str, descriptor: &Descriptor<'_>) -> String {
+    let mut key = domain.to_owned();
+    for entry in &descriptor.entries {
+        key.push('.');
+        key.push_str(entry.key());
+        key.push('_');
+        key.push_str(entry.value());
+    }
+    key
 }
 
 /// The key a descriptor is counted under: the domain, then each entry's

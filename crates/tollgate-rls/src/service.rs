@@ -1,7 +1,7 @@
 //! [`RateLimitServer`]: Envoy's `RateLimitService` over a tollgate store.
 
 use crate::answer::{failed, response};
-use crate::config::{Config, Entry};
+use crate::config::{Config, Entry, Unit};
 use crate::decide::{Descriptor, decide};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
@@ -69,6 +69,24 @@ impl<St: Store> RateLimitServer<St> {
     }
 }
 
+/// The unit of descriptor `index`'s limit override, numbered as Envoy's
+/// `type.v3.RateLimitUnit` numbers them; an unknown one is the caller's
+/// error.
+fn override_unit(index: usize, unit: i32) -> Result<Unit, Status> {
+    match unit {
+        1 => Ok(Unit::Second),
+        2 => Ok(Unit::Minute),
+        3 => Ok(Unit::Hour),
+        4 => Ok(Unit::Day),
+        5 => Ok(Unit::Month),
+        6 => Ok(Unit::Year),
+        7 => Ok(Unit::Week),
+        _ => Err(Status::invalid_argument(format!(
+            "descriptor {index}'s limit override has no known unit ({unit})"
+        ))),
+    }
+}
+
 #[tonic::async_trait]
 impl<St: Store> RateLimitService for RateLimitServer<St> {
     async fn should_rate_limit(
@@ -90,20 +108,29 @@ impl<St: Store> RateLimitService for RateLimitServer<St> {
         let descriptors: Vec<Descriptor<'_>> = request
             .descriptors
             .iter()
-            .map(|descriptor| Descriptor {
-                entries: descriptor
-                    .entries
-                    .iter()
-                    .map(|entry| Entry::new(&entry.key, &entry.value))
-                    .collect(),
-                hits: descriptor
-                    .hits_addend
-                    .as_ref()
-                    .map_or(request.hits_addend, |hits| {
-                        u32::try_from(hits.value).unwrap_or(u32::MAX)
-                    }),
+            .enumerate()
+            .map(|(index, descriptor)| {
+                Ok(Descriptor {
+                    limit: match &descriptor.limit {
+                        Some(limit) => {
+                            Some((limit.requests_per_unit, override_unit(index, limit.unit)?))
+                        }
+                        None => None,
+                    },
+                    entries: descriptor
+                        .entries
+                        .iter()
+                        .map(|entry| Entry::new(&entry.key, &entry.value))
+                        .collect(),
+                    hits: descriptor
+                        .hits_addend
+                        .as_ref()
+                        .map_or(request.hits_addend, |hits| {
+                            u32::try_from(hits.value).unwrap_or(u32::MAX)
+                        }),
+                })
             })
-            .collect();
+            .collect::<Result<_, Status>>()?;
         match decide(&self.config, &self.store, &request.domain, &descriptors).await {
             Ok(outcomes) => Ok(Response::new(response(&outcomes))),
             Err(store_failed) => {

@@ -359,3 +359,44 @@ async fn a_store_that_fails_is_answered_open_or_closed() {
     .await;
     assert_eq!(code(&none), Code::Ok);
 }
+
+#[tokio::test]
+async fn a_descriptors_own_limit_overrides_the_configuration() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    let mut client = serve("basic_config.yaml").await;
+    // key1=value1 has no rule of its own; key2=value2 has 30 a minute.
+    for pairs in [[("key1", "value1")], [("key2", "value2")]] {
+        let overridden = || {
+            let mut own = descriptor(&pairs);
+            own.limit = Some(RateLimitOverride {
+                requests_per_unit: 2,
+                unit: Unit::Minute as i32,
+            });
+            vec![own]
+        };
+        let codes: Vec<Code> = {
+            let mut codes = Vec::new();
+            for _ in 0..3 {
+                codes.push(code(&call(&mut client, "test-domain", overridden()).await));
+            }
+            codes
+        };
+        assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit], "{pairs:?}");
+        let answer = call(&mut client, "test-domain", overridden()).await;
+        let limit = answer.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.name.as_str()), (2, ""));
+    }
+    // A unit Envoy's enum does not name is the caller's error.
+    let mut unknown = descriptor(&[("key1", "value1")]);
+    unknown.limit = Some(RateLimitOverride {
+        requests_per_unit: 2,
+        unit: 0,
+    });
+    let request = RateLimitRequest {
+        domain: "test-domain".to_owned(),
+        descriptors: vec![unknown],
+        hits_addend: 0,
+    };
+    let error = client.should_rate_limit(request).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+}

@@ -265,8 +265,10 @@ impl Policy {
 
     /// A policy whose identity is derived from `seed`: the same seed gives
     /// the same identity, so the counters of a policy rebuilt unchanged (a
-    /// rules reload) carry on. Seeded identities never equal fresh ones.
-    #[doc(hidden)]
+    /// rules reload, a rule built again for each call) carry on, in a
+    /// memory store as in a shared one. Seeded identities never equal
+    /// fresh ones. The seed is the caller's: a fingerprint of what makes
+    /// the policy the same one (a rule's place in its configuration).
     pub fn with_seed(seed: u64, limits: Vec<NamedLimit>) -> Self {
         Self::with_id(seed | 1 << 63, limits)
     }

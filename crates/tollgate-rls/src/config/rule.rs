@@ -110,6 +110,33 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// The rule a descriptor's own `limit` sets (Envoy's
+    /// `RateLimitOverride`), in place of the configuration's: no name, no
+    /// switches, a fixed window, counted under `full_key` (the domain and
+    /// the descriptor's entries, as envoyproxy/ratelimit keys it).
+    pub fn overriding(full_key: String, requests_per_unit: u32, unit: Unit) -> Rule {
+        let limit = Limit::PerUnit {
+            requests_per_unit,
+            unit,
+        };
+        // A quota of at least 1 over a unit of time is always one.
+        let policy = policy_of(&full_key, "", limit, None).unwrap_or(None);
+        Rule {
+            full_key,
+            name: String::new(),
+            limit,
+            algorithm: None,
+            shadow_mode: false,
+            quota_mode: false,
+            detailed_metric: false,
+            replaces: Vec::new(),
+            metadata: None,
+            policy,
+        }
+    }
+}
+
 /// The policy of a rule at `full_key` named `name`, or `None` when it
 /// counts nothing; an error when its quota cannot be (a period no
 /// algorithm holds).
@@ -135,7 +162,10 @@ pub(super) fn policy_of(
     let named = NamedLimit::try_new(limit_name(full_key, name), quota)
         .map_err(|e| format!("'{full_key}': {e}"))?
         .with_algorithm(algorithm.unwrap_or(Algorithm::FixedWindow));
-    Ok(Some(Arc::new(Policy::new(vec![named]))))
+    // One identity per place in the configuration: a rule built again (a
+    // reload, a descriptor's own limit on each call) counts on.
+    let seed = fingerprint(full_key);
+    Ok(Some(Arc::new(Policy::with_seed(seed, vec![named]))))
 }
 
 /// A limit name for the rule: its `name` when that is a short token
@@ -154,12 +184,14 @@ fn limit_name(full_key: &str, name: &str) -> String {
     if made.len() <= 64 {
         return made;
     }
-    let fingerprint = full_key
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        });
-    format!("{}.{fingerprint:016x}", &made[..47])
+    format!("{}.{:016x}", &made[..47], fingerprint(full_key))
+}
+
+/// A fingerprint of `text`, the same in every process (FNV-1a).
+fn fingerprint(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
