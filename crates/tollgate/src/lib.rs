@@ -129,7 +129,6 @@ pub use tollgate_store::{NamedLimit, Policy};
 pub mod __private {
     pub use crate::headers::fields_for;
     pub use tollgate_store::__private::shadow::ShadowLog;
-    pub use tollgate_store::report_failure;
 }
 pub use store::{MemoryStore, PolicyDecision, Store, StoreReply};
 pub use throttle::ThrottleLayer;

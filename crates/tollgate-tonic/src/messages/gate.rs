@@ -119,7 +119,7 @@ impl<St: Store> Tally<St> {
             }
             Err(failure) => {
                 // As the layer logs it: once in a while, not per message.
-                tollgate::__private::report_failure(&limits.policy, &failure);
+                tollgate::store::report_failure(&limits.policy, &failure);
                 match limits.on_store_error {
                     OnStoreError::Open => Verdict::Pass,
                     OnStoreError::Closed => Verdict::Refuse(Box::new(Status::unavailable(
