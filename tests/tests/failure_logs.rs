@@ -16,7 +16,7 @@ fn an_outage_is_logged_once_and_counted_in_full() {
     let policy = Policy::new(vec![NamedLimit::new("api", "10/s".parse().unwrap())]);
     metrics::with_local_recorder(&counts, || {
         for _ in 0..500 {
-            tollgate::__private::report_failure(&policy, &"connection refused");
+            tollgate::store::report_failure(&policy, &"connection refused");
         }
     });
     let lines = logs.lines();
