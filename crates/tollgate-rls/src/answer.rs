@@ -2,7 +2,7 @@
 //! descriptor's status with its limit, what remains and when it resets.
 
 use crate::config::Unit;
-use crate::decide::Outcome;
+use crate::decide::{Outcome, refused};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tollgate_store::fields::{policy_item, retry_after_seconds, state_item};
 
 /// The response to a call whose descriptors ended as `outcomes`, in the
-/// call's order: `OVER_LIMIT` when one of them refuses (over an enforced
-/// rule), else `OK`.
+/// call's order: `OVER_LIMIT` when the call is refused ([`refused`]),
+/// else `OK`.
 pub(crate) fn response(outcomes: &[Outcome]) -> RateLimitResponse {
-    let over = outcomes.iter().any(Outcome::refuses);
+    let over = refused(outcomes);
     RateLimitResponse {
         overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
         statuses: outcomes.iter().map(status).collect(),
@@ -30,9 +30,10 @@ pub(crate) fn response(outcomes: &[Outcome]) -> RateLimitResponse {
 /// `RateLimit-Policy` and a `RateLimit` item for each decided descriptor
 /// (shadow rules left out, as tollgate's layers leave them out), and
 /// `Retry-After` when the call is refused: the longest wait of the rules
-/// that refused it, rounded up, never 0 (none when a rule can never pass:
+/// over their limit, rounded up, never 0 (none when a rule can never pass:
 /// 0 requests per unit, or hits above the limit).
 fn fields(outcomes: &[Outcome]) -> Vec<HeaderValue> {
+    let call_refused = refused(outcomes);
     let mut policy = Vec::new();
     let mut state = Vec::new();
     let mut retry_after: Option<u64> = None;
@@ -48,7 +49,7 @@ fn fields(outcomes: &[Outcome]) -> Vec<HeaderValue> {
         else {
             continue;
         };
-        if outcome.refuses() {
+        if call_refused && outcome.over() {
             match rule.policy().and_then(|_| retry_after_seconds(decision)) {
                 Some(seconds) => retry_after = retry_after.max(Some(seconds)),
                 None => never = true,
@@ -111,9 +112,8 @@ pub(crate) fn failed(descriptors: usize, closed: bool) -> RateLimitResponse {
 
 /// One descriptor's status. No rule: `OK` and nothing else, as
 /// envoyproxy/ratelimit answers. Unlimited (or replaced): `OK` with
-/// `u32::MAX` remaining. Decided: its code (`OK` in shadow mode and in
-/// quota mode, whose refusals never refuse the call), its limit with the
-/// rule's `name`, what remains (with the charge given back when another
+/// `u32::MAX` remaining. Decided: its code (`OVER_LIMIT` when over, quota
+/// mode too; `OK` in shadow mode), its limit with the rule's `name`, what remains (with the charge given back when another
 /// rule refused the call) and the time until the limit is whole again.
 fn status(outcome: &Outcome) -> DescriptorStatus {
     match outcome {
@@ -136,7 +136,7 @@ fn status(outcome: &Outcome) -> DescriptorStatus {
             cost,
         } => {
             let (requests_per_unit, unit) = (*requests_per_unit, *unit);
-            let code = if *over && !rule.shadow_mode() && !rule.quota_mode() {
+            let code = if *over && !rule.shadow_mode() {
                 Code::OverLimit
             } else {
                 Code::Ok

@@ -53,16 +53,31 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Whether this descriptor refuses the call: over its limit, and
-    /// neither in shadow nor in quota mode.
-    pub fn refuses(&self) -> bool {
+    /// Whether this descriptor is over its limit and says so: over, and
+    /// not in shadow mode (whose status is `OK`).
+    pub fn over(&self) -> bool {
         match self {
-            Outcome::Decided { rule, over, .. } => {
-                *over && !rule.shadow_mode() && !rule.quota_mode()
-            }
+            Outcome::Decided { rule, over, .. } => *over && !rule.shadow_mode(),
             Outcome::NoRule | Outcome::Unlimited => false,
         }
     }
+
+    /// Whether the descriptor's rule is in quota mode.
+    fn quota(&self) -> bool {
+        matches!(self, Outcome::Decided { rule, .. } if rule.quota_mode())
+    }
+}
+
+/// Whether a call whose descriptors ended as `outcomes` is refused, as
+/// envoyproxy/ratelimit judges it: a rule over its limit refuses it,
+/// unless in quota mode, where the call is refused only when every
+/// quota-mode descriptor is over (several quotas: the call passes while
+/// one has room).
+pub fn refused(outcomes: &[Outcome]) -> bool {
+    let enforced = outcomes.iter().any(|o| o.over() && !o.quota());
+    let quotas = outcomes.iter().filter(|o| o.quota()).count();
+    let quotas_over = outcomes.iter().filter(|o| o.quota() && o.over()).count();
+    enforced || (quotas > 0 && quotas == quotas_over)
 }
 
 /// What went wrong deciding a call: the store failed on a check of
@@ -180,7 +195,7 @@ pub async fn decide<St: Store>(
             given_back: false,
         });
     }
-    if outcomes.iter().any(Outcome::refuses) {
+    if refused(&outcomes) {
         give_back(store, &charged, descriptors, asked);
         for charge in &charged {
             if let Some(Outcome::Decided { given_back, .. }) = outcomes.get_mut(charge.index) {

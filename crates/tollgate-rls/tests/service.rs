@@ -400,3 +400,40 @@ async fn a_descriptors_own_limit_overrides_the_configuration() {
     let error = client.should_rate_limit(request).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
 }
+
+#[tokio::test]
+async fn quota_mode_refuses_a_call_only_when_every_quota_is_over() {
+    let mut client = serve("example.yaml").await;
+    // service_1: 1 a minute, service_2: 2 a minute, both in quota mode.
+    let both = || {
+        vec![
+            descriptor(&[("service", "service_1")]),
+            descriptor(&[("service", "service_2")]),
+        ]
+    };
+    let first = call(&mut client, "rl", both()).await;
+    assert_eq!(code(&first), Code::Ok);
+    // service_1 is over, service_2 has room: the call passes, and the
+    // status of service_1 says it is over.
+    let second = call(&mut client, "rl", both()).await;
+    assert_eq!(code(&second), Code::Ok);
+    assert_eq!(second.statuses[0].code, Code::OverLimit as i32);
+    assert_eq!(second.statuses[1].code, Code::Ok as i32);
+    // Both over: refused.
+    let third = call(&mut client, "rl", both()).await;
+    assert_eq!(code(&third), Code::OverLimit);
+    assert!(
+        third
+            .statuses
+            .iter()
+            .all(|s| s.code == Code::OverLimit as i32)
+    );
+    // A quota-mode rule alone, over: refused too.
+    let alone = call(
+        &mut client,
+        "rl",
+        vec![descriptor(&[("service", "service_1")])],
+    )
+    .await;
+    assert_eq!(code(&alone), Code::OverLimit);
+}
