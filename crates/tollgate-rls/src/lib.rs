@@ -45,6 +45,7 @@
 mod answer;
 pub mod config;
 pub mod decide;
+pub mod reload;
 mod service;
 
 pub use service::{OnStoreError, RateLimitServer};

@@ -185,9 +185,11 @@ async fn run(args: Args) -> Result<(), Failure> {
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::Startup(e.to_string()))?;
-    let service = RateLimitServer::new(config, store)
-        .on_store_error(args.on_store_error)
-        .into_service();
+    let server = RateLimitServer::new(config, store).on_store_error(args.on_store_error);
+    // A change to the files is in force within a second; one that does
+    // not load leaves the last good configuration in force.
+    let _follow = server.rules().follow(&args.config);
+    let service = server.into_service();
     // `grpc.health.v1.Health`: the service, and the server as a whole
     // (""), serving from the start.
     let (reporter, health) = tonic_health::server::health_reporter();

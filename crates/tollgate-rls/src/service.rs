@@ -3,11 +3,11 @@
 use crate::answer::{failed, response};
 use crate::config::{Config, Entry, Unit};
 use crate::decide::{Descriptor, decide};
+use crate::reload::Rules;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use std::sync::Arc;
 use tollgate_store::Store;
 use tonic::{Request, Response, Status};
 
@@ -28,7 +28,7 @@ use tonic::{Request, Response, Status};
 /// [`on_store_error`](Self::on_store_error) says.
 #[derive(Debug)]
 pub struct RateLimitServer<St> {
-    config: Arc<Config>,
+    rules: Rules,
     store: St,
     on_store_error: OnStoreError,
 }
@@ -48,7 +48,7 @@ impl<St: Store> RateLimitServer<St> {
     /// A server of `config`'s rules over `store`.
     pub fn new(config: Config, store: St) -> Self {
         RateLimitServer {
-            config: Arc::new(config),
+            rules: Rules::new(config),
             store,
             on_store_error: OnStoreError::default(),
         }
@@ -61,6 +61,12 @@ impl<St: Store> RateLimitServer<St> {
             on_store_error,
             ..self
         }
+    }
+
+    /// The rules in force, to replace ([`Rules::set`]) or to follow on
+    /// disk ([`Rules::follow`]) while the server runs.
+    pub fn rules(&self) -> Rules {
+        self.rules.clone()
     }
 
     /// The tonic service to add to a `tonic::transport::Server`.
@@ -131,7 +137,8 @@ impl<St: Store> RateLimitService for RateLimitServer<St> {
                 })
             })
             .collect::<Result<_, Status>>()?;
-        match decide(&self.config, &self.store, &request.domain, &descriptors).await {
+        let config = self.rules.current();
+        match decide(&config, &self.store, &request.domain, &descriptors).await {
             Ok(outcomes) => Ok(Response::new(response(&outcomes))),
             Err(store_failed) => {
                 tollgate_store::report_failure(&store_failed.policy, &store_failed.error);

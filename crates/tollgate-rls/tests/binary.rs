@@ -218,3 +218,82 @@ async fn four_processes_over_redis_admit_exactly_the_limit() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The rule `key2` (its default) as the binary answers it now: its
+/// requests per unit, or `None` when it has no rule.
+async fn key2_limit(rls: &Rls) -> Option<u32> {
+    let mut client = rls.client().await;
+    let response = client
+        .should_rate_limit(request(&[("key2", "x")]))
+        .await
+        .unwrap()
+        .into_inner();
+    response.statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|limit| limit.requests_per_unit)
+}
+
+/// Waits up to 1.5 s for `key2_limit` to read `expected`: a change is in
+/// force within a second.
+async fn reads_within_a_second(rls: &Rls, expected: Option<u32>) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1_500) {
+        if key2_limit(rls).await == expected {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+fn rule(requests_per_unit: u32) -> String {
+    format!(
+        "domain: test-domain\ndescriptors:\n  - key: key2\n    rate_limit:\n      unit: minute\n      requests_per_unit: {requests_per_unit}\n"
+    )
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_directory_is_in_force_within_a_second_and_a_bad_change_is_not() {
+    let dir = std::env::temp_dir().join(format!("tollgate-rls-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // A Kubernetes ConfigMap's layout: a versioned folder, `..data`
+    // linking to it, and the file linking through `..data`.
+    let version = |n: u32| dir.join(format!("..2026_12_07_{n}"));
+    std::fs::create_dir_all(version(1)).unwrap();
+    std::fs::write(version(1).join("rules.yaml"), rule(20)).unwrap();
+    std::os::unix::fs::symlink(version(1), dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink(dir.join("..data/rules.yaml"), dir.join("rules.yaml")).unwrap();
+    let rls = Rls::start(&["--config", dir.to_str().unwrap()]);
+    assert_eq!(key2_limit(&rls).await, Some(20));
+
+    // The ConfigMap updated: a new folder, and `..data` swapped to it at
+    // once (a new link renamed over the old one).
+    std::fs::create_dir_all(version(2)).unwrap();
+    std::fs::write(version(2).join("rules.yaml"), rule(5)).unwrap();
+    std::os::unix::fs::symlink(version(2), dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    assert!(
+        reads_within_a_second(&rls, Some(5)).await,
+        "the swap is in force"
+    );
+
+    // A change that does not load: the last good configuration stays.
+    std::fs::write(
+        version(2).join("rules.yaml"),
+        "domain: test-domain\ndescriptors:\n  - key: key2\n    rate_limt: {}\n",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(key2_limit(&rls).await, Some(5), "a bad change is refused");
+
+    // Fixed again: in force.
+    std::fs::write(version(2).join("rules.yaml"), rule(7)).unwrap();
+    assert!(
+        reads_within_a_second(&rls, Some(7)).await,
+        "the fix is in force"
+    );
+    drop(rls);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

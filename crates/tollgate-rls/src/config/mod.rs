@@ -142,7 +142,7 @@ impl Config {
 }
 
 /// The files of `dir` a configuration is read from, by name.
-fn config_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(crate) fn config_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
