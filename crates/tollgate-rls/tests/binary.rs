@@ -297,3 +297,68 @@ async fn a_changed_directory_is_in_force_within_a_second_and_a_bad_change_is_not
     drop(rls);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One call of `key2=value2` to each process: how many were admitted.
+async fn one_call_each(processes: &[Rls]) -> Vec<Code> {
+    let mut codes = Vec::new();
+    for rls in processes {
+        let mut client = rls.client().await;
+        let response = client
+            .should_rate_limit(request(&[("key2", "value2")]))
+            .await
+            .unwrap()
+            .into_inner();
+        codes.push(Code::try_from(response.overall_code).unwrap());
+    }
+    codes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_is_answered_by_on_store_error_and_shared_again_once_back() {
+    clear_of_a_minute_boundary();
+    let mut redis = RedisServer::start();
+    let config = fixture("basic_config.yaml");
+    let url = redis.url();
+    let start = |mode: &str| {
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "--store",
+            url.as_str(),
+            "--on-store-error",
+            mode,
+            "--store-timeout-ms",
+            "200",
+        ];
+        Rls::start(&args)
+    };
+    let processes = [start("open"), start("closed")];
+    assert_eq!(one_call_each(&processes).await, [Code::Ok, Code::Ok]);
+    redis.kill();
+    // Each follows its own --on-store-error: open admits, closed refuses.
+    assert_eq!(one_call_each(&processes).await, [Code::Ok, Code::OverLimit]);
+    redis.restart();
+    // Back: decided through Redis again once the breaker's cool-down (1 s
+    // after its first opening) has passed: the count starts again, shared.
+    let back = Instant::now();
+    let mut codes = one_call_each(&processes).await;
+    while codes != [Code::Ok, Code::Ok] && back.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        codes = one_call_each(&processes).await;
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok], "shared again within 5 s");
+    println!(
+        "decided through Redis again {:?} after it came back",
+        back.elapsed()
+    );
+    // Shared: 30 a minute between the two, counted in the restarted Redis.
+    let mut admitted = 2;
+    for _ in 0..20 {
+        admitted += one_call_each(&processes)
+            .await
+            .iter()
+            .filter(|code| **code == Code::Ok)
+            .count();
+    }
+    assert_eq!(admitted, 30, "the two share one count again");
+}
