@@ -157,14 +157,13 @@ fn a_config_that_server_would_refuse_exits_2_naming_the_file() {
 /// `config`'s rule of 30 a minute: how many were admitted, and how long
 /// the calls took.
 async fn four_processes(redis: &RedisServer, config: &Path, extra: &[&str]) -> (usize, Duration) {
+    four_processes_at(&redis.url(), config, extra).await
+}
+
+/// [`four_processes`] over the store at `url`.
+async fn four_processes_at(url: &str, config: &Path, extra: &[&str]) -> (usize, Duration) {
     clear_of_a_minute_boundary();
-    let url = redis.url();
-    let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
-        "--store",
-        url.as_str(),
-    ];
+    let mut args = vec!["--config", config.to_str().unwrap(), "--store", url];
     args.extend_from_slice(extra);
     // A second's store timeout: a loaded machine's Redis answers in it.
     args.extend_from_slice(&["--store-timeout-ms", "1000", "--on-store-error", "closed"]);
@@ -361,4 +360,12 @@ async fn redis_killed_mid_run_is_answered_by_on_store_error_and_shared_again_onc
             .count();
     }
     assert_eq!(admitted, 30, "the two share one count again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_over_postgres_admit_exactly_the_limit() {
+    let postgres = tollgate_tests::postgres::PostgresServer::start();
+    let fixed = fixture("basic_config.yaml");
+    let (admitted, _) = four_processes_at(&postgres.url(), &fixed, &[]).await;
+    assert_eq!(admitted, 30, "fixed window, one call per decision");
 }
