@@ -278,6 +278,30 @@ impl<B: CasBackend> CasStoreBuilder<B> {
         self
     }
 
+    /// Tries a write that keeps losing its race for as long as `within`
+    /// allows: the default 8 attempts, and one more for every longest
+    /// pause (the backoff's `cap`, 50 ms by default) of `within`. For a
+    /// caller that gives a call `within` anyway (a store timeout): callers
+    /// sharing one hot key do not fail a call a busy backend could still
+    /// decide. Set the backoff first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_cas::{CasStore, MemoryBackend};
+    ///
+    /// // 8 attempts, and 20 more in a second of 50 ms pauses.
+    /// let store = CasStore::builder(MemoryBackend::new())
+    ///     .retry_within(Duration::from_secs(1))
+    ///     .build();
+    /// # let _ = store;
+    /// ```
+    pub fn retry_within(mut self, within: Duration) -> Self {
+        let cap = self.retry.cap.as_nanos().max(1);
+        let more = u32::try_from(within.as_nanos() / cap).unwrap_or(u32::MAX);
+        self.retry.max_attempts = 8u32.saturating_add(more);
+        self
+    }
+
     /// The pauses after a lost race: after the `n`th, a random time
     /// between zero and `base · 2^(n − 1)`, at most `cap` (defaults: 1 ms
     /// and 50 ms). Random, so that writers that collided do not collide
@@ -419,3 +443,31 @@ fn settle<B: CasBackend>(change: ChargeChange, call: CasFuture<B>) -> ChangeRepl
 
 /// How this store's failed refunds and debits are logged.
 const STORE: &str = "tollgate (compare-and-swap store)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBackend;
+
+    #[test]
+    fn retrying_within_a_time_adds_an_attempt_per_longest_pause() {
+        let attempts = |builder: CasStoreBuilder<MemoryBackend>| builder.retry.max_attempts;
+        let builder = || CasStore::builder(MemoryBackend::new());
+        assert_eq!(attempts(builder()), 8);
+        assert_eq!(
+            attempts(builder().retry_within(Duration::from_millis(100))),
+            10
+        );
+        assert_eq!(
+            attempts(builder().retry_within(Duration::from_secs(5))),
+            108
+        );
+        assert_eq!(attempts(builder().retry_within(Duration::ZERO)), 8);
+        // Pauses of at most 10 ms: one more per 10 ms.
+        let short = builder()
+            .backoff(Duration::from_millis(1), Duration::from_millis(10))
+            .retry_within(Duration::from_millis(100));
+        assert_eq!(attempts(short), 18);
+        assert_eq!(attempts(builder().retry_within(Duration::MAX)), u32::MAX);
+    }
+}

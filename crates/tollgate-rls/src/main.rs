@@ -137,11 +137,8 @@ async fn store(args: &Args) -> Result<BoxStore, Failure> {
                 }
             })?;
         // A write that lost its race to another process's is tried again
-        // for as long as the store timeout allows (the playground's rule):
-        // processes sharing one hot key do not fail a call a busy database
-        // could still decide.
-        let attempts = u32::try_from(8 + args.store_timeout_ms / 50).unwrap_or(u32::MAX);
-        let cas = CasStore::builder(backend).max_attempts(attempts).build();
+        // for as long as the store timeout allows.
+        let cas = CasStore::builder(backend).retry_within(timeout).build();
         return Ok(shared(cas, args.local.0, timeout));
     }
     if url.starts_with("redis") {

@@ -611,13 +611,6 @@ fn parse_local(text: &str) -> Result<Local, String> {
     }
 }
 
-/// How many times the compare-and-swap store tries a write that keeps
-/// losing its race: the default 8, and one more for every 50 ms (the
-/// longest pause between two) of the store timeout.
-fn cas_attempts(store_timeout_ms: u64) -> u32 {
-    u32::try_from(8 + store_timeout_ms / 50).unwrap_or(u32::MAX)
-}
-
 /// Parses `memory`, a Redis URL or a PostgreSQL URL.
 fn parse_store(text: &str) -> Result<StoreUrl, String> {
     if text == "memory" {
@@ -800,7 +793,7 @@ async fn store(url: &StoreUrl, args: &Args) -> Result<(BoxStore, Option<Presence
                 })?;
             let cas = CasStore::builder(backend)
                 .instances(args.instances)
-                .max_attempts(cas_attempts(args.store_timeout_ms))
+                .retry_within(Duration::from_millis(args.store_timeout_ms))
                 .build();
             // Counted only for a fallback that splits: a write a second.
             let presence =
