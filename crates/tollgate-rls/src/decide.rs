@@ -21,6 +21,10 @@ pub struct Descriptor<'a> {
     /// The descriptor's own limit (Envoy's `RateLimitOverride`): used in
     /// place of the configuration's rule.
     pub limit: Option<(u32, Unit)>,
+    /// Envoy's `is_negative_hits`: the hits are given back to the budget
+    /// (a refund of that many units, as if charged now) rather than
+    /// charged; never refused, and not undone when the call is refused.
+    pub negative: bool,
 }
 
 /// What became of one descriptor.
@@ -166,7 +170,14 @@ pub async fn decide<St: Store>(
             continue;
         };
         let key = key_of(domain, descriptor, found);
-        let verdict = match store.check(policy, &key, cost).resolve().await {
+        let answer = if descriptor.negative {
+            let refund = PolicyRefund::new(cost, std::time::Duration::ZERO);
+            store.refund(policy, &key, refund).landed().await;
+            store.peek(policy, &key).resolve().await
+        } else {
+            store.check(policy, &key, cost).resolve().await
+        };
+        let verdict = match answer {
             Ok(verdict) => verdict,
             Err(error) => {
                 give_back(store, &charged, descriptors, asked);
@@ -177,7 +188,7 @@ pub async fn decide<St: Store>(
             }
         };
         let decision = verdict.merged();
-        if decision.allowed() {
+        if decision.allowed() && !descriptor.negative {
             charged.push(Charged {
                 index,
                 policy: policy.clone(),
@@ -191,7 +202,7 @@ pub async fn decide<St: Store>(
             unit,
             cost,
             decision,
-            over: !decision.allowed(),
+            over: !decision.allowed() && !descriptor.negative,
             given_back: false,
         });
     }

@@ -117,6 +117,7 @@ impl<St: Store> RateLimitService for RateLimitServer<St> {
             .enumerate()
             .map(|(index, descriptor)| {
                 Ok(Descriptor {
+                    negative: descriptor.is_negative_hits,
                     limit: match &descriptor.limit {
                         Some(limit) => {
                             Some((limit.requests_per_unit, override_unit(index, limit.unit)?))

@@ -437,3 +437,29 @@ async fn quota_mode_refuses_a_call_only_when_every_quota_is_over() {
     .await;
     assert_eq!(code(&alone), Code::OverLimit);
 }
+
+#[tokio::test]
+async fn negative_hits_give_units_back() {
+    let mut client = serve("basic_config.yaml").await;
+    for _ in 0..5 {
+        call(
+            &mut client,
+            "test-domain",
+            vec![descriptor(&[("key2", "value2")])],
+        )
+        .await;
+    }
+    let mut back = descriptor(&[("key2", "value2")]);
+    back.hits_addend = Some(UInt64Value { value: 3 });
+    back.is_negative_hits = true;
+    let answer = call(&mut client, "test-domain", vec![back]).await;
+    assert_eq!(code(&answer), Code::Ok);
+    assert_eq!(answer.statuses[0].limit_remaining, 28);
+    let next = call(
+        &mut client,
+        "test-domain",
+        vec![descriptor(&[("key2", "value2")])],
+    )
+    .await;
+    assert_eq!(next.statuses[0].limit_remaining, 27);
+}
