@@ -68,6 +68,8 @@ pub struct RedisServer {
     dir: PathBuf,
     extra: Vec<String>,
     child: Option<Child>,
+    /// The port of a server not started yet, held (`not_started`).
+    held: Option<HeldPort>,
 }
 
 impl OnFreePort for RedisServer {
@@ -95,6 +97,7 @@ impl RedisServer {
             dir: temp_dir(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
+            held: None,
         };
         spawn_on_a_free_port(&mut server);
         server
@@ -102,14 +105,28 @@ impl RedisServer {
 
     /// A server whose port is chosen but which is not running (Redis
     /// absent), for a store that must start without it;
-    /// [`start_now`](Self::start_now) starts it on that port.
+    /// [`start_now`](Self::start_now) starts it on that port. Until then
+    /// the port is held bound, not listening: a connection to it is
+    /// refused, as to a server that is down, and no other process (nor an
+    /// outgoing connection's ephemeral port) can take it meanwhile.
     pub fn not_started() -> Self {
+        let (port, held) = held_free_port();
         RedisServer {
-            port: free_port(),
+            port,
             dir: temp_dir(),
             extra: Vec::new(),
             child: None,
+            held,
         }
+    }
+
+    /// A listener on the port of a server not started yet, that takes
+    /// connections and never answers (as a host that is down behind a
+    /// load balancer does), in place of the held port's refusals; dropping
+    /// it resets what waits on it.
+    pub fn silent_listener(&mut self) -> TcpListener {
+        self.held = None;
+        TcpListener::bind(("127.0.0.1", self.port)).expect("the held port binds")
     }
 
     /// Starts a server made by [`not_started`](Self::not_started) (or
@@ -202,6 +219,8 @@ impl RedisServer {
     }
 
     fn try_spawn_here(&mut self) -> Result<(), String> {
+        // Let go of a held port just before the server binds it.
+        self.held = None;
         let log = self.dir.join("redis.log");
         let program = server_program();
         let mut cmd = Command::new(&program);
@@ -541,6 +560,56 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port below 55000 (with port + 10000 free) in 1,000 tries");
 }
 
+/// A loopback port bound by a socket that does not listen: the port is
+/// this process's (no other bind, no ephemeral port for a connection takes
+/// it), and a connection to it is refused. Freed when dropped.
+// The descriptor is held for its drop, never read.
+#[allow(dead_code)]
+struct HeldPort(#[cfg(target_os = "linux")] std::os::fd::OwnedFd);
+
+/// A free port (as [`free_port`] picks it) and, on Linux, the port held.
+fn held_free_port() -> (u16, Option<HeldPort>) {
+    for _ in 0..100 {
+        let port = free_port();
+        #[cfg(target_os = "linux")]
+        if let Some(held) = hold(port) {
+            return (port, Some(held));
+        }
+        #[cfg(not(target_os = "linux"))]
+        return (port, None);
+    }
+    panic!("no free loopback port could be held in 100 tries");
+}
+
+/// Binds `port` on 127.0.0.1 without listening, or `None` if taken.
+#[cfg(target_os = "linux")]
+fn hold(port: u16) -> Option<HeldPort> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain socket calls on a descriptor this function owns; the
+    // address is a valid `sockaddr_in` of the size passed.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let owned = OwnedFd::from_raw_fd(fd);
+        let address = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let bound = libc::bind(
+            fd,
+            (&raw const address).cast::<libc::sockaddr>(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        (bound == 0).then_some(HeldPort(owned))
+    }
+}
+
 pub(crate) fn temp_dir() -> PathBuf {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -564,12 +633,25 @@ mod tests {
             dir: temp_dir(),
             extra: vec!["--no-such-directive".into(), "1".into()],
             child: None,
+            held: None,
         };
         let started = Instant::now();
         let error = server.try_spawn().unwrap_err();
         assert!(error.contains("exited at start"), "{error}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(server.child.is_none());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_server_not_started_refuses_connections_and_keeps_its_port() {
+        let mut server = RedisServer::not_started();
+        // Held: nothing else binds it, and a connection is refused.
+        assert!(TcpListener::bind(("127.0.0.1", server.port())).is_err());
+        let refused = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        server.start_now();
+        assert!(server.command(&["PING"]).contains("PONG"));
         // A server started afresh works (the retry in `start_with` is not
         // forced here: another process taking the port cannot be arranged).
         drop(server);

@@ -29,7 +29,7 @@ async fn a_lazy_store_fails_at_once_until_redis_is_up_then_decides() {
     // store that waited for a connection would wait out its 30 s connect
     // timeout; the lazy one fails at once. Holding the port also keeps
     // other tests' sockets off it.
-    let silent = std::net::TcpListener::bind(("127.0.0.1", server.port())).unwrap();
+    let silent = server.silent_listener();
     let store = RedisStore::builder(server.url())
         .connect_timeout(CONNECT_TIMEOUT)
         .connect_lazy()
