@@ -463,3 +463,79 @@ async fn negative_hits_give_units_back() {
     .await;
     assert_eq!(next.statuses[0].limit_remaining, 27);
 }
+
+/// Each of envoyproxy/ratelimit's fixtures served on `store`: one call of a
+/// descriptor each documents, twice, and what remains after each.
+async fn fixtures_answer_on<St: tollgate_store::Store>(store: St) {
+    clear_of_a_minute_boundary().await;
+    let cases: [(&str, &str, &[&[(&str, &str)]], [u32; 2]); 6] = [
+        (
+            "basic_config.yaml",
+            "test-domain",
+            &[&[("key2", "value2")]],
+            [29, 28],
+        ),
+        (
+            "wildcard.yaml",
+            "test-domain",
+            &[&[("wild", "foobar")]],
+            [19, 18],
+        ),
+        // Two values under one shared wildcard: one count.
+        (
+            "integration_share_threshold.yaml",
+            "share-threshold-test",
+            &[&[("files", "files/a.txt")], &[("files", "files/b.txt")]],
+            [9, 8],
+        ),
+        (
+            "integration_another.yaml",
+            "another",
+            &[&[("key3", "x")]],
+            [9, 8],
+        ),
+        (
+            "shadowmode_config.yaml",
+            "test-domain",
+            &[&[("key2", "x")]],
+            [19, 18],
+        ),
+        (
+            "example.yaml",
+            "rl",
+            &[&[("foo", "x"), ("bar", "y")]],
+            [2, 1],
+        ),
+    ];
+    for (fixture, domain, calls, remaining) in cases {
+        // One server per fixture: several name the domain `test-domain`.
+        let server = RateLimitServer::new(config(fixture), store.clone());
+        let mut client = start(server).await;
+        for (i, expected) in remaining.into_iter().enumerate() {
+            let pairs = calls[i.min(calls.len() - 1)];
+            let answer = call(&mut client, domain, vec![descriptor(pairs)]).await;
+            assert_eq!(code(&answer), Code::Ok, "{fixture}");
+            assert_eq!(
+                answer.statuses[0].limit_remaining, expected,
+                "{fixture} call {i}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixture_answers_on_memory_redis_and_postgres() {
+    fixtures_answer_on(MemoryStore::new()).await;
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let store = tollgate_redis::RedisStore::connect(redis.url())
+        .await
+        .unwrap();
+    fixtures_answer_on(store).await;
+    let postgres = tollgate_tests::postgres::PostgresServer::start();
+    let backend = tollgate_postgres::PostgresBackend::builder(postgres.url().as_str())
+        .create_schema(true)
+        .connect()
+        .await
+        .unwrap();
+    fixtures_answer_on(tollgate_cas::CasStore::builder(backend).build()).await;
+}
