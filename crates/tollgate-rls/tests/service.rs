@@ -464,11 +464,20 @@ async fn negative_hits_give_units_back() {
     assert_eq!(next.statuses[0].limit_remaining, 27);
 }
 
+/// A fixture, its domain, the descriptors of its calls (the last one
+/// repeated), and what remains after each of two calls.
+type Case = (
+    &'static str,
+    &'static str,
+    &'static [&'static [(&'static str, &'static str)]],
+    [u32; 2],
+);
+
 /// Each of envoyproxy/ratelimit's fixtures served on `store`: one call of a
 /// descriptor each documents, twice, and what remains after each.
 async fn fixtures_answer_on<St: tollgate_store::Store>(store: St) {
     clear_of_a_minute_boundary().await;
-    let cases: [(&str, &str, &[&[(&str, &str)]], [u32; 2]); 6] = [
+    let cases: [Case; 6] = [
         (
             "basic_config.yaml",
             "test-domain",
