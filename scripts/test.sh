@@ -32,6 +32,15 @@ target=${CARGO_TARGET_DIR:-target}
 mkdir -p "$target"
 target=$(cd "$target" && pwd)
 
+# The build takes tens of GB; a disk that fills mid-way fails in the linker
+# (a "Bus error"), far from the cause. So the free space is shown at the
+# start, and a CI run drops the incremental caches a developer's target
+# directory carries (CI builds without them, so they are never read).
+if [ -n "${CI:-}" ]; then
+    rm -rf "$target"/*/incremental
+fi
+df -h "$target" 2>/dev/null | tail -n 1 | awk '{ print "disk: " $4 " free of " $2 " where the build goes" }'
+
 # What each server's run printed, for the totals.
 redis_log=$(mktemp)
 valkey_log=$(mktemp)
