@@ -37,6 +37,32 @@
 //! assert_eq!(found.rule.requests_per_unit(), 60);
 //! assert_eq!(found.rule.full_key(), "edge.remote_address");
 //! ```
+//!
+//! # Answers
+//!
+//! [`RateLimitServer`] answers `ShouldRateLimit`: the overall code, each
+//! descriptor's status (its limit with the rule's `name`, what remains,
+//! the time until the limit is whole again), and the fields Envoy adds to
+//! the client's response ([`ResponseHeaders`]: draft-11's
+//! `RateLimit-Policy` and `RateLimit` by default, the `X-RateLimit-*`
+//! trio as an option, `Retry-After` on a refused call).
+//!
+//! # Dynamic metadata
+//!
+//! Envoy puts an answer's `dynamic_metadata` under its `rate_limit`
+//! filter's namespace (`envoy.filters.http.ratelimit`), for the filters
+//! and access logs after it. Its shape is envoyproxy/ratelimit's (with
+//! `RESPONSE_DYNAMIC_METADATA`): `domain`; `descriptors`, each with its
+//! `entries` as `"key=value"` strings, its `limit` override and its
+//! `hitsAddend` when it has them; the call's `hitsAddend` when not 0; and
+//! `metadata`, the configured `metadata` of every descriptor that passed,
+//! merged (the first value of a key wins, maps under one key merge).
+//! tollgate adds `quotaModeViolations`: the indexes (from 0) of the
+//! quota-mode descriptors over their limit in a call that passed, which
+//! is how a quota's violation reaches the filters after the rate limit
+//! one while the call itself is answered `OK`. A call with such a
+//! violation always carries the metadata; every call does with
+//! [`RateLimitServer::dynamic_metadata`].
 // docs.rs builds with `--cfg docsrs` on nightly: items behind a feature
 // then carry a badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -45,7 +71,9 @@
 mod answer;
 pub mod config;
 pub mod decide;
+mod metadata;
 pub mod reload;
 mod service;
 
+pub use answer::ResponseHeaders;
 pub use service::{OnStoreError, RateLimitServer};

@@ -7,9 +7,21 @@
 //! --store URL              memory (default) | redis://HOST:PORT | rediss://… | redis+cluster://HOST:PORT[,…] |
 //!                          redis+sentinel://… | postgres://USER:PASSWORD@HOST:PORT/DB; or TOLLGATE_STORE
 //! --local MODE             Redis or PostgreSQL stores: off (default) | exact | periodic=MS
-//! --on-store-error MODE    open (default: every descriptor OK) | closed (the call OVER_LIMIT)
+//! --on-store-error MODE    open (default: every descriptor OK) | closed (the call OVER_LIMIT) |
+//!                          fallback (decided in this process's memory at its share of each limit)
+//! --instances N            with fallback: how many processes share the store, until it has counted them (default 1)
 //! --store-timeout-ms N     default 100: a store call given up after it, behind a circuit breaker
+//! --response-headers SET   draft11 (default) | legacy (X-RateLimit-*) | both | none
+//! --response-dynamic-metadata
+//!                          every answer carries dynamic metadata (else only a quota-mode violation's)
 //! ```
+//!
+//! A shared store (Redis, PostgreSQL) without `--local` sits behind a
+//! timeout, a circuit breaker and a block cache (a descriptor refused
+//! stays refused until its reset without asking the store); with
+//! `--on-store-error fallback`, a memory store decides while it fails,
+//! each process at its share of every limit (the processes counted
+//! through the store, `--instances` until it has).
 //!
 //! Beside `envoy.service.ratelimit.v3.RateLimitService`, the listener
 //! answers `grpc.health.v1.Health` (`SERVING` for the service and for
@@ -30,8 +42,8 @@ use tollgate_local::{LocalFirst, LocalMode};
 use tollgate_postgres::PostgresBackend;
 use tollgate_redis::RedisStore;
 use tollgate_rls::config::Config;
-use tollgate_rls::{OnStoreError, RateLimitServer};
-use tollgate_store::{BoxStore, MemoryStore, Resilient};
+use tollgate_rls::{OnStoreError, RateLimitServer, ResponseHeaders};
+use tollgate_store::{BoxStore, MemoryStore, Presence, Resilient, Split};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -69,9 +81,27 @@ struct Args {
     #[arg(long, value_name = "MODE", default_value = "off", value_parser = parse_local)]
     local: Local,
 
-    /// open (every descriptor OK) | closed (the call OVER_LIMIT).
+    /// open (every descriptor OK) | closed (the call OVER_LIMIT) |
+    /// fallback (decided in memory, at this process's share of each limit).
     #[arg(long, value_name = "MODE", default_value = "open", value_parser = parse_on_store_error)]
-    on_store_error: OnStoreError,
+    on_store_error: StoreErrorMode,
+
+    /// With `--on-store-error fallback`: how many processes share the
+    /// store, until the store has counted them.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    instances: u32,
+
+    /// Fields Envoy adds to the client's response: draft11 (RateLimit-Policy,
+    /// RateLimit) | legacy (X-RateLimit-Limit, -Remaining, -Reset) | both | none.
+    #[arg(long, value_name = "SET", default_value = "draft11", value_parser = parse_response_headers)]
+    response_headers: ResponseHeaders,
+
+    /// Every answer carries dynamic metadata (the call, and the passed
+    /// rules' `metadata`), as envoyproxy/ratelimit's
+    /// RESPONSE_DYNAMIC_METADATA; without it only a call with a
+    /// quota-mode violation does.
+    #[arg(long)]
+    response_dynamic_metadata: bool,
 
     /// A store call is given up after this many milliseconds (and a store
     /// that keeps failing is not asked, for a cool-down).
@@ -90,11 +120,31 @@ fn parse_local(text: &str) -> Result<Local, String> {
     }
 }
 
-fn parse_on_store_error(text: &str) -> Result<OnStoreError, String> {
+/// `--on-store-error`: the service's rule, or a fallback store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StoreErrorMode {
+    Answer(OnStoreError),
+    Fallback,
+}
+
+fn parse_on_store_error(text: &str) -> Result<StoreErrorMode, String> {
     match text {
-        "open" => Ok(OnStoreError::Open),
-        "closed" => Ok(OnStoreError::Closed),
-        _ => Err(format!("expected open or closed, not {text:?}")),
+        "open" => Ok(StoreErrorMode::Answer(OnStoreError::Open)),
+        "closed" => Ok(StoreErrorMode::Answer(OnStoreError::Closed)),
+        "fallback" => Ok(StoreErrorMode::Fallback),
+        _ => Err(format!("expected open, closed or fallback, not {text:?}")),
+    }
+}
+
+fn parse_response_headers(text: &str) -> Result<ResponseHeaders, String> {
+    match text {
+        "draft11" => Ok(ResponseHeaders::Draft11),
+        "legacy" => Ok(ResponseHeaders::Legacy),
+        "both" => Ok(ResponseHeaders::Both),
+        "none" => Ok(ResponseHeaders::None),
+        _ => Err(format!(
+            "expected draft11, legacy, both or none, not {text:?}"
+        )),
     }
 }
 
@@ -106,15 +156,22 @@ enum Failure {
 }
 
 /// The store `args` name, assembled as tollgate's `Resilient` orders it:
-/// a shared store behind a timeout and a breaker, or local-first in front
-/// of it; the memory store alone.
+/// a shared store behind a timeout, a breaker, the fallback if asked and
+/// a block cache, or local-first in front of it (its own bounds on every
+/// call) with the fallback if asked; the memory store alone.
 async fn store(args: &Args) -> Result<BoxStore, Failure> {
-    let timeout = Duration::from_millis(args.store_timeout_ms);
     let url = args.store.as_str();
     if url == "memory" {
         if args.local.0.is_some() {
             return Err(Failure::Usage(
                 "--local needs a Redis or PostgreSQL --store: the memory store is local already"
+                    .to_owned(),
+            ));
+        }
+        if args.on_store_error == StoreErrorMode::Fallback {
+            return Err(Failure::Usage(
+                "--on-store-error fallback needs a Redis or PostgreSQL --store: the memory \
+                 store does not fail"
                     .to_owned(),
             ));
         }
@@ -138,19 +195,28 @@ async fn store(args: &Args) -> Result<BoxStore, Failure> {
             })?;
         // A write that lost its race to another process's is tried again
         // for as long as the store timeout allows.
-        let cas = CasStore::builder(backend).retry_within(timeout).build();
-        return Ok(shared(cas, args.local.0, timeout));
+        let cas = CasStore::builder(backend)
+            .instances(args.instances)
+            .retry_within(args.store_timeout())
+            .build();
+        let presence = cas.presence();
+        return Ok(shared(cas, presence, args));
     }
     if url.starts_with("redis") {
-        let redis = RedisStore::builder(url).connect().await.map_err(|e| {
-            let message = format!("cannot use the Redis store: {e}");
-            if e.is_config() {
-                Failure::Usage(message)
-            } else {
-                Failure::Startup(message)
-            }
-        })?;
-        return Ok(shared(redis, args.local.0, timeout));
+        let redis = RedisStore::builder(url)
+            .instances(args.instances)
+            .connect()
+            .await
+            .map_err(|e| {
+                let message = format!("cannot use the Redis store: {e}");
+                if e.is_config() {
+                    Failure::Usage(message)
+                } else {
+                    Failure::Startup(message)
+                }
+            })?;
+        let presence = redis.presence();
+        return Ok(shared(redis, presence, args));
     }
     Err(Failure::Usage(
         "--store: expected memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// \
@@ -159,17 +225,54 @@ async fn store(args: &Args) -> Result<BoxStore, Failure> {
     ))
 }
 
-/// A shared store as the service uses it: local-first in front of it
-/// (which has its own bounds on every call), or behind a timeout and a
-/// breaker.
-fn shared<S>(store: S, local: Option<LocalMode>, timeout: Duration) -> BoxStore
+/// A shared store as the service uses it (`store`); `presence` counts the
+/// processes that share it, for the fallback's split.
+fn shared<S>(store: S, presence: Presence, args: &Args) -> BoxStore
 where
     S: tollgate_store::shared::SharedStore,
     S::Error: std::error::Error + Send + Sync + 'static,
 {
-    match local {
-        Some(mode) => BoxStore::new(LocalFirst::builder(store, mode).build()),
-        None => BoxStore::new(Resilient::over(store).timeout(timeout).breaker().build()),
+    let timeout = args.store_timeout();
+    let fallback = args.on_store_error == StoreErrorMode::Fallback;
+    let split = || Split::presence(MemoryStore::new(), presence.clone());
+    match (args.local.0, fallback) {
+        (Some(mode), false) => BoxStore::new(LocalFirst::builder(store, mode).build()),
+        (Some(mode), true) => BoxStore::new(
+            Resilient::over(LocalFirst::builder(store, mode).build())
+                .timeout(timeout)
+                .fallback(split())
+                .build(),
+        ),
+        (None, false) => BoxStore::new(
+            Resilient::over(store)
+                .timeout(timeout)
+                .breaker()
+                .block_cache()
+                .build(),
+        ),
+        (None, true) => BoxStore::new(
+            Resilient::over(store)
+                .timeout(timeout)
+                .breaker()
+                .fallback(split())
+                .block_cache()
+                .build(),
+        ),
+    }
+}
+
+impl Args {
+    fn store_timeout(&self) -> Duration {
+        Duration::from_millis(self.store_timeout_ms)
+    }
+
+    /// What the service answers when its store fails: with a fallback,
+    /// the fallback's own failures (none in memory) are answered open.
+    fn on_store_error(&self) -> OnStoreError {
+        match self.on_store_error {
+            StoreErrorMode::Answer(rule) => rule,
+            StoreErrorMode::Fallback => OnStoreError::Open,
+        }
     }
 }
 
@@ -187,7 +290,10 @@ async fn run(args: Args) -> Result<(), Failure> {
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::Startup(e.to_string()))?;
-    let server = RateLimitServer::new(config, store).on_store_error(args.on_store_error);
+    let server = RateLimitServer::new(config, store)
+        .on_store_error(args.on_store_error())
+        .response_headers(args.response_headers)
+        .dynamic_metadata(args.response_dynamic_metadata);
     // A change to the files is in force within a second; one that does
     // not load leaves the last good configuration in force.
     let _follow = server.rules().follow(&args.config);

@@ -1,6 +1,6 @@
 //! [`RateLimitServer`]: Envoy's `RateLimitService` over a tollgate store.
 
-use crate::answer::{failed, response};
+use crate::answer::{Answering, ResponseHeaders, failed, response};
 use crate::config::{Config, Entry, Unit};
 use crate::decide::{Descriptor, decide};
 use crate::reload::Rules;
@@ -31,6 +31,7 @@ pub struct RateLimitServer<St> {
     rules: Rules,
     store: St,
     on_store_error: OnStoreError,
+    answering: Answering,
 }
 
 /// What the service answers when its store fails.
@@ -51,6 +52,7 @@ impl<St: Store> RateLimitServer<St> {
             rules: Rules::new(config),
             store,
             on_store_error: OnStoreError::default(),
+            answering: Answering::default(),
         }
     }
 
@@ -61,6 +63,23 @@ impl<St: Store> RateLimitServer<St> {
             on_store_error,
             ..self
         }
+    }
+
+    /// Which fields Envoy is asked to add to the client's response
+    /// (default [`ResponseHeaders::Draft11`]).
+    pub fn response_headers(mut self, headers: ResponseHeaders) -> Self {
+        self.answering.headers = headers;
+        self
+    }
+
+    /// Whether every answer carries dynamic metadata (the call's domain,
+    /// descriptors and hits, and the passed rules' `metadata`), as
+    /// envoyproxy/ratelimit's `RESPONSE_DYNAMIC_METADATA` does; off by
+    /// default, when only a call with a quota-mode violation carries it.
+    /// Its shape: the [crate docs](crate#dynamic-metadata).
+    pub fn dynamic_metadata(mut self, always: bool) -> Self {
+        self.answering.dynamic_metadata = always;
+        self
     }
 
     /// The rules in force, to replace ([`Rules::set`]) or to follow on
@@ -140,7 +159,7 @@ impl<St: Store> RateLimitService for RateLimitServer<St> {
             .collect::<Result<_, Status>>()?;
         let config = self.rules.current();
         match decide(&config, &self.store, &request.domain, &descriptors).await {
-            Ok(outcomes) => Ok(Response::new(response(&outcomes))),
+            Ok(outcomes) => Ok(Response::new(response(&outcomes, &request, self.answering))),
             Err(store_failed) => {
                 tollgate_store::report_failure(&store_failed.policy, &store_failed.error);
                 let closed = self.on_store_error == OnStoreError::Closed;

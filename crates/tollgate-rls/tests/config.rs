@@ -3,6 +3,7 @@
 //! documents it; and what it refuses to load, refused with the file and
 //! the key named.
 
+use envoy_types::pb::google::protobuf::value::Kind;
 use std::path::{Path, PathBuf};
 use tollgate_core::Algorithm;
 use tollgate_rls::config::{Config, Entry, Limit, LoadError, Unit};
@@ -183,10 +184,14 @@ fn shadow_quota_replaces_and_metadata_are_read() {
     assert_eq!(account.replaces(), ["bkthomps", "fake_name"]);
     let service = rule(&[("service", "service_1")]).unwrap();
     assert!(service.quota_mode());
+    // The metadata as answers carry it: a protobuf Struct.
     let metadata = service.metadata().unwrap();
+    let Some(Kind::StructValue(inner)) = &metadata.fields["service_with_quota"].kind else {
+        panic!("{metadata:?}");
+    };
     assert_eq!(
-        metadata["service_with_quota"]["name"].as_str(),
-        Some("service_1")
+        inner.fields["name"].kind,
+        Some(Kind::StringValue("service_1".to_owned()))
     );
     // A rule of 0 refuses every request; a default rule's key with a value
     // of its own.
@@ -216,7 +221,15 @@ fn refused(text: &str) -> LoadError {
 
 #[test]
 fn what_that_server_refuses_is_refused_naming_the_file_and_the_key() {
-    let cases: [(&str, &str); 13] = [
+    let cases: [(&str, &str); 15] = [
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: [1, 2]\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+            "'d.k': `metadata` is not a map",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: {1: one}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+            "'d.k': a `metadata` key is not a string",
+        ),
         ("", "empty"),
         ("- key: k\n", "not a mapping"),
         (

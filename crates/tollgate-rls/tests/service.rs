@@ -9,10 +9,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Struct, UInt64Value, Value as PbValue};
 use std::path::Path;
 use tollgate_rls::config::Config;
-use tollgate_rls::{OnStoreError, RateLimitServer};
+use tollgate_rls::{OnStoreError, RateLimitServer, ResponseHeaders};
 use tollgate_store::MemoryStore;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -102,6 +103,28 @@ fn field<'r>(response: &'r RateLimitResponse, name: &str) -> Option<&'r str> {
         .iter()
         .find(|header| header.key == name)
         .map(|header| header.value.as_str())
+}
+
+/// A protobuf `Struct` as JSON, to compare with `serde_json::json!`.
+fn json(fields: &Struct) -> serde_json::Value {
+    serde_json::Value::Object(
+        fields
+            .fields
+            .iter()
+            .map(|(key, value)| (key.clone(), json_value(value)))
+            .collect(),
+    )
+}
+
+fn json_value(value: &PbValue) -> serde_json::Value {
+    match value.kind.as_ref().unwrap() {
+        Kind::NullValue(_) => serde_json::Value::Null,
+        Kind::NumberValue(n) => serde_json::json!(n),
+        Kind::StringValue(s) => serde_json::json!(s),
+        Kind::BoolValue(b) => serde_json::json!(b),
+        Kind::StructValue(fields) => json(fields),
+        Kind::ListValue(list) => list.values.iter().map(json_value).collect(),
+    }
 }
 
 /// The `t` of a `RateLimit` item.
@@ -413,15 +436,39 @@ async fn quota_mode_refuses_a_call_only_when_every_quota_is_over() {
     };
     let first = call(&mut client, "rl", both()).await;
     assert_eq!(code(&first), Code::Ok);
+    // No violation, and dynamic metadata not asked for: none.
+    assert_eq!(first.dynamic_metadata, None);
     // service_1 is over, service_2 has room: the call passes, and the
     // status of service_1 says it is over.
     let second = call(&mut client, "rl", both()).await;
     assert_eq!(code(&second), Code::Ok);
     assert_eq!(second.statuses[0].code, Code::OverLimit as i32);
     assert_eq!(second.statuses[1].code, Code::Ok as i32);
+    // The violation, for the filters after Envoy's rate limit one: the
+    // index of the quota over its limit; the call's descriptors; and the
+    // `metadata` of the rule that passed (service_2's), not service_1's.
+    let metadata = second.dynamic_metadata.as_ref().unwrap();
+    assert_eq!(
+        json(metadata)["quotaModeViolations"],
+        serde_json::json!([0.0])
+    );
+    assert_eq!(json(metadata)["domain"], "rl");
+    assert_eq!(
+        json(metadata)["descriptors"],
+        serde_json::json!([
+            {"entries": ["service=service_1"]},
+            {"entries": ["service=service_2"]},
+        ])
+    );
+    assert_eq!(
+        json(metadata)["metadata"],
+        serde_json::json!({"service_with_quota": {"name": "service_2"}})
+    );
     // Both over: refused.
     let third = call(&mut client, "rl", both()).await;
     assert_eq!(code(&third), Code::OverLimit);
+    // Refused: no violation to hand on (the call says it), so no metadata.
+    assert_eq!(third.dynamic_metadata, None);
     assert!(
         third
             .statuses
@@ -547,4 +594,119 @@ async fn every_fixture_answers_on_memory_redis_and_postgres() {
         .await
         .unwrap();
     fixtures_answer_on(tollgate_cas::CasStore::builder(backend).build()).await;
+}
+
+#[tokio::test]
+async fn every_answer_carries_the_calls_metadata_when_asked() {
+    clear_of_a_minute_boundary().await;
+    let server =
+        RateLimitServer::new(config("example.yaml"), MemoryStore::new()).dynamic_metadata(true);
+    let mut client = start(server).await;
+    let mut with_hits = descriptor(&[("service", "service_2")]);
+    with_hits.hits_addend = Some(UInt64Value { value: 2 });
+    let request = RateLimitRequest {
+        domain: "rl".to_owned(),
+        descriptors: vec![descriptor(&[("qux", "any")]), with_hits],
+        hits_addend: 3,
+    };
+    let response = client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&response), Code::Ok);
+    assert_eq!(
+        json(response.dynamic_metadata.as_ref().unwrap()),
+        serde_json::json!({
+            "domain": "rl",
+            "hitsAddend": 3.0,
+            "descriptors": [
+                {"entries": ["qux=any"]},
+                {"entries": ["service=service_2"], "hitsAddend": 2.0},
+            ],
+            "metadata": {"service_with_quota": {"name": "service_2"}},
+        })
+    );
+}
+
+/// Two rules a minute: `near` of 5, `far` of 30.
+fn two_rules() -> Config {
+    Config::from_yaml(
+        "two.yaml",
+        r#"
+domain: two
+descriptors:
+  - key: near
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: far
+    rate_limit: { unit: minute, requests_per_unit: 30 }
+"#,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_legacy_fields_are_the_nearest_descriptors_when_asked() {
+    clear_of_a_minute_boundary().await;
+    let serve_with = |headers| async move {
+        let server =
+            RateLimitServer::new(two_rules(), MemoryStore::new()).response_headers(headers);
+        start(server).await
+    };
+    // After two calls, `near` has 3 left of 5, `far` 28 of 30: `near` is
+    // nearest its limit, wherever it stands in the call.
+    let both = || vec![descriptor(&[("far", "a")]), descriptor(&[("near", "a")])];
+    let mut legacy = serve_with(ResponseHeaders::Legacy).await;
+    call(&mut legacy, "two", both()).await;
+    let second = call(&mut legacy, "two", both()).await;
+    assert_eq!(field(&second, "X-RateLimit-Limit"), Some("5"));
+    assert_eq!(field(&second, "X-RateLimit-Remaining"), Some("3"));
+    // The reset in whole seconds, rounded up: the status's time until the
+    // minute's window ends.
+    let reset = second.statuses[1].duration_until_reset.unwrap();
+    let seconds = reset.seconds as u64 + u64::from(reset.nanos > 0);
+    assert_eq!(
+        field(&second, "X-RateLimit-Reset"),
+        Some(seconds.to_string().as_str())
+    );
+    assert!((1..=60).contains(&seconds), "{seconds}");
+    assert_eq!(field(&second, "RateLimit"), None);
+    assert_eq!(field(&second, "RateLimit-Policy"), None);
+
+    let mut both_sets = serve_with(ResponseHeaders::Both).await;
+    let answer = call(&mut both_sets, "two", both()).await;
+    assert_eq!(field(&answer, "X-RateLimit-Remaining"), Some("4"));
+    assert!(field(&answer, "RateLimit").unwrap().contains("r=4"));
+
+    let mut none = serve_with(ResponseHeaders::None).await;
+    for _ in 0..6 {
+        let answer = call(&mut none, "two", both()).await;
+        assert!(answer.response_headers_to_add.is_empty(), "{answer:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_legacy_fields_name_the_refused_descriptor_and_retry_after() {
+    clear_of_a_minute_boundary().await;
+    let server = RateLimitServer::new(two_rules(), MemoryStore::new())
+        .response_headers(ResponseHeaders::Legacy);
+    let mut client = start(server).await;
+    // `far` spent: the refused descriptor is named, though `near` has
+    // less room in itself than `far` had.
+    for _ in 0..30 {
+        call(&mut client, "two", vec![descriptor(&[("far", "a")])]).await;
+    }
+    let both = vec![descriptor(&[("near", "a")]), descriptor(&[("far", "a")])];
+    let refused = call(&mut client, "two", both).await;
+    assert_eq!(code(&refused), Code::OverLimit);
+    assert_eq!(field(&refused, "X-RateLimit-Limit"), Some("30"));
+    assert_eq!(field(&refused, "X-RateLimit-Remaining"), Some("0"));
+    let reset: u64 = field(&refused, "X-RateLimit-Reset")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let retry: u64 = field(&refused, "Retry-After").unwrap().parse().unwrap();
+    // The minute's window ends within 60 s; the refused call may retry then.
+    assert!((1..=60).contains(&reset), "{reset}");
+    assert_eq!(retry, reset);
 }

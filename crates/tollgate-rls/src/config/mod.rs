@@ -20,6 +20,7 @@
 
 mod keys;
 mod lookup;
+mod metadata;
 mod rule;
 mod tree;
 mod unit;

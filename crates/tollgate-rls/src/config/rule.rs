@@ -1,7 +1,7 @@
 //! [`Rule`]: one descriptor's rate limit, as loaded.
 
 use super::unit::Unit;
-use serde_yaml_ng::Value;
+use envoy_types::pb::google::protobuf::Struct;
 use std::sync::Arc;
 use tollgate_core::{Algorithm, Quota};
 use tollgate_store::{NamedLimit, Policy};
@@ -18,7 +18,7 @@ pub struct Rule {
     pub(super) quota_mode: bool,
     pub(super) detailed_metric: bool,
     pub(super) replaces: Vec<String>,
-    pub(super) metadata: Option<Value>,
+    pub(super) metadata: Option<Struct>,
     /// What a store checks: one limit, `None` when nothing is counted
     /// (unlimited, or 0 requests: every request is over).
     pub(super) policy: Option<Arc<Policy>>,
@@ -78,8 +78,9 @@ impl Rule {
         self.shadow_mode
     }
 
-    /// Whether an over-limit answer is a quota's: the call answered OK
-    /// with the violation in the response's metadata.
+    /// Whether an over-limit answer is a quota's: the call is answered OK
+    /// while another quota-mode descriptor of it has room, the violation
+    /// named in the response's dynamic metadata.
     pub fn quota_mode(&self) -> bool {
         self.quota_mode
     }
@@ -95,8 +96,10 @@ impl Rule {
         &self.replaces
     }
 
-    /// The descriptor's `metadata`, returned in answers as written.
-    pub fn metadata(&self) -> Option<&Value> {
+    /// The descriptor's `metadata`, as the answers' dynamic metadata
+    /// carries it (under `metadata`, merged with the other passed
+    /// descriptors').
+    pub fn metadata(&self) -> Option<&Struct> {
         self.metadata.as_ref()
     }
 

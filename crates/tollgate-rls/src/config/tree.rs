@@ -2,6 +2,7 @@
 //! envoyproxy/ratelimit checks them, each level's children by `key` or
 //! `key_value`.
 
+use super::metadata::to_struct;
 use super::rule::{Limit, Rule, policy_of};
 use super::unit::Unit;
 use super::wildcard::Wildcard;
@@ -214,7 +215,12 @@ impl YamlRateLimit {
             quota_mode: descriptor.quota_mode,
             detailed_metric: descriptor.detailed_metric,
             replaces,
-            metadata: descriptor.metadata.clone(),
+            metadata: descriptor
+                .metadata
+                .as_ref()
+                .map(to_struct)
+                .transpose()
+                .map_err(|e| format!("'{full_key}': {e}"))?,
         })
     }
 }
