@@ -11,6 +11,7 @@ pub mod alloc;
 pub mod app;
 pub mod checks;
 pub mod logs;
+pub mod exposition;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod postgres;

@@ -67,10 +67,11 @@ pub(crate) fn response(
     ) {
         legacy_fields(outcomes, &mut headers);
     }
-    if over && answering.headers != ResponseHeaders::None {
-        if let Some(seconds) = retry_after(outcomes) {
-            headers.push(header("Retry-After", seconds.to_string()));
-        }
+    if over
+        && answering.headers != ResponseHeaders::None
+        && let Some(seconds) = retry_after(outcomes)
+    {
+        headers.push(header("Retry-After", seconds.to_string()));
     }
     RateLimitResponse {
         overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,

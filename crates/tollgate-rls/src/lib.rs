@@ -71,9 +71,11 @@
 mod answer;
 pub mod config;
 pub mod decide;
+pub mod json;
 mod metadata;
 pub mod reload;
 mod service;
+pub mod stats;
 
 pub use answer::ResponseHeaders;
 pub use service::{OnStoreError, RateLimitServer};

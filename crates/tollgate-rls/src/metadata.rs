@@ -40,10 +40,10 @@ pub(crate) fn of_call(
     }
     let mut passed = Struct::default();
     for outcome in outcomes.iter().filter(|o| !o.over()) {
-        if let Outcome::Decided { rule, .. } = outcome {
-            if let Some(metadata) = rule.metadata() {
-                merge(&mut passed, metadata);
-            }
+        if let Outcome::Decided { rule, .. } = outcome
+            && let Some(metadata) = rule.metadata()
+        {
+            merge(&mut passed, metadata);
         }
     }
     if !passed.fields.is_empty() {
@@ -86,7 +86,7 @@ fn descriptor(descriptor: &RateLimitDescriptor) -> Value {
 }
 
 /// A `type.v3.RateLimitUnit` by its proto name.
-fn unit_name(unit: i32) -> &'static str {
+pub(crate) fn unit_name(unit: i32) -> &'static str {
     match unit {
         1 => "SECOND",
         2 => "MINUTE",

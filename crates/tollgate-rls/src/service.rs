@@ -4,6 +4,7 @@ use crate::answer::{Answering, ResponseHeaders, failed, response};
 use crate::config::{Config, Entry, Unit};
 use crate::decide::{Descriptor, decide};
 use crate::reload::Rules;
+use crate::stats::CallStats;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
@@ -32,6 +33,7 @@ pub struct RateLimitServer<St> {
     store: St,
     on_store_error: OnStoreError,
     answering: Answering,
+    detailed: CallStats,
 }
 
 /// What the service answers when its store fails.
@@ -53,6 +55,7 @@ impl<St: Store> RateLimitServer<St> {
             store,
             on_store_error: OnStoreError::default(),
             answering: Answering::default(),
+            detailed: CallStats::default(),
         }
     }
 
@@ -159,7 +162,11 @@ impl<St: Store> RateLimitService for RateLimitServer<St> {
             .collect::<Result<_, Status>>()?;
         let config = self.rules.current();
         match decide(&config, &self.store, &request.domain, &descriptors).await {
-            Ok(outcomes) => Ok(Response::new(response(&outcomes, &request, self.answering))),
+            Ok(outcomes) => {
+                self.detailed
+                    .count(&config, &request.domain, &descriptors, &outcomes);
+                Ok(Response::new(response(&outcomes, &request, self.answering)))
+            }
             Err(store_failed) => {
                 tollgate_store::report_failure(&store_failed.policy, &store_failed.error);
                 let closed = self.on_store_error == OnStoreError::Closed;

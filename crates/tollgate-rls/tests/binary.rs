@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tollgate_tests::exposition::{has_labels, passes_a_real_parser, samples};
 use tollgate_tests::redis::RedisServer;
 
 /// A running `tollgate-rls`, killed when dropped.
@@ -24,6 +25,12 @@ impl Rls {
     /// Starts the binary with `args` (and `--grpc 127.0.0.1:0`), and waits
     /// for its `listening on` line.
     fn start(args: &[&str]) -> Rls {
+        Rls::start_reading(args, 0).0
+    }
+
+    /// [`start`](Self::start), also reading `more` lines after the
+    /// `listening on grpc://` one.
+    fn start_reading(args: &[&str], more: usize) -> (Rls, Vec<String>) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-rls"))
             .args(["--grpc", "127.0.0.1:0"])
             .args(args)
@@ -31,15 +38,22 @@ impl Rls {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
+        stdout.read_line(&mut line).unwrap();
         let addr = line
             .trim()
             .strip_prefix("listening on grpc://")
             .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
             .to_owned();
-        Rls { child, addr }
+        let lines = (0..more)
+            .map(|_| {
+                let mut line = String::new();
+                stdout.read_line(&mut line).unwrap();
+                line.trim().to_owned()
+            })
+            .collect();
+        (Rls { child, addr }, lines)
     }
 
     async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
@@ -368,4 +382,198 @@ async fn four_processes_over_postgres_admit_exactly_the_limit() {
     let fixed = fixture("basic_config.yaml");
     let (admitted, _) = four_processes_at(&postgres.url(), &fixed, &[]).await;
     assert_eq!(admitted, 30, "fixed window, one call per decision");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_under_fallback_each_process_decides_its_share_in_memory() {
+    clear_of_a_minute_boundary();
+    let mut redis = RedisServer::start();
+    let config = fixture("basic_config.yaml");
+    let url = redis.url();
+    let start = |local: &str| {
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "--store",
+            url.as_str(),
+            "--local",
+            local,
+            "--on-store-error",
+            "fallback",
+            "--instances",
+            "2",
+            "--store-timeout-ms",
+            "200",
+        ];
+        Rls::start(&args)
+    };
+    // One process plain (behind the timeout, breaker and block cache), one
+    // local-first exact: both fall back the same way.
+    let processes = [start("off"), start("exact")];
+    // Each says through Redis, every second, that it shares it.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    redis.kill();
+    // key2_value2: 30 a minute, split between the two processes while
+    // Redis is away: 15 each, decided in memory.
+    let mut admitted = [0, 0];
+    for _ in 0..25 {
+        for (count, code) in admitted.iter_mut().zip(one_call_each(&processes).await) {
+            *count += usize::from(code == Code::Ok);
+        }
+    }
+    assert_eq!(admitted, [15, 15], "each at its share of 30");
+}
+
+/// One HTTP/1.1 exchange with `addr`: the status and the body.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// A `/json` body of one descriptor of one entry.
+fn json_call(domain: &str, key: &str, value: &str) -> String {
+    format!(
+        r#"{{"domain": "{domain}", "descriptors": [{{"entries": [{{"key": "{key}", "value": "{value}"}}]}}]}}"#
+    )
+}
+
+#[test]
+fn the_json_check_healthcheck_and_metrics_answer_over_http() {
+    clear_of_a_minute_boundary();
+    // Two domains: test-domain (basic_config.yaml) and rl (example.yaml).
+    let dir = std::env::temp_dir().join(format!("tollgate-rls-http-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["basic_config.yaml", "example.yaml"] {
+        std::fs::copy(fixture(name), dir.join(name)).unwrap();
+    }
+    let args = [
+        "--config",
+        dir.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    let (_rls, lines) = Rls::start_reading(&args, 2);
+    let checks = lines[0].strip_prefix("listening on http://").unwrap();
+    let metrics = lines[1]
+        .strip_prefix("metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap();
+
+    assert_eq!(
+        http(checks, "GET", "/healthcheck", ""),
+        (200, "OK".to_owned())
+    );
+    // key2_value2: 30 a minute. The JSON of envoyproxy/ratelimit's /json:
+    // 200 while OK, 429 once over.
+    let body = json_call("test-domain", "key2", "value2");
+    for remaining in (0..30).rev() {
+        let (status, answer) = http(checks, "POST", "/json", &body);
+        assert_eq!(status, 200, "{answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["overallCode"], "OK");
+        let status = &answer["statuses"][0];
+        assert_eq!(status["currentLimit"]["requestsPerUnit"], 30);
+        assert_eq!(status["currentLimit"]["unit"], "MINUTE");
+        // Left out at 0, as protobuf's JSON mapping leaves defaults out.
+        match remaining {
+            0 => assert_eq!(status.get("limitRemaining"), None),
+            n => assert_eq!(status["limitRemaining"], n),
+        }
+        assert!(
+            status["durationUntilReset"]
+                .as_str()
+                .unwrap()
+                .ends_with('s')
+        );
+    }
+    let (status, answer) = http(checks, "POST", "/json", &body);
+    assert_eq!(status, 429, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["overallCode"], "OVER_LIMIT");
+    assert!(
+        answer["responseHeadersToAdd"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["key"] == "Retry-After")
+    );
+    // Not a request, or one the service refuses: 400, saying why.
+    let (status, answer) = http(checks, "POST", "/json", r#"{"domian": "x"}"#);
+    assert_eq!(status, 400);
+    assert!(answer.contains("domian"), "{answer}");
+    let (status, answer) = http(checks, "POST", "/json", r#"{"descriptors": []}"#);
+    assert_eq!(status, 400);
+    assert!(answer.contains("domain"), "{answer}");
+
+    // detailed_metric (example.yaml's `unspec`, 2 a minute): a series per
+    // value; every other rule one series.
+    for value in ["a", "a", "a", "b"] {
+        http(checks, "POST", "/json", &json_call("rl", "unspec", value));
+    }
+
+    let (status, text) = http(metrics, "GET", "/metrics", "");
+    assert_eq!(status, 200);
+    passes_a_real_parser(&text);
+    let value = |text: &str, name: &str, rule: &str| {
+        samples(text)
+            .iter()
+            .find(|s| s.name == name && has_labels(s, &[("rule", rule)]))
+            .map_or(0.0, |s| s.value)
+    };
+    let key2 = "test-domain.key2_value2";
+    assert_eq!(value(&text, "tollgate_rls_hits_total", key2), 31.0);
+    assert_eq!(value(&text, "tollgate_rls_within_limit_total", key2), 30.0);
+    assert_eq!(value(&text, "tollgate_rls_over_limit_total", key2), 1.0);
+    // Past 80 % of 30 (24): the 25th to the 30th.
+    assert_eq!(value(&text, "tollgate_rls_near_limit_total", key2), 6.0);
+    assert_eq!(value(&text, "tollgate_rls_shadow_mode_total", key2), 0.0);
+    assert_eq!(value(&text, "tollgate_rls_hits_total", "rl.unspec_a"), 3.0);
+    assert_eq!(
+        value(&text, "tollgate_rls_over_limit_total", "rl.unspec_a"),
+        1.0
+    );
+    assert_eq!(value(&text, "tollgate_rls_hits_total", "rl.unspec_b"), 1.0);
+    assert_eq!(value(&text, "tollgate_rls_hits_total", "rl.unspec"), 0.0);
+
+    // Bounded: 50 new values of a rule that is not detailed
+    // (test-domain's `key2` default) add no series; they count under it.
+    let rules = |text: &str| -> std::collections::BTreeSet<String> {
+        samples(text)
+            .into_iter()
+            .filter(|s| s.name.starts_with("tollgate_rls_"))
+            .filter_map(|s| s.labels.get("rule").cloned())
+            .collect()
+    };
+    let before = rules(&text);
+    assert!(before.contains("test-domain.key2"), "{before:?}");
+    for n in 0..50 {
+        http(
+            checks,
+            "POST",
+            "/json",
+            &json_call("test-domain", "key2", &format!("v{n}")),
+        );
+    }
+    let (_, text) = http(metrics, "GET", "/metrics", "");
+    assert_eq!(rules(&text), before);
+    assert_eq!(
+        value(&text, "tollgate_rls_hits_total", "test-domain.key2"),
+        50.0
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

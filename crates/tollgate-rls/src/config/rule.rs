@@ -1,6 +1,7 @@
 //! [`Rule`]: one descriptor's rate limit, as loaded.
 
 use super::unit::Unit;
+use crate::stats::RuleStats;
 use envoy_types::pb::google::protobuf::Struct;
 use std::sync::Arc;
 use tollgate_core::{Algorithm, Quota};
@@ -22,6 +23,8 @@ pub struct Rule {
     /// What a store checks: one limit, `None` when nothing is counted
     /// (unlimited, or 0 requests: every request is over).
     pub(super) policy: Option<Arc<Policy>>,
+    /// Its counters (`crate::stats`), registered at load.
+    pub(super) stats: RuleStats,
 }
 
 /// What a rule allows.
@@ -111,6 +114,10 @@ impl Rule {
     pub fn policy(&self) -> Option<&Arc<Policy>> {
         self.policy.as_ref()
     }
+
+    pub(crate) fn stats(&self) -> &RuleStats {
+        &self.stats
+    }
 }
 
 impl Rule {
@@ -119,6 +126,10 @@ impl Rule {
     /// switches, a fixed window, counted under `full_key` (the domain and
     /// the descriptor's entries, as envoyproxy/ratelimit keys it).
     pub fn overriding(full_key: String, requests_per_unit: u32, unit: Unit) -> Rule {
+        // Counted under the domain's `override`, not under each
+        // descriptor's key: a label set the configuration bounds.
+        let domain = full_key.split('.').next().unwrap_or_default();
+        let stats = RuleStats::named(&format!("{domain}.override"));
         let limit = Limit::PerUnit {
             requests_per_unit,
             unit,
@@ -136,6 +147,7 @@ impl Rule {
             replaces: Vec::new(),
             metadata: None,
             policy,
+            stats,
         }
     }
 }

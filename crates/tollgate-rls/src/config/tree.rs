@@ -6,6 +6,7 @@ use super::metadata::to_struct;
 use super::rule::{Limit, Rule, policy_of};
 use super::unit::Unit;
 use super::wildcard::Wildcard;
+use crate::stats::RuleStats;
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 use std::collections::HashMap;
@@ -206,6 +207,7 @@ impl YamlRateLimit {
         };
         let policy = policy_of(full_key, &self.name, limit, algorithm)?;
         Ok(Rule {
+            stats: RuleStats::named(full_key),
             full_key: full_key.to_owned(),
             name: self.name,
             limit,

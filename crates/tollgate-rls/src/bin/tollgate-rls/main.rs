@@ -14,6 +14,10 @@
 //! --response-headers SET   draft11 (default) | legacy (X-RateLimit-*) | both | none
 //! --response-dynamic-metadata
 //!                          every answer carries dynamic metadata (else only a quota-mode violation's)
+//! --http ADDR              envoyproxy/ratelimit's POST /json check and GET /healthcheck; prints
+//!                          "listening on http://ADDR" after the gRPC line
+//! --metrics-listen ADDR    Prometheus text on /metrics (each rule's counts, the stores'); prints
+//!                          "metrics on http://ADDR/metrics"
 //! ```
 //!
 //! A shared store (Redis, PostgreSQL) without `--local` sits behind a
@@ -31,10 +35,14 @@
 //! envoyproxy/ratelimit would refuse, naming the file and the key), 1 when
 //! the store cannot be reached at start.
 
+mod http;
+
 use clap::Parser;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tollgate_cas::CasStore;
@@ -103,6 +111,18 @@ struct Args {
     #[arg(long)]
     response_dynamic_metadata: bool,
 
+    /// Address for envoyproxy/ratelimit's HTTP checks: `POST /json` (a
+    /// RateLimitRequest in JSON; 200, or 429 when over the limit) and
+    /// `GET /healthcheck`; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+
+    /// Address for Prometheus's scrapes of `/metrics`: each rule's hits,
+    /// within, near and over its limit, shadow-mode hits, and the stores'
+    /// counts; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+
     /// A store call is given up after this many milliseconds (and a store
     /// that keeps failing is not asked, for a cool-down).
     #[arg(long, value_name = "N", default_value_t = 100)]
@@ -150,7 +170,7 @@ fn parse_response_headers(text: &str) -> Result<ResponseHeaders, String> {
 
 /// Why the service did not start: a usage error (exit 2) or a store that
 /// cannot be reached (exit 1).
-enum Failure {
+pub(crate) enum Failure {
     Usage(String),
     Startup(String),
 }
@@ -240,6 +260,7 @@ where
         (Some(mode), true) => BoxStore::new(
             Resilient::over(LocalFirst::builder(store, mode).build())
                 .timeout(timeout)
+                .breaker()
                 .fallback(split())
                 .build(),
         ),
@@ -282,6 +303,11 @@ type RlsService = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_ser
 >;
 
 async fn run(args: Args) -> Result<(), Failure> {
+    // The recorder first: each rule registers its counters when loaded.
+    let metrics = match args.metrics_listen {
+        Some(addr) => Some(http::metrics(addr).await?),
+        None => None,
+    };
     let config = Config::load(&args.config).map_err(|e| Failure::Usage(e.to_string()))?;
     let store = store(&args).await?;
     let listener = TcpListener::bind(args.grpc)
@@ -297,12 +323,32 @@ async fn run(args: Args) -> Result<(), Failure> {
     // A change to the files is in force within a second; one that does
     // not load leaves the last good configuration in force.
     let _follow = server.rules().follow(&args.config);
-    let service = server.into_service();
+    let server = Arc::new(server);
+    let checks = match args.http {
+        Some(addr) => Some(http::checks(addr, Arc::clone(&server)).await?),
+        None => None,
+    };
+    let service = RlsService::from_arc(server);
     // `grpc.health.v1.Health`: the service, and the server as a whole
     // (""), serving from the start.
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<RlsService>().await;
+    // Bound before printed: a client that reads a line can connect. The
+    // gRPC line first, always: scripts read it for the address.
     println!("listening on grpc://{addr}");
+    // The lines after it are written so that a reader that stopped
+    // reading (it had the address it wanted) cannot stop the service.
+    if let Some((checks_addr, serve)) = checks {
+        tokio::spawn(serve);
+        let _ = writeln!(std::io::stdout(), "listening on http://{checks_addr}");
+    }
+    if let Some((metrics_addr, serve)) = metrics {
+        tokio::spawn(serve);
+        let _ = writeln!(
+            std::io::stdout(),
+            "metrics on http://{metrics_addr}/metrics"
+        );
+    }
     Server::builder()
         .add_service(health)
         .add_service(service)

@@ -1,0 +1,216 @@
+//! Each rule's counts, as envoyproxy/ratelimit keeps its per-rule stats,
+//! through the `metrics` facade: nothing is recorded until a program
+//! installs a recorder (the binary's `--metrics-listen` installs a
+//! Prometheus one).
+//!
+//! Five counters, each of hits (a descriptor's `hits_addend`, 1 by
+//! default), labelled `rule` with the rule's full key
+//! (`domain.key_value.key`, as that server names its stats): a label set
+//! bounded by the configuration, never one series per descriptor value.
+//!
+//! | counter | counts the hits of |
+//! |---|---|
+//! | `tollgate_rls_hits_total` | every descriptor a rule decided |
+//! | `tollgate_rls_within_limit_total` | those admitted |
+//! | `tollgate_rls_near_limit_total` | those admitted past 80 % of the limit |
+//! | `tollgate_rls_over_limit_total` | those over the limit (shadow and quota mode too) |
+//! | `tollgate_rls_shadow_mode_total` | those over a shadow rule's limit (let through) |
+//!
+//! A rule with `detailed_metric: true` is counted under the descriptor's
+//! own key instead (`domain.key_value.key_value`, a `share_threshold`
+//! wildcard's entries under their wildcard), as that server does; those
+//! series are one per value, so they are capped: past
+//! [`DETAILED_SERIES`] names, further values count under the rule's full
+//! key (one warning says so). A descriptor's own `limit` override counts
+//! under `domain.override`.
+
+use crate::config::{Config, Entry, Found};
+use crate::decide::{Descriptor, Outcome};
+use metrics::{Counter, counter};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// How many descriptor keys `detailed_metric` rules may name, all rules
+/// together, before further values count under their rule's full key.
+pub const DETAILED_SERIES: usize = 10_000;
+
+/// The share of a limit past which admitted hits are "near" it, as
+/// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.
+const NEAR_LIMIT_RATIO: f64 = 0.8;
+
+/// Describes the five counters to the recorder installed now (their
+/// help text on a Prometheus scrape).
+pub fn describe() {
+    use metrics::{Unit, describe_counter};
+    let described = [
+        (
+            "tollgate_rls_hits_total",
+            "Hits of the descriptors each rule decided.",
+        ),
+        (
+            "tollgate_rls_within_limit_total",
+            "Hits each rule admitted.",
+        ),
+        (
+            "tollgate_rls_near_limit_total",
+            "Hits each rule admitted past 80 % of its limit.",
+        ),
+        (
+            "tollgate_rls_over_limit_total",
+            "Hits over each rule's limit (shadow and quota mode included).",
+        ),
+        (
+            "tollgate_rls_shadow_mode_total",
+            "Hits over a shadow rule's limit, let through.",
+        ),
+    ];
+    for (name, help) in described {
+        describe_counter!(name, Unit::Count, help);
+    }
+}
+
+/// One rule's five counters, registered once (at load) so that a call
+/// only adds to them.
+#[derive(Clone)]
+pub(crate) struct RuleStats {
+    hits: Counter,
+    within_limit: Counter,
+    near_limit: Counter,
+    over_limit: Counter,
+    shadow_mode: Counter,
+}
+
+impl fmt::Debug for RuleStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuleStats").finish_non_exhaustive()
+    }
+}
+
+impl RuleStats {
+    /// The counters labelled `rule` = `name`, from the recorder installed
+    /// now (none: they record nothing).
+    pub(crate) fn named(name: &str) -> RuleStats {
+        let label = || [("rule", name.to_owned())];
+        RuleStats {
+            hits: counter!("tollgate_rls_hits_total", &label()),
+            within_limit: counter!("tollgate_rls_within_limit_total", &label()),
+            near_limit: counter!("tollgate_rls_near_limit_total", &label()),
+            over_limit: counter!("tollgate_rls_over_limit_total", &label()),
+            shadow_mode: counter!("tollgate_rls_shadow_mode_total", &label()),
+        }
+    }
+
+    /// Counts one decided descriptor.
+    fn count(&self, outcome: &Outcome) {
+        let Outcome::Decided {
+            rule,
+            requests_per_unit,
+            cost,
+            decision,
+            over,
+            ..
+        } = outcome
+        else {
+            return;
+        };
+        let hits = u64::from(*cost);
+        self.hits.increment(hits);
+        if *over {
+            self.over_limit.increment(hits);
+            if rule.shadow_mode() {
+                self.shadow_mode.increment(hits);
+            }
+            return;
+        }
+        self.within_limit.increment(hits);
+        let limit = u64::from(*requests_per_unit);
+        let threshold = (limit as f64 * NEAR_LIMIT_RATIO).floor() as u64;
+        let used = limit.saturating_sub(decision.remaining());
+        let near = used.saturating_sub(threshold).min(hits);
+        if near > 0 {
+            self.near_limit.increment(near);
+        }
+    }
+}
+
+/// Counts a call's descriptors: under their rule's counters, or, for
+/// `detailed_metric` rules, under their own key's, those capped at
+/// [`DETAILED_SERIES`]; shared by a server's clones.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CallStats {
+    named: Arc<Mutex<HashMap<String, RuleStats>>>,
+}
+
+impl CallStats {
+    /// Counts each decided descriptor of a call under its rule's
+    /// counters, or its own key's for a `detailed_metric` rule.
+    pub(crate) fn count(
+        &self,
+        config: &Config,
+        domain: &str,
+        descriptors: &[Descriptor<'_>],
+        outcomes: &[Outcome],
+    ) {
+        for (descriptor, outcome) in descriptors.iter().zip(outcomes) {
+            let Outcome::Decided { rule, .. } = outcome else {
+                continue;
+            };
+            if !rule.detailed_metric() {
+                rule.stats().count(outcome);
+                continue;
+            }
+            // Looked up again for the wildcards a `share_threshold`
+            // counts under: only for detailed rules.
+            let found = config.rule_for(domain, &descriptor.entries);
+            let name = detailed_key(domain, &descriptor.entries, found.as_ref());
+            self.detailed(name, rule.stats(), outcome);
+        }
+    }
+
+    fn detailed(&self, name: String, rule: &RuleStats, outcome: &Outcome) {
+        let mut named = self.named.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(stats) = named.get(&name) {
+            stats.count(outcome);
+            return;
+        }
+        if named.len() >= DETAILED_SERIES {
+            drop(named);
+            warn_full();
+            rule.count(outcome);
+            return;
+        }
+        let stats = RuleStats::named(&name);
+        stats.count(outcome);
+        named.insert(name, stats);
+    }
+}
+
+/// A descriptor's own key, as envoyproxy/ratelimit names a detailed
+/// metric: the domain, then `key_value` for each entry (`key` alone for
+/// an empty value), an entry a `share_threshold` wildcard matched under
+/// the wildcard (`files/*`).
+fn detailed_key(domain: &str, entries: &[Entry<'_>], found: Option<&Found<'_>>) -> String {
+    let mut key = domain.to_owned();
+    for (index, entry) in entries.iter().enumerate() {
+        let value = found.map_or(entry.value(), |f| f.counted_value(index, entry));
+        key.push('.');
+        key.push_str(entry.key());
+        if !value.is_empty() {
+            key.push('_');
+            key.push_str(value);
+        }
+    }
+    key
+}
+
+fn warn_full() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            cap = DETAILED_SERIES,
+            "detailed_metric rules have named as many descriptor values as the metrics keep; \
+             further values count under their rule's full key"
+        );
+    });
+}
