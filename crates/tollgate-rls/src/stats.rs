@@ -18,11 +18,13 @@
 //!
 //! A rule with `detailed_metric: true` is counted under the descriptor's
 //! own key instead (`domain.key_value.key_value`, a `share_threshold`
-//! wildcard's entries under their wildcard), as that server does; those
-//! series are one per value, so they are capped: past
-//! [`DETAILED_SERIES`] names, further values count under the rule's full
-//! key (one warning says so). A descriptor's own `limit` override counts
-//! under `domain.override`.
+//! wildcard's entries under their wildcard); one under a level with
+//! `value_to_metric: true` under its full key with that level's value
+//! named where the level matched it by default or by a wildcard
+//! ([`Config::metric_key`]), as that server names them. Those series are
+//! one per value, so they are capped: past [`DETAILED_SERIES`] names,
+//! further values count under the rule's full key (one warning says so).
+//! A descriptor's own `limit` override counts under `domain.override`.
 
 use crate::config::{Config, Entry, Found};
 use crate::decide::{Descriptor, Outcome};
@@ -31,8 +33,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// How many descriptor keys `detailed_metric` rules may name, all rules
-/// together, before further values count under their rule's full key.
+/// How many names `detailed_metric` and `value_to_metric` may add, all
+/// rules together, before further values count under their rule's full
+/// key.
 pub const DETAILED_SERIES: usize = 10_000;
 
 /// The share of a limit past which admitted hits are "near" it, as
@@ -156,15 +159,20 @@ impl CallStats {
             let Outcome::Decided { rule, .. } = outcome else {
                 continue;
             };
-            if !rule.detailed_metric() {
-                rule.stats().count(outcome);
-                continue;
+            // Looked up again only for a rule whose metrics name values.
+            let name = match rule.detailed_metric() {
+                true => {
+                    let found = config.rule_for(domain, &descriptor.entries);
+                    Some(detailed_key(domain, &descriptor.entries, found.as_ref()))
+                }
+                false => config
+                    .metric_key(domain, &descriptor.entries)
+                    .filter(|name| name != rule.full_key()),
+            };
+            match name {
+                Some(name) => self.detailed(name, rule.stats(), outcome),
+                None => rule.stats().count(outcome),
             }
-            // Looked up again for the wildcards a `share_threshold`
-            // counts under: only for detailed rules.
-            let found = config.rule_for(domain, &descriptor.entries);
-            let name = detailed_key(domain, &descriptor.entries, found.as_ref());
-            self.detailed(name, rule.stats(), outcome);
         }
     }
 

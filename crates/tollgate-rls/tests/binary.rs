@@ -459,6 +459,13 @@ fn the_json_check_healthcheck_and_metrics_answer_over_http() {
     for name in ["basic_config.yaml", "example.yaml"] {
         std::fs::copy(fixture(name), dir.join(name)).unwrap();
     }
+    // And a domain whose `route` level names its values in the metrics.
+    std::fs::write(
+        dir.join("named.yaml"),
+        "domain: named\ndescriptors:\n  - key: route\n    value_to_metric: true\n    \
+         descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .unwrap();
     let args = [
         "--config",
         dir.to_str().unwrap(),
@@ -525,6 +532,10 @@ fn the_json_check_healthcheck_and_metrics_answer_over_http() {
     for value in ["a", "a", "a", "b"] {
         http(checks, "POST", "/json", &json_call("rl", "unspec", value));
     }
+    let routed = r#"{"domain": "named", "descriptors": [{"entries": [{"key": "route", "value": "/x"}, {"key": "user", "value": "u1"}]}]}"#;
+    for _ in 0..2 {
+        http(checks, "POST", "/json", routed);
+    }
 
     let (status, text) = http(metrics, "GET", "/metrics", "");
     assert_eq!(status, 200);
@@ -549,6 +560,15 @@ fn the_json_check_healthcheck_and_metrics_answer_over_http() {
     );
     assert_eq!(value(&text, "tollgate_rls_hits_total", "rl.unspec_b"), 1.0);
     assert_eq!(value(&text, "tollgate_rls_hits_total", "rl.unspec"), 0.0);
+    // value_to_metric: the route's value named, the user's not.
+    assert_eq!(
+        value(&text, "tollgate_rls_hits_total", "named.route_/x.user"),
+        2.0
+    );
+    assert_eq!(
+        value(&text, "tollgate_rls_hits_total", "named.route.user"),
+        0.0
+    );
 
     // Bounded: 50 new values of a rule that is not detailed
     // (test-domain's `key2` default) add no series; they count under it.

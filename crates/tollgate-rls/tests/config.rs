@@ -345,3 +345,60 @@ fn an_algorithm_is_chosen_per_rule_or_per_domain() {
         None
     );
 }
+
+#[test]
+fn value_to_metric_names_the_values_its_levels_matched_by_default_or_wildcard() {
+    let config = Config::from_yaml(
+        "metrics.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    value: "/api/*"
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: files
+    value: "a/*"
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"#,
+    )
+    .unwrap();
+    let key = |pairs: &[(&str, &str)]| {
+        let entries: Vec<Entry<'_>> = pairs.iter().map(|(k, v)| Entry::new(k, v)).collect();
+        config.metric_key("d", &entries)
+    };
+    // `route` matched by default with value_to_metric: its value named;
+    // `user` matched by default without: not.
+    assert_eq!(
+        key(&[("route", "/x"), ("user", "u1")]).as_deref(),
+        Some("d.route_/x.user")
+    );
+    // A wildcard with value_to_metric: the value; with share_threshold
+    // too: the wildcard, which every matching value shares.
+    assert_eq!(
+        key(&[("path", "/api/v1")]).as_deref(),
+        Some("d.path_/api/v1")
+    );
+    assert_eq!(key(&[("files", "a/b")]).as_deref(), Some("d.files_a/*"));
+    // No flag on the path: the rule's own full key.
+    assert_eq!(key(&[("plain", "v")]).as_deref(), Some("d.plain"));
+    let plain = config.rule_for("d", &[Entry::new("plain", "v")]).unwrap();
+    assert_eq!(plain.rule.full_key(), "d.plain");
+    // No rule: no name.
+    assert_eq!(key(&[("route", "/x")]), None);
+    // A domain without value_to_metric anywhere: not even looked up.
+    let basic = load("basic_config.yaml");
+    assert_eq!(
+        basic.metric_key("test-domain", &[Entry::new("key2", "value2")]),
+        None
+    );
+}

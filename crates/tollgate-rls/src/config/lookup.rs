@@ -53,6 +53,17 @@ impl Found<'_> {
     }
 }
 
+/// How a level of the configuration matched an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Matched {
+    /// By its `key_value`.
+    Value,
+    /// By a wildcard value.
+    Wildcard,
+    /// By the key alone (its default).
+    Default,
+}
+
 impl Config {
     /// The rule `entries` get in `domain`, or `None` (no rule: the
     /// descriptor is not limited). Each level is searched for the entry's
@@ -62,9 +73,59 @@ impl Config {
     /// entries after it does not apply, and a level with no children ends
     /// the search.
     pub fn rule_for<'c>(&'c self, domain: &str, entries: &[Entry<'_>]) -> Option<Found<'c>> {
+        let mut shared = Vec::new();
+        let rule = self.walk(domain, entries, |index, node, matched| {
+            if let (Matched::Wildcard, Some(value)) = (matched, &node.shared_value) {
+                shared.push((index, value.as_str()));
+            }
+        })?;
+        Some(Found { rule, shared })
+    }
+
+    /// The name `entries`' rule counts its metrics under when a level of
+    /// its path has `value_to_metric` (`None` otherwise, or with no
+    /// rule): its full key with the value of each entry that such a
+    /// level matched by default or by a wildcard (a `share_threshold`
+    /// wildcard's entries under the wildcard), as envoyproxy/ratelimit
+    /// names its stats.
+    pub fn metric_key(&self, domain: &str, entries: &[Entry<'_>]) -> Option<String> {
+        if !self.domains.get(domain)?.values_in_metrics {
+            return None;
+        }
+        let mut key = domain.to_owned();
+        self.walk(domain, entries, |index, node, matched| {
+            let entry = &entries[index];
+            let value = match (matched, &node.shared_value, node.value_to_metric) {
+                (Matched::Wildcard, Some(shared), _) => shared.as_str(),
+                (Matched::Value, _, _) | (Matched::Wildcard | Matched::Default, _, true) => {
+                    entry.value
+                }
+                (Matched::Wildcard, None, false) => {
+                    node.wildcard_value.as_deref().unwrap_or(entry.value)
+                }
+                (Matched::Default, _, false) => "",
+            };
+            key.push('.');
+            key.push_str(entry.key);
+            if !value.is_empty() {
+                key.push('_');
+                key.push_str(value);
+            }
+        })?;
+        Some(key)
+    }
+
+    /// Walks `entries` down `domain`'s levels as [`rule_for`](Self::rule_for)
+    /// says, telling `visit` each level matched; the rule where the
+    /// descriptor ends, if any.
+    fn walk<'c>(
+        &'c self,
+        domain: &str,
+        entries: &[Entry<'_>],
+        mut visit: impl FnMut(usize, &'c Node, Matched),
+    ) -> Option<&'c Arc<Rule>> {
         let mut level = self.domains.get(domain)?;
         let mut found = None;
-        let mut shared = Vec::new();
         let mut name = String::new();
         for (index, entry) in entries.iter().enumerate() {
             name.clear();
@@ -74,15 +135,18 @@ impl Config {
             let next = level
                 .children
                 .get(&name)
-                .map(|node| (node, false))
-                .or_else(|| wildcard_child(level, &name).map(|node| (node, true)))
-                .or_else(|| level.children.get(entry.key).map(|node| (node, false)));
-            let Some((node, by_wildcard)) = next else {
+                .map(|node| (node, Matched::Value))
+                .or_else(|| wildcard_child(level, &name).map(|node| (node, Matched::Wildcard)))
+                .or_else(|| {
+                    level
+                        .children
+                        .get(entry.key)
+                        .map(|node| (node, Matched::Default))
+                });
+            let Some((node, matched)) = next else {
                 break;
             };
-            if let (true, Some(value)) = (by_wildcard, &node.shared_value) {
-                shared.push((index, value.as_str()));
-            }
+            visit(index, node, matched);
             if index + 1 == entries.len() {
                 found = node.rule.as_ref();
             }
@@ -91,7 +155,7 @@ impl Config {
             }
             level = node;
         }
-        found.map(|rule| Found { rule, shared })
+        found
     }
 }
 

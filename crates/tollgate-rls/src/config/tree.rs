@@ -40,10 +40,8 @@ struct YamlDescriptor {
     quota_mode: bool,
     #[serde(default)]
     detailed_metric: bool,
-    // Read (a file with it loads, as that server's does); it shapes the
-    // names of metrics, which the service does not export yet.
-    #[serde(default, rename = "value_to_metric")]
-    _value_to_metric: bool,
+    #[serde(default)]
+    value_to_metric: bool,
     #[serde(default)]
     share_threshold: bool,
     #[serde(default)]
@@ -84,6 +82,14 @@ pub(super) struct Node {
     /// With `share_threshold`: the wildcard value (`files/*`) that every
     /// value it matches is counted under.
     pub(super) shared_value: Option<String>,
+    /// A wildcard level's value as written (`files/*`).
+    pub(super) wildcard_value: Option<String>,
+    /// With `value_to_metric`: a value matched by the key's default or a
+    /// wildcard is named in the metrics of the rule below.
+    pub(super) value_to_metric: bool,
+    /// Whether this level or one below it has `value_to_metric`: the
+    /// metrics of a rule under it may name values.
+    pub(super) values_in_metrics: bool,
 }
 
 impl YamlRoot {
@@ -145,6 +151,8 @@ impl Node {
                     .transpose()?
                     .map(Arc::new),
                 shared_value: descriptor.share_threshold.then(|| descriptor.value.clone()),
+                value_to_metric: descriptor.value_to_metric,
+                wildcard_value: wildcard.is_some().then(|| descriptor.value.clone()),
                 ..Node::default()
             };
             let inner = Context {
@@ -152,6 +160,9 @@ impl Node {
                 parent: &full_key,
             };
             node.add(descriptor.descriptors.unwrap_or_default(), &inner)?;
+            node.values_in_metrics =
+                node.value_to_metric || node.children.values().any(|child| child.values_in_metrics);
+            self.values_in_metrics |= node.values_in_metrics;
             if let Some(wildcard) = wildcard {
                 self.wildcards.push((name.clone(), wildcard));
             }
