@@ -13,7 +13,8 @@
 #   4. the declared minimum Rust version (`rust-version`): the workspace
 #      built with that toolchain;
 #   5. the twelve library crates packaged as crates.io would get them, in
-#      dependency order, each built from its package alone.
+#      dependency order, each built from its package alone;
+#   steps 2 to 5 beside step 1, once its tests are built.
 #
 # Every step runs even when an earlier one failed, and every test binary
 # even when an earlier one had a failure (--no-fail-fast), so one run shows
@@ -299,16 +300,51 @@ package() {
         --exclude tollgate-bench --exclude tollgate-demo --exclude tollgate-examples --exclude tollgate-tests
 }
 
+# Steps 3 to 5 run one after another beside steps 1 and 2, once the tests
+# are built: they compile (the docs, the MSRV check, each package) while
+# the tests mostly wait on servers and clocks, and every test must hold on
+# a busy machine anyway. Each step's output is kept and shown after the
+# tests, with its status and time.
+beside_dir=$(mktemp -d)
+beside_names=("docs (cargo doc, -D warnings)" "MSRV (rust-version)" "packages (cargo package)")
+beside_steps=(docs msrv package)
+checks_beside() {
+    local i started status
+    for i in "${!beside_steps[@]}"; do
+        started=$SECONDS
+        status=0
+        "${beside_steps[$i]}" >"$beside_dir/$i.log" 2>&1 || status=$?
+        echo "$status $((SECONDS - started))" >"$beside_dir/$i.result"
+    done
+}
+# Waits for the checks started beside the tests, then shows each one's
+# output, status and time as a step of its own.
+checks_result() {
+    local i status seconds
+    wait "$checks_pid" || true
+    for i in "${!beside_steps[@]}"; do
+        echo
+        echo "== ${beside_names[$i]} (beside)"
+        cat "$beside_dir/$i.log" 2>/dev/null
+        read -r status seconds <"$beside_dir/$i.result" 2>/dev/null || status=1 seconds=0
+        if [ "$status" -ne 0 ]; then
+            failed+=("${beside_names[$i]}")
+        fi
+        timings+=("$(printf '%-34s %4d s' "${beside_names[$i]} (beside)" "$seconds")")
+    done
+    rm -rf "$beside_dir"
+}
+
 started=$SECONDS
 step "servers (install)" install_servers
 step "build (tests, every feature)" build_tests
 valkey_tests &
 valkey_pid=$!
+checks_beside &
+checks_pid=$!
 step "tests (Redis)" redis_tests
 step "Redis suite on Valkey (beside)" valkey_result
-step "docs (cargo doc, -D warnings)" docs
-step "MSRV (rust-version)" msrv
-step "packages (cargo package)" package
+checks_result
 
 echo
 printf '%s\n' "${timings[@]}"

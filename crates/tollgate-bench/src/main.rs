@@ -164,6 +164,13 @@ fn main() {
                     run.outcomes
                 }
             },
+            "rls" => match scenario::redis::missing_tools() {
+                Some(why) => {
+                    eprintln!("{why}");
+                    Vec::new()
+                }
+                None => scenario::rls::run(settings),
+            },
             _ => unreachable!("names were checked against scenario::ALL"),
         };
         for o in &rows {

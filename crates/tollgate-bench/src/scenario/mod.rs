@@ -16,10 +16,11 @@ pub mod memory;
 pub mod postgres;
 pub mod redis;
 pub mod redis_scripts;
+pub mod rls;
 
 /// Every scenario's name, in the order they run (cheap and short first, so
 /// that a broken build fails fast).
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     "accuracy",
     "core",
     "memory",
@@ -30,4 +31,5 @@ pub const ALL: [&str; 10] = [
     "redis-scripts",
     "local",
     "postgres",
+    "rls",
 ];
