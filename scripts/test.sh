@@ -59,7 +59,7 @@ step() {
     if ! "$@"; then
         failed+=("$name")
     fi
-    timings+=("$(printf '%-34s %4d s' "$name" $((SECONDS - started)))")
+    timings+=("$(printf '%-44s %4d s' "$name" $((SECONDS - started)))")
 }
 
 sudo=""
@@ -330,7 +330,7 @@ checks_result() {
         if [ "$status" -ne 0 ]; then
             failed+=("${beside_names[$i]}")
         fi
-        timings+=("$(printf '%-34s %4d s' "${beside_names[$i]} (beside)" "$seconds")")
+        timings+=("$(printf '%-44s %4d s' "${beside_names[$i]} (beside)" "$seconds")")
     done
     rm -rf "$beside_dir"
 }
@@ -348,7 +348,7 @@ checks_result
 
 echo
 printf '%s\n' "${timings[@]}"
-printf '%-34s %4d s\n' "total" $((SECONDS - started))
+printf '%-44s %4d s\n' "total" $((SECONDS - started))
 if [ ${#failed[@]} -gt 0 ]; then
     printf 'FAILED: %s\n' "${failed[@]}"
 fi

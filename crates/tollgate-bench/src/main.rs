@@ -1,6 +1,8 @@
 //! tollgate side by side with the limiters a user would pick instead, in
 //! one run: `governor`, `tower_governor` and raw `redis-benchmark`; and
-//! its PostgreSQL store beside its Redis store (`--only postgres`).
+//! its PostgreSQL store beside its Redis store (`--only postgres`); the
+//! rate-limit service over gRPC on each store (`--only rls`) and its
+//! decision core beside the `limitador` crate's (`--only rls-core`).
 //!
 //! ```sh
 //! cargo run --release -p tollgate-bench -- --json target/bench.json
@@ -46,7 +48,8 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios, comma-separated: accuracy, core, memory,
-    /// contention, layer, http, redis, redis-scripts, local, postgres.
+    /// contention, layer, http, redis, redis-scripts, local, postgres,
+    /// rls, rls-core.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the Markdown table, with the machine, to this file.
@@ -170,6 +173,13 @@ fn main() {
                     Vec::new()
                 }
                 None => scenario::rls::run(settings),
+            },
+            "rls-core" => match scenario::redis::missing_tools() {
+                Some(why) => {
+                    eprintln!("{why}");
+                    Vec::new()
+                }
+                None => scenario::rls_core::run(settings),
             },
             _ => unreachable!("names were checked against scenario::ALL"),
         };

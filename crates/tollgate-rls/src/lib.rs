@@ -70,6 +70,7 @@
 
 mod answer;
 pub mod config;
+mod counters;
 pub mod decide;
 pub mod json;
 mod metadata;

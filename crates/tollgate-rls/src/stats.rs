@@ -27,20 +27,15 @@
 //! A descriptor's own `limit` override counts under `domain.override`.
 
 use crate::config::{Config, Entry, Found};
+use crate::counters::{Counted, RuleStats};
 use crate::decide::{Descriptor, Outcome};
-use metrics::{Counter, counter};
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// How many names `detailed_metric` and `value_to_metric` may add, all
 /// rules together, before further values count under their rule's full
 /// key.
 pub const DETAILED_SERIES: usize = 10_000;
-
-/// The share of a limit past which admitted hits are "near" it, as
-/// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.
-const NEAR_LIMIT_RATIO: f64 = 0.8;
 
 /// Describes the five counters to the recorder installed now (their
 /// help text on a Prometheus scrape).
@@ -73,67 +68,24 @@ pub fn describe() {
     }
 }
 
-/// One rule's five counters, registered once (at load) so that a call
-/// only adds to them.
-#[derive(Clone)]
-pub(crate) struct RuleStats {
-    hits: Counter,
-    within_limit: Counter,
-    near_limit: Counter,
-    over_limit: Counter,
-    shadow_mode: Counter,
-}
-
-impl fmt::Debug for RuleStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RuleStats").finish_non_exhaustive()
-    }
-}
-
-impl RuleStats {
-    /// The counters labelled `rule` = `name`, from the recorder installed
-    /// now (none: they record nothing).
-    pub(crate) fn named(name: &str) -> RuleStats {
-        let label = || [("rule", name.to_owned())];
-        RuleStats {
-            hits: counter!("tollgate_rls_hits_total", &label()),
-            within_limit: counter!("tollgate_rls_within_limit_total", &label()),
-            near_limit: counter!("tollgate_rls_near_limit_total", &label()),
-            over_limit: counter!("tollgate_rls_over_limit_total", &label()),
-            shadow_mode: counter!("tollgate_rls_shadow_mode_total", &label()),
-        }
-    }
-
-    /// Counts one decided descriptor.
-    fn count(&self, outcome: &Outcome) {
-        let Outcome::Decided {
-            rule,
-            requests_per_unit,
-            cost,
-            decision,
-            over,
-            ..
-        } = outcome
-        else {
-            return;
-        };
-        let hits = u64::from(*cost);
-        self.hits.increment(hits);
-        if *over {
-            self.over_limit.increment(hits);
-            if rule.shadow_mode() {
-                self.shadow_mode.increment(hits);
-            }
-            return;
-        }
-        self.within_limit.increment(hits);
-        let limit = u64::from(*requests_per_unit);
-        let threshold = (limit as f64 * NEAR_LIMIT_RATIO).floor() as u64;
-        let used = limit.saturating_sub(decision.remaining());
-        let near = used.saturating_sub(threshold).min(hits);
-        if near > 0 {
-            self.near_limit.increment(near);
-        }
+/// Counts one decided descriptor under `stats`.
+fn count(stats: &RuleStats, outcome: &Outcome) {
+    if let Outcome::Decided {
+        rule,
+        requests_per_unit,
+        cost,
+        decision,
+        over,
+        ..
+    } = outcome
+    {
+        stats.count(Counted {
+            hits: u64::from(*cost),
+            over: *over,
+            shadow: rule.shadow_mode(),
+            limit: u64::from(*requests_per_unit),
+            remaining: decision.remaining(),
+        });
     }
 }
 
@@ -171,7 +123,7 @@ impl CallStats {
             };
             match name {
                 Some(name) => self.detailed(name, rule.stats(), outcome),
-                None => rule.stats().count(outcome),
+                None => count(rule.stats(), outcome),
             }
         }
     }
@@ -179,17 +131,17 @@ impl CallStats {
     fn detailed(&self, name: String, rule: &RuleStats, outcome: &Outcome) {
         let mut named = self.named.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(stats) = named.get(&name) {
-            stats.count(outcome);
+            count(stats, outcome);
             return;
         }
         if named.len() >= DETAILED_SERIES {
             drop(named);
             warn_full();
-            rule.count(outcome);
+            count(rule, outcome);
             return;
         }
         let stats = RuleStats::named(&name);
-        stats.count(outcome);
+        count(&stats, outcome);
         named.insert(name, stats);
     }
 }

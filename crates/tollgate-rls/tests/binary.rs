@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tollgate_tests::exposition::{has_labels, passes_a_real_parser, samples};
+use tollgate_tests::proxy::{Jitter, JitterProxy};
 use tollgate_tests::redis::RedisServer;
 
 /// A running `tollgate-rls`, killed when dropped.
@@ -311,9 +312,17 @@ async fn a_changed_directory_is_in_force_within_a_second_and_a_bad_change_is_not
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// One call of `key2=value2` to each process: how many were admitted.
+/// One call of `key2=value2` to each process: each one's code.
 async fn one_call_each(processes: &[Rls]) -> Vec<Code> {
-    let mut codes = Vec::new();
+    let answers = answers_of_one_call_each(processes).await;
+    answers.into_iter().map(|(code, _)| code).collect()
+}
+
+/// One call of `key2=value2` to each process: each one's code, and
+/// whether its store decided it (its status names the rule's limit; an
+/// answer of `--on-store-error` names none).
+async fn answers_of_one_call_each(processes: &[Rls]) -> Vec<(Code, bool)> {
+    let mut answers = Vec::new();
     for rls in processes {
         let mut client = rls.client().await;
         let response = client
@@ -321,9 +330,10 @@ async fn one_call_each(processes: &[Rls]) -> Vec<Code> {
             .await
             .unwrap()
             .into_inner();
-        codes.push(Code::try_from(response.overall_code).unwrap());
+        let decided = response.statuses[0].current_limit.is_some();
+        answers.push((Code::try_from(response.overall_code).unwrap(), decided));
     }
-    codes
+    answers
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,8 +350,10 @@ async fn redis_killed_mid_run_is_answered_by_on_store_error_and_shared_again_onc
             url.as_str(),
             "--on-store-error",
             mode,
+            // A loaded machine's Redis answers within a second; a killed
+            // one is refused at once, so the outage is seen at once.
             "--store-timeout-ms",
-            "200",
+            "1000",
         ];
         Rls::start(&args)
     };
@@ -353,19 +365,30 @@ async fn redis_killed_mid_run_is_answered_by_on_store_error_and_shared_again_onc
     redis.restart();
     // Back: decided through Redis again once the breaker's cool-down (1 s
     // after its first opening) has passed: the count starts again, shared.
+    // Each process's breaker cools down on its own clock: until both
+    // decide through Redis, the open one may still admit uncounted.
+    // Every admission Redis counted is counted here too.
     let back = Instant::now();
-    let mut codes = one_call_each(&processes).await;
-    while codes != [Code::Ok, Code::Ok] && back.elapsed() < Duration::from_secs(5) {
+    let both_decided = [(Code::Ok, true), (Code::Ok, true)];
+    let counted = |answers: &[(Code, bool)]| {
+        answers
+            .iter()
+            .filter(|answer| **answer == (Code::Ok, true))
+            .count()
+    };
+    let mut answers = answers_of_one_call_each(&processes).await;
+    let mut admitted = counted(&answers);
+    while answers != both_decided && back.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        codes = one_call_each(&processes).await;
+        answers = answers_of_one_call_each(&processes).await;
+        admitted += counted(&answers);
     }
-    assert_eq!(codes, [Code::Ok, Code::Ok], "shared again within 5 s");
+    assert_eq!(answers, both_decided, "shared again within 5 s");
     println!(
         "decided through Redis again {:?} after it came back",
         back.elapsed()
     );
     // Shared: 30 a minute between the two, counted in the restarted Redis.
-    let mut admitted = 2;
     for _ in 0..20 {
         admitted += one_call_each(&processes)
             .await
@@ -595,5 +618,101 @@ fn the_json_check_healthcheck_and_metrics_answer_over_http() {
         value(&text, "tollgate_rls_hits_total", "test-domain.key2"),
         50.0
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A call of `domain` with one descriptor per `(key, value)` pair.
+fn call_of(domain: &str, pairs: &[(&str, &str)]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: pairs
+            .iter()
+            .map(|(key, value)| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: (*key).to_owned(),
+                    value: (*value).to_owned(),
+                }],
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_held_back_at_random_lose_no_count_of_a_call_charged_all_or_nothing() {
+    clear_of_a_minute_boundary();
+    let redis = RedisServer::start();
+    // Half of Redis's replies held 30 to 40 ms, in order, on every
+    // connection of every process.
+    let upstream: std::net::SocketAddr = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let proxy = JitterProxy::start(upstream, Jitter::HALF_HELD_30_40_MS, 61);
+    let url = format!("redis://{}", proxy.addr());
+    let dir = std::env::temp_dir().join(format!("tollgate-rls-jitter-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // `narrow` refuses after 20 a minute; `wide` (1,000) never does, so
+    // every refused call's charge of `wide` must be given back.
+    std::fs::write(
+        dir.join("j.yaml"),
+        "domain: j\ndescriptors:\n  - key: narrow\n    rate_limit: {unit: minute, requests_per_unit: 20}\n  \
+         - key: wide\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n",
+    )
+    .unwrap();
+    let args = [
+        "--config",
+        dir.to_str().unwrap(),
+        "--store",
+        url.as_str(),
+        // Late replies are waited for, not given up on: what is checked
+        // is that none is lost or counted twice.
+        "--store-timeout-ms",
+        "5000",
+    ];
+    let processes: Vec<Rls> = (0..4).map(|_| Rls::start(&args)).collect();
+    let mut tasks = Vec::new();
+    for rls in &processes {
+        let mut client = rls.client().await;
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..25 {
+                let call = call_of("j", &[("narrow", "x"), ("wide", "x")]);
+                let response = client.should_rate_limit(call).await.unwrap().into_inner();
+                admitted += usize::from(response.overall_code == Code::Ok as i32);
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert_eq!(admitted, 20, "exactly `narrow`'s limit over 100 calls");
+    assert!(proxy.held() > 0, "the proxy held replies back");
+    // Every refused call gave `wide` its charge back (each give-back lands
+    // in its own time: waited for). 20 kept, and this call's own: 979.
+    let mut client = processes[0].client().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let remaining = loop {
+        let response = client
+            .should_rate_limit(call_of("j", &[("wide", "x")]))
+            .await
+            .unwrap()
+            .into_inner();
+        let remaining = response.statuses[0].limit_remaining;
+        // Give back this probe's own charge before asking again.
+        let mut give_back = call_of("j", &[("wide", "x")]);
+        give_back.descriptors[0].is_negative_hits = true;
+        client.should_rate_limit(give_back).await.unwrap();
+        if remaining == 979 || Instant::now() > deadline {
+            break remaining;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        remaining, 979,
+        "wide: 1,000 less the 20 admitted and the probe"
+    );
+    drop(processes);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -17,10 +17,11 @@ pub mod postgres;
 pub mod redis;
 pub mod redis_scripts;
 pub mod rls;
+pub mod rls_core;
 
 /// Every scenario's name, in the order they run (cheap and short first, so
 /// that a broken build fails fast).
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     "accuracy",
     "core",
     "memory",
@@ -32,4 +33,5 @@ pub const ALL: [&str; 11] = [
     "local",
     "postgres",
     "rls",
+    "rls-core",
 ];

@@ -1,7 +1,7 @@
 //! [`Rule`]: one descriptor's rate limit, as loaded.
 
 use super::unit::Unit;
-use crate::stats::RuleStats;
+use crate::counters::RuleStats;
 use envoy_types::pb::google::protobuf::Struct;
 use std::sync::Arc;
 use tollgate_core::{Algorithm, Quota};

@@ -6,7 +6,7 @@ use super::metadata::to_struct;
 use super::rule::{Limit, Rule, policy_of};
 use super::unit::Unit;
 use super::wildcard::Wildcard;
-use crate::stats::RuleStats;
+use crate::counters::RuleStats;
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 use std::collections::HashMap;
