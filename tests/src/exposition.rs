@@ -84,27 +84,10 @@ pub fn labels(text: &str) -> BTreeMap<String, String> {
 /// checks of help text and types. `false` (the test then skips this
 /// check, saying so) only when neither can be had.
 pub fn passes_a_real_parser(text: &str) -> bool {
-    if let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "promtool check metrics: {}{}\n{text}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        return true;
+    let mut promtool = Command::new("promtool");
+    promtool.args(["check", "metrics"]);
+    if let Some(passed) = parses(promtool, "promtool check metrics", text) {
+        return passed;
     }
     if !python_parser_available() {
         eprintln!(
@@ -114,13 +97,21 @@ pub fn passes_a_real_parser(text: &str) -> bool {
         );
         return false;
     }
-    let mut child = Command::new("python3")
-        .args(["-c", PYTHON_CHECK])
+    let mut python = Command::new("python3");
+    python.args(["-c", PYTHON_CHECK]);
+    parses(python, "prometheus_client's parser", text).expect("python3 runs")
+}
+
+/// Runs `parser` on `text` (its stdin) and asserts it succeeds, naming it
+/// `name` and showing what it said if it does not; `None` when it cannot
+/// be started.
+fn parses(mut parser: Command, name: &str, text: &str) -> Option<bool> {
+    let mut child = parser
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("python3 runs");
+        .ok()?;
     child
         .stdin
         .take()
@@ -130,11 +121,11 @@ pub fn passes_a_real_parser(text: &str) -> bool {
     let output = child.wait_with_output().unwrap();
     assert!(
         output.status.success(),
-        "prometheus_client's parser: {}{}\n{text}",
+        "{name}: {}{}\n{text}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    true
+    Some(true)
 }
 
 /// Parses stdin with `prometheus_client`'s text parser (it raises on a

@@ -405,6 +405,11 @@ async fn four_processes_over_postgres_admit_exactly_the_limit() {
     let fixed = fixture("basic_config.yaml");
     let (admitted, _) = four_processes_at(&postgres.url(), &fixed, &[]).await;
     assert_eq!(admitted, 30, "fixed window, one call per decision");
+    drop(postgres);
+    // Local-first exact in front of a fresh database.
+    let postgres = tollgate_tests::postgres::PostgresServer::start();
+    let (admitted, _) = four_processes_at(&postgres.url(), &fixed, &["--local", "exact"]).await;
+    assert_eq!(admitted, 30, "fixed window, local-first exact");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
