@@ -216,6 +216,16 @@ async fn four_processes_over_redis_admit_exactly_the_limit() {
     redis.command(&["FLUSHALL"]);
     let (admitted, _) = four_processes(&redis, &fixed, &["--local", "exact"]).await;
     assert_eq!(admitted, 30, "fixed window, local-first exact");
+    // Periodic: each process counts on its own between reports, and
+    // together they pass the limit by at most one unit each (rounding),
+    // as the local-first guide promises.
+    redis.command(&["FLUSHALL"]);
+    let (admitted, _) = four_processes(&redis, &fixed, &["--local", "periodic=100"]).await;
+    assert!(
+        (1..=30 + 4).contains(&admitted),
+        "local-first periodic: {admitted} admitted"
+    );
+    println!("local-first periodic=100: {admitted} of 30 admitted by four processes");
     // GCRA: 30 a minute refills one every 2 s; what refilled while the
     // calls ran may pass too, never more.
     let dir = std::env::temp_dir().join(format!("tollgate-rls-gcra-{}", std::process::id()));
