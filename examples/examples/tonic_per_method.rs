@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Server::builder()
             .layer(limits)
             .add_service(health)
-            .serve_with_incoming(TcpIncoming::from(listener)),
+            .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
     );
     println!("gRPC server on {addr}");
 

@@ -10,8 +10,8 @@
 pub mod alloc;
 pub mod app;
 pub mod checks;
-pub mod logs;
 pub mod exposition;
+pub mod logs;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod postgres;

@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(
         Server::builder()
             .add_service(service)
-            .serve_with_incoming(TcpIncoming::from(listener)),
+            .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
     );
     println!("serving {} on grpc://{addr}", path.display());
 

@@ -162,7 +162,7 @@ async fn serve(store: BoxStore) -> RateLimitServiceClient<Channel> {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
-            .serve_with_incoming(TcpIncoming::from(listener)),
+            .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
     );
     RateLimitServiceClient::connect(format!("http://{addr}"))
         .await

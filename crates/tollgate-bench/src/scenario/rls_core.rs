@@ -60,10 +60,20 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
         .lines()
         .map(|line| {
             let row: Printed = serde_json::from_str(line).expect("a row of the anchor");
-            let target = if row.scenario.contains("memory") { 1.5 } else { 1.0 };
-            Outcome::new(&row.scenario, row.ours, row.anchor, &row.unit, Better::Higher)
-                .target(target)
-                .against("limitador 0.14, same process")
+            let target = if row.scenario.contains("memory") {
+                1.5
+            } else {
+                1.0
+            };
+            Outcome::new(
+                &row.scenario,
+                row.ours,
+                row.anchor,
+                &row.unit,
+                Better::Higher,
+            )
+            .target(target)
+            .against("limitador 0.14, same process")
         })
         .collect()
 }
