@@ -17,9 +17,13 @@
 //!   cost): tollgate's `MemoryStore` against limitador's `RateLimiter`
 //!   (its in-memory storage).
 //! - Redis: 64 tasks on a 2-worker runtime over one Redis: tollgate's
-//!   `RedisStore` (exact, one script call per decision) against
-//!   limitador's `AsyncRateLimiter` over `AsyncRedisStorage` (exact, its
-//!   reads and its update script).
+//!   `RedisStore` (one script call per decision, check and charge in one
+//!   step) against limitador's `AsyncRateLimiter` over `AsyncRedisStorage`
+//!   (a script that reads the counters, then, if none is over, a pipeline
+//!   of its update script: two round trips, and a window between them in
+//!   which another caller can pass the same limit). Beside the rates, the
+//!   Redis server's CPU time and commands per decision on each side, and
+//!   how busy it was (`INFO` around each round, through `redis-cli`).
 
 use limitador::limit::{Context, Limit};
 use limitador::storage::redis::AsyncRedisStorage;
@@ -92,18 +96,23 @@ fn main() {
     });
     let config = Arc::new(config());
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    // The Redis server's own work per decision, on each side: its CPU
+    // time and the commands it ran, read from INFO around each round.
+    let (mut ours_server, mut theirs_server) = (Server::default(), Server::default());
     for round in 0..rounds {
         for side in [round % 2, (round + 1) % 2] {
-            match side {
-                0 => ours.push(runtime.block_on(tasks(seconds, {
+            let before = Server::read(&redis_url);
+            let (rate, decisions) = match side {
+                0 => runtime.block_on(tasks(seconds, {
                     let (config, store, values) =
                         (config.clone(), tollgate_redis.clone(), values.clone());
                     move |i| {
-                        let (config, store, values) = (config.clone(), store.clone(), values.clone());
+                        let (config, store, values) =
+                            (config.clone(), store.clone(), values.clone());
                         async move { tollgate_decides(&config, &store, &values[i]).await }
                     }
-                }))),
-                _ => theirs.push(runtime.block_on(tasks(seconds, {
+                })),
+                _ => runtime.block_on(tasks(seconds, {
                     let (limiter, values) = (limitador_redis.clone(), values.clone());
                     move |i| {
                         let (limiter, values) = (limiter.clone(), values.clone());
@@ -116,11 +125,100 @@ fn main() {
                             assert!(!result.limited, "the limit is never reached");
                         }
                     }
-                }))),
-            }
+                })),
+            };
+            let used = Server::read(&redis_url).since(&before, decisions);
+            match side {
+                0 => (ours.push(rate), ours_server.add(used)),
+                _ => (theirs.push(rate), theirs_server.add(used)),
+            };
         }
     }
     row("rls core, Redis: decisions/s, 64 tasks", &ours, &theirs);
+    println!(
+        "{{\"scenario\": \"rls core, Redis: the server's CPU per decision\", \"ours\": {}, \"anchor\": {}, \"unit\": \"µs/decision\"}}",
+        ours_server.cpu_micros_per_decision(),
+        theirs_server.cpu_micros_per_decision()
+    );
+    println!(
+        "{{\"scenario\": \"rls core, Redis: the server's commands per decision\", \"ours\": {}, \"anchor\": {}, \"unit\": \"commands/decision\"}}",
+        ours_server.commands_per_decision(),
+        theirs_server.commands_per_decision()
+    );
+    println!(
+        "{{\"scenario\": \"rls core, Redis: the server busy\", \"ours\": {}, \"anchor\": {}, \"unit\": \"% of one core\"}}",
+        ours_server.busy_percent(),
+        theirs_server.busy_percent()
+    );
+}
+
+/// What the Redis server did: CPU seconds, commands, wall seconds, and
+/// the decisions made meanwhile.
+#[derive(Clone, Copy, Debug, Default)]
+struct Server {
+    cpu_seconds: f64,
+    commands: f64,
+    wall: f64,
+    decisions: f64,
+    at: Option<Instant>,
+}
+
+impl Server {
+    /// The server's counts now (`redis-cli INFO`).
+    fn read(url: &str) -> Server {
+        let output = std::process::Command::new("redis-cli")
+            .args(["-u", url, "INFO"])
+            .output()
+            .expect("redis-cli runs");
+        let text = String::from_utf8_lossy(&output.stdout);
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(&format!("{name}:")))
+                .and_then(|value| value.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("INFO has no {name}"))
+        };
+        Server {
+            cpu_seconds: field("used_cpu_sys") + field("used_cpu_user"),
+            commands: field("total_commands_processed"),
+            wall: 0.0,
+            decisions: 0.0,
+            at: Some(Instant::now()),
+        }
+    }
+
+    /// What it did since `before`, over `decisions` decisions.
+    fn since(&self, before: &Server, decisions: u64) -> Server {
+        Server {
+            cpu_seconds: self.cpu_seconds - before.cpu_seconds,
+            // Less the INFO call that read `self`.
+            commands: self.commands - before.commands - 1.0,
+            wall: match (self.at, before.at) {
+                (Some(now), Some(then)) => now.duration_since(then).as_secs_f64(),
+                _ => 0.0,
+            },
+            decisions: decisions as f64,
+            at: None,
+        }
+    }
+
+    fn add(&mut self, other: Server) {
+        self.cpu_seconds += other.cpu_seconds;
+        self.commands += other.commands;
+        self.wall += other.wall;
+        self.decisions += other.decisions;
+    }
+
+    fn cpu_micros_per_decision(&self) -> f64 {
+        self.cpu_seconds * 1e6 / self.decisions
+    }
+
+    fn commands_per_decision(&self) -> f64 {
+        self.commands / self.decisions
+    }
+
+    fn busy_percent(&self) -> f64 {
+        self.cpu_seconds * 100.0 / self.wall
+    }
 }
 
 fn config() -> Config {
@@ -199,8 +297,9 @@ fn limitador_memory(values: &[String], seconds: f64) -> f64 {
 }
 
 /// [`TASKS`] tasks each running `decide(value index)` over the values in
-/// a pseudo-random order for `seconds`: decisions per second.
-async fn tasks<F, Fut>(seconds: f64, decide: F) -> f64
+/// a pseudo-random order for `seconds`: decisions per second, and how
+/// many.
+async fn tasks<F, Fut>(seconds: f64, decide: F) -> (f64, u64)
 where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -228,7 +327,8 @@ where
     for handle in handles {
         handle.await.expect("a task ends");
     }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    let done = done.load(Ordering::Relaxed);
+    (done as f64 / started.elapsed().as_secs_f64(), done)
 }
 
 /// Prints a row: the medians of each side's rounds.
