@@ -8,7 +8,7 @@ use http::Request;
 use std::net::SocketAddr;
 use tollgate::{Key, KeyExtractor, key::RequestView};
 use tollgate_axum::{ClientIp, ProxyHeader};
-use tollgate_tests::alloc::{CountingAllocator, allocations};
+use tollgate_tests::alloc::{CountingAllocator, allocations_here};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -39,12 +39,12 @@ fn keying_by_client_ip_behind_proxies_allocates_nothing() {
         let info = RequestView::new(&request);
         let expected = Key::from("203.0.113.9".parse::<std::net::IpAddr>().unwrap());
         assert_eq!(client_ip.extract(&info), Some(expected.clone()));
-        let before = allocations();
+        let before = allocations_here();
         for _ in 0..100 {
             let key = client_ip.extract(&info);
             assert!(key.as_ref() == Some(&expected));
         }
-        let allocations = allocations() - before;
+        let allocations = allocations_here() - before;
         assert_eq!(allocations, 0, "{header:?}: allocations in 100 extractions");
     }
 }
