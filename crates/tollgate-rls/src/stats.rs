@@ -117,9 +117,10 @@ impl CallStats {
                     let found = config.rule_for(domain, &descriptor.entries);
                     Some(detailed_key(domain, &descriptor.entries, found.as_ref()))
                 }
-                false => config
+                false if rule.names_values() => config
                     .metric_key(domain, &descriptor.entries)
                     .filter(|name| name != rule.full_key()),
+                false => None,
             };
             match name {
                 Some(name) => self.detailed(name, rule.stats(), outcome),
@@ -173,4 +174,22 @@ fn warn_full() {
              further values count under their rule's full key"
         );
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detailed_names_stop_at_the_cap() {
+        let calls = CallStats::default();
+        let rule = RuleStats::named("d.k");
+        for n in 0..DETAILED_SERIES + 5 {
+            calls.detailed(format!("d.k_{n}"), &rule, &Outcome::NoRule);
+        }
+        let named = calls.named.lock().unwrap();
+        assert_eq!(named.len(), DETAILED_SERIES);
+        assert!(!named.contains_key(&format!("d.k_{DETAILED_SERIES}")));
+        assert!(named.contains_key(&format!("d.k_{}", DETAILED_SERIES - 1)));
+    }
 }

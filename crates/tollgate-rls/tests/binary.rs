@@ -570,6 +570,9 @@ fn the_json_check_healthcheck_and_metrics_answer_over_http() {
     for value in ["a", "a", "a", "b"] {
         http(checks, "POST", "/json", &json_call("rl", "unspec", value));
     }
+    // A descriptor's own limit: counted under the domain's `override`.
+    let overridden = r#"{"domain": "test-domain", "descriptors": [{"entries": [{"key": "k", "value": "v"}], "limit": {"requestsPerUnit": 5, "unit": "MINUTE"}}]}"#;
+    assert_eq!(http(checks, "POST", "/json", overridden).0, 200);
     let routed = r#"{"domain": "named", "descriptors": [{"entries": [{"key": "route", "value": "/x"}, {"key": "user", "value": "u1"}]}]}"#;
     for _ in 0..2 {
         http(checks, "POST", "/json", routed);
@@ -598,6 +601,10 @@ fn the_json_check_healthcheck_and_metrics_answer_over_http() {
     );
     assert_eq!(value(&text, "tollgate_rls_hits_total", "rl.unspec_b"), 1.0);
     assert_eq!(value(&text, "tollgate_rls_hits_total", "rl.unspec"), 0.0);
+    assert_eq!(
+        value(&text, "tollgate_rls_hits_total", "test-domain.override"),
+        1.0
+    );
     // value_to_metric: the route's value named, the user's not.
     assert_eq!(
         value(&text, "tollgate_rls_hits_total", "named.route_/x.user"),

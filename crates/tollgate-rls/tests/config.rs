@@ -389,13 +389,14 @@ descriptors:
         Some("d.path_/api/v1")
     );
     assert_eq!(key(&[("files", "a/b")]).as_deref(), Some("d.files_a/*"));
-    // No flag on the path: the rule's own full key.
-    assert_eq!(key(&[("plain", "v")]).as_deref(), Some("d.plain"));
+    // No flag on the path: no name of its own (the rule's full key is
+    // what its metrics say).
+    assert_eq!(key(&[("plain", "v")]), None);
     let plain = config.rule_for("d", &[Entry::new("plain", "v")]).unwrap();
     assert_eq!(plain.rule.full_key(), "d.plain");
     // No rule: no name.
     assert_eq!(key(&[("route", "/x")]), None);
-    // A domain without value_to_metric anywhere: not even looked up.
+    // A domain without value_to_metric anywhere.
     let basic = load("basic_config.yaml");
     assert_eq!(
         basic.metric_key("test-domain", &[Entry::new("key2", "value2")]),

@@ -604,9 +604,16 @@ async fn every_answer_carries_the_calls_metadata_when_asked() {
     let mut client = start(server).await;
     let mut with_hits = descriptor(&[("service", "service_2")]);
     with_hits.hits_addend = Some(UInt64Value { value: 2 });
+    let mut with_limit = descriptor(&[("any", "x")]);
+    with_limit.limit = Some(
+        envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: 10,
+            unit: Unit::Minute as i32,
+        },
+    );
     let request = RateLimitRequest {
         domain: "rl".to_owned(),
-        descriptors: vec![descriptor(&[("qux", "any")]), with_hits],
+        descriptors: vec![descriptor(&[("qux", "any")]), with_hits, with_limit],
         hits_addend: 3,
     };
     let response = client
@@ -623,6 +630,7 @@ async fn every_answer_carries_the_calls_metadata_when_asked() {
             "descriptors": [
                 {"entries": ["qux=any"]},
                 {"entries": ["service=service_2"], "hitsAddend": 2.0},
+                {"entries": ["any=x"], "limit": "requests_per_unit:10 unit:MINUTE"},
             ],
             "metadata": {"service_with_quota": {"name": "service_2"}},
         })

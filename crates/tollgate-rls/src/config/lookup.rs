@@ -89,11 +89,8 @@ impl Config {
     /// wildcard's entries under the wildcard), as envoyproxy/ratelimit
     /// names its stats.
     pub fn metric_key(&self, domain: &str, entries: &[Entry<'_>]) -> Option<String> {
-        if !self.domains.get(domain)?.values_in_metrics {
-            return None;
-        }
         let mut key = domain.to_owned();
-        self.walk(domain, entries, |index, node, matched| {
+        let rule = self.walk(domain, entries, |index, node, matched| {
             let entry = &entries[index];
             let value = match (matched, &node.shared_value, node.value_to_metric) {
                 (Matched::Wildcard, Some(shared), _) => shared.as_str(),
@@ -112,6 +109,9 @@ impl Config {
                 key.push_str(value);
             }
         })?;
+        if !rule.names_values() {
+            return None;
+        }
         Some(key)
     }
 

@@ -18,6 +18,8 @@ pub struct Rule {
     pub(super) shadow_mode: bool,
     pub(super) quota_mode: bool,
     pub(super) detailed_metric: bool,
+    /// Whether its level or one above has `value_to_metric`.
+    pub(super) names_values: bool,
     pub(super) replaces: Vec<String>,
     pub(super) metadata: Option<Struct>,
     /// What a store checks: one limit, `None` when nothing is counted
@@ -115,6 +117,13 @@ impl Rule {
         self.policy.as_ref()
     }
 
+    /// Whether the rule's metrics may name a descriptor's values
+    /// (`value_to_metric` at its level or one above): set at load, so
+    /// that other rules' calls never look for a name.
+    pub(crate) fn names_values(&self) -> bool {
+        self.names_values
+    }
+
     pub(crate) fn stats(&self) -> &RuleStats {
         &self.stats
     }
@@ -144,6 +153,7 @@ impl Rule {
             shadow_mode: false,
             quota_mode: false,
             detailed_metric: false,
+            names_values: false,
             replaces: Vec::new(),
             metadata: None,
             policy,

@@ -87,9 +87,6 @@ pub(super) struct Node {
     /// With `value_to_metric`: a value matched by the key's default or a
     /// wildcard is named in the metrics of the rule below.
     pub(super) value_to_metric: bool,
-    /// Whether this level or one below it has `value_to_metric`: the
-    /// metrics of a rule under it may name values.
-    pub(super) values_in_metrics: bool,
 }
 
 impl YamlRoot {
@@ -103,17 +100,19 @@ impl YamlRoot {
         let context = Context {
             algorithm,
             parent: &self.domain,
+            names_values: false,
         };
         root.add(self.descriptors.unwrap_or_default(), &context)?;
         Ok(root)
     }
 }
 
-/// What a level is loaded with: the domain's algorithm, and the full key
-/// of the level above.
+/// What a level is loaded with: the domain's algorithm, the full key of
+/// the level above, and whether a level above has `value_to_metric`.
 struct Context<'a> {
     algorithm: Option<Algorithm>,
     parent: &'a str,
+    names_values: bool,
 }
 
 impl Node {
@@ -143,13 +142,19 @@ impl Node {
                     "'{full_key}': `share_threshold` needs a wildcard value (one with `*`)"
                 ));
             }
+            // A rule's metrics may name values when its level or one
+            // above has `value_to_metric`: known here, once.
+            let names_values = context.names_values || descriptor.value_to_metric;
             let mut node = Node {
                 rule: descriptor
                     .rate_limit
                     .take()
                     .map(|limit| limit.into_rule(&full_key, &descriptor, context.algorithm))
                     .transpose()?
-                    .map(Arc::new),
+                    .map(|mut rule| {
+                        rule.names_values = names_values;
+                        Arc::new(rule)
+                    }),
                 shared_value: descriptor.share_threshold.then(|| descriptor.value.clone()),
                 value_to_metric: descriptor.value_to_metric,
                 wildcard_value: wildcard.is_some().then(|| descriptor.value.clone()),
@@ -158,11 +163,9 @@ impl Node {
             let inner = Context {
                 algorithm: context.algorithm,
                 parent: &full_key,
+                names_values,
             };
             node.add(descriptor.descriptors.unwrap_or_default(), &inner)?;
-            node.values_in_metrics =
-                node.value_to_metric || node.children.values().any(|child| child.values_in_metrics);
-            self.values_in_metrics |= node.values_in_metrics;
             if let Some(wildcard) = wildcard {
                 self.wildcards.push((name.clone(), wildcard));
             }
@@ -227,6 +230,7 @@ impl YamlRateLimit {
             shadow_mode: descriptor.shadow_mode,
             quota_mode: descriptor.quota_mode,
             detailed_metric: descriptor.detailed_metric,
+            names_values: false,
             replaces,
             metadata: descriptor
                 .metadata
