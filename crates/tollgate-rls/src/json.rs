@@ -18,8 +18,10 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{Struct, UInt64Value};
 use serde::Deserialize;
@@ -101,16 +103,15 @@ enum UnitName {
 
 impl UnitName {
     fn value(&self) -> Result<i32, String> {
-        const NAMES: [&str; 8] = [
-            "UNKNOWN", "SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR", "WEEK",
-        ];
         match self {
             UnitName::Number(n) => Ok(*n),
-            UnitName::Name(name) => NAMES
-                .iter()
-                .position(|known| known == name)
-                .map(|n| n as i32)
-                .ok_or_else(|| format!("unknown `unit` {name:?} ({})", NAMES[1..].join(", "))),
+            UnitName::Name(name) => RateLimitUnit::from_str_name(name)
+                .map(|unit| unit as i32)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown `unit` {name:?} (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)"
+                    )
+                }),
         }
     }
 }
@@ -250,8 +251,9 @@ fn code_name(code: i32) -> &'static str {
     }
 }
 
+/// A status's unit by its proto name.
 fn unit_name(unit: i32) -> &'static str {
-    crate::metadata::unit_name(unit)
+    PbUnit::try_from(unit).map_or("UNKNOWN", |unit| unit.as_str_name())
 }
 
 /// A duration as the mapping writes it: seconds, with 3, 6 or 9

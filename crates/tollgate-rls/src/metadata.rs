@@ -4,6 +4,7 @@
 use crate::decide::Outcome;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value};
 
@@ -86,17 +87,8 @@ fn descriptor(descriptor: &RateLimitDescriptor) -> Value {
 }
 
 /// A `type.v3.RateLimitUnit` by its proto name.
-pub(crate) fn unit_name(unit: i32) -> &'static str {
-    match unit {
-        1 => "SECOND",
-        2 => "MINUTE",
-        3 => "HOUR",
-        4 => "DAY",
-        5 => "MONTH",
-        6 => "YEAR",
-        7 => "WEEK",
-        _ => "UNKNOWN",
-    }
+fn unit_name(unit: i32) -> &'static str {
+    RateLimitUnit::try_from(unit).map_or("UNKNOWN", |unit| unit.as_str_name())
 }
 
 /// Adds `from`'s fields to `into`: a key already there keeps its value,
