@@ -484,7 +484,7 @@ fn an_unreachable_redis_fails_at_startup() {
     assert!(stderr.contains("redis://127.0.0.1:1"), "{stderr}");
 }
 
-/// Script calls (`EVALSHA`, `EVAL`) `redis` has run, from `INFO
+/// Script calls (`FCALL`, `EVALSHA`, `EVAL`) `redis` has run, from `INFO
 /// commandstats`.
 fn script_calls(redis: &tollgate_tests::redis::RedisServer) -> u64 {
     redis
@@ -493,7 +493,7 @@ fn script_calls(redis: &tollgate_tests::redis::RedisServer) -> u64 {
         .filter_map(|line| {
             let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             let calls = stats.strip_prefix("calls=")?.split(',').next()?;
-            ["evalsha", "eval"]
+            ["fcall", "evalsha", "eval"]
                 .contains(&name)
                 .then(|| calls.parse::<u64>().ok())?
         })
@@ -524,7 +524,7 @@ fn with_redis_the_block_cache_is_on_by_default_and_can_be_turned_off() {
         ];
         args.extend_from_slice(flags);
         let server = Server::start(&args);
-        // Loads the script (the first call of all is an EVALSHA that the
+        // Loads the script (the first call of all is an FCALL that the
         // server refuses, then an EVAL), under a key of its own.
         server.get("/", &[("x-run", "warm-up")]);
         let before = script_calls(&redis);

@@ -199,13 +199,22 @@ impl RedisServer {
             .collect()
     }
 
-    /// How many script calls (`EVALSHA`, and `EVAL` when the server lacked
-    /// the script) the server has run: one per decision a `RedisStore`
-    /// asked it for, one per reservation or sync of a local-first store.
+    /// Whether the server has the function library `name` (a
+    /// `RedisStore`'s are `tollgate_` and its script's SHA-1, see
+    /// `RedisStore::script_hash`).
+    pub fn has_library(&self, name: &str) -> bool {
+        self.command(&["FUNCTION", "LIST", "LIBRARYNAME", name])
+            .contains(&format!("\r\n{name}\r\n"))
+    }
+
+    /// How many script calls (`FCALL` or `EVALSHA`, and `EVAL` when the
+    /// server lacked the function or script) the server has run: one per
+    /// decision a `RedisStore` asked it for, one per reservation or sync
+    /// of a local-first store.
     pub fn script_calls(&self) -> u64 {
         self.command_calls()
             .into_iter()
-            .filter(|(name, _)| name == "evalsha" || name == "eval")
+            .filter(|(name, _)| ["fcall", "evalsha", "eval"].contains(&name.as_str()))
             .map(|(_, calls)| calls)
             .sum()
     }

@@ -1,6 +1,8 @@
 //! Hostile keys: braces, colons, newlines, invalid UTF-8, 10 KB of data.
 //! Each stays its own limit, cannot reach another key's state, and costs
-//! Redis a bounded key name inside one hash tag.
+//! Redis a bounded key name inside one hash tag. And what every key's
+//! script needs of the server: functions loaded again after a flush, or
+//! `EVALSHA` where functions are refused.
 
 use std::sync::Arc;
 use tollgate::{Key, NamedLimit, Policy, Store, StoreReply};
@@ -98,18 +100,35 @@ async fn hostile_keys_stay_isolated_and_bounded() {
         let ttl: i64 = ttl.trim().trim_start_matches(':').parse().unwrap();
         assert!(ttl > 0 && ttl <= 60_001, "{name}: ttl {ttl}");
     }
-    // The policy's script is loaded on the server (by the first EVALSHA's
-    // NOSCRIPT) and is the one every key above ran.
+    // The policy's script is loaded on the server as a function library
+    // (after the first FCALL found none) and is the one every key above
+    // ran.
+    let library = format!("tollgate_{}", store.script_hash(&policy));
+    assert!(server.has_library(&library), "{library}");
     assert_eq!(
         server.command(&["SCRIPT", "EXISTS", &store.script_hash(&policy)]),
-        "*1\r\n:1\r\n"
+        "*1\r\n:1\r\n",
+        "and as a script, by the EVAL that answered that first call"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush() {
+    for functions in [true, false] {
+        every_algorithm_survives_a_flush(functions).await;
+    }
+}
+
+/// Each algorithm's keys expire, and its decisions go on after the server
+/// forgot its functions (`functions`) or scripts, as after a restart or a
+/// failover: the next call finds none, loads it and succeeds.
+async fn every_algorithm_survives_a_flush(functions: bool) {
     let server = RedisServer::start();
-    let store = RedisStore::connect(server.url()).await.unwrap();
+    let store = RedisStore::builder(server.url())
+        .functions(functions)
+        .connect()
+        .await
+        .unwrap();
     for algorithm in tollgate_core::Algorithm::ALL {
         let policy = Arc::new(Policy::new(vec![
             NamedLimit::new("api", "10/min".parse::<Quota>().unwrap()).with_algorithm(algorithm),
@@ -123,12 +142,31 @@ async fn every_algorithm_writes_its_keys_with_a_ttl_and_survives_a_script_flush(
             // sliding window, one period for the others.
             assert!(ttl > 0 && ttl <= 120_001, "{algorithm}: {name} ttl {ttl}");
         }
-        // The server forgets every script (as after a restart or failover):
-        // the next call gets NOSCRIPT, loads the script and succeeds.
-        assert_eq!(server.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
-        assert!(admits(&store, &policy, &key, 1).await, "{algorithm}");
         let hash = store.script_hash(&policy);
-        assert_eq!(server.command(&["SCRIPT", "EXISTS", &hash]), "*1\r\n:1\r\n");
+        let library = format!("tollgate_{hash}");
+        if functions {
+            assert!(server.has_library(&library), "{algorithm}");
+            assert_eq!(server.command(&["FUNCTION", "FLUSH"]), "+OK\r\n");
+        } else {
+            assert!(!server.has_library(&library), "{algorithm}");
+            assert_eq!(server.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+        }
+        // The key's second request: charged once, though the first call
+        // of it failed, as a key's second request without a flush is.
+        let verdict = store.check(&policy, &key, 1).resolve().await.unwrap();
+        let control = Key::from_bytes(b"dave");
+        assert!(admits(&store, &policy, &control, 1).await);
+        let expected = store.check(&policy, &control, 1).resolve().await.unwrap();
+        assert_eq!(
+            verdict.merged().remaining(),
+            expected.merged().remaining(),
+            "{algorithm}"
+        );
+        if functions {
+            assert!(server.has_library(&library), "{algorithm}");
+        } else {
+            assert_eq!(server.command(&["SCRIPT", "EXISTS", &hash]), "*1\r\n:1\r\n");
+        }
     }
 }
 
@@ -223,4 +261,55 @@ async fn every_form_of_the_same_bytes_is_one_key_in_memory_and_in_redis() {
         }
         assert_eq!(admitted, (3, 3), "{len} bytes: (memory, redis)");
     }
+}
+
+/// A server whose ACL refuses `FCALL` (as one without functions refuses
+/// it as unknown), or refuses `FUNCTION LOAD`: the store calls its scripts
+/// with `EVALSHA` from the first call on, and every decision is the one
+/// it would have been, the first included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_functions_is_called_with_evalsha() {
+    for refused in ["-fcall", "-function"] {
+        let server = RedisServer::start();
+        assert_eq!(
+            server.command(&["ACL", "SETUSER", "default", refused]),
+            "+OK\r\n"
+        );
+        let store = RedisStore::connect(server.url()).await.unwrap();
+        let policy = Arc::new(Policy::new(vec![NamedLimit::new(
+            "api",
+            "2/min".parse::<Quota>().unwrap(),
+        )]));
+        let key = Key::from_bytes(b"erin");
+        let admitted = one_after_another(&store, &policy, &key, 4).await;
+        assert_eq!(admitted, [true, true, false, false], "{refused}");
+        let calls: std::collections::HashMap<String, u64> =
+            server.command_calls().into_iter().collect();
+        // One FCALL at most, the first (refused before it runs, under
+        // `-fcall`); the same request answered by an EVAL (loading the
+        // script); then EVALSHA, for the second and third (the fourth is
+        // the block cache's).
+        assert!(
+            calls.get("fcall").copied().unwrap_or(0) <= 1,
+            "{refused}: {calls:?}"
+        );
+        assert_eq!(calls.get("eval"), Some(&1), "{refused}: {calls:?}");
+        assert_eq!(calls.get("evalsha"), Some(&2), "{refused}: {calls:?}");
+        let library = format!("tollgate_{}", store.script_hash(&policy));
+        assert!(!server.has_library(&library), "{refused}");
+    }
+}
+
+/// `n` requests of one unit for `key`, one after another: which passed.
+async fn one_after_another(
+    store: &RedisStore,
+    policy: &Arc<Policy>,
+    key: &Key,
+    n: usize,
+) -> Vec<bool> {
+    let mut admitted = Vec::with_capacity(n);
+    for _ in 0..n {
+        admitted.push(admits(store, policy, key, 1).await);
+    }
+    admitted
 }

@@ -164,8 +164,21 @@ async fn a_server_that_never_answers_fails_the_connect_within_its_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
+    for functions in [true, false] {
+        every_master_loads_it(functions).await;
+    }
+}
+
+/// Every master, having forgotten the store's functions (`functions`) or
+/// scripts, as after a failover to a replica that never ran them, loads
+/// them again on the next call that reaches it.
+async fn every_master_loads_it(functions: bool) {
     let cluster = RedisCluster::start(3);
-    let store = RedisStore::connect(cluster.url()).await.unwrap();
+    let store = RedisStore::builder(cluster.url())
+        .functions(functions)
+        .connect()
+        .await
+        .unwrap();
     let policy = Arc::new(Policy::new(vec![NamedLimit::new(
         "api",
         Quota::per_minute(2),
@@ -174,22 +187,28 @@ async fn every_cluster_master_loads_the_script_when_it_lacks_it() {
         .map(|i| Key::from_bytes(format!("user-{i}").as_bytes()))
         .collect();
     let hash = store.script_hash(&policy);
+    let library = format!("tollgate_{hash}");
     for round in 0..2 {
-        // Every master forgets every script, as after a failover to a
-        // replica that never ran it.
         for node in cluster.nodes() {
-            assert_eq!(node.command(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+            let flush = if functions { "FUNCTION" } else { "SCRIPT" };
+            assert_eq!(node.command(&[flush, "FLUSH"]), "+OK\r\n");
         }
         for key in &keys {
             let verdict = decide(&store, &policy, key, 1).await;
             assert!(verdict.merged().allowed(), "round {round}");
+            // Charged once: the key's second request of two.
+            assert_eq!(verdict.merged().remaining(), 1 - round, "round {round}");
         }
         for node in cluster.nodes() {
-            assert_eq!(
-                node.command(&["SCRIPT", "EXISTS", &hash]),
-                "*1\r\n:1\r\n",
-                "every master ran the script"
-            );
+            if functions {
+                assert!(node.has_library(&library), "every master has the library");
+            } else {
+                assert_eq!(
+                    node.command(&["SCRIPT", "EXISTS", &hash]),
+                    "*1\r\n:1\r\n",
+                    "every master ran the script"
+                );
+            }
         }
     }
     let masters_used = cluster

@@ -4,8 +4,10 @@
 //! of a script that did run would charge twice.
 
 use crate::RedisStoreError;
-use crate::connection::{Connection, Failure, Topology};
+use crate::connection::{Connection, Failure};
+use crate::functions::{Functions, Lacking};
 use crate::script::LuaScript;
+use crate::store::Shared;
 use redis::{ErrorKind, ServerErrorKind};
 use std::time::Duration;
 
@@ -22,14 +24,15 @@ const MAX_ATTEMPTS: u32 = 12;
 /// a fresh connection after `READONLY`. Never after a connection that
 /// dropped once the call was sent: that script may have run.
 pub(crate) async fn call_until_answered(
-    topology: &Topology,
+    shared: &Shared,
     script: &LuaScript,
     command: &redis::Cmd,
 ) -> Result<Vec<i64>, RedisStoreError> {
+    let topology = &shared.topology;
     let mut generation = topology.live().await?;
     let mut attempt = 0;
     loop {
-        let error = match call(script, command, &generation.connection).await {
+        let error = match call(script, command, &generation.connection, &shared.functions).await {
             Ok(reply) => return Ok(reply),
             Err(error) => error,
         };
@@ -103,22 +106,42 @@ fn master_lost(error: &redis::RedisError, failure: &Failure) -> bool {
         || error.is_unrecoverable_error()
 }
 
-/// Sends the decision's command on `connection`: `EVALSHA`, and if the
-/// server lacks the script (restarted, flushed, a replica just promoted),
-/// the same call as an `EVAL` with the script's source, which loads it.
+/// Sends the decision's command on `connection`: `FCALL` or `EVALSHA`,
+/// and if the server lacks the script (restarted, flushed, a replica just
+/// promoted) or functions, the same call as an `EVAL` with the script's
+/// source, which loads it; a missing function is loaded for the next
+/// calls (see [`Functions::mend`]). Neither failed call ran the script,
+/// so the `EVAL` charges once.
 async fn call(
     script: &LuaScript,
     command: &redis::Cmd,
     connection: &Connection,
+    functions: &Functions,
 ) -> Result<Vec<i64>, redis::RedisError> {
     let mut connection = connection.clone();
-    match command.query_async(&mut connection).await {
-        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script
-                .with_source(command)
-                .query_async(&mut connection)
-                .await
-        }
-        reply => reply,
+    let error = match command.query_async(&mut connection).await {
+        Err(error) => error,
+        reply => return reply,
+    };
+    if error.kind() != ErrorKind::Server(ServerErrorKind::NoScript) {
+        let lacking = is_fcall(command).then(|| Lacking::of(&error)).flatten();
+        let Some(lacking) = lacking else {
+            return Err(error);
+        };
+        functions
+            .mend(lacking, script, &mut connection, &error)
+            .await;
     }
+    script
+        .with_source(command)
+        .query_async(&mut connection)
+        .await
+}
+
+/// Whether `command` calls a function (rather than a script by its SHA-1).
+fn is_fcall(command: &redis::Cmd) -> bool {
+    matches!(
+        command.args_iter().next(),
+        Some(redis::Arg::Simple(b"FCALL"))
+    )
 }

@@ -32,11 +32,16 @@ impl RedisStore {
             return Ok(());
         }
         let prepared = self.prepared(policy);
-        let command = prepared.refund_command(&self.shared.prefix, key, refund, self.now_micros());
+        let command = prepared.refund_command(
+            &self.shared.prefix,
+            key,
+            refund,
+            self.now_micros(),
+            self.shared.functions.on(),
+        );
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call("refund");
-        let reply =
-            call_until_answered(&self.shared.topology, &prepared.refund_script, &command).await?;
+        let reply = call_until_answered(&self.shared, &prepared.refund_script, &command).await?;
         if let Some(server_now) = reply.first().and_then(|&t| u64::try_from(t).ok()) {
             self.shared.server_clock.observe(server_now);
         }
@@ -69,11 +74,16 @@ impl RedisStore {
             return Ok(());
         }
         let prepared = self.prepared(policy);
-        let command = prepared.debit_command(&self.shared.prefix, key, cost, self.now_micros());
+        let command = prepared.debit_command(
+            &self.shared.prefix,
+            key,
+            cost,
+            self.now_micros(),
+            self.shared.functions.on(),
+        );
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call("debit");
-        let reply =
-            call_until_answered(&self.shared.topology, &prepared.debit_script, &command).await?;
+        let reply = call_until_answered(&self.shared, &prepared.debit_script, &command).await?;
         if let Some(server_now) = reply.first().and_then(|&t| u64::try_from(t).ok()) {
             self.shared.server_clock.observe(server_now);
         }

@@ -56,15 +56,19 @@
 //!
 //! # How a decision is made
 //!
-//! One round trip: `EVALSHA` of the policy's script with the keys of every
-//! limit of the request. The script reads the time from the server (`TIME`),
+//! One round trip: an `FCALL` of the policy's script, loaded once per
+//! server as a function library, with the keys of every limit of the
+//! request (an `EVALSHA` where the server has no functions or refuses
+//! them, see [`RedisStoreBuilder::functions`]). The script reads the time from the server (`TIME`),
 //! so instances with skewed clocks agree; evaluates every limit; charges all
 //! of them only if all allow; writes each state with a TTL that ends when the
 //! key is back at rest; and returns every field of each limit's
 //! [`Decision`](tollgate_core::Decision). The scripts live under `scripts/`,
 //! one file per algorithm; a policy's script joins the ones it uses. When a
-//! server answers `NOSCRIPT` (restarted, flushed, a new cluster node), the
-//! client loads the script and calls again.
+//! server lacks the function or script (restarted, flushed, a new cluster
+//! node), the same call goes as an `EVAL` of the script's source, which
+//! cannot charge twice (the first call did not run), and the library is
+//! loaded for the calls after it.
 //!
 //! Before that call, the store's block cache (on by default,
 //! [`RedisStoreBuilder::block_cache`]) looks for the key: a key Redis
@@ -194,8 +198,9 @@
 //! connection, each after a short pause; after `ASK` (keys migrating), to
 //! the node it names, after `ASKING`; after `READONLY` (a manual failover
 //! demoted the master the call reached; the client does not mend that by
-//! itself), on a fresh connection that reads the slot map anew. `NOSCRIPT`
-//! (a replica just promoted) is answered with the same call as `EVAL`. A
+//! itself), on a fresh connection that reads the slot map anew. A missing
+//! function or `NOSCRIPT` (a replica just promoted) is answered with the
+//! same call as `EVAL`, and the library loaded on every master. A
 //! connection that dropped or timed out after the call was sent is never
 //! retried: the script may have run, and a second run would charge twice;
 //! the request gets the layer's store-error behaviour instead. (The
@@ -241,6 +246,7 @@ mod changes;
 mod closed;
 mod connection;
 mod error;
+mod functions;
 mod keys;
 mod observe;
 mod options;

@@ -95,20 +95,56 @@ fn script_for(files: u32, entry: Entry) -> Arc<LuaScript> {
                     source.push_str(file);
                 }
             }
+            let head = source.len();
             source.push_str(tail);
+            let hash = redis::Script::new(&source).get_hash().to_owned();
+            let function = format!("tollgate_{hash}");
+            let library = library(&function, &source[..head], tail);
             Arc::new(LuaScript {
-                hash: redis::Script::new(&source).get_hash().to_owned(),
+                hash,
                 source,
+                function,
+                library,
             })
         })
         .clone()
 }
 
-/// A script's source and the SHA-1 that `EVALSHA` calls it by.
+/// The function library of a script (see [`crate::functions`]): `head`
+/// (the prelude and the algorithms' files) defined once, on the first
+/// call, and `entry` (what a call does) run on every call, as the body of
+/// a function of the call's keys and arguments. A library's top level
+/// sees none of Lua's standard libraries, so the definitions wait for the
+/// first call; `KEYS` and `ARGV`, globals in a script, are locals here,
+/// set by each call, and so are the tables a call keeps its notes in.
+fn library(function: &str, head: &str, entry: &str) -> String {
+    format!(
+        "#!lua name={function}\n\
+         local entry\n\
+         local function define()\n\
+         local KEYS, ARGV\n\
+         {head}\n\
+         return function(keys, args)\n\
+         KEYS, ARGV = keys, args\n\
+         WRITTEN, WRITING = {{}}, {{}}\n\
+         {entry}\n\
+         end\n\
+         end\n\
+         redis.register_function('{function}', function(keys, args)\n\
+         if not entry then entry = define() end\n\
+         return entry(keys, args)\n\
+         end)\n"
+    )
+}
+
+/// A script: its source, the SHA-1 that `EVALSHA` calls it by, and the
+/// same script as a function library and the function's name.
 #[derive(Debug)]
 pub(crate) struct LuaScript {
     hash: String,
     source: String,
+    function: String,
+    library: String,
 }
 
 impl LuaScript {
@@ -117,7 +153,29 @@ impl LuaScript {
         &self.hash
     }
 
-    /// `command` (an `EVALSHA` of this script) as an `EVAL` carrying the
+    /// The name `FCALL` calls the script by: `tollgate_` and its SHA-1,
+    /// so that a changed script is another function.
+    pub(crate) fn function(&self) -> &str {
+        &self.function
+    }
+
+    /// The source `FUNCTION LOAD` loads, defining [`function`](Self::function).
+    pub(crate) fn library(&self) -> &str {
+        &self.library
+    }
+
+    /// Starts a call of the script: `FCALL function` where the server has
+    /// functions (`functions`), else `EVALSHA sha`. The rest of the call
+    /// (the number of keys, the keys, the arguments) is the same for both.
+    fn start(&self, command: &mut Cmd, functions: bool) {
+        if functions {
+            command.arg("FCALL").arg(self.function.as_str());
+        } else {
+            command.arg("EVALSHA").arg(self.hash.as_str());
+        }
+    }
+
+    /// `command` (an `EVALSHA` or `FCALL` of this script) as an `EVAL` carrying the
     /// script's source: for a server that lacks the script. Routed by the
     /// same keys, so on a Cluster it reaches the node that lacks it (where
     /// `SCRIPT LOAD`, sent to every master, fails while one of them is
@@ -229,9 +287,10 @@ impl PreparedPolicy {
         }
     }
 
-    /// The `EVALSHA` that decides one request of `cost` for `key`:
-    /// `EVALSHA sha numkeys keys… cost now deadline params…`, written
-    /// straight into the command's buffer. `now` is the time in µs, or
+    /// The call that decides one request of `cost` for `key`:
+    /// `FCALL function numkeys keys… cost now deadline params…` (with
+    /// `functions`; else `EVALSHA sha …`), written straight into the
+    /// command's buffer. `now` is the time in µs, or
     /// `None` for the script to read the server's clock; `deadline`, in the
     /// server's µs, the moment after which the script charges nothing.
     pub(crate) fn command(
@@ -241,13 +300,12 @@ impl PreparedPolicy {
         cost: u32,
         now: Option<u64>,
         deadline: Option<u64>,
+        functions: bool,
     ) -> Cmd {
         let count = self.key_suffixes.len();
         let mut command = Cmd::with_capacity(5 + count + self.args.len(), 256);
-        command
-            .arg("EVALSHA")
-            .arg(self.script.get_hash())
-            .arg(count);
+        self.script.start(&mut command, functions);
+        command.arg(count);
         self.for_each_key(prefix, key, |name| {
             command.arg(name);
         });
@@ -262,21 +320,20 @@ impl PreparedPolicy {
     }
 
     /// The call that gives `refund` back for `key` (`refund.lua`):
-    /// `EVALSHA sha numkeys keys… cost now charged_at ago resets…
-    /// params…`. Times in µs; a charge time or reset unknown is "".
+    /// `FCALL function numkeys keys… cost now charged_at ago resets…
+    /// params…` (or `EVALSHA sha …`, as [`command`](Self::command)). Times in µs; a charge time or reset unknown is "".
     pub(crate) fn refund_command(
         &self,
         prefix: &str,
         key: &Key,
         refund: &tollgate_store::PolicyRefund,
         now: Option<u64>,
+        functions: bool,
     ) -> Cmd {
         let count = self.key_suffixes.len();
         let mut command = Cmd::with_capacity(7 + 2 * count + self.args.len(), 256);
-        command
-            .arg("EVALSHA")
-            .arg(self.refund_script.get_hash())
-            .arg(count);
+        self.refund_script.start(&mut command, functions);
+        command.arg(count);
         self.for_each_key(prefix, key, |name| {
             command.arg(name);
         });
@@ -296,20 +353,19 @@ impl PreparedPolicy {
     }
 
     /// The call that charges `cost` into debt for `key` (`debit.lua`):
-    /// `EVALSHA sha numkeys keys… cost now params…`.
+    /// `FCALL function numkeys keys… cost now params…` (or `EVALSHA sha …`).
     pub(crate) fn debit_command(
         &self,
         prefix: &str,
         key: &Key,
         cost: u32,
         now: Option<u64>,
+        functions: bool,
     ) -> Cmd {
         let count = self.key_suffixes.len();
         let mut command = Cmd::with_capacity(5 + count + self.args.len(), 256);
-        command
-            .arg("EVALSHA")
-            .arg(self.debit_script.get_hash())
-            .arg(count);
+        self.debit_script.start(&mut command, functions);
+        command.arg(count);
         self.for_each_key(prefix, key, |name| {
             command.arg(name);
         });
@@ -322,23 +378,22 @@ impl PreparedPolicy {
     }
 
     /// The local-first store's call (`share.lua`) for `key`: a
-    /// reservation or a sync, `EVALSHA sha numkeys keys… op now a b c
-    /// params…`.
+    /// reservation or a sync, `FCALL function numkeys keys… op now a b c
+    /// params…` (or `EVALSHA sha …`).
     pub(crate) fn share_command(
         &self,
         prefix: &str,
         key: &Key,
         op: ShareOp,
         now: Option<u64>,
+        functions: bool,
     ) -> Cmd {
         let count = self.key_suffixes.len();
         let sync = matches!(op, ShareOp::Sync { .. });
         let keys = if sync { count + 2 } else { 2 * count };
         let mut command = Cmd::with_capacity(12 + keys + self.args.len() + count, 256);
-        command
-            .arg("EVALSHA")
-            .arg(self.share_script.get_hash())
-            .arg(keys);
+        self.share_script.start(&mut command, functions);
+        command.arg(keys);
         self.for_each_key(prefix, key, |name| {
             command.arg(name);
         });

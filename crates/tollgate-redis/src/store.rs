@@ -6,6 +6,7 @@
 use crate::RedisStoreError;
 use crate::calls::call_until_answered;
 use crate::connection::Topology;
+use crate::functions::Functions;
 use crate::script::PreparedPolicy;
 use crate::server_clock::ServerClock;
 use std::future::Future;
@@ -19,7 +20,7 @@ use tollgate_store::shared::{ShareOp, ShareReply};
 use tollgate_store::{BlockList, ChangeReply, PolicyDebit, PolicyRefund, Presence};
 use tollgate_store::{Key, Policy, PolicyDecision, Store, StoreReply};
 
-/// The future of one check: one `EVALSHA` round trip.
+/// The future of one check: one `FCALL` (or `EVALSHA`) round trip.
 pub type RedisCheckFuture =
     Pin<Box<dyn Future<Output = Result<PolicyDecision, RedisStoreError>> + Send>>;
 
@@ -56,6 +57,8 @@ pub(crate) struct Shared {
     pub(crate) blocked: Option<BlockList>,
     /// Script calls made, for [`RedisStore::calls`].
     pub(crate) calls: AtomicU64,
+    /// Whether scripts are called as functions (`FCALL`).
+    pub(crate) functions: Functions,
     /// How many instances said lately that they share this store's
     /// limits, this one included, and this one's rank among them (see
     /// [`RedisStore::presence`]).
@@ -117,19 +120,23 @@ impl RedisStore {
             .into_vec()
     }
 
-    /// The SHA-1 of `policy`'s script, the name `EVALSHA` calls it by.
+    /// The SHA-1 of `policy`'s script, the name `EVALSHA` calls it by;
+    /// as a function, `FCALL` calls it `tollgate_` and this, from a
+    /// library of the same name (`FUNCTION LIST LIBRARYNAME …`).
     pub fn script_hash(&self, policy: &Policy) -> String {
         self.prepared(policy).script.get_hash().to_owned()
     }
 
     /// The command this store sends for one request of `cost` for `key`,
-    /// as arguments (`EVALSHA sha numkeys keys… cost now params…`): to
+    /// as arguments, in its `EVALSHA` form (`EVALSHA sha numkeys keys…
+    /// cost now params…`; where the store calls functions it sends `FCALL
+    /// tollgate_sha` and the same rest): to
     /// replay a decision with `redis-cli`, or load the server with
     /// `redis-benchmark`. `now` is empty: the script reads the server's
     /// clock.
     pub fn script_command(&self, policy: &Policy, key: &Key, cost: u32) -> Vec<String> {
         self.prepared(policy)
-            .command(&self.shared.prefix, key, cost, None, None)
+            .command(&self.shared.prefix, key, cost, None, None, false)
             .args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
@@ -363,12 +370,13 @@ impl RedisStore {
         let deadline = within
             .filter(|_| now.is_none())
             .and_then(|within| self.shared.server_clock.deadline(within));
-        let command = prepared.command(&self.shared.prefix, key, cost, now, deadline);
+        let functions = self.shared.functions.on();
+        let command = prepared.command(&self.shared.prefix, key, cost, now, deadline, functions);
         let shared = self.shared.clone();
         shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call("check");
         StoreReply::Pending(Box::pin(async move {
-            let reply = call_until_answered(&shared.topology, &prepared.script, &command).await?;
+            let reply = call_until_answered(&shared, &prepared.script, &command).await?;
             let (server_now, verdict) = prepared.verdict(&reply);
             if let Some(server_now) = server_now {
                 shared.server_clock.observe(server_now);
@@ -400,11 +408,16 @@ impl RedisStore {
             ShareOp::Refund { .. } => "refund",
         };
         let read = op.reader();
-        let command = prepared.share_command(&self.shared.prefix, key, op, self.now_micros());
+        let command = prepared.share_command(
+            &self.shared.prefix,
+            key,
+            op,
+            self.now_micros(),
+            self.shared.functions.on(),
+        );
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call(name);
-        let reply =
-            call_until_answered(&self.shared.topology, &prepared.share_script, &command).await?;
+        let reply = call_until_answered(&self.shared, &prepared.share_script, &command).await?;
         let (server_now, answer) = prepared.share_reply(read, &reply);
         if let Some(server_now) = server_now {
             self.shared.server_clock.observe(server_now);
