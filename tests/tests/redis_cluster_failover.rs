@@ -282,7 +282,9 @@ async fn a_call_whose_reply_was_lost_is_never_sent_again() {
                         }
                         // Marked before it is forwarded: its reply cannot
                         // come back before the mark.
-                        let call = buf[..n].windows(4).any(|w| w == b"EVAL");
+                        let call = [&b"FCALL"[..], b"EVAL"]
+                            .iter()
+                            .any(|word| buf[..n].windows(word.len()).any(|w| w == *word));
                         if call && armed_up.swap(false, Ordering::SeqCst) {
                             sent_up.store(true, Ordering::SeqCst);
                         }

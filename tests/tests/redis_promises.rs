@@ -24,8 +24,9 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
         NamedLimit::new("hourly", Quota::per_hour(1_000)).with_algorithm(Algorithm::SlidingWindow),
         NamedLimit::new("daily", "5000/d".parse().unwrap()).with_algorithm(Algorithm::FixedWindow),
     ]));
-    // The first decision loads the script (NOSCRIPT, then the script sent
-    // whole); from then on each decision is one round trip.
+    // The first decision loads the script (no such function: the library
+    // loaded, and the call sent again with the script whole, as an EVAL);
+    // from then on each decision is one round trip.
     decide(&store, &policy, &Key::from_bytes(b"dave"), 1).await;
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "+OK\r\n");
     for i in 0..25 {
@@ -40,14 +41,14 @@ async fn a_decision_is_one_evalsha_whatever_the_number_of_limits() {
     calls.sort();
     // The server counts what the script calls too: per decision, one read
     // of its clock, and one GET and one SET for each limit. Nothing else
-    // arrives from the client: no EVAL, no SCRIPT LOAD, no PING.
-    let expected = [("evalsha", 25), ("get", 75), ("set", 75), ("time", 25)];
+    // arrives from the client: no EVAL, no FUNCTION LOAD, no PING.
+    let expected = [("fcall", 25), ("get", 75), ("set", 75), ("time", 25)];
     let expected: Vec<(String, u64)> = expected.map(|(n, c)| (n.to_owned(), c)).into();
     assert_eq!(calls, expected);
 
     // `script_command` is that very command: replayed by hand, it decides.
     let command = store.script_command(&policy, &Key::from_bytes(b"user-0"), 1);
-    assert_eq!(command[0], "EVALSHA");
+    assert_eq!(command[0], "FCALL");
     let args: Vec<&str> = command.iter().map(String::as_str).collect();
     let reply = server.command(&args);
     // Seven integers for each of the three limits, and the server's time.

@@ -4,10 +4,9 @@
 //! of a script that did run would charge twice.
 
 use crate::RedisStoreError;
-use crate::connection::{Connection, Failure};
+use crate::connection::{Connection, Failure, Topology};
 use crate::functions::{Functions, Lacking};
 use crate::script::LuaScript;
-use crate::store::Shared;
 use redis::{ErrorKind, ServerErrorKind};
 use std::time::Duration;
 
@@ -24,15 +23,15 @@ const MAX_ATTEMPTS: u32 = 12;
 /// a fresh connection after `READONLY`. Never after a connection that
 /// dropped once the call was sent: that script may have run.
 pub(crate) async fn call_until_answered(
-    shared: &Shared,
+    topology: &Topology,
+    functions: &Functions,
     script: &LuaScript,
     command: &redis::Cmd,
 ) -> Result<Vec<i64>, RedisStoreError> {
-    let topology = &shared.topology;
     let mut generation = topology.live().await?;
     let mut attempt = 0;
     loop {
-        let error = match call(script, command, &generation.connection, &shared.functions).await {
+        let error = match call(script, command, &generation.connection, functions).await {
             Ok(reply) => return Ok(reply),
             Err(error) => error,
         };

@@ -41,7 +41,13 @@ impl RedisStore {
         );
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call("refund");
-        let reply = call_until_answered(&self.shared, &prepared.refund_script, &command).await?;
+        let reply = call_until_answered(
+            &self.shared.topology,
+            &self.shared.functions,
+            &prepared.refund_script,
+            &command,
+        )
+        .await?;
         if let Some(server_now) = reply.first().and_then(|&t| u64::try_from(t).ok()) {
             self.shared.server_clock.observe(server_now);
         }
@@ -83,7 +89,13 @@ impl RedisStore {
         );
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call("debit");
-        let reply = call_until_answered(&self.shared, &prepared.debit_script, &command).await?;
+        let reply = call_until_answered(
+            &self.shared.topology,
+            &self.shared.functions,
+            &prepared.debit_script,
+            &command,
+        )
+        .await?;
         if let Some(server_now) = reply.first().and_then(|&t| u64::try_from(t).ok()) {
             self.shared.server_clock.observe(server_now);
         }

@@ -128,15 +128,23 @@ impl RedisStore {
     }
 
     /// The command this store sends for one request of `cost` for `key`,
-    /// as arguments, in its `EVALSHA` form (`EVALSHA sha numkeys keys…
-    /// cost now params…`; where the store calls functions it sends `FCALL
-    /// tollgate_sha` and the same rest): to
+    /// as arguments: `FCALL tollgate_sha numkeys keys… cost now
+    /// params…` while it calls functions (the library is on the server
+    /// once the store's first call for `policy` has returned), else
+    /// `EVALSHA sha numkeys keys… cost now params…`: to
     /// replay a decision with `redis-cli`, or load the server with
     /// `redis-benchmark`. `now` is empty: the script reads the server's
     /// clock.
     pub fn script_command(&self, policy: &Policy, key: &Key, cost: u32) -> Vec<String> {
         self.prepared(policy)
-            .command(&self.shared.prefix, key, cost, None, None, false)
+            .command(
+                &self.shared.prefix,
+                key,
+                cost,
+                None,
+                None,
+                self.shared.functions.on(),
+            )
             .args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
@@ -376,7 +384,13 @@ impl RedisStore {
         shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call("check");
         StoreReply::Pending(Box::pin(async move {
-            let reply = call_until_answered(&shared, &prepared.script, &command).await?;
+            let reply = call_until_answered(
+                &shared.topology,
+                &shared.functions,
+                &prepared.script,
+                &command,
+            )
+            .await?;
             let (server_now, verdict) = prepared.verdict(&reply);
             if let Some(server_now) = server_now {
                 shared.server_clock.observe(server_now);
@@ -417,7 +431,13 @@ impl RedisStore {
         );
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         crate::observe::redis_call(name);
-        let reply = call_until_answered(&self.shared, &prepared.share_script, &command).await?;
+        let reply = call_until_answered(
+            &self.shared.topology,
+            &self.shared.functions,
+            &prepared.share_script,
+            &command,
+        )
+        .await?;
         let (server_now, answer) = prepared.share_reply(read, &reply);
         if let Some(server_now) = server_now {
             self.shared.server_clock.observe(server_now);

@@ -1,6 +1,6 @@
 //! postgres: the compare-and-swap store over PostgreSQL
 //! (`CasStore<tollgate_postgres::PostgresBackend>`) beside the Redis store
-//! (`RedisStore`, one `EVALSHA` a decision), in one run, on one machine:
+//! (`RedisStore`, one `FCALL` a decision), in one run, on one machine:
 //! a fresh `postgres` and a fresh `redis-server`, both on loopback, both
 //! started by the program.
 //!

@@ -1,7 +1,7 @@
 //! Redis, per algorithm: what each script costs the server, and what 64
 //! tasks get through one store.
 //!
-//! - Script cost: server-side microseconds per `EVALSHA` (from `INFO
+//! - Script cost: server-side microseconds per script call (`FCALL`, from `INFO
 //!   commandstats`, so the round trip is left out) on one key whose limit
 //!   is used up, the sliding log's log then full: 2,000 refused calls after
 //!   `limit` admitted ones. The anchor is GCRA's script on the same quota,
@@ -15,7 +15,7 @@
 //! Needs `redis-server`; without it the scenario is skipped (see
 //! [`super::redis::missing_tools`]).
 
-use super::redis::{check, evalsha_stats};
+use super::redis::{check, script_stats};
 use crate::measure::Settings;
 use crate::report::{Better, Outcome, median};
 use std::sync::Arc;
@@ -107,14 +107,14 @@ async fn micros_per_refusal(
         admitted += 1;
     }
     assert_eq!(admitted, limit, "{algorithm}: the limit is used up");
-    let before = evalsha_stats(server);
+    let before = script_stats(server);
     for _ in 0..REFUSED_CALLS {
         assert!(
             !check(store, &policy, &key).await,
             "{algorithm} at {limit}: refused at its limit"
         );
     }
-    let after = evalsha_stats(server);
+    let after = script_stats(server);
     assert_eq!(
         after.calls - before.calls,
         REFUSED_CALLS,

@@ -17,7 +17,7 @@
 //!    spaced): exact mode for GCRA and the fixed window, periodic mode
 //!    (100 ms). Calls are counted twice: the instances' own count
 //!    (`LocalFirst::stats().redis_calls`, summed) and the server's
-//!    (`INFO commandstats`, `EVALSHA` + `EVAL`).
+//!    (`INFO commandstats`, `FCALL` + `EVALSHA` + `EVAL`).
 //! 3. **Over-admission against the sync interval**: 4 instances × 16 tasks
 //!    flooding one key for `FLOOD` (periodic mode at 10, 50, 100, 500 and
 //!    1,000 ms; exact mode beside it), for GCRA and the fixed window.
