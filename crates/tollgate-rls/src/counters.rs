@@ -4,9 +4,9 @@
 use metrics::{Counter, counter};
 use std::fmt;
 
-/// The share of a limit past which admitted hits are "near" it, as
-/// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.
-const NEAR_LIMIT_RATIO: f64 = 0.8;
+/// The share of a limit past which admitted hits are "near" it, by
+/// default: envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.
+pub(crate) const NEAR_LIMIT_RATIO: f64 = 0.8;
 
 /// What one decided descriptor adds to its rule's counters.
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +21,8 @@ pub(crate) struct Counted {
     pub(crate) limit: u64,
     /// What the limit had left after it.
     pub(crate) remaining: u64,
+    /// The share of the limit past which admitted hits are near it.
+    pub(crate) near_ratio: f64,
 }
 
 /// One rule's five counters, registered once (at load) so that a call
@@ -62,6 +64,7 @@ impl RuleStats {
             shadow,
             limit,
             remaining,
+            near_ratio,
         } = counted;
         self.hits.increment(hits);
         if over {
@@ -72,7 +75,7 @@ impl RuleStats {
             return;
         }
         self.within_limit.increment(hits);
-        let threshold = (limit as f64 * NEAR_LIMIT_RATIO).floor() as u64;
+        let threshold = (limit as f64 * near_ratio).floor() as u64;
         let used = limit.saturating_sub(remaining);
         let near = used.saturating_sub(threshold).min(hits);
         if near > 0 {

@@ -85,6 +85,20 @@ impl<St: Store> RateLimitServer<St> {
         self
     }
 
+    /// The share of a limit past which admitted hits count as near it,
+    /// in `tollgate_rls_near_limit_total` (default 0.8, as
+    /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`). A ratio outside 0 to 1
+    /// is taken as the nearest of the two.
+    pub fn near_limit_ratio(mut self, ratio: f64) -> Self {
+        // NaN: the default.
+        self.detailed.near_ratio = if ratio.is_nan() {
+            self.detailed.near_ratio
+        } else {
+            ratio.clamp(0.0, 1.0)
+        };
+        self
+    }
+
     /// The rules in force, to replace ([`Rules::set`]) or to follow on
     /// disk ([`Rules::follow`]) while the server runs.
     pub fn rules(&self) -> Rules {

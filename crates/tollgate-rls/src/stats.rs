@@ -27,7 +27,7 @@
 //! A descriptor's own `limit` override counts under `domain.override`.
 
 use crate::config::{Config, Entry, Found};
-use crate::counters::{Counted, RuleStats};
+use crate::counters::{Counted, NEAR_LIMIT_RATIO, RuleStats};
 use crate::decide::{Descriptor, Outcome};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -52,7 +52,7 @@ pub fn describe() {
         ),
         (
             "tollgate_rls_near_limit_total",
-            "Hits each rule admitted past 80 % of its limit.",
+            "Hits each rule admitted past its near-limit share of its limit (0.8 unless set).",
         ),
         (
             "tollgate_rls_over_limit_total",
@@ -68,8 +68,9 @@ pub fn describe() {
     }
 }
 
-/// Counts one decided descriptor under `stats`.
-fn count(stats: &RuleStats, outcome: &Outcome) {
+/// Counts one decided descriptor under `stats`, its hits near the limit
+/// past `near_ratio` of it.
+fn count(stats: &RuleStats, outcome: &Outcome, near_ratio: f64) {
     if let Outcome::Decided {
         rule,
         requests_per_unit,
@@ -85,6 +86,7 @@ fn count(stats: &RuleStats, outcome: &Outcome) {
             shadow: rule.shadow_mode(),
             limit: u64::from(*requests_per_unit),
             remaining: decision.remaining(),
+            near_ratio,
         });
     }
 }
@@ -92,9 +94,20 @@ fn count(stats: &RuleStats, outcome: &Outcome) {
 /// Counts a call's descriptors: under their rule's counters, or, for
 /// `detailed_metric` rules, under their own key's, those capped at
 /// [`DETAILED_SERIES`]; shared by a server's clones.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct CallStats {
     named: Arc<Mutex<HashMap<String, RuleStats>>>,
+    /// The share of a limit past which admitted hits count as near it.
+    pub(crate) near_ratio: f64,
+}
+
+impl Default for CallStats {
+    fn default() -> Self {
+        CallStats {
+            named: Arc::default(),
+            near_ratio: NEAR_LIMIT_RATIO,
+        }
+    }
 }
 
 impl CallStats {
@@ -124,7 +137,7 @@ impl CallStats {
             };
             match name {
                 Some(name) => self.detailed(name, rule.stats(), outcome),
-                None => count(rule.stats(), outcome),
+                None => count(rule.stats(), outcome, self.near_ratio),
             }
         }
     }
@@ -132,17 +145,17 @@ impl CallStats {
     fn detailed(&self, name: String, rule: &RuleStats, outcome: &Outcome) {
         let mut named = self.named.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(stats) = named.get(&name) {
-            count(stats, outcome);
+            count(stats, outcome, self.near_ratio);
             return;
         }
         if named.len() >= DETAILED_SERIES {
             drop(named);
             warn_full();
-            count(rule, outcome);
+            count(rule, outcome, self.near_ratio);
             return;
         }
         let stats = RuleStats::named(&name);
-        count(&stats, outcome);
+        count(&stats, outcome, self.near_ratio);
         named.insert(name, stats);
     }
 }

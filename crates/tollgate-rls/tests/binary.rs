@@ -738,3 +738,54 @@ async fn replies_held_back_at_random_lose_no_count_of_a_call_charged_all_or_noth
     drop(processes);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--near-limit-ratio`, envoyproxy/ratelimit's NEAR_LIMIT_RATIO: hits
+/// admitted past that share of a limit count as near it; a ratio outside
+/// 0 to 1 is a usage error.
+#[test]
+fn the_near_limit_ratio_moves_the_near_limit_count() {
+    clear_of_a_minute_boundary();
+    let config = fixture("basic_config.yaml");
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--near-limit-ratio",
+        "0.5",
+    ];
+    let (_rls, lines) = Rls::start_reading(&args, 2);
+    let checks = lines[0].strip_prefix("listening on http://").unwrap();
+    let metrics = lines[1]
+        .strip_prefix("metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap();
+    // key2_value2: 30 a minute; past half of it (15): the 16th to the 20th.
+    let body = json_call("test-domain", "key2", "value2");
+    for _ in 0..20 {
+        assert_eq!(http(checks, "POST", "/json", &body).0, 200);
+    }
+    let (_, text) = http(metrics, "GET", "/metrics", "");
+    let near = samples(&text)
+        .into_iter()
+        .find(|s| {
+            s.name == "tollgate_rls_near_limit_total"
+                && has_labels(s, &[("rule", "test-domain.key2_value2")])
+        })
+        .map(|s| s.value);
+    assert_eq!(near, Some(5.0));
+
+    for bad in ["1.5", "-0.1", "x"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tollgate-rls"))
+            .args(["--grpc", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .arg(format!("--near-limit-ratio={bad}"))
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("from 0 to 1"), "{bad}: {stderr}");
+    }
+}

@@ -14,6 +14,7 @@
 //! --response-headers SET   draft11 (default) | legacy (X-RateLimit-*) | both | none
 //! --response-dynamic-metadata
 //!                          every answer carries dynamic metadata (else only a quota-mode violation's)
+//! --near-limit-ratio R     default 0.8: admitted hits past this share of a limit count as near it
 //! --http ADDR              envoyproxy/ratelimit's POST /json check and GET /healthcheck; prints
 //!                          "listening on http://ADDR" after the gRPC line
 //! --metrics-listen ADDR    Prometheus text on /metrics (each rule's counts, the stores'); prints
@@ -111,6 +112,12 @@ struct Args {
     #[arg(long)]
     response_dynamic_metadata: bool,
 
+    /// The share of a limit past which admitted hits count as near it
+    /// (tollgate_rls_near_limit_total), from 0 to 1, as
+    /// envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
+    #[arg(long, value_name = "R", default_value_t = 0.8, value_parser = parse_ratio)]
+    near_limit_ratio: f64,
+
     /// Address for envoyproxy/ratelimit's HTTP checks: `POST /json` (a
     /// RateLimitRequest in JSON; 200, or 429 when over the limit) and
     /// `GET /healthcheck`; port 0 picks a free one.
@@ -165,6 +172,13 @@ fn parse_response_headers(text: &str) -> Result<ResponseHeaders, String> {
         _ => Err(format!(
             "expected draft11, legacy, both or none, not {text:?}"
         )),
+    }
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("expected a number from 0 to 1, not {text:?}")),
     }
 }
 
@@ -319,7 +333,8 @@ async fn run(args: Args) -> Result<(), Failure> {
     let server = RateLimitServer::new(config, store)
         .on_store_error(args.on_store_error())
         .response_headers(args.response_headers)
-        .dynamic_metadata(args.response_dynamic_metadata);
+        .dynamic_metadata(args.response_dynamic_metadata)
+        .near_limit_ratio(args.near_limit_ratio);
     // A change to the files is in force within a second; one that does
     // not load leaves the last good configuration in force.
     let _follow = server.rules().follow(&args.config);
