@@ -5,11 +5,14 @@
 //! capture of `tracing` events, for tests of what reaches the logs; and
 //! (feature `metrics`) a recorder of counters and gauges; and real
 //! PostgreSQL servers (`postgres.rs`), each a cluster of its own on a free
-//! loopback port, run as an unprivileged user when the tests run as root.
+//! loopback port, run as an unprivileged user when the tests run as root;
+//! and a data plane that enforces quota assignments as Envoy's
+//! `rate_limit_quota` filter does (`envoy_quota.rs`).
 
 pub mod alloc;
 pub mod app;
 pub mod checks;
+pub mod envoy_quota;
 pub mod exposition;
 pub mod logs;
 #[cfg(feature = "metrics")]

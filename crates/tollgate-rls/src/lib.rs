@@ -74,6 +74,7 @@ mod counters;
 pub mod decide;
 pub mod json;
 mod metadata;
+mod quota;
 pub mod reload;
 mod service;
 pub mod stats;

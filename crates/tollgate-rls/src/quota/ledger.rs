@@ -1,0 +1,422 @@
+//! What the data planes of one bucket can have admitted in the current
+//! window, whatever they did: the ledger that keeps every assignment
+//! within the bucket's bound, N + K a window.
+//!
+//! A data plane enforces its token-bucket assignment on its own, and
+//! reports what it admitted only now and then (every 5 s in Envoy), and
+//! only how many, not when. So the bound cannot come from the reports; it
+//! comes from the assignments. A data plane holding a bucket of `burst`
+//! tokens that refills `per_window` tokens a window, continuously (Envoy's
+//! token bucket, `fill_interval` = the window), admits within one window
+//! at most:
+//!
+//! - the tokens it held when the window began (at most the burst);
+//! - what refilled during the window (`per_window` over a whole window);
+//! - what each new bucket brought when it replaced the one before: a
+//!   bucket after a blanket rule starts full, and one that replaces a
+//!   different bucket starts at the old one's fill ratio in the docs, but
+//!   full (unless the old one was empty) in the source read for this
+//!   (`createTokenBucketFromAction`, whose `init_fill` is a `bool`); the
+//!   ledger counts the worse, a full bucket. A bucket identical to the
+//!   one held (`max_tokens`, `tokens_per_fill`, `fill_interval`'s nanos)
+//!   keeps its tokens, and costs nothing.
+//!
+//! The ledger adds up exactly those for each data plane as assignments
+//! change ([`Ledger::assign`]), so the sum over the data planes bounds what
+//! they can have admitted. An assignment is made only if that sum, with
+//! the refill still to come at the rates in force, stays within N + K for
+//! this window, and if the rates and bursts in force stay within it for
+//! every window after (a window's start finds each bucket at most full).
+//!
+//! Amounts are kept in token·µs (tokens times the window's length in µs),
+//! so that refill over any number of µs is an exact integer.
+
+use std::collections::BTreeMap;
+
+/// What a data plane is told to enforce: a token bucket of `burst` tokens
+/// that refills `per_window` tokens a window, or, both 0, nothing
+/// admitted (a blanket `DENY_ALL`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The bucket's size, `max_tokens`.
+    pub(crate) burst: u64,
+    /// Tokens refilled over one window, `tokens_per_fill` with the window
+    /// as `fill_interval`.
+    pub(crate) per_window: u64,
+}
+
+impl Grant {
+    /// Nothing admitted: a blanket `DENY_ALL`.
+    pub(crate) const DENY: Grant = Grant {
+        burst: 0,
+        per_window: 0,
+    };
+
+    /// Whether the grant admits nothing.
+    pub(crate) fn denies(&self) -> bool {
+        self.burst == 0
+    }
+
+    /// What the grant can admit over a whole window that starts with its
+    /// bucket full: its burst and a window's refill.
+    fn per_whole_window(&self) -> u128 {
+        u128::from(self.burst) + u128::from(self.per_window)
+    }
+}
+
+/// One data plane's account in the current window.
+#[derive(Clone, Copy, Debug)]
+struct Plane {
+    grant: Grant,
+    /// What it can have admitted since the window began, up to `at`, in
+    /// token·µs.
+    spent: u128,
+    /// When `spent` was brought up to date, in µs.
+    at: u64,
+    /// When its stream closed, the moment its last assignment lapses
+    /// (after which it is no longer counted, its data plane's own
+    /// behaviour then applying); `None` while it reports.
+    lapses: Option<u64>,
+}
+
+/// The accounts of one bucket's data planes, for a limit of `limit` a
+/// window of `window_us` µs (windows aligned on multiples of it since
+/// 1970, as the rate-limit service counts them).
+#[derive(Debug)]
+pub(crate) struct Ledger<Id> {
+    limit: u64,
+    window_us: u64,
+    /// The current window's number (`now / window_us`).
+    window: u64,
+    planes: BTreeMap<Id, Plane>,
+}
+
+impl<Id: Ord + Copy> Ledger<Id> {
+    /// An empty ledger. A window of 0 µs is taken as 1.
+    pub(crate) fn new(limit: u64, window_us: u64) -> Self {
+        Ledger {
+            limit,
+            window_us: window_us.max(1),
+            window: 0,
+            planes: BTreeMap::new(),
+        }
+    }
+
+    /// The bound of a window: the limit, and one for each data plane
+    /// counted in it, in token·µs.
+    fn budget(&self) -> u128 {
+        let planes = self.planes.len() as u128;
+        (u128::from(self.limit) + planes) * u128::from(self.window_us)
+    }
+
+    /// The end of the current window, in µs.
+    fn window_end(&self) -> u64 {
+        self.window.saturating_add(1).saturating_mul(self.window_us)
+    }
+
+    /// Brings every account up to `now` (a time before the last one is
+    /// taken as the last one): refill counted at each plane's rate, a new
+    /// window begun with each bucket at most full, planes whose last
+    /// assignment lapsed before the window began forgotten.
+    pub(crate) fn roll(&mut self, now: u64) {
+        let window = now / self.window_us;
+        if window > self.window {
+            let start = window.saturating_mul(self.window_us);
+            self.planes
+                .retain(|_, plane| plane.lapses.is_none_or(|at| at > start));
+            for plane in self.planes.values_mut() {
+                plane.spent = u128::from(plane.grant.burst) * u128::from(self.window_us);
+                plane.at = start;
+            }
+            self.window = window;
+        }
+        for plane in self.planes.values_mut() {
+            let until = plane.lapses.map_or(now, |at| at.min(now));
+            if until > plane.at {
+                plane.spent += u128::from(plane.grant.per_window) * u128::from(until - plane.at);
+                plane.at = until;
+            }
+        }
+    }
+
+    /// What the data planes can admit in this window, at most, if their
+    /// grants stay as they are, in token·µs: what they can have admitted
+    /// so far and the refill still to come.
+    fn potential(&self, now: u64) -> u128 {
+        let end = self.window_end();
+        self.planes
+            .values()
+            .map(|plane| plane.spent + refill(plane, now, end))
+            .sum()
+    }
+
+    /// The grant `id` holds now (`None`: not in the ledger).
+    pub(crate) fn grant(&self, id: Id) -> Option<Grant> {
+        self.planes.get(&id).map(|plane| plane.grant)
+    }
+
+    /// How many data planes are counted in this window.
+    pub(crate) fn planes(&self) -> usize {
+        self.planes.len()
+    }
+
+    /// Gives `id` (a new data plane, or one already counted) `grant` at
+    /// `now`, if the bound holds with it; returns whether it was given.
+    /// [`Grant::DENY`] and the grant held are always given; a new data
+    /// plane holds `DENY` until it is given another. Any other change costs
+    /// a full bucket, so a data plane's grant is best changed seldom.
+    pub(crate) fn assign(&mut self, id: Id, grant: Grant, now: u64) -> bool {
+        self.roll(now);
+        let now = now.max(self.window.saturating_mul(self.window_us));
+        let old = self.planes.get(&id).copied();
+        let held = old.map_or(Grant::DENY, |plane| plane.grant);
+        let free = grant.denies() || grant == held;
+        if !free && !self.fits(id, grant, now) {
+            return false;
+        }
+        let gain = u128::from(added_tokens(held, grant)) * u128::from(self.window_us);
+        let plane = Plane {
+            grant,
+            spent: old.map_or(0, |plane| plane.spent) + gain,
+            at: now,
+            lapses: None,
+        };
+        self.planes.insert(id, plane);
+        true
+    }
+
+    /// Whether `id` may hold `grant` from `now`: what every data plane can
+    /// admit in this window stays within the bound, and so do the rates
+    /// and bursts in force, for the windows after.
+    fn fits(&self, id: Id, grant: Grant, now: u64) -> bool {
+        let end = self.window_end();
+        let counted = self.planes.len() as u128 + u128::from(!self.planes.contains_key(&id));
+        let bound = u128::from(self.limit) + counted;
+        let window_us = u128::from(self.window_us);
+        let held = self.planes.get(&id);
+        let others = || self.planes.iter().filter(|(other, _)| **other != id);
+        let this_window = others()
+            .map(|(_, plane)| plane.spent + refill(plane, now, end))
+            .sum::<u128>()
+            + held.map_or(0, |plane| plane.spent)
+            + u128::from(added_tokens(held.map_or(Grant::DENY, |p| p.grant), grant)) * window_us
+            + u128::from(grant.per_window) * u128::from(end.saturating_sub(now));
+        let steady = others()
+            .map(|(_, plane)| plane.grant.per_whole_window())
+            .sum::<u128>()
+            + grant.per_whole_window();
+        this_window <= bound * window_us && steady <= bound
+    }
+
+    /// `id`'s stream closed at `now`: its data plane enforces its last
+    /// grant until `lapses` (its assignment's time to live), and is
+    /// counted until then.
+    pub(crate) fn leave(&mut self, id: Id, now: u64, lapses: u64) {
+        self.roll(now);
+        if let Some(plane) = self.planes.get_mut(&id) {
+            plane.lapses = Some(lapses.max(now));
+        }
+    }
+
+    /// What can still be granted in this window, in tokens: the bound
+    /// less what the data planes can admit at the rates in force.
+    pub(crate) fn headroom(&mut self, now: u64) -> u64 {
+        self.roll(now);
+        let left = self.budget().saturating_sub(self.potential(now));
+        u64::try_from(left / u128::from(self.window_us)).unwrap_or(u64::MAX)
+    }
+}
+
+/// The refill `plane` gets from `now` to `end` at its rate (none after its
+/// assignment lapses), in token·µs.
+fn refill(plane: &Plane, now: u64, end: u64) -> u128 {
+    let until = plane.lapses.map_or(end, |at| at.min(end));
+    u128::from(plane.grant.per_window) * u128::from(until.saturating_sub(now))
+}
+
+/// The tokens a data plane can be given at once when `new` replaces
+/// `old`: none for the same bucket (it keeps its tokens) or a blanket
+/// rule, else a full bucket (see the module's docs).
+fn added_tokens(old: Grant, new: Grant) -> u64 {
+    if new == old || new.denies() {
+        0
+    } else {
+        new.burst
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_tests::envoy_quota::{Assignment, DataPlaneBucket, Replacement, TokenBucket};
+    use tollgate_tests::random::Lcg;
+
+    const SECOND: u64 = 1_000_000;
+
+    fn grant(burst: u64, per_window: u64) -> Grant {
+        Grant { burst, per_window }
+    }
+
+    #[test]
+    fn rates_and_bursts_in_force_stay_within_the_limit_and_one_a_plane() {
+        // 10 a second, windows of a second.
+        let mut ledger = Ledger::new(10, SECOND);
+        let start = 1_000 * SECOND;
+        // One plane: 5 + 5 = 10 ≤ 10 + 1.
+        assert!(ledger.assign(1, grant(5, 5), start));
+        // A second plane: the bound is 12; 10 + 2 fits, 10 + 3 does not.
+        assert!(!ledger.assign(2, grant(2, 1), start + SECOND));
+        assert!(ledger.assign(2, grant(1, 1), start + SECOND));
+        assert_eq!(ledger.planes(), 2);
+        // A blanket deny, and the grant held, are always given.
+        assert!(ledger.assign(1, Grant::DENY, start + SECOND));
+        assert!(ledger.assign(2, grant(1, 1), start + SECOND));
+    }
+
+    #[test]
+    fn a_new_bucket_costs_a_full_bucket_in_this_window() {
+        // 100 a minute.
+        let window = 60 * SECOND;
+        let mut ledger = Ledger::new(100, window);
+        let start = 1_000 * window;
+        // At the window's start: 20 held, 20 to refill over the window.
+        assert!(ledger.assign(1, grant(20, 20), start));
+        assert_eq!(ledger.headroom(start), 101 - 40);
+        // Half way: 10 refilled so far, 10 to come. A bucket of 40 comes
+        // full (40 at once), and doubles the rate for the half window left
+        // (10 more).
+        assert!(ledger.assign(1, grant(40, 40), start + window / 2));
+        assert_eq!(ledger.headroom(start + window / 2), 101 - 30 - 40 - 20);
+        // Even a smaller bucket comes full: 10 more, though the rate falls.
+        assert!(ledger.assign(1, grant(10, 10), start + window / 2));
+        assert_eq!(ledger.headroom(start + window / 2), 101 - 30 - 40 - 10 - 5);
+        // The next window: a full bucket of 10 and 10 to refill.
+        assert_eq!(ledger.headroom(start + window), 101 - 20);
+    }
+
+    #[test]
+    fn a_bucket_after_a_blanket_rule_starts_full() {
+        let window = 60 * SECOND;
+        let mut ledger = Ledger::new(100, window);
+        let start = 1_000 * window;
+        assert!(ledger.assign(1, grant(30, 30), start));
+        assert!(ledger.assign(1, Grant::DENY, start + window / 2));
+        // 30 at the start and 15 refilled before the deny.
+        assert_eq!(ledger.headroom(start + window / 2), 101 - 45);
+        // Back to a bucket of 30: full at once, and 15 of refill to come.
+        assert!(ledger.assign(1, grant(30, 30), start + window / 2));
+        assert_eq!(ledger.headroom(start + window / 2), 101 - 45 - 30 - 15);
+        // 11 left: even a bucket of 10 (10 at once, and 5 of refill where
+        // 15 were counted) fits; one of 20 does not.
+        assert!(!ledger.assign(1, grant(20, 20), start + window / 2));
+        assert_eq!(ledger.grant(1), Some(grant(30, 30)));
+        assert!(ledger.assign(1, grant(10, 10), start + window / 2));
+    }
+
+    #[test]
+    fn a_plane_that_left_counts_until_its_assignment_lapses() {
+        let window = 10 * SECOND;
+        let mut ledger = Ledger::new(100, window);
+        let start = 1_000 * window;
+        assert!(ledger.assign(1, grant(10, 10), start));
+        assert!(ledger.assign(2, grant(10, 10), start));
+        // Plane 2 leaves at once; its assignment lapses 15 s later.
+        ledger.leave(2, start, start + 15 * SECOND);
+        // This window: both count whole (102 − 40).
+        assert_eq!(ledger.headroom(start), 102 - 40);
+        // The next: plane 2 starts full, refills until it lapses half way.
+        assert_eq!(ledger.headroom(start + window), 102 - 20 - 10 - 5);
+        // The one after: plane 2 is gone, and so is its one of the bound.
+        assert_eq!(ledger.headroom(start + 2 * window), 101 - 20);
+        assert_eq!(ledger.planes(), 1);
+    }
+
+    /// The data planes' assignment, as the filter builds its bucket.
+    fn assignment(grant: Grant, window_us: u64) -> Assignment {
+        if grant.denies() {
+            return Assignment::DenyAll;
+        }
+        Assignment::TokenBucket(TokenBucket {
+            max_tokens: u32::try_from(grant.burst).unwrap(),
+            tokens_per_fill: u32::try_from(grant.per_window).unwrap(),
+            fill_interval_us: window_us,
+        })
+    }
+
+    /// Data planes that take every token their buckets give, at random
+    /// moments and at each window's edges, under grants proposed at random
+    /// and given only where the ledger allows: in every window they admit
+    /// at most N + K together, under either reading of how Envoy replaces
+    /// a bucket.
+    #[test]
+    fn greedy_data_planes_never_admit_more_than_the_bound_in_a_window() {
+        let mut admitted_at_all = 0;
+        for seed in 0..400u64 {
+            let mut rng = Lcg(seed);
+            let limit = 1 + rng.below(200);
+            let window_us = (1 + rng.below(60)) * SECOND;
+            let planes = 1 + rng.below(5) as usize;
+            let replacement = match seed % 2 {
+                0 => Replacement::FullUnlessEmpty,
+                _ => Replacement::KeepRatio,
+            };
+            let mut ledger = Ledger::new(limit, window_us);
+            let mut model: Vec<DataPlaneBucket> = (0..planes)
+                .map(|_| DataPlaneBucket::new(replacement))
+                .collect();
+            let forever = 1_000_000 * window_us;
+            let mut now = 1_000 * window_us + rng.below(window_us);
+            for (id, plane) in model.iter_mut().enumerate() {
+                assert!(ledger.assign(id, Grant::DENY, now));
+                plane.assign(Assignment::DenyAll, forever, now);
+            }
+            let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+            let take_all =
+                |model: &mut Vec<DataPlaneBucket>, counts: &mut BTreeMap<u64, u64>, at: u64| {
+                    for plane in model.iter_mut() {
+                        for _ in 0..10 * limit + 10 {
+                            if !plane.request(at) {
+                                break;
+                            }
+                            *counts.entry(at / window_us).or_default() += 1;
+                        }
+                    }
+                };
+            for _ in 0..300 {
+                let next = now + rng.below(window_us / 3 + 1);
+                // Each window's last µs and first, where a bucket is
+                // drained on both sides of the edge.
+                let edge = (now / window_us + 1) * window_us;
+                if edge <= next {
+                    take_all(&mut model, &mut counts, edge - 1);
+                    take_all(&mut model, &mut counts, edge);
+                }
+                now = next;
+                let id = rng.below(planes as u64) as usize;
+                let most = 2 * limit / planes as u64 + 2;
+                let proposed = match rng.below(4) {
+                    0 | 1 => Grant {
+                        burst: 1 + rng.below(most),
+                        per_window: 1 + rng.below(most),
+                    },
+                    2 => Grant::DENY,
+                    _ => ledger.grant(id).unwrap(),
+                };
+                if ledger.assign(id, proposed, now) {
+                    model[id].assign(assignment(proposed, window_us), forever, now);
+                }
+                take_all(&mut model, &mut counts, now);
+            }
+            for (window, count) in &counts {
+                assert!(
+                    *count <= limit + planes as u64,
+                    "seed {seed}: {count} admitted in window {window}, over {limit} + {planes} \
+                     ({replacement:?})"
+                );
+                admitted_at_all += count;
+            }
+        }
+        // Not a vacuous bound: the planes did admit.
+        assert!(admitted_at_all > 10_000, "{admitted_at_all}");
+    }
+}
