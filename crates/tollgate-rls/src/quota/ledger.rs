@@ -186,13 +186,16 @@ impl<Id: Ord + Copy> Ledger<Id> {
     }
 
     /// Whether `id` may hold `grant` from `now`: what every data plane can
-    /// admit in this window stays within the bound, and so do the rates
-    /// and bursts in force, for the windows after.
+    /// admit in this window stays within the bound (N and one for each
+    /// data plane counted in it), and so do the bursts and rates in force,
+    /// for the windows after. Those count one for each data plane that
+    /// holds a token bucket and reports: a data plane that leaves, or is
+    /// denied, takes its one with it, and its bucket (of at least one
+    /// token) too.
     fn fits(&self, id: Id, grant: Grant, now: u64) -> bool {
         let end = self.window_end();
-        let counted = self.planes.len() as u128 + u128::from(!self.planes.contains_key(&id));
-        let bound = u128::from(self.limit) + counted;
         let window_us = u128::from(self.window_us);
+        let counted = self.planes.len() as u128 + u128::from(!self.planes.contains_key(&id));
         let held = self.planes.get(&id);
         let others = || self.planes.iter().filter(|(other, _)| **other != id);
         let this_window = others()
@@ -201,11 +204,14 @@ impl<Id: Ord + Copy> Ledger<Id> {
             + held.map_or(0, |plane| plane.spent)
             + u128::from(added_tokens(held.map_or(Grant::DENY, |p| p.grant), grant)) * window_us
             + u128::from(grant.per_window) * u128::from(end.saturating_sub(now));
-        let steady = others()
-            .map(|(_, plane)| plane.grant.per_whole_window())
-            .sum::<u128>()
-            + grant.per_whole_window();
-        this_window <= bound * window_us && steady <= bound
+        let (steady, buckets) = others()
+            .filter(|(_, plane)| plane.lapses.is_none() && !plane.grant.denies())
+            .fold(
+                (grant.per_whole_window(), u128::from(!grant.denies())),
+                |(sum, n), (_, plane)| (sum + plane.grant.per_whole_window(), n + 1),
+            );
+        let limit = u128::from(self.limit);
+        this_window <= (limit + counted) * window_us && steady <= limit + buckets
     }
 
     /// `id`'s stream closed at `now`: its data plane enforces its last
@@ -343,15 +349,17 @@ mod tests {
         })
     }
 
-    /// Data planes that take every token their buckets give, at random
-    /// moments and at each window's edges, under grants proposed at random
-    /// and given only where the ledger allows: in every window they admit
-    /// at most N + K together, under either reading of how Envoy replaces
-    /// a bucket.
+    /// Data planes that take every token their buckets give at random
+    /// moments, saving them at others, and at each window's edges, under grants proposed at random
+    /// and given only where the ledger allows, some of them leaving (their
+    /// last grant enforced until it lapses): in every window they admit
+    /// at most N + K together (K the data planes whose grant had not
+    /// lapsed when the window began), under either reading of how Envoy
+    /// replaces a bucket.
     #[test]
     fn greedy_data_planes_never_admit_more_than_the_bound_in_a_window() {
         let mut admitted_at_all = 0;
-        for seed in 0..400u64 {
+        for seed in 0..1000u64 {
             let mut rng = Lcg(seed);
             let limit = 1 + rng.below(200);
             let window_us = (1 + rng.below(60)) * SECOND;
@@ -371,46 +379,84 @@ mod tests {
                 plane.assign(Assignment::DenyAll, forever, now);
             }
             let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
-            let take_all =
-                |model: &mut Vec<DataPlaneBucket>, counts: &mut BTreeMap<u64, u64>, at: u64| {
-                    for plane in model.iter_mut() {
-                        for _ in 0..10 * limit + 10 {
-                            if !plane.request(at) {
-                                break;
-                            }
-                            *counts.entry(at / window_us).or_default() += 1;
-                        }
+            // When each plane's last grant lapses, once it has left.
+            let mut lapses: Vec<Option<u64>> = vec![None; planes];
+            // The planes of `takers` (a bit each) take every token they
+            // can at `at`; the others save theirs.
+            let take_all = |model: &mut Vec<DataPlaneBucket>,
+                            counts: &mut BTreeMap<u64, u64>,
+                            lapses: &[Option<u64>],
+                            takers: u64,
+                            at: u64| {
+                for (index, (plane, lapse)) in model.iter_mut().zip(lapses).enumerate() {
+                    // A data plane gone for good takes nothing after its
+                    // grant lapses (one still running would fall back to
+                    // its own behaviour, which no service bounds).
+                    if takers & (1 << index) == 0 || lapse.is_some_and(|lapse| at >= lapse) {
+                        continue;
                     }
-                };
+                    for _ in 0..10 * limit + 10 {
+                        if !plane.request(at) {
+                            break;
+                        }
+                        *counts.entry(at / window_us).or_default() += 1;
+                    }
+                }
+            };
             for _ in 0..300 {
                 let next = now + rng.below(window_us / 3 + 1);
-                // Each window's last µs and first, where a bucket is
-                // drained on both sides of the edge.
+                // Each window's last µs and first: a plane that saved its
+                // tokens spends them on one side of the edge or the other.
                 let edge = (now / window_us + 1) * window_us;
                 if edge <= next {
-                    take_all(&mut model, &mut counts, edge - 1);
-                    take_all(&mut model, &mut counts, edge);
+                    let before = rng.below(1 << planes);
+                    take_all(&mut model, &mut counts, &lapses, before, edge - 1);
+                    take_all(&mut model, &mut counts, &lapses, u64::MAX, edge);
                 }
                 now = next;
                 let id = rng.below(planes as u64) as usize;
+                if lapses[id].is_some() {
+                    continue;
+                }
+                if rng.below(8) == 0 {
+                    let lapse = now + rng.below(2 * window_us);
+                    ledger.leave(id, now, lapse);
+                    lapses[id] = Some(lapse);
+                    continue;
+                }
                 let most = 2 * limit / planes as u64 + 2;
-                let proposed = match rng.below(4) {
+                let proposed = match rng.below(5) {
                     0 | 1 => Grant {
                         burst: 1 + rng.below(most),
                         per_window: 1 + rng.below(most),
                     },
                     2 => Grant::DENY,
-                    _ => ledger.grant(id).unwrap(),
+                    3 => ledger.grant(id).unwrap(),
+                    // The largest even grant that fits: the bound reached.
+                    _ => (1..=most)
+                        .rev()
+                        .map(|n| Grant {
+                            burst: n,
+                            per_window: n,
+                        })
+                        .find(|&grant| ledger.fits(id, grant, now.max(ledger.window * window_us)))
+                        .unwrap_or(Grant::DENY),
                 };
                 if ledger.assign(id, proposed, now) {
                     model[id].assign(assignment(proposed, window_us), forever, now);
                 }
-                take_all(&mut model, &mut counts, now);
+                let takers = rng.below(1 << planes);
+                take_all(&mut model, &mut counts, &lapses, takers, now);
             }
             for (window, count) in &counts {
+                let start = window * window_us;
+                let counted = lapses
+                    .iter()
+                    .filter(|l| l.is_none_or(|l| l > start))
+                    .count();
                 assert!(
-                    *count <= limit + planes as u64,
-                    "seed {seed}: {count} admitted in window {window}, over {limit} + {planes} \
+                    *count <= limit + counted as u64,
+                    "seed {seed}: {count} admitted in window {window}, over {limit} + {counted} \
                      ({replacement:?})"
                 );
                 admitted_at_all += count;
