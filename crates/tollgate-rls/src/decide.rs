@@ -169,7 +169,7 @@ pub async fn decide<St: Store>(
             });
             continue;
         };
-        let key = key_of(domain, descriptor, found);
+        let key = key_of(domain, &descriptor.entries, found);
         let answer = if descriptor.negative {
             let refund = PolicyRefund::new(cost, std::time::Duration::ZERO);
             store.refund(policy, &key, refund).landed().await;
@@ -234,10 +234,10 @@ fn full_key(domain: &str, descriptor: &Descriptor<'_>) -> String {
 /// key and the value it is counted under (a `share_threshold` wildcard's,
 /// or its own), as envoyproxy/ratelimit builds its cache key (the window
 /// is the algorithm's).
-fn key_of(domain: &str, descriptor: &Descriptor<'_>, found: &Found<'_>) -> Key {
-    let mut parts = Vec::with_capacity(1 + 2 * descriptor.entries.len());
+pub(crate) fn key_of(domain: &str, entries: &[Entry<'_>], found: &Found<'_>) -> Key {
+    let mut parts = Vec::with_capacity(1 + 2 * entries.len());
     parts.push(Key::from(domain));
-    for (index, entry) in descriptor.entries.iter().enumerate() {
+    for (index, entry) in entries.iter().enumerate() {
         parts.push(Key::from(entry.key()));
         parts.push(Key::from(found.counted_value(index, entry)));
     }

@@ -18,4 +18,7 @@
 // The ledger's users (the stream service) come next.
 #![cfg_attr(not(test), allow(dead_code))]
 
+pub(crate) mod action;
+pub(crate) mod bucket;
 pub(crate) mod ledger;
+pub(crate) mod shares;
