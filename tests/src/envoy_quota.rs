@@ -13,10 +13,12 @@
 //!   ([`Replacement::FullUnlessEmpty`], what the source does), or at the
 //!   old one's fill ratio ([`Replacement::KeepRatio`], what its docs and
 //!   pull request say); a test of a bound runs both;
-//! - an assignment lapses after its time to live in whole seconds (under
-//!   a second: at once), and the bucket then admits everything
-//!   (`no_assignment_behavior` absent); an assignment with
-//!   `requests_per_time_unit` or no strategy is ignored.
+//! - a bucket with no assignment (a new one, or one whose assignment
+//!   lapsed after its time to live in whole seconds; under a second: at
+//!   once) admits everything (`no_assignment_behavior` absent), or nothing
+//!   ([`DataPlaneBucket::denying_unassigned`], a blanket `DENY_ALL` there);
+//!   an assignment with `requests_per_time_unit` or no strategy is
+//!   ignored.
 
 /// How a token bucket replaces a different one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +73,8 @@ pub enum Assignment {
 #[derive(Clone, Debug)]
 pub struct DataPlaneBucket {
     replacement: Replacement,
+    /// What a bucket with no assignment does: admit (Envoy's default).
+    unassigned_admits: bool,
     held: Option<Held>,
     /// Requests admitted since the last report.
     pub allowed: u64,
@@ -93,9 +97,19 @@ impl DataPlaneBucket {
     pub fn new(replacement: Replacement) -> Self {
         DataPlaneBucket {
             replacement,
+            unassigned_admits: true,
             held: None,
             allowed: 0,
             denied: 0,
+        }
+    }
+
+    /// A bucket whose `no_assignment_behavior` is a blanket `DENY_ALL`:
+    /// it admits nothing until assigned, or once its assignment lapsed.
+    pub fn denying_unassigned(replacement: Replacement) -> Self {
+        DataPlaneBucket {
+            unassigned_admits: false,
+            ..DataPlaneBucket::new(replacement)
         }
     }
 
@@ -152,7 +166,7 @@ impl DataPlaneBucket {
     /// One request at `now`: whether it is admitted (and counted).
     pub fn request(&mut self, now: u64) -> bool {
         let admitted = match self.held.as_mut().filter(|held| now < held.lapses) {
-            None => true,
+            None => self.unassigned_admits,
             Some(held) => match held.assignment {
                 Assignment::AllowAll | Assignment::Ignored => true,
                 Assignment::DenyAll => false,
@@ -254,8 +268,11 @@ mod tests {
     #[test]
     fn blanket_rules_ttls_and_ignored_strategies() {
         let mut plane = DataPlaneBucket::new(Replacement::FullUnlessEmpty);
-        // No assignment: everything passes.
+        // No assignment: everything passes, or nothing.
         assert_eq!(admitted(&mut plane, 3, 0), 3);
+        let mut strict = DataPlaneBucket::denying_unassigned(Replacement::KeepRatio);
+        assert_eq!(admitted(&mut strict, 3, 0), 0);
+        assert_eq!(strict.report(), (0, 3));
         plane.assign(Assignment::DenyAll, 2 * SECOND + SECOND / 2, 0);
         assert_eq!(admitted(&mut plane, 3, SECOND), 0);
         // Ignored: the deny stays.

@@ -74,10 +74,11 @@ mod counters;
 pub mod decide;
 pub mod json;
 mod metadata;
-mod quota;
+pub mod quota;
 pub mod reload;
 mod service;
 pub mod stats;
 
 pub use answer::ResponseHeaders;
+pub use quota::QuotaServer;
 pub use service::{OnStoreError, RateLimitServer};

@@ -104,6 +104,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
 
     /// The bound of a window: the limit, and one for each data plane
     /// counted in it, in token·µs.
+    #[cfg(test)]
     fn budget(&self) -> u128 {
         let planes = self.planes.len() as u128;
         (u128::from(self.limit) + planes) * u128::from(self.window_us)
@@ -142,6 +143,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
     /// What the data planes can admit in this window, at most, if their
     /// grants stay as they are, in token·µs: what they can have admitted
     /// so far and the refill still to come.
+    #[cfg(test)]
     fn potential(&self, now: u64) -> u128 {
         let end = self.window_end();
         self.planes
@@ -156,6 +158,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
     }
 
     /// How many data planes are counted in this window.
+    #[cfg(test)]
     pub(crate) fn planes(&self) -> usize {
         self.planes.len()
     }
@@ -185,14 +188,15 @@ impl<Id: Ord + Copy> Ledger<Id> {
         true
     }
 
-    /// Whether `id` may hold `grant` from `now`: what every data plane can
+    /// Whether `id` may hold `grant` from `now` (the ledger brought up to
+    /// `now` by [`roll`](Self::roll) or [`assign`](Self::assign)): what every data plane can
     /// admit in this window stays within the bound (N and one for each
     /// data plane counted in it), and so do the bursts and rates in force,
     /// for the windows after. Those count one for each data plane that
     /// holds a token bucket and reports: a data plane that leaves, or is
     /// denied, takes its one with it, and its bucket (of at least one
     /// token) too.
-    fn fits(&self, id: Id, grant: Grant, now: u64) -> bool {
+    pub(crate) fn fits(&self, id: Id, grant: Grant, now: u64) -> bool {
         let end = self.window_end();
         let window_us = u128::from(self.window_us);
         let counted = self.planes.len() as u128 + u128::from(!self.planes.contains_key(&id));
@@ -226,6 +230,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
 
     /// What can still be granted in this window, in tokens: the bound
     /// less what the data planes can admit at the rates in force.
+    #[cfg(test)]
     pub(crate) fn headroom(&mut self, now: u64) -> u64 {
         self.roll(now);
         let left = self.budget().saturating_sub(self.potential(now));

@@ -15,10 +15,11 @@
 //! Work in progress (issue 62): the ledger is here and tested against a
 //! model of Envoy's token bucket; the stream service is not yet.
 
-// The ledger's users (the stream service) come next.
-#![cfg_attr(not(test), allow(dead_code))]
-
 pub(crate) mod action;
 pub(crate) mod bucket;
 pub(crate) mod ledger;
+pub(crate) mod limits;
+mod service;
 pub(crate) mod shares;
+
+pub use service::{MAX_BUCKETS_PER_STREAM, QuotaServer};

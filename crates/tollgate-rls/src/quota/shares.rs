@@ -2,13 +2,14 @@
 //! each gets a token bucket sized to its demand, the demands past what
 //! the budget holds cut to one level for all (max-min fairness).
 //!
-//! A grant of `g` a window comes with a bucket of `burst(g)` = half of it
-//! (at least one token), so that a data plane can take a short burst
-//! without holding a window's worth at once: the budget of the bursts and
-//! rates together is N + K a window (see [`super::ledger`]), so about two
-//! thirds of it is refill. A data plane with demand gets at least
-//! `(N + K) / (1.5 K)` a window when every data plane wants more, which
-//! is more than the N / (2K) the service promises.
+//! The budget is N + K a window for the bursts and the refill together
+//! (see [`super::ledger`]). A data plane whose demand is met gets a
+//! burst of half its refill, to absorb a short rush without holding a
+//! window's worth at once; one cut to the level gets a burst of one
+//! token: it takes every token as it comes, so a burst would only cost
+//! refill. When every data plane wants more than the budget, each gets
+//! `(N + K) / K − 1` a window, more than the N / (2K) promised, and
+//! together they admit about N.
 
 use super::ledger::Grant;
 
@@ -19,21 +20,33 @@ fn with_room(demand: u64) -> u64 {
     demand.saturating_add(demand / 2).saturating_add(1)
 }
 
-/// The bucket that comes with a grant of `per_window`.
-pub(crate) fn grant_of(per_window: u64) -> Grant {
+/// The bucket of a data plane whose demand of `per_window` is met: half
+/// of it as a burst.
+pub(crate) fn met(per_window: u64) -> Grant {
     if per_window == 0 {
         return Grant::DENY;
     }
     Grant {
-        burst: per_window.div_ceil(2).max(1),
+        burst: per_window.div_ceil(2),
         per_window,
     }
 }
 
-/// What a grant of `per_window` costs the budget: its burst and refill.
-fn cost(per_window: u64) -> u64 {
-    let grant = grant_of(per_window);
-    grant.burst.saturating_add(grant.per_window)
+/// The bucket of a data plane cut to `per_window`: a burst of one.
+pub(crate) fn cut(per_window: u64) -> Grant {
+    if per_window == 0 {
+        return Grant::DENY;
+    }
+    Grant {
+        burst: 1,
+        per_window,
+    }
+}
+
+/// The grant of a data plane that wants `want` when the level is
+/// `level`.
+fn at_level(want: u64, level: u64) -> Grant {
+    if want <= level { met(want) } else { cut(level) }
 }
 
 /// The grants of data planes whose demands (requests a window, `None`:
@@ -54,10 +67,14 @@ pub(crate) fn shares(demands: &[Option<u64>], budget: u64) -> Vec<Grant> {
     let spent_at = |level: u64| -> u64 {
         wants
             .iter()
-            .map(|&want| cost(want.min(level)))
+            .map(|&want| {
+                let grant = at_level(want, level);
+                grant.burst.saturating_add(grant.per_window)
+            })
             .fold(0u64, u64::saturating_add)
     };
-    // The highest level whose grants fit the budget.
+    // The highest level whose grants fit the budget (what a level spends
+    // never falls as it rises).
     let (mut low, mut high) = (0u64, wants.iter().copied().max().unwrap_or(0));
     while low < high {
         let mid = low + (high - low).div_ceil(2);
@@ -67,21 +84,32 @@ pub(crate) fn shares(demands: &[Option<u64>], budget: u64) -> Vec<Grant> {
             high = mid - 1;
         }
     }
-    wants.iter().map(|&want| grant_of(want.min(low))).collect()
+    wants.iter().map(|&want| at_level(want, low)).collect()
+}
+
+/// A grant like `like` (a met demand's burst, or a cut one's) of
+/// `per_window` instead.
+pub(crate) fn like(like: Grant, per_window: u64) -> Grant {
+    if like.burst <= 1 && like.per_window > 1 {
+        cut(per_window)
+    } else {
+        met(per_window)
+    }
 }
 
 /// Whether `held` is far enough from `wanted` to be worth replacing: a
-/// new bucket costs a full one in the current window, so small changes
-/// wait until they add up (a quarter of the grant), while a data plane
-/// with nothing, or one that must give some back, changes at once.
-pub(crate) fn worth_changing(held: Grant, wanted: Grant) -> bool {
+/// new bucket costs a full one in the current window, so changes wait
+/// until they add up (a quarter of the grant, either way), unless the
+/// data plane holds nothing, is to hold nothing, or others wait for what
+/// it holds (`pressed`: a data plane holds nothing and wants some).
+pub(crate) fn worth_changing(held: Grant, wanted: Grant, pressed: bool) -> bool {
     if held == wanted {
         return false;
     }
-    if held.denies() || wanted.denies() || wanted.per_window < held.per_window {
+    if held.denies() || wanted.denies() || (pressed && wanted.per_window < held.per_window) {
         return true;
     }
-    wanted.per_window - held.per_window > held.per_window / 4
+    held.per_window.abs_diff(wanted.per_window) > held.per_window / 4
 }
 
 #[cfg(test)]
@@ -95,8 +123,8 @@ mod tests {
     #[test]
     fn demands_under_the_budget_are_met_with_room() {
         let grants = shares(&[Some(10), Some(0), Some(40)], 300);
-        let rates: Vec<u64> = grants.iter().map(|g| g.per_window).collect();
-        assert_eq!(rates, [16, 1, 61]);
+        assert_eq!(grants, [met(16), met(1), met(61)]);
+        assert_eq!(grants[0].burst, 8);
         assert!(total(&grants) <= 300);
     }
 
@@ -105,10 +133,11 @@ mod tests {
         // Limit 100, three planes: a budget of 103.
         let grants = shares(&[Some(1_000), Some(5), Some(1_000)], 103);
         assert!(total(&grants) <= 103, "{grants:?}");
-        assert_eq!(grants[1].per_window, 8);
+        assert_eq!(grants[1], met(8));
+        // The busy planes: cut to one level, a burst of one, and between
+        // them what the budget has left (103 − 12 = 91, 44 each).
+        assert_eq!(grants[0], cut(44));
         assert_eq!(grants[0], grants[2]);
-        // Each busy plane gets more than N / (2K) = 16.
-        assert!(grants[0].per_window > 16, "{grants:?}");
     }
 
     #[test]
@@ -121,18 +150,28 @@ mod tests {
     }
 
     #[test]
+    fn every_plane_over_the_budget_gets_nearly_n_over_k() {
+        // Limit 30, three planes that want far more: (30 + 3) / 3 − 1.
+        let grants = shares(&[Some(500), Some(500), Some(500)], 33);
+        assert_eq!(grants, [cut(10), cut(10), cut(10)]);
+    }
+
+    #[test]
     fn a_budget_smaller_than_the_planes_denies_some() {
         let grants = shares(&[Some(5), Some(5), Some(5)], 4);
         assert!(total(&grants) <= 4);
     }
 
     #[test]
-    fn small_rises_wait_and_cuts_do_not() {
-        let held = grant_of(100);
-        assert!(!worth_changing(held, grant_of(120)));
-        assert!(worth_changing(held, grant_of(126)));
-        assert!(worth_changing(held, grant_of(99)));
-        assert!(worth_changing(Grant::DENY, grant_of(1)));
-        assert!(!worth_changing(held, held));
+    fn small_changes_wait_unless_others_wait() {
+        let held = met(100);
+        assert!(!worth_changing(held, met(120), false));
+        assert!(worth_changing(held, met(126), false));
+        assert!(!worth_changing(held, met(80), false));
+        assert!(worth_changing(held, met(74), false));
+        assert!(worth_changing(held, met(99), true));
+        assert!(worth_changing(Grant::DENY, met(1), false));
+        assert!(worth_changing(held, Grant::DENY, false));
+        assert!(!worth_changing(held, held, true));
     }
 }

@@ -29,8 +29,10 @@
 //! through the store, `--instances` until it has).
 //!
 //! Beside `envoy.service.ratelimit.v3.RateLimitService`, the listener
-//! answers `grpc.health.v1.Health` (`SERVING` for the service and for
-//! the server as a whole).
+//! answers Envoy's rate limit quota service
+//! (`envoy.service.rate_limit_quota.v3.RateLimitQuotaService`, RLQS, from
+//! the same rules and store) and `grpc.health.v1.Health` (`SERVING` for
+//! both services and for the server as a whole).
 //!
 //! Exits 2 on a usage error (a flag, or a configuration that
 //! envoyproxy/ratelimit would refuse, naming the file and the key), 1 when
@@ -39,6 +41,7 @@
 mod http;
 
 use clap::Parser;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,7 +54,7 @@ use tollgate_local::{LocalFirst, LocalMode};
 use tollgate_postgres::PostgresBackend;
 use tollgate_redis::RedisStore;
 use tollgate_rls::config::Config;
-use tollgate_rls::{OnStoreError, RateLimitServer, ResponseHeaders};
+use tollgate_rls::{OnStoreError, QuotaServer, RateLimitServer, ResponseHeaders};
 use tollgate_store::{BoxStore, MemoryStore, Presence, Resilient, Split};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -330,7 +333,7 @@ async fn run(args: Args) -> Result<(), Failure> {
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::Startup(e.to_string()))?;
-    let server = RateLimitServer::new(config, store)
+    let server = RateLimitServer::new(config, store.clone())
         .on_store_error(args.on_store_error())
         .response_headers(args.response_headers)
         .dynamic_metadata(args.response_dynamic_metadata)
@@ -338,6 +341,8 @@ async fn run(args: Args) -> Result<(), Failure> {
     // A change to the files is in force within a second; one that does
     // not load leaves the last good configuration in force.
     let _follow = server.rules().follow(&args.config);
+    // RLQS on the same listener, from the same rules and store.
+    let quota = QuotaServer::new(server.rules(), store.clone()).into_service();
     let server = Arc::new(server);
     let checks = match args.http {
         Some(addr) => Some(http::checks(addr, Arc::clone(&server)).await?),
@@ -348,6 +353,9 @@ async fn run(args: Args) -> Result<(), Failure> {
     // (""), serving from the start.
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<RlsService>().await;
+    reporter
+        .set_serving::<RateLimitQuotaServiceServer<QuotaServer<BoxStore>>>()
+        .await;
     // Bound before printed: a client that reads a line can connect. The
     // gRPC line first, always: scripts read it for the address.
     println!("listening on grpc://{addr}");
@@ -367,6 +375,7 @@ async fn run(args: Args) -> Result<(), Failure> {
     Server::builder()
         .add_service(health)
         .add_service(service)
+        .add_service(quota)
         // Without TCP_NODELAY a small answer can wait for the client's
         // delayed acknowledgement (40 ms on Linux): every call's latency.
         .serve_with_incoming_shutdown(

@@ -1,0 +1,336 @@
+//! [`QuotaServer`]: Envoy's `RateLimitQuotaService`, one task per data
+//! plane's stream.
+
+use super::action::Assignment;
+use super::bucket::{BucketKey, Kind, Limited, kind};
+use super::limits::{Limits, Usage};
+use crate::reload::Rules;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
+    RateLimitQuotaService, RateLimitQuotaServiceServer,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Notify, mpsc};
+use tollgate_store::{PolicyDebit, Store};
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The most buckets one stream may report; the reports of more are
+/// skipped, with one warning, so that a flood of distinct buckets is
+/// bounded in memory.
+pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
+
+/// How often Envoy reports until a stream says otherwise (its filter's
+/// interval is fixed at 5 s today).
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Answers `StreamRateLimitQuotas` from the same rules as
+/// [`RateLimitServer`](crate::RateLimitServer), counting the reported
+/// usage in the same store under the same keys: a bucket whose
+/// `bucket_id` entries, sorted by key, form a descriptor that a rule
+/// limits gets a token bucket sized to its data plane's share of the
+/// limit; any other bucket `ALLOW_ALL` (a rule of 0 requests:
+/// `DENY_ALL`). What each promise rests on is in the [module
+/// docs](crate::quota).
+#[derive(Debug)]
+pub struct QuotaServer<St> {
+    shared: Arc<Shared<St>>,
+}
+
+#[derive(Debug)]
+struct Shared<St> {
+    rules: Rules,
+    store: St,
+    limits: Limits,
+    /// The next slot's number (a stream's bucket).
+    slots: AtomicU64,
+}
+
+impl<St: Store> QuotaServer<St> {
+    /// A server of `rules` (those of a [`RateLimitServer`], from
+    /// [`RateLimitServer::rules`], so that both follow one configuration)
+    /// counting in `store`.
+    ///
+    /// [`RateLimitServer`]: crate::RateLimitServer
+    /// [`RateLimitServer::rules`]: crate::RateLimitServer::rules
+    pub fn new(rules: Rules, store: St) -> Self {
+        QuotaServer {
+            shared: Arc::new(Shared {
+                rules,
+                store,
+                limits: Limits::default(),
+                slots: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The tonic service to add to a `tonic::transport::Server`.
+    pub fn into_service(self) -> RateLimitQuotaServiceServer<Self> {
+        RateLimitQuotaServiceServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<St: Store> RateLimitQuotaService for QuotaServer<St> {
+    type StreamRateLimitQuotasStream = ReceiverStream<Result<RateLimitQuotaResponse, Status>>;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let (out, answers) = mpsc::channel(16);
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(serve(shared, request.into_inner(), out));
+        Ok(Response::new(ReceiverStream::new(answers)))
+    }
+}
+
+/// µs since 1970: windows are aligned on it, as `ShouldRateLimit`'s are.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// One stream: its reports answered as they come, and the assignments
+/// that change in between (another data plane came or went, a window was
+/// spent or ended) sent when they do.
+async fn serve<St: Store>(
+    shared: Arc<Shared<St>>,
+    mut reports: Streaming<RateLimitQuotaUsageReports>,
+    out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+) {
+    let mut stream = StreamState::new();
+    loop {
+        let edge = stream.next_edge(now_us());
+        let answer = tokio::select! {
+            report = reports.message() => match report {
+                Ok(Some(report)) => stream.answer(&shared, report).await,
+                // Closed by the data plane, or broken.
+                Ok(None) | Err(_) => break,
+            },
+            () = stream.wake.notified() => Ok(stream.changes(&shared, now_us())),
+            () = tokio::time::sleep(edge) => Ok(stream.changes(&shared, now_us())),
+            () = out.closed() => break,
+        };
+        let failed = answer.is_err();
+        let send = match answer {
+            Ok(response) if response.bucket_action.is_empty() => continue,
+            answer => out.send(answer).await,
+        };
+        if failed || send.is_err() {
+            break;
+        }
+    }
+    stream.leave(&shared, now_us());
+}
+
+/// What one stream reported, and what it was told.
+struct StreamState {
+    wake: Arc<Notify>,
+    buckets: HashMap<(String, BucketKey), Watched>,
+    /// The longest time between two reports seen (the data plane's
+    /// reporting interval).
+    interval: Duration,
+    /// Whether the warning of a skipped bucket was given.
+    warned: bool,
+}
+
+/// A bucket a stream reported.
+struct Watched {
+    slot: u64,
+    limited: Option<Limited>,
+    sent: Option<Assignment>,
+    /// When its assignment was last sent, in µs.
+    sent_at: u64,
+}
+
+impl StreamState {
+    fn new() -> Self {
+        StreamState {
+            wake: Arc::new(Notify::new()),
+            buckets: HashMap::new(),
+            interval: DEFAULT_INTERVAL,
+            warned: false,
+        }
+    }
+
+    /// How long an assignment lives: three reporting intervals, so that
+    /// one or two lost reports do not let it lapse; each report renews it.
+    fn ttl(&self) -> Duration {
+        self.interval * 3
+    }
+
+    /// The answer to one report: an assignment for each bucket it
+    /// reports (a new one's first), or `INVALID_ARGUMENT` for a report
+    /// without a domain.
+    async fn answer<St: Store>(
+        &mut self,
+        shared: &Shared<St>,
+        report: RateLimitQuotaUsageReports,
+    ) -> Result<RateLimitQuotaResponse, Status> {
+        if report.domain.is_empty() {
+            return Err(Status::invalid_argument(
+                "a usage report needs a domain (the rate limit configuration's `domain`)",
+            ));
+        }
+        let config = shared.rules.current();
+        let mut actions = Vec::with_capacity(report.bucket_quota_usages.len());
+        for usage in &report.bucket_quota_usages {
+            let Some(bucket) = usage.bucket_id.as_ref().and_then(BucketKey::of) else {
+                self.skip("a bucket without entries (no rule can match it)");
+                continue;
+            };
+            let seconds = usage
+                .time_elapsed
+                .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0));
+            self.interval = self.interval.max(Duration::from_secs(seconds.min(3_600)));
+            let key = (report.domain.clone(), bucket);
+            if !self.buckets.contains_key(&key) && self.buckets.len() >= MAX_BUCKETS_PER_STREAM {
+                self.skip("more buckets than one stream may report");
+                continue;
+            }
+            let kind = kind(&config, &report.domain, &key.1);
+            let usage = Usage {
+                allowed: usage.num_requests_allowed,
+                denied: usage.num_requests_denied,
+                elapsed_seconds: seconds,
+            };
+            let assignment = self.assignment(shared, &key, kind, usage).await;
+            actions.push(assignment.action(&key.1, self.ttl()));
+        }
+        Ok(RateLimitQuotaResponse {
+            bucket_action: actions,
+        })
+    }
+
+    /// The assignment for `key`, whose rules say `kind`, after `usage`:
+    /// counted, and shared, where a rule limits it.
+    async fn assignment<St: Store>(
+        &mut self,
+        shared: &Shared<St>,
+        key: &(String, BucketKey),
+        kind: Kind,
+        usage: Usage,
+    ) -> Assignment {
+        let now = now_us();
+        let slot = match self.buckets.get(key) {
+            Some(watched) => watched.slot,
+            None => shared.slots.fetch_add(1, Ordering::Relaxed),
+        };
+        let (assignment, limited) = match kind {
+            Kind::Unlimited => (Assignment::AllowAll, None),
+            Kind::Closed => (Assignment::DenyAll, None),
+            Kind::Limited(limited) => {
+                let remaining = count(shared, &limited, usage.allowed).await;
+                let assignment = if limited.counts_only {
+                    Assignment::AllowAll
+                } else {
+                    shared
+                        .limits
+                        .report(&limited, slot, &self.wake, usage, remaining, now)
+                };
+                (assignment, (!limited.counts_only).then_some(limited))
+            }
+        };
+        self.buckets.insert(
+            key.clone(),
+            Watched {
+                slot,
+                limited,
+                sent: Some(assignment),
+                sent_at: now,
+            },
+        );
+        assignment
+    }
+
+    /// The assignments that changed since they were sent.
+    fn changes<St: Store>(&mut self, shared: &Shared<St>, now: u64) -> RateLimitQuotaResponse {
+        let ttl = self.ttl();
+        let mut actions = Vec::new();
+        for ((_, bucket), watched) in &mut self.buckets {
+            let Some(limited) = &watched.limited else {
+                continue;
+            };
+            let assignment = shared.limits.assignment(limited, watched.slot, now);
+            if watched.sent != Some(assignment) {
+                watched.sent = Some(assignment);
+                watched.sent_at = now;
+                actions.push(assignment.action(bucket, ttl));
+            }
+        }
+        RateLimitQuotaResponse {
+            bucket_action: actions,
+        }
+    }
+
+    /// How long until the earliest end of a window in which one of the
+    /// stream's limited buckets is denied (then it may admit again); an
+    /// hour when none is.
+    fn next_edge(&self, now: u64) -> Duration {
+        let edge = self
+            .buckets
+            .values()
+            .filter(|watched| watched.sent == Some(Assignment::DenyAll))
+            .filter_map(|watched| watched.limited.as_ref())
+            .map(|limited| (now / limited.window_us + 1) * limited.window_us)
+            .min();
+        edge.map_or(Duration::from_secs(3_600), |edge| {
+            Duration::from_micros(edge - now)
+        })
+    }
+
+    /// The stream closed at `now`: each limited bucket's data plane keeps
+    /// its last assignment until it lapses, counted until then.
+    fn leave<St: Store>(&self, shared: &Shared<St>, now: u64) {
+        let ttl = u64::try_from(self.ttl().as_micros()).unwrap_or(u64::MAX);
+        for watched in self.buckets.values() {
+            if let Some(limited) = &watched.limited {
+                let lapses = watched.sent_at.saturating_add(ttl);
+                shared.limits.leave(limited, watched.slot, now, lapses);
+            }
+        }
+        shared.limits.forget_idle(now);
+    }
+
+    fn skip(&mut self, why: &str) {
+        if !std::mem::replace(&mut self.warned, true) {
+            tracing::warn!(
+                "a quota stream's report skipped {why}; further skips on it are not logged"
+            );
+        }
+    }
+}
+
+/// Charges `allowed` requests to `limited` in the store, and reads what
+/// remains of its window; `None` when the store did not answer (the
+/// ledger still bounds what the data planes admit).
+async fn count<St: Store>(shared: &Shared<St>, limited: &Limited, allowed: u64) -> Option<u64> {
+    if allowed > 0 {
+        let cost = u32::try_from(allowed).unwrap_or(u32::MAX);
+        let debit = PolicyDebit::new(cost);
+        shared
+            .store
+            .debit(&limited.policy, &limited.key, debit)
+            .landed()
+            .await;
+    }
+    match shared
+        .store
+        .peek(&limited.policy, &limited.key)
+        .resolve()
+        .await
+    {
+        Ok(decision) => Some(decision.merged().remaining()),
+        Err(error) => {
+            tracing::debug!(%error, "a quota report's limit could not be read");
+            None
+        }
+    }
+}

@@ -1,0 +1,630 @@
+//! RLQS (`StreamRateLimitQuotas`) through a real tonic client and server
+//! on loopback, driven by data planes written here that report and
+//! enforce as Envoy's `rate_limit_quota` filter does
+//! (`tollgate_tests::envoy_quota`): the first answer, blanket rules, the
+//! bound with several data planes, shares, a stream that closes, and bad
+//! input.
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tollgate_rls::config::Config;
+use tollgate_rls::{QuotaServer, RateLimitServer};
+use tollgate_store::MemoryStore;
+use tollgate_tests::envoy_quota::{Assignment, DataPlaneBucket, Replacement, TokenBucket};
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+const CONFIG: &str = "
+domain: q
+descriptors:
+  - key: client
+    rate_limit: {unit: second, requests_per_unit: 30}
+  - key: slow
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: closed
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: tried
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+";
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// Both services over one memory store, on a loopback port: its address.
+async fn serve(store: MemoryStore) -> String {
+    let config = Config::from_yaml("q.yaml", CONFIG).unwrap();
+    let rls = RateLimitServer::new(config, store.clone());
+    let quota = QuotaServer::new(rls.rules(), store);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        Server::builder()
+            .add_service(rls.into_service())
+            .add_service(quota.into_service())
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    format!("http://{addr}")
+}
+
+fn bucket_id(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+/// A bucket's id as the data plane keys it.
+type Bucket = Vec<(String, String)>;
+
+fn bucket_of(id: &BucketId) -> Bucket {
+    let mut entries: Bucket = id.bucket.clone().into_iter().collect();
+    entries.sort();
+    entries
+}
+
+/// What an action tells the filter to enforce, and for how long (µs).
+fn assignment_of(action: &BucketAction) -> Option<(Assignment, u64)> {
+    let Some(bucket_action::BucketAction::QuotaAssignmentAction(assign)) = &action.bucket_action
+    else {
+        return None;
+    };
+    let ttl = assign
+        .assignment_time_to_live
+        .map_or(0, |d| d.seconds as u64 * 1_000_000);
+    let assignment = match assign.rate_limit_strategy.and_then(|s| s.strategy) {
+        Some(Strategy::BlanketRule(rule)) if rule == BlanketRule::DenyAll as i32 => {
+            Assignment::DenyAll
+        }
+        Some(Strategy::BlanketRule(_)) => Assignment::AllowAll,
+        Some(Strategy::TokenBucket(bucket)) => Assignment::TokenBucket(TokenBucket {
+            max_tokens: bucket.max_tokens,
+            tokens_per_fill: bucket.tokens_per_fill.map_or(0, |v| v.value),
+            fill_interval_us: bucket.fill_interval.map_or(0, |d| {
+                d.seconds as u64 * 1_000_000 + u64::from(d.nanos as u32) / 1_000
+            }),
+        }),
+        _ => Assignment::Ignored,
+    };
+    Some((assignment, ttl))
+}
+
+/// One data plane: a stream to the service, its buckets as the filter
+/// keeps them, and what it admitted when.
+struct DataPlane {
+    domain: String,
+    reports: Option<mpsc::Sender<RateLimitQuotaUsageReports>>,
+    state: Arc<Mutex<PlaneState>>,
+    strict: bool,
+}
+
+#[derive(Default)]
+struct PlaneState {
+    buckets: BTreeMap<Bucket, DataPlaneBucket>,
+    /// Every action received, with the time it arrived (µs).
+    received: Vec<(u64, Bucket, Assignment)>,
+    /// The times (µs) of the requests admitted, by bucket.
+    admitted: BTreeMap<Bucket, Vec<u64>>,
+    /// How the stream ended, if it did.
+    ended: Option<tonic::Status>,
+    last_report: u64,
+}
+
+impl DataPlane {
+    /// A data plane of `domain` connected to `addr`; `strict`: its
+    /// buckets deny until assigned (`no_assignment_behavior: DENY_ALL`).
+    async fn connect(addr: &str, domain: &str, strict: bool) -> DataPlane {
+        let (reports, outgoing) = mpsc::channel(64);
+        let mut client = RateLimitQuotaServiceClient::connect(addr.to_owned())
+            .await
+            .unwrap();
+        let response = client
+            .stream_rate_limit_quotas(ReceiverStream::new(outgoing))
+            .await
+            .unwrap();
+        let mut inbound = response.into_inner();
+        let state = Arc::new(Mutex::new(PlaneState {
+            last_report: now_us(),
+            ..PlaneState::default()
+        }));
+        let applied = Arc::clone(&state);
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(response)) => {
+                        let now = now_us();
+                        let mut state = applied.lock().unwrap();
+                        for action in &response.bucket_action {
+                            let Some(id) = &action.bucket_id else {
+                                continue;
+                            };
+                            let bucket = bucket_of(id);
+                            let Some((assignment, ttl)) = assignment_of(action) else {
+                                continue;
+                            };
+                            state.received.push((now, bucket.clone(), assignment));
+                            // The filter skips actions for buckets it does
+                            // not have.
+                            if let Some(held) = state.buckets.get_mut(&bucket) {
+                                held.assign(assignment, ttl, now);
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        applied.lock().unwrap().ended = Some(status);
+                        break;
+                    }
+                }
+            }
+        });
+        DataPlane {
+            domain: domain.to_owned(),
+            reports: Some(reports),
+            state,
+            strict,
+        }
+    }
+
+    /// One request of `bucket` now: whether it was admitted. A bucket's
+    /// first request is reported at once, alone, as the filter does.
+    async fn request(&self, bucket: &[(&str, &str)]) -> bool {
+        let id = bucket_id(bucket);
+        let key = bucket_of(&id);
+        let now = now_us();
+        let (admitted, first) = {
+            let mut guard = self.state.lock().unwrap();
+            let state = &mut *guard;
+            let first = !state.buckets.contains_key(&key);
+            let strict = self.strict;
+            let held = state.buckets.entry(key.clone()).or_insert_with(|| {
+                if strict {
+                    DataPlaneBucket::denying_unassigned(Replacement::FullUnlessEmpty)
+                } else {
+                    DataPlaneBucket::new(Replacement::FullUnlessEmpty)
+                }
+            });
+            let admitted = held.request(now);
+            if admitted {
+                state.admitted.entry(key.clone()).or_default().push(now);
+            }
+            let first = first.then(|| held.report());
+            (admitted, first)
+        };
+        if let Some((allowed, denied)) = first {
+            self.send(vec![BucketQuotaUsage {
+                bucket_id: Some(id),
+                time_elapsed: Some(ProtoDuration {
+                    seconds: 0,
+                    nanos: 0,
+                }),
+                num_requests_allowed: allowed,
+                num_requests_denied: denied,
+            }])
+            .await;
+        }
+        admitted
+    }
+
+    /// Every bucket's usage since the last report, in one message.
+    async fn report(&self) {
+        let usages = {
+            let mut state = self.state.lock().unwrap();
+            let now = now_us();
+            let seconds = (now - state.last_report) / 1_000_000;
+            state.last_report = now;
+            state
+                .buckets
+                .iter_mut()
+                .map(|(bucket, held)| {
+                    let (allowed, denied) = held.report();
+                    BucketQuotaUsage {
+                        bucket_id: Some(BucketId {
+                            bucket: bucket.iter().cloned().collect(),
+                        }),
+                        time_elapsed: Some(ProtoDuration {
+                            seconds: seconds as i64,
+                            nanos: 0,
+                        }),
+                        num_requests_allowed: allowed,
+                        num_requests_denied: denied,
+                    }
+                })
+                .collect()
+        };
+        self.send(usages).await;
+    }
+
+    async fn send(&self, usages: Vec<BucketQuotaUsage>) {
+        let report = RateLimitQuotaUsageReports {
+            domain: self.domain.clone(),
+            bucket_quota_usages: usages,
+        };
+        if let Some(reports) = &self.reports {
+            let _ = reports.send(report).await;
+        }
+    }
+
+    /// Closes the stream.
+    fn close(&mut self) {
+        self.reports = None;
+    }
+
+    /// The assignments received for `bucket`, in order, with their times.
+    fn received(&self, bucket: &[(&str, &str)]) -> Vec<(u64, Assignment)> {
+        let key = bucket_of(&bucket_id(bucket));
+        let state = self.state.lock().unwrap();
+        state
+            .received
+            .iter()
+            .filter(|(_, b, _)| *b == key)
+            .map(|(at, _, a)| (*at, *a))
+            .collect()
+    }
+
+    /// The times of the requests admitted for `bucket`.
+    fn admitted(&self, bucket: &[(&str, &str)]) -> Vec<u64> {
+        let key = bucket_of(&bucket_id(bucket));
+        self.state
+            .lock()
+            .unwrap()
+            .admitted
+            .get(&key)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Waits up to `within` for an assignment of `bucket`: when it came.
+    async fn first_assignment(
+        &self,
+        bucket: &[(&str, &str)],
+        within: Duration,
+    ) -> Option<Assignment> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some((_, assignment)) = self.received(bucket).first() {
+                return Some(*assignment);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buckets_first_report_is_answered_at_once_with_what_its_rule_says() {
+    let addr = serve(MemoryStore::new()).await;
+    let plane = DataPlane::connect(&addr, "q", false).await;
+    type Expected = fn(&Assignment) -> bool;
+    let cases: [(&[(&str, &str)], Expected); 5] = [
+        (&[("client", "c1")], |a| {
+            matches!(a, Assignment::TokenBucket(_))
+        }),
+        (&[("free", "x")], |a| *a == Assignment::AllowAll),
+        (&[("nothing", "x")], |a| *a == Assignment::AllowAll),
+        (&[("closed", "x")], |a| *a == Assignment::DenyAll),
+        (&[("tried", "x")], |a| *a == Assignment::AllowAll),
+    ];
+    for (bucket, expected) in cases {
+        let asked = Instant::now();
+        assert!(
+            plane.request(bucket).await,
+            "{bucket:?}: the first request passes"
+        );
+        let assignment = plane
+            .first_assignment(bucket, Duration::from_millis(200))
+            .await
+            .unwrap_or_else(|| panic!("{bucket:?}: no assignment within 200 ms"));
+        assert!(expected(&assignment), "{bucket:?}: {assignment:?}");
+        println!("{bucket:?}: {assignment:?} after {:?}", asked.elapsed());
+    }
+    // A token bucket refills over the rule's window, a second, and
+    // lives longer than a reporting interval.
+    let (_, assignment) = plane.received(&[("client", "c1")])[0];
+    let Assignment::TokenBucket(bucket) = assignment else {
+        unreachable!()
+    };
+    assert_eq!(bucket.fill_interval_us, 1_000_000);
+    assert!(
+        bucket.max_tokens >= 1 && bucket.tokens_per_fill >= 1,
+        "{bucket:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_buckets_usage_is_counted_where_should_rate_limit_reads_it() {
+    let store = MemoryStore::new();
+    let addr = serve(store.clone()).await;
+    let plane = DataPlane::connect(&addr, "q", false).await;
+    let bucket = [("tried", "x")];
+    for _ in 0..7 {
+        assert!(plane.request(&bucket).await);
+    }
+    plane.report().await;
+    let mut rls = RateLimitServiceClient::connect(addr.clone()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let answer = rls
+            .should_rate_limit(RateLimitRequest {
+                domain: "q".to_owned(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "tried".to_owned(),
+                        value: "x".to_owned(),
+                    }],
+                    ..RateLimitDescriptor::default()
+                }],
+                hits_addend: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let remaining = answer.statuses[0].limit_remaining;
+        // 10 an hour: 7 reported, this call's 1.
+        if remaining == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "remaining {remaining}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the next second has just begun.
+async fn at_a_seconds_start() {
+    let into = now_us() % 1_000_000;
+    tokio::time::sleep(Duration::from_micros(1_000_000 - into + 1_000)).await;
+}
+
+/// `planes` strict data planes on one bucket of 30 a second, each
+/// asking every 2 ms (500 a second) and reporting every second, for
+/// `seconds`: what each admitted, by window.
+async fn flood(addr: &str, planes: usize, seconds: u64) -> Vec<BTreeMap<u64, u64>> {
+    let bucket: &[(&str, &str)] = &[("client", "flood")];
+    let mut connected = Vec::new();
+    for _ in 0..planes {
+        connected.push(Arc::new(DataPlane::connect(addr, "q", true).await));
+    }
+    at_a_seconds_start().await;
+    let started = Instant::now();
+    let tasks: Vec<_> = connected
+        .iter()
+        .map(|plane| {
+            let plane = Arc::clone(plane);
+            tokio::spawn(async move {
+                let mut next_report = Instant::now() + Duration::from_secs(1);
+                while started.elapsed() < Duration::from_secs(seconds) {
+                    plane.request(bucket).await;
+                    if Instant::now() >= next_report {
+                        plane.report().await;
+                        next_report += Duration::from_secs(1);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    connected
+        .iter()
+        .map(|plane| {
+            let mut by_window = BTreeMap::new();
+            for at in plane.admitted(bucket) {
+                *by_window.entry(at / 1_000_000).or_insert(0) += 1;
+            }
+            by_window
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_data_planes_admit_at_most_n_plus_k_in_every_window_and_each_a_share() {
+    let addr = serve(MemoryStore::new()).await;
+    let planes = 3;
+    let admitted = flood(&addr, planes, 5).await;
+    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
+    for plane in &admitted {
+        for (window, count) in plane {
+            *windows.entry(*window).or_insert(0) += count;
+        }
+    }
+    println!("admitted by window: {windows:?}; by plane: {admitted:?}");
+    for (window, count) in &windows {
+        assert!(
+            *count <= 30 + planes as u64,
+            "window {window}: {count} admitted"
+        );
+    }
+    // Every window after the first whole one: each plane at least
+    // N / (2K) = 5.
+    let whole: Vec<u64> = windows.keys().copied().skip(1).collect();
+    for window in &whole[..whole.len().saturating_sub(1)] {
+        for (index, plane) in admitted.iter().enumerate() {
+            let count = plane.get(window).copied().unwrap_or(0);
+            assert!(
+                count >= 5,
+                "plane {index} admitted {count} in window {window}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_reports_end_the_stream_or_skip_the_bucket_and_others_are_served() {
+    let addr = serve(MemoryStore::new()).await;
+    // No domain: the stream ends with INVALID_ARGUMENT.
+    let bad = DataPlane::connect(&addr, "", false).await;
+    bad.request(&[("client", "c1")]).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let status = loop {
+        if let Some(status) = bad.state.lock().unwrap().ended.clone() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the stream did not end");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("domain"), "{status:?}");
+    // A bucket without entries is skipped; the report's other bucket, and
+    // the other streams, are answered.
+    let plane = DataPlane::connect(&addr, "q", false).await;
+    plane
+        .send(vec![
+            BucketQuotaUsage {
+                bucket_id: Some(BucketId::default()),
+                ..BucketQuotaUsage::default()
+            },
+            BucketQuotaUsage {
+                bucket_id: Some(bucket_id(&[("client", "c2")])),
+                num_requests_allowed: 1,
+                ..BucketQuotaUsage::default()
+            },
+        ])
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while plane.received(&[("client", "c2")]).is_empty() {
+        assert!(Instant::now() < deadline, "no answer for the good bucket");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(plane.state.lock().unwrap().ended.is_none());
+    let other = DataPlane::connect(&addr, "q", false).await;
+    other.request(&[("client", "c3")]).await;
+    assert!(
+        other
+            .first_assignment(&[("client", "c3")], Duration::from_millis(500))
+            .await
+            .is_some()
+    );
+}
+
+/// The token bucket `plane` was last told to enforce for `bucket`, if its
+/// last assignment is one.
+fn last_bucket(plane: &DataPlane, bucket: &[(&str, &str)]) -> Option<TokenBucket> {
+    match plane.received(bucket).last() {
+        Some((_, Assignment::TokenBucket(held))) => Some(*held),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_plane_that_closes_its_stream_gives_its_share_to_the_others() {
+    let addr = serve(MemoryStore::new()).await;
+    let bucket: &[(&str, &str)] = &[("slow", "shared")];
+    let stay = Arc::new(DataPlane::connect(&addr, "q", true).await);
+    let mut go = DataPlane::connect(&addr, "q", true).await;
+    // Both ask far more than 1,000 an hour: 600 a second each, reported
+    // every second.
+    for round in 0..3 {
+        for _ in 0..600 {
+            stay.request(bucket).await;
+            go.request(bucket).await;
+        }
+        if round > 0 {
+            stay.report().await;
+            go.report().await;
+        }
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+    }
+    let shared = last_bucket(&stay, bucket).expect("a token bucket");
+    assert!(
+        last_bucket(&go, bucket).is_some(),
+        "{:?}",
+        go.received(bucket)
+    );
+    go.close();
+    // Within two reporting intervals (a second each here), the one that
+    // stays is given a larger refill.
+    let closed = Instant::now();
+    loop {
+        for _ in 0..600 {
+            stay.request(bucket).await;
+        }
+        stay.report().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(held) = last_bucket(&stay, bucket) {
+            if held.tokens_per_fill > shared.tokens_per_fill {
+                println!("{shared:?} → {held:?} after {:?}", closed.elapsed());
+                break;
+            }
+        }
+        assert!(
+            closed.elapsed() < Duration::from_secs(2),
+            "still {:?}",
+            stay.received(bucket).last()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_window_is_denied_until_it_ends_then_admits_again() {
+    let addr = serve(MemoryStore::new()).await;
+    let bucket: &[(&str, &str)] = &[("client", "spent")];
+    let mut rls = RateLimitServiceClient::connect(addr.clone()).await.unwrap();
+    at_a_seconds_start().await;
+    let window = now_us() / 1_000_000;
+    // The second's 30 spent through ShouldRateLimit, on the same count.
+    for _ in 0..30 {
+        rls.should_rate_limit(RateLimitRequest {
+            domain: "q".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "client".to_owned(),
+                    value: "spent".to_owned(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap();
+    }
+    let plane = DataPlane::connect(&addr, "q", true).await;
+    plane.request(bucket).await;
+    let first = plane
+        .first_assignment(bucket, Duration::from_millis(200))
+        .await
+        .expect("an assignment");
+    assert_eq!(now_us() / 1_000_000, window, "the test ran past its second");
+    assert_eq!(first, Assignment::DenyAll);
+    // Nothing passes until the window ends; within a reporting interval
+    // (a second) after it, a token bucket.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let admitted = plane.request(bucket).await;
+        let now = now_us();
+        if admitted {
+            assert!(now / 1_000_000 > window, "admitted in the spent window");
+            assert!(
+                now - (window + 1) * 1_000_000 < 1_000_000,
+                "admitted again only {} µs after the window",
+                now - (window + 1) * 1_000_000
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", plane.received(bucket));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
