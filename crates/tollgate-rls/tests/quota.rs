@@ -564,11 +564,11 @@ async fn a_data_plane_that_closes_its_stream_gives_its_share_to_the_others() {
         }
         stay.report().await;
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(held) = last_bucket(&stay, bucket) {
-            if held.tokens_per_fill > shared.tokens_per_fill {
-                println!("{shared:?} → {held:?} after {:?}", closed.elapsed());
-                break;
-            }
+        if let Some(held) = last_bucket(&stay, bucket)
+            && held.tokens_per_fill > shared.tokens_per_fill
+        {
+            println!("{shared:?} → {held:?} after {:?}", closed.elapsed());
+            break;
         }
         assert!(
             closed.elapsed() < Duration::from_secs(2),
