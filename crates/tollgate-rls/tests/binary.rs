@@ -789,3 +789,101 @@ fn the_near_limit_ratio_moves_the_near_limit_count() {
         assert!(stderr.contains("from 0 to 1"), "{bad}: {stderr}");
     }
 }
+
+/// The binary answers RLQS on its gRPC listener, from the same rules, and
+/// its `/metrics` carries the quota series: what was reported, what was
+/// granted, and how many data planes report, back to 0 when the stream
+/// closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_quota_streams_and_their_metrics() {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaUsageReports,
+    };
+    use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+
+    let config = fixture("basic_config.yaml");
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    let (rls, lines) = Rls::start_reading(&args, 1);
+    let metrics = lines[0]
+        .strip_prefix("metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap()
+        .to_owned();
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", rls.addr))
+        .await
+        .unwrap();
+    let (reports, outgoing) = tokio::sync::mpsc::channel(4);
+    let mut answers = client
+        .stream_rate_limit_quotas(tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(
+            outgoing,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    // key2_value2: 30 a minute in basic_config.yaml.
+    reports
+        .send(RateLimitQuotaUsageReports {
+            domain: "test-domain".to_owned(),
+            bucket_quota_usages: vec![BucketQuotaUsage {
+                bucket_id: Some(BucketId {
+                    bucket: [("key2".to_owned(), "value2".to_owned())].into(),
+                }),
+                time_elapsed: None,
+                num_requests_allowed: 4,
+                num_requests_denied: 2,
+            }],
+        })
+        .await
+        .unwrap();
+    let answer = answers.message().await.unwrap().unwrap();
+    let Some(BucketAction::QuotaAssignmentAction(assigned)) =
+        &answer.bucket_action[0].bucket_action
+    else {
+        panic!("{answer:?}");
+    };
+    let Some(Strategy::TokenBucket(bucket)) = assigned.rate_limit_strategy.unwrap().strategy else {
+        panic!("{answer:?}");
+    };
+    let value = |text: &str, name: &str| {
+        samples(text)
+            .into_iter()
+            .find(|s| s.name == name && has_labels(s, &[("rule", "test-domain.key2_value2")]))
+            .map(|s| s.value)
+    };
+    let (_, text) = http(&metrics, "GET", "/metrics", "");
+    passes_a_real_parser(&text);
+    assert_eq!(
+        value(&text, "tollgate_rlqs_reported_allowed_total"),
+        Some(4.0)
+    );
+    assert_eq!(
+        value(&text, "tollgate_rlqs_reported_denied_total"),
+        Some(2.0)
+    );
+    assert_eq!(value(&text, "tollgate_rlqs_data_planes"), Some(1.0));
+    assert_eq!(
+        value(&text, "tollgate_rlqs_granted_per_window"),
+        Some(f64::from(bucket.tokens_per_fill.unwrap().value))
+    );
+    // The stream closed: no data plane, nothing granted.
+    drop(reports);
+    drop(answers);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let (_, text) = http(&metrics, "GET", "/metrics", "");
+        if value(&text, "tollgate_rlqs_data_planes") == Some(0.0) {
+            assert_eq!(value(&text, "tollgate_rlqs_granted_per_window"), Some(0.0));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

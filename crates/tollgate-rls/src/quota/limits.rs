@@ -8,6 +8,7 @@
 use super::action::Assignment;
 use super::bucket::Limited;
 use super::ledger::{Grant, Ledger};
+use super::metrics::{RuleSeries, Series};
 use super::shares::{like, shares, worth_changing};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,6 +30,7 @@ pub(crate) struct Usage {
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
     map: Mutex<HashMap<(String, Key), Limit>>,
+    series: Series,
 }
 
 #[derive(Debug)]
@@ -40,6 +42,8 @@ struct Limit {
     /// The window whose N the reports say are admitted: every slot is
     /// denied until it ends.
     spent_in: Option<u64>,
+    /// The rule's series: the grants and the data planes are kept here.
+    series: RuleSeries,
 }
 
 #[derive(Debug)]
@@ -53,14 +57,25 @@ struct Slot {
 }
 
 impl Limit {
-    fn new(limited: &Limited) -> Self {
+    fn new(limited: &Limited, series: RuleSeries) -> Self {
         Limit {
             limit: limited.limit,
             window_us: limited.window_us,
             ledger: Ledger::new(limited.limit, limited.window_us),
             slots: BTreeMap::new(),
             spent_in: None,
+            series,
         }
+    }
+
+    /// The refill granted to the slots that report, together.
+    fn granted(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|(_, slot)| !slot.left)
+            .filter_map(|(id, _)| self.ledger.grant(*id))
+            .map(|grant| grant.per_window)
+            .sum()
     }
 
     /// Whether `limited` is still this limit (a reloaded rule may change
@@ -72,6 +87,14 @@ impl Limit {
     /// Shares the budget anew at `now`; returns the wake-ups of the slots
     /// whose grants changed.
     fn rebalance(&mut self, now: u64) -> Vec<Arc<Notify>> {
+        let before = self.granted();
+        let woken = self.reshare(now);
+        let after = self.granted();
+        self.series.granted.increment(after as f64 - before as f64);
+        woken
+    }
+
+    fn reshare(&mut self, now: u64) -> Vec<Arc<Notify>> {
         self.ledger.roll(now);
         let window = now / self.window_us;
         let active: Vec<u64> = self
@@ -144,14 +167,21 @@ impl Limit {
 }
 
 impl Limits {
+    /// The series of rule `name`.
+    pub(crate) fn series(&self, name: &str) -> RuleSeries {
+        self.series.of(name)
+    }
+
     fn with<T>(&self, limited: &Limited, f: impl FnOnce(&mut Limit) -> T) -> T {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let limit = map
             .entry(limited.counted_as())
-            .or_insert_with(|| Limit::new(limited));
+            .or_insert_with(|| Limit::new(limited, self.series.of(limited.rule.full_key())));
         if !limit.is(limited) {
+            // A reloaded rule: its grants start over.
+            limit.series.granted.decrement(limit.granted() as f64);
             let slots = std::mem::take(&mut limit.slots);
-            *limit = Limit::new(limited);
+            *limit = Limit::new(limited, limit.series.clone());
             limit.slots = slots;
         }
         f(limit)
@@ -176,9 +206,11 @@ impl Limits {
             let entry = limit.slots.entry(slot).or_insert_with(|| Slot {
                 wake: Arc::clone(wake),
                 demand: None,
-                left: false,
+                left: true,
             });
-            entry.left = false;
+            if std::mem::replace(&mut entry.left, false) {
+                limit.series.planes.increment(1.0);
+            }
             if usage.elapsed_seconds > 0 {
                 let asked = usage.allowed.saturating_add(usage.denied);
                 let per_window = u128::from(asked) * u128::from(limit.window_us)
@@ -216,9 +248,13 @@ impl Limits {
     /// assignment until `lapses`, and its share goes to the others.
     pub(crate) fn leave(&self, limited: &Limited, slot: u64, now: u64, lapses: u64) {
         let woken = self.with(limited, |limit| {
+            let held = limit.ledger.grant(slot).unwrap_or(Grant::DENY);
             limit.ledger.leave(slot, now, lapses);
-            if let Some(entry) = limit.slots.get_mut(&slot) {
-                entry.left = true;
+            if let Some(entry) = limit.slots.get_mut(&slot)
+                && !std::mem::replace(&mut entry.left, true)
+            {
+                limit.series.planes.decrement(1.0);
+                limit.series.granted.decrement(held.per_window as f64);
             }
             limit.rebalance(now)
         });

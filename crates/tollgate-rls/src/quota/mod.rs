@@ -19,6 +19,7 @@ pub(crate) mod action;
 pub(crate) mod bucket;
 pub(crate) mod ledger;
 pub(crate) mod limits;
+pub mod metrics;
 mod service;
 pub(crate) mod shares;
 

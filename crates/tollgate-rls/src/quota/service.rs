@@ -227,6 +227,9 @@ impl StreamState {
             Kind::Unlimited => (Assignment::AllowAll, None),
             Kind::Closed => (Assignment::DenyAll, None),
             Kind::Limited(limited) => {
+                let series = shared.limits.series(limited.rule.full_key());
+                series.allowed.increment(usage.allowed);
+                series.denied.increment(usage.denied);
                 let remaining = count(shared, &limited, usage.allowed).await;
                 let assignment = if limited.counts_only {
                     Assignment::AllowAll

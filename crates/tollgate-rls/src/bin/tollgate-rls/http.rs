@@ -97,6 +97,7 @@ pub(crate) async fn metrics(
     tollgate_redis::describe_metrics();
     tollgate_local::describe_metrics();
     tollgate_rls::stats::describe();
+    tollgate_rls::quota::metrics::describe();
     let router = Router::new().route(
         "/metrics",
         get(move || {
