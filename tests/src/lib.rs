@@ -97,6 +97,9 @@ pub mod guide {
     #[doc = include_str!("../../docs/guide/redis.md")]
     pub struct Redis;
 
+    #[doc = include_str!("../../docs/guide/rlqs.md")]
+    pub struct Rlqs;
+
     #[doc = include_str!("../../docs/guide/rollout.md")]
     pub struct Rollout;
 

@@ -4,23 +4,30 @@
 //!
 //! Each data plane (an Envoy with the `rate_limit_quota` filter) keeps a
 //! token bucket per bucket of requests and asks nothing per request; the
-//! service tells it what bucket to enforce, and changes that as the
-//! reports come in. What a data plane does with an assignment decides
-//! what the service can promise, so this module is built around it:
-//! [`ledger`] counts, for each bucket, what its data planes can have
-//! admitted in the current window under the assignments they were given,
-//! and gives an assignment only while that stays within the bucket's
-//! bound, N + K a window (N the rule's limit, K the data planes).
+//! service tells it what to enforce, and changes that as the reports come
+//! in. [`QuotaServer`] serves it from the same rules and store as
+//! [`RateLimitServer`](crate::RateLimitServer).
 //!
-//! Work in progress (issue 62): the ledger is here and tested against a
-//! model of Envoy's token bucket; the stream service is not yet.
+//! What a data plane does with an assignment decides what the service can
+//! promise, so the service is built around it. Envoy reports how many
+//! requests it admitted, not when, every 5 s; the bound cannot rest on the
+//! reports. It rests on the assignments: for each limit, a ledger counts
+//! what its data planes can have admitted in the current window under the
+//! buckets they were given (the tokens a bucket held when the window
+//! began, the refill since, and each new bucket in full, as Envoy starts
+//! one that replaces a different one), and a bucket is given only while
+//! that stays within N + K a window (N the rule's limit, K the data
+//! planes). Within that budget the buckets follow each data plane's
+//! demand, max-min fair. The guide's page, `docs/guide/rlqs.md`, says
+//! what is promised and tested, and what is not yet (several processes
+//! over one store each keep their own ledger).
 
-pub(crate) mod action;
-pub(crate) mod bucket;
-pub(crate) mod ledger;
-pub(crate) mod limits;
+mod action;
+mod bucket;
+mod ledger;
+mod limits;
 pub mod metrics;
 mod service;
-pub(crate) mod shares;
+mod shares;
 
 pub use service::{MAX_BUCKETS_PER_STREAM, QuotaServer};
