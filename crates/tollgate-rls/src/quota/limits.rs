@@ -9,7 +9,7 @@ use super::action::Assignment;
 use super::bucket::Limited;
 use super::ledger::{Grant, Ledger};
 use super::metrics::{RuleSeries, Series};
-use super::shares::{like, shares, worth_changing};
+use super::shares::{like, shares, squeezed, worth_changing};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
@@ -109,15 +109,19 @@ impl Limit {
             let demands: Vec<Option<u64>> = active.iter().map(|id| self.slots[id].demand).collect();
             shares(&demands, self.limit.saturating_add(active.len() as u64))
         };
-        // Cuts first: they free what the rises need.
+        // Cuts first: they free what the rises need; then the rises, the
+        // data plane furthest under its share first (held / wanted, in
+        // thousandths), since a rise may take what is left.
         let mut order: Vec<(u64, Grant)> = active.into_iter().zip(wanted).collect();
         order.sort_by_key(|(id, want)| {
             let held = self.ledger.grant(*id).unwrap_or(Grant::DENY);
-            (want.per_window >= held.per_window, *id)
+            let rise = want.per_window >= held.per_window;
+            let under = u128::from(held.per_window) * 1_000 / u128::from(want.per_window.max(1));
+            (rise, under, *id)
         });
-        let pressed = order.iter().any(|(id, want)| {
-            !want.denies() && self.ledger.grant(*id).is_none_or(|held| held.denies())
-        });
+        let pressed = order
+            .iter()
+            .any(|(id, want)| squeezed(self.ledger.grant(*id).unwrap_or(Grant::DENY), *want));
         let mut woken = Vec::new();
         for (id, want) in order {
             let held = self.ledger.grant(id).unwrap_or(Grant::DENY);

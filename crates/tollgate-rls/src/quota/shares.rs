@@ -99,17 +99,37 @@ pub(crate) fn like(like: Grant, per_window: u64) -> Grant {
 
 /// Whether `held` is far enough from `wanted` to be worth replacing: a
 /// new bucket costs a full one in the current window, so changes wait
-/// until they add up (a quarter of the grant, either way), unless the
-/// data plane holds nothing, is to hold nothing, or others wait for what
-/// it holds (`pressed`: a data plane holds nothing and wants some).
+/// until they add up (a quarter of the refill, or of the budget the
+/// bucket takes, either way), unless the data plane holds nothing, is to
+/// hold nothing, or others wait for what it would give up (`pressed`:
+/// a data plane holds much less than it wants, see [`squeezed`]).
 pub(crate) fn worth_changing(held: Grant, wanted: Grant, pressed: bool) -> bool {
     if held == wanted {
         return false;
     }
-    if held.denies() || wanted.denies() || (pressed && wanted.per_window < held.per_window) {
+    if held.denies() || wanted.denies() {
+        return true;
+    }
+    let (held_cost, wanted_cost) = (cost(held), cost(wanted));
+    if pressed && wanted_cost < held_cost {
         return true;
     }
     held.per_window.abs_diff(wanted.per_window) > held.per_window / 4
+        || held_cost.abs_diff(wanted_cost) > held_cost / 4
+}
+
+/// Whether a data plane holding `held` is far under what it should
+/// have, `wanted` (nothing at all, or a quarter less): the others give
+/// up what they hold past their own share.
+pub(crate) fn squeezed(held: Grant, wanted: Grant) -> bool {
+    !wanted.denies()
+        && (held.denies()
+            || held.per_window.saturating_add(held.per_window / 4) < wanted.per_window)
+}
+
+/// What a grant takes of the budget: its burst and its refill.
+fn cost(grant: Grant) -> u64 {
+    grant.burst.saturating_add(grant.per_window)
 }
 
 #[cfg(test)]
@@ -170,6 +190,12 @@ mod tests {
         assert!(!worth_changing(held, met(80), false));
         assert!(worth_changing(held, met(74), false));
         assert!(worth_changing(held, met(99), true));
+        // The same refill with a smaller burst: a quarter of the budget
+        // it takes comes back.
+        assert!(worth_changing(met(10), cut(10), false));
+        assert!(squeezed(cut(4), cut(10)));
+        assert!(!squeezed(cut(9), cut(10)));
+        assert!(squeezed(Grant::DENY, cut(1)));
         assert!(worth_changing(Grant::DENY, met(1), false));
         assert!(worth_changing(held, Grant::DENY, false));
         assert!(!worth_changing(held, held, true));
