@@ -2,7 +2,8 @@
 //! one run: `governor`, `tower_governor` and raw `redis-benchmark`; and
 //! its PostgreSQL store beside its Redis store (`--only postgres`); the
 //! rate-limit service over gRPC on each store (`--only rls`) and its
-//! decision core beside the `limitador` crate's (`--only rls-core`).
+//! decision core beside the `limitador` crate's (`--only rls-core`); the
+//! quota service, RLQS (`--only rlqs`).
 //!
 //! ```sh
 //! cargo run --release -p tollgate-bench -- --json target/bench.json
@@ -49,7 +50,7 @@ struct Args {
     quick: bool,
     /// Only these scenarios, comma-separated: accuracy, core, memory,
     /// contention, layer, http, redis, redis-scripts, local, postgres,
-    /// rls, rls-core.
+    /// rls, rls-core, rlqs.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the Markdown table, with the machine, to this file.
@@ -174,6 +175,7 @@ fn main() {
                 }
                 None => scenario::rls::run(settings),
             },
+            "rlqs" => scenario::rlqs::run(settings),
             "rls-core" => match scenario::redis::missing_tools() {
                 Some(why) => {
                     eprintln!("{why}");

@@ -16,12 +16,13 @@ pub mod memory;
 pub mod postgres;
 pub mod redis;
 pub mod redis_scripts;
+pub mod rlqs;
 pub mod rls;
 pub mod rls_core;
 
 /// Every scenario's name, in the order they run (cheap and short first, so
 /// that a broken build fails fast).
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     "accuracy",
     "core",
     "memory",
@@ -34,4 +35,5 @@ pub const ALL: [&str; 12] = [
     "postgres",
     "rls",
     "rls-core",
+    "rlqs",
 ];
