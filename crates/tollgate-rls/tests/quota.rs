@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tollgate_redis::RedisStore;
 use tollgate_rls::config::Config;
-use tollgate_rls::{QuotaServer, RateLimitServer};
+use tollgate_rls::{OnStoreError, QuotaServer, RateLimitServer};
 use tollgate_store::{MemoryStore, Store};
 use tollgate_tests::envoy_quota::{Assignment, DataPlaneBucket, Replacement, TokenBucket};
 use tollgate_tests::redis::RedisServer;
@@ -55,9 +55,16 @@ fn now_us() -> u64 {
 
 /// Both services over one store, on a loopback port: its address.
 async fn serve<St: Store>(store: St) -> String {
+    serve_with(store, OnStoreError::Open).await
+}
+
+/// [`serve`], the quota service answering a failed store as told.
+async fn serve_with<St: Store>(store: St, on_store_error: OnStoreError) -> String {
     let config = Config::from_yaml("q.yaml", CONFIG).unwrap();
     let rls = RateLimitServer::new(config, store.clone());
-    let quota = QuotaServer::new(rls.rules(), store);
+    let quota = QuotaServer::new(rls.rules(), store)
+        .on_store_error(on_store_error)
+        .store_timeout(Duration::from_millis(200));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
@@ -694,4 +701,119 @@ async fn a_spent_window_is_denied_until_it_ends_then_admits_again() {
         }
     }
     panic!("no attempt fit in a second");
+}
+
+/// Redis killed: a report whose usage the store cannot count is answered
+/// with a token bucket (open: the ledger still bounds the data planes) or
+/// `DENY_ALL` (closed); back, a bucket again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_store_is_answered_as_on_store_error_says() {
+    for on_store_error in [OnStoreError::Open, OnStoreError::Closed] {
+        let mut redis = RedisServer::start();
+        let store = RedisStore::connect(redis.url()).await.unwrap();
+        let addr = serve_with(store, on_store_error).await;
+        let plane = DataPlane::connect(&addr, "q", true).await;
+        let bucket: &[(&str, &str)] = &[("slow", "outage")];
+        plane.request(bucket).await;
+        let first = plane
+            .first_assignment(bucket, Duration::from_secs(2))
+            .await
+            .expect("an assignment");
+        assert!(matches!(first, Assignment::TokenBucket(_)), "{first:?}");
+        redis.kill();
+        plane.report().await;
+        let during = wait_for_answer(&plane, bucket, 2).await;
+        match on_store_error {
+            OnStoreError::Open => {
+                assert!(matches!(during, Assignment::TokenBucket(_)), "{during:?}")
+            }
+            OnStoreError::Closed => assert_eq!(during, Assignment::DenyAll),
+        }
+        redis.restart();
+        // Back: within a few reports, a bucket again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut answers = 2;
+        loop {
+            plane.report().await;
+            answers += 1;
+            let after = wait_for_answer(&plane, bucket, answers).await;
+            if matches!(after, Assignment::TokenBucket(_)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{on_store_error:?}: still {after:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Waits for `plane`'s `n`th answer for `bucket` (from 1): that answer.
+async fn wait_for_answer(plane: &DataPlane, bucket: &[(&str, &str)], n: usize) -> Assignment {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some((_, assignment)) = plane.received(bucket).get(n - 1) {
+            return *assignment;
+        }
+        assert!(Instant::now() < deadline, "no answer {n}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Usage reported while Redis is down is counted once it is back: the
+/// report is answered within the store timeout, and the charge goes on
+/// until it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_reported_during_an_outage_is_counted_once_the_store_is_back() {
+    let mut redis = RedisServer::start();
+    let store = RedisStore::connect(redis.url()).await.unwrap();
+    let addr = serve(store).await;
+    let plane = DataPlane::connect(&addr, "q", false).await;
+    let bucket: &[(&str, &str)] = &[("slow", "carried")];
+    plane.request(bucket).await;
+    wait_for_answer(&plane, bucket, 1).await;
+    // Restarted empty: what counts from here is what the plane reports.
+    redis.restart();
+    redis.kill();
+    for _ in 0..5 {
+        plane.request(bucket).await;
+    }
+    plane.report().await;
+    wait_for_answer(&plane, bucket, 2).await;
+    redis.restart();
+    let mut rls = RateLimitServiceClient::connect(addr.clone()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut answers = 2;
+    loop {
+        plane.report().await;
+        answers += 1;
+        wait_for_answer(&plane, bucket, answers).await;
+        let peeked = rls
+            .should_rate_limit(RateLimitRequest {
+                domain: "q".to_owned(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "slow".to_owned(),
+                        value: "carried".to_owned(),
+                    }],
+                    ..RateLimitDescriptor::default()
+                }],
+                hits_addend: 0,
+            })
+            .await;
+        if let Ok(answer) = peeked {
+            let remaining = answer.into_inner().statuses[0].limit_remaining;
+            // 1,000 an hour: the 5 of the outage, and each call of ours 1.
+            if remaining <= 1_000 - 5 - 1 {
+                assert!(remaining >= 1_000 - 5 - 10, "counted twice? {remaining}");
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the outage's usage was never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -5,6 +5,7 @@ use super::action::Assignment;
 use super::bucket::{BucketKey, Kind, Limited, kind};
 use super::limits::{Limits, Usage};
 use crate::reload::Rules;
+use crate::service::OnStoreError;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
 };
@@ -29,6 +30,9 @@ pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 /// interval is fixed at 5 s today).
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long a report's counting waits for the store, unless told.
+const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Answers `StreamRateLimitQuotas` from the same rules as
 /// [`RateLimitServer`](crate::RateLimitServer), counting the reported
 /// usage in the same store under the same keys: a bucket whose
@@ -46,6 +50,9 @@ pub struct QuotaServer<St> {
 struct Shared<St> {
     rules: Rules,
     store: St,
+    on_store_error: OnStoreError,
+    /// How long a report's counting may wait for the store.
+    store_timeout: Duration,
     limits: Limits,
     /// The next slot's number (a stream's bucket).
     slots: AtomicU64,
@@ -63,10 +70,36 @@ impl<St: Store> QuotaServer<St> {
             shared: Arc::new(Shared {
                 rules,
                 store,
+                on_store_error: OnStoreError::default(),
+                store_timeout: DEFAULT_STORE_TIMEOUT,
                 limits: Limits::default(),
                 slots: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// What a bucket is assigned when the store fails to count its usage
+    /// ([`OnStoreError::Open`] by default): `Open` goes on assigning from
+    /// the ledger, which bounds what the data planes admit without the
+    /// store (only a spent window goes unseen); `Closed` assigns
+    /// `DENY_ALL` until the store counts again.
+    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
+        // A `QuotaServer` is not `Clone`, and its streams share it only once
+        // it is a service: here the one reference is this one.
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.on_store_error = on_store_error;
+        }
+        self
+    }
+
+    /// How long counting a report's usage may wait for the store (default
+    /// 1 s) before the report is answered as [`on_store_error`](Self::on_store_error)
+    /// says: a stream's answers never wait on a store that hangs.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.store_timeout = timeout;
+        }
+        self
     }
 
     /// The tonic service to add to a `tonic::transport::Server`.
@@ -231,8 +264,11 @@ impl StreamState {
                 series.allowed.increment(usage.allowed);
                 series.denied.increment(usage.denied);
                 let remaining = count(shared, &limited, usage.allowed).await;
+                let closed = remaining.is_none() && shared.on_store_error == OnStoreError::Closed;
                 let assignment = if limited.counts_only {
                     Assignment::AllowAll
+                } else if closed {
+                    Assignment::DenyAll
                 } else {
                     shared
                         .limits
@@ -312,28 +348,31 @@ impl StreamState {
 }
 
 /// Charges `allowed` requests to `limited` in the store, and reads what
-/// remains of its window; `None` when the store did not answer (the
-/// ledger still bounds what the data planes admit).
+/// remains of its window, each waited for within the server's store
+/// timeout (the ledger bounds what the data planes admit without the
+/// store). A charge not answered in time goes on: the store lands it
+/// when it can, or logs that it failed (a store's charge that failed may
+/// have landed, so it is not sent again: it would count twice).
 async fn count<St: Store>(shared: &Shared<St>, limited: &Limited, allowed: u64) -> Option<u64> {
+    let timeout = shared.store_timeout;
     if allowed > 0 {
         let cost = u32::try_from(allowed).unwrap_or(u32::MAX);
-        let debit = PolicyDebit::new(cost);
-        shared
+        let debit = shared
             .store
-            .debit(&limited.policy, &limited.key, debit)
-            .landed()
-            .await;
+            .debit(&limited.policy, &limited.key, PolicyDebit::new(cost))
+            .landed();
+        if tokio::time::timeout(timeout, debit).await.is_err() {
+            tracing::debug!("a quota report's usage was not counted within the store timeout");
+        }
     }
-    match shared
-        .store
-        .peek(&limited.policy, &limited.key)
-        .resolve()
-        .await
-    {
-        Ok(decision) => Some(decision.merged().remaining()),
-        Err(error) => {
+    let peek = shared.store.peek(&limited.policy, &limited.key).resolve();
+    let remaining = match tokio::time::timeout(timeout, peek).await {
+        Ok(Ok(decision)) => Some(decision.merged().remaining()),
+        Ok(Err(error)) => {
             tracing::debug!(%error, "a quota report's limit could not be read");
             None
         }
-    }
+        Err(_) => None,
+    };
+    remaining
 }

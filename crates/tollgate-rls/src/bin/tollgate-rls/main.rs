@@ -8,7 +8,8 @@
 //!                          redis+sentinel://… | postgres://USER:PASSWORD@HOST:PORT/DB; or TOLLGATE_STORE
 //! --local MODE             Redis or PostgreSQL stores: off (default) | exact | periodic=MS
 //! --on-store-error MODE    open (default: every descriptor OK) | closed (the call OVER_LIMIT) |
-//!                          fallback (decided in this process's memory at its share of each limit)
+//!                          fallback (decided in this process's memory at its share of each limit);
+//!                          quota streams: open and fallback go on assigning, closed assigns DENY_ALL
 //! --instances N            with fallback: how many processes share the store, until it has counted them (default 1)
 //! --store-timeout-ms N     default 100: a store call given up after it, behind a circuit breaker
 //! --response-headers SET   draft11 (default) | legacy (X-RateLimit-*) | both | none
@@ -342,7 +343,10 @@ async fn run(args: Args) -> Result<(), Failure> {
     // not load leaves the last good configuration in force.
     let _follow = server.rules().follow(&args.config);
     // RLQS on the same listener, from the same rules and store.
-    let quota = QuotaServer::new(server.rules(), store.clone()).into_service();
+    let quota = QuotaServer::new(server.rules(), store.clone())
+        .on_store_error(args.on_store_error())
+        .store_timeout(args.store_timeout())
+        .into_service();
     let server = Arc::new(server);
     let checks = match args.http {
         Some(addr) => Some(http::checks(addr, Arc::clone(&server)).await?),
