@@ -366,13 +366,12 @@ async fn count<St: Store>(shared: &Shared<St>, limited: &Limited, allowed: u64) 
         }
     }
     let peek = shared.store.peek(&limited.policy, &limited.key).resolve();
-    let remaining = match tokio::time::timeout(timeout, peek).await {
+    match tokio::time::timeout(timeout, peek).await {
         Ok(Ok(decision)) => Some(decision.merged().remaining()),
         Ok(Err(error)) => {
             tracing::debug!(%error, "a quota report's limit could not be read");
             None
         }
         Err(_) => None,
-    };
-    remaining
+    }
 }
