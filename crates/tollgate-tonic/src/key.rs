@@ -30,6 +30,16 @@ impl KeyExtractor for GrpcPeerIp {
             .map(|addr| Key::from(addr.ip().to_canonical()))
             .or_else(|| PeerIp.extract(request))
     }
+
+    fn missing_key_hint(&self) -> Option<&'static str> {
+        Some(
+            "GrpcPeerIp found no peer address on a call, so calls without one share the \
+             missing-key limit (by default one limit for all of them): tonic's server records \
+             the address for plain TCP (TcpConnectInfo); over TLS, or with another server, \
+             insert a `tollgate::key::PeerAddr` extension in front of the layer. This is \
+             logged once per layer.",
+        )
+    }
 }
 
 /// The value of one ASCII metadata entry, e.g. `x-api-key`. A missing

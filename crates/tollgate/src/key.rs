@@ -44,6 +44,35 @@ impl<'a> RequestView<'a> {
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The request's key, or `None`.
     fn extract(&self, request: &RequestView<'_>) -> Option<Key>;
+
+    /// For an extractor that finds a key in every request once the app
+    /// is set up right (the peer's address): what a request without one
+    /// says about the setup, and the fix. The layer logs it once, at
+    /// WARN, the first time a request has no key: until it is fixed,
+    /// every such request gets the [`OnMissingKey`] behaviour (by default
+    /// they all share one limit). `None`, the default, for an extractor
+    /// whose key a request may well lack (a header it did not send).
+    fn missing_key_hint(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// Logs, once, an extractor's [`missing_key_hint`](KeyExtractor::missing_key_hint)
+/// when a request has no key: one per layer.
+#[derive(Debug, Default)]
+pub(crate) struct MissingKeyWarning(std::sync::atomic::AtomicBool);
+
+impl MissingKeyWarning {
+    /// A request had no key under `extractor`.
+    #[cold]
+    pub(crate) fn missed<K: KeyExtractor + ?Sized>(&self, extractor: &K) {
+        use std::sync::atomic::Ordering;
+        if let Some(hint) = extractor.missing_key_hint()
+            && !self.0.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!("{hint}");
+        }
+    }
 }
 
 /// What the layer does with a request whose key cannot be extracted.
@@ -137,7 +166,18 @@ impl KeyExtractor for PeerIp {
     fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         PeerIp::peer_addr(request.extensions).map(|addr| Key::from(addr.ip().to_canonical()))
     }
+
+    fn missing_key_hint(&self) -> Option<&'static str> {
+        Some(PEER_IP_HINT)
+    }
 }
+
+/// What a request without a peer address says about the setup.
+pub(crate) const PEER_IP_HINT: &str = "PeerIp found no peer address on a request, so requests \
+    without one share the missing-key limit (by default one limit for all of them): with \
+    axum, serve the app with `into_make_service_with_connect_info::<SocketAddr>()`; with \
+    another server, insert a `tollgate::key::PeerAddr` extension; in tests, add \
+    `MockConnectInfo`. This is logged once per layer.";
 
 /// The value of one request header, e.g. an API key.
 ///
@@ -269,11 +309,19 @@ impl<K: KeyExtractor + ?Sized> KeyExtractor for Arc<K> {
     fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         (**self).extract(request)
     }
+
+    fn missing_key_hint(&self) -> Option<&'static str> {
+        (**self).missing_key_hint()
+    }
 }
 
 impl<K: KeyExtractor + ?Sized> KeyExtractor for Box<K> {
     fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
         (**self).extract(request)
+    }
+
+    fn missing_key_hint(&self) -> Option<&'static str> {
+        (**self).missing_key_hint()
     }
 }
 
@@ -285,6 +333,13 @@ macro_rules! tuple_extractor {
             fn extract(&self, request: &RequestView<'_>) -> Option<Key> {
                 let ($($name,)+) = self;
                 Some(Key::composite(&[$($name.extract(request)?),+]))
+            }
+
+            /// The first part's hint that has one.
+            #[allow(non_snake_case)]
+            fn missing_key_hint(&self) -> Option<&'static str> {
+                let ($($name,)+) = self;
+                None$(.or_else(|| $name.missing_key_hint()))+
             }
         }
     };

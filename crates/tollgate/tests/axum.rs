@@ -116,6 +116,57 @@ async fn peer_ip_keys_each_client_apart() {
     );
 }
 
+/// Served without connection info, `PeerIp` finds no address: the
+/// requests share the missing-key limit, and the layer says so once, at
+/// WARN, naming the fix; a second layer says so too, once.
+#[test]
+fn peer_ip_without_an_address_warns_once_per_layer_naming_the_fix() {
+    let (logs, _guard) = tollgate_tests::logs::Captured::install();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let router = |limit| {
+        let layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(limit))
+            .key(PeerIp)
+            .build();
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer)
+    };
+    let bare = || Request::builder().uri("/").body(Body::empty()).unwrap();
+    let (first, second) = (router(2), router(100));
+    let statuses: Vec<StatusCode> = runtime.block_on(async {
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(first.clone().oneshot(bare()).await.unwrap().status());
+        }
+        for _ in 0..2 {
+            second.clone().oneshot(bare()).await.unwrap();
+        }
+        statuses
+    });
+    // Every client shares one limit: the third request is refused.
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let lines = logs.lines();
+    let warnings: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.starts_with("WARN") && line.contains("PeerIp"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{lines:#?}");
+    assert!(
+        warnings[0].contains("into_make_service_with_connect_info"),
+        "{lines:#?}"
+    );
+}
+
 /// Over real TCP on loopback: axum's `ConnectInfo<SocketAddr>` gives the key.
 #[cfg(feature = "axum")]
 #[tokio::test]

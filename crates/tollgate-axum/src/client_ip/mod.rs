@@ -256,6 +256,11 @@ impl KeyExtractor for ClientIp {
         let peer = PeerIp::peer_addr(request.extensions)?;
         Some(self.key_for(self.resolve(peer, request.headers)))
     }
+
+    /// As [`PeerIp`]'s: the client's address starts from the peer's.
+    fn missing_key_hint(&self) -> Option<&'static str> {
+        PeerIp.missing_key_hint()
+    }
 }
 
 #[cfg(test)]

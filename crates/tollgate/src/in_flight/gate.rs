@@ -30,6 +30,8 @@ pub(crate) struct Settings {
 pub(crate) struct Gate<K, Sl, R> {
     pub(crate) limit: InFlightLimit,
     pub(crate) key: K,
+    /// Says once that the key's extractor found none where it should.
+    pub(crate) missing_key: crate::key::MissingKeyWarning,
     pub(crate) slots: Sl,
     pub(crate) rejector: R,
     pub(crate) fields: Fields,

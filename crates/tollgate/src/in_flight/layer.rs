@@ -251,6 +251,7 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
                 metrics: crate::observe::LimitMetrics::new(limit.shared_name()),
                 limit,
                 key: self.key,
+                missing_key: Default::default(),
                 slots: self.slots,
                 rejector: self.rejector,
                 settings: self.config.settings,

@@ -73,22 +73,25 @@ where
         let gate = &self.gate;
         let key = match gate.key.extract(&RequestView::new(&request)) {
             Some(key) => key,
-            None => match &gate.settings.common.on_missing_key {
-                OnMissingKey::Shared(key) => key.clone(),
-                OnMissingKey::Skip => {
-                    return ResponseFuture::calling(
-                        self.inner.call(request),
-                        None,
-                        FieldValues::default(),
-                    );
+            None => {
+                gate.missing_key.missed(&gate.key);
+                match &gate.settings.common.on_missing_key {
+                    OnMissingKey::Shared(key) => key.clone(),
+                    OnMissingKey::Skip => {
+                        return ResponseFuture::calling(
+                            self.inner.call(request),
+                            None,
+                            FieldValues::default(),
+                        );
+                    }
+                    OnMissingKey::Reject(status) => {
+                        return ResponseFuture::rejected(Box::new(
+                            gate.rejector
+                                .reject(Rejection::MissingKey { status: *status }),
+                        ));
+                    }
                 }
-                OnMissingKey::Reject(status) => {
-                    return ResponseFuture::rejected(Box::new(
-                        gate.rejector
-                            .reject(Rejection::MissingKey { status: *status }),
-                    ));
-                }
-            },
+            }
         };
         match gate.slots.acquire(&gate.limit, &key) {
             SlotReply::Ready(answer) => match gate.settle(answer, &key, true) {

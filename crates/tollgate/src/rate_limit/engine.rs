@@ -45,6 +45,8 @@ pub(crate) struct Engine<K, St, R> {
     #[cfg(feature = "quotas")]
     pub live: Option<crate::rate_limit::quotas::LiveLimits>,
     pub key: K,
+    /// Says once that the key's extractor found none where it should.
+    pub missing_key: crate::key::MissingKeyWarning,
     pub store: St,
     pub settings: Settings,
     /// Whether allowed responses carry rate-limit fields (the header style
@@ -425,6 +427,7 @@ where
         if let Some(key) = self.key.extract(info) {
             return Ok(key);
         }
+        self.missing_key.missed(&self.key);
         match &self.settings.common.on_missing_key {
             OnMissingKey::Shared(key) => Ok(key.clone()),
             OnMissingKey::Skip => Err(Start::Pass),

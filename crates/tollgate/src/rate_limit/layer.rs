@@ -604,6 +604,7 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 #[cfg(feature = "quotas")]
                 live,
                 key: self.key,
+                missing_key: Default::default(),
                 store: self.store,
                 settings,
                 fields_on_allowed,
