@@ -20,6 +20,39 @@
 //!   an assignment with `requests_per_time_unit` or no strategy is
 //!   ignored.
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action;
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+
+/// What an RLQS `BucketAction` tells the filter to enforce, and for how
+/// long in µs (the TTL's whole seconds); `None` for an abandon action or
+/// none.
+pub fn assignment_of(action: &BucketAction) -> Option<(Assignment, u64)> {
+    let Some(bucket_action::BucketAction::QuotaAssignmentAction(assign)) = &action.bucket_action
+    else {
+        return None;
+    };
+    let ttl = assign
+        .assignment_time_to_live
+        .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0) * 1_000_000);
+    let assignment = match assign.rate_limit_strategy.and_then(|s| s.strategy) {
+        Some(Strategy::BlanketRule(rule)) if rule == BlanketRule::DenyAll as i32 => {
+            Assignment::DenyAll
+        }
+        Some(Strategy::BlanketRule(_)) => Assignment::AllowAll,
+        Some(Strategy::TokenBucket(bucket)) => Assignment::TokenBucket(TokenBucket {
+            max_tokens: bucket.max_tokens,
+            tokens_per_fill: bucket.tokens_per_fill.map_or(0, |v| v.value),
+            fill_interval_us: bucket.fill_interval.map_or(0, |d| {
+                u64::try_from(d.seconds).unwrap_or(0) * 1_000_000
+                    + u64::try_from(d.nanos).unwrap_or(0) / 1_000
+            }),
+        }),
+        _ => Assignment::Ignored,
+    };
+    Some((assignment, ttl))
+}
+
 /// How a token bucket replaces a different one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Replacement {

@@ -481,6 +481,13 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
 }
 
 /// A `/json` body of one descriptor of one entry.
+/// The address in the binary's `metrics on http://ADDR/metrics` line.
+fn metrics_addr(line: &str) -> &str {
+    line.strip_prefix("metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("not a metrics line: {line:?}"))
+}
+
 fn json_call(domain: &str, key: &str, value: &str) -> String {
     format!(
         r#"{{"domain": "{domain}", "descriptors": [{{"entries": [{{"key": "{key}", "value": "{value}"}}]}}]}}"#
@@ -514,10 +521,7 @@ fn the_json_check_healthcheck_and_metrics_answer_over_http() {
     ];
     let (_rls, lines) = Rls::start_reading(&args, 2);
     let checks = lines[0].strip_prefix("listening on http://").unwrap();
-    let metrics = lines[1]
-        .strip_prefix("metrics on http://")
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .unwrap();
+    let metrics = metrics_addr(&lines[1]);
 
     assert_eq!(
         http(checks, "GET", "/healthcheck", ""),
@@ -758,10 +762,7 @@ fn the_near_limit_ratio_moves_the_near_limit_count() {
     ];
     let (_rls, lines) = Rls::start_reading(&args, 2);
     let checks = lines[0].strip_prefix("listening on http://").unwrap();
-    let metrics = lines[1]
-        .strip_prefix("metrics on http://")
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .unwrap();
+    let metrics = metrics_addr(&lines[1]);
     // key2_value2: 30 a minute; past half of it (15): the 16th to the 20th.
     let body = json_call("test-domain", "key2", "value2");
     for _ in 0..20 {
@@ -812,11 +813,7 @@ async fn the_binary_serves_quota_streams_and_their_metrics() {
         "127.0.0.1:0",
     ];
     let (rls, lines) = Rls::start_reading(&args, 1);
-    let metrics = lines[0]
-        .strip_prefix("metrics on http://")
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .unwrap()
-        .to_owned();
+    let metrics = metrics_addr(&lines[0]).to_owned();
     let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", rls.addr))
         .await
         .unwrap();

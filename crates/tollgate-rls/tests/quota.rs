@@ -7,14 +7,11 @@
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,7 +21,9 @@ use tollgate_redis::RedisStore;
 use tollgate_rls::config::Config;
 use tollgate_rls::{OnStoreError, QuotaServer, RateLimitServer};
 use tollgate_store::{MemoryStore, Store};
-use tollgate_tests::envoy_quota::{Assignment, DataPlaneBucket, Replacement, TokenBucket};
+use tollgate_tests::envoy_quota::{
+    Assignment, DataPlaneBucket, Replacement, TokenBucket, assignment_of,
+};
 use tollgate_tests::redis::RedisServer;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Server;
@@ -92,32 +91,6 @@ fn bucket_of(id: &BucketId) -> Bucket {
     let mut entries: Bucket = id.bucket.clone().into_iter().collect();
     entries.sort();
     entries
-}
-
-/// What an action tells the filter to enforce, and for how long (µs).
-fn assignment_of(action: &BucketAction) -> Option<(Assignment, u64)> {
-    let Some(bucket_action::BucketAction::QuotaAssignmentAction(assign)) = &action.bucket_action
-    else {
-        return None;
-    };
-    let ttl = assign
-        .assignment_time_to_live
-        .map_or(0, |d| d.seconds as u64 * 1_000_000);
-    let assignment = match assign.rate_limit_strategy.and_then(|s| s.strategy) {
-        Some(Strategy::BlanketRule(rule)) if rule == BlanketRule::DenyAll as i32 => {
-            Assignment::DenyAll
-        }
-        Some(Strategy::BlanketRule(_)) => Assignment::AllowAll,
-        Some(Strategy::TokenBucket(bucket)) => Assignment::TokenBucket(TokenBucket {
-            max_tokens: bucket.max_tokens,
-            tokens_per_fill: bucket.tokens_per_fill.map_or(0, |v| v.value),
-            fill_interval_us: bucket.fill_interval.map_or(0, |d| {
-                d.seconds as u64 * 1_000_000 + u64::from(d.nanos as u32) / 1_000
-            }),
-        }),
-        _ => Assignment::Ignored,
-    };
-    Some((assignment, ttl))
 }
 
 /// One data plane: a stream to the service, its buckets as the filter

@@ -29,7 +29,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tollgate::store::MemoryStore;
 use tollgate_rls::config::Config;
 use tollgate_rls::{QuotaServer, RateLimitServer};
-use tollgate_tests::envoy_quota::{Assignment, DataPlaneBucket, Replacement, TokenBucket};
+use tollgate_tests::envoy_quota::{Assignment, DataPlaneBucket, Replacement, assignment_of};
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -258,35 +258,12 @@ fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// The assignment an action carries, as the filter reads it.
-fn assignment_of(answer: &RateLimitQuotaResponse) -> Vec<(Assignment, u64)> {
+/// The assignments an answer carries, as the filter reads them.
+fn assignments(answer: &RateLimitQuotaResponse) -> Vec<(Assignment, u64)> {
     answer
         .bucket_action
         .iter()
-        .filter_map(|action| match &action.bucket_action {
-            Some(bucket_action::BucketAction::QuotaAssignmentAction(assign)) => Some(assign),
-            _ => None,
-        })
-        .map(|assign| {
-            let ttl = assign
-                .assignment_time_to_live
-                .map_or(0, |d| d.seconds as u64 * 1_000_000);
-            let assignment = match assign.rate_limit_strategy.and_then(|s| s.strategy) {
-                Some(Strategy::BlanketRule(rule)) if rule == BlanketRule::DenyAll as i32 => {
-                    Assignment::DenyAll
-                }
-                Some(Strategy::BlanketRule(_)) => Assignment::AllowAll,
-                Some(Strategy::TokenBucket(bucket)) => Assignment::TokenBucket(TokenBucket {
-                    max_tokens: bucket.max_tokens,
-                    tokens_per_fill: bucket.tokens_per_fill.map_or(0, |v| v.value),
-                    fill_interval_us: bucket
-                        .fill_interval
-                        .map_or(0, |d| d.seconds as u64 * 1_000_000),
-                }),
-                _ => Assignment::Ignored,
-            };
-            (assignment, ttl)
-        })
+        .filter_map(assignment_of)
         .collect()
 }
 
@@ -315,7 +292,7 @@ async fn most_admitted_in_a_window(addr: &str) -> u64 {
             tokio::spawn(async move {
                 while let Ok(Some(answer)) = inbound.message().await {
                     let now = now_us();
-                    for (assignment, ttl) in assignment_of(&answer) {
+                    for (assignment, ttl) in assignments(&answer) {
                         applied
                             .lock()
                             .expect("the bucket")
