@@ -210,16 +210,34 @@ impl PolicyMetrics {
 
 #[cfg(feature = "metrics")]
 impl PolicyMetrics {
-    /// Registers every series of the policy with the recorder installed
-    /// now, at 0: a dashboard shows a limit before its first decision, and
-    /// a rate over its first increment is not lost.
+    /// Registers the series an enforced policy counts in, with the
+    /// recorder installed now, at 0: a dashboard shows a limit before its
+    /// first decision, and a rate over its first increment is not lost.
+    /// Each limit's `allowed`, `limited` and near-limit series, and the
+    /// policy's store errors, block cache hits and fallback decisions; not
+    /// `shadow_limited`, which an enforced limit never counts (see
+    /// [`register_in_shadow`](Self::register_in_shadow)).
     pub fn register(&self) {
+        self.register_as(false);
+    }
+
+    /// [`register`](Self::register) for a policy whose limits are in
+    /// shadow (shadow limits, or a whole layer in shadow mode): their
+    /// refusals count as `shadow_limited`, never as `limited`.
+    pub fn register_in_shadow(&self) {
+        self.register_as(true);
+    }
+
+    fn register_as(&self, shadow: bool) {
         metrics::with_recorder(|recorder| {
             let keys = self.per_limit.iter().flat_map(|limit| {
                 [
                     &limit.allowed,
-                    &limit.limited,
-                    &limit.shadow_limited,
+                    if shadow {
+                        &limit.shadow_limited
+                    } else {
+                        &limit.limited
+                    },
                     &limit.near_limit,
                 ]
             });
@@ -439,6 +457,19 @@ pub fn breaker_state(store: &str, phase: u8) {
 
 #[cfg(not(feature = "metrics"))]
 pub fn breaker_state(_: &str, _: u8) {}
+
+/// A circuit breaker in front of `store` was built: its state, closed,
+/// and how often it opened, 0, registered, so that a dashboard shows the
+/// breaker before it ever opens and a rate over its first opening is not
+/// lost.
+#[cfg(feature = "metrics")]
+pub fn breaker_built(store: &str) {
+    breaker_state(store, 0);
+    metrics::counter!("tollgate_breaker_opened_total", "store" => store.to_owned()).increment(0);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub fn breaker_built(_: &str) {}
 
 /// A circuit breaker in front of `store` opened:
 /// `tollgate_breaker_opened_total{store}`.

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tollgate::{GlobalKey, MemoryStore, RateLimitLayer, Store};
+use tollgate::{GlobalKey, MemoryStore, NamedLimit, RateLimitLayer, Store};
 use tollgate_core::Quota;
 use tower::ServiceBuilder;
 
@@ -36,6 +36,11 @@ impl Counts {
     fn get(&self, name: &str) -> u64 {
         let map = self.0.lock().unwrap();
         map.get(name).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Whether the series `name` was registered (at 0 or counted).
+    fn registered(&self, name: &str) -> bool {
+        self.0.lock().unwrap().contains_key(name)
     }
 }
 
@@ -469,4 +474,41 @@ fn requests_the_fallbacks_secondary_decided_are_counted() {
     assert_eq!(decisions(&counts, "api"), [3, 0, 0]);
     // The layer saw no failure: the fallback answered.
     assert_eq!(counts.get("tollgate_store_errors_total{limits=api}"), 0);
+}
+
+/// Built, before any request: each series a decision can count in is
+/// registered, and no other. An enforced limit's `allowed`, `limited` and
+/// near-limit series; a shadow limit's `allowed`, `shadow_limited` and
+/// near-limit series; no `shadow_limited` under the enforced limit, no
+/// `limited` under the shadow one. A whole layer in shadow mode: its
+/// limits' `shadow_limited`, not their `limited`.
+#[test]
+fn the_series_a_layer_can_count_in_are_registered_at_zero_and_only_those() {
+    let decision =
+        |limit: &str, d: &str| format!("tollgate_decisions_total{{limit={limit},decision={d}}}");
+    let counts = counted(async {
+        let _layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(5))
+            .limit(NamedLimit::new("api-next", Quota::per_minute(3)).shadow())
+            .key(GlobalKey)
+            .build();
+    });
+    for d in ["allowed", "limited"] {
+        assert!(counts.registered(&decision("api", d)), "api {d}");
+    }
+    assert!(!counts.registered(&decision("api", "shadow_limited")));
+    for d in ["allowed", "shadow_limited"] {
+        assert!(counts.registered(&decision("api-next", d)), "api-next {d}");
+    }
+    assert!(!counts.registered(&decision("api-next", "limited")));
+    assert!(counts.registered("tollgate_near_limit_total{limit=api-next}"));
+    let counts = counted(async {
+        let _layer = RateLimitLayer::builder()
+            .quota("api", Quota::per_minute(5))
+            .key(GlobalKey)
+            .shadow(true)
+            .build();
+    });
+    assert!(counts.registered(&decision("api", "shadow_limited")));
+    assert!(!counts.registered(&decision("api", "limited")));
 }

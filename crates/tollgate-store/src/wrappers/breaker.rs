@@ -119,9 +119,8 @@ impl<S> Breaker<S> {
     pub fn new(inner: S) -> Self {
         crate::set_up_default_clock();
         let store: Arc<str> = Arc::from(crate::short_type_name::<S>());
-        // Closed from the start, so that a dashboard shows the breaker
-        // before it ever opens.
-        crate::observe::breaker_state(&store, CLOSED);
+        // Closed, and never opened, from the start.
+        crate::observe::breaker_built(&store);
         Breaker {
             inner,
             circuit: Arc::new(Circuit {

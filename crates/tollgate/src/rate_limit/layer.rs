@@ -509,9 +509,18 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 shadow_composes(&layer.shared.settings)?;
             }
         }
+        // Every series a decision can count in, at 0; only those (a
+        // dashboard's shadow panel reads the shadow limits', and an
+        // enforced limit has none).
         #[cfg(feature = "metrics")]
         for entry in layer.shared.routes.entries() {
-            entry.policy.metrics().register();
+            match layer.shared.settings.shadow {
+                true => entry.policy.metrics().register_in_shadow(),
+                false => entry.policy.metrics().register(),
+            }
+            if let Some(shadow) = &entry.shadow {
+                shadow.policy().metrics().register_in_shadow();
+            }
         }
         Ok(layer)
     }
