@@ -8,8 +8,10 @@
 //!
 //! The service is gRPC's standard health service (`grpc.health.v1.Health`,
 //! from tonic-health), standing in for your generated one: `Check` is
-//! unary, `Watch` server-streaming. Every method: 20 calls per second per
-//! client IP. `Check`: 3 per 2 seconds per client IP.
+//! unary, `Watch` server-streaming. Every method but `Check`: 20 calls per
+//! second per client IP. `Check`: 3 per 2 seconds per client IP, instead
+//! of the 20 (a `.path` replaces the layer's own limits for its calls; to
+//! keep both, list both in it).
 
 use std::time::Duration;
 use tollgate::NamedLimit;

@@ -203,8 +203,10 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     crate::limit_setters!(config.limits, max_delay);
 
     /// Requests that `matches` are charged `limits` instead of the layer's
-    /// own (under the same key, in the same store). Routes are tried in the
-    /// order they are added and the first match wins; no limits at all means
+    /// own (under the same key, in the same store): the route's limits
+    /// replace the layer's, they are not added to them. To keep the layer's
+    /// limit and add a stricter one, list both. Routes are tried in the order
+    /// they are added and the first match wins; no limits at all means
     /// such requests are not limited. The builder's
     /// [`algorithm`](Self::algorithm) and [`max_delay`](Self::max_delay) apply to
     /// routes' limits too.
@@ -259,8 +261,9 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
     }
 
     /// Requests for exactly the URI path `path` are charged `limits` instead
-    /// of the layer's own; see [`route`](Self::route). For a gRPC method
-    /// the path is `/package.Service/Method`.
+    /// of the layer's own (not beside them: list the layer's limit too to
+    /// keep it); see [`route`](Self::route). For a gRPC method the path is
+    /// `/package.Service/Method`.
     ///
     /// ```
     /// use tollgate::{NamedLimit, RateLimitLayer};
