@@ -189,3 +189,22 @@ impl<St: Store> RateLimitService for RateLimitServer<St> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_store::MemoryStore;
+
+    #[test]
+    fn a_near_limit_ratio_outside_0_to_1_is_taken_as_the_nearest() {
+        let server = || {
+            let config = Config::from_yaml("d.yaml", "domain: d\ndescriptors: []\n").unwrap();
+            RateLimitServer::new(config, MemoryStore::new())
+        };
+        assert_eq!(server().detailed.near_ratio, 0.8);
+        assert_eq!(server().near_limit_ratio(0.5).detailed.near_ratio, 0.5);
+        assert_eq!(server().near_limit_ratio(1.5).detailed.near_ratio, 1.0);
+        assert_eq!(server().near_limit_ratio(-2.0).detailed.near_ratio, 0.0);
+        assert_eq!(server().near_limit_ratio(f64::NAN).detailed.near_ratio, 0.8);
+    }
+}

@@ -846,6 +846,9 @@ async fn the_binary_serves_quota_streams_and_their_metrics() {
     else {
         panic!("{answer:?}");
     };
+    // Three reporting intervals (Envoy's 5 s until the stream shows
+    // another): longer than the interval, renewed by each report.
+    assert_eq!(assigned.assignment_time_to_live.unwrap().seconds, 15);
     let Some(Strategy::TokenBucket(bucket)) = assigned.rate_limit_strategy.unwrap().strategy else {
         panic!("{answer:?}");
     };

@@ -790,3 +790,48 @@ async fn usage_reported_during_an_outage_is_counted_once_the_store_is_back() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A stream reports at most `MAX_BUCKETS_PER_STREAM` buckets: a report of
+/// one more is answered for that many, the rest skipped; the stream goes
+/// on, and a bucket it already has is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reports_at_most_the_cap_of_buckets() {
+    let cap = tollgate_rls::quota::MAX_BUCKETS_PER_STREAM;
+    let addr = serve(MemoryStore::new()).await;
+    let mut client = RateLimitQuotaServiceClient::connect(addr).await.unwrap();
+    let (reports, outgoing) = mpsc::channel(4);
+    let mut answers = client
+        .stream_rate_limit_quotas(ReceiverStream::new(outgoing))
+        .await
+        .unwrap()
+        .into_inner();
+    let usage = |value: String| BucketQuotaUsage {
+        bucket_id: Some(bucket_id(&[("free", &value)])),
+        num_requests_allowed: 1,
+        ..BucketQuotaUsage::default()
+    };
+    let report = |usages| RateLimitQuotaUsageReports {
+        domain: "q".to_owned(),
+        bucket_quota_usages: usages,
+    };
+    reports
+        .send(report((0..=cap).map(|i| usage(format!("b{i}"))).collect()))
+        .await
+        .unwrap();
+    let answer = answers.message().await.unwrap().unwrap();
+    assert_eq!(answer.bucket_action.len(), cap);
+    // A new bucket: skipped; a known one with it: answered.
+    reports
+        .send(report(vec![
+            usage("new".to_owned()),
+            usage("b0".to_owned()),
+        ]))
+        .await
+        .unwrap();
+    let answer = answers.message().await.unwrap().unwrap();
+    assert_eq!(answer.bucket_action.len(), 1);
+    assert_eq!(
+        answer.bucket_action[0].bucket_id,
+        Some(bucket_id(&[("free", "b0")]))
+    );
+}
