@@ -180,3 +180,34 @@ impl StoreWrapper for HangingWhileDown {
         StoreReply::Pending(Box::pin(std::future::ready(Ok(decision))))
     }
 }
+
+/// An open breaker's error says how long until it asks the store again,
+/// and `retry_after` finds it through a wrapper whose error wraps it (a
+/// `Timeout` around the breaker) and a `BoxStore`'s boxed error.
+#[tokio::test]
+async fn an_open_breaker_says_when_it_asks_again_through_any_wrapper() {
+    let (flaky, clock) = (Flaky::default(), ManualClock::new(1));
+    let breaker = Breaker::new(flaky.clone())
+        .failures(1)
+        .cool_down(4 * SECOND)
+        .clock(clock.clone());
+    let outer = tollgate::store::BoxStore::new(Timeout::new(breaker, SECOND));
+    flaky.set_down(true);
+    let error = |store: &tollgate::store::BoxStore| {
+        let reply = store.check(&policy(), &Key::from("k"), 1);
+        async move { reply.resolve().await.expect_err("the store is down") }
+    };
+    // The store's own failure: nothing knows when it comes back.
+    let failed = error(&outer).await;
+    assert_eq!(tollgate::store::retry_after(&failed), None);
+    // Open: 4 s, then 1.5 s after 2.5 s.
+    let open = error(&outer).await;
+    assert_eq!(tollgate::store::retry_after(&open), Some(4 * SECOND));
+    clock.advance(Duration::from_millis(2_500));
+    let open = error(&outer).await;
+    assert_eq!(
+        tollgate::store::retry_after(&open),
+        Some(Duration::from_millis(1_500))
+    );
+    assert!(open.to_string().contains("circuit breaker is open"), "{open}");
+}

@@ -178,7 +178,11 @@ pub async fn decide<St: Store>(
             store.check(policy, &key, cost).resolve().await
         };
         let verdict = match answer {
-            Ok(verdict) => verdict,
+            Ok(verdict) => {
+                // An answer after failures ends an outage: logged so.
+                tollgate_store::report_answer(policy);
+                verdict
+            }
             Err(error) => {
                 give_back(store, &charged, descriptors, asked);
                 return Err(StoreFailed {

@@ -1,6 +1,11 @@
-//! [`report_failure`]: what a caller reports when its store fails.
+//! [`report_failure`] and [`report_answer`]: what a caller reports when
+//! its store fails, and when it answers again; [`retry_after`]: when a
+//! failed store is expected back.
 
 use crate::policy::Policy;
+use std::error::Error;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 /// What a caller of a store reports when it failed on a request of
 /// `policy`, or did not answer in time, before it applies its own rule
@@ -26,5 +31,94 @@ pub fn report_failure(policy: &Policy, error: &dyn std::fmt::Display) {
              every 10 s: held_back counts the failures since the last)"
         );
     }
+    policy.outage.failed();
     crate::observe::store_failed(policy.metrics());
+}
+
+/// What a caller of a store reports when the store answered a request of
+/// `policy`: if failures were reported for this policy since its last
+/// answer, the outage is over, and that is logged at the level its start
+/// was (WARN, with how many failures it saw; at most one such line every
+/// 10 s across the process), whether a [`Breaker`](crate::Breaker) stood
+/// in front of the store or not. A healthy store costs one relaxed load.
+///
+/// ```
+/// use tollgate_store::{NamedLimit, Policy};
+///
+/// let policy = Policy::new(vec![NamedLimit::new("api", "10/s".parse().unwrap())]);
+/// tollgate_store::report_failure(&policy, &"connection refused");
+/// tollgate_store::report_answer(&policy); // "rate-limit store answers again ..."
+/// ```
+pub fn report_answer(policy: &Policy) {
+    let Some(failures) = policy.outage.answered() else {
+        return;
+    };
+    static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
+    if let Some(held_back) = QUIET.pass() {
+        tracing::warn!(
+            limits = policy.label(),
+            failures,
+            held_back,
+            "rate-limit store answers again after {failures} failed or late calls: \
+             on_store_error no longer applies (at most one such line every 10 s: \
+             held_back counts the recoveries since the last)"
+        );
+    }
+}
+
+/// How long a store that failed with `error` is expected to stay
+/// unavailable, when something in front of it knows: an open
+/// [`Breaker`](crate::Breaker)'s time until its next probe
+/// ([`CircuitOpen`](crate::error::CircuitOpen), found anywhere in the
+/// error's chain of sources, so through any wrapper). `None` when
+/// nothing knows (a timeout, a refused connection).
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let error = std::io::Error::other("connection refused");
+/// assert_eq!(tollgate_store::retry_after(&error), None);
+/// ```
+pub fn retry_after(error: &(dyn Error + 'static)) -> Option<Duration> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(open) = error.downcast_ref::<crate::error::CircuitOpen>() {
+            return Some(open.retry_after());
+        }
+        next = error.source();
+    }
+    None
+}
+
+/// The failures a caller saw since its store last answered: what tells
+/// it that an answer ends an outage ([`report_answer`] keeps one per
+/// policy; the in-flight limit one per layer).
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct Outage {
+    failures: AtomicU64,
+}
+
+impl Outage {
+    /// No failure seen.
+    pub const fn new() -> Self {
+        Outage {
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// The store failed, or did not answer in time.
+    pub fn failed(&self) {
+        self.failures.fetch_add(1, Relaxed);
+    }
+
+    /// The store answered: `Some(failures seen)` when that ends an outage
+    /// (once per outage, whichever caller gets it), else `None`, after one
+    /// relaxed load.
+    pub fn answered(&self) -> Option<u64> {
+        if self.failures.load(Relaxed) == 0 {
+            return None;
+        }
+        Some(self.failures.swap(0, Relaxed)).filter(|failures| *failures > 0)
+    }
 }

@@ -74,7 +74,7 @@ pub use charge::spawn_change;
 pub use charge::{ChangeReply, PolicyDebit, PolicyRefund};
 pub use config::{BoxError, ConfigError};
 pub use decision::PolicyDecision;
-pub use failure::report_failure;
+pub use failure::{Outage, report_answer, report_failure, retry_after};
 pub use key::{Key, KeyView};
 pub use late::Watched;
 #[doc(hidden)]
@@ -112,7 +112,7 @@ pub mod future {
 /// behind it.
 pub mod error {
     pub use super::wrappers::boxed::BoxStoreError;
-    pub use super::wrappers::breaker::BreakerError;
+    pub use super::wrappers::breaker::{BreakerError, CircuitOpen};
     pub use super::wrappers::timeout::TimeoutError;
 }
 

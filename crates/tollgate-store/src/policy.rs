@@ -149,6 +149,10 @@ pub struct Policy {
     prepared: PreparedForms,
     /// See [`Policy::plan`].
     plan: Option<u64>,
+    /// Failures reported since the store last answered a request of this
+    /// policy ([`report_failure`](crate::report_failure),
+    /// [`report_answer`](crate::report_answer)).
+    pub(crate) outage: crate::failure::Outage,
 }
 
 /// A fingerprint of `limits` (names, algorithms, quotas) that every
@@ -360,6 +364,7 @@ impl Policy {
             limits,
             prepared: PreparedForms::default(),
             plan: None,
+            outage: crate::failure::Outage::new(),
         }
     }
 

@@ -94,8 +94,8 @@ impl<B: Default> Rejector<B> for GrpcRejector {
         match rejection {
             Rejection::Limited(limited) => self.limited(limited),
             Rejection::InFlight(in_flight) => self.in_flight(in_flight),
-            Rejection::StoreFailed { .. } => {
-                trailers_only(&Status::new(Code::Unavailable, message))
+            Rejection::StoreFailed { retry_after, .. } => {
+                trailers_only(&store_failed_status(message, retry_after))
             }
             other => {
                 let code = match other.status() {
@@ -168,6 +168,15 @@ impl GrpcRejector {
 /// `google.rpc.QuotaFailure` details, and `metadata` (the rate-limit
 /// fields). What [`GrpcRejector`] answers a limited call with, and what a
 /// [`MessageLimitLayer`](crate::MessageLimitLayer) ends a stream with.
+/// A call refused because the store failed and the layer fails closed:
+/// `UNAVAILABLE` (which gRPC clients may retry), with `google.rpc.RetryInfo`
+/// saying how long to wait (an open breaker's time until it asks the
+/// store again, else 1 s: [`Rejection::StoreFailed`]).
+pub(crate) fn store_failed_status(message: &str, retry_after: std::time::Duration) -> Status {
+    let details = ErrorDetails::with_retry_info(Some(retry_after));
+    Status::with_error_details(Code::Unavailable, message, details)
+}
+
 pub(crate) fn limited_status(
     code: Code,
     what: &str,
@@ -296,6 +305,7 @@ mod tests {
             (
                 Rejection::StoreFailed {
                     status: StatusCode::FORBIDDEN,
+                    retry_after: std::time::Duration::from_secs(1),
                 },
                 Code::Unavailable,
             ),

@@ -282,19 +282,39 @@ async fn calls_without_a_key_can_be_refused_with_a_grpc_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_store_with_fail_closed_is_unavailable() {
+async fn a_failing_store_with_fail_closed_is_unavailable_with_retry_info() {
+    // A breaker in front: one failure opens it for 30 s.
+    let store = tollgate::store::Breaker::new(FailingStore)
+        .failures(1)
+        .cool_down(Duration::from_secs(30));
     let layer = tollgate_tonic::builder()
         .quota("calls", Quota::per_minute(10))
-        .store(tollgate::store::BoxStore::new(FailingStore))
+        .store(tollgate::store::BoxStore::new(store))
         .on_store_error(OnStoreError::Closed)
         .build();
     let server = TestServer::start(layer).await;
     let mut client = server.client().await;
+    let retry_delay = |status: &Status| {
+        status
+            .get_details_retry_info()
+            .and_then(|info| info.retry_delay)
+            .expect("RetryInfo with a delay")
+    };
+    // The store's own failure: nothing knows better than 1 s.
     let status = check(&mut client).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(
         status.message(),
         "the rate limiter is unavailable; retry later"
+    );
+    assert_eq!(retry_delay(&status), Duration::from_secs(1));
+    // The breaker now open: the time until it asks the store again.
+    let status = check(&mut client).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    let delay = retry_delay(&status);
+    assert!(
+        delay > Duration::from_secs(25) && delay <= Duration::from_secs(30),
+        "{delay:?}"
     );
 }
 

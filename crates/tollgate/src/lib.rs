@@ -113,7 +113,7 @@ pub use key::{GlobalKey, HeaderKey, Key, KeyExtractor, OnMissingKey, PeerIp, key
 pub use rate_limit::info::RateLimitInfo;
 pub use rate_limit::layer::{RateLimitBuilder, RateLimitLayer};
 pub use rate_limit::service::RateLimit;
-pub use rejection::{Rejection, Rejector};
+pub use rejection::{Rejection, Rejector, STORE_FAILED_RETRY_AFTER};
 pub use settings::OnStoreError;
 pub use tollgate_store::SHADOW_LOG_INTERVAL;
 #[cfg(feature = "metrics")]

@@ -30,8 +30,10 @@ use http::{HeaderMap, Response, StatusCode};
 /// };
 /// let response = reject(Rejection::StoreFailed {
 ///     status: StatusCode::SERVICE_UNAVAILABLE,
+///     retry_after: std::time::Duration::from_secs(3),
 /// });
 /// assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+/// assert_eq!(response.headers()["retry-after"], "3");
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
@@ -54,10 +56,18 @@ pub enum Rejection<'a> {
         status: StatusCode,
     },
     /// The store failed or timed out and the layer fails closed
-    /// ([`OnStoreError::Closed`](crate::OnStoreError::Closed)); `503`.
+    /// ([`OnStoreError::Closed`](crate::OnStoreError::Closed)); `503`,
+    /// with `Retry-After`.
     StoreFailed {
         /// The status to answer with.
         status: StatusCode,
+        /// How long the client should wait before it tries again: an open
+        /// [`Breaker`](crate::store::Breaker)'s time until it asks the
+        /// store again, else [`STORE_FAILED_RETRY_AFTER`] (the next
+        /// request asks the store again). The default response sends it
+        /// as `Retry-After` in whole seconds, rounded up, at least 1;
+        /// tollgate-tonic's rejector as gRPC's `RetryInfo`.
+        retry_after: std::time::Duration,
     },
 }
 
@@ -69,7 +79,7 @@ impl Rejection<'_> {
             Rejection::InFlight(in_flight) => in_flight.status,
             Rejection::Denied { status }
             | Rejection::MissingKey { status }
-            | Rejection::StoreFailed { status } => *status,
+            | Rejection::StoreFailed { status, .. } => *status,
         }
     }
 
@@ -85,17 +95,44 @@ impl Rejection<'_> {
     }
 
     /// The default response: the status, the fields (a limited or in-flight
-    /// refusal's), an empty body.
+    /// refusal's; a store failure's `Retry-After`), an empty body.
     pub fn into_response<B: Default>(self) -> Response<B> {
         let status = self.status();
         let mut response = status_response(status);
         match self {
             Rejection::Limited(limited) => *response.headers_mut() = limited.headers,
             Rejection::InFlight(in_flight) => *response.headers_mut() = in_flight.headers,
+            Rejection::StoreFailed { retry_after, .. } => {
+                response.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from(whole_seconds(retry_after)),
+                );
+            }
             _ => {}
         }
         response
     }
+}
+
+/// How long a client refused because the store failed is told to wait
+/// when nothing knows better (no open breaker in front of the store): 1 s,
+/// since the next request asks the store again.
+pub const STORE_FAILED_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The wait a client is told after the store failed with `error` (`None`:
+/// it did not answer in time): an open breaker's, else the default.
+pub(crate) fn retry_after_failure(
+    error: Option<&(dyn std::error::Error + 'static)>,
+) -> std::time::Duration {
+    error
+        .and_then(tollgate_store::retry_after)
+        .unwrap_or(STORE_FAILED_RETRY_AFTER)
+}
+
+/// `wait` in whole seconds, rounded up, at least 1: `Retry-After`'s unit.
+fn whole_seconds(wait: std::time::Duration) -> u64 {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    seconds.max(1)
 }
 
 /// Everything known about a request its rate limits refused.

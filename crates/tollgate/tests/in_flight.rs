@@ -496,6 +496,10 @@ async fn a_failing_or_late_store_lets_requests_through_or_answers_503_as_configu
             .await
             .unwrap();
         assert_eq!(response.status().as_u16(), expected, "{on_error:?}");
+        // A 503 says when to retry: 1 s, nothing knowing better.
+        let retry_after = response.headers().get(http::header::RETRY_AFTER);
+        let expected_retry = (expected == 503).then_some("1");
+        assert_eq!(retry_after.map(|v| v.to_str().unwrap()), expected_retry);
         // Let through without a slot: nothing to hold.
         assert!(!response.body().holds_slot());
     }

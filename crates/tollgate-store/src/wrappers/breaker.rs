@@ -20,7 +20,8 @@ use tollgate_core::{Clock, MonotonicClock};
 /// *Closed* (the usual state): every call goes to `S`. After
 /// [`failures`](Self::failures) consecutive failures (errors, or timeouts
 /// of a [`Timeout`](crate::Timeout) inside the breaker), it *opens*: for a
-/// cool-down every call fails at once with [`BreakerError::Open`], which
+/// cool-down every call fails at once with [`BreakerError::Open`] (saying
+/// when it will ask again: [`CircuitOpen::retry_after`]), which
 /// the layer answers by its store-error behaviour (`OnStoreError`), or a
 /// [`Fallback`](crate::Fallback) around the breaker by its secondary. When
 /// the cool-down ends, one call is let through as a probe (*half-open*;
@@ -213,11 +214,10 @@ pub enum BreakerState {
 /// Why a [`Breaker`] gave no verdict.
 #[derive(Debug)]
 pub enum BreakerError<E> {
-    /// The breaker is open: the store was not asked.
-    Open {
-        /// The store behind, by its type.
-        store: Arc<str>,
-    },
+    /// The breaker is open: the store was not asked. Its source is the
+    /// [`CircuitOpen`] that says when the breaker asks again, which
+    /// [`retry_after`](crate::retry_after) finds through any wrapper.
+    Open(CircuitOpen),
     /// The store behind failed.
     Inner(E),
 }
@@ -225,10 +225,10 @@ pub enum BreakerError<E> {
 impl<E: fmt::Display> fmt::Display for BreakerError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BreakerError::Open { store } => write!(
+            BreakerError::Open(open) => write!(
                 f,
-                "the circuit breaker in front of `{store}` is open after consecutive \
-                 failures: not asked until its cool-down ends"
+                "the store `{}` was not asked: its circuit breaker is open",
+                open.store
             ),
             BreakerError::Inner(error) => error.fmt(f),
         }
@@ -238,11 +238,47 @@ impl<E: fmt::Display> fmt::Display for BreakerError<E> {
 impl<E: std::error::Error + 'static> std::error::Error for BreakerError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BreakerError::Open { .. } => None,
+            BreakerError::Open(open) => Some(open),
             BreakerError::Inner(error) => Some(error),
         }
     }
 }
+
+/// An open [`Breaker`]: which store it stands in front of, and how long
+/// until it lets a probe through.
+#[derive(Clone, Debug)]
+pub struct CircuitOpen {
+    store: Arc<str>,
+    retry_after: Duration,
+}
+
+impl CircuitOpen {
+    /// The store behind the breaker, by its type (`RedisStore`).
+    pub fn store(&self) -> &str {
+        &self.store
+    }
+
+    /// How long until the breaker lets a call through to the store again
+    /// (zero while a probe is already out): what a refused client is told
+    /// to wait (`Retry-After`, gRPC's `RetryInfo`).
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+}
+
+impl fmt::Display for CircuitOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the circuit breaker in front of `{}` opened after consecutive failures; \
+             it lets a probe through in {} ms",
+            self.store,
+            self.retry_after.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for CircuitOpen {}
 
 /// What a call let through is: an ordinary one (closed), or the probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,6 +307,19 @@ impl Circuit {
                         Pass::Probe
                     })
             }
+        }
+    }
+
+    /// What a call refused at `now` is told: how long until a probe goes
+    /// out (none while one is out already).
+    fn refusal(&self, now: u64) -> CircuitOpen {
+        let until = match self.phase.load(Ordering::Acquire) {
+            OPEN => self.open_until.load(Ordering::Acquire),
+            _ => now,
+        };
+        CircuitOpen {
+            store: self.store.clone(),
+            retry_after: Duration::from_nanos(until.saturating_sub(now)),
         }
     }
 
@@ -488,10 +537,9 @@ where
         call: impl FnOnce() -> StoreReply<S::Future, S::Error>,
     ) -> StoreReply<BreakerFuture<S::Future, C>, BreakerError<S::Error>> {
         let circuit = &self.circuit;
-        let Some(pass) = circuit.admit(self.clock.now()) else {
-            return StoreReply::Ready(Err(BreakerError::Open {
-                store: circuit.store.clone(),
-            }));
+        let now = self.clock.now();
+        let Some(pass) = circuit.admit(now) else {
+            return StoreReply::Ready(Err(BreakerError::Open(circuit.refusal(now))));
         };
         match call() {
             StoreReply::Ready(answer) => {

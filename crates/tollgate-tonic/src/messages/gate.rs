@@ -89,6 +89,9 @@ impl<St: Store> Tally<St> {
     /// What a store's answer (or its failure) means for the message.
     fn judge(&self, answer: Result<PolicyDecision, Failure<St::Error>>) -> Verdict {
         let limits = &*self.limits;
+        if answer.is_ok() {
+            tollgate::store::report_answer(&limits.policy);
+        }
         match answer {
             Ok(verdict) if verdict.merged().allowed() => match verdict.merged().wait() {
                 // In shadow nothing is held either.
@@ -122,12 +125,12 @@ impl<St: Store> Tally<St> {
                 tollgate::store::report_failure(&limits.policy, &failure);
                 match limits.on_store_error {
                     OnStoreError::Open => Verdict::Pass,
-                    OnStoreError::Closed => Verdict::Refuse(Box::new(Status::unavailable(
-                        tollgate::Rejection::StoreFailed {
-                            status: http::StatusCode::SERVICE_UNAVAILABLE,
-                        }
-                        .message(),
-                    ))),
+                    OnStoreError::Closed => Verdict::Refuse(Box::new(
+                        crate::rejection::store_failed_status(
+                            "the rate limiter is unavailable; retry later",
+                            failure.retry_after(),
+                        ),
+                    )),
                 }
             }
         }
@@ -138,6 +141,17 @@ impl<St: Store> Tally<St> {
 enum Failure<E> {
     Store(E),
     Late(Duration),
+}
+
+impl<E: std::error::Error + 'static> Failure<E> {
+    /// How long a client refused for it is told to wait.
+    fn retry_after(&self) -> Duration {
+        match self {
+            Failure::Store(error) => tollgate::store::retry_after(error),
+            Failure::Late(_) => None,
+        }
+        .unwrap_or(tollgate::STORE_FAILED_RETRY_AFTER)
+    }
 }
 
 impl<E: fmt::Display> fmt::Display for Failure<E> {

@@ -38,6 +38,9 @@ pub(crate) struct Gate<K, Sl, R> {
     pub(crate) settings: Settings,
     /// In shadow: how often a request it would have refused is logged.
     pub(crate) shadow_log: crate::observe::Quiet,
+    /// The slot store's failures since it last answered: its first answer
+    /// after them ends an outage, logged as its start was.
+    pub(crate) outage: tollgate_store::Outage,
     /// Its decisions' counter keys, made once.
     pub(crate) metrics: crate::observe::LimitMetrics,
 }
@@ -68,6 +71,11 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
     where
         R: Rejector<B>,
     {
+        if answer.is_ok()
+            && let Some(failures) = self.outage.answered()
+        {
+            self.store_answers_again(failures);
+        }
         match answer {
             Ok(Acquired::Taken { permit, in_flight }) => {
                 let max = self.limit.max();
@@ -134,14 +142,31 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
         ))))
     }
 
+    /// The end of an outage of the slot store, after `failures`: a WARN
+    /// as its start's, at most one every 10 s.
+    fn store_answers_again(&self, failures: u64) {
+        static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
+        if let Some(held_back) = QUIET.pass() {
+            tracing::warn!(
+                limit = self.limit.name(),
+                failures,
+                held_back,
+                "in-flight limit: the slot store answers again after {failures} failed or \
+                 late calls (at most one such line every 10 s: held_back counts the \
+                 recoveries since the last)"
+            );
+        }
+    }
+
     /// What a request gets when the store failed (`error`) or was late.
     pub(crate) fn store_failed<B: Default>(
         &self,
-        error: &dyn std::error::Error,
+        error: &(dyn std::error::Error + 'static),
     ) -> Settled<Sl::Permit, B>
     where
         R: Rejector<B>,
     {
+        self.outage.failed();
         static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
         if let Some(held_back) = QUIET.pass() {
             tracing::warn!(
@@ -161,6 +186,7 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
             OnStoreError::Closed => {
                 Settled::Reject(Box::new(self.rejector.reject(Rejection::StoreFailed {
                     status: StatusCode::SERVICE_UNAVAILABLE,
+                    retry_after: crate::rejection::retry_after_failure(Some(error)),
                 })))
             }
         }

@@ -18,7 +18,6 @@ use crate::rejection::{Limited, Rejection, Rejector};
 use crate::settings::{CommonSettings, OnStoreError};
 use crate::store::{ChangeReply, PolicyDecision, Store, StoreReply, Watched};
 use http::{HeaderMap, Request, Response, StatusCode};
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -186,6 +185,7 @@ impl<K, St, R> Engine<K, St, R> {
         let decision = &verdict.merged();
         let routed = self.routes.get(entry);
         let policy = &routed.policy;
+        tollgate_store::report_answer(policy);
         if decision.allowed() {
             crate::observe::decided(policy.metrics(), true, verdict.each(), Shadow::None);
             self.check_shadow(routed, key, charge.cost);
@@ -258,13 +258,21 @@ impl<K, St, R> Engine<K, St, R> {
         FieldValues::of(self.settings.common.headers, &entry.fields, verdict, key)
     }
 
-    /// The action when the store failed or did not answer in time.
-    fn on_failure<B: Default>(&self, entry: &EntryRef, error: &dyn fmt::Display) -> Action<B>
+    /// The action when the store failed (`error`) or did not answer in
+    /// time (`None`).
+    fn on_failure<B: Default>(
+        &self,
+        entry: &EntryRef,
+        error: Option<&(dyn std::error::Error + 'static)>,
+    ) -> Action<B>
     where
         R: Rejector<B>,
     {
         let policy = &self.routes.get(entry).policy;
-        tollgate_store::report_failure(policy, error);
+        match error {
+            Some(error) => tollgate_store::report_failure(policy, &error),
+            None => tollgate_store::report_failure(policy, &"the store did not answer in time"),
+        }
         match &self.settings.common.on_store_error {
             OnStoreError::Open => Action::Forward {
                 fields: FieldValues::default(),
@@ -275,6 +283,7 @@ impl<K, St, R> Engine<K, St, R> {
             OnStoreError::Closed => {
                 Action::Reject(Box::new(self.rejector.reject(Rejection::StoreFailed {
                     status: StatusCode::SERVICE_UNAVAILABLE,
+                    retry_after: crate::rejection::retry_after_failure(error),
                 })))
             }
         }
@@ -467,7 +476,7 @@ where
             StoreReply::Ready(Ok(verdict)) => {
                 Start::Act(self.judge(&entry, &key, &verdict, charge))
             }
-            StoreReply::Ready(Err(error)) => Start::Act(self.on_failure(&entry, &error)),
+            StoreReply::Ready(Err(error)) => Start::Act(self.on_failure(&entry, Some(&error))),
             // Watched: if the layer stops waiting (its store timeout, a
             // client gone), the check is heard out and an admission it
             // brings is given back. (Wrapped here, not with
@@ -601,7 +610,7 @@ fn bounded(reply: ChangeReply, timeout: Duration) -> ChangeReply {
 impl<K, St, R> Engine<K, St, R> {
     /// The action once a pending check has ended: its verdict, its error,
     /// or `None` when it did not answer within the store timeout.
-    pub(crate) fn finish<B: Default, E: fmt::Display>(
+    pub(crate) fn finish<B: Default, E: std::error::Error + 'static>(
         &self,
         entry: &EntryRef,
         key: &Key,
@@ -614,8 +623,8 @@ impl<K, St, R> Engine<K, St, R> {
     {
         match answer {
             Some(Ok(verdict)) => self.judge(entry, key, &verdict, charge),
-            Some(Err(error)) => self.on_failure(entry, &error),
-            None => self.on_failure(entry, &"the store did not answer in time"),
+            Some(Err(error)) => self.on_failure(entry, Some(&error)),
+            None => self.on_failure(entry, None),
         }
     }
 }
