@@ -462,3 +462,130 @@ fn every_dashboard_query_names_series_a_real_scrape_contains() {
         );
     }
 }
+
+/// A scripted outage (Redis up, killed, back) seen through the shipped
+/// dashboard's outage panels, as Prometheus would compute them from
+/// scrapes: every series those panels ask for is in the scrape before the
+/// outage (at 0: `rate` and `increase` need a first sample, or they lose
+/// the outage's first counts), moves during it, and the breaker panel
+/// comes back to closed after it.
+#[test]
+fn a_scripted_outage_shows_in_every_outage_panel_of_the_dashboard() {
+    let mut redis = tollgate_tests::redis::RedisServer::start();
+    let url = redis.url();
+    // A limit no traffic here reaches: every request is admitted, by the
+    // store or in the outage (fail open, or the fallback's).
+    let start = |on_store_error: &str| {
+        let server = Server::start(&[
+            "--limit",
+            "api=1000/min",
+            "--key",
+            "global",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--store",
+            &url,
+            "--on-store-error",
+            on_store_error,
+        ]);
+        let metrics = server.metrics_addr();
+        (server, metrics)
+    };
+    // Fail open: store errors; fallback: the fallback's decisions.
+    let servers = [start("open"), start("fallback")];
+    let outage_series = [
+        "tollgate_store_errors_total",
+        "tollgate_fallback_decisions_total",
+        "tollgate_breaker_state",
+        "tollgate_breaker_opened_total",
+    ];
+    let panels: Vec<_> = dashboard_selectors()
+        .into_iter()
+        .filter(|(name, _)| outage_series.contains(&name.as_str()))
+        .collect();
+    assert_eq!(panels.len(), outage_series.len(), "{panels:?}");
+    // The sum over both servers of the samples a selector names.
+    let total = |scrapes: &[Scrape], name: &str| -> f64 {
+        scrapes
+            .iter()
+            .flat_map(|s| &s.samples)
+            .filter(|s| s.name == name)
+            .map(|s| s.value)
+            .sum()
+    };
+    // In every server's scrape.
+    let present = |scrapes: &[Scrape], name: &str| {
+        scrapes
+            .iter()
+            .all(|scrape| scrape.samples.iter().any(|s| s.name == name))
+    };
+    let scrape_all = || -> Vec<Scrape> {
+        servers
+            .iter()
+            .map(|(_, metrics)| Scrape::of(metrics))
+            .collect()
+    };
+
+    // Before: traffic on a healthy store; every outage series at 0.
+    for (server, _) in &servers {
+        assert_eq!(send(server, 3), BTreeMap::from([(200, 3)]));
+    }
+    let before = scrape_all();
+    for (name, _) in &panels {
+        assert!(present(&before, name), "{name} is not in the scrape before the outage");
+        assert_eq!(total(&before, name), 0.0, "{name} before the outage");
+    }
+    for scrape in &before {
+        passes_a_real_parser(&scrape.text);
+        // How late checks ended, at 0 too (an outage's late answers).
+        for outcome in ["given_back", "not_charged", "kept", "abandoned"] {
+            assert!(
+                scrape.has("tollgate_late_checks_total", &[("outcome", outcome)]),
+                "{outcome}: {}",
+                scrape.text
+            );
+        }
+    }
+
+    // During: Redis gone; 8 requests to each server.
+    redis.kill();
+    let n = 8;
+    for (server, _) in &servers {
+        assert_eq!(send(server, n), BTreeMap::from([(200, n)]));
+    }
+    let during = scrape_all();
+    // increase(...) over the outage, as the panels compute it.
+    let increase = |name: &str| total(&during, name) - total(&before, name);
+    assert_eq!(increase("tollgate_store_errors_total"), n as f64);
+    assert_eq!(increase("tollgate_fallback_decisions_total"), n as f64);
+    assert!(increase("tollgate_breaker_opened_total") >= 2.0, "both breakers opened");
+    // max by (store) (tollgate_breaker_state): open, or half-open if a
+    // cool-down ended meanwhile on a slow machine.
+    let state = during
+        .iter()
+        .flat_map(|s| &s.samples)
+        .filter(|s| s.name == "tollgate_breaker_state")
+        .map(|s| s.value)
+        .fold(0.0, f64::max);
+    assert!(state >= 1.0, "{state}");
+
+    // After: Redis back; each breaker closes at its next probe (its
+    // cool-down doubled at most a few times: a bounded wait).
+    redis.restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let closed = loop {
+        for (server, _) in &servers {
+            send(server, 1);
+        }
+        let after = scrape_all();
+        let open = after
+            .iter()
+            .flat_map(|s| &s.samples)
+            .any(|s| s.name == "tollgate_breaker_state" && s.value != 0.0);
+        if !open || std::time::Instant::now() > deadline {
+            break !open;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(closed, "the breakers closed once Redis was back");
+}

@@ -68,6 +68,14 @@ pub(crate) enum LateOutcome {
 }
 
 impl LateOutcome {
+    /// Every outcome, for the series registered at 0.
+    pub(crate) const ALL: [LateOutcome; 4] = [
+        LateOutcome::GivenBack,
+        LateOutcome::NotCharged,
+        LateOutcome::Kept,
+        LateOutcome::Abandoned,
+    ];
+
     pub(crate) fn label(self) -> &'static str {
         match self {
             LateOutcome::GivenBack => "given_back",

@@ -481,6 +481,17 @@ pub fn breaker_opened(store: &str) {
 #[cfg(not(feature = "metrics"))]
 pub fn breaker_opened(_: &str) {}
 
+/// Registers `tollgate_late_checks_total` at 0 for every outcome, on the
+/// recorder installed now: a layer being built does it, so that a
+/// dashboard's rate of late checks does not lose the first one of an
+/// outage.
+#[cfg(feature = "metrics")]
+pub fn register_late_checks() {
+    for outcome in crate::late::LateOutcome::ALL {
+        metrics::counter!("tollgate_late_checks_total", "outcome" => outcome.label()).increment(0);
+    }
+}
+
 /// A check heard out after its caller stopped waiting ended in `outcome`:
 /// `tollgate_late_checks_total{outcome}` (see `store::late`).
 #[cfg(feature = "metrics")]

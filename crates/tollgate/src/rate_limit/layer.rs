@@ -525,6 +525,8 @@ impl<K: KeyExtractor, St: Store, R> RateLimitBuilder<K, St, R> {
                 shadow.policy().metrics().register_in_shadow();
             }
         }
+        #[cfg(feature = "metrics")]
+        tollgate_store::__private::observe::register_late_checks();
         Ok(layer)
     }
 
