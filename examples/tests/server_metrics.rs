@@ -532,7 +532,10 @@ fn a_scripted_outage_shows_in_every_outage_panel_of_the_dashboard() {
     }
     let before = scrape_all();
     for (name, _) in &panels {
-        assert!(present(&before, name), "{name} is not in the scrape before the outage");
+        assert!(
+            present(&before, name),
+            "{name} is not in the scrape before the outage"
+        );
         assert_eq!(total(&before, name), 0.0, "{name} before the outage");
     }
     for scrape in &before {
@@ -558,7 +561,10 @@ fn a_scripted_outage_shows_in_every_outage_panel_of_the_dashboard() {
     let increase = |name: &str| total(&during, name) - total(&before, name);
     assert_eq!(increase("tollgate_store_errors_total"), n as f64);
     assert_eq!(increase("tollgate_fallback_decisions_total"), n as f64);
-    assert!(increase("tollgate_breaker_opened_total") >= 2.0, "both breakers opened");
+    assert!(
+        increase("tollgate_breaker_opened_total") >= 2.0,
+        "both breakers opened"
+    );
     // max by (store) (tollgate_breaker_state): open, or half-open if a
     // cool-down ended meanwhile on a slow machine.
     let state = during

@@ -209,5 +209,8 @@ async fn an_open_breaker_says_when_it_asks_again_through_any_wrapper() {
         tollgate::store::retry_after(&open),
         Some(Duration::from_millis(1_500))
     );
-    assert!(open.to_string().contains("circuit breaker is open"), "{open}");
+    assert!(
+        open.to_string().contains("circuit breaker is open"),
+        "{open}"
+    );
 }

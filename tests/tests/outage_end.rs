@@ -68,7 +68,10 @@ async fn a_fail_closed_503_says_when_to_retry_and_the_outage_end_is_logged() {
         .filter(|line| line.contains("answers again"))
         .collect();
     assert_eq!(ends.len(), 1, "one line for the end: {lines:#?}");
-    assert!(ends[0].starts_with("WARN"), "at the start's level: {ends:?}");
+    assert!(
+        ends[0].starts_with("WARN"),
+        "at the start's level: {ends:?}"
+    );
     assert!(ends[0].contains("failures=3"), "{ends:?}");
     let starts = lines
         .iter()

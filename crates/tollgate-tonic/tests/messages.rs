@@ -637,7 +637,9 @@ async fn a_failing_store_lets_messages_through_or_fails_closed_with_unavailable(
         status.message(),
         "the rate limiter is unavailable; retry later"
     );
-    let retry = status.get_details_retry_info().and_then(|info| info.retry_delay);
+    let retry = status
+        .get_details_retry_info()
+        .and_then(|info| info.retry_delay);
     assert_eq!(retry, Some(Duration::from_secs(1)));
 }
 

@@ -125,12 +125,12 @@ impl<St: Store> Tally<St> {
                 tollgate::store::report_failure(&limits.policy, &failure);
                 match limits.on_store_error {
                     OnStoreError::Open => Verdict::Pass,
-                    OnStoreError::Closed => Verdict::Refuse(Box::new(
-                        crate::rejection::store_failed_status(
+                    OnStoreError::Closed => {
+                        Verdict::Refuse(Box::new(crate::rejection::store_failed_status(
                             "the rate limiter is unavailable; retry later",
                             failure.retry_after(),
-                        ),
-                    )),
+                        )))
+                    }
                 }
             }
         }

@@ -197,6 +197,10 @@ pub enum UntilReadyError<E> {
         /// The call's cost.
         cost: u32,
     },
+    /// The store cannot do what the wait needs
+    /// ([`KeyedLimiter::call`](super::KeyedLimiter::call): give charges
+    /// back and charge into debt); it names the store and the operation.
+    Unsupported(crate::store::MissingCapability),
 }
 
 impl<E: fmt::Display> fmt::Display for UntilReadyError<E> {
@@ -208,6 +212,7 @@ impl<E: fmt::Display> fmt::Display for UntilReadyError<E> {
                 "a call of cost {cost} is more than the limit can ever admit at once: \
                  split it into smaller calls or raise the limit's burst"
             ),
+            UntilReadyError::Unsupported(missing) => missing.fmt(f),
         }
     }
 }
@@ -217,6 +222,7 @@ impl<E: std::error::Error + 'static> std::error::Error for UntilReadyError<E> {
         match self {
             UntilReadyError::Store(error) => Some(error),
             UntilReadyError::NeverAdmitted { .. } => None,
+            UntilReadyError::Unsupported(missing) => Some(missing),
         }
     }
 }

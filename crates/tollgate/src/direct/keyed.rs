@@ -56,6 +56,19 @@ impl KeyedLimiter {
         let policy = Policy::new(vec![crate::NamedLimit::new(DEFAULT_LIMIT_NAME, quota)]);
         Self::from_parts(MemoryStore::new(), Arc::new(policy))
     }
+
+    /// At most `quota.limit()` calls for each key in any `quota.period()`
+    /// (a sliding log: no burst on top, unlike GCRA's `new`, which admits
+    /// its burst and then its refill, so more than the limit in some
+    /// periods), counted in a fresh [`MemoryStore`]. What a partner that
+    /// counts its own calls that way accepts; make the calls through
+    /// [`call`](Self::call), which counts each from when it is done, and
+    /// none is refused whatever the network's delays.
+    pub fn at_most(quota: Quota) -> Self {
+        let limit = crate::NamedLimit::new(DEFAULT_LIMIT_NAME, quota)
+            .with_algorithm(tollgate_core::Algorithm::SlidingLog);
+        Self::from_parts(MemoryStore::new(), Arc::new(Policy::new(vec![limit])))
+    }
 }
 
 impl<St: Store> KeyedLimiter<St> {

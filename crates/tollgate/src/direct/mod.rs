@@ -41,6 +41,7 @@
 //! client), wrap it in [`ThrottleLayer`](crate::ThrottleLayer) instead.
 
 mod builder;
+mod call;
 mod future;
 mod keyed;
 mod single;

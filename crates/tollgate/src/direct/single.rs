@@ -55,9 +55,36 @@ impl<St> fmt::Debug for DirectLimiter<St> {
 }
 
 impl DirectLimiter {
-    /// GCRA at `quota`, counted in a fresh [`MemoryStore`].
+    /// GCRA at `quota`, counted in a fresh [`MemoryStore`]: the burst at
+    /// once, then the refill, so up to about `burst + limit` calls in the
+    /// first period. For a partner that counts at most N in any period,
+    /// use [`at_most`](Self::at_most).
     pub fn new(quota: Quota) -> Self {
         Self::from_keyed(KeyedLimiter::new(quota), Key::GLOBAL)
+    }
+
+    /// At most `quota.limit()` calls in any `quota.period()` (a sliding
+    /// log), counted in a fresh [`MemoryStore`]: see
+    /// [`KeyedLimiter::at_most`], and make the calls through
+    /// [`call`](Self::call).
+    ///
+    /// ```
+    /// use tollgate::DirectLimiter;
+    /// use tollgate_core::Quota;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The partner counts 5 calls in any second, and refuses the 6th.
+    /// let partner = DirectLimiter::at_most(Quota::per_second(5));
+    /// for page in 0..3 {
+    ///     let reply = partner.call(async { format!("page {page}") }).await?;
+    ///     # let _ = reply;
+    /// }
+    /// assert_eq!(partner.peek_now().remaining(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn at_most(quota: Quota) -> Self {
+        Self::from_keyed(KeyedLimiter::at_most(quota), Key::GLOBAL)
     }
 }
 
@@ -108,6 +135,15 @@ impl<St: Store> DirectLimiter<St> {
     /// [`KeyedLimiter::peek`].
     pub fn peek(&self) -> Check<Watched<St>, St::Error> {
         self.keyed.peek(&self.key)
+    }
+
+    /// Waits until a call is allowed, makes it, and counts it from when it
+    /// is done; see [`KeyedLimiter::call`].
+    pub async fn call<F: std::future::Future>(
+        &self,
+        call: F,
+    ) -> Result<F::Output, super::UntilReadyError<St::Error>> {
+        self.keyed.call(&self.key, call).await
     }
 
     /// Waits until a call is allowed, then charges it; see
