@@ -63,14 +63,22 @@ pub struct LoginUser(pub String);
 async fn read_user(request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
-        return (StatusCode::PAYLOAD_TOO_LARGE, "a login body is 16 KiB at most\n").into_response();
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "a login body is 16 KiB at most\n",
+        )
+            .into_response();
     };
     let Some(user) = user_of(&bytes) else {
-        return (StatusCode::BAD_REQUEST, "expected {\"user\": ..., \"password\": ...}\n")
+        return (
+            StatusCode::BAD_REQUEST,
+            "expected {\"user\": ..., \"password\": ...}\n",
+        )
             .into_response();
     };
     parts.extensions.insert(LoginUser(user));
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 /// The `user` field of a JSON body, if it has one.

@@ -48,7 +48,10 @@ async fn three_logins_a_minute_per_user_named_in_the_body() {
     assert_eq!(login(addr, bob).await, (200, "welcome bob\n".into()));
     // No user name: refused before the limit; a huge body: not read.
     assert_eq!(login(addr, r#"{"password": "x"}"#).await.0, 400);
-    let huge = format!(r#"{{"user": "carol", "password": "{}"}}"#, "x".repeat(20_000));
+    let huge = format!(
+        r#"{{"user": "carol", "password": "{}"}}"#,
+        "x".repeat(20_000)
+    );
     assert_eq!(login(addr, &huge).await.0, 413);
     // The huge body counted nothing for carol: three attempts left.
     let carol = r#"{"user": "carol", "password": "x"}"#;

@@ -98,6 +98,7 @@ pub mod settings;
 pub use tollgate_store as store;
 use tollgate_store::__private::shadow;
 pub mod throttle;
+pub mod watched;
 
 /// The futures of the rate-limit middleware at the crate's root
 /// ([`RateLimit`]), as tower keeps each middleware's futures in its own
