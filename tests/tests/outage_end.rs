@@ -99,3 +99,69 @@ async fn a_fail_closed_503_says_when_to_retry_and_the_outage_end_is_logged() {
     assert_eq!(got, (StatusCode::SERVICE_UNAVAILABLE, Some("3".into())));
     assert_eq!(flaky.calls(), 2, "the breaker asked nothing while open");
 }
+
+/// The in-flight limit's slot store (Redis) down and back: 503s with
+/// `Retry-After` while it fails closed, and one WARN when it answers again.
+// On the test's thread (current-thread runtime): the log capture is the
+// thread's.
+#[tokio::test]
+async fn an_in_flight_slot_store_outage_ends_in_a_warn_too() {
+    use tollgate::InFlightLayer;
+    let (logs, _guard) = Captured::install();
+    let mut redis = tollgate_tests::redis::RedisServer::start();
+    let slots = tollgate_redis::RedisSlots::connect(redis.url()).await.unwrap();
+    let layer = InFlightLayer::builder()
+        .max_in_flight(4)
+        .key(GlobalKey)
+        .slots(slots)
+        .on_store_error(OnStoreError::Closed)
+        .store_timeout(Duration::from_millis(500))
+        .build();
+    let service = tower::Layer::layer(
+        &layer,
+        tower::service_fn(|_: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+        }),
+    );
+    let app = service;
+    let answer = status_of;
+    assert_eq!(answer(&app).await.0, StatusCode::OK);
+    redis.kill();
+    for _ in 0..2 {
+        let got = answer(&app).await;
+        assert_eq!(got, (StatusCode::SERVICE_UNAVAILABLE, Some("1".into())));
+    }
+    redis.restart();
+    // The client reconnects on its own: bounded retries.
+    let mut answered = false;
+    for _ in 0..100 {
+        if answer(&app).await.0 == StatusCode::OK {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(answered, "the slot store answered again");
+    let lines = logs.lines();
+    let ends: Vec<_> = lines
+        .iter()
+        .filter(|line| line.contains("slot store answers again"))
+        .collect();
+    assert_eq!(ends.len(), 1, "{lines:#?}");
+    assert!(ends[0].starts_with("WARN"), "{ends:?}");
+}
+
+/// The status and `Retry-After` of one request through `service` (the
+/// response, and an in-flight slot with it, dropped at once).
+async fn status_of<S, B>(service: &S) -> (StatusCode, Option<String>)
+where
+    S: Service<Request<()>, Response = Response<B>, Error = std::convert::Infallible> + Clone,
+{
+    let response = service.clone().oneshot(Request::new(())).await;
+    let response = response.unwrap_or_else(|never| match never {});
+    let retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .map(|value| value.to_str().expect("ASCII").to_owned());
+    (response.status(), retry_after)
+}
