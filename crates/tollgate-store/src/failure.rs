@@ -4,7 +4,6 @@
 
 use crate::policy::Policy;
 use std::error::Error;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// What a caller of a store reports when it failed on a request of
@@ -69,7 +68,7 @@ pub fn report_answer(policy: &Policy) {
 /// How long a store that failed with `error` is expected to stay
 /// unavailable, when something in front of it knows: an open
 /// [`Breaker`](crate::Breaker)'s time until its next probe
-/// ([`CircuitOpen`](crate::error::CircuitOpen), found anywhere in the
+/// ([`CircuitOpen`](crate::wrappers::breaker::CircuitOpen), found anywhere in the
 /// error's chain of sources, so through any wrapper). `None` when
 /// nothing knows (a timeout, a refused connection).
 ///
@@ -82,43 +81,10 @@ pub fn report_answer(policy: &Policy) {
 pub fn retry_after(error: &(dyn Error + 'static)) -> Option<Duration> {
     let mut next = Some(error);
     while let Some(error) = next {
-        if let Some(open) = error.downcast_ref::<crate::error::CircuitOpen>() {
+        if let Some(open) = error.downcast_ref::<crate::wrappers::breaker::CircuitOpen>() {
             return Some(open.retry_after());
         }
         next = error.source();
     }
     None
-}
-
-/// The failures a caller saw since its store last answered: what tells
-/// it that an answer ends an outage ([`report_answer`] keeps one per
-/// policy; the in-flight limit one per layer).
-#[doc(hidden)]
-#[derive(Debug, Default)]
-pub struct Outage {
-    failures: AtomicU64,
-}
-
-impl Outage {
-    /// No failure seen.
-    pub const fn new() -> Self {
-        Outage {
-            failures: AtomicU64::new(0),
-        }
-    }
-
-    /// The store failed, or did not answer in time.
-    pub fn failed(&self) {
-        self.failures.fetch_add(1, Relaxed);
-    }
-
-    /// The store answered: `Some(failures seen)` when that ends an outage
-    /// (once per outage, whichever caller gets it), else `None`, after one
-    /// relaxed load.
-    pub fn answered(&self) -> Option<u64> {
-        if self.failures.load(Relaxed) == 0 {
-            return None;
-        }
-        Some(self.failures.swap(0, Relaxed)).filter(|failures| *failures > 0)
-    }
 }

@@ -57,6 +57,17 @@ pub fn late_checks_in_progress() -> usize {
     HEARING.load(Ordering::Relaxed)
 }
 
+/// Registers `tollgate_late_checks_total` at 0 for every outcome, on the
+/// recorder installed now: a layer being built does it, so that a
+/// dashboard's rate of late checks does not lose the first one of an
+/// outage.
+#[cfg(feature = "metrics")]
+pub fn register_late_checks() {
+    for outcome in LateOutcome::ALL {
+        crate::observe::register_late_check(outcome.label());
+    }
+}
+
 /// How a late check ended (the `outcome` label of
 /// `tollgate_late_checks_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

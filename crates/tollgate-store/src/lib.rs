@@ -55,6 +55,7 @@ mod key;
 pub mod late;
 mod memory;
 mod observe;
+mod outage;
 mod policy;
 mod prepared;
 pub mod quotas;
@@ -74,7 +75,8 @@ pub use charge::spawn_change;
 pub use charge::{ChangeReply, PolicyDebit, PolicyRefund};
 pub use config::{BoxError, ConfigError};
 pub use decision::PolicyDecision;
-pub use failure::{Outage, report_answer, report_failure, retry_after};
+pub use failure::{report_answer, report_failure, retry_after};
+pub use outage::Outage;
 pub use key::{Key, KeyView};
 pub use late::Watched;
 #[doc(hidden)]
@@ -450,6 +452,8 @@ pub mod __private {
     /// Metrics and log pacing, shared with the middleware.
     pub mod observe {
         pub use crate::observe::*;
+        #[cfg(feature = "metrics")]
+        pub use crate::late::register_late_checks;
     }
     pub use crate::policy::{is_token, plan_fingerprint, with_overrides};
     /// Shadow limits, shared with the middleware.

@@ -481,15 +481,10 @@ pub fn breaker_opened(store: &str) {
 #[cfg(not(feature = "metrics"))]
 pub fn breaker_opened(_: &str) {}
 
-/// Registers `tollgate_late_checks_total` at 0 for every outcome, on the
-/// recorder installed now: a layer being built does it, so that a
-/// dashboard's rate of late checks does not lose the first one of an
-/// outage.
+/// Registers `tollgate_late_checks_total{outcome}` at 0.
 #[cfg(feature = "metrics")]
-pub fn register_late_checks() {
-    for outcome in crate::late::LateOutcome::ALL {
-        metrics::counter!("tollgate_late_checks_total", "outcome" => outcome.label()).increment(0);
-    }
+pub fn register_late_check(outcome: &'static str) {
+    metrics::counter!("tollgate_late_checks_total", "outcome" => outcome).increment(0);
 }
 
 /// A check heard out after its caller stopped waiting ended in `outcome`:

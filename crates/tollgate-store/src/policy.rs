@@ -152,7 +152,7 @@ pub struct Policy {
     /// Failures reported since the store last answered a request of this
     /// policy ([`report_failure`](crate::report_failure),
     /// [`report_answer`](crate::report_answer)).
-    pub(crate) outage: crate::failure::Outage,
+    pub(crate) outage: crate::outage::Outage,
 }
 
 /// A fingerprint of `limits` (names, algorithms, quotas) that every
@@ -364,7 +364,7 @@ impl Policy {
             limits,
             prepared: PreparedForms::default(),
             plan: None,
-            outage: crate::failure::Outage::new(),
+            outage: crate::outage::Outage::new(),
         }
     }
 
