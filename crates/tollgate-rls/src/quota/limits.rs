@@ -281,3 +281,63 @@ impl Limits {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::quota::bucket::{BucketKey, Kind, kind};
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+
+    const SECOND: u64 = 1_000_000;
+
+    fn limited(config: &Config, value: &str) -> Limited {
+        let id = BucketId {
+            bucket: [("client".to_owned(), value.to_owned())].into(),
+        };
+        match kind(config, "q", &BucketKey::of(&id).unwrap()) {
+            Kind::Limited(limited) => limited,
+            _ => panic!("a limited bucket"),
+        }
+    }
+
+    fn len(limits: &Limits) -> usize {
+        limits.map.lock().unwrap().len()
+    }
+
+    /// The map holds a limit while a stream reports it, and while a data
+    /// plane that left may still enforce its last assignment; once every
+    /// such assignment has lapsed, it is forgotten: what keeps the map
+    /// bounded by the buckets the open streams report.
+    #[test]
+    fn limits_are_forgotten_once_no_stream_reports_them_and_their_grants_lapsed() {
+        let config = Config::from_yaml(
+            "q.yaml",
+            "domain: q\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 30}\n",
+        )
+        .unwrap();
+        let limits = Limits::default();
+        let wake = Arc::new(Notify::new());
+        let start = 1_000 * SECOND;
+        let buckets: Vec<Limited> = (0..100).map(|i| limited(&config, &format!("c{i}"))).collect();
+        let usage = Usage::default();
+        for (slot, bucket) in buckets.iter().enumerate() {
+            limits.report(bucket, slot as u64, &wake, usage, Some(30), start);
+        }
+        assert_eq!(len(&limits), 100);
+        // Still reported: kept.
+        limits.forget_idle(start + 10 * SECOND);
+        assert_eq!(len(&limits), 100);
+        // Every stream closes; each grant lapses 15 s on.
+        let left = start + 10 * SECOND;
+        for (slot, bucket) in buckets.iter().enumerate() {
+            limits.leave(bucket, slot as u64, left, left + 15 * SECOND);
+        }
+        // Before the grants lapse: still counted, kept.
+        limits.forget_idle(left + 5 * SECOND);
+        assert_eq!(len(&limits), 100);
+        // A window after they lapsed: gone.
+        limits.forget_idle(left + 17 * SECOND);
+        assert_eq!(len(&limits), 0);
+    }
+}
