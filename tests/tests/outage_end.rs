@@ -109,7 +109,9 @@ async fn an_in_flight_slot_store_outage_ends_in_a_warn_too() {
     use tollgate::InFlightLayer;
     let (logs, _guard) = Captured::install();
     let mut redis = tollgate_tests::redis::RedisServer::start();
-    let slots = tollgate_redis::RedisSlots::connect(redis.url()).await.unwrap();
+    let slots = tollgate_redis::RedisSlots::connect(redis.url())
+        .await
+        .unwrap();
     let layer = InFlightLayer::builder()
         .max_in_flight(4)
         .key(GlobalKey)

@@ -7,69 +7,16 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tollgate_tests::exposition::{has_labels, passes_a_real_parser, samples};
 use tollgate_tests::proxy::{Jitter, JitterProxy};
 use tollgate_tests::redis::RedisServer;
 
-/// A running `tollgate-rls`, killed when dropped.
-struct Rls {
-    child: Child,
-    addr: String,
-}
+mod common;
 
-impl Rls {
-    /// Starts the binary with `args` (and `--grpc 127.0.0.1:0`), and waits
-    /// for its `listening on` line.
-    fn start(args: &[&str]) -> Rls {
-        Rls::start_reading(args, 0).0
-    }
-
-    /// [`start`](Self::start), also reading `more` lines after the
-    /// `listening on grpc://` one.
-    fn start_reading(args: &[&str], more: usize) -> (Rls, Vec<String>) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-rls"))
-            .args(["--grpc", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on grpc://")
-            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
-            .to_owned();
-        let lines = (0..more)
-            .map(|_| {
-                let mut line = String::new();
-                stdout.read_line(&mut line).unwrap();
-                line.trim().to_owned()
-            })
-            .collect();
-        (Rls { child, addr }, lines)
-    }
-
-    async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
-        RateLimitServiceClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for Rls {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::Rls;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -5,6 +5,9 @@
 //! bound with several data planes, shares, a stream that closes, and bad
 //! input.
 
+mod common;
+
+use common::Rls;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
@@ -836,61 +839,32 @@ async fn a_stream_reports_at_most_the_cap_of_buckets() {
     );
 }
 
-/// The `tollgate-rls` binary serving [`CONFIG`] with `args`, killed when
-/// dropped: the quota service as an operator runs it, over any store.
-struct Binary {
-    child: std::process::Child,
-    /// `http://ADDR` of its gRPC listener.
-    addr: String,
-}
-
-impl Binary {
-    fn start(args: &[&str]) -> Binary {
-        use std::io::BufRead;
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "tollgate-rlqs-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("q.yaml");
-        std::fs::write(&config, CONFIG).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate-rls"))
-            .args(["--grpc", "127.0.0.1:0", "--config", config.to_str().unwrap()])
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on grpc://")
-            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
-            .to_owned();
-        Binary {
-            child,
-            addr: format!("http://{addr}"),
-        }
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The `tollgate-rls` binary serving [`CONFIG`] with `args`: the quota
+/// service as an operator runs it, over any store; `http://ADDR` of its
+/// gRPC listener.
+fn binary(args: &[&str]) -> (Rls, String) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-rlqs-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("q.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let mut all = vec!["--config", config.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let rls = Rls::start(&all);
+    let addr = format!("http://{}", rls.addr);
+    (rls, addr)
 }
 
 /// The bound and the shares through the binary over PostgreSQL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_postgres_the_bound_holds_and_each_gets_a_share() {
     let postgres = tollgate_tests::postgres::PostgresServer::start();
-    let rls = Binary::start(&["--store", &postgres.url()]);
-    bound_and_shares(&rls.addr).await;
+    let (_rls, addr) = binary(&["--store", &postgres.url()]);
+    bound_and_shares(&addr).await;
 }
 
 /// The bound and the shares through the binary over local-first exact in
@@ -898,8 +872,8 @@ async fn over_postgres_the_bound_holds_and_each_gets_a_share() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_local_first_the_bound_holds_and_each_gets_a_share() {
     let redis = RedisServer::start();
-    let rls = Binary::start(&["--store", &redis.url(), "--local", "exact"]);
-    bound_and_shares(&rls.addr).await;
+    let (_rls, addr) = binary(&["--store", &redis.url(), "--local", "exact"]);
+    bound_and_shares(&addr).await;
 }
 
 /// A server restarted over Redis keeps the window's usage: a bucket whose
@@ -909,19 +883,20 @@ async fn over_local_first_the_bound_holds_and_each_gets_a_share() {
 async fn a_server_restarted_over_redis_keeps_the_windows_usage() {
     let redis = RedisServer::start();
     let bucket: &[(&str, &str)] = &[("slow", "restarted")];
-    let first = Binary::start(&["--store", &redis.url()]);
-    let plane = DataPlane::connect(&first.addr, "q", false).await;
+    let (first, addr) = binary(&["--store", &redis.url()]);
+    let plane = DataPlane::connect(&addr, "q", false).await;
     // The bucket's first request: reported at once, a bucket assigned.
     plane.request(bucket).await;
     let assigned = plane
         .first_assignment(bucket, Duration::from_secs(2))
         .await
         .expect("an assignment");
-    assert!(matches!(assigned, Assignment::TokenBucket(_)), "{assigned:?}");
+    assert!(
+        matches!(assigned, Assignment::TokenBucket(_)),
+        "{assigned:?}"
+    );
     // The hour's other 999 through ShouldRateLimit on the same count.
-    let mut rls = RateLimitServiceClient::connect(first.addr.clone())
-        .await
-        .unwrap();
+    let mut rls = first.client().await;
     let spend = RateLimitRequest {
         domain: "q".to_owned(),
         descriptors: vec![RateLimitDescriptor {
@@ -939,8 +914,8 @@ async fn a_server_restarted_over_redis_keeps_the_windows_usage() {
 
     // The second server, over the same Redis: the data plane's new
     // stream's first report finds the hour spent.
-    let second = Binary::start(&["--store", &redis.url()]);
-    let plane = DataPlane::connect(&second.addr, "q", true).await;
+    let (_second, addr) = binary(&["--store", &redis.url()]);
+    let plane = DataPlane::connect(&addr, "q", true).await;
     plane.request(bucket).await;
     let after = plane
         .first_assignment(bucket, Duration::from_secs(2))

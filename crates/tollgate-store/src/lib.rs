@@ -76,7 +76,6 @@ pub use charge::{ChangeReply, PolicyDebit, PolicyRefund};
 pub use config::{BoxError, ConfigError};
 pub use decision::PolicyDecision;
 pub use failure::{report_answer, report_failure, retry_after};
-pub use outage::Outage;
 pub use key::{Key, KeyView};
 pub use late::Watched;
 #[doc(hidden)]
@@ -84,6 +83,7 @@ pub use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
+pub use outage::Outage;
 pub use policy::{NamedLimit, Policy};
 pub use receipt::Receipt;
 pub use shadow::SHADOW_LOG_INTERVAL;
@@ -451,9 +451,9 @@ pub fn set_up_default_clock() {
 pub mod __private {
     /// Metrics and log pacing, shared with the middleware.
     pub mod observe {
-        pub use crate::observe::*;
         #[cfg(feature = "metrics")]
         pub use crate::late::register_late_checks;
+        pub use crate::observe::*;
     }
     pub use crate::policy::{is_token, plan_fingerprint, with_overrides};
     /// Shadow limits, shared with the middleware.

@@ -319,7 +319,9 @@ mod tests {
         let limits = Limits::default();
         let wake = Arc::new(Notify::new());
         let start = 1_000 * SECOND;
-        let buckets: Vec<Limited> = (0..100).map(|i| limited(&config, &format!("c{i}"))).collect();
+        let buckets: Vec<Limited> = (0..100)
+            .map(|i| limited(&config, &format!("c{i}")))
+            .collect();
         let usage = Usage::default();
         for (slot, bucket) in buckets.iter().enumerate() {
             limits.report(bucket, slot as u64, &wake, usage, Some(30), start);
