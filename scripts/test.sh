@@ -46,7 +46,8 @@ df -h "$target" 2>/dev/null | tail -n 1 | awk '{ print "disk: " $4 " free of " $
 # What each server's run printed, for the totals.
 redis_log=$(mktemp)
 valkey_log=$(mktemp)
-trap 'rm -f "$redis_log" "$valkey_log"' EXIT
+r_half_log=$(mktemp)
+trap 'rm -f "$redis_log" "$valkey_log" "$r_half_log"' EXIT
 
 failed=()
 timings=()
@@ -219,16 +220,14 @@ build_tests() {
 # `cargo test` runs (same workspace, same features, so nothing is compiled
 # again). The "r" half's output is shown when the other half ends.
 redis_tests() {
-    local r_half r_pid status=0
-    r_half=$(mktemp)
-    test_command --test 'r*' >"$r_half" 2>&1 &
+    local r_pid status=0
+    test_command --test 'r*' >"$r_half_log" 2>&1 &
     r_pid=$!
     # (pipefail: a pipeline fails when cargo does.)
     test_command --lib --bins --test '[!r]*' 2>&1 | tee "$redis_log" || status=1
     test_command --doc 2>&1 | tee -a "$redis_log" || status=1
     wait "$r_pid" || status=1
-    tee -a "$redis_log" <"$r_half"
-    rm -f "$r_half"
+    tee -a "$redis_log" <"$r_half_log"
     return "$status"
 }
 

@@ -81,10 +81,13 @@ async fn read_user(request: Request, next: Next) -> Response {
         .await
 }
 
-/// The `user` field of a JSON body, if it has one.
+/// The `user` field of a JSON body, if it has one, trimmed and in lower
+/// case: as the login backend matches names, so that `Alice ` and `alice`
+/// share one limit (else each spelling would get attempts of its own).
 fn user_of(body: &[u8]) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    Some(value.get("user")?.as_str()?.to_owned())
+    let user = value.get("user")?.as_str()?.trim().to_lowercase();
+    (!user.is_empty()).then_some(user)
 }
 
 /// The handler: it gets the body as the client sent it.

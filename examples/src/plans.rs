@@ -65,7 +65,7 @@ pub fn watched(path: PathBuf, kind: KeyKind) -> Watched<Plans> {
 pub async fn watch(file: Watched<Plans>, fixed: Plans, book: PlanBook, quotas: KeyQuotas) {
     follow(file, move |from_file: Plans| {
         let changed = book.replace(merged(&fixed, from_file));
-        tollgate::quotas::invalidate(&quotas, &changed);
+        quotas.invalidate_keys(&changed);
         Ok(())
     })
     .await;

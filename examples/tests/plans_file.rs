@@ -53,15 +53,16 @@ async fn admitted(addr: SocketAddr, key: &str, n: usize) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plans_come_from_the_file_and_follow_its_changes() {
     let path = scratch("plans.txt");
-    std::fs::write(&path, "# plans\nacme = 3/min\nvip = unlimited\n").unwrap();
+    // Plans per hour: no refill to speak of while the test runs.
+    std::fs::write(&path, "# plans\nacme = 3/h\nvip = unlimited\n").unwrap();
     let addr = start(&path).await;
     assert_eq!(admitted(addr, "acme", 5).await, 3);
     assert_eq!(admitted(addr, "vip", 30).await, 30);
     assert_eq!(admitted(addr, "other", 12).await, 10, "the default");
 
-    // acme moves to 6 a minute: 3 more (its 3 used carried over).
-    std::fs::write(&path, "acme = 6/min\nvip = unlimited\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // acme moves to 6 an hour: 3 more (its 3 used carried over).
+    std::fs::write(&path, "acme = 6/h\nvip = unlimited\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
     while get(addr, "acme").await != 200 {
         assert!(
             Instant::now() < deadline,
@@ -69,12 +70,29 @@ async fn plans_come_from_the_file_and_follow_its_changes() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(admitted(addr, "acme", 5).await, 2, "6 in all this minute");
+    assert_eq!(admitted(addr, "acme", 5).await, 2, "6 in all this hour");
 
-    // A change that does not parse is refused: the plans read last stay.
+    // A change that does not parse is refused: the plans read last stay
+    // (vip unlimited, not the default's 10; acme spent at 6, where the
+    // default would have 4 left).
     std::fs::write(&path, "acme = lots\n").unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert_eq!(admitted(addr, "vip", 10).await, 10, "vip still unlimited");
+    assert_eq!(admitted(addr, "vip", 15).await, 15, "vip still unlimited");
+    assert_eq!(
+        admitted(addr, "acme", 1).await,
+        0,
+        "acme still on 6 an hour"
+    );
+    // And the file is still followed: a good change after it is read.
+    std::fs::write(&path, "acme = 8/h\nvip = unlimited\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(addr, "acme").await != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the good change was never put in force"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // A bad file at start: an error naming the file and the line.
     let bad = scratch("bad.txt");

@@ -37,9 +37,11 @@ pub fn report_failure(policy: &Policy, error: &dyn std::fmt::Display) {
 /// What a caller of a store reports when the store answered a request of
 /// `policy`: if failures were reported for this policy since its last
 /// answer, the outage is over, and that is logged at the level its start
-/// was (WARN, with how many failures it saw; at most one such line every
-/// 10 s across the process), whether a [`Breaker`](crate::Breaker) stood
-/// in front of the store or not. A healthy store costs one relaxed load.
+/// was (WARN, with how many failures it saw and how long ago the last
+/// was: a policy seldom asked may hear of the end late; at most one such
+/// line every 10 s across the process), whether a
+/// [`Breaker`](crate::Breaker) stood in front of the store or not. A
+/// healthy store costs one relaxed load.
 ///
 /// ```
 /// use tollgate_store::{NamedLimit, Policy};
@@ -49,18 +51,20 @@ pub fn report_failure(policy: &Policy, error: &dyn std::fmt::Display) {
 /// tollgate_store::report_answer(&policy); // "rate-limit store answers again ..."
 /// ```
 pub fn report_answer(policy: &Policy) {
-    let Some(failures) = policy.outage.answered() else {
+    let Some(end) = policy.outage.answered() else {
         return;
     };
     static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
     if let Some(held_back) = QUIET.pass() {
         tracing::warn!(
             limits = policy.label(),
-            failures,
+            failures = end.failures,
+            last_failure_ms_ago = end.since_last_failure.as_millis() as u64,
             held_back,
-            "rate-limit store answers again after {failures} failed or late calls: \
+            "rate-limit store answers again after {} requests it could not decide: \
              on_store_error no longer applies (at most one such line every 10 s: \
-             held_back counts the recoveries since the last)"
+             held_back counts the recoveries since the last)",
+            end.failures
         );
     }
 }

@@ -83,7 +83,6 @@ pub use memory::PinnedKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
-pub use outage::Outage;
 pub use policy::{NamedLimit, Policy};
 pub use receipt::Receipt;
 pub use shadow::SHADOW_LOG_INTERVAL;
@@ -449,6 +448,7 @@ pub fn set_up_default_clock() {
 /// API, and may change in any release.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::outage::{Outage, OutageEnd};
     /// Metrics and log pacing, shared with the middleware.
     pub mod observe {
         #[cfg(feature = "metrics")]

@@ -161,13 +161,6 @@ impl GrpcRejector {
     }
 }
 
-/// The status of a call (or a stream's message) that `policy`'s limits
-/// refused for `key`: `code`, a message starting with `what` that names
-/// the limits that refused and when to retry, `google.rpc.RetryInfo` (the
-/// exact delay until a retry can pass; absent when it never can) and
-/// `google.rpc.QuotaFailure` details, and `metadata` (the rate-limit
-/// fields). What [`GrpcRejector`] answers a limited call with, and what a
-/// [`MessageLimitLayer`](crate::MessageLimitLayer) ends a stream with.
 /// A call refused because the store failed and the layer fails closed:
 /// `UNAVAILABLE` (which gRPC clients may retry), with `google.rpc.RetryInfo`
 /// saying how long to wait (an open breaker's time until it asks the
@@ -177,6 +170,13 @@ pub(crate) fn store_failed_status(message: &str, retry_after: std::time::Duratio
     Status::with_error_details(Code::Unavailable, message, details)
 }
 
+/// The status of a call (or a stream's message) that `policy`'s limits
+/// refused for `key`: `code`, a message starting with `what` that names
+/// the limits that refused and when to retry, `google.rpc.RetryInfo` (the
+/// exact delay until a retry can pass; absent when it never can) and
+/// `google.rpc.QuotaFailure` details, and `metadata` (the rate-limit
+/// fields). What [`GrpcRejector`] answers a limited call with, and what a
+/// [`MessageLimitLayer`](crate::MessageLimitLayer) ends a stream with.
 pub(crate) fn limited_status(
     code: Code,
     what: &str,

@@ -63,8 +63,9 @@ pub enum Rejection<'a> {
         status: StatusCode,
         /// How long the client should wait before it tries again: an open
         /// [`Breaker`](crate::store::Breaker)'s time until it asks the
-        /// store again, else [`STORE_FAILED_RETRY_AFTER`] (the next
-        /// request asks the store again). The default response sends it
+        /// store again, else (no breaker, or its probe already out)
+        /// [`STORE_FAILED_RETRY_AFTER`] (the next request asks the store
+        /// again). The default response sends it
         /// as `Retry-After` in whole seconds, rounded up, at least 1;
         /// tollgate-tonic's rejector as gRPC's `RetryInfo`.
         retry_after: std::time::Duration,
@@ -126,6 +127,8 @@ pub(crate) fn retry_after_failure(
 ) -> std::time::Duration {
     error
         .and_then(tollgate_store::retry_after)
+        // Zero while a probe is out: its answer is not known yet.
+        .filter(|wait| !wait.is_zero())
         .unwrap_or(STORE_FAILED_RETRY_AFTER)
 }
 

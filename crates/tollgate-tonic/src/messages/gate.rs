@@ -150,6 +150,8 @@ impl<E: std::error::Error + 'static> Failure<E> {
             Failure::Store(error) => tollgate::store::retry_after(error),
             Failure::Late(_) => None,
         }
+        // Zero while the breaker's probe is out: its answer is not known.
+        .filter(|wait| !wait.is_zero())
         .unwrap_or(tollgate::STORE_FAILED_RETRY_AFTER)
     }
 }

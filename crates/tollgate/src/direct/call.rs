@@ -3,7 +3,7 @@
 
 use super::{KeyedLimiter, UntilReadyError};
 use crate::key::Key;
-use crate::store::{Capability, PolicyDebit, PolicyDecision, PolicyRefund, Store};
+use crate::store::{Capability, ChangeReply, PolicyDebit, PolicyDecision, PolicyRefund, Store};
 use std::future::Future;
 use std::time::Instant;
 
@@ -18,18 +18,29 @@ impl<St: Store> KeyedLimiter<St> {
     /// arrives late and the calls admitted just after the limiter's
     /// window let it go could land in one of the partner's windows
     /// together, one more than the limit. So while the call runs it is
-    /// counted from its admission, and once it is done (its future
-    /// ready, or dropped) from that moment instead: the limiter's log
-    /// then holds every call at a time no earlier than its arrival, and
-    /// any period of the partner's sees at most the limit, whatever the
-    /// network did. (Calls that take longer than the period are counted
-    /// from their admission only while it lasts: keep them shorter, or
-    /// the period longer.)
+    /// counted from its admission, and once it is done from that moment
+    /// instead: the limiter's log then holds every call at a time no
+    /// earlier than its arrival, and no period of the partner's sees more
+    /// than the limit, whatever the network did.
+    ///
+    /// What that needs of `call`: its future ends once the partner has
+    /// received the request (its response came back, or it can no longer
+    /// arrive). A call given up before it ends (its future dropped: a
+    /// timeout around `call`, a task aborted) stays counted from its
+    /// admission and is counted again from that moment, but a request
+    /// already on its way may still land later than both. A call that
+    /// takes longer than the period is counted from its admission only
+    /// for a period: keep calls shorter than it. With another algorithm
+    /// than the sliding log, the move is never more lenient than counting
+    /// at admission (across a fixed window's edge the call counts in
+    /// both windows).
     ///
     /// The store must give charges back and charge into debt
     /// ([`Capability::Refund`], [`Capability::Debit`]: the memory store,
     /// Redis); one that cannot is refused before any call is made
-    /// ([`UntilReadyError::Unsupported`]).
+    /// ([`UntilReadyError::Unsupported`]). Over a store that does I/O,
+    /// the new charge is sent first, and the admission is given back
+    /// only once it has landed (on a task of its own).
     ///
     /// ```
     /// use std::time::Duration;
@@ -62,13 +73,15 @@ impl<St: Store> KeyedLimiter<St> {
                 .map_err(UntilReadyError::Unsupported)?;
         }
         let (admission, asked) = self.admit(key).await?;
-        let done = Done {
+        let mut done = Done {
             limiter: self,
             key,
             admission,
             asked,
+            finished: false,
         };
         let output = call.await;
+        done.finished = true;
         drop(done);
         Ok(output)
     }
@@ -109,8 +122,8 @@ impl<St: Store> KeyedLimiter<St> {
     }
 }
 
-/// A call admitted and under way: when dropped (the call done, or given
-/// up), its charge moves from its admission to now.
+/// A call admitted and under way: when dropped, its charge moves from its
+/// admission to now (the call done), or is made again now (given up).
 struct Done<'a, St: Store> {
     limiter: &'a KeyedLimiter<St>,
     key: &'a Key,
@@ -119,21 +132,43 @@ struct Done<'a, St: Store> {
     admission: PolicyDecision,
     /// When its check was sent, for a store that gives no receipt.
     asked: Instant,
+    /// Whether the call's future ended (rather than being dropped).
+    finished: bool,
 }
 
 impl<St: Store> Drop for Done<'_, St> {
     fn drop(&mut self) {
         let (store, policy) = (self.limiter.store(), self.limiter.policy());
-        // Charged anew first, then the admission given back: in between,
-        // the call counts twice, never zero times, so no other call can
-        // slip in. Without a receipt the admission is named by its age,
-        // measured from before the check was sent: a store that finds no
-        // charge at exactly that time gives back the latest one before it,
-        // never a later one's (which would leave this one early in the
-        // log, where it would lapse too soon). A store doing I/O sends
-        // both on its own; the replies are not awaited.
-        let _ = store.debit(policy, self.key, PolicyDebit::of(&self.admission, 1));
+        // Charged anew first, the admission given back only once that has
+        // landed: in between the call counts twice, never zero times, so no
+        // other call can slip in. Without a receipt the admission is named
+        // by its age, measured from before the check was sent: a store that
+        // finds no charge at exactly that time gives back the latest one
+        // before it, never a later one's (which would leave this one early
+        // in the log, where it would lapse too soon).
+        let debit = store.debit(policy, self.key, PolicyDebit::of(&self.admission, 1));
+        if !self.finished {
+            // Given up: the request may still be on its way. Both count.
+            return;
+        }
         let refund = PolicyRefund::of(&self.admission, 1, self.asked.elapsed());
-        let _ = store.refund(policy, self.key, refund);
+        match debit {
+            ChangeReply::Done => {
+                let _ = store.refund(policy, self.key, refund);
+            }
+            ChangeReply::Pending(landed) => {
+                // No runtime (a limiter dropped at shutdown): the call
+                // stays counted twice, never less.
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                let (store, policy, key) = (store.clone(), policy.clone(), self.key.clone());
+                runtime.spawn(async move {
+                    if landed.await {
+                        store.refund(&policy, &key, refund).landed().await;
+                    }
+                });
+            }
+        }
     }
 }

@@ -187,6 +187,7 @@ impl<St: Store> Future for UntilReady<St> {
 
 /// Why [`until_ready`](super::KeyedLimiter::until_ready) gave up.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum UntilReadyError<E> {
     /// The store failed (Redis unreachable, a timeout from
     /// [`store::Timeout`](crate::store::Timeout)).
@@ -222,7 +223,8 @@ impl<E: std::error::Error + 'static> std::error::Error for UntilReadyError<E> {
         match self {
             UntilReadyError::Store(error) => Some(error),
             UntilReadyError::NeverAdmitted { .. } => None,
-            UntilReadyError::Unsupported(missing) => Some(missing),
+            // Its message is this error's own.
+            UntilReadyError::Unsupported(_) => None,
         }
     }
 }

@@ -40,7 +40,7 @@ pub(crate) struct Gate<K, Sl, R> {
     pub(crate) shadow_log: crate::observe::Quiet,
     /// The slot store's failures since it last answered: its first answer
     /// after them ends an outage, logged as its start was.
-    pub(crate) outage: tollgate_store::Outage,
+    pub(crate) outage: tollgate_store::__private::Outage,
     /// Its decisions' counter keys, made once.
     pub(crate) metrics: crate::observe::LimitMetrics,
 }
@@ -72,9 +72,9 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
         R: Rejector<B>,
     {
         if answer.is_ok()
-            && let Some(failures) = self.outage.answered()
+            && let Some(end) = self.outage.answered()
         {
-            self.store_answers_again(failures);
+            self.store_answers_again(end);
         }
         match answer {
             Ok(Acquired::Taken { permit, in_flight }) => {
@@ -142,18 +142,20 @@ impl<K, Sl: Slots, R> Gate<K, Sl, R> {
         ))))
     }
 
-    /// The end of an outage of the slot store, after `failures`: a WARN
-    /// as its start's, at most one every 10 s.
-    fn store_answers_again(&self, failures: u64) {
+    /// The end of an outage of the slot store: a WARN as its start's, at
+    /// most one every 10 s.
+    fn store_answers_again(&self, end: tollgate_store::__private::OutageEnd) {
         static QUIET: crate::observe::Quiet = crate::observe::Quiet::new();
         if let Some(held_back) = QUIET.pass() {
             tracing::warn!(
                 limit = self.limit.name(),
-                failures,
+                failures = end.failures,
+                last_failure_ms_ago = end.since_last_failure.as_millis() as u64,
                 held_back,
-                "in-flight limit: the slot store answers again after {failures} failed or \
-                 late calls (at most one such line every 10 s: held_back counts the \
-                 recoveries since the last)"
+                "in-flight limit: the slot store answers again after {} requests it could \
+                 not decide (at most one such line every 10 s: held_back counts the \
+                 recoveries since the last)",
+                end.failures
             );
         }
     }

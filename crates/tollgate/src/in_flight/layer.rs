@@ -248,7 +248,7 @@ impl<K: KeyExtractor, Sl: Slots, R> InFlightBuilder<K, Sl, R> {
                     &limit,
                 ),
                 shadow_log: crate::observe::Quiet::new(),
-                outage: tollgate_store::Outage::new(),
+                outage: tollgate_store::__private::Outage::new(),
                 metrics: crate::observe::LimitMetrics::new(limit.shared_name()),
                 limit,
                 key: self.key,

@@ -162,6 +162,21 @@ impl KeyQuotas {
         forget_in(&self.caches, Some(key));
     }
 
+    /// Drops the cached quota of each of `keys` (of every key at once past
+    /// 1,024 of them, rather than one at a time): after a source's plans
+    /// changed for these keys ([`PlanBook::replace`](super::PlanBook::replace)
+    /// names them).
+    pub fn invalidate_keys(&self, keys: &[Key]) {
+        const ONE_BY_ONE: usize = 1_024;
+        if keys.len() > ONE_BY_ONE {
+            self.invalidate_all();
+        } else {
+            for key in keys {
+                self.invalidate(key);
+            }
+        }
+    }
+
     /// Drops every key's cached quota, as [`invalidate`](Self::invalidate)
     /// drops one: after a source's whole contents changed.
     pub fn invalidate_all(&self) {

@@ -94,7 +94,7 @@ pub use cache::KeyQuotas;
 pub(crate) use cache::{Plans, QuotaWait, Resolution, Resolver};
 pub use live::LiveLimits;
 pub use plans::{
-    KeyPlans, PlanBook, PlanFile, PlanFileError, PlansBuilder, invalidate, parse_plan, parse_plans,
+    KeyPlans, PlanBook, PlanFile, PlanFileError, PlansBuilder, parse_plan, parse_plans,
 };
 // The source contract lives with the store contract
 // (`tollgate_store::quotas`), so that a source needs no middleware.

@@ -11,10 +11,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 use tollgate_store::quotas::{QuotaAnswer, QuotaLookup, QuotaSource};
 
-/// Past this many changed plans, a change drops every cached quota at
-/// once rather than one key at a time.
-const INVALIDATE_ONE_BY_ONE: usize = 1_024;
-
 /// Plans by key: what a plans file holds.
 pub type KeyPlans = HashMap<Key, QuotaAnswer>;
 
@@ -192,7 +188,10 @@ pub struct PlanFile {
 }
 
 impl PlanFile {
-    /// Reads the plans file at `path`, each key taken as written.
+    /// Reads the plans file at `path`, each key taken as written. It
+    /// blocks (file I/O, and a few short waits while the file is being
+    /// written): call it before serving, or from
+    /// `tokio::task::spawn_blocking`.
     pub fn open(path: impl Into<PathBuf>) -> Result<PlanFile, PlanFileError> {
         Self::open_with(path, |text| Ok(Key::from(text)))
     }
@@ -231,22 +230,10 @@ impl PlanFile {
         let book = self.book;
         follow(self.file, move |plans: KeyPlans| {
             let changed = book.replace(plans);
-            invalidate(&quotas, &changed);
+            quotas.invalidate_keys(&changed);
             Ok(())
         })
         .await;
-    }
-}
-
-/// Drops the cached quotas of `changed` keys (all of them at once past
-/// [`INVALIDATE_ONE_BY_ONE`]).
-pub fn invalidate(quotas: &KeyQuotas, changed: &[Key]) {
-    if changed.len() > INVALIDATE_ONE_BY_ONE {
-        quotas.invalidate_all();
-    } else {
-        for key in changed {
-            quotas.invalidate(key);
-        }
     }
 }
 
