@@ -121,3 +121,63 @@ impl tollgate::Store for CheckOnly {
         tollgate::StoreReply::Ready(Ok(self.0.check_now(policy, key, cost)))
     }
 }
+
+/// `call` through every wrapper a store may sit behind (a timeout, a
+/// fallback, a block cache, a penalty box): one call leaves exactly one
+/// charge (moved, neither lost nor doubled), and the partner refuses
+/// nothing; the local-first store, which cannot decide a sliding log, is
+/// refused when the limiter is built, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_keeps_the_count_through_every_wrapper_and_local_first_is_refused_at_build() {
+    use tollgate::MemoryStore;
+    use tollgate::store::{BlockCache, Fallback, Penalty, PenaltyBox, Timeout};
+    async fn check<St: tollgate::Store>(store: St, name: &str) {
+        let build = |store: St| {
+            DirectLimiter::builder()
+                .quota("partner", Quota::new(LIMIT, PERIOD).unwrap())
+                .algorithm(tollgate_core::Algorithm::SlidingLog)
+                .store(store)
+                .direct()
+                .unwrap()
+        };
+        let limiter = build(store.clone());
+        limiter.call(async {}).await.unwrap();
+        let left = limiter.peek().await.unwrap().remaining();
+        assert_eq!(left, LIMIT - 1, "{name}: one call, one charge");
+        let limiter = build(store).with_key(tollgate::Key::from("fresh"));
+        assert_eq!(refused(limiter, 2, 5, 3).await, 0, "{name}");
+    }
+    let slow = Duration::from_secs(1);
+    check(Timeout::new(MemoryStore::new(), slow), "Timeout").await;
+    check(
+        Fallback::new(MemoryStore::new(), MemoryStore::new()),
+        "Fallback",
+    )
+    .await;
+    check(BlockCache::new(MemoryStore::new()), "BlockCache").await;
+    // Waiting its turn is refused now and then: a box that blocks only
+    // a flood.
+    let penalty = Penalty::new(1_000, Duration::from_secs(60), Duration::from_secs(60));
+    check(PenaltyBox::new(MemoryStore::new(), penalty), "PenaltyBox").await;
+
+    let redis = tollgate_tests::redis::RedisServer::start();
+    let store = tollgate_redis::RedisStore::connect(redis.url().as_str())
+        .await
+        .unwrap();
+    for mode in [
+        tollgate_local::LocalMode::Exact,
+        tollgate_local::LocalMode::Periodic {
+            sync_interval: Duration::from_millis(100),
+        },
+    ] {
+        let local = tollgate_local::LocalFirst::builder(store.clone(), mode).build();
+        let error = DirectLimiter::builder()
+            .quota("partner", Quota::new(LIMIT, PERIOD).unwrap())
+            .algorithm(tollgate_core::Algorithm::SlidingLog)
+            .store(local)
+            .direct()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("sliding"), "{mode:?}: {error}");
+    }
+}

@@ -76,7 +76,9 @@ impl<St: Store> LimiterBuilder<St> {
         }
     }
 
-    /// A limiter with one counter per key.
+    /// A limiter with one counter per key; an error when there is no
+    /// limit, or when the store cannot decide these limits
+    /// ([`Store::supports`]).
     pub fn keyed(self) -> Result<KeyedLimiter<St>, ConfigError> {
         if self.limits.limits.is_empty() {
             return Err(ConfigError::new(
@@ -85,10 +87,12 @@ impl<St: Store> LimiterBuilder<St> {
             ));
         }
         tollgate_store::__private::set_up_default_clock();
-        Ok(KeyedLimiter::from_parts(
-            self.store,
-            Arc::new(self.limits.policy()),
-        ))
+        let policy = self.limits.policy();
+        // As a layer does when it is built: a store that cannot decide
+        // these limits (local-first and the sliding log) says so now,
+        // naming itself, not at the first call.
+        self.store.supports(&policy)?;
+        Ok(KeyedLimiter::from_parts(self.store, Arc::new(policy)))
     }
 
     /// A limiter with one counter for every call.
