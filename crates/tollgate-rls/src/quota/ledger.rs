@@ -64,6 +64,30 @@ impl Grant {
     }
 }
 
+/// What a ledger may let its data planes admit beyond one token each,
+/// in requests a window: `now` in the current window, `ahead` in each
+/// window after (while the grants in force can still be in force). A
+/// process alone over its store may let them admit the rule's N in
+/// each; processes that share a limit each hold a part of N, claimed in
+/// the shared store (see [`super::claims`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Budget {
+    /// The current window's budget.
+    pub(crate) now: u64,
+    /// The budget of every window after it.
+    pub(crate) ahead: u64,
+}
+
+impl Budget {
+    /// The same budget in every window.
+    pub(crate) fn each(budget: u64) -> Budget {
+        Budget {
+            now: budget,
+            ahead: budget,
+        }
+    }
+}
+
 /// One data plane's account in the current window.
 #[derive(Clone, Copy, Debug)]
 struct Plane {
@@ -79,12 +103,10 @@ struct Plane {
     lapses: Option<u64>,
 }
 
-/// The accounts of one bucket's data planes, for a limit of `limit` a
-/// window of `window_us` µs (windows aligned on multiples of it since
+/// The accounts of one bucket's data planes, for windows of `window_us` µs (windows aligned on multiples of it since
 /// 1970, as the rate-limit service counts them).
 #[derive(Debug)]
 pub(crate) struct Ledger<Id> {
-    limit: u64,
     window_us: u64,
     /// The current window's number (`now / window_us`).
     window: u64,
@@ -93,21 +115,20 @@ pub(crate) struct Ledger<Id> {
 
 impl<Id: Ord + Copy> Ledger<Id> {
     /// An empty ledger. A window of 0 µs is taken as 1.
-    pub(crate) fn new(limit: u64, window_us: u64) -> Self {
+    pub(crate) fn new(window_us: u64) -> Self {
         Ledger {
-            limit,
             window_us: window_us.max(1),
             window: 0,
             planes: BTreeMap::new(),
         }
     }
 
-    /// The bound of a window: the limit, and one for each data plane
-    /// counted in it, in token·µs.
+    /// The bound of the current window: `budget`, and one for each data
+    /// plane counted in it, in token·µs.
     #[cfg(test)]
-    fn budget(&self) -> u128 {
+    fn bound(&self, budget: u64) -> u128 {
         let planes = self.planes.len() as u128;
-        (u128::from(self.limit) + planes) * u128::from(self.window_us)
+        (u128::from(budget) + planes) * u128::from(self.window_us)
     }
 
     /// The end of the current window, in µs.
@@ -143,7 +164,6 @@ impl<Id: Ord + Copy> Ledger<Id> {
     /// What the data planes can admit in this window, at most, if their
     /// grants stay as they are, in token·µs: what they can have admitted
     /// so far and the refill still to come.
-    #[cfg(test)]
     fn potential(&self, now: u64) -> u128 {
         let end = self.window_end();
         self.planes
@@ -164,17 +184,18 @@ impl<Id: Ord + Copy> Ledger<Id> {
     }
 
     /// Gives `id` (a new data plane, or one already counted) `grant` at
-    /// `now`, if the bound holds with it; returns whether it was given.
+    /// `now`, if the bound holds with it within `budget`; returns whether
+    /// it was given.
     /// [`Grant::DENY`] and the grant held are always given; a new data
     /// plane holds `DENY` until it is given another. Any other change costs
     /// a full bucket, so a data plane's grant is best changed seldom.
-    pub(crate) fn assign(&mut self, id: Id, grant: Grant, now: u64) -> bool {
+    pub(crate) fn assign(&mut self, id: Id, grant: Grant, now: u64, budget: Budget) -> bool {
         self.roll(now);
         let now = now.max(self.window.saturating_mul(self.window_us));
         let old = self.planes.get(&id).copied();
         let held = old.map_or(Grant::DENY, |plane| plane.grant);
         let free = grant.denies() || grant == held;
-        if !free && !self.fits(id, grant, now) {
+        if !free && !self.fits(id, grant, now, budget) {
             return false;
         }
         let gain = u128::from(added_tokens(held, grant)) * u128::from(self.window_us);
@@ -190,13 +211,13 @@ impl<Id: Ord + Copy> Ledger<Id> {
 
     /// Whether `id` may hold `grant` from `now` (the ledger brought up to
     /// `now` by [`roll`](Self::roll) or [`assign`](Self::assign)): what every data plane can
-    /// admit in this window stays within the bound (N and one for each
-    /// data plane counted in it), and so do the bursts and rates in force,
-    /// for the windows after. Those count one for each data plane that
+    /// admit in this window stays within the bound (`budget.now` and one
+    /// for each data plane counted in it), and so do the bursts and rates
+    /// in force, for the windows after (`budget.ahead` and one for each). Those count one for each data plane that
     /// holds a token bucket and reports: a data plane that leaves, or is
     /// denied, takes its one with it, and its bucket (of at least one
     /// token) too.
-    pub(crate) fn fits(&self, id: Id, grant: Grant, now: u64) -> bool {
+    pub(crate) fn fits(&self, id: Id, grant: Grant, now: u64, budget: Budget) -> bool {
         let end = self.window_end();
         let window_us = u128::from(self.window_us);
         let counted = self.planes.len() as u128 + u128::from(!self.planes.contains_key(&id));
@@ -214,8 +235,72 @@ impl<Id: Ord + Copy> Ledger<Id> {
                 (grant.per_whole_window(), u128::from(!grant.denies())),
                 |(sum, n), (_, plane)| (sum + plane.grant.per_whole_window(), n + 1),
             );
-        let limit = u128::from(self.limit);
-        this_window <= (limit + counted) * window_us && steady <= limit + buckets
+        this_window <= (u128::from(budget.now) + counted) * window_us
+            && steady <= u128::from(budget.ahead) + buckets
+    }
+
+    /// What the grants in force need of the current window's budget, in
+    /// requests: what the data planes can admit in it, less one for each
+    /// counted.
+    pub(crate) fn need_now(&self, now: u64) -> u64 {
+        let potential = self.potential(now).div_ceil(u128::from(self.window_us));
+        let need = potential.saturating_sub(self.planes.len() as u128);
+        u64::try_from(need).unwrap_or(u64::MAX)
+    }
+
+    /// What the grants in force need of the budget of the window that
+    /// starts at `start` (after the current one), in requests: each
+    /// bucket still in force then, full at its start and refilled over
+    /// it, less one for each data plane counted in it.
+    pub(crate) fn need_at(&self, start: u64) -> u64 {
+        let counted = self
+            .planes
+            .values()
+            .filter(|plane| plane.lapses.is_none_or(|at| at > start));
+        let (admit, planes) = counted.fold((0u128, 0u128), |(sum, n), plane| {
+            (sum + plane.grant.per_whole_window(), n + 1)
+        });
+        u64::try_from(admit.saturating_sub(planes)).unwrap_or(u64::MAX)
+    }
+
+    /// Denies the data plane with the largest grant that reports, if any
+    /// (a blanket deny is always given): what brings the grants in force
+    /// back within a budget that fell. Returns it.
+    pub(crate) fn deny_largest(&mut self, now: u64) -> Option<Id> {
+        let largest = self
+            .planes
+            .iter()
+            .filter(|(_, plane)| plane.lapses.is_none() && !plane.grant.denies())
+            .max_by_key(|(_, plane)| plane.grant.per_whole_window())
+            .map(|(id, _)| *id)?;
+        self.assign(largest, Grant::DENY, now, Budget::each(0));
+        Some(largest)
+    }
+
+    /// Whether the bursts and rates in force fit `ahead` (and one for
+    /// each data plane that holds a bucket and reports).
+    pub(crate) fn steady_fits(&self, ahead: u64) -> bool {
+        let (steady, buckets) = self.in_force();
+        steady <= u128::from(ahead) + buckets
+    }
+
+    /// What the bursts and rates in force need of each window's budget
+    /// after this one, in requests: what they admit in a whole window,
+    /// less one for each data plane that holds a bucket and reports.
+    pub(crate) fn steady_need(&self) -> u64 {
+        let (steady, buckets) = self.in_force();
+        u64::try_from(steady.saturating_sub(buckets)).unwrap_or(u64::MAX)
+    }
+
+    /// What the buckets of the data planes that report admit in a whole
+    /// window, and how many they are.
+    fn in_force(&self) -> (u128, u128) {
+        self.planes
+            .values()
+            .filter(|plane| plane.lapses.is_none() && !plane.grant.denies())
+            .fold((0, 0), |(sum, n), plane| {
+                (sum + plane.grant.per_whole_window(), n + 1)
+            })
     }
 
     /// `id`'s stream closed at `now`: its data plane enforces its last
@@ -231,9 +316,9 @@ impl<Id: Ord + Copy> Ledger<Id> {
     /// What can still be granted in this window, in tokens: the bound
     /// less what the data planes can admit at the rates in force.
     #[cfg(test)]
-    pub(crate) fn headroom(&mut self, now: u64) -> u64 {
+    pub(crate) fn headroom(&mut self, now: u64, budget: u64) -> u64 {
         self.roll(now);
-        let left = self.budget().saturating_sub(self.potential(now));
+        let left = self.bound(budget).saturating_sub(self.potential(now));
         u64::try_from(left / u128::from(self.window_us)).unwrap_or(u64::MAX)
     }
 }
@@ -271,74 +356,78 @@ mod tests {
     #[test]
     fn rates_and_bursts_in_force_stay_within_the_limit_and_one_a_plane() {
         // 10 a second, windows of a second.
-        let mut ledger = Ledger::new(10, SECOND);
+        let mut ledger = Ledger::new(SECOND);
+        let b = Budget::each(10);
         let start = 1_000 * SECOND;
         // One plane: 5 + 5 = 10 ≤ 10 + 1.
-        assert!(ledger.assign(1, grant(5, 5), start));
+        assert!(ledger.assign(1, grant(5, 5), start, b));
         // A second plane: the bound is 12; 10 + 2 fits, 10 + 3 does not.
-        assert!(!ledger.assign(2, grant(2, 1), start + SECOND));
-        assert!(ledger.assign(2, grant(1, 1), start + SECOND));
+        assert!(!ledger.assign(2, grant(2, 1), start + SECOND, b));
+        assert!(ledger.assign(2, grant(1, 1), start + SECOND, b));
         assert_eq!(ledger.planes(), 2);
         // A blanket deny, and the grant held, are always given.
-        assert!(ledger.assign(1, Grant::DENY, start + SECOND));
-        assert!(ledger.assign(2, grant(1, 1), start + SECOND));
+        assert!(ledger.assign(1, Grant::DENY, start + SECOND, b));
+        assert!(ledger.assign(2, grant(1, 1), start + SECOND, b));
     }
 
     #[test]
     fn a_new_bucket_costs_a_full_bucket_in_this_window() {
         // 100 a minute.
         let window = 60 * SECOND;
-        let mut ledger = Ledger::new(100, window);
+        let mut ledger = Ledger::new(window);
+        let b = Budget::each(100);
         let start = 1_000 * window;
         // At the window's start: 20 held, 20 to refill over the window.
-        assert!(ledger.assign(1, grant(20, 20), start));
-        assert_eq!(ledger.headroom(start), 101 - 40);
+        assert!(ledger.assign(1, grant(20, 20), start, b));
+        assert_eq!(ledger.headroom(start, b.now), 101 - 40);
         // Half way: 10 refilled so far, 10 to come. A bucket of 40 comes
         // full (40 at once), and doubles the rate for the half window left
         // (10 more).
-        assert!(ledger.assign(1, grant(40, 40), start + window / 2));
-        assert_eq!(ledger.headroom(start + window / 2), 101 - 30 - 40 - 20);
+        assert!(ledger.assign(1, grant(40, 40), start + window / 2, b));
+        assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 30 - 40 - 20);
         // Even a smaller bucket comes full: 10 more, though the rate falls.
-        assert!(ledger.assign(1, grant(10, 10), start + window / 2));
-        assert_eq!(ledger.headroom(start + window / 2), 101 - 30 - 40 - 10 - 5);
+        assert!(ledger.assign(1, grant(10, 10), start + window / 2, b));
+        assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 30 - 40 - 10 - 5);
         // The next window: a full bucket of 10 and 10 to refill.
-        assert_eq!(ledger.headroom(start + window), 101 - 20);
+        assert_eq!(ledger.headroom(start + window, b.now), 101 - 20);
     }
 
     #[test]
     fn a_bucket_after_a_blanket_rule_starts_full() {
         let window = 60 * SECOND;
-        let mut ledger = Ledger::new(100, window);
+        let mut ledger = Ledger::new(window);
+        let b = Budget::each(100);
         let start = 1_000 * window;
-        assert!(ledger.assign(1, grant(30, 30), start));
-        assert!(ledger.assign(1, Grant::DENY, start + window / 2));
+        assert!(ledger.assign(1, grant(30, 30), start, b));
+        assert!(ledger.assign(1, Grant::DENY, start + window / 2, b));
         // 30 at the start and 15 refilled before the deny.
-        assert_eq!(ledger.headroom(start + window / 2), 101 - 45);
+        assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 45);
         // Back to a bucket of 30: full at once, and 15 of refill to come.
-        assert!(ledger.assign(1, grant(30, 30), start + window / 2));
-        assert_eq!(ledger.headroom(start + window / 2), 101 - 45 - 30 - 15);
+        assert!(ledger.assign(1, grant(30, 30), start + window / 2, b));
+        assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 45 - 30 - 15);
         // 11 left: even a bucket of 10 (10 at once, and 5 of refill where
         // 15 were counted) fits; one of 20 does not.
-        assert!(!ledger.assign(1, grant(20, 20), start + window / 2));
+        assert!(!ledger.assign(1, grant(20, 20), start + window / 2, b));
         assert_eq!(ledger.grant(1), Some(grant(30, 30)));
-        assert!(ledger.assign(1, grant(10, 10), start + window / 2));
+        assert!(ledger.assign(1, grant(10, 10), start + window / 2, b));
     }
 
     #[test]
     fn a_plane_that_left_counts_until_its_assignment_lapses() {
         let window = 10 * SECOND;
-        let mut ledger = Ledger::new(100, window);
+        let mut ledger = Ledger::new(window);
+        let b = Budget::each(100);
         let start = 1_000 * window;
-        assert!(ledger.assign(1, grant(10, 10), start));
-        assert!(ledger.assign(2, grant(10, 10), start));
+        assert!(ledger.assign(1, grant(10, 10), start, b));
+        assert!(ledger.assign(2, grant(10, 10), start, b));
         // Plane 2 leaves at once; its assignment lapses 15 s later.
         ledger.leave(2, start, start + 15 * SECOND);
         // This window: both count whole (102 − 40).
-        assert_eq!(ledger.headroom(start), 102 - 40);
+        assert_eq!(ledger.headroom(start, b.now), 102 - 40);
         // The next: plane 2 starts full, refills until it lapses half way.
-        assert_eq!(ledger.headroom(start + window), 102 - 20 - 10 - 5);
+        assert_eq!(ledger.headroom(start + window, b.now), 102 - 20 - 10 - 5);
         // The one after: plane 2 is gone, and so is its one of the bound.
-        assert_eq!(ledger.headroom(start + 2 * window), 101 - 20);
+        assert_eq!(ledger.headroom(start + 2 * window, b.now), 101 - 20);
         assert_eq!(ledger.planes(), 1);
     }
 
@@ -373,14 +462,15 @@ mod tests {
                 0 => Replacement::FullUnlessEmpty,
                 _ => Replacement::KeepRatio,
             };
-            let mut ledger = Ledger::new(limit, window_us);
+            let mut ledger = Ledger::new(window_us);
+        let b = Budget::each(limit);
             let mut model: Vec<DataPlaneBucket> = (0..planes)
                 .map(|_| DataPlaneBucket::new(replacement))
                 .collect();
             let forever = 1_000_000 * window_us;
             let mut now = 1_000 * window_us + rng.below(window_us);
             for (id, plane) in model.iter_mut().enumerate() {
-                assert!(ledger.assign(id, Grant::DENY, now));
+                assert!(ledger.assign(id, Grant::DENY, now, b));
                 plane.assign(Assignment::DenyAll, forever, now);
             }
             let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
@@ -444,10 +534,10 @@ mod tests {
                             burst: n,
                             per_window: n,
                         })
-                        .find(|&grant| ledger.fits(id, grant, now.max(ledger.window * window_us)))
+                        .find(|&grant| ledger.fits(id, grant, now.max(ledger.window * window_us), b))
                         .unwrap_or(Grant::DENY),
                 };
-                if ledger.assign(id, proposed, now) {
+                if ledger.assign(id, proposed, now, b) {
                     model[id].assign(assignment(proposed, window_us), forever, now);
                 }
                 let takers = rng.below(1 << planes);

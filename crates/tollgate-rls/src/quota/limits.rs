@@ -3,17 +3,47 @@
 //! bucket, a *slot*) wants, and whether its window is spent.
 //!
 //! Every change of a limit's grants is made here, under one lock, and the
-//! streams whose grants changed are woken to send them.
+//! streams whose grants changed are woken to send them. Where servers
+//! share the store, each limit's grants stay within what this server
+//! holds of its windows ([`Book`]); the [keeper](super::keeper) claims
+//! and gives back through the plans made here.
 
 use super::action::Assignment;
 use super::bucket::Limited;
-use super::ledger::{Grant, Ledger};
+use super::claims::{Book, ClaimKeys, Claimed, Step};
+use super::ledger::{Budget, Grant, Ledger};
 use super::metrics::{RuleSeries, Series};
-use super::shares::{like, shares, squeezed, worth_changing};
+use super::shares::{cost, like, met, shares, squeezed, with_room, worth_changing};
 use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use tollgate_store::Key;
+use tollgate_store::{Key, PolicyDecision};
+
+/// A limit's name in the map: its rule's full key and its counted key.
+pub(crate) type LimitId = (String, Key);
+
+/// How a server's limits are bounded: alone, by N each window, or
+/// together with the other servers over the store, by what they claim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    /// Each limit's grants share N (a store that cannot hold claims).
+    #[default]
+    Alone,
+    /// Each limit's grants share what is claimed; a window whose claim
+    /// failed counts N (`fail_open`) or nothing.
+    Claims { fail_open: bool },
+}
+
+/// How long assignments live until a stream says otherwise: three of
+/// Envoy's 5 s reporting intervals.
+const DEFAULT_TTL: Duration = Duration::from_secs(15);
+
+/// A claim plan's slack: what is held past the need is given back only
+/// once it is more than this part of N (and one), so that a server does
+/// not give back and claim again at every look.
+const GIVE_BACK_SLACK: u64 = 16;
 
 /// What a data plane reported of a bucket.
 #[derive(Clone, Copy, Debug, Default)]
@@ -29,8 +59,9 @@ pub(crate) struct Usage {
 /// Every limit reported, by rule and counted key.
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
-    map: Mutex<HashMap<(String, Key), Limit>>,
+    map: Mutex<HashMap<LimitId, Limit>>,
     series: Series,
+    sharing: Sharing,
 }
 
 #[derive(Debug)]
@@ -44,6 +75,13 @@ struct Limit {
     spent_in: Option<u64>,
     /// The rule's series: the grants and the data planes are kept here.
     series: RuleSeries,
+    /// What this server holds of the windows, where servers share the
+    /// store.
+    claims: Option<(Book, ClaimKeys)>,
+    /// The longest time to live of the assignments given.
+    ttl: Duration,
+    /// When the keeper last looked at the claims (`None`: never).
+    looked: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -57,15 +95,67 @@ struct Slot {
 }
 
 impl Limit {
-    fn new(limited: &Limited, series: RuleSeries) -> Self {
+    fn new(limited: &Limited, series: RuleSeries, sharing: Sharing) -> Self {
+        let claims = match sharing {
+            Sharing::Alone => None,
+            Sharing::Claims { fail_open } => {
+                let on_failure = if fail_open { limited.limit } else { 0 };
+                let book = Book::new(limited.limit, limited.window_us, on_failure);
+                let keys = ClaimKeys::new(
+                    &limited.policy,
+                    &limited.key,
+                    limited.limit,
+                    limited.window_us,
+                );
+                Some((book, keys))
+            }
+        };
         Limit {
             limit: limited.limit,
             window_us: limited.window_us,
-            ledger: Ledger::new(limited.limit, limited.window_us),
+            ledger: Ledger::new(limited.window_us),
             slots: BTreeMap::new(),
             spent_in: None,
             series,
+            claims,
+            ttl: DEFAULT_TTL,
+            looked: None,
         }
+    }
+
+    /// The windows this server must hold at `now`.
+    fn horizon(&self, now: u64) -> RangeInclusive<u64> {
+        match &self.claims {
+            Some((book, _)) => book.horizon(now, self.ttl),
+            None => now / self.window_us..=now / self.window_us,
+        }
+    }
+
+    /// What the grants may admit at `now`: N, or what is held.
+    fn budget(&self, now: u64) -> Budget {
+        match &self.claims {
+            Some((book, _)) => book.budget(&self.horizon(now)),
+            None => Budget::each(self.limit),
+        }
+    }
+
+    /// The slots that report.
+    fn active(&self) -> impl Iterator<Item = (&u64, &Slot)> {
+        self.slots.iter().filter(|(_, slot)| !slot.left)
+    }
+
+    /// What this server's data planes want of N a window, beyond one
+    /// each: each its demand with room to grow (as [`shares`] meets it),
+    /// one whose demand is not known yet all of N (the claim of a fair
+    /// part caps it).
+    fn wanted(&self) -> u64 {
+        let (sum, planes) = self.active().fold((0u64, 0u64), |(sum, n), (_, slot)| {
+            let want = slot
+                .demand
+                .map_or(self.limit, |demand| cost(met(with_room(demand))));
+            (sum.saturating_add(want), n + 1)
+        });
+        sum.saturating_sub(planes)
     }
 
     /// The refill granted to the slots that report, together.
@@ -103,11 +193,13 @@ impl Limit {
             .filter(|(_, slot)| !slot.left)
             .map(|(id, _)| *id)
             .collect();
+        let budget = self.budget(now);
         let wanted: Vec<Grant> = if self.spent_in == Some(window) {
             vec![Grant::DENY; active.len()]
         } else {
             let demands: Vec<Option<u64>> = active.iter().map(|id| self.slots[id].demand).collect();
-            shares(&demands, self.limit.saturating_add(active.len() as u64))
+            let each = budget.now.min(budget.ahead);
+            shares(&demands, each.saturating_add(active.len() as u64))
         };
         // Cuts first: they free what the rises need; then the rises, the
         // data plane furthest under its share first (held / wanted, in
@@ -128,10 +220,22 @@ impl Limit {
             if !worth_changing(held, want, pressed) {
                 continue;
             }
-            let given = self.ledger.assign(id, want, now)
-                || (want.per_window > held.per_window && self.assign_what_fits(id, want, now));
+            let given = self.ledger.assign(id, want, now, budget)
+                || (want.per_window > held.per_window
+                    && self.assign_what_fits(id, want, now, budget));
             if given {
                 woken.push(Arc::clone(&self.slots[&id].wake));
+            }
+        }
+        // A budget that fell (a window claimed short, a failed claim
+        // answered closed): the grants in force must fit it before that
+        // window begins, whatever a change costs.
+        while !self.ledger.steady_fits(budget.ahead) {
+            let Some(id) = self.ledger.deny_largest(now) else {
+                break;
+            };
+            if let Some(slot) = self.slots.get(&id) {
+                woken.push(Arc::clone(&slot.wake));
             }
         }
         woken
@@ -141,7 +245,7 @@ impl Limit {
     /// holds and `want` that the ledger allows now, if any (a change costs
     /// a full bucket in the window it is made in, so a rise may have to
     /// come in steps).
-    fn assign_what_fits(&mut self, id: u64, want: Grant, now: u64) -> bool {
+    fn assign_what_fits(&mut self, id: u64, want: Grant, now: u64, budget: Budget) -> bool {
         let held = self.ledger.grant(id).unwrap_or(Grant::DENY);
         let (mut low, mut high) = if want.per_window > held.per_window {
             (held.per_window + 1, want.per_window - 1)
@@ -151,14 +255,17 @@ impl Limit {
         let mut best = None;
         while low <= high {
             let mid = low + (high - low) / 2;
-            if self.ledger.fits(id, like(want, mid), now) {
+            if self.ledger.fits(id, like(want, mid), now, budget) {
                 best = Some(mid);
                 low = mid + 1;
             } else {
                 high = mid - 1;
             }
         }
-        best.is_some_and(|per_window| self.ledger.assign(id, like(want, per_window), now))
+        best.is_some_and(|per_window| {
+            self.ledger
+                .assign(id, like(want, per_window), now, budget)
+        })
     }
 
     /// The assignment `slot` holds now.
@@ -170,7 +277,182 @@ impl Limit {
     }
 }
 
+/// What a look at a limit's claims does for one window: give back, then
+/// claim.
+#[derive(Debug)]
+pub(crate) struct WindowPlan {
+    pub(crate) window: u64,
+    /// What to claim (0: nothing).
+    pub(crate) claim: u64,
+    /// The claims to give back, each with what to give of it.
+    pub(crate) give_back: Vec<(PolicyDecision, u32, Instant)>,
+}
+
+/// How a window's claim was answered.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimAnswer {
+    /// The claim admitted, if one was.
+    pub(crate) claimed: Option<Claimed>,
+    /// Whether the store failed to answer.
+    pub(crate) failed: bool,
+}
+
+impl Limit {
+    /// What this server keeps of `window` (within `horizon`): what its
+    /// grants need there, and what its data planes want (of a window
+    /// just come in, at most its fair part).
+    fn keep(&self, book: &Book, window: u64, horizon: &RangeInclusive<u64>, now: u64) -> u64 {
+        let need = if window == *horizon.start() {
+            self.ledger.need_now(now)
+        } else {
+            self.ledger
+                .need_at(window.saturating_mul(self.window_us))
+                .max(self.ledger.steady_need())
+        };
+        need.max(self.goal(book, window, horizon))
+    }
+
+    /// What this server tries to hold of `window`: what its data planes
+    /// want, at most its fair part while the window is the last claimed
+    /// (the others claim theirs then).
+    fn goal(&self, book: &Book, window: u64, horizon: &RangeInclusive<u64>) -> u64 {
+        let wanted = if self.spent_in.is_some_and(|spent| spent >= window) {
+            0
+        } else {
+            self.wanted()
+        };
+        if window > *horizon.end() {
+            wanted.min(book.fair(window))
+        } else {
+            wanted
+        }
+    }
+}
+
 impl Limits {
+    /// Limits bounded as `sharing` says.
+    pub(crate) fn new(sharing: Sharing) -> Self {
+        Limits {
+            sharing,
+            ..Limits::default()
+        }
+    }
+
+    /// The limits held, whose claims the keeper looks at when `tick` has
+    /// passed since it last did (`None`: never looked).
+    pub(crate) fn due(&self, tick: impl Fn(u64) -> Duration) -> Vec<LimitId> {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter()
+            .filter(|(_, limit)| limit.claims.is_some())
+            .filter(|(_, limit)| {
+                limit
+                    .looked
+                    .is_none_or(|at| at.elapsed() >= tick(limit.window_us))
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Whether `limited`'s claims were never looked at (its first report
+    /// waits for a look, so that its first answer has a budget).
+    pub(crate) fn never_looked(&self, limited: &Limited) -> bool {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(&limited.counted_as())
+            .is_some_and(|limit| limit.claims.is_some() && limit.looked.is_none())
+    }
+
+    /// Starts a look at `id`'s claims at `now`: its keys, and the census
+    /// steps to take (`None`: no claims to look at).
+    pub(crate) fn census_plan(&self, id: &LimitId, now: u64) -> Option<(ClaimKeys, Vec<Step>)> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let limit = map.get_mut(id)?;
+        limit.looked = Some(Instant::now());
+        let horizon = limit.horizon(now);
+        let planes = limit.active().count() as u64;
+        let (book, keys) = limit.claims.as_mut()?;
+        book.forget_before(*horizon.start());
+        Some((keys.clone(), book.census_steps(&horizon, planes)))
+    }
+
+    /// Notes what a census step did: `published` added to `window`'s
+    /// census, `census` read of it.
+    pub(crate) fn note_census(
+        &self,
+        id: &LimitId,
+        window: u64,
+        published: Option<u64>,
+        census: Option<u64>,
+    ) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((book, _)) = map.get_mut(id).and_then(|limit| limit.claims.as_mut()) else {
+            return;
+        };
+        if let Some(planes) = published {
+            book.published(window, planes);
+        }
+        if let Some(planes) = census {
+            book.census(window, planes);
+        }
+    }
+
+    /// What to claim and give back of each window `id` claims at `now`
+    /// (what is given back is no longer counted as held from here).
+    pub(crate) fn claim_plan(&self, id: &LimitId, now: u64) -> Vec<WindowPlan> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(limit) = map.get_mut(id) else {
+            return Vec::new();
+        };
+        limit.ledger.roll(now);
+        let horizon = limit.horizon(now);
+        let Some((mut book, keys)) = limit.claims.take() else {
+            return Vec::new();
+        };
+        let slack = limit.limit / GIVE_BACK_SLACK + 1;
+        let plans = super::claims::claimed_range(&horizon)
+            .map(|window| {
+                let keep = limit.keep(&book, window, &horizon, now);
+                let held = book.held(window);
+                // All of it once nothing is kept: a limit is forgotten
+                // only once it holds nothing.
+                let slack = if keep == 0 { 0 } else { slack };
+                let give_back = if held > keep.saturating_add(slack) {
+                    book.give_back(window, held - keep)
+                } else {
+                    Vec::new()
+                };
+                let goal = limit.goal(&book, window, &horizon);
+                WindowPlan {
+                    window,
+                    claim: book.short_of(window, goal),
+                    give_back,
+                }
+            })
+            .collect();
+        limit.claims = Some((book, keys));
+        plans
+    }
+
+    /// Notes how each window's claim was answered, and shares the budget
+    /// anew.
+    pub(crate) fn note_claims(&self, id: &LimitId, answers: Vec<(u64, ClaimAnswer)>, now: u64) {
+        let woken = {
+            let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(limit) = map.get_mut(id) else {
+                return;
+            };
+            let Some((book, _)) = limit.claims.as_mut() else {
+                return;
+            };
+            for (window, answer) in answers {
+                book.claimed(window, answer.claimed, answer.failed);
+            }
+            limit.rebalance(now)
+        };
+        for other in woken {
+            other.notify_one();
+        }
+    }
+
     /// The series of rule `name`.
     pub(crate) fn series(&self, name: &str) -> RuleSeries {
         self.series.of(name)
@@ -180,12 +462,15 @@ impl Limits {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let limit = map
             .entry(limited.counted_as())
-            .or_insert_with(|| Limit::new(limited, self.series.of(limited.rule.full_key())));
+            .or_insert_with(|| {
+                let series = self.series.of(limited.rule.full_key());
+                Limit::new(limited, series, self.sharing)
+            });
         if !limit.is(limited) {
             // A reloaded rule: its grants start over.
             limit.series.granted.decrement(limit.granted() as f64);
             let slots = std::mem::take(&mut limit.slots);
-            *limit = Limit::new(limited, limit.series.clone());
+            *limit = Limit::new(limited, limit.series.clone(), self.sharing);
             limit.slots = slots;
         }
         f(limit)
@@ -195,8 +480,8 @@ impl Limits {
     /// `limited` at `now`, the store then saying `remaining` of the
     /// window's limit (`None`: the store did not answer): its demand
     /// noted, the window marked spent when nothing remains, the shares
-    /// made anew. Returns the slot's assignment; the other slots whose
-    /// grants changed are woken.
+    /// made anew; its assignments live `ttl`. Returns the slot's
+    /// assignment; the other slots whose grants changed are woken.
     pub(crate) fn report(
         &self,
         limited: &Limited,
@@ -204,9 +489,11 @@ impl Limits {
         wake: &Arc<Notify>,
         usage: Usage,
         remaining: Option<u64>,
+        ttl: Duration,
         now: u64,
     ) -> Assignment {
         let (assignment, woken) = self.with(limited, |limit| {
+            limit.ttl = limit.ttl.max(ttl);
             let entry = limit.slots.entry(slot).or_insert_with(|| Slot {
                 wake: Arc::clone(wake),
                 demand: None,
@@ -277,7 +564,12 @@ impl Limits {
             limit
                 .slots
                 .retain(|id, slot| !slot.left || limit.ledger.grant(*id).is_some());
-            !limit.slots.is_empty()
+            // Claims held are given back by the keeper first.
+            let holds = limit
+                .claims
+                .as_ref()
+                .is_some_and(|(book, _)| !book.holds_nothing());
+            !limit.slots.is_empty() || holds
         });
     }
 }
@@ -324,7 +616,7 @@ mod tests {
             .collect();
         let usage = Usage::default();
         for (slot, bucket) in buckets.iter().enumerate() {
-            limits.report(bucket, slot as u64, &wake, usage, Some(30), start);
+            limits.report(bucket, slot as u64, &wake, usage, Some(30), DEFAULT_TTL, start);
         }
         assert_eq!(len(&limits), 100);
         // Still reported: kept.

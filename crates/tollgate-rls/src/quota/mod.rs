@@ -24,6 +24,8 @@
 
 mod action;
 mod bucket;
+mod claims;
+mod keeper;
 mod ledger;
 mod limits;
 pub mod metrics;

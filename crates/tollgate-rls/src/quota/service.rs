@@ -3,7 +3,9 @@
 
 use super::action::Assignment;
 use super::bucket::{BucketKey, Kind, Limited, kind};
-use super::limits::{Limits, Usage};
+use super::claims::{ClaimKeys, MAX_TTL};
+use super::keeper::{self, now_us};
+use super::limits::{Limits, Sharing, Usage};
 use crate::reload::Rules;
 use crate::service::OnStoreError;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
@@ -13,11 +15,11 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Once, Weak};
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
-use tollgate_store::{PolicyDebit, Store};
+use tollgate_store::{Capability, PolicyDebit, Store};
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -54,8 +56,25 @@ struct Shared<St> {
     /// How long a report's counting may wait for the store.
     store_timeout: Duration,
     limits: Limits,
+    /// Whether the store can hold the claims that let servers share it.
+    claims: bool,
+    /// Starts the keeper of the claims, at the first stream.
+    keeper: Once,
     /// The next slot's number (a stream's bucket).
     slots: AtomicU64,
+}
+
+impl<St> Shared<St> {
+    /// How the limits are bounded: by claims where the store holds them,
+    /// a window whose claim failed counting as the store's errors say.
+    fn sharing(&self) -> Sharing {
+        match self.claims {
+            true => Sharing::Claims {
+                fail_open: self.on_store_error == OnStoreError::Open,
+            },
+            false => Sharing::Alone,
+        }
+    }
 }
 
 impl<St: Store> QuotaServer<St> {
@@ -65,16 +84,35 @@ impl<St: Store> QuotaServer<St> {
     ///
     /// [`RateLimitServer`]: crate::RateLimitServer
     /// [`RateLimitServer::rules`]: crate::RateLimitServer::rules
+    ///
+    /// Several servers over one shared store serve one limit together:
+    /// each claims its part of every window in the store (see the [module
+    /// docs](crate::quota)). A store that cannot hold the claims (it
+    /// lacks the sliding log, refunds or debits: the local-first store)
+    /// is told at once in a warning, and each server then bounds only its
+    /// own data planes, by N a window.
     pub fn new(rules: Rules, store: St) -> Self {
+        let claims = claims_supported(&store);
+        let mut shared = Shared {
+            rules,
+            store,
+            on_store_error: OnStoreError::default(),
+            store_timeout: DEFAULT_STORE_TIMEOUT,
+            limits: Limits::default(),
+            claims: claims.is_ok(),
+            keeper: Once::new(),
+            slots: AtomicU64::new(0),
+        };
+        if let Err(why) = claims {
+            tracing::warn!(
+                "{why}: the quota service bounds the data planes of each server apart \
+                 (N + K a window each); serve RLQS over the shared store directly for one \
+                 bound across servers"
+            );
+        }
+        shared.limits = Limits::new(shared.sharing());
         QuotaServer {
-            shared: Arc::new(Shared {
-                rules,
-                store,
-                on_store_error: OnStoreError::default(),
-                store_timeout: DEFAULT_STORE_TIMEOUT,
-                limits: Limits::default(),
-                slots: AtomicU64::new(0),
-            }),
+            shared: Arc::new(shared),
         }
     }
 
@@ -88,6 +126,7 @@ impl<St: Store> QuotaServer<St> {
         // it is a service: here the one reference is this one.
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.on_store_error = on_store_error;
+            shared.limits = Limits::new(shared.sharing());
         }
         self
     }
@@ -117,17 +156,50 @@ impl<St: Store> RateLimitQuotaService for QuotaServer<St> {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
         let (out, answers) = mpsc::channel(16);
+        if self.shared.claims {
+            let keeper = Arc::downgrade(&self.shared);
+            self.shared.keeper.call_once(|| {
+                tokio::spawn(keep(keeper));
+            });
+        }
         let shared = Arc::clone(&self.shared);
         tokio::spawn(serve(shared, request.into_inner(), out));
         Ok(Response::new(ReceiverStream::new(answers)))
     }
 }
 
-/// µs since 1970: windows are aligned on it, as `ShouldRateLimit`'s are.
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+/// Whether `store` can hold the claims of servers that share it, or why
+/// not.
+fn claims_supported<St: Store>(store: &St) -> Result<(), String> {
+    store
+        .supports(&ClaimKeys::probe())
+        .map_err(|error| error.to_string())?;
+    store
+        .can(Capability::Refund)
+        .map_err(|error| error.to_string())?;
+    store
+        .can(Capability::Debit)
+        .map_err(|error| error.to_string())
+}
+
+/// The keeper of the claims, while the server lives: each limit looked at
+/// when due, the limits no stream reports forgotten once they hold
+/// nothing.
+async fn keep<St: Store>(shared: Weak<Shared<St>>) {
+    let mut forgot = Instant::now();
+    loop {
+        tokio::time::sleep(keeper::ROUND).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        for id in shared.limits.due(keeper::tick) {
+            keeper::look(&shared.store, &shared.limits, &id, shared.store_timeout).await;
+        }
+        if forgot.elapsed() >= Duration::from_secs(1) {
+            shared.limits.forget_idle(now_us());
+            forgot = Instant::now();
+        }
+    }
 }
 
 /// One stream: its reports answered as they come, and the assignments
@@ -222,7 +294,12 @@ impl StreamState {
             let seconds = usage
                 .time_elapsed
                 .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0));
-            self.interval = self.interval.max(Duration::from_secs(seconds.min(3_600)));
+            // An interval is learned up to a third of the longest time to
+            // live (60 s; Envoy's is 5 s), so the claims outlast it.
+            let longest = MAX_TTL.as_secs() / 3;
+            self.interval = self
+                .interval
+                .max(Duration::from_secs(seconds.min(longest)));
             let key = (report.domain.clone(), bucket);
             if !self.buckets.contains_key(&key) && self.buckets.len() >= MAX_BUCKETS_PER_STREAM {
                 self.skip("more buckets than one stream may report");
@@ -270,9 +347,19 @@ impl StreamState {
                 } else if closed {
                     Assignment::DenyAll
                 } else {
-                    shared
-                        .limits
-                        .report(&limited, slot, &self.wake, usage, remaining, now)
+                    let ttl = self.ttl();
+                    let limits = &shared.limits;
+                    let assignment =
+                        limits.report(&limited, slot, &self.wake, usage, remaining, ttl, now);
+                    if limits.never_looked(&limited) {
+                        // A limit new to this server: its first answer
+                        // waits for its first claims.
+                        let id = limited.counted_as();
+                        keeper::look(&shared.store, limits, &id, shared.store_timeout).await;
+                        limits.assignment(&limited, slot, now_us())
+                    } else {
+                        assignment
+                    }
                 };
                 (assignment, (!limited.counts_only).then_some(limited))
             }

@@ -16,7 +16,7 @@ use super::ledger::Grant;
 /// A data plane's demand is met with this much room to grow (a half
 /// more, and one): it is not refused for a small rise before its next
 /// report.
-fn with_room(demand: u64) -> u64 {
+pub(crate) fn with_room(demand: u64) -> u64 {
     demand.saturating_add(demand / 2).saturating_add(1)
 }
 
@@ -128,7 +128,7 @@ pub(crate) fn squeezed(held: Grant, wanted: Grant) -> bool {
 }
 
 /// What a grant takes of the budget: its burst and its refill.
-fn cost(grant: Grant) -> u64 {
+pub(crate) fn cost(grant: Grant) -> u64 {
     grant.burst.saturating_add(grant.per_window)
 }
 

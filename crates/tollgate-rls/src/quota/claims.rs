@@ -1,0 +1,383 @@
+//! How several servers over one store serve one limit: each holds a part
+//! of the limit's N for each window, claimed in the shared store, and
+//! lets its own data planes admit only that part (and one each).
+//!
+//! A server's ledger bounds what its data planes can admit in each window
+//! by what it holds of that window ([`Budget`]). Its grants stay in force
+//! after it is gone (a crashed server's data planes enforce their last
+//! assignment until its time to live lapses), so a window's part must be
+//! held before any grant that may still be in force in it is given: each
+//! server holds its parts of the windows up to a *horizon*, its longest
+//! assignment's time to live and one window more, claiming each window as
+//! it comes within the horizon. Claims of one window, from every server,
+//! never add up to more than N: they are the costs of checks against a
+//! sliding log of N over a period longer than any window's claims take
+//! to be made (from a horizon ahead to the window's end), in a key of
+//! their own per window. A server gives back by its receipts what its
+//! grants no longer need (a data plane left, demand fell), and others
+//! claim it at their next look.
+//!
+//! Fair parts: each server adds its data planes to a census of each
+//! window before it claims it (one window earlier), and claims at once
+//! only its planes' part of N (N·k/K); what it wants beyond that it
+//! claims a window later, from what the others left. So a server's data
+//! planes get their part of every window that comes within the horizon
+//! after they are counted, and N goes where the demand is.
+
+use super::ledger::Budget;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tollgate_core::{Algorithm, Quota};
+use tollgate_store::{Key, NamedLimit, Policy, PolicyDecision};
+
+/// The longest time to live an assignment is given: the claims' sliding
+/// log must outlast a horizon of it, so it is bounded (three reporting
+/// intervals of at most 60 s; Envoy reports every 5 s).
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(180);
+
+/// How much a census may count: data planes, never near it.
+pub(crate) const CENSUS_LIMIT: u64 = u32::MAX as u64;
+
+/// The policies and keys of one limit's claims and census, made once per
+/// limit.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimKeys {
+    /// A sliding log of N over the claims' period.
+    claims: Arc<Policy>,
+    /// A sliding log that counts data planes (debited, never refused).
+    census: Arc<Policy>,
+    /// The limit's key in the store, which each window's keys extend.
+    key: Key,
+}
+
+impl ClaimKeys {
+    /// The claims of a limit of `limit` a window of `window_us` µs,
+    /// counted under `key` by `policy` (the rule's).
+    pub(crate) fn new(policy: &Policy, key: &Key, limit: u64, window_us: u64) -> Self {
+        let period = claims_period(window_us);
+        let log = |name: &str, limit: u64| {
+            let quota = Quota::new(limit.max(1), period).unwrap_or(Quota::per_hour(limit.max(1)));
+            let limit = NamedLimit::new(name, quota).with_algorithm(Algorithm::SlidingLog);
+            Arc::new(Policy::with_seed(policy.id() ^ fingerprint(name), vec![limit]))
+        };
+        ClaimKeys {
+            claims: log("rlqs-claims", limit),
+            census: log("rlqs-census", CENSUS_LIMIT),
+            key: key.clone(),
+        }
+    }
+
+    /// The policy whose checks claim a window's parts.
+    pub(crate) fn claims(&self) -> &Arc<Policy> {
+        &self.claims
+    }
+
+    /// The policy whose debits count a window's data planes.
+    pub(crate) fn census(&self) -> &Arc<Policy> {
+        &self.census
+    }
+
+    /// The key of `window`'s claims and census.
+    pub(crate) fn key(&self, window: u64) -> Key {
+        Key::composite(&[self.key.clone(), Key::from(window.to_string().as_str())])
+    }
+
+    /// The probe a store answers at build whether it can hold claims.
+    pub(crate) fn probe() -> Policy {
+        let quota = Quota::per_hour(1);
+        Policy::new(vec![
+            NamedLimit::new("rlqs-claims", quota).with_algorithm(Algorithm::SlidingLog),
+        ])
+    }
+}
+
+/// A name's fingerprint, to keep the claims' policy apart from the rule's.
+fn fingerprint(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// How long a claim stays in the sliding log: longer than a window's
+/// claims take to be made (from a horizon of [`MAX_TTL`] and two windows
+/// ahead to the window's end), and a margin for clocks apart.
+fn claims_period(window_us: u64) -> Duration {
+    MAX_TTL + Duration::from_micros(window_us.saturating_mul(4)) + Duration::from_secs(5)
+}
+
+/// The windows claimed at `horizon`: its own, and the next. The next is
+/// claimed a window before its budget counts, its fair part at once and
+/// the rest a window later (once the others have claimed theirs), so that
+/// the budget of the horizon, the least of its windows, does not fall to
+/// the fair part each time a window comes in.
+pub(crate) fn claimed_range(horizon: &std::ops::RangeInclusive<u64>) -> std::ops::RangeInclusive<u64> {
+    *horizon.start()..=*horizon.end() + 1
+}
+
+/// One window's part, as a server holds it.
+#[derive(Debug, Default)]
+struct Part {
+    /// The data planes this server added to the window's census (0: not
+    /// yet).
+    published: u64,
+    /// The data planes of every server in the window's census, when read.
+    census: Option<u64>,
+    /// What this server holds of the window's N.
+    held: u64,
+    /// The claims that make it up, to give back by their receipts.
+    receipts: Vec<Claimed>,
+    /// Whether a claim was tried (a window not yet tried does not limit
+    /// the grants: it is tried well before they can be in force in it).
+    tried: bool,
+    /// Whether the store failed to answer the last claim.
+    failed: bool,
+}
+
+/// One claim that was admitted.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) decision: PolicyDecision,
+    pub(crate) amount: u32,
+    pub(crate) at: Instant,
+}
+
+/// What a server holds of one limit's windows.
+#[derive(Debug)]
+pub(crate) struct Book {
+    limit: u64,
+    window_us: u64,
+    /// What a window whose claim failed is counted as (N when the store's
+    /// errors are answered open: each server then shares N among its own
+    /// data planes; 0 when closed).
+    on_failure: u64,
+    parts: BTreeMap<u64, Part>,
+}
+
+/// What to do for one window at a look: add to its census, read it,
+/// claim, give back.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub(crate) window: u64,
+    /// Data planes to add to the census.
+    pub(crate) publish: u64,
+    /// Whether to read the census.
+    pub(crate) read_census: bool,
+}
+
+impl Book {
+    /// An empty book of a limit of `limit` a window of `window_us` µs; a
+    /// window whose claim failed counts `on_failure`.
+    pub(crate) fn new(limit: u64, window_us: u64, on_failure: u64) -> Self {
+        Book {
+            limit,
+            window_us: window_us.max(1),
+            on_failure,
+            parts: BTreeMap::new(),
+        }
+    }
+
+    /// The windows a server must hold at `now` when its assignments live
+    /// `ttl`: the current one, and each that starts before `ttl` and a
+    /// window more have passed.
+    pub(crate) fn horizon(&self, now: u64, ttl: Duration) -> std::ops::RangeInclusive<u64> {
+        let current = now / self.window_us;
+        let ttl_us = u64::try_from(ttl.min(MAX_TTL).as_micros()).unwrap_or(u64::MAX);
+        let ahead = ttl_us.div_ceil(self.window_us) + 1;
+        current..=current + ahead
+    }
+
+    /// The census steps of the windows to claim at `horizon` (its
+    /// windows and the next, see [`claimed_range`]) and the one after:
+    /// `planes` added to each not yet counted, each to claim not yet read
+    /// read.
+    pub(crate) fn census_steps(
+        &self,
+        horizon: &std::ops::RangeInclusive<u64>,
+        planes: u64,
+    ) -> Vec<Step> {
+        let claimed = claimed_range(horizon);
+        let (first, last) = (*claimed.start(), *claimed.end() + 1);
+        (first..=last)
+            .filter_map(|window| {
+                let part = self.parts.get(&window);
+                let publish = if part.is_none_or(|p| p.published == 0) {
+                    planes
+                } else {
+                    0
+                };
+                let read_census =
+                    window <= *claimed.end() && part.is_none_or(|p| p.census.is_none());
+                (publish > 0 || read_census).then_some(Step {
+                    window,
+                    publish,
+                    read_census,
+                })
+            })
+            .collect()
+    }
+
+    /// Notes that `planes` were added to `window`'s census.
+    pub(crate) fn published(&mut self, window: u64, planes: u64) {
+        self.parts.entry(window).or_default().published = planes;
+    }
+
+    /// Notes `window`'s census.
+    pub(crate) fn census(&mut self, window: u64, planes: u64) {
+        self.parts.entry(window).or_default().census = Some(planes);
+    }
+
+    /// This server's fair part of `window`: N times its data planes over
+    /// every server's, as the census says (all of N before a census, or
+    /// when it counts only this server's).
+    pub(crate) fn fair(&self, window: u64) -> u64 {
+        let Some(part) = self.parts.get(&window) else {
+            return self.limit;
+        };
+        match part.census {
+            Some(all) if all > part.published => {
+                let fair = u128::from(self.limit) * u128::from(part.published) / u128::from(all);
+                u64::try_from(fair).unwrap_or(self.limit)
+            }
+            _ => self.limit,
+        }
+    }
+
+    /// What to claim of `window` to hold `goal`: 0 when it is held.
+    pub(crate) fn short_of(&self, window: u64, goal: u64) -> u64 {
+        let held = self.parts.get(&window).map_or(0, |part| part.held);
+        goal.saturating_sub(held)
+    }
+
+    /// What this server holds of `window`.
+    pub(crate) fn held(&self, window: u64) -> u64 {
+        self.parts.get(&window).map_or(0, |part| part.held)
+    }
+
+    /// A claim of `window` was answered: `claimed` admitted (`None`:
+    /// refused), or the store failed (`failed`).
+    pub(crate) fn claimed(&mut self, window: u64, claimed: Option<Claimed>, failed: bool) {
+        let part = self.parts.entry(window).or_default();
+        part.tried = true;
+        part.failed = failed;
+        if let Some(claimed) = claimed {
+            part.held += u64::from(claimed.amount);
+            part.receipts.push(claimed);
+        }
+    }
+
+    /// Takes `amount` of `window`'s claims to give back, newest first
+    /// (a claim may be given back in part): the claims and what to give
+    /// of each.
+    pub(crate) fn give_back(&mut self, window: u64, amount: u64) -> Vec<(PolicyDecision, u32, Instant)> {
+        let Some(part) = self.parts.get_mut(&window) else {
+            return Vec::new();
+        };
+        let mut left = amount.min(part.held);
+        let mut out = Vec::new();
+        while left > 0 {
+            let Some(newest) = part.receipts.last_mut() else {
+                break;
+            };
+            let give = u32::try_from(left.min(u64::from(newest.amount))).unwrap_or(u32::MAX);
+            out.push((newest.decision.clone(), give, newest.at));
+            newest.amount -= give;
+            part.held -= u64::from(give);
+            left -= u64::from(give);
+            if newest.amount == 0 {
+                part.receipts.pop();
+            }
+        }
+        out
+    }
+
+    /// The budget of the windows of `horizon` (its first the current
+    /// one): what is held of each window tried (a failed one counts as
+    /// the store's errors say), the least of those after the current.
+    pub(crate) fn budget(&self, horizon: &std::ops::RangeInclusive<u64>) -> Budget {
+        let worth = |window: u64| {
+            self.parts.get(&window).filter(|part| part.tried).map(|part| {
+                if part.failed {
+                    part.held.max(self.on_failure)
+                } else {
+                    part.held
+                }
+            })
+        };
+        let current = *horizon.start();
+        let now = worth(current).unwrap_or(0);
+        let ahead = (current + 1..=*horizon.end())
+            .filter_map(worth)
+            .min()
+            .unwrap_or(now);
+        Budget { now, ahead }
+    }
+
+    /// Forgets the windows that ended before `window`.
+    pub(crate) fn forget_before(&mut self, window: u64) {
+        self.parts = self.parts.split_off(&window);
+    }
+
+    /// Whether nothing is held of any window.
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.parts.values().all(|part| part.held == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000;
+
+    #[test]
+    fn the_horizon_covers_the_longest_assignment_and_a_window() {
+        let book = Book::new(30, SECOND, 30);
+        let now = 1_000 * SECOND + SECOND / 2;
+        assert_eq!(book.horizon(now, Duration::from_secs(15)), 1_000..=1_016);
+        let hourly = Book::new(30, 3_600 * SECOND, 30);
+        assert_eq!(hourly.horizon(now, Duration::from_secs(15)), 0..=2);
+    }
+
+    #[test]
+    fn a_fair_part_follows_the_census() {
+        let mut book = Book::new(100, SECOND, 100);
+        assert_eq!(book.fair(7), 100);
+        book.published(7, 1);
+        book.census(7, 4);
+        assert_eq!(book.fair(7), 25);
+        book.published(8, 3);
+        book.census(8, 3);
+        assert_eq!(book.fair(8), 100);
+    }
+
+    #[test]
+    fn claims_are_given_back_newest_first_and_in_part() {
+        let mut book = Book::new(100, SECOND, 100);
+        let claim = |amount| Claimed {
+            decision: PolicyDecision::new([]),
+            amount,
+            at: Instant::now(),
+        };
+        book.claimed(3, Some(claim(10)), false);
+        book.claimed(3, Some(claim(5)), false);
+        assert_eq!(book.held(3), 15);
+        let given: Vec<u32> = book.give_back(3, 8).iter().map(|g| g.1).collect();
+        assert_eq!(given, [5, 3]);
+        assert_eq!(book.held(3), 7);
+    }
+
+    #[test]
+    fn untried_windows_do_not_limit_and_failed_ones_count_as_told() {
+        let mut book = Book::new(100, SECOND, 100);
+        book.claimed(10, None, false);
+        book.claimed(11, None, false);
+        book.claimed(12, None, true);
+        let budget = book.budget(&(10..=13));
+        assert_eq!(budget, Budget { now: 0, ahead: 0 });
+        let mut book = Book::new(100, SECOND, 100);
+        book.claimed(10, None, true);
+        book.claimed(11, None, true);
+        assert_eq!(book.budget(&(10..=13)), Budget::each(100));
+    }
+}

@@ -1,0 +1,146 @@
+//! The keeper: where servers share the store, it looks at each limit's
+//! claims a few times a window, adding this server's data planes to the
+//! census, claiming the windows that come within the horizon, giving back
+//! what the grants no longer need (see [`super::claims`]).
+
+use super::claims::{CENSUS_LIMIT, ClaimKeys, Claimed};
+use super::limits::{ClaimAnswer, LimitId, Limits};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tollgate_store::{Key, PolicyDebit, PolicyRefund, Store};
+
+/// How often the keeper wakes to find the limits due a look.
+pub(crate) const ROUND: Duration = Duration::from_millis(50);
+
+/// How often a limit of windows of `window_us` µs is looked at: four
+/// times a window, at most every 250 ms (a window that comes within the
+/// horizon is claimed within that), at least every 50 ms.
+pub(crate) fn tick(window_us: u64) -> Duration {
+    Duration::from_micros(window_us / 4).clamp(ROUND, Duration::from_millis(250))
+}
+
+/// µs since 1970, as the windows count.
+pub(crate) fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// One look at `id`'s claims, each call to the store waited for within
+/// `timeout`: the census first, then the claims given back and made, then
+/// the budget shared anew.
+pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, timeout: Duration) {
+    let Some((keys, steps)) = limits.census_plan(id, now_us()) else {
+        return;
+    };
+    for step in steps {
+        let key = keys.key(step.window);
+        let published = match step.publish {
+            0 => None,
+            planes => publish(store, &keys, &key, planes, timeout).await,
+        };
+        let census = match step.read_census {
+            true => read_census(store, &keys, &key, timeout).await,
+            false => None,
+        };
+        limits.note_census(id, step.window, published, census);
+    }
+    let mut answers = Vec::new();
+    for plan in limits.claim_plan(id, now_us()) {
+        let key = keys.key(plan.window);
+        for (decision, amount, at) in plan.give_back {
+            let refund = PolicyRefund::of(&decision, amount, at.elapsed());
+            // Lands on its own; a refund lost leaves the claim held until
+            // it leaves the log, which only ever admits less.
+            drop(store.refund(keys.claims(), &key, refund));
+        }
+        let answer = match plan.claim {
+            0 => ClaimAnswer::default(),
+            amount => claim(store, &keys, &key, amount, timeout).await,
+        };
+        answers.push((plan.window, answer));
+    }
+    limits.note_claims(id, answers, now_us());
+}
+
+/// Adds `planes` to the census under `key`: `Some(planes)` once it
+/// landed.
+async fn publish<St: Store>(
+    store: &St,
+    keys: &ClaimKeys,
+    key: &Key,
+    planes: u64,
+    timeout: Duration,
+) -> Option<u64> {
+    let cost = u32::try_from(planes).unwrap_or(u32::MAX);
+    let debit = store.debit(keys.census(), key, PolicyDebit::new(cost)).landed();
+    match tokio::time::timeout(timeout, debit).await {
+        Ok(true) => Some(planes),
+        _ => None,
+    }
+}
+
+/// The data planes the census under `key` counts, if the store says.
+async fn read_census<St: Store>(
+    store: &St,
+    keys: &ClaimKeys,
+    key: &Key,
+    timeout: Duration,
+) -> Option<u64> {
+    let peek = store.peek(keys.census(), key).resolve();
+    match tokio::time::timeout(timeout, peek).await {
+        Ok(Ok(decision)) => Some(CENSUS_LIMIT.saturating_sub(decision.merged().remaining())),
+        _ => None,
+    }
+}
+
+/// Claims `amount` of a window under `key`, or, refused, what the others
+/// left of it.
+async fn claim<St: Store>(
+    store: &St,
+    keys: &ClaimKeys,
+    key: &Key,
+    amount: u64,
+    timeout: Duration,
+) -> ClaimAnswer {
+    let mut amount = u32::try_from(amount).unwrap_or(u32::MAX);
+    // Twice at most: what was asked, then what is left.
+    for _ in 0..2 {
+        let asked = Instant::now();
+        let check = store
+            .check_within(keys.claims(), key, amount, timeout)
+            .resolve();
+        match tokio::time::timeout(timeout, check).await {
+            Ok(Ok(decision)) if decision.merged().allowed() => {
+                return ClaimAnswer {
+                    claimed: Some(Claimed {
+                        decision,
+                        amount,
+                        at: asked,
+                    }),
+                    failed: false,
+                };
+            }
+            Ok(Ok(decision)) => {
+                let left = decision.merged().remaining();
+                match u32::try_from(left).unwrap_or(u32::MAX).min(amount) {
+                    0 => return ClaimAnswer::default(),
+                    less => amount = less,
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "a quota claim could not be made");
+                return ClaimAnswer {
+                    claimed: None,
+                    failed: true,
+                };
+            }
+            Err(_) => {
+                return ClaimAnswer {
+                    claimed: None,
+                    failed: true,
+                };
+            }
+        }
+    }
+    ClaimAnswer::default()
+}
