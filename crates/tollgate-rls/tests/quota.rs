@@ -396,9 +396,15 @@ async fn at_a_seconds_start() {
 /// asking every 2 ms (500 a second) and reporting every second, for
 /// `seconds`: what each admitted, by window.
 async fn flood(addr: &str, planes: usize, seconds: u64) -> Vec<BTreeMap<u64, u64>> {
+    flood_across(&[addr.to_owned()], planes, seconds).await
+}
+
+/// [`flood`], data plane `i` connected to server `i` modulo their number.
+async fn flood_across(addrs: &[String], planes: usize, seconds: u64) -> Vec<BTreeMap<u64, u64>> {
     let bucket: &[(&str, &str)] = &[("client", "flood")];
     let mut connected = Vec::new();
-    for _ in 0..planes {
+    for index in 0..planes {
+        let addr = &addrs[index % addrs.len()];
         connected.push(Arc::new(DataPlane::connect(addr, "q", true).await));
     }
     at_a_seconds_start().await;
@@ -479,8 +485,35 @@ async fn over_redis_the_bound_holds_and_the_usage_is_shared_with_should_rate_lim
 /// seconds: at most 33 in every window, and at least 5 each once the
 /// shares have settled.
 async fn bound_and_shares(addr: &str) {
-    let planes = 3;
-    let admitted = flood(addr, planes, 7).await;
+    bound_and_shares_across(&[addr.to_owned()], 3).await;
+}
+
+/// Two servers over one memory store, two data planes on each, flooding
+/// one bucket: N + K a window across both, and N / (2K) each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_over_one_store_keep_one_bound_and_each_plane_a_share() {
+    let store = MemoryStore::new();
+    let addrs = [serve(store.clone()).await, serve(store).await];
+    bound_and_shares_across(&addrs, 4).await;
+}
+
+/// The same over Redis, each server with its own connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_over_one_redis_keep_one_bound_and_each_plane_a_share() {
+    let redis = RedisServer::start();
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(redis.url()).await.unwrap();
+        addrs.push(serve(store).await);
+    }
+    bound_and_shares_across(&addrs, 4).await;
+}
+
+/// `planes` data planes spread over the servers at `addrs`, flooding one
+/// bucket of 30 a second for eight seconds: at most 30 + `planes` in
+/// every window, and at least N / (2K) each once the shares have settled.
+async fn bound_and_shares_across(addrs: &[String], planes: usize) {
+    let admitted = flood_across(addrs, planes, 8).await;
     let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
     for plane in &admitted {
         for (window, count) in plane {
@@ -497,7 +530,8 @@ async fn bound_and_shares(addr: &str) {
     // Once the shares have settled (a change costs a full bucket in the
     // window it is made in, so a data plane that came in short may rise
     // in steps: three reporting intervals here), every window: each plane
-    // at least N / (2K) = 5.
+    // at least N / (2K).
+    let floor = 30u64.div_ceil(2 * planes as u64);
     let whole: Vec<u64> = windows.keys().copied().skip(1).collect();
     let settled = &whole[3.min(whole.len())..whole.len().saturating_sub(1)];
     assert!(settled.len() >= 2, "{whole:?}");
@@ -505,7 +539,7 @@ async fn bound_and_shares(addr: &str) {
         for (index, plane) in admitted.iter().enumerate() {
             let count = plane.get(window).copied().unwrap_or(0);
             assert!(
-                count >= 5,
+                count >= floor,
                 "plane {index} admitted {count} in window {window}"
             );
         }

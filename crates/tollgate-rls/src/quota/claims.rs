@@ -36,6 +36,11 @@ use tollgate_store::{Key, NamedLimit, Policy, PolicyDecision};
 /// intervals of at most 60 s; Envoy reports every 5 s).
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(180);
 
+/// How long after a window's census is read a server waits before it
+/// claims more than its fair part: two looks of every server (see
+/// `keeper::tick`), so that each has claimed its own part first.
+pub(crate) const SURPLUS_WAIT: Duration = Duration::from_millis(600);
+
 /// How much a census may count: data planes, never near it.
 pub(crate) const CENSUS_LIMIT: u64 = u32::MAX as u64;
 
@@ -59,7 +64,10 @@ impl ClaimKeys {
         let log = |name: &str, limit: u64| {
             let quota = Quota::new(limit.max(1), period).unwrap_or(Quota::per_hour(limit.max(1)));
             let limit = NamedLimit::new(name, quota).with_algorithm(Algorithm::SlidingLog);
-            Arc::new(Policy::with_seed(policy.id() ^ fingerprint(name), vec![limit]))
+            Arc::new(Policy::with_seed(
+                policy.id() ^ fingerprint(name),
+                vec![limit],
+            ))
         };
         ClaimKeys {
             claims: log("rlqs-claims", limit),
@@ -111,7 +119,9 @@ fn claims_period(window_us: u64) -> Duration {
 /// the rest a window later (once the others have claimed theirs), so that
 /// the budget of the horizon, the least of its windows, does not fall to
 /// the fair part each time a window comes in.
-pub(crate) fn claimed_range(horizon: &std::ops::RangeInclusive<u64>) -> std::ops::RangeInclusive<u64> {
+pub(crate) fn claimed_range(
+    horizon: &std::ops::RangeInclusive<u64>,
+) -> std::ops::RangeInclusive<u64> {
     *horizon.start()..=*horizon.end() + 1
 }
 
@@ -123,6 +133,11 @@ struct Part {
     published: u64,
     /// The data planes of every server in the window's census, when read.
     census: Option<u64>,
+    /// When the census was read (µs), and whether this server added its
+    /// own to it in the same look: then another server may be adding its
+    /// own just now, unseen, so the fair part leaves room for one more.
+    read_at: u64,
+    fresh: bool,
     /// What this server holds of the window's N.
     held: u64,
     /// The claims that make it up, to give back by their receipts.
@@ -132,6 +147,9 @@ struct Part {
     tried: bool,
     /// Whether the store failed to answer the last claim.
     failed: bool,
+    /// Whether another server came after this one claimed the window:
+    /// then this one holds at most its fair part, and gives back the rest.
+    contested: bool,
 }
 
 /// One claim that was admitted.
@@ -222,25 +240,74 @@ impl Book {
         self.parts.entry(window).or_default().published = planes;
     }
 
-    /// Notes `window`'s census.
-    pub(crate) fn census(&mut self, window: u64, planes: u64) {
-        self.parts.entry(window).or_default().census = Some(planes);
+    /// Notes `window`'s census, read at `now` (`fresh`: in the look that
+    /// added this server's data planes to it).
+    pub(crate) fn census(&mut self, window: u64, planes: u64, now: u64, fresh: bool) {
+        let part = self.parts.entry(window).or_default();
+        part.census = Some(planes);
+        part.read_at = now;
+        part.fresh = fresh;
+    }
+
+    /// Whether this server may claim more than its fair part of `window`
+    /// at `now`: once the others had time to claim theirs after the
+    /// census was read ([`SURPLUS_WAIT`]), and unless it is contested.
+    pub(crate) fn surplus_open(&self, window: u64, now: u64) -> bool {
+        let wait = u64::try_from(SURPLUS_WAIT.as_micros()).unwrap_or(u64::MAX);
+        self.parts.get(&window).is_some_and(|part| {
+            part.census.is_some() && !part.contested && now >= part.read_at.saturating_add(wait)
+        })
     }
 
     /// This server's fair part of `window`: N times its data planes over
     /// every server's, as the census says (all of N before a census, or
-    /// when it counts only this server's).
+    /// when it counts only this server's), one more counted where the
+    /// census is fresh.
     pub(crate) fn fair(&self, window: u64) -> u64 {
         let Some(part) = self.parts.get(&window) else {
             return self.limit;
         };
-        match part.census {
-            Some(all) if all > part.published => {
-                let fair = u128::from(self.limit) * u128::from(part.published) / u128::from(all);
-                u64::try_from(fair).unwrap_or(self.limit)
-            }
-            _ => self.limit,
+        let Some(all) = part.census else {
+            return self.limit;
+        };
+        let all = all.max(part.published) + u64::from(part.fresh);
+        if all <= part.published {
+            return self.limit;
         }
+        let fair = u128::from(self.limit) * u128::from(part.published) / u128::from(all);
+        u64::try_from(fair).unwrap_or(self.limit)
+    }
+
+    /// The census of `window` read again (see [`recheck`](Self::recheck)):
+    /// where it grew, another server came after the windows were claimed,
+    /// so every window from `window` on is contested and its census read
+    /// again.
+    pub(crate) fn recheck(&mut self, window: u64, planes: u64) {
+        let grew = self
+            .parts
+            .get(&window)
+            .and_then(|part| part.census)
+            .is_some_and(|read| planes > read);
+        if grew {
+            for part in self.parts.range_mut(window..).map(|(_, part)| part) {
+                part.census = None;
+                part.contested = true;
+            }
+        }
+    }
+
+    /// Whether `window` is contested.
+    pub(crate) fn contested(&self, window: u64) -> bool {
+        self.parts.get(&window).is_some_and(|part| part.contested)
+    }
+
+    /// The window whose census a look reads again: the next, once read.
+    pub(crate) fn to_recheck(&self, current: u64) -> Option<u64> {
+        let next = current + 1;
+        self.parts
+            .get(&next)
+            .is_some_and(|part| part.census.is_some())
+            .then_some(next)
     }
 
     /// What to claim of `window` to hold `goal`: 0 when it is held.
@@ -269,7 +336,11 @@ impl Book {
     /// Takes `amount` of `window`'s claims to give back, newest first
     /// (a claim may be given back in part): the claims and what to give
     /// of each.
-    pub(crate) fn give_back(&mut self, window: u64, amount: u64) -> Vec<(PolicyDecision, u32, Instant)> {
+    pub(crate) fn give_back(
+        &mut self,
+        window: u64,
+        amount: u64,
+    ) -> Vec<(PolicyDecision, u32, Instant)> {
         let Some(part) = self.parts.get_mut(&window) else {
             return Vec::new();
         };
@@ -293,16 +364,22 @@ impl Book {
 
     /// The budget of the windows of `horizon` (its first the current
     /// one): what is held of each window tried (a failed one counts as
-    /// the store's errors say), the least of those after the current.
+    /// the store's errors say, a contested one at most its fair part),
+    /// the least of those after the current.
     pub(crate) fn budget(&self, horizon: &std::ops::RangeInclusive<u64>) -> Budget {
         let worth = |window: u64| {
-            self.parts.get(&window).filter(|part| part.tried).map(|part| {
-                if part.failed {
-                    part.held.max(self.on_failure)
-                } else {
-                    part.held
-                }
-            })
+            self.parts
+                .get(&window)
+                .filter(|part| part.tried)
+                .map(|part| {
+                    if part.failed {
+                        part.held.max(self.on_failure)
+                    } else if part.contested {
+                        part.held.min(self.fair(window))
+                    } else {
+                        part.held
+                    }
+                })
         };
         let current = *horizon.start();
         let now = worth(current).unwrap_or(0);
@@ -344,11 +421,48 @@ mod tests {
         let mut book = Book::new(100, SECOND, 100);
         assert_eq!(book.fair(7), 100);
         book.published(7, 1);
-        book.census(7, 4);
+        book.census(7, 4, 0, false);
         assert_eq!(book.fair(7), 25);
         book.published(8, 3);
-        book.census(8, 3);
+        book.census(8, 3, 0, false);
         assert_eq!(book.fair(8), 100);
+        // Read in the look that added this server's own: room for one
+        // more that may be adding its own unseen.
+        book.census(8, 3, 0, true);
+        assert_eq!(book.fair(8), 75);
+    }
+
+    #[test]
+    fn a_census_that_grew_contests_the_windows_claimed() {
+        let mut book = Book::new(100, SECOND, 100);
+        let claim = |amount| Claimed {
+            decision: PolicyDecision::new([]),
+            amount,
+            at: Instant::now(),
+        };
+        for window in 10..=12 {
+            book.published(window, 1);
+            book.census(window, 1, 0, false);
+            book.claimed(window, Some(claim(100)), false);
+        }
+        assert_eq!(book.to_recheck(10), Some(11));
+        book.recheck(11, 1);
+        assert!(!book.contested(11));
+        assert_eq!(book.budget(&(10..=12)), Budget::each(100));
+        // A second server of three data planes came: windows 11 on are
+        // contested, read again, and held at most at the fair part.
+        book.recheck(11, 4);
+        assert!(!book.contested(10) && book.contested(11) && book.contested(12));
+        assert_eq!(book.fair(11), 100);
+        book.census(11, 4, 0, false);
+        book.census(12, 4, 0, false);
+        assert_eq!(
+            book.budget(&(10..=12)),
+            Budget {
+                now: 100,
+                ahead: 25
+            }
+        );
     }
 
     #[test]

@@ -29,9 +29,18 @@ pub(crate) fn now_us() -> u64 {
 /// `timeout`: the census first, then the claims given back and made, then
 /// the budget shared anew.
 pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, timeout: Duration) {
-    let Some((keys, steps)) = limits.census_plan(id, now_us()) else {
+    let Some((keys, recheck, mut steps)) = limits.census_plan(id, now_us()) else {
         return;
     };
+    if let Some(window) = recheck
+        && let Some(planes) = read_census(store, &keys, &keys.key(window), timeout).await
+    {
+        limits.note_recheck(id, window, planes);
+        // A census that grew is read again for every window at once.
+        if let Some((_, _, again)) = limits.census_plan(id, now_us()) {
+            steps = again;
+        }
+    }
     for step in steps {
         let key = keys.key(step.window);
         let published = match step.publish {
@@ -42,7 +51,7 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
             true => read_census(store, &keys, &key, timeout).await,
             false => None,
         };
-        limits.note_census(id, step.window, published, census);
+        limits.note_census(id, step.window, published, census, now_us());
     }
     let mut answers = Vec::new();
     for plan in limits.claim_plan(id, now_us()) {
@@ -72,7 +81,9 @@ async fn publish<St: Store>(
     timeout: Duration,
 ) -> Option<u64> {
     let cost = u32::try_from(planes).unwrap_or(u32::MAX);
-    let debit = store.debit(keys.census(), key, PolicyDebit::new(cost)).landed();
+    let debit = store
+        .debit(keys.census(), key, PolicyDebit::new(cost))
+        .landed();
     match tokio::time::timeout(timeout, debit).await {
         Ok(true) => Some(planes),
         _ => None,

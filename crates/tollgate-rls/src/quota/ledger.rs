@@ -384,10 +384,16 @@ mod tests {
         // full (40 at once), and doubles the rate for the half window left
         // (10 more).
         assert!(ledger.assign(1, grant(40, 40), start + window / 2, b));
-        assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 30 - 40 - 20);
+        assert_eq!(
+            ledger.headroom(start + window / 2, b.now),
+            101 - 30 - 40 - 20
+        );
         // Even a smaller bucket comes full: 10 more, though the rate falls.
         assert!(ledger.assign(1, grant(10, 10), start + window / 2, b));
-        assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 30 - 40 - 10 - 5);
+        assert_eq!(
+            ledger.headroom(start + window / 2, b.now),
+            101 - 30 - 40 - 10 - 5
+        );
         // The next window: a full bucket of 10 and 10 to refill.
         assert_eq!(ledger.headroom(start + window, b.now), 101 - 20);
     }
@@ -404,7 +410,10 @@ mod tests {
         assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 45);
         // Back to a bucket of 30: full at once, and 15 of refill to come.
         assert!(ledger.assign(1, grant(30, 30), start + window / 2, b));
-        assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 45 - 30 - 15);
+        assert_eq!(
+            ledger.headroom(start + window / 2, b.now),
+            101 - 45 - 30 - 15
+        );
         // 11 left: even a bucket of 10 (10 at once, and 5 of refill where
         // 15 were counted) fits; one of 20 does not.
         assert!(!ledger.assign(1, grant(20, 20), start + window / 2, b));
@@ -463,7 +472,7 @@ mod tests {
                 _ => Replacement::KeepRatio,
             };
             let mut ledger = Ledger::new(window_us);
-        let b = Budget::each(limit);
+            let b = Budget::each(limit);
             let mut model: Vec<DataPlaneBucket> = (0..planes)
                 .map(|_| DataPlaneBucket::new(replacement))
                 .collect();
@@ -534,7 +543,9 @@ mod tests {
                             burst: n,
                             per_window: n,
                         })
-                        .find(|&grant| ledger.fits(id, grant, now.max(ledger.window * window_us), b))
+                        .find(|&grant| {
+                            ledger.fits(id, grant, now.max(ledger.window * window_us), b)
+                        })
                         .unwrap_or(Grant::DENY),
                 };
                 if ledger.assign(id, proposed, now, b) {

@@ -262,10 +262,7 @@ impl Limit {
                 high = mid - 1;
             }
         }
-        best.is_some_and(|per_window| {
-            self.ledger
-                .assign(id, like(want, per_window), now, budget)
-        })
+        best.is_some_and(|per_window| self.ledger.assign(id, like(want, per_window), now, budget))
     }
 
     /// The assignment `slot` holds now.
@@ -309,19 +306,19 @@ impl Limit {
                 .need_at(window.saturating_mul(self.window_us))
                 .max(self.ledger.steady_need())
         };
-        need.max(self.goal(book, window, horizon))
+        need.max(self.goal(book, window, horizon, now))
     }
 
     /// What this server tries to hold of `window`: what its data planes
-    /// want, at most its fair part while the window is the last claimed
-    /// (the others claim theirs then).
-    fn goal(&self, book: &Book, window: u64, horizon: &RangeInclusive<u64>) -> u64 {
+    /// want, at most its fair part until the others have claimed theirs
+    /// (and while the window is the last claimed, or contested).
+    fn goal(&self, book: &Book, window: u64, horizon: &RangeInclusive<u64>, now: u64) -> u64 {
         let wanted = if self.spent_in.is_some_and(|spent| spent >= window) {
             0
         } else {
             self.wanted()
         };
-        if window > *horizon.end() {
+        if window > *horizon.end() || !book.surplus_open(window, now) {
             wanted.min(book.fair(window))
         } else {
             wanted
@@ -361,9 +358,14 @@ impl Limits {
             .is_some_and(|limit| limit.claims.is_some() && limit.looked.is_none())
     }
 
-    /// Starts a look at `id`'s claims at `now`: its keys, and the census
-    /// steps to take (`None`: no claims to look at).
-    pub(crate) fn census_plan(&self, id: &LimitId, now: u64) -> Option<(ClaimKeys, Vec<Step>)> {
+    /// Starts a look at `id`'s claims at `now`: its keys, the window
+    /// whose census to read again (another server may have come), and
+    /// the census steps to take (`None`: no claims to look at).
+    pub(crate) fn census_plan(
+        &self,
+        id: &LimitId,
+        now: u64,
+    ) -> Option<(ClaimKeys, Option<u64>, Vec<Step>)> {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let limit = map.get_mut(id)?;
         limit.looked = Some(Instant::now());
@@ -371,17 +373,27 @@ impl Limits {
         let planes = limit.active().count() as u64;
         let (book, keys) = limit.claims.as_mut()?;
         book.forget_before(*horizon.start());
-        Some((keys.clone(), book.census_steps(&horizon, planes)))
+        let recheck = book.to_recheck(*horizon.start());
+        Some((keys.clone(), recheck, book.census_steps(&horizon, planes)))
     }
 
-    /// Notes what a census step did: `published` added to `window`'s
-    /// census, `census` read of it.
+    /// Notes `window`'s census read again.
+    pub(crate) fn note_recheck(&self, id: &LimitId, window: u64, planes: u64) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((book, _)) = map.get_mut(id).and_then(|limit| limit.claims.as_mut()) {
+            book.recheck(window, planes);
+        }
+    }
+
+    /// Notes what a census step did at `now`: `published` added to
+    /// `window`'s census, `census` read of it.
     pub(crate) fn note_census(
         &self,
         id: &LimitId,
         window: u64,
         published: Option<u64>,
         census: Option<u64>,
+        now: u64,
     ) {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let Some((book, _)) = map.get_mut(id).and_then(|limit| limit.claims.as_mut()) else {
@@ -391,7 +403,7 @@ impl Limits {
             book.published(window, planes);
         }
         if let Some(planes) = census {
-            book.census(window, planes);
+            book.census(window, planes, now, published.is_some());
         }
     }
 
@@ -420,7 +432,7 @@ impl Limits {
                 } else {
                     Vec::new()
                 };
-                let goal = limit.goal(&book, window, &horizon);
+                let goal = limit.goal(&book, window, &horizon, now);
                 WindowPlan {
                     window,
                     claim: book.short_of(window, goal),
@@ -460,12 +472,10 @@ impl Limits {
 
     fn with<T>(&self, limited: &Limited, f: impl FnOnce(&mut Limit) -> T) -> T {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let limit = map
-            .entry(limited.counted_as())
-            .or_insert_with(|| {
-                let series = self.series.of(limited.rule.full_key());
-                Limit::new(limited, series, self.sharing)
-            });
+        let limit = map.entry(limited.counted_as()).or_insert_with(|| {
+            let series = self.series.of(limited.rule.full_key());
+            Limit::new(limited, series, self.sharing)
+        });
         if !limit.is(limited) {
             // A reloaded rule: its grants start over.
             limit.series.granted.decrement(limit.granted() as f64);
@@ -616,7 +626,15 @@ mod tests {
             .collect();
         let usage = Usage::default();
         for (slot, bucket) in buckets.iter().enumerate() {
-            limits.report(bucket, slot as u64, &wake, usage, Some(30), DEFAULT_TTL, start);
+            limits.report(
+                bucket,
+                slot as u64,
+                &wake,
+                usage,
+                Some(30),
+                DEFAULT_TTL,
+                start,
+            );
         }
         assert_eq!(len(&limits), 100);
         // Still reported: kept.

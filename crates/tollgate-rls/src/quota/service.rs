@@ -297,9 +297,7 @@ impl StreamState {
             // An interval is learned up to a third of the longest time to
             // live (60 s; Envoy's is 5 s), so the claims outlast it.
             let longest = MAX_TTL.as_secs() / 3;
-            self.interval = self
-                .interval
-                .max(Duration::from_secs(seconds.min(longest)));
+            self.interval = self.interval.max(Duration::from_secs(seconds.min(longest)));
             let key = (report.domain.clone(), bucket);
             if !self.buckets.contains_key(&key) && self.buckets.len() >= MAX_BUCKETS_PER_STREAM {
                 self.skip("more buckets than one stream may report");
@@ -340,7 +338,7 @@ impl StreamState {
                 let series = shared.limits.series(limited.rule.full_key());
                 series.allowed.increment(usage.allowed);
                 series.denied.increment(usage.denied);
-                let remaining = count(shared, &limited, usage.allowed).await;
+                let remaining = count(shared, &limited, &usage, now).await;
                 let closed = remaining.is_none() && shared.on_store_error == OnStoreError::Closed;
                 let assignment = if limited.counts_only {
                     Assignment::AllowAll
@@ -434,16 +432,34 @@ impl StreamState {
     }
 }
 
-/// Charges `allowed` requests to `limited` in the store, and reads what
-/// remains of its window, each waited for within the server's store
-/// timeout (the ledger bounds what the data planes admit without the
-/// store). A charge not answered in time goes on: the store lands it
-/// when it can, or logs that it failed (a store's charge that failed may
-/// have landed, so it is not sent again: it would count twice).
-async fn count<St: Store>(shared: &Shared<St>, limited: &Limited, allowed: u64) -> Option<u64> {
+/// Reads what remains of `limited`'s window, then charges `allowed`
+/// requests to it, each waited for within the server's store timeout
+/// (the ledger bounds what the data planes admit without the store):
+/// what remains of the window after the usage of `usage` that is surely
+/// in it. A report says how many, not when: usage whose interval began
+/// before the window is charged to this window (the store counts now),
+/// but may have been admitted in the last, so it does not spend this
+/// one. A charge not answered in time goes on: the store lands it when
+/// it can, or logs that it failed (a store's charge that failed may have
+/// landed, so it is not sent again: it would count twice).
+async fn count<St: Store>(
+    shared: &Shared<St>,
+    limited: &Limited,
+    usage: &Usage,
+    now: u64,
+) -> Option<u64> {
     let timeout = shared.store_timeout;
-    if allowed > 0 {
-        let cost = u32::try_from(allowed).unwrap_or(u32::MAX);
+    let peek = shared.store.peek(&limited.policy, &limited.key).resolve();
+    let remaining = match tokio::time::timeout(timeout, peek).await {
+        Ok(Ok(decision)) => Some(decision.merged().remaining()),
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "a quota report's limit could not be read");
+            None
+        }
+        Err(_) => None,
+    };
+    if usage.allowed > 0 {
+        let cost = u32::try_from(usage.allowed).unwrap_or(u32::MAX);
         let debit = shared
             .store
             .debit(&limited.policy, &limited.key, PolicyDebit::new(cost))
@@ -452,13 +468,10 @@ async fn count<St: Store>(shared: &Shared<St>, limited: &Limited, allowed: u64) 
             tracing::debug!("a quota report's usage was not counted within the store timeout");
         }
     }
-    let peek = shared.store.peek(&limited.policy, &limited.key).resolve();
-    match tokio::time::timeout(timeout, peek).await {
-        Ok(Ok(decision)) => Some(decision.merged().remaining()),
-        Ok(Err(error)) => {
-            tracing::debug!(%error, "a quota report's limit could not be read");
-            None
-        }
-        Err(_) => None,
-    }
+    let into_window = now % limited.window_us.max(1);
+    let within = usage.elapsed_seconds.saturating_mul(1_000_000) <= into_window;
+    remaining.map(|left| match within {
+        true => left.saturating_sub(usage.allowed),
+        false => left,
+    })
 }
