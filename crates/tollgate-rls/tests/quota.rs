@@ -975,3 +975,81 @@ async fn spent_then_restarted(redis: &RedisServer, value: &str) -> Assignment {
     assert!(plane.admitted(bucket).is_empty());
     after
 }
+
+/// Drives `plane` as [`flood`] does (a request every 2 ms, a report
+/// every second) on `bucket` until `until`.
+fn drive(
+    plane: &Arc<DataPlane>,
+    bucket: &'static [(&'static str, &'static str)],
+    until: Instant,
+) -> tokio::task::JoinHandle<()> {
+    let plane = Arc::clone(plane);
+    tokio::spawn(async move {
+        let mut next_report = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            plane.request(bucket).await;
+            if Instant::now() >= next_report {
+                plane.report().await;
+                next_report += Duration::from_secs(1);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+}
+
+/// Two `tollgate-rls` processes over one Redis serve one limit: four
+/// data planes, two on each, flood a bucket of 30 a second; one process
+/// is killed, its data planes go on enforcing their last assignments
+/// until they lapse while two new streams take their place on the other.
+/// In every window all of them together admit at most N + K (K the
+/// streams that report the bucket in it: 4, then 6 while the dead
+/// server's grants may still be in force); the dead server's claims stay
+/// counted until its horizon has passed, after which the survivor's data
+/// planes take the whole limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_over_redis_one_killed_keep_the_bound_and_its_data_planes_move() {
+    const BUCKET: &[(&str, &str)] = &[("client", "moved")];
+    let redis = RedisServer::start();
+    let (first, first_addr) = binary(&["--store", &redis.url()]);
+    let (_second, second_addr) = binary(&["--store", &redis.url()]);
+    let mut planes = Vec::new();
+    for addr in [&first_addr, &second_addr, &first_addr, &second_addr] {
+        planes.push(Arc::new(DataPlane::connect(addr, "q", true).await));
+    }
+    at_a_seconds_start().await;
+    let start = Instant::now();
+    // The assignments' time to live (15 s) and two windows: the dead
+    // server's claims are all behind by then.
+    let end = start + Duration::from_secs(24);
+    let mut tasks: Vec<_> = planes.iter().map(|plane| drive(plane, BUCKET, end)).collect();
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let killed = now_us() / 1_000_000;
+    drop(first);
+    for _ in 0..2 {
+        let moved = Arc::new(DataPlane::connect(&second_addr, "q", true).await);
+        tasks.push(drive(&moved, BUCKET, end));
+        planes.push(moved);
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
+    for plane in &planes {
+        for at in plane.admitted(BUCKET) {
+            *windows.entry(at / 1_000_000).or_insert(0) += 1;
+        }
+    }
+    println!("killed in {killed}; admitted by window: {windows:?}");
+    for (window, count) in &windows {
+        let streams = if *window < killed { 4 } else { 6 };
+        assert!(
+            *count <= 30 + streams,
+            "window {window}: {count} admitted, over 30 + {streams}"
+        );
+    }
+    // Once the dead server's horizon has passed, the survivor's four data
+    // planes take most of the limit.
+    let last = windows.keys().copied().max().unwrap();
+    let late = windows.get(&(last - 1)).copied().unwrap_or(0);
+    assert!(late >= 20, "window {}: {late} admitted", last - 1);
+}

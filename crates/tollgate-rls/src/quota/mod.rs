@@ -18,9 +18,15 @@
 //! one that replaces a different one), and a bucket is given only while
 //! that stays within N + K a window (N the rule's limit, K the data
 //! planes). Within that budget the buckets follow each data plane's
-//! demand, max-min fair. The guide's page, `docs/guide/rlqs.md`, says
-//! what is promised and tested, and what is not yet (several processes
-//! over one store each keep their own ledger).
+//! demand, max-min fair.
+//!
+//! Several servers over one shared store serve one limit: each holds a
+//! part of N for each window, claimed in the store ahead of any grant
+//! that may be in force in it (`claims`), and its ledger bounds its own
+//! data planes by that part and one each, so that together they admit at
+//! most N + K. A keeper task claims and gives back as demand moves
+//! (`keeper`). The guide's page, `docs/guide/rlqs.md`, says what is
+//! promised and tested.
 
 mod action;
 mod bucket;
