@@ -394,12 +394,8 @@ async fn at_a_seconds_start() {
 
 /// `planes` strict data planes on one bucket of 30 a second, each
 /// asking every 2 ms (500 a second) and reporting every second, for
-/// `seconds`: what each admitted, by window.
-async fn flood(addr: &str, planes: usize, seconds: u64) -> Vec<BTreeMap<u64, u64>> {
-    flood_across(&[addr.to_owned()], planes, seconds).await
-}
-
-/// [`flood`], data plane `i` connected to server `i` modulo their number.
+/// `seconds`, data plane `i` on server `i` modulo their number: what
+/// each admitted, by window.
 async fn flood_across(addrs: &[String], planes: usize, seconds: u64) -> Vec<BTreeMap<u64, u64>> {
     let bucket: &[(&str, &str)] = &[("client", "flood")];
     let mut connected = Vec::new();
@@ -1021,7 +1017,10 @@ async fn two_processes_over_redis_one_killed_keep_the_bound_and_its_data_planes_
     // The assignments' time to live (15 s) and two windows: the dead
     // server's claims are all behind by then.
     let end = start + Duration::from_secs(24);
-    let mut tasks: Vec<_> = planes.iter().map(|plane| drive(plane, BUCKET, end)).collect();
+    let mut tasks: Vec<_> = planes
+        .iter()
+        .map(|plane| drive(plane, BUCKET, end))
+        .collect();
     tokio::time::sleep(Duration::from_millis(4_500)).await;
     let killed = now_us() / 1_000_000;
     drop(first);

@@ -41,6 +41,15 @@ pub(crate) const MAX_TTL: Duration = Duration::from_secs(180);
 /// `keeper::tick`), so that each has claimed its own part first.
 pub(crate) const SURPLUS_WAIT: Duration = Duration::from_millis(600);
 
+/// How long a server waits to claim again a window whose claim was
+/// refused: what the others give back is found within it, and a server
+/// that wants more than the others leave asks the store once that long,
+/// not at every look.
+pub(crate) const RETRY: Duration = Duration::from_secs(1);
+
+/// How often a look reads a census again to find a server that came.
+const RECHECK: Duration = Duration::from_secs(1);
+
 /// How much a census may count: data planes, never near it.
 pub(crate) const CENSUS_LIMIT: u64 = u32::MAX as u64;
 
@@ -147,6 +156,9 @@ struct Part {
     tried: bool,
     /// Whether the store failed to answer the last claim.
     failed: bool,
+    /// When a claim of the window was last refused in whole or in part
+    /// (µs): it is tried again only a [`RETRY`] later.
+    refused_at: Option<u64>,
     /// Whether another server came after this one claimed the window:
     /// then this one holds at most its fair part, and gives back the rest.
     contested: bool,
@@ -170,6 +182,8 @@ pub(crate) struct Book {
     /// data planes; 0 when closed).
     on_failure: u64,
     parts: BTreeMap<u64, Part>,
+    /// When a census was last read again (µs).
+    rechecked_at: u64,
 }
 
 /// What to do for one window at a look: add to its census, read it,
@@ -192,6 +206,7 @@ impl Book {
             window_us: window_us.max(1),
             on_failure,
             parts: BTreeMap::new(),
+            rechecked_at: 0,
         }
     }
 
@@ -297,17 +312,27 @@ impl Book {
     }
 
     /// Whether `window` is contested.
+    #[cfg(test)]
     pub(crate) fn contested(&self, window: u64) -> bool {
         self.parts.get(&window).is_some_and(|part| part.contested)
     }
 
-    /// The window whose census a look reads again: the next, once read.
-    pub(crate) fn to_recheck(&self, current: u64) -> Option<u64> {
+    /// The window whose census a look at `now` reads again: the next,
+    /// once read, at most every [`RECHECK`].
+    pub(crate) fn to_recheck(&mut self, current: u64, now: u64) -> Option<u64> {
+        let wait = u64::try_from(RECHECK.as_micros()).unwrap_or(u64::MAX);
+        if now < self.rechecked_at.saturating_add(wait) {
+            return None;
+        }
         let next = current + 1;
-        self.parts
+        let read = self
+            .parts
             .get(&next)
-            .is_some_and(|part| part.census.is_some())
-            .then_some(next)
+            .is_some_and(|part| part.census.is_some());
+        if read {
+            self.rechecked_at = now;
+        }
+        read.then_some(next)
     }
 
     /// What to claim of `window` to hold `goal`: 0 when it is held.
@@ -327,6 +352,9 @@ impl Book {
         let part = self.parts.entry(window).or_default();
         part.tried = true;
         part.failed = failed;
+        if claimed.is_some() && !failed {
+            part.refused_at = None;
+        }
         if let Some(claimed) = claimed {
             part.held += u64::from(claimed.amount);
             part.receipts.push(claimed);
@@ -390,6 +418,20 @@ impl Book {
         Budget { now, ahead }
     }
 
+    /// Whether a claim of `window` is a retry after a refusal, and due at
+    /// `now` (`None`: not a retry).
+    pub(crate) fn retry_due(&self, window: u64, now: u64) -> Option<bool> {
+        let wait = u64::try_from(RETRY.as_micros()).unwrap_or(u64::MAX);
+        let refused = self.parts.get(&window)?.refused_at?;
+        Some(now >= refused.saturating_add(wait))
+    }
+
+    /// Notes that `window`'s claim was refused at `now` (the store has
+    /// nothing left of it).
+    pub(crate) fn refused(&mut self, window: u64, now: u64) {
+        self.parts.entry(window).or_default().refused_at = Some(now);
+    }
+
     /// Forgets the windows that ended before `window`.
     pub(crate) fn forget_before(&mut self, window: u64) {
         self.parts = self.parts.split_off(&window);
@@ -445,7 +487,8 @@ mod tests {
             book.census(window, 1, 0, false);
             book.claimed(window, Some(claim(100)), false);
         }
-        assert_eq!(book.to_recheck(10), Some(11));
+        assert_eq!(book.to_recheck(10, 5 * SECOND), Some(11));
+        assert_eq!(book.to_recheck(10, 5 * SECOND + SECOND / 2), None);
         book.recheck(11, 1);
         assert!(!book.contested(11));
         assert_eq!(book.budget(&(10..=12)), Budget::each(100));

@@ -53,8 +53,30 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
         };
         limits.note_census(id, step.window, published, census, now_us());
     }
+    let mut plans = limits.claim_plan(id, now_us());
     let mut answers = Vec::new();
-    for plan in limits.claim_plan(id, now_us()) {
+    // Retries after refusals: one read of the latest window's claims
+    // says whether the others left anything (they give back across every
+    // window alike); nothing left, none is tried.
+    if let Some(latest) = plans
+        .iter()
+        .filter(|p| p.retry && p.claim > 0)
+        .map(|p| p.window)
+        .max()
+        && left_of(store, &keys, &keys.key(latest), timeout).await == Some(0)
+    {
+        for plan in plans.iter_mut().filter(|p| p.retry && p.claim > 0) {
+            plan.claim = 0;
+            answers.push((
+                plan.window,
+                ClaimAnswer {
+                    refused: true,
+                    ..ClaimAnswer::default()
+                },
+            ));
+        }
+    }
+    for plan in plans {
         let key = keys.key(plan.window);
         for (decision, amount, at) in plan.give_back {
             let refund = PolicyRefund::of(&decision, amount, at.elapsed());
@@ -62,10 +84,13 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
             // it leaves the log, which only ever admits less.
             drop(store.refund(keys.claims(), &key, refund));
         }
-        let answer = match plan.claim {
-            0 => ClaimAnswer::default(),
-            amount => claim(store, &keys, &key, amount, timeout).await,
-        };
+        if plan.claim == 0 {
+            if !answers.iter().any(|(window, _)| *window == plan.window) {
+                answers.push((plan.window, ClaimAnswer::default()));
+            }
+            continue;
+        }
+        let answer = claim(store, &keys, &key, plan.claim, timeout).await;
         answers.push((plan.window, answer));
     }
     limits.note_claims(id, answers, now_us());
@@ -90,6 +115,20 @@ async fn publish<St: Store>(
     }
 }
 
+/// What is left of the window's N under `key`, if the store says.
+async fn left_of<St: Store>(
+    store: &St,
+    keys: &ClaimKeys,
+    key: &Key,
+    timeout: Duration,
+) -> Option<u64> {
+    let peek = store.peek(keys.claims(), key).resolve();
+    match tokio::time::timeout(timeout, peek).await {
+        Ok(Ok(decision)) => Some(decision.merged().remaining()),
+        _ => None,
+    }
+}
+
 /// The data planes the census under `key` counts, if the store says.
 async fn read_census<St: Store>(
     store: &St,
@@ -105,7 +144,7 @@ async fn read_census<St: Store>(
 }
 
 /// Claims `amount` of a window under `key`, or, refused, what the others
-/// left of it.
+/// left of it (the answer then says it was refused).
 async fn claim<St: Store>(
     store: &St,
     keys: &ClaimKeys,
@@ -114,6 +153,7 @@ async fn claim<St: Store>(
     timeout: Duration,
 ) -> ClaimAnswer {
     let mut amount = u32::try_from(amount).unwrap_or(u32::MAX);
+    let mut refused = false;
     // Twice at most: what was asked, then what is left.
     for _ in 0..2 {
         let asked = Instant::now();
@@ -129,29 +169,34 @@ async fn claim<St: Store>(
                         at: asked,
                     }),
                     failed: false,
+                    refused,
                 };
             }
             Ok(Ok(decision)) => {
+                refused = true;
                 let left = decision.merged().remaining();
                 match u32::try_from(left).unwrap_or(u32::MAX).min(amount) {
-                    0 => return ClaimAnswer::default(),
+                    0 => break,
                     less => amount = less,
                 }
             }
             Ok(Err(error)) => {
                 tracing::debug!(%error, "a quota claim could not be made");
                 return ClaimAnswer {
-                    claimed: None,
                     failed: true,
+                    ..ClaimAnswer::default()
                 };
             }
             Err(_) => {
                 return ClaimAnswer {
-                    claimed: None,
                     failed: true,
+                    ..ClaimAnswer::default()
                 };
             }
         }
     }
-    ClaimAnswer::default()
+    ClaimAnswer {
+        refused,
+        ..ClaimAnswer::default()
+    }
 }

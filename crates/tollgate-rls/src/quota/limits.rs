@@ -281,6 +281,9 @@ pub(crate) struct WindowPlan {
     pub(crate) window: u64,
     /// What to claim (0: nothing).
     pub(crate) claim: u64,
+    /// Whether the claim is a retry after a refusal: a look asks the
+    /// store whether anything is left before it retries.
+    pub(crate) retry: bool,
     /// The claims to give back, each with what to give of it.
     pub(crate) give_back: Vec<(PolicyDecision, u32, Instant)>,
 }
@@ -292,6 +295,8 @@ pub(crate) struct ClaimAnswer {
     pub(crate) claimed: Option<Claimed>,
     /// Whether the store failed to answer.
     pub(crate) failed: bool,
+    /// Whether less was admitted than asked (others hold the rest).
+    pub(crate) refused: bool,
 }
 
 impl Limit {
@@ -373,7 +378,7 @@ impl Limits {
         let planes = limit.active().count() as u64;
         let (book, keys) = limit.claims.as_mut()?;
         book.forget_before(*horizon.start());
-        let recheck = book.to_recheck(*horizon.start());
+        let recheck = book.to_recheck(*horizon.start(), now);
         Some((keys.clone(), recheck, book.census_steps(&horizon, planes)))
     }
 
@@ -433,9 +438,15 @@ impl Limits {
                     Vec::new()
                 };
                 let goal = limit.goal(&book, window, &horizon, now);
+                let retry = book.retry_due(window, now);
+                let claim = match retry {
+                    Some(false) => 0,
+                    _ => book.short_of(window, goal),
+                };
                 WindowPlan {
                     window,
-                    claim: book.short_of(window, goal),
+                    claim,
+                    retry: retry.is_some(),
                     give_back,
                 }
             })
@@ -456,6 +467,9 @@ impl Limits {
                 return;
             };
             for (window, answer) in answers {
+                if answer.refused {
+                    book.refused(window, now);
+                }
                 book.claimed(window, answer.claimed, answer.failed);
             }
             limit.rebalance(now)
