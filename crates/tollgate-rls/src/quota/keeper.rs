@@ -6,6 +6,7 @@
 use super::claims::{CENSUS_LIMIT, ClaimKeys, Claimed};
 use super::limits::{ClaimAnswer, LimitId, Limits};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::task::JoinSet;
 use tollgate_store::{Key, PolicyDebit, PolicyRefund, Store};
 
 /// How often the keeper wakes to find the limits due a look.
@@ -41,17 +42,28 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
             steps = again;
         }
     }
+    // Each window's census on a task of its own: a look takes a few
+    // round trips to the store, not a few per window.
+    let mut census = JoinSet::new();
     for step in steps {
-        let key = keys.key(step.window);
-        let published = match step.publish {
-            0 => None,
-            planes => publish(store, &keys, &key, planes, timeout).await,
-        };
-        let census = match step.read_census {
-            true => read_census(store, &keys, &key, timeout).await,
-            false => None,
-        };
-        limits.note_census(id, step.window, published, census, now_us());
+        let (store, keys) = (store.clone(), keys.clone());
+        census.spawn(async move {
+            let key = keys.key(step.window);
+            let published = match step.publish {
+                0 => None,
+                planes => publish(&store, &keys, &key, planes, timeout).await,
+            };
+            let read = match step.read_census {
+                true => read_census(&store, &keys, &key, timeout).await,
+                false => None,
+            };
+            (step.window, published, read)
+        });
+    }
+    while let Some(done) = census.join_next().await {
+        if let Ok((window, published, read)) = done {
+            limits.note_census(id, window, published, read, now_us());
+        }
     }
     let mut plans = limits.claim_plan(id, now_us());
     let mut answers = Vec::new();
@@ -76,6 +88,7 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
             ));
         }
     }
+    let mut claims = JoinSet::new();
     for plan in plans {
         let key = keys.key(plan.window);
         for (decision, amount, at) in plan.give_back {
@@ -90,8 +103,16 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
             }
             continue;
         }
-        let answer = claim(store, &keys, &key, plan.claim, timeout).await;
-        answers.push((plan.window, answer));
+        let (store, keys) = (store.clone(), keys.clone());
+        claims.spawn(async move {
+            let answer = claim(&store, &keys, &key, plan.claim, timeout).await;
+            (plan.window, answer)
+        });
+    }
+    while let Some(done) = claims.join_next().await {
+        if let Ok(answer) = done {
+            answers.push(answer);
+        }
     }
     limits.note_claims(id, answers, now_us());
 }

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinSet;
 use tollgate_store::{Capability, PolicyDebit, Store};
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -31,6 +32,9 @@ pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 /// How often Envoy reports until a stream says otherwise (its filter's
 /// interval is fixed at 5 s today).
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How many limits the keeper looks at at once.
+const LOOKS_AT_ONCE: usize = 64;
 
 /// How long a report's counting waits for the store, unless told.
 const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -192,9 +196,19 @@ async fn keep<St: Store>(shared: Weak<Shared<St>>) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        // The limits due, a bounded number at a time: one slow store
+        // call holds up no other limit's look.
+        let mut looks = JoinSet::new();
         for id in shared.limits.due(keeper::tick) {
-            keeper::look(&shared.store, &shared.limits, &id, shared.store_timeout).await;
+            if looks.len() >= LOOKS_AT_ONCE {
+                looks.join_next().await;
+            }
+            let shared = Arc::clone(&shared);
+            looks.spawn(async move {
+                keeper::look(&shared.store, &shared.limits, &id, shared.store_timeout).await;
+            });
         }
+        while looks.join_next().await.is_some() {}
         if forgot.elapsed() >= Duration::from_secs(1) {
             shared.limits.forget_idle(now_us());
             forgot = Instant::now();
