@@ -36,16 +36,17 @@ use tollgate_store::{Key, NamedLimit, Policy, PolicyDecision};
 /// intervals of at most 60 s; Envoy reports every 5 s).
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(180);
 
-/// How long after a window's census is read a server waits before it
-/// claims more than its fair part: two looks of every server (see
-/// `keeper::tick`), so that each has claimed its own part first.
+/// How long after a window's census is read a server claims its fair
+/// part with room for one more, then its fair part, before it claims
+/// more: two looks of every server each (see `keeper::tick`), so that
+/// each has claimed its own part first.
 pub(crate) const SURPLUS_WAIT: Duration = Duration::from_millis(600);
 
 /// How long a server waits to claim again a window whose claim was
-/// refused: what the others give back is found within it, and a server
-/// that wants more than the others leave asks the store once that long,
-/// not at every look.
-pub(crate) const RETRY: Duration = Duration::from_secs(1);
+/// refused: what the others give back is found within it (and a look),
+/// and a server that wants more than the others leave asks the store
+/// once that long (one read, see `keeper::look`), not at every look.
+pub(crate) const RETRY: Duration = Duration::from_millis(500);
 
 /// How often a look reads a census again to find a server that came.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -264,33 +265,50 @@ impl Book {
         part.fresh = fresh;
     }
 
-    /// Whether this server may claim more than its fair part of `window`
-    /// at `now`: once the others had time to claim theirs after the
-    /// census was read ([`SURPLUS_WAIT`]), and unless it is contested.
-    pub(crate) fn surplus_open(&self, window: u64, now: u64) -> bool {
-        let wait = u64::try_from(SURPLUS_WAIT.as_micros()).unwrap_or(u64::MAX);
-        self.parts.get(&window).is_some_and(|part| {
-            part.census.is_some() && !part.contested && now >= part.read_at.saturating_add(wait)
-        })
-    }
-
     /// This server's fair part of `window`: N times its data planes over
     /// every server's, as the census says (all of N before a census, or
-    /// when it counts only this server's), one more counted where the
-    /// census is fresh.
+    /// when it counts only this server's).
     pub(crate) fn fair(&self, window: u64) -> u64 {
+        self.part_of(window, false)
+    }
+
+    /// N times this server's data planes over every server's (and one
+    /// more, `room`), as the census of `window` says.
+    fn part_of(&self, window: u64, room: bool) -> u64 {
         let Some(part) = self.parts.get(&window) else {
             return self.limit;
         };
         let Some(all) = part.census else {
             return self.limit;
         };
-        let all = all.max(part.published) + u64::from(part.fresh);
+        let all = all.max(part.published) + u64::from(room);
         if all <= part.published {
             return self.limit;
         }
         let fair = u128::from(self.limit) * u128::from(part.published) / u128::from(all);
         u64::try_from(fair).unwrap_or(self.limit)
+    }
+
+    /// The most this server claims of `window` at `now` (`None`: what
+    /// its data planes want). Its fair part at first: where the census
+    /// was read in the look that added this server's own data planes,
+    /// another server may be adding its own unseen, so room is left for
+    /// one more until [`SURPLUS_WAIT`] has passed; then the fair part;
+    /// then, another `SURPLUS_WAIT` on (every server has claimed its
+    /// fair part), no cap, unless the window is contested.
+    pub(crate) fn cap(&self, window: u64, now: u64) -> Option<u64> {
+        let wait = u64::try_from(SURPLUS_WAIT.as_micros()).unwrap_or(u64::MAX);
+        let Some(part) = self.parts.get(&window).filter(|part| part.census.is_some()) else {
+            return Some(self.fair(window));
+        };
+        if part.contested {
+            return Some(self.fair(window));
+        }
+        let since = now.saturating_sub(part.read_at);
+        if since < wait {
+            return Some(self.part_of(window, part.fresh));
+        }
+        (since < wait.saturating_mul(2)).then(|| self.fair(window))
     }
 
     /// The census of `window` read again (see [`recheck`](Self::recheck)):
@@ -469,9 +487,16 @@ mod tests {
         book.census(8, 3, 0, false);
         assert_eq!(book.fair(8), 100);
         // Read in the look that added this server's own: room for one
-        // more that may be adding its own unseen.
+        // more that may be adding its own unseen, for a while; then the
+        // fair part; then what the data planes want.
         book.census(8, 3, 0, true);
-        assert_eq!(book.fair(8), 75);
+        assert_eq!(book.cap(8, 0), Some(75));
+        assert_eq!(book.cap(8, 700_000), Some(100));
+        assert_eq!(book.cap(8, 1_300_000), None);
+        book.census(7, 4, 0, false);
+        assert_eq!(book.cap(7, 0), Some(25));
+        assert_eq!(book.cap(7, 700_000), Some(25));
+        assert_eq!(book.cap(7, 1_300_000), None);
     }
 
     #[test]

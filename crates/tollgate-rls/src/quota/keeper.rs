@@ -67,15 +67,16 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
     }
     let mut plans = limits.claim_plan(id, now_us());
     let mut answers = Vec::new();
-    // Retries after refusals: one read of the latest window's claims
-    // says whether the others left anything (they give back across every
-    // window alike); nothing left, none is tried.
-    if let Some(latest) = plans
+    // Retries after refusals: one read of the claims of the window this
+    // server holds least of says whether the others left anything (they
+    // give back across the windows alike, and this server may hold all of
+    // another); nothing left, none is tried.
+    if let Some(least) = plans
         .iter()
         .filter(|p| p.retry && p.claim > 0)
+        .min_by_key(|p| (p.held, std::cmp::Reverse(p.window)))
         .map(|p| p.window)
-        .max()
-        && left_of(store, &keys, &keys.key(latest), timeout).await == Some(0)
+        && left_of(store, &keys, &keys.key(least), timeout).await == Some(0)
     {
         for plan in plans.iter_mut().filter(|p| p.retry && p.claim > 0) {
             plan.claim = 0;

@@ -284,6 +284,8 @@ pub(crate) struct WindowPlan {
     /// Whether the claim is a retry after a refusal: a look asks the
     /// store whether anything is left before it retries.
     pub(crate) retry: bool,
+    /// What this server holds of the window now.
+    pub(crate) held: u64,
     /// The claims to give back, each with what to give of it.
     pub(crate) give_back: Vec<(PolicyDecision, u32, Instant)>,
 }
@@ -323,11 +325,13 @@ impl Limit {
         } else {
             self.wanted()
         };
-        if window > *horizon.end() || !book.surplus_open(window, now) {
-            wanted.min(book.fair(window))
+        let cap = if window > *horizon.end() {
+            // The window just come in: never more than the fair part.
+            Some(book.cap(window, now).unwrap_or_else(|| book.fair(window)))
         } else {
-            wanted
-        }
+            book.cap(window, now)
+        };
+        cap.map_or(wanted, |cap| wanted.min(cap))
     }
 }
 
@@ -447,6 +451,7 @@ impl Limits {
                     window,
                     claim,
                     retry: retry.is_some(),
+                    held: book.held(window),
                     give_back,
                 }
             })
