@@ -68,22 +68,26 @@ pub(crate) struct ClaimKeys {
 
 impl ClaimKeys {
     /// The claims of a limit of `limit` a window of `window_us` µs,
-    /// counted under `key` by `policy` (the rule's).
-    pub(crate) fn new(policy: &Policy, key: &Key, limit: u64, window_us: u64) -> Self {
+    /// counted under `key` by `policy` (the rule's); `None` when no
+    /// sliding log can outlast a window's claims (a window of a year:
+    /// its claims take longer to make than any quota's period).
+    pub(crate) fn new(policy: &Policy, key: &Key, limit: u64, window_us: u64) -> Option<Self> {
         let period = claims_period(window_us);
         let log = |name: &str, limit: u64| {
-            let quota = Quota::new(limit.max(1), period).unwrap_or(Quota::per_hour(limit.max(1)));
-            let limit = NamedLimit::new(name, quota).with_algorithm(Algorithm::SlidingLog);
-            Arc::new(Policy::with_seed(
+            let quota = Quota::new(limit.max(1), period).ok()?;
+            let limit = NamedLimit::try_new(name, quota)
+                .ok()?
+                .with_algorithm(Algorithm::SlidingLog);
+            Some(Arc::new(Policy::with_seed(
                 policy.id() ^ fingerprint(name),
                 vec![limit],
-            ))
+            )))
         };
-        ClaimKeys {
-            claims: log("rlqs-claims", limit),
-            census: log("rlqs-census", CENSUS_LIMIT),
+        Some(ClaimKeys {
+            claims: log("rlqs-claims", limit)?,
+            census: log("rlqs-census", CENSUS_LIMIT)?,
             key: key.clone(),
-        }
+        })
     }
 
     /// The policy whose checks claim a window's parts.
@@ -118,10 +122,11 @@ fn fingerprint(name: &str) -> u64 {
 }
 
 /// How long a claim stays in the sliding log: longer than a window's
-/// claims take to be made (from a horizon of [`MAX_TTL`] and two windows
-/// ahead to the window's end), and a margin for clocks apart.
+/// claims take to be made (from when it comes within [`MAX_TTL`] and a
+/// window, see [`Book::horizon`], to its end: two windows and the TTL),
+/// a window more, and a margin for clocks apart.
 fn claims_period(window_us: u64) -> Duration {
-    MAX_TTL + Duration::from_micros(window_us.saturating_mul(4)) + Duration::from_secs(5)
+    MAX_TTL + Duration::from_micros(window_us.saturating_mul(3)) + Duration::from_secs(5)
 }
 
 /// The windows claimed at `horizon`: its own, and the next. The next is
@@ -152,8 +157,9 @@ struct Part {
     held: u64,
     /// The claims that make it up, to give back by their receipts.
     receipts: Vec<Claimed>,
-    /// Whether a claim was tried (a window not yet tried does not limit
-    /// the grants: it is tried well before they can be in force in it).
+    /// Whether a claim was tried (a window not yet tried counts nothing:
+    /// windows are claimed a window before they count, so only a keeper
+    /// that fell behind, or a horizon that grew, finds one).
     tried: bool,
     /// Whether the store failed to answer the last claim.
     failed: bool,
@@ -212,13 +218,15 @@ impl Book {
     }
 
     /// The windows a server must hold at `now` when its assignments live
-    /// `ttl`: the current one, and each that starts before `ttl` and a
-    /// window more have passed.
+    /// `ttl`: the current one, and each that an assignment sent now may
+    /// still be in force in (the window that `ttl` from now falls in, at
+    /// the latest). The next window after them is claimed too, a window
+    /// ahead ([`claimed_range`]), so that an assignment sent after the
+    /// current window ends finds its last window held.
     pub(crate) fn horizon(&self, now: u64, ttl: Duration) -> std::ops::RangeInclusive<u64> {
         let current = now / self.window_us;
         let ttl_us = u64::try_from(ttl.min(MAX_TTL).as_micros()).unwrap_or(u64::MAX);
-        let ahead = ttl_us.div_ceil(self.window_us) + 1;
-        current..=current + ahead
+        current..=(now.saturating_add(ttl_us)) / self.window_us
     }
 
     /// The census steps of the windows to claim at `horizon` (its
@@ -370,7 +378,7 @@ impl Book {
         let part = self.parts.entry(window).or_default();
         part.tried = true;
         part.failed = failed;
-        if claimed.is_some() && !failed {
+        if claimed.is_some() {
             part.refused_at = None;
         }
         if let Some(claimed) = claimed {
@@ -409,9 +417,10 @@ impl Book {
     }
 
     /// The budget of the windows of `horizon` (its first the current
-    /// one): what is held of each window tried (a failed one counts as
-    /// the store's errors say, a contested one at most its fair part),
-    /// the least of those after the current.
+    /// one): what is held of each window (a failed one counts as the
+    /// store's errors say, a contested one at most its fair part, one not
+    /// yet tried nothing: no grant may be in force in a window no claim
+    /// covers), the least of those after the current.
     pub(crate) fn budget(&self, horizon: &std::ops::RangeInclusive<u64>) -> Budget {
         let worth = |window: u64| {
             self.parts
@@ -430,7 +439,7 @@ impl Book {
         let current = *horizon.start();
         let now = worth(current).unwrap_or(0);
         let ahead = (current + 1..=*horizon.end())
-            .filter_map(worth)
+            .map(|window| worth(window).unwrap_or(0))
             .min()
             .unwrap_or(now);
         Budget { now, ahead }
@@ -471,9 +480,20 @@ mod tests {
     fn the_horizon_covers_the_longest_assignment_and_a_window() {
         let book = Book::new(30, SECOND, 30);
         let now = 1_000 * SECOND + SECOND / 2;
-        assert_eq!(book.horizon(now, Duration::from_secs(15)), 1_000..=1_016);
+        assert_eq!(book.horizon(now, Duration::from_secs(15)), 1_000..=1_015);
         let hourly = Book::new(30, 3_600 * SECOND, 30);
-        assert_eq!(hourly.horizon(now, Duration::from_secs(15)), 0..=2);
+        assert_eq!(hourly.horizon(now, Duration::from_secs(15)), 0..=0);
+        let late = 3_600 * SECOND - 5 * SECOND;
+        assert_eq!(hourly.horizon(late, Duration::from_secs(15)), 0..=1);
+    }
+
+    #[test]
+    fn windows_of_a_year_cannot_be_claimed() {
+        let policy = Policy::new(Vec::new());
+        let key = Key::from("k");
+        assert!(ClaimKeys::new(&policy, &key, 10, 3_600 * SECOND).is_some());
+        assert!(ClaimKeys::new(&policy, &key, 10, 31 * 86_400 * SECOND).is_some());
+        assert!(ClaimKeys::new(&policy, &key, 10, 365 * 86_400 * SECOND).is_none());
     }
 
     #[test]
@@ -550,16 +570,15 @@ mod tests {
     }
 
     #[test]
-    fn untried_windows_do_not_limit_and_failed_ones_count_as_told() {
-        let mut book = Book::new(100, SECOND, 100);
-        book.claimed(10, None, false);
-        book.claimed(11, None, false);
-        book.claimed(12, None, true);
-        let budget = book.budget(&(10..=13));
-        assert_eq!(budget, Budget { now: 0, ahead: 0 });
+    fn untried_windows_count_nothing_and_failed_ones_count_as_told() {
         let mut book = Book::new(100, SECOND, 100);
         book.claimed(10, None, true);
         book.claimed(11, None, true);
-        assert_eq!(book.budget(&(10..=13)), Budget::each(100));
+        assert_eq!(book.budget(&(10..=11)), Budget::each(100));
+        // Window 12 not tried: nothing ahead.
+        assert_eq!(book.budget(&(10..=12)), Budget { now: 100, ahead: 0 });
+        let mut closed = Book::new(100, SECOND, 0);
+        closed.claimed(10, None, true);
+        assert_eq!(closed.budget(&(10..=10)), Budget::each(0));
     }
 }

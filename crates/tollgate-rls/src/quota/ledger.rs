@@ -213,10 +213,12 @@ impl<Id: Ord + Copy> Ledger<Id> {
     /// `now` by [`roll`](Self::roll) or [`assign`](Self::assign)): what every data plane can
     /// admit in this window stays within the bound (`budget.now` and one
     /// for each data plane counted in it), and so do the bursts and rates
-    /// in force, for the windows after (`budget.ahead` and one for each). Those count one for each data plane that
-    /// holds a token bucket and reports: a data plane that leaves, or is
-    /// denied, takes its one with it, and its bucket (of at least one
-    /// token) too.
+    /// in force, for the windows after (`budget.ahead` and one for each).
+    /// Those count the buckets still in force when the next window
+    /// begins, one for each: a data plane that left counts, bucket and
+    /// one, until its last assignment lapses (then both go, and a bucket
+    /// is at least two tokens a window: burst and refill); one that is
+    /// denied takes its one with it.
     pub(crate) fn fits(&self, id: Id, grant: Grant, now: u64, budget: Budget) -> bool {
         let end = self.window_end();
         let window_us = u128::from(self.window_us);
@@ -230,7 +232,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
             + u128::from(added_tokens(held.map_or(Grant::DENY, |p| p.grant), grant)) * window_us
             + u128::from(grant.per_window) * u128::from(end.saturating_sub(now));
         let (steady, buckets) = others()
-            .filter(|(_, plane)| plane.lapses.is_none() && !plane.grant.denies())
+            .filter(|(_, plane)| in_force_after(plane, end))
             .fold(
                 (grant.per_whole_window(), u128::from(!grant.denies())),
                 |(sum, n), (_, plane)| (sum + plane.grant.per_whole_window(), n + 1),
@@ -278,7 +280,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
     }
 
     /// Whether the bursts and rates in force fit `ahead` (and one for
-    /// each data plane that holds a bucket and reports).
+    /// each bucket in force when the next window begins).
     pub(crate) fn steady_fits(&self, ahead: u64) -> bool {
         let (steady, buckets) = self.in_force();
         steady <= u128::from(ahead) + buckets
@@ -286,18 +288,19 @@ impl<Id: Ord + Copy> Ledger<Id> {
 
     /// What the bursts and rates in force need of each window's budget
     /// after this one, in requests: what they admit in a whole window,
-    /// less one for each data plane that holds a bucket and reports.
+    /// less one for each bucket in force when the next window begins.
     pub(crate) fn steady_need(&self) -> u64 {
         let (steady, buckets) = self.in_force();
         u64::try_from(steady.saturating_sub(buckets)).unwrap_or(u64::MAX)
     }
 
-    /// What the buckets of the data planes that report admit in a whole
-    /// window, and how many they are.
+    /// What the buckets still in force when the next window begins admit
+    /// in a whole window, and how many they are.
     fn in_force(&self) -> (u128, u128) {
+        let end = self.window_end();
         self.planes
             .values()
-            .filter(|plane| plane.lapses.is_none() && !plane.grant.denies())
+            .filter(|plane| in_force_after(plane, end))
             .fold((0, 0), |(sum, n), plane| {
                 (sum + plane.grant.per_whole_window(), n + 1)
             })
@@ -321,6 +324,14 @@ impl<Id: Ord + Copy> Ledger<Id> {
         let left = self.bound(budget).saturating_sub(self.potential(now));
         u64::try_from(left / u128::from(self.window_us)).unwrap_or(u64::MAX)
     }
+}
+
+/// Whether `plane` holds a bucket that is still in force at `start`: it
+/// reports, or it left and its last assignment lapses after `start` (its
+/// data plane enforces it till then, and so it counts in that window,
+/// with its one).
+fn in_force_after(plane: &Plane, start: u64) -> bool {
+    !plane.grant.denies() && plane.lapses.is_none_or(|at| at > start)
 }
 
 /// The refill `plane` gets from `now` to `end` at its rate (none after its
@@ -440,6 +451,26 @@ mod tests {
         assert_eq!(ledger.planes(), 1);
     }
 
+    /// A data plane that left still enforces its bucket until it lapses:
+    /// a grant given late in a window, cheap in it, must leave room for
+    /// that bucket in the next.
+    #[test]
+    fn a_plane_that_left_counts_in_the_windows_before_it_lapses() {
+        let mut ledger = Ledger::new(SECOND);
+        let b = Budget::each(100);
+        let start = 10 * SECOND;
+        assert!(ledger.assign(1, grant(1, 49), start, b));
+        assert!(ledger.assign(2, grant(3, 5), start, b));
+        ledger.leave(1, start + SECOND / 2, start + 15 * SECOND + SECOND / 2);
+        // Late in window 11: a bucket of 93 would fit this window, but
+        // not the next, where plane 1's 50 and plane 2's 8 are in force.
+        let late = start + SECOND + 9 * SECOND / 10;
+        assert!(!ledger.fits(3, grant(1, 93), late, b));
+        // 50 + 8 + 1 + 44 = 103: the budget and one for each of three.
+        assert!(ledger.fits(3, grant(1, 44), late, b));
+        assert!(!ledger.fits(3, grant(1, 45), late, b));
+    }
+
     /// The data planes' assignment, as the filter builds its bucket.
     fn assignment(grant: Grant, window_us: u64) -> Assignment {
         if grant.denies() {
@@ -523,7 +554,7 @@ mod tests {
                     continue;
                 }
                 if rng.below(8) == 0 {
-                    let lapse = now + rng.below(2 * window_us);
+                    let lapse = now + rng.below(20 * window_us);
                     ledger.leave(id, now, lapse);
                     lapses[id] = Some(lapse);
                     continue;

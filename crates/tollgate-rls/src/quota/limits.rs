@@ -73,6 +73,11 @@ struct Limit {
     /// The window whose N the reports say are admitted: every slot is
     /// denied until it ends.
     spent_in: Option<u64>,
+    /// Usage this server's reports charged to the current window (the
+    /// store counts at the report) though their interval began before
+    /// it: not surely this window's, so it does not spend it. The window,
+    /// and the usage.
+    carried_in: (u64, u64),
     /// The rule's series: the grants and the data planes are kept here.
     series: RuleSeries,
     /// What this server holds of the windows, where servers share the
@@ -82,6 +87,11 @@ struct Limit {
     ttl: Duration,
     /// When the keeper last looked at the claims (`None`: never).
     looked: Option<Instant>,
+    /// Held through a look at the claims: one look at a time.
+    looking: Arc<tokio::sync::Mutex<()>>,
+    /// Whether a look has claimed the windows (before, the limit's first
+    /// answer waits for one).
+    ready: bool,
 }
 
 #[derive(Debug)]
@@ -92,6 +102,20 @@ struct Slot {
     demand: Option<u64>,
     /// Whether its stream closed.
     left: bool,
+}
+
+/// Says once a process that a rule's windows are too long to claim (a
+/// year): its data planes are bounded by each server alone.
+fn warn_unclaimable(limited: &Limited) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            rule = limited.rule.full_key(),
+            "a quota rule's window is too long for servers to claim their parts of it in the \
+             store (a year): each server bounds its own data planes by N + K; use a shorter unit \
+             for one bound across servers"
+        );
+    }
 }
 
 impl Limit {
@@ -107,7 +131,10 @@ impl Limit {
                     limited.limit,
                     limited.window_us,
                 );
-                Some((book, keys))
+                if keys.is_none() {
+                    warn_unclaimable(limited);
+                }
+                keys.map(|keys| (book, keys))
             }
         };
         Limit {
@@ -116,10 +143,13 @@ impl Limit {
             ledger: Ledger::new(limited.window_us),
             slots: BTreeMap::new(),
             spent_in: None,
+            carried_in: (0, 0),
             series,
             claims,
             ttl: DEFAULT_TTL,
             looked: None,
+            looking: Arc::default(),
+            ready: false,
         }
     }
 
@@ -136,6 +166,32 @@ impl Limit {
         match &self.claims {
             Some((book, _)) => book.budget(&self.horizon(now)),
             None => Budget::each(self.limit),
+        }
+    }
+
+    /// Whether a report of `usage` at `now`, the store having said
+    /// `remaining` of the window just before its usage was charged,
+    /// shows the window's N admitted. A report says how many, not when:
+    /// usage whose interval began before the window is charged to it but
+    /// may be the last window's, so this server's such usage is not
+    /// counted as this window's (the usage other servers carried in
+    /// still is: a window may then be judged spent early, never late).
+    fn spent_by(&mut self, usage: Usage, remaining: Option<u64>, now: u64) -> bool {
+        let window = now / self.window_us;
+        if self.carried_in.0 != window {
+            self.carried_in = (window, 0);
+        }
+        let into = now % self.window_us;
+        let within = usage.elapsed_seconds.saturating_mul(1_000_000) <= into;
+        let Some(before) = remaining else {
+            return false;
+        };
+        let left = before.saturating_add(self.carried_in.1);
+        if within {
+            left.saturating_sub(usage.allowed) == 0
+        } else {
+            self.carried_in.1 = self.carried_in.1.saturating_add(usage.allowed);
+            left == 0
         }
     }
 
@@ -359,12 +415,18 @@ impl Limits {
             .collect()
     }
 
-    /// Whether `limited`'s claims were never looked at (its first report
-    /// waits for a look, so that its first answer has a budget).
-    pub(crate) fn never_looked(&self, limited: &Limited) -> bool {
+    /// Whether `limited`'s windows were never claimed: its first answer
+    /// waits for a look, so that it has a budget.
+    pub(crate) fn unclaimed(&self, limited: &Limited) -> bool {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(&limited.counted_as())
-            .is_some_and(|limit| limit.claims.is_some() && limit.looked.is_none())
+            .is_some_and(|limit| limit.claims.is_some() && !limit.ready)
+    }
+
+    /// The lock a look at `id`'s claims holds (one look at a time).
+    pub(crate) fn looking(&self, id: &LimitId) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(id).map(|limit| Arc::clone(&limit.looking))
     }
 
     /// Starts a look at `id`'s claims at `now`: its keys, the window
@@ -472,11 +534,14 @@ impl Limits {
                 return;
             };
             for (window, answer) in answers {
-                if answer.refused {
+                book.claimed(window, answer.claimed, answer.failed);
+                // A window refused, or not answered, is tried again only
+                // a retry later (`claimed` clears it on a whole claim).
+                if answer.refused || answer.failed {
                     book.refused(window, now);
                 }
-                book.claimed(window, answer.claimed, answer.failed);
             }
+            limit.ready = true;
             limit.rebalance(now)
         };
         for other in woken {
@@ -537,7 +602,7 @@ impl Limits {
                     / (u128::from(usage.elapsed_seconds) * 1_000_000);
                 entry.demand = Some(u64::try_from(per_window).unwrap_or(u64::MAX));
             }
-            if remaining == Some(0) {
+            if limit.spent_by(usage, remaining, now) {
                 limit.spent_in = Some(now / limit.window_us);
             }
             let woken = limit.rebalance(now);

@@ -33,6 +33,10 @@ pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 /// interval is fixed at 5 s today).
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long after it is sent an assignment is counted to have arrived,
+/// at the latest, when its lapse is reckoned.
+const ARRIVAL_MARGIN: Duration = Duration::from_secs(1);
+
 /// How many limits the keeper looks at at once.
 const LOOKS_AT_ONCE: usize = 64;
 
@@ -191,28 +195,49 @@ fn claims_supported<St: Store>(store: &St) -> Result<(), String> {
 /// nothing.
 async fn keep<St: Store>(shared: Weak<Shared<St>>) {
     let mut forgot = Instant::now();
+    // The looks under way, kept across rounds: a slow look holds up no
+    // other limit's, and a limit is looked at once at a time (its lock).
+    let mut looks = JoinSet::new();
     loop {
         tokio::time::sleep(keeper::ROUND).await;
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        // The limits due, a bounded number at a time: one slow store
-        // call holds up no other limit's look.
-        let mut looks = JoinSet::new();
+        while looks.try_join_next().is_some() {}
         for id in shared.limits.due(keeper::tick) {
             if looks.len() >= LOOKS_AT_ONCE {
-                looks.join_next().await;
+                break;
             }
+            let Some(one) = shared
+                .limits
+                .looking(&id)
+                .and_then(|looking| looking.try_lock_owned().ok())
+            else {
+                continue;
+            };
             let shared = Arc::clone(&shared);
             looks.spawn(async move {
                 keeper::look(&shared.store, &shared.limits, &id, shared.store_timeout).await;
+                drop(one);
             });
         }
-        while looks.join_next().await.is_some() {}
         if forgot.elapsed() >= Duration::from_secs(1) {
             shared.limits.forget_idle(now_us());
             forgot = Instant::now();
         }
+    }
+}
+
+/// Waits for the first look at `limited`'s claims: made here, or by the
+/// keeper if it is making it.
+async fn first_look<St: Store>(shared: &Shared<St>, limited: &Limited) {
+    let id = limited.counted_as();
+    let Some(looking) = shared.limits.looking(&id) else {
+        return;
+    };
+    let _one = looking.lock().await;
+    if shared.limits.unclaimed(limited) {
+        keeper::look(&shared.store, &shared.limits, &id, shared.store_timeout).await;
     }
 }
 
@@ -300,6 +325,7 @@ impl StreamState {
         }
         let config = shared.rules.current();
         let mut actions = Vec::with_capacity(report.bucket_quota_usages.len());
+        let mut answered = Vec::with_capacity(report.bucket_quota_usages.len());
         for usage in &report.bucket_quota_usages {
             let Some(bucket) = usage.bucket_id.as_ref().and_then(BucketKey::of) else {
                 self.skip("a bucket without entries (no rule can match it)");
@@ -325,6 +351,15 @@ impl StreamState {
             };
             let assignment = self.assignment(shared, &key, kind, usage).await;
             actions.push(assignment.action(&key.1, self.ttl()));
+            answered.push(key);
+        }
+        // Sent now: the assignments live from here (a report of many
+        // buckets over a slow store takes a while to answer).
+        let sent = now_us();
+        for key in answered {
+            if let Some(watched) = self.buckets.get_mut(&key) {
+                watched.sent_at = sent;
+            }
         }
         Ok(RateLimitQuotaResponse {
             bucket_action: actions,
@@ -352,7 +387,9 @@ impl StreamState {
                 let series = shared.limits.series(limited.rule.full_key());
                 series.allowed.increment(usage.allowed);
                 series.denied.increment(usage.denied);
-                let remaining = count(shared, &limited, &usage, now).await;
+                let remaining = count(shared, &limited, &usage).await;
+                // The store's answers took their time: what follows is of now.
+                let now = now_us();
                 let closed = remaining.is_none() && shared.on_store_error == OnStoreError::Closed;
                 let assignment = if limited.counts_only {
                     Assignment::AllowAll
@@ -363,11 +400,11 @@ impl StreamState {
                     let limits = &shared.limits;
                     let assignment =
                         limits.report(&limited, slot, &self.wake, usage, remaining, ttl, now);
-                    if limits.never_looked(&limited) {
+                    if limits.unclaimed(&limited) {
                         // A limit new to this server: its first answer
-                        // waits for its first claims.
-                        let id = limited.counted_as();
-                        keeper::look(&shared.store, limits, &id, shared.store_timeout).await;
+                        // waits for its first claims (or for the look
+                        // the keeper is making).
+                        first_look(shared, &limited).await;
                         limits.assignment(&limited, slot, now_us())
                     } else {
                         assignment
@@ -427,7 +464,10 @@ impl StreamState {
     /// The stream closed at `now`: each limited bucket's data plane keeps
     /// its last assignment until it lapses, counted until then.
     fn leave<St: Store>(&self, shared: &Shared<St>, now: u64) {
-        let ttl = u64::try_from(self.ttl().as_micros()).unwrap_or(u64::MAX);
+        // The assignment lives from when the data plane has it: a margin
+        // for the way there.
+        let ttl = self.ttl() + ARRIVAL_MARGIN;
+        let ttl = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
         for watched in self.buckets.values() {
             if let Some(limited) = &watched.limited {
                 let lapses = watched.sent_at.saturating_add(ttl);
@@ -446,22 +486,15 @@ impl StreamState {
     }
 }
 
-/// Reads what remains of `limited`'s window, then charges `allowed`
-/// requests to it, each waited for within the server's store timeout
-/// (the ledger bounds what the data planes admit without the store):
-/// what remains of the window after the usage of `usage` that is surely
-/// in it. A report says how many, not when: usage whose interval began
-/// before the window is charged to this window (the store counts now),
-/// but may have been admitted in the last, so it does not spend this
-/// one. A charge not answered in time goes on: the store lands it when
-/// it can, or logs that it failed (a store's charge that failed may have
-/// landed, so it is not sent again: it would count twice).
-async fn count<St: Store>(
-    shared: &Shared<St>,
-    limited: &Limited,
-    usage: &Usage,
-    now: u64,
-) -> Option<u64> {
+/// Reads what remains of `limited`'s window, then charges the usage's
+/// admitted requests to it, each waited for within the server's store
+/// timeout (the ledger bounds what the data planes admit without the
+/// store): what remained before the charge, for
+/// [`Limits::report`] to judge whether the window is spent. A charge not
+/// answered in time goes on: the store lands it when it can, or logs that
+/// it failed (a store's charge that failed may have landed, so it is not
+/// sent again: it would count twice).
+async fn count<St: Store>(shared: &Shared<St>, limited: &Limited, usage: &Usage) -> Option<u64> {
     let timeout = shared.store_timeout;
     let peek = shared.store.peek(&limited.policy, &limited.key).resolve();
     let remaining = match tokio::time::timeout(timeout, peek).await {
@@ -482,10 +515,5 @@ async fn count<St: Store>(
             tracing::debug!("a quota report's usage was not counted within the store timeout");
         }
     }
-    let into_window = now % limited.window_us.max(1);
-    let within = usage.elapsed_seconds.saturating_mul(1_000_000) <= into_window;
-    remaining.map(|left| match within {
-        true => left.saturating_sub(usage.allowed),
-        false => left,
-    })
+    remaining
 }
