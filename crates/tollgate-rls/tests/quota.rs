@@ -1097,3 +1097,68 @@ async fn two_processes_over_redis_one_killed_keep_the_bound_and_its_data_planes_
     let late = windows.get(&(last - 1)).copied().unwrap_or(0);
     assert!(late >= 20, "window {}: {late} admitted", last - 1);
 }
+
+/// Three data planes asking 4 a second each of a bucket of 30 a second,
+/// reporting every second, on the servers at `addrs`: after the first two
+/// reporting intervals, none is refused at all (the bucket as a whole is
+/// under its limit). Returns how many each asked after them.
+async fn under_the_limit(addrs: &[String]) -> Vec<u64> {
+    const BUCKET: &[(&str, &str)] = &[("client", "modest")];
+    let mut planes = Vec::new();
+    for index in 0..3 {
+        let addr = &addrs[index % addrs.len()];
+        planes.push(Arc::new(DataPlane::connect(addr, "q", true).await));
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = planes
+        .iter()
+        .map(|plane| {
+            let plane = Arc::clone(plane);
+            tokio::spawn(async move {
+                let (mut asked, mut refused) = (0u64, Vec::new());
+                let mut next_report = Instant::now() + Duration::from_secs(1);
+                while start.elapsed() < Duration::from_secs(7) {
+                    let admitted = plane.request(BUCKET).await;
+                    if start.elapsed() >= Duration::from_secs(2) {
+                        asked += 1;
+                        if !admitted {
+                            refused.push(start.elapsed());
+                        }
+                    }
+                    if Instant::now() >= next_report {
+                        plane.report().await;
+                        next_report += Duration::from_secs(1);
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                (asked, refused)
+            })
+        })
+        .collect();
+    let mut asked = Vec::new();
+    for (index, task) in tasks.into_iter().enumerate() {
+        let (count, refused) = task.await.unwrap();
+        assert!(
+            refused.is_empty(),
+            "plane {index} refused at {refused:?}: {:?}",
+            planes[index].received(BUCKET)
+        );
+        asked.push(count);
+    }
+    asked
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_limit_no_data_plane_is_refused_after_two_intervals() {
+    let addr = serve(MemoryStore::new()).await;
+    let asked = under_the_limit(&[addr]).await;
+    assert!(asked.iter().all(|n| *n >= 15), "{asked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_limit_on_two_servers_no_data_plane_is_refused_after_two_intervals() {
+    let store = MemoryStore::new();
+    let addrs = [serve(store.clone()).await, serve(store).await];
+    let asked = under_the_limit(&addrs).await;
+    assert!(asked.iter().all(|n| *n >= 15), "{asked:?}");
+}

@@ -6,10 +6,11 @@
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use std::sync::Arc;
 use std::time::Duration;
 use tollgate_rls::config::Config;
 use tollgate_rls::{QuotaServer, RateLimitServer};
-use tollgate_store::MemoryStore;
+use tollgate_store::{Key, MemoryStore, Policy, Store, StoreReply};
 use tollgate_tests::logs::Captured;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Server;
@@ -84,4 +85,45 @@ async fn a_stream_that_skips_buckets_is_warned_of_once_and_served_on() {
         .filter(|line| line.starts_with("WARN") && line.contains("skipped"))
         .collect();
     assert_eq!(warned.len(), 1, "{lines:#?}");
+}
+
+/// A store that only counts: no refunds, no debits.
+#[derive(Clone)]
+struct CountsOnly(MemoryStore);
+
+impl Store for CountsOnly {
+    type Error = <MemoryStore as Store>::Error;
+    type Future = <MemoryStore as Store>::Future;
+
+    fn check(
+        &self,
+        policy: &Arc<Policy>,
+        key: &Key,
+        cost: u32,
+    ) -> StoreReply<Self::Future, Self::Error> {
+        self.0.check(policy, key, cost)
+    }
+}
+
+/// A store that cannot hold the claims by which servers share a limit is
+/// named in a warning when the quota service is built (each server then
+/// bounds its own data planes).
+#[tokio::test]
+async fn a_store_that_cannot_hold_claims_is_named_in_a_warning() {
+    let (logs, _guard) = Captured::install();
+    let config = Config::from_yaml(
+        "q.yaml",
+        "domain: q\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 30}\n",
+    )
+    .unwrap();
+    let store = CountsOnly(MemoryStore::new());
+    let rls = RateLimitServer::new(config, store.clone());
+    let _quota = QuotaServer::new(rls.rules(), store);
+    let lines = logs.lines();
+    let warned: Vec<_> = lines
+        .iter()
+        .filter(|line| line.starts_with("WARN") && line.contains("CountsOnly"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{lines:#?}");
+    assert!(warned[0].contains("each server apart"), "{}", warned[0]);
 }

@@ -367,6 +367,11 @@ impl Book {
         goal.saturating_sub(held)
     }
 
+    /// Whether a claim of `window` was tried.
+    pub(crate) fn tried(&self, window: u64) -> bool {
+        self.parts.get(&window).is_some_and(|part| part.tried)
+    }
+
     /// What this server holds of `window`.
     pub(crate) fn held(&self, window: u64) -> u64 {
         self.parts.get(&window).map_or(0, |part| part.held)

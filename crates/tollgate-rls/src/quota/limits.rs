@@ -415,12 +415,18 @@ impl Limits {
             .collect()
     }
 
-    /// Whether `limited`'s windows were never claimed: its first answer
-    /// waits for a look, so that it has a budget.
-    pub(crate) fn unclaimed(&self, limited: &Limited) -> bool {
+    /// Whether `limited`'s windows at `now` are not all claimed: never
+    /// yet (a limit new to this server), or the keeper fell behind (the
+    /// last window that counts not tried). The answer then waits for a
+    /// look, so that it has a budget.
+    pub(crate) fn unclaimed(&self, limited: &Limited, now: u64) -> bool {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(&limited.counted_as())
-            .is_some_and(|limit| limit.claims.is_some() && !limit.ready)
+        map.get(&limited.counted_as()).is_some_and(|limit| {
+            limit
+                .claims
+                .as_ref()
+                .is_some_and(|(book, _)| !limit.ready || !book.tried(*limit.horizon(now).end()))
+        })
     }
 
     /// The lock a look at `id`'s claims holds (one look at a time).

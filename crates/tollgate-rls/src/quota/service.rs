@@ -228,15 +228,15 @@ async fn keep<St: Store>(shared: Weak<Shared<St>>) {
     }
 }
 
-/// Waits for the first look at `limited`'s claims: made here, or by the
-/// keeper if it is making it.
+/// Waits for a look at `limited`'s claims: made here, or by the keeper
+/// if it is making one.
 async fn first_look<St: Store>(shared: &Shared<St>, limited: &Limited) {
     let id = limited.counted_as();
     let Some(looking) = shared.limits.looking(&id) else {
         return;
     };
     let _one = looking.lock().await;
-    if shared.limits.unclaimed(limited) {
+    if shared.limits.unclaimed(limited, now_us()) {
         keeper::look(&shared.store, &shared.limits, &id, shared.store_timeout).await;
     }
 }
@@ -400,10 +400,10 @@ impl StreamState {
                     let limits = &shared.limits;
                     let assignment =
                         limits.report(&limited, slot, &self.wake, usage, remaining, ttl, now);
-                    if limits.unclaimed(&limited) {
-                        // A limit new to this server: its first answer
-                        // waits for its first claims (or for the look
-                        // the keeper is making).
+                    if limits.unclaimed(&limited, now) {
+                        // A limit new to this server (or one the keeper
+                        // fell behind on): the answer waits for its
+                        // claims (or for the look the keeper is making).
                         first_look(shared, &limited).await;
                         limits.assignment(&limited, slot, now_us())
                     } else {
