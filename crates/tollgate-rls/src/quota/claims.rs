@@ -24,7 +24,7 @@
 //! planes get their part of every window that comes within the horizon
 //! after they are counted, and N goes where the demand is.
 
-use super::ledger::Budget;
+use super::ledger::{Ahead, Budget};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,22 +122,32 @@ fn fingerprint(name: &str) -> u64 {
 }
 
 /// How long a claim stays in the sliding log: longer than a window's
-/// claims take to be made (from when it comes within [`MAX_TTL`] and a
-/// window, see [`Book::horizon`], to its end: two windows and the TTL),
-/// a window more, and a margin for clocks apart.
+/// claims take to be made (from when it comes within [`MAX_TTL`] and the
+/// [`lead`], see [`Book::horizon`], to its end), its census a window
+/// before, a window more, and a margin for clocks apart.
 fn claims_period(window_us: u64) -> Duration {
-    MAX_TTL + Duration::from_micros(window_us.saturating_mul(3)) + Duration::from_secs(5)
+    let windows = lead(window_us) + 3;
+    MAX_TTL + Duration::from_micros(window_us.saturating_mul(windows)) + Duration::from_secs(5)
 }
 
-/// The windows claimed at `horizon`: its own, and the next. The next is
-/// claimed a window before its budget counts, its fair part at once and
-/// the rest a window later (once the others have claimed theirs), so that
-/// the budget of the horizon, the least of its windows, does not fall to
-/// the fair part each time a window comes in.
+/// How many windows past the horizon a server claims: at least 2 s of
+/// them, and one. A window is so claimed before its budget counts: its
+/// fair part at once, the rest once the others have claimed theirs (two
+/// [`SURPLUS_WAIT`]s after its census is read), so that the budget of the
+/// horizon, the least of its windows, does not fall each time a window
+/// comes in; and a keeper that falls behind by less than that (a busy
+/// server) leaves no window that counts unclaimed.
+fn lead(window_us: u64) -> u64 {
+    2_000_000u64.div_ceil(window_us.max(1)).max(1)
+}
+
+/// The windows claimed at `horizon` of windows of `window_us` µs: its
+/// own, and [`lead`] more.
 pub(crate) fn claimed_range(
     horizon: &std::ops::RangeInclusive<u64>,
+    window_us: u64,
 ) -> std::ops::RangeInclusive<u64> {
-    *horizon.start()..=*horizon.end() + 1
+    *horizon.start()..=*horizon.end() + lead(window_us)
 }
 
 /// One window's part, as a server holds it.
@@ -220,9 +230,9 @@ impl Book {
     /// The windows a server must hold at `now` when its assignments live
     /// `ttl`: the current one, and each that an assignment sent now may
     /// still be in force in (the window that `ttl` from now falls in, at
-    /// the latest). The next window after them is claimed too, a window
-    /// ahead ([`claimed_range`]), so that an assignment sent after the
-    /// current window ends finds its last window held.
+    /// the latest). The windows after them are claimed too, ahead
+    /// ([`claimed_range`]), so that an assignment sent after the current
+    /// window ends finds its last window held.
     pub(crate) fn horizon(&self, now: u64, ttl: Duration) -> std::ops::RangeInclusive<u64> {
         let current = now / self.window_us;
         let ttl_us = u64::try_from(ttl.min(MAX_TTL).as_micros()).unwrap_or(u64::MAX);
@@ -238,7 +248,7 @@ impl Book {
         horizon: &std::ops::RangeInclusive<u64>,
         planes: u64,
     ) -> Vec<Step> {
-        let claimed = claimed_range(horizon);
+        let claimed = claimed_range(horizon, self.window_us);
         let (first, last) = (*claimed.start(), *claimed.end() + 1);
         (first..=last)
             .filter_map(|window| {
@@ -425,7 +435,7 @@ impl Book {
     /// one): what is held of each window (a failed one counts as the
     /// store's errors say, a contested one at most its fair part, one not
     /// yet tried nothing: no grant may be in force in a window no claim
-    /// covers), the least of those after the current.
+    /// covers), the current one's and each after it.
     pub(crate) fn budget(&self, horizon: &std::ops::RangeInclusive<u64>) -> Budget {
         let worth = |window: u64| {
             self.parts
@@ -444,10 +454,15 @@ impl Book {
         let current = *horizon.start();
         let now = worth(current).unwrap_or(0);
         let ahead = (current + 1..=*horizon.end())
-            .map(|window| worth(window).unwrap_or(0))
-            .min()
-            .unwrap_or(now);
-        Budget { now, ahead }
+            .map(|window| {
+                let start = window.saturating_mul(self.window_us);
+                (start, worth(window).unwrap_or(0))
+            })
+            .collect();
+        Budget {
+            now,
+            ahead: Ahead::Windows(ahead),
+        }
     }
 
     /// Whether a claim of `window` is a retry after a refusal, and due at
@@ -541,7 +556,7 @@ mod tests {
         assert_eq!(book.to_recheck(10, 5 * SECOND + SECOND / 2), None);
         book.recheck(11, 1);
         assert!(!book.contested(11));
-        assert_eq!(book.budget(&(10..=12)), Budget::each(100));
+        assert_eq!(book.budget(&(10..=12)).least_ahead(), 100);
         // A second server of three data planes came: windows 11 on are
         // contested, read again, and held at most at the fair part.
         book.recheck(11, 4);
@@ -549,13 +564,8 @@ mod tests {
         assert_eq!(book.fair(11), 100);
         book.census(11, 4, 0, false);
         book.census(12, 4, 0, false);
-        assert_eq!(
-            book.budget(&(10..=12)),
-            Budget {
-                now: 100,
-                ahead: 25
-            }
-        );
+        let budget = book.budget(&(10..=12));
+        assert_eq!((budget.now, budget.least_ahead()), (100, 25));
     }
 
     #[test]
@@ -579,11 +589,14 @@ mod tests {
         let mut book = Book::new(100, SECOND, 100);
         book.claimed(10, None, true);
         book.claimed(11, None, true);
-        assert_eq!(book.budget(&(10..=11)), Budget::each(100));
-        // Window 12 not tried: nothing ahead.
-        assert_eq!(book.budget(&(10..=12)), Budget { now: 100, ahead: 0 });
+        let budget = book.budget(&(10..=11));
+        assert_eq!(budget.ahead, Ahead::Windows(vec![(11 * SECOND, 100)]));
+        assert_eq!(budget.now, 100);
+        // Window 12 not tried: nothing there.
+        let budget = book.budget(&(10..=12));
+        assert_eq!((budget.now, budget.least_ahead()), (100, 0));
         let mut closed = Book::new(100, SECOND, 0);
         closed.claimed(10, None, true);
-        assert_eq!(closed.budget(&(10..=10)), Budget::each(0));
+        assert_eq!(closed.budget(&(10..=10)).now, 0);
     }
 }

@@ -65,17 +65,27 @@ impl Grant {
 }
 
 /// What a ledger may let its data planes admit beyond one token each,
-/// in requests a window: `now` in the current window, `ahead` in each
-/// window after (while the grants in force can still be in force). A
+/// in requests a window: `now` in the current window, `ahead` in the
+/// windows after (while the grants in force can still be in force). A
 /// process alone over its store may let them admit the rule's N in
 /// each; processes that share a limit each hold a part of N, claimed in
 /// the shared store (see [`super::claims`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Budget {
     /// The current window's budget.
     pub(crate) now: u64,
-    /// The budget of every window after it.
-    pub(crate) ahead: u64,
+    /// The budgets of the windows after it.
+    pub(crate) ahead: Ahead,
+}
+
+/// The budgets of the windows after the current one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ahead {
+    /// The same in every window.
+    Each(u64),
+    /// Window by window, each as its start (µs) and its budget; a grant
+    /// in force past the last is not given.
+    Windows(Vec<(u64, u64)>),
 }
 
 impl Budget {
@@ -83,7 +93,16 @@ impl Budget {
     pub(crate) fn each(budget: u64) -> Budget {
         Budget {
             now: budget,
-            ahead: budget,
+            ahead: Ahead::Each(budget),
+        }
+    }
+
+    /// The least of the windows' budgets after the current one.
+    #[cfg(test)]
+    pub(crate) fn least_ahead(&self) -> u64 {
+        match &self.ahead {
+            Ahead::Each(budget) => *budget,
+            Ahead::Windows(windows) => windows.iter().map(|(_, b)| *b).min().unwrap_or(0),
         }
     }
 }
@@ -189,7 +208,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
     /// [`Grant::DENY`] and the grant held are always given; a new data
     /// plane holds `DENY` until it is given another. Any other change costs
     /// a full bucket, so a data plane's grant is best changed seldom.
-    pub(crate) fn assign(&mut self, id: Id, grant: Grant, now: u64, budget: Budget) -> bool {
+    pub(crate) fn assign(&mut self, id: Id, grant: Grant, now: u64, budget: &Budget) -> bool {
         self.roll(now);
         let now = now.max(self.window.saturating_mul(self.window_us));
         let old = self.planes.get(&id).copied();
@@ -219,7 +238,7 @@ impl<Id: Ord + Copy> Ledger<Id> {
     /// one, until its last assignment lapses (then both go, and a bucket
     /// is at least two tokens a window: burst and refill); one that is
     /// denied takes its one with it.
-    pub(crate) fn fits(&self, id: Id, grant: Grant, now: u64, budget: Budget) -> bool {
+    pub(crate) fn fits(&self, id: Id, grant: Grant, now: u64, budget: &Budget) -> bool {
         let end = self.window_end();
         let window_us = u128::from(self.window_us);
         let counted = self.planes.len() as u128 + u128::from(!self.planes.contains_key(&id));
@@ -231,14 +250,35 @@ impl<Id: Ord + Copy> Ledger<Id> {
             + held.map_or(0, |plane| plane.spent)
             + u128::from(added_tokens(held.map_or(Grant::DENY, |p| p.grant), grant)) * window_us
             + u128::from(grant.per_window) * u128::from(end.saturating_sub(now));
-        let (steady, buckets) = others()
-            .filter(|(_, plane)| in_force_after(plane, end))
-            .fold(
-                (grant.per_whole_window(), u128::from(!grant.denies())),
-                |(sum, n), (_, plane)| (sum + plane.grant.per_whole_window(), n + 1),
-            );
+        let candidate = (grant.per_whole_window(), u128::from(!grant.denies()));
         this_window <= (u128::from(budget.now) + counted) * window_us
-            && steady <= u128::from(budget.ahead) + buckets
+            && self.ahead_fits(&budget.ahead, Some((id, candidate)))
+    }
+
+    /// Whether the buckets in force fit each window's budget of `ahead`
+    /// (and one for each bucket in force when it begins), `with` (a data
+    /// plane, and what its grant admits a whole window and its one) in
+    /// place of that data plane's grant.
+    fn ahead_fits(&self, ahead: &Ahead, with: Option<(Id, (u128, u128))>) -> bool {
+        let in_force_at = |start: u64| {
+            let others = self
+                .planes
+                .iter()
+                .filter(|(id, _)| with.is_none_or(|(with, _)| **id != with));
+            others
+                .filter(|(_, plane)| in_force_after(plane, start))
+                .fold(with.map_or((0, 0), |(_, c)| c), |(sum, n), (_, plane)| {
+                    (sum + plane.grant.per_whole_window(), n + 1)
+                })
+        };
+        let fits = |start: u64, budget: u64| {
+            let (admit, buckets) = in_force_at(start);
+            admit <= u128::from(budget) + buckets
+        };
+        match ahead {
+            Ahead::Each(budget) => fits(self.window_end(), *budget),
+            Ahead::Windows(windows) => windows.iter().all(|(start, budget)| fits(*start, *budget)),
+        }
     }
 
     /// What the grants in force need of the current window's budget, in
@@ -253,16 +293,29 @@ impl<Id: Ord + Copy> Ledger<Id> {
     /// What the grants in force need of the budget of the window that
     /// starts at `start` (after the current one), in requests: each
     /// bucket still in force then, full at its start and refilled over
-    /// it, less one for each data plane counted in it.
+    /// it, less one for each (what [`fits`](Self::fits) holds them to).
     pub(crate) fn need_at(&self, start: u64) -> u64 {
-        let counted = self
+        let (admit, buckets) = self
             .planes
             .values()
-            .filter(|plane| plane.lapses.is_none_or(|at| at > start));
-        let (admit, planes) = counted.fold((0u128, 0u128), |(sum, n), plane| {
-            (sum + plane.grant.per_whole_window(), n + 1)
-        });
-        u64::try_from(admit.saturating_sub(planes)).unwrap_or(u64::MAX)
+            .filter(|plane| in_force_after(plane, start))
+            .fold((0u128, 0u128), |(sum, n), plane| {
+                (sum + plane.grant.per_whole_window(), n + 1)
+            });
+        u64::try_from(admit.saturating_sub(buckets)).unwrap_or(u64::MAX)
+    }
+
+    /// What the buckets of the data planes that left, still in force at
+    /// `start`, admit in a window beyond one each: what a server keeps
+    /// for them on top of what the data planes that report want.
+    pub(crate) fn left_need_at(&self, start: u64) -> u64 {
+        let need: u128 = self
+            .planes
+            .values()
+            .filter(|plane| plane.lapses.is_some() && in_force_after(plane, start))
+            .map(|plane| plane.grant.per_whole_window().saturating_sub(1))
+            .sum();
+        u64::try_from(need).unwrap_or(u64::MAX)
     }
 
     /// Denies the data plane with the largest grant that reports, if any
@@ -275,35 +328,14 @@ impl<Id: Ord + Copy> Ledger<Id> {
             .filter(|(_, plane)| plane.lapses.is_none() && !plane.grant.denies())
             .max_by_key(|(_, plane)| plane.grant.per_whole_window())
             .map(|(id, _)| *id)?;
-        self.assign(largest, Grant::DENY, now, Budget::each(0));
+        self.assign(largest, Grant::DENY, now, &Budget::each(0));
         Some(largest)
     }
 
-    /// Whether the bursts and rates in force fit `ahead` (and one for
-    /// each bucket in force when the next window begins).
-    pub(crate) fn steady_fits(&self, ahead: u64) -> bool {
-        let (steady, buckets) = self.in_force();
-        steady <= u128::from(ahead) + buckets
-    }
-
-    /// What the bursts and rates in force need of each window's budget
-    /// after this one, in requests: what they admit in a whole window,
-    /// less one for each bucket in force when the next window begins.
-    pub(crate) fn steady_need(&self) -> u64 {
-        let (steady, buckets) = self.in_force();
-        u64::try_from(steady.saturating_sub(buckets)).unwrap_or(u64::MAX)
-    }
-
-    /// What the buckets still in force when the next window begins admit
-    /// in a whole window, and how many they are.
-    fn in_force(&self) -> (u128, u128) {
-        let end = self.window_end();
-        self.planes
-            .values()
-            .filter(|plane| in_force_after(plane, end))
-            .fold((0, 0), |(sum, n), plane| {
-                (sum + plane.grant.per_whole_window(), n + 1)
-            })
+    /// Whether the buckets in force fit each window's budget of `ahead`
+    /// (and one for each bucket in force when it begins).
+    pub(crate) fn steady_fits(&self, ahead: &Ahead) -> bool {
+        self.ahead_fits(ahead, None)
     }
 
     /// `id`'s stream closed at `now`: its data plane enforces its last
@@ -371,14 +403,14 @@ mod tests {
         let b = Budget::each(10);
         let start = 1_000 * SECOND;
         // One plane: 5 + 5 = 10 ≤ 10 + 1.
-        assert!(ledger.assign(1, grant(5, 5), start, b));
+        assert!(ledger.assign(1, grant(5, 5), start, &b));
         // A second plane: the bound is 12; 10 + 2 fits, 10 + 3 does not.
-        assert!(!ledger.assign(2, grant(2, 1), start + SECOND, b));
-        assert!(ledger.assign(2, grant(1, 1), start + SECOND, b));
+        assert!(!ledger.assign(2, grant(2, 1), start + SECOND, &b));
+        assert!(ledger.assign(2, grant(1, 1), start + SECOND, &b));
         assert_eq!(ledger.planes(), 2);
         // A blanket deny, and the grant held, are always given.
-        assert!(ledger.assign(1, Grant::DENY, start + SECOND, b));
-        assert!(ledger.assign(2, grant(1, 1), start + SECOND, b));
+        assert!(ledger.assign(1, Grant::DENY, start + SECOND, &b));
+        assert!(ledger.assign(2, grant(1, 1), start + SECOND, &b));
     }
 
     #[test]
@@ -389,18 +421,18 @@ mod tests {
         let b = Budget::each(100);
         let start = 1_000 * window;
         // At the window's start: 20 held, 20 to refill over the window.
-        assert!(ledger.assign(1, grant(20, 20), start, b));
+        assert!(ledger.assign(1, grant(20, 20), start, &b));
         assert_eq!(ledger.headroom(start, b.now), 101 - 40);
         // Half way: 10 refilled so far, 10 to come. A bucket of 40 comes
         // full (40 at once), and doubles the rate for the half window left
         // (10 more).
-        assert!(ledger.assign(1, grant(40, 40), start + window / 2, b));
+        assert!(ledger.assign(1, grant(40, 40), start + window / 2, &b));
         assert_eq!(
             ledger.headroom(start + window / 2, b.now),
             101 - 30 - 40 - 20
         );
         // Even a smaller bucket comes full: 10 more, though the rate falls.
-        assert!(ledger.assign(1, grant(10, 10), start + window / 2, b));
+        assert!(ledger.assign(1, grant(10, 10), start + window / 2, &b));
         assert_eq!(
             ledger.headroom(start + window / 2, b.now),
             101 - 30 - 40 - 10 - 5
@@ -415,21 +447,21 @@ mod tests {
         let mut ledger = Ledger::new(window);
         let b = Budget::each(100);
         let start = 1_000 * window;
-        assert!(ledger.assign(1, grant(30, 30), start, b));
-        assert!(ledger.assign(1, Grant::DENY, start + window / 2, b));
+        assert!(ledger.assign(1, grant(30, 30), start, &b));
+        assert!(ledger.assign(1, Grant::DENY, start + window / 2, &b));
         // 30 at the start and 15 refilled before the deny.
         assert_eq!(ledger.headroom(start + window / 2, b.now), 101 - 45);
         // Back to a bucket of 30: full at once, and 15 of refill to come.
-        assert!(ledger.assign(1, grant(30, 30), start + window / 2, b));
+        assert!(ledger.assign(1, grant(30, 30), start + window / 2, &b));
         assert_eq!(
             ledger.headroom(start + window / 2, b.now),
             101 - 45 - 30 - 15
         );
         // 11 left: even a bucket of 10 (10 at once, and 5 of refill where
         // 15 were counted) fits; one of 20 does not.
-        assert!(!ledger.assign(1, grant(20, 20), start + window / 2, b));
+        assert!(!ledger.assign(1, grant(20, 20), start + window / 2, &b));
         assert_eq!(ledger.grant(1), Some(grant(30, 30)));
-        assert!(ledger.assign(1, grant(10, 10), start + window / 2, b));
+        assert!(ledger.assign(1, grant(10, 10), start + window / 2, &b));
     }
 
     #[test]
@@ -438,8 +470,8 @@ mod tests {
         let mut ledger = Ledger::new(window);
         let b = Budget::each(100);
         let start = 1_000 * window;
-        assert!(ledger.assign(1, grant(10, 10), start, b));
-        assert!(ledger.assign(2, grant(10, 10), start, b));
+        assert!(ledger.assign(1, grant(10, 10), start, &b));
+        assert!(ledger.assign(2, grant(10, 10), start, &b));
         // Plane 2 leaves at once; its assignment lapses 15 s later.
         ledger.leave(2, start, start + 15 * SECOND);
         // This window: both count whole (102 − 40).
@@ -459,16 +491,16 @@ mod tests {
         let mut ledger = Ledger::new(SECOND);
         let b = Budget::each(100);
         let start = 10 * SECOND;
-        assert!(ledger.assign(1, grant(1, 49), start, b));
-        assert!(ledger.assign(2, grant(3, 5), start, b));
+        assert!(ledger.assign(1, grant(1, 49), start, &b));
+        assert!(ledger.assign(2, grant(3, 5), start, &b));
         ledger.leave(1, start + SECOND / 2, start + 15 * SECOND + SECOND / 2);
         // Late in window 11: a bucket of 93 would fit this window, but
         // not the next, where plane 1's 50 and plane 2's 8 are in force.
         let late = start + SECOND + 9 * SECOND / 10;
-        assert!(!ledger.fits(3, grant(1, 93), late, b));
+        assert!(!ledger.fits(3, grant(1, 93), late, &b));
         // 50 + 8 + 1 + 44 = 103: the budget and one for each of three.
-        assert!(ledger.fits(3, grant(1, 44), late, b));
-        assert!(!ledger.fits(3, grant(1, 45), late, b));
+        assert!(ledger.fits(3, grant(1, 44), late, &b));
+        assert!(!ledger.fits(3, grant(1, 45), late, &b));
     }
 
     /// The data planes' assignment, as the filter builds its bucket.
@@ -510,7 +542,7 @@ mod tests {
             let forever = 1_000_000 * window_us;
             let mut now = 1_000 * window_us + rng.below(window_us);
             for (id, plane) in model.iter_mut().enumerate() {
-                assert!(ledger.assign(id, Grant::DENY, now, b));
+                assert!(ledger.assign(id, Grant::DENY, now, &b));
                 plane.assign(Assignment::DenyAll, forever, now);
             }
             let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
@@ -575,11 +607,11 @@ mod tests {
                             per_window: n,
                         })
                         .find(|&grant| {
-                            ledger.fits(id, grant, now.max(ledger.window * window_us), b)
+                            ledger.fits(id, grant, now.max(ledger.window * window_us), &b)
                         })
                         .unwrap_or(Grant::DENY),
                 };
-                if ledger.assign(id, proposed, now, b) {
+                if ledger.assign(id, proposed, now, &b) {
                     model[id].assign(assignment(proposed, window_us), forever, now);
                 }
                 let takers = rng.below(1 << planes);

@@ -11,7 +11,7 @@
 use super::action::Assignment;
 use super::bucket::Limited;
 use super::claims::{Book, ClaimKeys, Claimed, Step};
-use super::ledger::{Budget, Grant, Ledger};
+use super::ledger::{Ahead, Budget, Grant, Ledger};
 use super::metrics::{RuleSeries, Series};
 use super::shares::{cost, like, met, shares, squeezed, with_room, worth_changing};
 use std::collections::{BTreeMap, HashMap};
@@ -230,9 +230,39 @@ impl Limit {
         self.limit == limited.limit && self.window_us == limited.window_us
     }
 
+    /// What the data planes that report may share of `budget` a window:
+    /// the least any window leaves once the buckets of those that left
+    /// are in it.
+    fn share_budget(&self, budget: &Budget) -> u64 {
+        let left = |start: u64| self.ledger.left_need_at(start);
+        let ahead = match &budget.ahead {
+            Ahead::Each(each) => *each,
+            Ahead::Windows(windows) => windows
+                .iter()
+                .map(|(start, each)| each.saturating_sub(left(*start)))
+                .min()
+                .unwrap_or(0),
+        };
+        ahead.min(budget.now)
+    }
+
+    /// Whether this server's claims do not cover the windows that count
+    /// at `now`: never looked at, or the keeper fell behind (the last
+    /// window that counts not tried).
+    fn unclaimed(&self, now: u64) -> bool {
+        self.claims
+            .as_ref()
+            .is_some_and(|(book, _)| !self.ready || !book.tried(*self.horizon(now).end()))
+    }
+
     /// Shares the budget anew at `now`; returns the wake-ups of the slots
-    /// whose grants changed.
+    /// whose grants changed. Not while the claims are behind (the look
+    /// that brings them up to date shares anew): a budget that only
+    /// seems to have fallen would cost every bucket it cut a full one.
     fn rebalance(&mut self, now: u64) -> Vec<Arc<Notify>> {
+        if self.unclaimed(now) {
+            return Vec::new();
+        }
         let before = self.granted();
         let woken = self.reshare(now);
         let after = self.granted();
@@ -254,7 +284,7 @@ impl Limit {
             vec![Grant::DENY; active.len()]
         } else {
             let demands: Vec<Option<u64>> = active.iter().map(|id| self.slots[id].demand).collect();
-            let each = budget.now.min(budget.ahead);
+            let each = self.share_budget(&budget);
             shares(&demands, each.saturating_add(active.len() as u64))
         };
         // Cuts first: they free what the rises need; then the rises, the
@@ -276,9 +306,9 @@ impl Limit {
             if !worth_changing(held, want, pressed) {
                 continue;
             }
-            let given = self.ledger.assign(id, want, now, budget)
+            let given = self.ledger.assign(id, want, now, &budget)
                 || (want.per_window > held.per_window
-                    && self.assign_what_fits(id, want, now, budget));
+                    && self.assign_what_fits(id, want, now, &budget));
             if given {
                 woken.push(Arc::clone(&self.slots[&id].wake));
             }
@@ -286,7 +316,7 @@ impl Limit {
         // A budget that fell (a window claimed short, a failed claim
         // answered closed): the grants in force must fit it before that
         // window begins, whatever a change costs.
-        while !self.ledger.steady_fits(budget.ahead) {
+        while !self.ledger.steady_fits(&budget.ahead) {
             let Some(id) = self.ledger.deny_largest(now) else {
                 break;
             };
@@ -301,7 +331,7 @@ impl Limit {
     /// holds and `want` that the ledger allows now, if any (a change costs
     /// a full bucket in the window it is made in, so a rise may have to
     /// come in steps).
-    fn assign_what_fits(&mut self, id: u64, want: Grant, now: u64, budget: Budget) -> bool {
+    fn assign_what_fits(&mut self, id: u64, want: Grant, now: u64, budget: &Budget) -> bool {
         let held = self.ledger.grant(id).unwrap_or(Grant::DENY);
         let (mut low, mut high) = if want.per_window > held.per_window {
             (held.per_window + 1, want.per_window - 1)
@@ -365,29 +395,24 @@ impl Limit {
         let need = if window == *horizon.start() {
             self.ledger.need_now(now)
         } else {
-            self.ledger
-                .need_at(window.saturating_mul(self.window_us))
-                .max(self.ledger.steady_need())
+            self.ledger.need_at(window.saturating_mul(self.window_us))
         };
-        need.max(self.goal(book, window, horizon, now))
+        need.max(self.goal(book, window, now))
     }
 
-    /// What this server tries to hold of `window`: what its data planes
-    /// want, at most its fair part until the others have claimed theirs
-    /// (and while the window is the last claimed, or contested).
-    fn goal(&self, book: &Book, window: u64, horizon: &RangeInclusive<u64>, now: u64) -> u64 {
+    /// What this server tries to hold of `window` at `now`: what its
+    /// data planes want, at most its fair part until the others have
+    /// claimed theirs, or while the window is contested ([`Book::cap`]),
+    /// on top of what the buckets of those that left still need there.
+    fn goal(&self, book: &Book, window: u64, now: u64) -> u64 {
         let wanted = if self.spent_in.is_some_and(|spent| spent >= window) {
             0
         } else {
             self.wanted()
         };
-        let cap = if window > *horizon.end() {
-            // The window just come in: never more than the fair part.
-            Some(book.cap(window, now).unwrap_or_else(|| book.fair(window)))
-        } else {
-            book.cap(window, now)
-        };
-        cap.map_or(wanted, |cap| wanted.min(cap))
+        let wanted = book.cap(window, now).map_or(wanted, |cap| wanted.min(cap));
+        let start = window.saturating_mul(self.window_us);
+        wanted.saturating_add(self.ledger.left_need_at(start))
     }
 }
 
@@ -427,6 +452,49 @@ impl Limits {
                 .as_ref()
                 .is_some_and(|(book, _)| !limit.ready || !book.tried(*limit.horizon(now).end()))
         })
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn dbg(&self, limited: &Limited, slot: u64, now: u64) -> String {
+        let map = self.map.lock().unwrap();
+        let Some(limit) = map.get(&limited.counted_as()) else {
+            return "none".into();
+        };
+        let h = limit.horizon(now);
+        let held: Vec<u64> = h
+            .clone()
+            .map(|w| limit.claims.as_ref().map_or(0, |(b, _)| b.held(w)))
+            .collect();
+        let slots: Vec<String> = limit
+            .slots
+            .iter()
+            .map(|(id, s)| {
+                format!(
+                    "{id}:{:?}/{:?}/{}",
+                    limit.ledger.grant(*id),
+                    s.demand,
+                    s.left
+                )
+            })
+            .collect();
+        format!(
+            "budget {:?} w{} held {held:?} slot {slot} slots {slots:?} wanted {} goal {:?}",
+            limit.budget(now),
+            now / limit.window_us % 100,
+            limit.wanted(),
+            limit
+                .claims
+                .as_ref()
+                .map(|(b, _)| limit.goal(b, h.end() + 0, now))
+        )
+    }
+
+    /// Whether `limited`'s grants rest on claims (servers share its
+    /// store).
+    pub(crate) fn claiming(&self, limited: &Limited) -> bool {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(&limited.counted_as())
+            .is_some_and(|limit| limit.claims.is_some())
     }
 
     /// The lock a look at `id`'s claims holds (one look at a time).
@@ -497,7 +565,7 @@ impl Limits {
             return Vec::new();
         };
         let slack = limit.limit / GIVE_BACK_SLACK + 1;
-        let plans = super::claims::claimed_range(&horizon)
+        let plans = super::claims::claimed_range(&horizon, limit.window_us)
             .map(|window| {
                 let keep = limit.keep(&book, window, &horizon, now);
                 let held = book.held(window);
@@ -509,7 +577,7 @@ impl Limits {
                 } else {
                     Vec::new()
                 };
-                let goal = limit.goal(&book, window, &horizon, now);
+                let goal = limit.goal(&book, window, now);
                 let retry = book.retry_due(window, now);
                 let claim = match retry {
                     Some(false) => 0,

@@ -228,15 +228,16 @@ async fn keep<St: Store>(shared: Weak<Shared<St>>) {
     }
 }
 
-/// Waits for a look at `limited`'s claims: made here, or by the keeper
-/// if it is making one.
+/// Waits for a look at `limited`'s claims: made here, or, if the keeper
+/// is making one that brings them up to date, that one.
 async fn first_look<St: Store>(shared: &Shared<St>, limited: &Limited) {
     let id = limited.counted_as();
     let Some(looking) = shared.limits.looking(&id) else {
         return;
     };
+    let busy = looking.try_lock().is_err();
     let _one = looking.lock().await;
-    if shared.limits.unclaimed(limited, now_us()) {
+    if !busy || shared.limits.unclaimed(limited, now_us()) {
         keeper::look(&shared.store, &shared.limits, &id, shared.store_timeout).await;
     }
 }
@@ -376,9 +377,9 @@ impl StreamState {
         usage: Usage,
     ) -> Assignment {
         let now = now_us();
-        let slot = match self.buckets.get(key) {
-            Some(watched) => watched.slot,
-            None => shared.slots.fetch_add(1, Ordering::Relaxed),
+        let (slot, first) = match self.buckets.get(key) {
+            Some(watched) => (watched.slot, false),
+            None => (shared.slots.fetch_add(1, Ordering::Relaxed), true),
         };
         let (assignment, limited) = match kind {
             Kind::Unlimited => (Assignment::AllowAll, None),
@@ -396,20 +397,28 @@ impl StreamState {
                 } else if closed {
                     Assignment::DenyAll
                 } else {
-                    let ttl = self.ttl();
                     let limits = &shared.limits;
+                    let ttl = self.ttl();
                     let assignment =
                         limits.report(&limited, slot, &self.wake, usage, remaining, ttl, now);
-                    if limits.unclaimed(&limited, now) {
-                        // A limit new to this server (or one the keeper
-                        // fell behind on): the answer waits for its
-                        // claims (or for the look the keeper is making).
+                    if first && limits.claiming(&limited) || limits.unclaimed(&limited, now) {
+                        // A bucket new to this stream (what its data
+                        // planes want changed), a limit new to this server,
+                        // or one the keeper fell behind on (its shares
+                        // wait meanwhile): the answer waits for a look at
+                        // the claims (or for the one the keeper is making).
                         first_look(shared, &limited).await;
                         limits.assignment(&limited, slot, now_us())
                     } else {
                         assignment
                     }
                 };
+                if assignment == Assignment::DenyAll && std::env::var("DBGQ").is_ok() {
+                    eprintln!(
+                        "DBG first {first} {}",
+                        shared.limits.dbg(&limited, slot, now_us())
+                    );
+                }
                 (assignment, (!limited.counts_only).then_some(limited))
             }
         };
