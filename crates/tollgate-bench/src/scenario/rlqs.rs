@@ -88,8 +88,8 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
             }
         }
     }
-    let most = clients.block_on(most_admitted_in_a_window(&[addr.clone()]));
-    let most_of_two = clients.block_on(most_admitted_in_a_window(&[addr, other]));
+    let most = clients.block_on(most_admitted_in_a_window(&[addr.clone()], "one"));
+    let most_of_two = clients.block_on(most_admitted_in_a_window(&[addr, other], "two"));
     vec![
         Outcome::new(
             "rlqs: bucket usages answered, one server core",
@@ -280,17 +280,17 @@ fn assignments(answer: &RateLimitQuotaResponse) -> Vec<(Assignment, u64)> {
         .collect()
 }
 
-/// 8 data planes flooding one bucket of 100 a second for 5 s, plane `i`
-/// on the server `addrs[i]` (modulo their number): the most admitted, all
-/// together, in one window.
-async fn most_admitted_in_a_window(addrs: &[String]) -> u64 {
+/// 8 data planes flooding the bucket `flood=value` of 100 a second for
+/// 5 s, plane `i` on the server `addrs[i]` (modulo their number): the most
+/// admitted, all together, in one window.
+async fn most_admitted_in_a_window(addrs: &[String], value: &str) -> u64 {
     let windows: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
     let mut tasks = Vec::new();
     for plane in 0..8 {
         let addr = addrs[plane % addrs.len()].clone();
-        let windows = windows.clone();
+        let (windows, value) = (windows.clone(), value.to_owned());
         tasks.push(tokio::spawn(async move {
-            let id = bucket("flood", "one".to_owned());
+            let id = bucket("flood", value.clone());
             let held = Arc::new(Mutex::new(DataPlaneBucket::denying_unassigned(
                 Replacement::FullUnlessEmpty,
             )));

@@ -473,6 +473,19 @@ impl Book {
         Some(now >= refused.saturating_add(wait))
     }
 
+    /// Whether a refused window is due to be tried again at `now`.
+    pub(crate) fn retry_pending(&self, now: u64) -> bool {
+        self.parts
+            .keys()
+            .any(|window| self.retry_due(*window, now) == Some(true))
+    }
+
+    /// Whether a census is due to be read again at `now`.
+    pub(crate) fn recheck_due(&self, now: u64) -> bool {
+        let wait = u64::try_from(RECHECK.as_micros()).unwrap_or(u64::MAX);
+        now >= self.rechecked_at.saturating_add(wait)
+    }
+
     /// Notes that `window`'s claim was refused at `now` (the store has
     /// nothing left of it).
     pub(crate) fn refused(&mut self, window: u64, now: u64) {

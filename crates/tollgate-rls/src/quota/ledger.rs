@@ -318,6 +318,24 @@ impl<Id: Ord + Copy> Ledger<Id> {
         u64::try_from(need).unwrap_or(u64::MAX)
     }
 
+    /// What the data planes that left can still admit in the current
+    /// window at `now`, beyond one each: their part of
+    /// [`need_now`](Self::need_now).
+    pub(crate) fn left_need_now(&self, now: u64) -> u64 {
+        let end = self.window_end();
+        let (potential, planes) = self
+            .planes
+            .values()
+            .filter(|plane| plane.lapses.is_some())
+            .fold((0u128, 0u128), |(sum, n), plane| {
+                (sum + plane.spent + refill(plane, now, end), n + 1)
+            });
+        let need = potential
+            .div_ceil(u128::from(self.window_us))
+            .saturating_sub(planes);
+        u64::try_from(need).unwrap_or(u64::MAX)
+    }
+
     /// Denies the data plane with the largest grant that reports, if any
     /// (a blanket deny is always given): what brings the grants in force
     /// back within a budget that fell. Returns it.

@@ -92,6 +92,13 @@ struct Limit {
     /// Whether a look has claimed the windows (before, the limit's first
     /// answer waits for one).
     ready: bool,
+    /// Whether what the data planes want changed since the last look (a
+    /// data plane came or left, a demand moved, a window was spent): the
+    /// keeper looks at once, else only when a window comes in, a retry is
+    /// due, or a census is to be read again.
+    changed: bool,
+    /// The window the last look was made in.
+    looked_in: u64,
 }
 
 #[derive(Debug)]
@@ -150,6 +157,8 @@ impl Limit {
             looked: None,
             looking: Arc::default(),
             ready: false,
+            changed: true,
+            looked_in: 0,
         }
     }
 
@@ -230,6 +239,19 @@ impl Limit {
         self.limit == limited.limit && self.window_us == limited.window_us
     }
 
+    /// Whether a look at `now` may change anything: what the data planes
+    /// want changed, a window came in since the last, a retry is due or a
+    /// census is to be read again.
+    fn worth_a_look(&self, now: u64) -> bool {
+        let Some((book, _)) = &self.claims else {
+            return false;
+        };
+        self.changed
+            || self.looked_in != now / self.window_us
+            || book.retry_pending(now)
+            || book.recheck_due(now)
+    }
+
     /// What the data planes that report may share of `budget` a window:
     /// the least any window leaves once the buckets of those that left
     /// are in it.
@@ -237,11 +259,12 @@ impl Limit {
         let left = |start: u64| self.ledger.left_need_at(start);
         let ahead = match &budget.ahead {
             Ahead::Each(each) => *each,
+            // No window after the current one counts: the current one's.
             Ahead::Windows(windows) => windows
                 .iter()
                 .map(|(start, each)| each.saturating_sub(left(*start)))
                 .min()
-                .unwrap_or(0),
+                .unwrap_or(u64::MAX),
         };
         ahead.min(budget.now)
     }
@@ -411,8 +434,13 @@ impl Limit {
             self.wanted()
         };
         let wanted = book.cap(window, now).map_or(wanted, |cap| wanted.min(cap));
-        let start = window.saturating_mul(self.window_us);
-        wanted.saturating_add(self.ledger.left_need_at(start))
+        let left = if window <= now / self.window_us {
+            self.ledger.left_need_now(now)
+        } else {
+            self.ledger
+                .left_need_at(window.saturating_mul(self.window_us))
+        };
+        wanted.saturating_add(left)
     }
 }
 
@@ -427,7 +455,7 @@ impl Limits {
 
     /// The limits held, whose claims the keeper looks at when `tick` has
     /// passed since it last did (`None`: never looked).
-    pub(crate) fn due(&self, tick: impl Fn(u64) -> Duration) -> Vec<LimitId> {
+    pub(crate) fn due(&self, tick: impl Fn(u64) -> Duration, now: u64) -> Vec<LimitId> {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.iter()
             .filter(|(_, limit)| limit.claims.is_some())
@@ -436,6 +464,7 @@ impl Limits {
                     .looked
                     .is_none_or(|at| at.elapsed() >= tick(limit.window_us))
             })
+            .filter(|(_, limit)| limit.worth_a_look(now))
             .map(|(id, _)| id.clone())
             .collect()
     }
@@ -514,6 +543,8 @@ impl Limits {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let limit = map.get_mut(id)?;
         limit.looked = Some(Instant::now());
+        limit.looked_in = now / limit.window_us;
+        limit.changed = false;
         let horizon = limit.horizon(now);
         let planes = limit.active().count() as u64;
         let (book, keys) = limit.claims.as_mut()?;
@@ -669,14 +700,17 @@ impl Limits {
             });
             if std::mem::replace(&mut entry.left, false) {
                 limit.series.planes.increment(1.0);
+                limit.changed = true;
             }
             if usage.elapsed_seconds > 0 {
                 let asked = usage.allowed.saturating_add(usage.denied);
                 let per_window = u128::from(asked) * u128::from(limit.window_us)
                     / (u128::from(usage.elapsed_seconds) * 1_000_000);
-                entry.demand = Some(u64::try_from(per_window).unwrap_or(u64::MAX));
+                let demand = Some(u64::try_from(per_window).unwrap_or(u64::MAX));
+                limit.changed |= std::mem::replace(&mut entry.demand, demand) != demand;
             }
             if limit.spent_by(usage, remaining, now) {
+                limit.changed |= limit.spent_in != Some(now / limit.window_us);
                 limit.spent_in = Some(now / limit.window_us);
             }
             let woken = limit.rebalance(now);
@@ -709,6 +743,7 @@ impl Limits {
         let woken = self.with(limited, |limit| {
             let held = limit.ledger.grant(slot).unwrap_or(Grant::DENY);
             limit.ledger.leave(slot, now, lapses);
+            limit.changed = true;
             if let Some(entry) = limit.slots.get_mut(&slot)
                 && !std::mem::replace(&mut entry.left, true)
             {

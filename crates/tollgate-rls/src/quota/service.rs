@@ -204,7 +204,7 @@ async fn keep<St: Store>(shared: Weak<Shared<St>>) {
             return;
         };
         while looks.try_join_next().is_some() {}
-        for id in shared.limits.due(keeper::tick) {
+        for id in shared.limits.due(keeper::tick, now_us()) {
             if looks.len() >= LOOKS_AT_ONCE {
                 break;
             }
