@@ -99,6 +99,9 @@ struct Limit {
     changed: bool,
     /// The window the last look was made in.
     looked_in: u64,
+    /// The budget of the horizon it was worked out for, until the claims
+    /// change.
+    budget_cache: Option<(RangeInclusive<u64>, Budget)>,
 }
 
 #[derive(Debug)]
@@ -159,6 +162,7 @@ impl Limit {
             ready: false,
             changed: true,
             looked_in: 0,
+            budget_cache: None,
         }
     }
 
@@ -171,10 +175,20 @@ impl Limit {
     }
 
     /// What the grants may admit at `now`: N, or what is held.
-    fn budget(&self, now: u64) -> Budget {
-        match &self.claims {
-            Some((book, _)) => book.budget(&self.horizon(now)),
-            None => Budget::each(self.limit),
+    fn budget(&mut self, now: u64) -> Budget {
+        let horizon = self.horizon(now);
+        let Some((book, _)) = &self.claims else {
+            return Budget::each(self.limit);
+        };
+        // Kept until the windows or the claims change: reports come far
+        // more often than either.
+        match &self.budget_cache {
+            Some((of, budget)) if *of == horizon => budget.clone(),
+            _ => {
+                let budget = book.budget(&horizon);
+                self.budget_cache = Some((horizon, budget.clone()));
+                budget
+            }
         }
     }
 
@@ -483,41 +497,6 @@ impl Limits {
         })
     }
 
-    #[allow(dead_code)]
-    pub(crate) fn dbg(&self, limited: &Limited, slot: u64, now: u64) -> String {
-        let map = self.map.lock().unwrap();
-        let Some(limit) = map.get(&limited.counted_as()) else {
-            return "none".into();
-        };
-        let h = limit.horizon(now);
-        let held: Vec<u64> = h
-            .clone()
-            .map(|w| limit.claims.as_ref().map_or(0, |(b, _)| b.held(w)))
-            .collect();
-        let slots: Vec<String> = limit
-            .slots
-            .iter()
-            .map(|(id, s)| {
-                format!(
-                    "{id}:{:?}/{:?}/{}",
-                    limit.ledger.grant(*id),
-                    s.demand,
-                    s.left
-                )
-            })
-            .collect();
-        format!(
-            "budget {:?} w{} held {held:?} slot {slot} slots {slots:?} wanted {} goal {:?}",
-            limit.budget(now),
-            now / limit.window_us % 100,
-            limit.wanted(),
-            limit
-                .claims
-                .as_ref()
-                .map(|(b, _)| limit.goal(b, h.end() + 0, now))
-        )
-    }
-
     /// Whether `limited`'s grants rest on claims (servers share its
     /// store).
     pub(crate) fn claiming(&self, limited: &Limited) -> bool {
@@ -545,6 +524,7 @@ impl Limits {
         limit.looked = Some(Instant::now());
         limit.looked_in = now / limit.window_us;
         limit.changed = false;
+        limit.budget_cache = None;
         let horizon = limit.horizon(now);
         let planes = limit.active().count() as u64;
         let (book, keys) = limit.claims.as_mut()?;
@@ -556,8 +536,11 @@ impl Limits {
     /// Notes `window`'s census read again.
     pub(crate) fn note_recheck(&self, id: &LimitId, window: u64, planes: u64) {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((book, _)) = map.get_mut(id).and_then(|limit| limit.claims.as_mut()) {
-            book.recheck(window, planes);
+        if let Some(limit) = map.get_mut(id) {
+            limit.budget_cache = None;
+            if let Some((book, _)) = limit.claims.as_mut() {
+                book.recheck(window, planes);
+            }
         }
     }
 
@@ -572,7 +555,11 @@ impl Limits {
         now: u64,
     ) {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some((book, _)) = map.get_mut(id).and_then(|limit| limit.claims.as_mut()) else {
+        let Some(limit) = map.get_mut(id) else {
+            return;
+        };
+        limit.budget_cache = None;
+        let Some((book, _)) = limit.claims.as_mut() else {
             return;
         };
         if let Some(planes) = published {
@@ -590,6 +577,7 @@ impl Limits {
         let Some(limit) = map.get_mut(id) else {
             return Vec::new();
         };
+        limit.budget_cache = None;
         limit.ledger.roll(now);
         let horizon = limit.horizon(now);
         let Some((mut book, keys)) = limit.claims.take() else {
@@ -635,6 +623,7 @@ impl Limits {
             let Some(limit) = map.get_mut(id) else {
                 return;
             };
+            limit.budget_cache = None;
             let Some((book, _)) = limit.claims.as_mut() else {
                 return;
             };

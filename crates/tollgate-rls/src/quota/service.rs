@@ -413,12 +413,6 @@ impl StreamState {
                         assignment
                     }
                 };
-                if assignment == Assignment::DenyAll && std::env::var("DBGQ").is_ok() {
-                    eprintln!(
-                        "DBG first {first} {}",
-                        shared.limits.dbg(&limited, slot, now_us())
-                    );
-                }
                 (assignment, (!limited.counts_only).then_some(limited))
             }
         };
