@@ -453,7 +453,7 @@ impl Book {
         };
         let current = *horizon.start();
         let now = worth(current).unwrap_or(0);
-        let ahead = (current + 1..=*horizon.end())
+        let ahead: Arc<[(u64, u64)]> = (current + 1..=*horizon.end())
             .map(|window| {
                 let start = window.saturating_mul(self.window_us);
                 (start, worth(window).unwrap_or(0))
@@ -603,7 +603,7 @@ mod tests {
         book.claimed(10, None, true);
         book.claimed(11, None, true);
         let budget = book.budget(&(10..=11));
-        assert_eq!(budget.ahead, Ahead::Windows(vec![(11 * SECOND, 100)]));
+        assert_eq!(budget.ahead, Ahead::Windows(Arc::from([(11 * SECOND, 100)])));
         assert_eq!(budget.now, 100);
         // Window 12 not tried: nothing there.
         let budget = book.budget(&(10..=12));

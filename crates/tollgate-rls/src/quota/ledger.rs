@@ -83,9 +83,9 @@ pub(crate) struct Budget {
 pub(crate) enum Ahead {
     /// The same in every window.
     Each(u64),
-    /// Window by window, each as its start (µs) and its budget; a grant
-    /// in force past the last is not given.
-    Windows(Vec<(u64, u64)>),
+    /// Window by window, each as its start (µs) and its budget (shared:
+    /// a limit keeps one until its claims change).
+    Windows(std::sync::Arc<[(u64, u64)]>),
 }
 
 impl Budget {
