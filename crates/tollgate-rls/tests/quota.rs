@@ -1059,9 +1059,10 @@ async fn two_processes_over_redis_one_killed_keep_the_bound_and_its_data_planes_
     }
     at_a_seconds_start().await;
     let start = Instant::now();
-    // The assignments' time to live (15 s) and two windows: the dead
+    // The kill (4.5 s), the assignments' time to live (15 s), the windows
+    // claimed ahead (2) and a margin for a loaded machine: the dead
     // server's claims are all behind by then.
-    let end = start + Duration::from_secs(24);
+    let end = start + Duration::from_secs(28);
     let mut tasks: Vec<_> = planes
         .iter()
         .map(|plane| drive(plane, BUCKET, end))
@@ -1161,4 +1162,68 @@ async fn under_the_limit_on_two_servers_no_data_plane_is_refused_after_two_inter
     let addrs = [serve(store.clone()).await, serve(store).await];
     let asked = under_the_limit(&addrs).await;
     assert!(asked.iter().all(|n| *n >= 15), "{asked:?}");
+}
+
+/// Two servers over one Redis, answering its failures open, four data
+/// planes flooding a bucket of 30 a second, two on each: while Redis is
+/// down each server bounds its own data planes (N + 2 each, as
+/// documented), and once it is back (restarted without its data: the
+/// servers find their claims gone and make them again) the two keep one
+/// bound, N + K, again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_over_redis_keep_each_their_bound_while_it_is_down_and_one_after() {
+    const BUCKET: &[(&str, &str)] = &[("client", "outage-two")];
+    let mut redis = RedisServer::start();
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(redis.url()).await.unwrap();
+        addrs.push(serve_with(store, OnStoreError::Open).await);
+    }
+    let mut planes = Vec::new();
+    for index in 0..4 {
+        let addr = &addrs[index % 2];
+        planes.push(Arc::new(DataPlane::connect(addr, "q", true).await));
+    }
+    at_a_seconds_start().await;
+    let end = Instant::now() + Duration::from_secs(13);
+    let tasks: Vec<_> = planes
+        .iter()
+        .map(|plane| drive(plane, BUCKET, end))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let down = now_us() / 1_000_000;
+    redis.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.restart();
+    let back = now_us() / 1_000_000;
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
+    for plane in &planes {
+        for at in plane.admitted(BUCKET) {
+            *windows.entry(at / 1_000_000).or_insert(0) += 1;
+        }
+    }
+    println!("down in {down}, back in {back}; admitted by window: {windows:?}");
+    for (window, count) in &windows {
+        let bound = if (down..back + 4).contains(window) {
+            2 * 30 + 4
+        } else {
+            30 + 4
+        };
+        assert!(
+            *count <= bound,
+            "window {window}: {count} admitted, over {bound}"
+        );
+    }
+    // The data planes went on admitting while Redis was down, and after.
+    assert!(
+        windows.range(down + 1..back).all(|(_, n)| *n > 0),
+        "{windows:?}"
+    );
+    assert!(
+        windows.range(back + 4..).any(|(_, n)| *n > 0),
+        "{windows:?}"
+    );
 }

@@ -64,6 +64,11 @@ pub(crate) struct ClaimKeys {
     census: Arc<Policy>,
     /// The limit's key in the store, which each window's keys extend.
     key: Key,
+    /// This server's mark beside its claims (counted in the census's
+    /// policy): gone, and the store lost the claims.
+    mark: Key,
+    /// How long a claim, or a mark, stays in the store.
+    period: Duration,
 }
 
 impl ClaimKeys {
@@ -71,7 +76,13 @@ impl ClaimKeys {
     /// counted under `key` by `policy` (the rule's); `None` when no
     /// sliding log can outlast a window's claims (a window of a year:
     /// its claims take longer to make than any quota's period).
-    pub(crate) fn new(policy: &Policy, key: &Key, limit: u64, window_us: u64) -> Option<Self> {
+    pub(crate) fn new(
+        policy: &Policy,
+        key: &Key,
+        limit: u64,
+        window_us: u64,
+        server: u64,
+    ) -> Option<Self> {
         let period = claims_period(window_us);
         let log = |name: &str, limit: u64| {
             let quota = Quota::new(limit.max(1), period).ok()?;
@@ -83,10 +94,13 @@ impl ClaimKeys {
                 vec![limit],
             )))
         };
+        let mark = Key::composite(&[key.clone(), Key::from(format!("mark-{server:x}").as_str())]);
         Some(ClaimKeys {
             claims: log("rlqs-claims", limit)?,
             census: log("rlqs-census", CENSUS_LIMIT)?,
             key: key.clone(),
+            mark,
+            period,
         })
     }
 
@@ -98,6 +112,16 @@ impl ClaimKeys {
     /// The policy whose debits count a window's data planes.
     pub(crate) fn census(&self) -> &Arc<Policy> {
         &self.census
+    }
+
+    /// The key of this server's mark.
+    pub(crate) fn mark(&self) -> &Key {
+        &self.mark
+    }
+
+    /// How long a claim, or a mark, stays in the store.
+    pub(crate) fn period(&self) -> Duration {
+        self.period
     }
 
     /// The key of `window`'s claims and census.
@@ -201,6 +225,8 @@ pub(crate) struct Book {
     parts: BTreeMap<u64, Part>,
     /// When a census was last read again (µs).
     rechecked_at: u64,
+    /// When this server last put its mark in the store (µs).
+    marked_at: Option<u64>,
 }
 
 /// What to do for one window at a look: add to its census, read it,
@@ -224,6 +250,7 @@ impl Book {
             on_failure,
             parts: BTreeMap::new(),
             rechecked_at: 0,
+            marked_at: None,
         }
     }
 
@@ -492,6 +519,52 @@ impl Book {
         self.parts.entry(window).or_default().refused_at = Some(now);
     }
 
+    /// The store lost the claims of the windows from `window` on: they
+    /// are held no more, not tried, their census to be added and read
+    /// again. Returns every claim this server made of them, to give back:
+    /// those the store lost are given back as nothing, and those made
+    /// since it came back (which it holds) must not stay in it unheld.
+    pub(crate) fn lost_from(&mut self, window: u64) -> Vec<(u64, Claimed)> {
+        let mut made = Vec::new();
+        for (at, part) in self.parts.range_mut(window..) {
+            let lost = std::mem::take(part);
+            made.extend(lost.receipts.into_iter().map(|claimed| (*at, claimed)));
+        }
+        made
+    }
+
+    /// Whether this server's mark is to be put in the store again at
+    /// `now`: never put, or half a `period` ago.
+    pub(crate) fn mark_due(&self, now: u64, period: Duration) -> bool {
+        let half = u64::try_from(period.as_micros() / 2).unwrap_or(u64::MAX);
+        self.marked_at
+            .is_none_or(|at| now >= at.saturating_add(half))
+    }
+
+    /// Notes the mark put in the store at `now`.
+    pub(crate) fn marked(&mut self, now: u64) {
+        self.marked_at = Some(now);
+    }
+
+    /// Notes the marks the store holds (`None`: it did not say), read at
+    /// `now`: none, though this server put one before the read, and the
+    /// store lost it with the claims, which are made again from `window`
+    /// on (and the mark put again). Returns the claims to give back when
+    /// they were lost (see [`lost_from`](Self::lost_from)).
+    pub(crate) fn check_mark(
+        &mut self,
+        window: u64,
+        marks: Option<u64>,
+        now: u64,
+    ) -> Option<Vec<(u64, Claimed)>> {
+        let put_before = self.marked_at.is_some_and(|at| at < now);
+        if marks == Some(0) && put_before {
+            self.marked_at = None;
+            return Some(self.lost_from(window));
+        }
+        None
+    }
+
     /// Forgets the windows that ended before `window`.
     pub(crate) fn forget_before(&mut self, window: u64) {
         self.parts = self.parts.split_off(&window);
@@ -524,9 +597,9 @@ mod tests {
     fn windows_of_a_year_cannot_be_claimed() {
         let policy = Policy::new(Vec::new());
         let key = Key::from("k");
-        assert!(ClaimKeys::new(&policy, &key, 10, 3_600 * SECOND).is_some());
-        assert!(ClaimKeys::new(&policy, &key, 10, 31 * 86_400 * SECOND).is_some());
-        assert!(ClaimKeys::new(&policy, &key, 10, 365 * 86_400 * SECOND).is_none());
+        assert!(ClaimKeys::new(&policy, &key, 10, 3_600 * SECOND, 1).is_some());
+        assert!(ClaimKeys::new(&policy, &key, 10, 31 * 86_400 * SECOND, 1).is_some());
+        assert!(ClaimKeys::new(&policy, &key, 10, 365 * 86_400 * SECOND, 1).is_none());
     }
 
     #[test]
@@ -603,7 +676,10 @@ mod tests {
         book.claimed(10, None, true);
         book.claimed(11, None, true);
         let budget = book.budget(&(10..=11));
-        assert_eq!(budget.ahead, Ahead::Windows(Arc::from([(11 * SECOND, 100)])));
+        assert_eq!(
+            budget.ahead,
+            Ahead::Windows(Arc::from([(11 * SECOND, 100)]))
+        );
         assert_eq!(budget.now, 100);
         // Window 12 not tried: nothing there.
         let budget = book.budget(&(10..=12));

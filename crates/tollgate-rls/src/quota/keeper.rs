@@ -36,6 +36,15 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
     if let Some(window) = recheck
         && let Some(planes) = read_census(store, &keys, &keys.key(window), timeout).await
     {
+        // This server's mark, which it keeps in the store beside its
+        // claims: gone, and the store lost them (restarted without its
+        // data); its claims of every window to come are made again, before
+        // any grant rests on them.
+        let marks = read_census(store, &keys, keys.mark(), timeout).await;
+        for (lost, claimed) in limits.note_mark(id, window, marks, now_us()) {
+            let refund = PolicyRefund::of(&claimed.decision, claimed.amount, claimed.at.elapsed());
+            drop(store.refund(keys.claims(), &keys.key(lost), refund));
+        }
         limits.note_recheck(id, window, planes);
         // A census that grew is read again for every window at once.
         if let Some((_, _, again)) = limits.census_plan(id, now_us()) {
@@ -64,6 +73,13 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
         if let Ok((window, published, read)) = done {
             limits.note_census(id, window, published, read, now_us());
         }
+    }
+    if limits.mark_due(id, now_us())
+        && publish(store, &keys, keys.mark(), 1, timeout)
+            .await
+            .is_some()
+    {
+        limits.marked(id, now_us());
     }
     let mut plans = limits.claim_plan(id, now_us());
     let mut answers = Vec::new();

@@ -62,6 +62,9 @@ pub(crate) struct Limits {
     map: Mutex<HashMap<LimitId, Limit>>,
     series: Series,
     sharing: Sharing,
+    /// This server's number among those that share the store (random):
+    /// its marks beside its claims are its own.
+    server: u64,
 }
 
 #[derive(Debug)]
@@ -83,6 +86,8 @@ struct Limit {
     /// What this server holds of the windows, where servers share the
     /// store.
     claims: Option<(Book, ClaimKeys)>,
+    /// The rule's full key, for logs.
+    rule: String,
     /// The longest time to live of the assignments given.
     ttl: Duration,
     /// When the keeper last looked at the claims (`None`: never).
@@ -114,6 +119,16 @@ struct Slot {
     left: bool,
 }
 
+/// A number for this server that no other server over the store is
+/// likely to have: the clock's nanoseconds and the process, hashed.
+fn server_number() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(super::keeper::now_us());
+    hasher.finish()
+}
+
 /// Says once a process that a rule's windows are too long to claim (a
 /// year): its data planes are bounded by each server alone.
 fn warn_unclaimable(limited: &Limited) {
@@ -129,7 +144,7 @@ fn warn_unclaimable(limited: &Limited) {
 }
 
 impl Limit {
-    fn new(limited: &Limited, series: RuleSeries, sharing: Sharing) -> Self {
+    fn new(limited: &Limited, series: RuleSeries, sharing: Sharing, server: u64) -> Self {
         let claims = match sharing {
             Sharing::Alone => None,
             Sharing::Claims { fail_open } => {
@@ -140,6 +155,7 @@ impl Limit {
                     &limited.key,
                     limited.limit,
                     limited.window_us,
+                    server,
                 );
                 if keys.is_none() {
                     warn_unclaimable(limited);
@@ -156,6 +172,7 @@ impl Limit {
             carried_in: (0, 0),
             series,
             claims,
+            rule: limited.rule.full_key().to_owned(),
             ttl: DEFAULT_TTL,
             looked: None,
             looking: Arc::default(),
@@ -463,6 +480,7 @@ impl Limits {
     pub(crate) fn new(sharing: Sharing) -> Self {
         Limits {
             sharing,
+            server: server_number(),
             ..Limits::default()
         }
     }
@@ -531,6 +549,54 @@ impl Limits {
         book.forget_before(*horizon.start());
         let recheck = book.to_recheck(*horizon.start(), now);
         Some((keys.clone(), recheck, book.census_steps(&horizon, planes)))
+    }
+
+    /// Whether this server's mark beside `id`'s claims is to be put in
+    /// the store at `now`.
+    pub(crate) fn mark_due(&self, id: &LimitId, now: u64) -> bool {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(id)
+            .and_then(|limit| limit.claims.as_ref())
+            .is_some_and(|(book, keys)| book.mark_due(now, keys.period()))
+    }
+
+    /// Notes the mark put at `now`.
+    pub(crate) fn marked(&self, id: &LimitId, now: u64) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((book, _)) = map.get_mut(id).and_then(|limit| limit.claims.as_mut()) {
+            book.marked(now);
+        }
+    }
+
+    /// Notes the marks the store holds beside `id`'s claims, read at
+    /// `now`: none, and the store lost the claims too (restarted without
+    /// its data); those of every window from `window` on are made again.
+    /// Returns the claims to give back then.
+    pub(crate) fn note_mark(
+        &self,
+        id: &LimitId,
+        window: u64,
+        marks: Option<u64>,
+        now: u64,
+    ) -> Vec<(u64, Claimed)> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(limit) = map.get_mut(id) else {
+            return Vec::new();
+        };
+        let rule = limit.rule.as_str();
+        let Some((book, _)) = limit.claims.as_mut() else {
+            return Vec::new();
+        };
+        let Some(made) = book.check_mark(window, marks, now) else {
+            return Vec::new();
+        };
+        tracing::warn!(
+            rule,
+            "the store lost this server's quota claims (restarted without its data?): \
+             they are made again"
+        );
+        limit.budget_cache = None;
+        made
     }
 
     /// Notes `window`'s census read again.
@@ -652,13 +718,13 @@ impl Limits {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let limit = map.entry(limited.counted_as()).or_insert_with(|| {
             let series = self.series.of(limited.rule.full_key());
-            Limit::new(limited, series, self.sharing)
+            Limit::new(limited, series, self.sharing, self.server)
         });
         if !limit.is(limited) {
             // A reloaded rule: its grants start over.
             limit.series.granted.decrement(limit.granted() as f64);
             let slots = std::mem::take(&mut limit.slots);
-            *limit = Limit::new(limited, limit.series.clone(), self.sharing);
+            *limit = Limit::new(limited, limit.series.clone(), self.sharing, self.server);
             limit.slots = slots;
         }
         f(limit)
