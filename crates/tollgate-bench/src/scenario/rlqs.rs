@@ -88,7 +88,10 @@ pub fn run(settings: Settings) -> Vec<Outcome> {
             }
         }
     }
-    let most = clients.block_on(most_admitted_in_a_window(&[addr.clone()], "one"));
+    let most = clients.block_on(most_admitted_in_a_window(
+        std::slice::from_ref(&addr),
+        "one",
+    ));
     let most_of_two = clients.block_on(most_admitted_in_a_window(&[addr, other], "two"));
     vec![
         Outcome::new(

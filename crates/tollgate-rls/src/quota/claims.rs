@@ -382,7 +382,7 @@ impl Book {
 
     /// The window whose census a look at `now` reads again: the next,
     /// once read, at most every [`RECHECK`].
-    pub(crate) fn to_recheck(&mut self, current: u64, now: u64) -> Option<u64> {
+    pub(crate) fn recheck_window(&mut self, current: u64, now: u64) -> Option<u64> {
         let wait = u64::try_from(RECHECK.as_micros()).unwrap_or(u64::MAX);
         if now < self.rechecked_at.saturating_add(wait) {
             return None;
@@ -638,8 +638,8 @@ mod tests {
             book.census(window, 1, 0, false);
             book.claimed(window, Some(claim(100)), false);
         }
-        assert_eq!(book.to_recheck(10, 5 * SECOND), Some(11));
-        assert_eq!(book.to_recheck(10, 5 * SECOND + SECOND / 2), None);
+        assert_eq!(book.recheck_window(10, 5 * SECOND), Some(11));
+        assert_eq!(book.recheck_window(10, 5 * SECOND + SECOND / 2), None);
         book.recheck(11, 1);
         assert!(!book.contested(11));
         assert_eq!(book.budget(&(10..=12)).least_ahead(), 100);

@@ -56,6 +56,18 @@ pub(crate) struct Usage {
     pub(crate) elapsed_seconds: u64,
 }
 
+/// A report of one bucket, as the service took it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reported {
+    /// What the data plane reported.
+    pub(crate) usage: Usage,
+    /// What the store said remained of the window before the usage was
+    /// charged (`None`: it did not answer).
+    pub(crate) remaining: Option<u64>,
+    /// How long the stream's assignments live.
+    pub(crate) ttl: Duration,
+}
+
 /// Every limit reported, by rule and counted key.
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
@@ -547,7 +559,7 @@ impl Limits {
         let planes = limit.active().count() as u64;
         let (book, keys) = limit.claims.as_mut()?;
         book.forget_before(*horizon.start());
-        let recheck = book.to_recheck(*horizon.start(), now);
+        let recheck = book.recheck_window(*horizon.start(), now);
         Some((keys.clone(), recheck, book.census_steps(&horizon, planes)))
     }
 
@@ -730,22 +742,23 @@ impl Limits {
         f(limit)
     }
 
-    /// `slot` (of a stream woken by `wake`) reported `usage` of
-    /// `limited` at `now`, the store then saying `remaining` of the
-    /// window's limit (`None`: the store did not answer): its demand
-    /// noted, the window marked spent when nothing remains, the shares
-    /// made anew; its assignments live `ttl`. Returns the slot's
-    /// assignment; the other slots whose grants changed are woken.
+    /// `slot` (of a stream woken by `wake`) made `report` of `limited` at
+    /// `now`: its demand noted, the window marked spent when nothing
+    /// remains, the shares made anew. Returns the slot's assignment; the
+    /// other slots whose grants changed are woken.
     pub(crate) fn report(
         &self,
         limited: &Limited,
         slot: u64,
         wake: &Arc<Notify>,
-        usage: Usage,
-        remaining: Option<u64>,
-        ttl: Duration,
+        report: Reported,
         now: u64,
     ) -> Assignment {
+        let Reported {
+            usage,
+            remaining,
+            ttl,
+        } = report;
         let (assignment, woken) = self.with(limited, |limit| {
             limit.ttl = limit.ttl.max(ttl);
             let entry = limit.slots.entry(slot).or_insert_with(|| Slot {
@@ -874,15 +887,12 @@ mod tests {
             .collect();
         let usage = Usage::default();
         for (slot, bucket) in buckets.iter().enumerate() {
-            limits.report(
-                bucket,
-                slot as u64,
-                &wake,
+            let report = Reported {
                 usage,
-                Some(30),
-                DEFAULT_TTL,
-                start,
-            );
+                remaining: Some(30),
+                ttl: DEFAULT_TTL,
+            };
+            limits.report(bucket, slot as u64, &wake, report, start);
         }
         assert_eq!(len(&limits), 100);
         // Still reported: kept.

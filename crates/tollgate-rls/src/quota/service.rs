@@ -5,7 +5,7 @@ use super::action::Assignment;
 use super::bucket::{BucketKey, Kind, Limited, kind};
 use super::claims::{ClaimKeys, MAX_TTL};
 use super::keeper::{self, now_us};
-use super::limits::{Limits, Sharing, Usage};
+use super::limits::{Limits, Reported, Sharing, Usage};
 use crate::reload::Rules;
 use crate::service::OnStoreError;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
@@ -399,8 +399,12 @@ impl StreamState {
                 } else {
                     let limits = &shared.limits;
                     let ttl = self.ttl();
-                    let assignment =
-                        limits.report(&limited, slot, &self.wake, usage, remaining, ttl, now);
+                    let report = Reported {
+                        usage,
+                        remaining,
+                        ttl,
+                    };
+                    let assignment = limits.report(&limited, slot, &self.wake, report, now);
                     if first && limits.claiming(&limited) || limits.unclaimed(&limited, now) {
                         // A bucket new to this stream (what its data
                         // planes want changed), a limit new to this server,
