@@ -1227,3 +1227,31 @@ async fn two_servers_over_redis_keep_each_their_bound_while_it_is_down_and_one_a
         "{windows:?}"
     );
 }
+
+/// The close of a stream on one server gives its share to a data plane
+/// of the other, over Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_redis_a_data_plane_that_closes_on_one_server_gives_its_share_to_another() {
+    let redis = RedisServer::start();
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(redis.url()).await.unwrap();
+        addrs.push(serve(store).await);
+    }
+    share_given_on_close(&addrs[0], &addrs[1]).await;
+}
+
+/// A window spent through one server is denied by the other, over Redis;
+/// and data planes under the limit are not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_redis_a_spent_window_and_a_limit_not_reached_across_two_servers() {
+    let redis = RedisServer::start();
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(redis.url()).await.unwrap();
+        addrs.push(serve(store).await);
+    }
+    spent_window(&addrs[0], &addrs[1]).await;
+    let asked = under_the_limit(&addrs).await;
+    assert!(asked.iter().all(|n| *n >= 15), "{asked:?}");
+}

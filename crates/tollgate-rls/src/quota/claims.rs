@@ -69,6 +69,8 @@ pub(crate) struct ClaimKeys {
     mark: Key,
     /// How long a claim, or a mark, stays in the store.
     period: Duration,
+    /// N, what a window's claims add up to at most.
+    limit: u64,
 }
 
 impl ClaimKeys {
@@ -101,6 +103,7 @@ impl ClaimKeys {
             key: key.clone(),
             mark,
             period,
+            limit,
         })
     }
 
@@ -117,6 +120,11 @@ impl ClaimKeys {
     /// The key of this server's mark.
     pub(crate) fn mark(&self) -> &Key {
         &self.mark
+    }
+
+    /// N, what a window's claims add up to at most.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
     }
 
     /// How long a claim, or a mark, stays in the store.
@@ -546,19 +554,23 @@ impl Book {
         self.marked_at = Some(now);
     }
 
-    /// Notes the marks the store holds (`None`: it did not say), read at
-    /// `now`: none, though this server put one before the read, and the
-    /// store lost it with the claims, which are made again from `window`
-    /// on (and the mark put again). Returns the claims to give back when
-    /// they were lost (see [`lost_from`](Self::lost_from)).
+    /// Notes the marks the store holds (`None`: it did not say), and the
+    /// claims of `window` it holds, all servers' (`stored`), read at
+    /// `now`: no mark, though this server put one before the read, and
+    /// fewer claims than this server holds, and the store lost them,
+    /// which are made again from `window` on (and the mark put again).
+    /// Returns the claims to give back when they were lost (see
+    /// [`lost_from`](Self::lost_from)).
     pub(crate) fn check_mark(
         &mut self,
         window: u64,
         marks: Option<u64>,
+        stored: Option<u64>,
         now: u64,
     ) -> Option<Vec<(u64, Claimed)>> {
         let put_before = self.marked_at.is_some_and(|at| at < now);
-        if marks == Some(0) && put_before {
+        let fewer = stored.is_some_and(|stored| stored < self.held(window));
+        if marks == Some(0) && put_before && fewer {
             self.marked_at = None;
             return Some(self.lost_from(window));
         }

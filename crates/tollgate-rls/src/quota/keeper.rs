@@ -37,11 +37,16 @@ pub(crate) async fn look<St: Store>(store: &St, limits: &Limits, id: &LimitId, t
         && let Some(planes) = read_census(store, &keys, &keys.key(window), timeout).await
     {
         // This server's mark, which it keeps in the store beside its
-        // claims: gone, and the store lost them (restarted without its
-        // data); its claims of every window to come are made again, before
-        // any grant rests on them.
+        // claims: gone, and the window's claims fewer than this server's,
+        // and the store lost them (restarted without its data); its claims
+        // of every window to come are made again, before any grant rests
+        // on them. (A fallback store, which never had the mark, holds the
+        // claims the store behind it last said: not fewer.)
         let marks = read_census(store, &keys, keys.mark(), timeout).await;
-        for (lost, claimed) in limits.note_mark(id, window, marks, now_us()) {
+        let stored = left_of(store, &keys, &keys.key(window), timeout)
+            .await
+            .map(|left| keys.limit().saturating_sub(left));
+        for (lost, claimed) in limits.note_mark(id, window, marks, stored, now_us()) {
             let refund = PolicyRefund::of(&claimed.decision, claimed.amount, claimed.at.elapsed());
             drop(store.refund(keys.claims(), &keys.key(lost), refund));
         }

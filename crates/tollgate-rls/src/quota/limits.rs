@@ -563,6 +563,15 @@ impl Limits {
         Some((keys.clone(), recheck, book.census_steps(&horizon, planes)))
     }
 
+    /// Runs `f` on `id`'s claims (none: not run), which it changes: the
+    /// budget is worked out again after it.
+    fn with_book<T>(&self, id: &LimitId, f: impl FnOnce(&mut Book) -> T) -> Option<T> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let limit = map.get_mut(id)?;
+        limit.budget_cache = None;
+        limit.claims.as_mut().map(|(book, _)| f(book))
+    }
+
     /// Whether this server's mark beside `id`'s claims is to be put in
     /// the store at `now`.
     pub(crate) fn mark_due(&self, id: &LimitId, now: u64) -> bool {
@@ -574,21 +583,21 @@ impl Limits {
 
     /// Notes the mark put at `now`.
     pub(crate) fn marked(&self, id: &LimitId, now: u64) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((book, _)) = map.get_mut(id).and_then(|limit| limit.claims.as_mut()) {
-            book.marked(now);
-        }
+        self.with_book(id, |book| book.marked(now));
     }
 
-    /// Notes the marks the store holds beside `id`'s claims, read at
-    /// `now`: none, and the store lost the claims too (restarted without
-    /// its data); those of every window from `window` on are made again.
+    /// Notes the marks the store holds beside `id`'s claims, and the
+    /// claims of `window` it holds (`stored`), read at `now`: no mark and
+    /// fewer claims than this server's, and the store lost them
+    /// (restarted without its data); those of every window from `window`
+    /// on are made again.
     /// Returns the claims to give back then.
     pub(crate) fn note_mark(
         &self,
         id: &LimitId,
         window: u64,
         marks: Option<u64>,
+        stored: Option<u64>,
         now: u64,
     ) -> Vec<(u64, Claimed)> {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
@@ -599,7 +608,7 @@ impl Limits {
         let Some((book, _)) = limit.claims.as_mut() else {
             return Vec::new();
         };
-        let Some(made) = book.check_mark(window, marks, now) else {
+        let Some(made) = book.check_mark(window, marks, stored, now) else {
             return Vec::new();
         };
         tracing::warn!(
@@ -613,13 +622,7 @@ impl Limits {
 
     /// Notes `window`'s census read again.
     pub(crate) fn note_recheck(&self, id: &LimitId, window: u64, planes: u64) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(limit) = map.get_mut(id) {
-            limit.budget_cache = None;
-            if let Some((book, _)) = limit.claims.as_mut() {
-                book.recheck(window, planes);
-            }
-        }
+        self.with_book(id, |book| book.recheck(window, planes));
     }
 
     /// Notes what a census step did at `now`: `published` added to
@@ -632,20 +635,14 @@ impl Limits {
         census: Option<u64>,
         now: u64,
     ) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(limit) = map.get_mut(id) else {
-            return;
-        };
-        limit.budget_cache = None;
-        let Some((book, _)) = limit.claims.as_mut() else {
-            return;
-        };
-        if let Some(planes) = published {
-            book.published(window, planes);
-        }
-        if let Some(planes) = census {
-            book.census(window, planes, now, published.is_some());
-        }
+        self.with_book(id, |book| {
+            if let Some(planes) = published {
+                book.published(window, planes);
+            }
+            if let Some(planes) = census {
+                book.census(window, planes, now, published.is_some());
+            }
+        });
     }
 
     /// What to claim and give back of each window `id` claims at `now`
