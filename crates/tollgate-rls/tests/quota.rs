@@ -78,6 +78,23 @@ async fn serve_with<St: Store>(store: St, on_store_error: OnStoreError) -> Strin
     format!("http://{addr}")
 }
 
+/// Two servers over one memory store: their addresses.
+async fn two_over_memory() -> Vec<String> {
+    let store = MemoryStore::new();
+    vec![serve(store.clone()).await, serve(store).await]
+}
+
+/// Two servers over `redis`, each with its own connection, answering its
+/// failures as `on_store_error` says: their addresses.
+async fn two_over_redis(redis: &RedisServer, on_store_error: OnStoreError) -> Vec<String> {
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(redis.url()).await.unwrap();
+        addrs.push(serve_with(store, on_store_error).await);
+    }
+    addrs
+}
+
 fn bucket_id(pairs: &[(&str, &str)]) -> BucketId {
     BucketId {
         bucket: pairs
@@ -488,8 +505,7 @@ async fn bound_and_shares(addr: &str) {
 /// one bucket: N + K a window across both, and N / (2K) each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_over_one_store_keep_one_bound_and_each_plane_a_share() {
-    let store = MemoryStore::new();
-    let addrs = [serve(store.clone()).await, serve(store).await];
+    let addrs = two_over_memory().await;
     bound_and_shares_across(&addrs, 4).await;
 }
 
@@ -497,11 +513,7 @@ async fn two_servers_over_one_store_keep_one_bound_and_each_plane_a_share() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_over_one_redis_keep_one_bound_and_each_plane_a_share() {
     let redis = RedisServer::start();
-    let mut addrs = Vec::new();
-    for _ in 0..2 {
-        let store = RedisStore::connect(redis.url()).await.unwrap();
-        addrs.push(serve(store).await);
-    }
+    let addrs = two_over_redis(&redis, OnStoreError::Open).await;
     bound_and_shares_across(&addrs, 4).await;
 }
 
@@ -611,9 +623,8 @@ async fn a_data_plane_that_closes_its_stream_gives_its_share_to_the_others() {
 /// claims them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_plane_that_closes_on_one_server_gives_its_share_to_another() {
-    let store = MemoryStore::new();
-    let (stays_on, goes_from) = (serve(store.clone()).await, serve(store).await);
-    share_given_on_close(&stays_on, &goes_from).await;
+    let addrs = two_over_memory().await;
+    share_given_on_close(&addrs[0], &addrs[1]).await;
 }
 
 /// Two data planes flooding a bucket of 1,000 an hour, one on the server
@@ -685,9 +696,8 @@ async fn a_spent_window_is_denied_until_it_ends_then_admits_again() {
 /// the other, and admits again after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_spent_through_one_server_is_denied_by_another() {
-    let store = MemoryStore::new();
-    let (spent_on, asked) = (serve(store.clone()).await, serve(store).await);
-    spent_window(&spent_on, &asked).await;
+    let addrs = two_over_memory().await;
+    spent_window(&addrs[0], &addrs[1]).await;
 }
 
 /// A second of bucket `client` spent through `ShouldRateLimit` on the
@@ -1017,7 +1027,18 @@ async fn spent_then_restarted(redis: &RedisServer, value: &str) -> Assignment {
     after
 }
 
-/// Drives `plane` as [`flood`] does (a request every 2 ms, a report
+/// What all of `planes` admitted of `bucket`, by one-second window.
+fn admitted_by_window(planes: &[Arc<DataPlane>], bucket: &[(&str, &str)]) -> BTreeMap<u64, u64> {
+    let mut windows = BTreeMap::new();
+    for plane in planes {
+        for at in plane.admitted(bucket) {
+            *windows.entry(at / 1_000_000).or_insert(0) += 1;
+        }
+    }
+    windows
+}
+
+/// Drives `plane` as [`flood_across`] does (a request every 2 ms, a report
 /// every second) on `bucket` until `until`.
 fn drive(
     plane: &Arc<DataPlane>,
@@ -1078,12 +1099,7 @@ async fn two_processes_over_redis_one_killed_keep_the_bound_and_its_data_planes_
     for task in tasks {
         task.await.unwrap();
     }
-    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
-    for plane in &planes {
-        for at in plane.admitted(BUCKET) {
-            *windows.entry(at / 1_000_000).or_insert(0) += 1;
-        }
-    }
+    let windows = admitted_by_window(&planes, BUCKET);
     println!("killed in {killed}; admitted by window: {windows:?}");
     for (window, count) in &windows {
         let streams = if *window < killed { 4 } else { 6 };
@@ -1158,8 +1174,7 @@ async fn under_the_limit_no_data_plane_is_refused_after_two_intervals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_limit_on_two_servers_no_data_plane_is_refused_after_two_intervals() {
-    let store = MemoryStore::new();
-    let addrs = [serve(store.clone()).await, serve(store).await];
+    let addrs = two_over_memory().await;
     let asked = under_the_limit(&addrs).await;
     assert!(asked.iter().all(|n| *n >= 15), "{asked:?}");
 }
@@ -1174,11 +1189,7 @@ async fn under_the_limit_on_two_servers_no_data_plane_is_refused_after_two_inter
 async fn two_servers_over_redis_keep_each_their_bound_while_it_is_down_and_one_after() {
     const BUCKET: &[(&str, &str)] = &[("client", "outage-two")];
     let mut redis = RedisServer::start();
-    let mut addrs = Vec::new();
-    for _ in 0..2 {
-        let store = RedisStore::connect(redis.url()).await.unwrap();
-        addrs.push(serve_with(store, OnStoreError::Open).await);
-    }
+    let addrs = two_over_redis(&redis, OnStoreError::Open).await;
     let mut planes = Vec::new();
     for index in 0..4 {
         let addr = &addrs[index % 2];
@@ -1199,12 +1210,7 @@ async fn two_servers_over_redis_keep_each_their_bound_while_it_is_down_and_one_a
     for task in tasks {
         task.await.unwrap();
     }
-    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
-    for plane in &planes {
-        for at in plane.admitted(BUCKET) {
-            *windows.entry(at / 1_000_000).or_insert(0) += 1;
-        }
-    }
+    let windows = admitted_by_window(&planes, BUCKET);
     println!("down in {down}, back in {back}; admitted by window: {windows:?}");
     for (window, count) in &windows {
         let bound = if (down..back + 4).contains(window) {
@@ -1233,11 +1239,7 @@ async fn two_servers_over_redis_keep_each_their_bound_while_it_is_down_and_one_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_redis_a_data_plane_that_closes_on_one_server_gives_its_share_to_another() {
     let redis = RedisServer::start();
-    let mut addrs = Vec::new();
-    for _ in 0..2 {
-        let store = RedisStore::connect(redis.url()).await.unwrap();
-        addrs.push(serve(store).await);
-    }
+    let addrs = two_over_redis(&redis, OnStoreError::Open).await;
     share_given_on_close(&addrs[0], &addrs[1]).await;
 }
 
@@ -1246,11 +1248,7 @@ async fn over_redis_a_data_plane_that_closes_on_one_server_gives_its_share_to_an
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_redis_a_spent_window_and_a_limit_not_reached_across_two_servers() {
     let redis = RedisServer::start();
-    let mut addrs = Vec::new();
-    for _ in 0..2 {
-        let store = RedisStore::connect(redis.url()).await.unwrap();
-        addrs.push(serve(store).await);
-    }
+    let addrs = two_over_redis(&redis, OnStoreError::Open).await;
     spent_window(&addrs[0], &addrs[1]).await;
     let asked = under_the_limit(&addrs).await;
     assert!(asked.iter().all(|n| *n >= 15), "{asked:?}");
